@@ -1,0 +1,148 @@
+"""Canonical encoding of objects and their ids.
+
+An object is ``(type, payload)``. Its canonical bytes are
+
+    <type> SP <decimal payload length> NUL <payload>
+
+exactly like git's loose-object header. ``blob`` payloads are raw bytes; every
+other type's payload is a MessagePack map produced by msgspec with keys sorted,
+integers in their shortest form and floats as float64, so one logical object has
+exactly one encoding. Decoding re-encodes and rejects anything that is not the
+canonical form (duplicate keys, long integer forms, unsorted keys).
+
+The id is BLAKE3-256 of the canonical bytes, computed before any compression,
+so the stored representation can change without changing ids. See
+docs/FORMAT.md; fixtures/golden.json pins it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import blake3
+import msgspec
+
+from .errors import IntegrityError, InvalidId, UnknownObjectType
+
+ID_LEN = 32
+HEX_LEN = 64
+
+BLOB = "blob"
+RECORD = "record"
+FORK = "fork"
+JOURNAL = "journal"
+SEGMENT = "segment"
+GRANT = "grant"
+TYPES = (BLOB, RECORD, FORK, JOURNAL, SEGMENT, GRANT)
+_TYPES_B = {t.encode(): t for t in TYPES}
+
+# Header is at most "segment 18446744073709551615\0"; 40 bytes bounds the scan.
+_MAX_HEADER = 40
+
+_enc = msgspec.msgpack.Encoder(order="sorted")
+_dec = msgspec.msgpack.Decoder()
+
+
+def hash_bytes(data: bytes) -> bytes:
+    return blake3.blake3(data).digest()
+
+
+def header(otype: str, length: int) -> bytes:
+    return b"%s %d\x00" % (otype.encode(), length)
+
+
+def encode_payload(value: dict) -> bytes:
+    if not isinstance(value, dict):
+        raise TypeError("structured payloads are maps")
+    return _enc.encode(value)
+
+
+def encode(otype: str, value: Any) -> bytes:
+    """Canonical bytes of an object; ``value`` is bytes for a blob, a dict otherwise."""
+    if otype == BLOB:
+        payload = bytes(value)
+    elif otype in _TYPES_B.values():
+        payload = encode_payload(value)
+    else:
+        raise ValueError(f"unknown object type {otype!r}")
+    return header(otype, len(payload)) + payload
+
+
+def object_id(canonical: bytes) -> bytes:
+    return hash_bytes(canonical)
+
+
+def split_header(canonical: bytes, oid: bytes | None = None) -> tuple[str, int]:
+    """Parse and check the header; returns (type, payload offset)."""
+    name = oid.hex() if oid else "?"
+    nul = canonical.find(b"\x00", 0, _MAX_HEADER)
+    if nul < 0:
+        raise IntegrityError(name, "header", "bad header: no terminator")
+    head = canonical[:nul]
+    sp = head.find(b" ")
+    if sp <= 0:
+        raise IntegrityError(name, "header", "bad header")
+    tname, length = head[:sp], head[sp + 1 :]
+    if not length.isdigit() or (len(length) > 1 and length[:1] == b"0"):
+        raise IntegrityError(name, "header", "bad header length")
+    otype = _TYPES_B.get(tname)
+    if otype is None:
+        raise UnknownObjectType(name, "header", tname.decode("ascii", "replace"))
+    n = int(length)
+    actual = len(canonical) - nul - 1
+    if actual > n:
+        raise IntegrityError(name, "payload", f"garbage after object ({actual - n} extra bytes)")
+    if actual < n:
+        raise IntegrityError(name, "payload", f"truncated object ({actual} of {n} payload bytes)")
+    return otype, nul + 1
+
+
+def decode(canonical: bytes, oid: bytes | None = None) -> tuple[str, Any]:
+    """(type, value) from canonical bytes; raises IntegrityError on any non-canonical form."""
+    otype, off = split_header(canonical, oid)
+    payload = canonical[off:]
+    if otype == BLOB:
+        return otype, bytes(payload)
+    name = oid.hex() if oid else "?"
+    try:
+        value = _dec.decode(payload)
+    except msgspec.DecodeError as e:
+        raise IntegrityError(name, "payload", f"undecodable payload: {e}") from None
+    if not isinstance(value, dict):
+        raise IntegrityError(name, "payload", "payload is not a map")
+    try:
+        again = _enc.encode(value)
+    except (TypeError, msgspec.EncodeError) as e:
+        raise IntegrityError(name, "payload", f"non-canonical payload: {e}") from None
+    if again != payload:
+        raise IntegrityError(name, "payload", "non-canonical payload encoding")
+    return otype, value
+
+
+def parse_id(text: str) -> bytes:
+    """A full 64-hex id as bytes; raises InvalidId."""
+    if not isinstance(text, str) or len(text) != HEX_LEN:
+        raise InvalidId(text, f"expected {HEX_LEN} hex digits")
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        raise InvalidId(text, "not hexadecimal") from None
+
+
+def to_jsonable(value: Any) -> Any:
+    """Replace bytes (ids) with hex strings, recursively, for JSON output."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+_json = msgspec.json.Encoder(order="sorted")
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key compact JSON: the same value always gives the same bytes."""
+    return _json.encode(to_jsonable(value))

@@ -1,0 +1,148 @@
+"""The one typed error hierarchy of objstore.
+
+Modelled on BorgBackup's ``helpers/errors.py``: each class carries its own
+message template and exit code, so the CLI turns any ``ObjstoreError`` into one
+line on stderr and a documented exit code without knowing the cases.
+
+Exit codes (also in README.md):
+
+====  ==========================================================
+0     success
+1     ``verify`` found problems
+2     usage error (bad command line; click's own code)
+3     no store here / not a store
+4     object, ref, run or branch not found
+5     invalid input (ref name, id, ingest line, argument value)
+6     integrity error: stored bytes do not hash to their id, or do
+      not parse
+7     conflict: a ref moved under a compare-and-swap
+8     refused: the operation is not allowed (retained branch,
+      authorization, revoked writer)
+9     limit exceeded (object too large, compactor input too long)
+====  ==========================================================
+"""
+
+from __future__ import annotations
+
+
+class ObjstoreError(Exception):
+    """Base class: ``msg`` is formatted with the positional args."""
+
+    exit_code = 2
+    msg = "objstore error: {}"
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.args = args
+
+    def __str__(self) -> str:
+        try:
+            return self.msg.format(*self.args)
+        except (IndexError, KeyError):  # a template/args mismatch must not hide the error
+            return f"{self.msg} {self.args!r}"
+
+
+class StoreNotFound(ObjstoreError):
+    exit_code = 3
+    msg = "not an objstore store: {} (run 'objstore init' or pass --store)"
+
+
+class StoreFormatError(ObjstoreError):
+    exit_code = 3
+    msg = "unsupported store format at {}: {}"
+
+
+class NotFound(ObjstoreError):
+    exit_code = 4
+    msg = "not found: {}"
+
+
+class ObjectNotFound(NotFound):
+    msg = "object not found: {}"
+
+
+class RefNotFound(NotFound):
+    msg = "ref not found: {}"
+
+
+class RunNotFound(NotFound):
+    msg = "run not found: {}"
+
+
+class BranchNotFound(NotFound):
+    msg = "branch {} of run {} not found"
+
+
+class InvalidInput(ObjstoreError):
+    exit_code = 5
+    msg = "invalid input: {}"
+
+
+class InvalidRefName(InvalidInput):
+    msg = "invalid ref name {!r}: {}"
+
+
+class InvalidId(InvalidInput):
+    msg = "invalid object id {!r}: {}"
+
+
+class InvalidRecord(InvalidInput):
+    msg = "invalid record: {}"
+
+
+class IngestError(InvalidInput):
+    msg = "ingest: line {}: {}"
+
+
+class IntegrityError(ObjstoreError):
+    """Stored bytes are damaged: hash mismatch, bad header, garbage, truncation."""
+
+    exit_code = 6
+    msg = "integrity error: object {} ({}): {}"
+
+
+class UnknownObjectType(IntegrityError):
+    msg = "integrity error: object {} ({}): unknown object type {!r}"
+
+
+class CorruptPack(IntegrityError):
+    msg = "integrity error: pack {}: {}"
+
+
+class Conflict(ObjstoreError):
+    exit_code = 7
+    msg = "conflict: ref {} moved (expected {}, found {})"
+
+
+class Refused(ObjstoreError):
+    exit_code = 8
+    msg = "refused: {}"
+
+
+class RetainedBranch(Refused):
+    msg = "refused: branch {} of run {} is retained, not live (live is {}); pass allow_retained=True / --retained to append anyway"
+
+
+class Unauthenticated(Refused):
+    msg = "refused: unauthenticated caller: {}"
+
+
+class WrongSubject(Refused):
+    msg = "refused: caller subject {!r} does not own run {} (subject {!r})"
+
+
+class WrongSession(Refused):
+    msg = "refused: caller is bound to session {}, not {}"
+
+
+class JobCaller(Refused):
+    msg = "refused: job identity {!r} may not read or write journals"
+
+
+class WriterRevoked(Refused):
+    msg = "refused: writer {!r} has no live grant on run {}: {}"
+
+
+class LimitExceeded(ObjstoreError):
+    exit_code = 9
+    msg = "limit exceeded: {}"

@@ -1,0 +1,517 @@
+"""Object backends: where canonical object bytes live, and nothing else.
+
+One small interface (``ObjectBackend``) with two implementations:
+
+* ``MemoryBackend`` — a dict, for tests and throwaway work.
+* ``LocalBackend`` — the embedded default on a filesystem:
+  - *loose objects* ``objects/ab/<62 hex>``, one file each, written once through
+    a temp file + fsync + link(2) (link refuses to overwrite an existing id);
+  - *packs* ``packs/pack-<hash>.pack``, one immutable file per batch holding
+    zstd-compressed blocks of many objects plus a sorted index and a checksummed
+    trailer. The pack is written to ``tmp/``, fsynced, and renamed into place:
+    that rename is the single commit point, so a crash leaves at most an
+    unreferenced temp file, never a visible half-pack. Many objects, one fsync.
+
+Every read re-hashes the canonical bytes and raises ``IntegrityError`` naming
+the object and its path on mismatch. ``scan()`` walks every stored object for
+``verify`` (including damaged ones), so verify never trusts the read path.
+
+Nothing here deletes objects. A later, explicit ``gc`` will need only
+``iter_ids`` and a per-backend delete of unreachable ids; packs being immutable
+means gc would rewrite live objects into a new pack and then drop old packs.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import OrderedDict
+from typing import Iterable, Iterator, NamedTuple
+
+import zstandard
+
+from . import codec
+from .errors import CorruptPack, IntegrityError, LimitExceeded, ObjectNotFound
+from .fileutil import FsyncPolicy, atomic_file
+
+LOOSE_MAGIC = b"OSO\x01"
+COMP_NONE = 0
+COMP_ZSTD = 1
+PACK_MAGIC = b"OSPK\x01\x00\x00\x00"
+PACK_TRAILER_MAGIC = b"OSPX"
+_TRAILER = struct.Struct("<Q32s4s")  # index offset, blake3 of all bytes before, magic
+_BLOCK = struct.Struct("<BII")  # compression, raw length, stored length
+_ENTRY = struct.Struct("<32sIII")  # id, block number, offset in block, length
+_BLOCKPOS = struct.Struct("<Q")
+
+BLOCK_TARGET = 128 * 1024  # raw bytes per pack block: small enough to read one object cheaply
+LOOSE_THRESHOLD = 8 * 1024 * 1024  # objects above this go loose, streamed, not into packs
+MAX_INMEMORY = 1 << 30  # a stored frame claiming more than this is treated as corrupt
+ZSTD_LEVEL = 3
+
+
+class ScanItem(NamedTuple):
+    """One stored object as found on disk; exactly one of canonical/error is set."""
+
+    oid: bytes | None
+    where: str
+    canonical: bytes | None
+    error: IntegrityError | None
+
+
+class ObjectBackend:
+    """The interface every backend implements (local, memory, and later S3)."""
+
+    def has(self, oid: bytes) -> bool:
+        raise NotImplementedError
+
+    def get(self, oid: bytes) -> bytes:
+        """Canonical bytes of ``oid``, hash-checked; ObjectNotFound/IntegrityError."""
+        raise NotImplementedError
+
+    def put(self, oid: bytes, parts, size: int | None = None) -> bool:
+        """Store one object whose canonical bytes are ``b''.join(parts)``; False if present.
+
+        ``parts`` may be any iterable (a streamed file); then ``size`` gives the total."""
+        raise NotImplementedError
+
+    def put_many(self, items: list[tuple[bytes, bytes]]) -> int:
+        """Store many (id, canonical) durably with one commit point; returns count new."""
+        raise NotImplementedError
+
+    def iter_ids(self) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def scan(self) -> Iterator[ScanItem]:
+        raise NotImplementedError
+
+    def where(self, oid: bytes) -> str:
+        return oid.hex()
+
+
+def _check(oid: bytes, canonical: bytes, where: str) -> bytes:
+    if codec.hash_bytes(canonical) != oid:
+        raise IntegrityError(oid.hex(), where, "hash mismatch (content does not match id)")
+    return canonical
+
+
+class MemoryBackend(ObjectBackend):
+    def __init__(self):
+        self.objects: dict[bytes, bytes] = {}
+
+    def has(self, oid):
+        return oid in self.objects
+
+    def get(self, oid):
+        try:
+            data = self.objects[oid]
+        except KeyError:
+            raise ObjectNotFound(oid.hex()) from None
+        return _check(oid, data, "memory")
+
+    def put(self, oid, parts, size=None):
+        if oid in self.objects:
+            return False
+        self.objects[oid] = b"".join(parts)
+        return True
+
+    def put_many(self, items):
+        n = 0
+        for oid, data in items:
+            if oid not in self.objects:
+                self.objects[oid] = data
+                n += 1
+        return n
+
+    def iter_ids(self):
+        return iter(list(self.objects))
+
+    def scan(self):
+        for oid, data in list(self.objects.items()):
+            try:
+                yield ScanItem(oid, "memory", _check(oid, data, "memory"), None)
+            except IntegrityError as e:
+                yield ScanItem(oid, "memory", None, e)
+
+
+def _decompress(data: bytes, what: str, where: str) -> bytes:
+    try:
+        params = zstandard.get_frame_parameters(data)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(what, where, f"bad zstd frame: {e}") from None
+    size = params.content_size
+    if size < 0 or size > MAX_INMEMORY:
+        raise IntegrityError(what, where, f"zstd frame declares an impossible size ({size})")
+    dobj = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        out = dobj.decompress(data)
+    except zstandard.ZstdError as e:
+        raise IntegrityError(what, where, f"zstd data corrupt: {e}") from None
+    if not dobj.eof:
+        raise IntegrityError(what, where, "truncated zstd frame")
+    if dobj.unused_data:
+        raise IntegrityError(what, where, f"garbage after object ({len(dobj.unused_data)} extra bytes)")
+    if len(out) != size:
+        raise IntegrityError(what, where, "zstd frame size mismatch")
+    return out
+
+
+class PackFile:
+    """An immutable pack: blocks, then a sorted index, then a checksummed trailer."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.name = os.path.basename(path)
+        with open(path, "rb") as f:
+            self.size = os.fstat(f.fileno()).st_size
+            if self.size < len(PACK_MAGIC) + _TRAILER.size:
+                raise CorruptPack(path, "truncated (too short for header and trailer)")
+            if f.read(len(PACK_MAGIC)) != PACK_MAGIC:
+                raise CorruptPack(path, "bad pack header")
+            f.seek(self.size - _TRAILER.size)
+            idx_off, self.checksum, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+            if magic != PACK_TRAILER_MAGIC or not len(PACK_MAGIC) <= idx_off <= self.size - _TRAILER.size:
+                raise CorruptPack(path, "bad or missing trailer (truncated or garbage appended)")
+            f.seek(idx_off)
+            index = f.read(self.size - _TRAILER.size - idx_off)
+        self.idx_off = idx_off
+        try:
+            (nblocks,) = struct.unpack_from("<I", index, 0)
+            p = 4 + nblocks * _BLOCKPOS.size
+            self.block_pos = [x[0] for x in _BLOCKPOS.iter_unpack(index[4:p])]
+            (count,) = struct.unpack_from("<I", index, p)
+            p += 4
+            if len(index) != p + count * _ENTRY.size:
+                raise struct.error("index length mismatch")
+            self.entries = {e[0]: (e[1], e[2], e[3]) for e in _ENTRY.iter_unpack(index[p:])}
+        except struct.error as e:
+            raise CorruptPack(path, f"corrupt index: {e}") from None
+        if len(self.entries) != count:
+            raise CorruptPack(path, "corrupt index: duplicate ids")
+
+    def read_block(self, n: int, f=None) -> bytes:
+        if n >= len(self.block_pos):
+            raise CorruptPack(self.path, f"index names block {n}, pack has {len(self.block_pos)}")
+        pos = self.block_pos[n]
+        own = f is None
+        f = f or open(self.path, "rb")
+        try:
+            f.seek(pos)
+            comp, raw_len, stored = _BLOCK.unpack(f.read(_BLOCK.size))
+            data = f.read(stored)
+        finally:
+            if own:
+                f.close()
+        where = f"{self.path} block {n}"
+        if len(data) != stored:
+            raise CorruptPack(self.path, f"block {n} truncated")
+        if comp == COMP_NONE:
+            out = data
+        elif comp == COMP_ZSTD:
+            out = _decompress(data, f"block {n}", where)
+        else:
+            raise CorruptPack(self.path, f"block {n} has unknown compression {comp}")
+        if len(out) != raw_len:
+            raise CorruptPack(self.path, f"block {n} length mismatch")
+        return out
+
+    def verify_checksum(self) -> bool:
+        import blake3
+
+        h = blake3.blake3()
+        with open(self.path, "rb") as f:
+            remaining = self.size - _TRAILER.size
+            while remaining:
+                chunk = f.read(min(remaining, 1 << 22))
+                if not chunk:
+                    return False
+                h.update(chunk)
+                remaining -= len(chunk)
+        return h.digest() == self.checksum
+
+
+def build_pack(items: list[tuple[bytes, bytes]], level: int = ZSTD_LEVEL) -> Iterator[bytes]:
+    """Yield the bytes of a pack holding ``items`` (ids assumed distinct)."""
+    import blake3
+
+    h = blake3.blake3()
+    cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    out_pos = 0
+    block_pos: list[int] = []
+    entries: list[tuple[bytes, int, int, int]] = []
+
+    def emit(chunk: bytes):
+        nonlocal out_pos
+        h.update(chunk)
+        out_pos += len(chunk)
+        return chunk
+
+    yield emit(PACK_MAGIC)
+    buf: list[bytes] = []
+    buf_len = 0
+
+    def flush_block():
+        raw = b"".join(buf)
+        comp = cctx.compress(raw)
+        if len(comp) < len(raw):
+            kind, data = COMP_ZSTD, comp
+        else:
+            kind, data = COMP_NONE, raw
+        block_pos.append(out_pos)
+        return emit(_BLOCK.pack(kind, len(raw), len(data)) + data)
+
+    for oid, data in items:
+        if buf_len and buf_len + len(data) > BLOCK_TARGET:
+            yield flush_block()
+            buf.clear()
+            buf_len = 0
+        entries.append((oid, len(block_pos), buf_len, len(data)))
+        buf.append(data)
+        buf_len += len(data)
+    if buf:
+        yield flush_block()
+    entries.sort()
+    idx_off = out_pos
+    index = [struct.pack("<I", len(block_pos))]
+    index += [_BLOCKPOS.pack(p) for p in block_pos]
+    index.append(struct.pack("<I", len(entries)))
+    index += [_ENTRY.pack(*e) for e in entries]
+    yield emit(b"".join(index))
+    yield _TRAILER.pack(idx_off, h.digest(), PACK_TRAILER_MAGIC)
+
+
+class LocalBackend(ObjectBackend):
+    def __init__(self, root: str, policy: FsyncPolicy):
+        self.root = root
+        self.policy = policy
+        self.objdir = os.path.join(root, "objects")
+        self.packdir = os.path.join(root, "packs")
+        self.tmpdir = os.path.join(root, "tmp")
+        self.packs: dict[str, PackFile] = {}
+        self.index: dict[bytes, tuple[PackFile, int, int, int]] = {}
+        self._blocks: OrderedDict = OrderedDict()
+        self._loaded = False
+        self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+
+    # -- layout ------------------------------------------------------------
+    def loose_path(self, oid: bytes) -> str:
+        h = oid.hex()
+        return os.path.join(self.objdir, h[:2], h[2:])
+
+    def where(self, oid: bytes) -> str:
+        self._load_packs()
+        hit = self.index.get(oid)
+        if hit:
+            return f"{hit[0].path} block {hit[1]}"
+        return self.loose_path(oid)
+
+    def _load_packs(self, force: bool = False) -> None:
+        if self._loaded and not force:
+            return
+        try:
+            names = sorted(n for n in os.listdir(self.packdir) if n.endswith(".pack"))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if name in self.packs:
+                continue
+            try:
+                pack = PackFile(os.path.join(self.packdir, name))
+            except CorruptPack:
+                continue  # unreadable packs are verify's business; reads of their ids then miss
+            self.packs[name] = pack
+            for oid, (blk, off, ln) in pack.entries.items():
+                self.index.setdefault(oid, (pack, blk, off, ln))
+        self._loaded = True
+
+    # -- reads -------------------------------------------------------------
+    def has(self, oid):
+        self._load_packs()
+        if oid in self.index or os.path.exists(self.loose_path(oid)):
+            return True
+        self._load_packs(force=True)  # another process may have committed a pack
+        return oid in self.index
+
+    def _block(self, pack: PackFile, n: int) -> bytes:
+        key = (pack.name, n)
+        data = self._blocks.get(key)
+        if data is None:
+            data = pack.read_block(n)
+            self._blocks[key] = data
+            if len(self._blocks) > 64:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(key)
+        return data
+
+    def get(self, oid):
+        self._load_packs()
+        hit = self.index.get(oid)
+        if hit is None:
+            path = self.loose_path(oid)
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+            except FileNotFoundError:
+                self._load_packs(force=True)
+                hit = self.index.get(oid)
+                if hit is None:
+                    raise ObjectNotFound(oid.hex()) from None
+            else:
+                return _check(oid, self._loose_canonical(oid.hex(), raw, path), path)
+        pack, blk, off, ln = hit
+        where = f"{pack.path} block {blk}"
+        block = self._block(pack, blk)
+        data = block[off : off + ln]
+        if len(data) != ln:
+            raise IntegrityError(oid.hex(), where, "truncated object in pack block")
+        return _check(oid, data, where)
+
+    @staticmethod
+    def _loose_canonical(name: str, raw: bytes, path: str) -> bytes:
+        if len(raw) < 5 or raw[:4] != LOOSE_MAGIC:
+            raise IntegrityError(name, path, "bad stored header (magic/format version)")
+        comp = raw[4]
+        if comp == COMP_NONE:
+            return raw[5:]
+        if comp == COMP_ZSTD:
+            return _decompress(raw[5:], name, path)
+        raise IntegrityError(name, path, f"unknown compression id {comp}")
+
+    # -- writes ------------------------------------------------------------
+    def put(self, oid, parts, size=None):
+        if self.has(oid):
+            return False
+        path = self.loose_path(oid)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        total = size if size is not None else sum(len(p) for p in parts)
+        if total > MAX_INMEMORY:
+            raise LimitExceeded(f"object of {total} bytes is over the {MAX_INMEMORY}-byte object limit")
+        try:
+            with atomic_file(path, self.tmpdir, self.policy, replace=False) as f:
+                f.write(LOOSE_MAGIC)
+                if total >= 64:
+                    # Stream-compress the parts so a large blob is never joined in memory.
+                    comp = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+                    f.write(bytes([COMP_ZSTD]))
+                    with comp.stream_writer(f, size=total, closefd=False) as w:
+                        for p in parts:
+                            w.write(p)
+                    if f.tell() - 5 >= total:  # compression did not pay: store raw
+                        f.seek(4)
+                        f.truncate()
+                        f.write(bytes([COMP_NONE]))
+                        for p in parts:
+                            f.write(p)
+                else:
+                    f.write(bytes([COMP_NONE]))
+                    for p in parts:
+                        f.write(p)
+        except FileExistsError:
+            return False  # a concurrent writer stored the same id first: identical by definition
+        return True
+
+    def put_many(self, items):
+        if not items:
+            return 0
+        self._load_packs(force=True)
+        seen = set()
+        fresh = []
+        for oid, data in items:
+            if oid in seen or oid in self.index:
+                continue
+            seen.add(oid)
+            if len(data) > LOOSE_THRESHOLD:
+                self.put(oid, [data])
+                continue
+            if os.path.exists(self.loose_path(oid)):
+                continue
+            fresh.append((oid, data))
+        if not fresh:
+            return 0
+        os.makedirs(self.packdir, exist_ok=True)
+        import secrets
+
+        path = os.path.join(self.packdir, f"pack-{secrets.token_hex(16)}.pack")
+        with atomic_file(path, self.tmpdir, self.policy) as f:
+            for chunk in build_pack(fresh):
+                f.write(chunk)
+        pack = PackFile(path)
+        self.packs[pack.name] = pack
+        for oid, (blk, off, ln) in pack.entries.items():
+            self.index.setdefault(oid, (pack, blk, off, ln))
+        return len(fresh)
+
+    def iter_ids(self):
+        self._load_packs(force=True)
+        yield from list(self.index)
+        for oid, _ in self._iter_loose():
+            if oid is not None and oid not in self.index:
+                yield oid
+
+    def _iter_loose(self):
+        try:
+            fans = sorted(os.listdir(self.objdir))
+        except FileNotFoundError:
+            return
+        for fan in fans:
+            d = os.path.join(self.objdir, fan)
+            for name in sorted(os.listdir(d)):
+                path = os.path.join(d, name)
+                try:
+                    oid = bytes.fromhex(fan + name)
+                    if len(oid) != codec.ID_LEN:
+                        oid = None
+                except ValueError:
+                    oid = None
+                yield oid, path
+
+    def scan(self):
+        for oid, path in self._iter_loose():
+            if oid is None:
+                yield ScanItem(None, path, None, IntegrityError(os.path.basename(path), path, "stray file in object directory (not an object id)"))
+                continue
+            try:
+                with open(path, "rb") as f:
+                    raw = f.read()
+                yield ScanItem(oid, path, _check(oid, self._loose_canonical(oid.hex(), raw, path), path), None)
+            except IntegrityError as e:
+                yield ScanItem(oid, path, None, e)
+        try:
+            names = sorted(os.listdir(self.packdir))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            path = os.path.join(self.packdir, name)
+            if not name.endswith(".pack"):
+                yield ScanItem(None, path, None, CorruptPack(path, "stray file in pack directory"))
+                continue
+            yield from self._scan_pack(path)
+
+    def _scan_pack(self, path):
+        try:
+            pack = PackFile(path)
+        except CorruptPack as e:
+            yield ScanItem(None, path, None, e)
+            return
+        if not pack.verify_checksum():
+            yield ScanItem(None, path, None, CorruptPack(path, "checksum mismatch (pack bytes damaged)"))
+        by_block: dict[int, list] = {}
+        for oid, (blk, off, ln) in pack.entries.items():
+            by_block.setdefault(blk, []).append((off, oid, ln))
+        check = codec.hash_bytes
+        with open(path, "rb") as f:
+            for blk in sorted(by_block):
+                where = f"{path} block {blk}"
+                try:
+                    block = pack.read_block(blk, f)
+                except IntegrityError as e:
+                    for off, oid, ln in sorted(by_block[blk]):
+                        yield ScanItem(oid, where, None, IntegrityError(oid.hex(), where, f"unreadable pack block: {e}"))
+                    continue
+                for off, oid, ln in sorted(by_block[blk]):
+                    data = block[off : off + ln]
+                    if len(data) == ln and check(data) == oid:
+                        yield ScanItem(oid, where, data, None)
+                    else:
+                        yield ScanItem(oid, where, None, IntegrityError(oid.hex(), where, "hash mismatch (content does not match id)"))

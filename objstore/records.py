@@ -1,0 +1,198 @@
+"""The record model: what one log entry of a run says, and how it is checked.
+
+A ``record`` object's payload is::
+
+    {run, branch, lsn, parent, kind, time, body}
+
+``parent`` is the id of the previous record on the same branch, or, for LSN 0 of
+a forked branch, the branch's ``fork`` object, or nil for LSN 0 of branch 0.
+So a head id commits to the whole history behind it (a Merkle chain).
+
+Kinds and their bodies are listed in ``KINDS``; docs/RECORDS.md describes them.
+User-supplied maps (context, tools, usage, meta, error) must be JSON-like
+(str keys; str, int, float, bool, None, lists and maps), so that every byte
+string in a payload is an object id and ``object_refs`` can name them all.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from .errors import InvalidRecord
+
+RUN_STARTED = "run_started"
+ATTEMPT = "attempt"
+INTENT = "intent"
+INTENT_COMMITTED = "intent_committed"
+RUN_FINISHED = "run_finished"
+TURN = "turn"
+KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN)
+
+ATTEMPT_STATES = ("running", "succeeded", "failed")
+RUN_STATUSES = ("succeeded", "failed")
+
+# Material origins (T-745): source material is what happened; derived is made from it.
+SOURCE_ROLES = ("user", "model", "tool", "system")
+ORIGIN_SOURCE = "source"
+ORIGIN_DERIVED = "derived"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+# Fields of record bodies that hold blob ids (never bodies).
+BLOB_FIELDS = ("prompt", "output", "content")
+
+
+class Record(NamedTuple):
+    id: bytes
+    run: str
+    branch: int
+    lsn: int
+    parent: bytes | None
+    kind: str
+    time: float | None
+    body: dict
+
+    @classmethod
+    def from_payload(cls, oid: bytes, p: dict) -> "Record":
+        return cls(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
+
+
+def check_run_id(run: str) -> str:
+    if not isinstance(run, str) or not _RUN_ID.match(run) or ".." in run or run.endswith(".lock"):
+        raise InvalidRecord(f"run id {run!r} must be 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'")
+    return run
+
+
+def _jsonlike(value: Any, where: str) -> None:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            _jsonlike(v, where)
+        return
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidRecord(f"{where}: map keys must be strings, got {k!r}")
+            _jsonlike(v, where)
+        return
+    raise InvalidRecord(f"{where}: {type(value).__name__} is not JSON-like")
+
+
+def _opt_id(value, where):
+    if value is None:
+        return None
+    if isinstance(value, bytes) and len(value) == 32:
+        return value
+    raise InvalidRecord(f"{where} must be a 32-byte blob id or None")
+
+
+def _int(value, where, lo=0):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise InvalidRecord(f"{where} must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def _str(value, where, choices=None):
+    if not isinstance(value, str) or not value:
+        raise InvalidRecord(f"{where} must be a non-empty string, got {value!r}")
+    if choices and value not in choices:
+        raise InvalidRecord(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def check_body(kind: str, body: dict) -> dict:
+    """Validate and normalise a record body; the normalised dict is what is stored."""
+    if not isinstance(body, dict):
+        raise InvalidRecord("body must be a map")
+    b = dict(body)
+    if kind == RUN_STARTED:
+        out = {
+            "subject": _str(b.get("subject", "default"), "subject"),
+            "workflow_version": _str(str(b.get("workflow_version", "1")), "workflow_version"),
+            "meta": b.get("meta"),
+        }
+        _jsonlike(out["meta"], "meta")
+    elif kind == ATTEMPT:
+        out = {
+            "step": _int(b.get("step"), "step"),
+            "attempt": _int(b.get("attempt"), "attempt"),
+            "state": _str(b.get("state"), "state", ATTEMPT_STATES),
+            "workflow_version": b.get("workflow_version"),
+            "context": b.get("context"),
+            "prompt": _opt_id(b.get("prompt"), "prompt"),
+            "output": _opt_id(b.get("output"), "output"),
+            "tools": b.get("tools"),
+            "usage": b.get("usage"),
+            "error": b.get("error"),
+        }
+        if out["workflow_version"] is not None:
+            out["workflow_version"] = _str(str(out["workflow_version"]), "workflow_version")
+        for f in ("context", "tools", "usage"):
+            if out[f] is not None and not isinstance(out[f], dict):
+                raise InvalidRecord(f"{f} must be a map or None")
+            _jsonlike(out[f], f)
+        if out["error"] is not None and not isinstance(out["error"], str):
+            raise InvalidRecord("error must be a string or None")
+    elif kind == INTENT:
+        out = {
+            "intent": _str(b.get("intent"), "intent"),
+            "step": _int(b.get("step"), "step"),
+            "effect": _str(b.get("effect"), "effect"),
+            "idempotent": b.get("idempotent"),
+        }
+        if not isinstance(out["idempotent"], bool):
+            raise InvalidRecord("idempotent must be true or false (the effect class)")
+    elif kind == INTENT_COMMITTED:
+        out = {"intent": _str(b.get("intent"), "intent")}
+    elif kind == RUN_FINISHED:
+        out = {"status": _str(b.get("status"), "status", RUN_STATUSES), "error": b.get("error")}
+        if out["error"] is not None and not isinstance(out["error"], str):
+            raise InvalidRecord("error must be a string or None")
+    elif kind == TURN:
+        out = {
+            "role": _str(b.get("role"), "role"),
+            "content": _opt_id(b.get("content"), "content"),
+            "origin": _str(b.get("origin", ORIGIN_SOURCE), "origin", (ORIGIN_SOURCE,)),
+            "generation": b.get("generation"),
+        }
+        _jsonlike(out["generation"], "generation")
+    else:
+        raise InvalidRecord(f"unknown record kind {kind!r} (known: {', '.join(KINDS)})")
+    return out
+
+
+def object_refs(otype: str, value: dict) -> list[tuple[str, bytes]]:
+    """(field, id) of every object a structured object names: verify's reachability input."""
+    out = []
+    if otype == "record":
+        if value.get("parent") is not None:
+            out.append(("parent", value["parent"]))
+        body = value.get("body") or {}
+        for f in BLOB_FIELDS:
+            if isinstance(body.get(f), bytes):
+                out.append((f, body[f]))
+    elif otype == "fork":
+        for f in ("parent_record", "parent_head"):
+            if isinstance(value.get(f), bytes):
+                out.append((f, value[f]))
+    else:
+        # journal / segment / grant objects: every bytes field at the top level or in
+        # a list of maps is an id by construction (their builders put ids nowhere else).
+        for k, v in value.items():
+            if isinstance(v, bytes):
+                out.append((k, v))
+            elif isinstance(v, list):
+                for i, item in enumerate(v):
+                    if isinstance(item, bytes):
+                        out.append((f"{k}[{i}]", item))
+                    elif isinstance(item, dict):
+                        for k2, v2 in item.items():
+                            if isinstance(v2, bytes):
+                                out.append((f"{k}[{i}].{k2}", v2))
+            elif isinstance(v, dict):
+                for k2, v2 in v.items():
+                    if isinstance(v2, bytes):
+                        out.append((f"{k}.{k2}", v2))
+    return out

@@ -1,0 +1,255 @@
+"""The materialized state cache: a SQLite copy of what folding the log gives.
+
+It is only a cache. Every branch row records the branch head it reflects, so
+staleness is a comparison with the branch ref: a row behind its ref is caught
+up by walking the chain back from the ref to the cached head and folding the
+new records; a row whose head is not on the chain is thrown away and rebuilt.
+Nothing is ever written here except from records read out of the object store,
+so dropping the file loses nothing (``rebuild`` makes it again), and
+``assert_refold_identical`` checks it against a cold re-fold.
+
+Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded
+state), ``rec`` (LSN → record id: what makes fork O(1)), ``attempt`` (the
+canonical JSON of each AttemptView, for the episode query), ``intent`` and
+``commit_`` (for the compensation check at fork time).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import NamedTuple
+
+import msgspec
+
+from . import codec
+from . import records as R
+from .errors import InvalidInput
+from .fold import apply, empty_state
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS branch(
+  run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
+  parent_branch INTEGER, parent_lsn INTEGER, state BLOB,
+  PRIMARY KEY(run, branch));
+CREATE TABLE IF NOT EXISTS rec(
+  run TEXT, branch INTEGER, lsn INTEGER, id BLOB, kind TEXT,
+  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempt(
+  run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, view BLOB,
+  PRIMARY KEY(run, branch, step, attempt, lsn)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS intent(
+  run TEXT, branch INTEGER, lsn INTEGER, intent TEXT, step INTEGER, effect TEXT, idempotent INTEGER,
+  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS commit_(
+  run TEXT, branch INTEGER, lsn INTEGER, intent TEXT, id BLOB,
+  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
+"""
+_TABLES = ("branch", "rec", "attempt", "intent", "commit_")
+
+_enc = msgspec.msgpack.Encoder(order="sorted")
+_dec = msgspec.msgpack.Decoder()
+
+
+def attempt_view(rec: R.Record, run_workflow_version) -> dict:
+    """The seed's AttemptView, exactly its fields; blob refs as hex, never bodies."""
+    b = rec.body
+    return {
+        "step": b["step"],
+        "attempt": b["attempt"],
+        "state": b["state"],
+        "workflow_version": b["workflow_version"] or run_workflow_version,
+        "context": b["context"],
+        "prompt": b["prompt"].hex() if b["prompt"] else None,
+        "output": b["output"].hex() if b["output"] else None,
+        "tools": b["tools"],
+        "usage": b["usage"],
+    }
+
+
+class BranchIndex(NamedTuple):
+    cache: "StateCache"
+    run: str
+    branch: int
+    tip_lsn: int  # -1 when the branch has no record yet
+
+    def record_at(self, lsn: int) -> bytes:
+        row = self.cache.db.execute("SELECT id FROM rec WHERE run=? AND branch=? AND lsn=?", (self.run, self.branch, lsn)).fetchone()
+        if row is None:
+            raise InvalidInput(f"branch {self.branch} of run {self.run} has no record at LSN {lsn}")
+        return bytes(row[0])
+
+    def compensation_after(self, lsn: int) -> list[dict]:
+        """Non-idempotent intents committed by this branch's own records after ``lsn``."""
+        db = self.cache.db
+        out = []
+        rows = db.execute(
+            "SELECT intent, id, lsn FROM commit_ WHERE run=? AND branch=? AND lsn>? ORDER BY lsn",
+            (self.run, self.branch, lsn),
+        ).fetchall()
+        for intent, cid, clsn in rows:
+            decl = self.cache.intent_decl(self.run, self.branch, intent, clsn)
+            if decl is None:
+                continue  # a commit of an undeclared intent carries no effect class; verify names it
+            step, effect, idem = decl
+            if not idem:
+                out.append({"intent": intent, "step": step, "effect": effect, "committed_record": bytes(cid), "committed_lsn": clsn})
+        return out
+
+
+class StateCache:
+    def __init__(self, path: str):
+        self.path = path
+        self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        if path != ":memory:":
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
+        self.db.executescript(_SCHEMA)
+        row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+        elif row[0] != SCHEMA_VERSION:
+            self.drop()
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+
+    @classmethod
+    def for_store(cls, store) -> "StateCache":
+        if store.root is None:
+            return cls(":memory:")
+        return cls(os.path.join(store.root, "state.db"))
+
+    # -- maintenance ---------------------------------------------------------
+    def drop(self, run: str | None = None) -> None:
+        """Forget cached state (all runs, or one): the next query rebuilds or re-folds."""
+        with self._tx():
+            for t in _TABLES:
+                if run is None:
+                    self.db.execute(f"DELETE FROM {t}")
+                else:
+                    self.db.execute(f"DELETE FROM {t} WHERE run=?", (run,))
+
+    def _tx(self):
+        db = self.db
+
+        class _T:
+            def __enter__(s):
+                db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(s, et, ev, tb):
+                db.execute("COMMIT" if et is None else "ROLLBACK")
+
+        return _T()
+
+    def cached(self, run: str) -> dict:
+        """branch -> (head it reflects, tip LSN, state dict) as stored."""
+        rows = self.db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
+        return {b: (bytes(h), t, _dec.decode(s)) for b, h, t, s in rows}
+
+    def intent_decl(self, run: str, branch: int, intent: str, before_lsn: int):
+        """(step, effect, idempotent) of ``intent`` as declared in ``branch``'s lineage before ``before_lsn``."""
+        db = self.db
+        while branch is not None:
+            row = db.execute(
+                "SELECT step, effect, idempotent FROM intent WHERE run=? AND branch=? AND intent=? AND lsn<? ORDER BY lsn DESC LIMIT 1",
+                (run, branch, intent, before_lsn),
+            ).fetchone()
+            if row:
+                return row[0], row[1], bool(row[2])
+            b = db.execute("SELECT parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+            if b is None or b[0] is None:
+                return None
+            branch, before_lsn = b[0], b[1] + 1
+        return None
+
+    # -- refresh ---------------------------------------------------------------
+    def refresh(self, log, view, branches=None) -> None:
+        for b in sorted(view.heads) if branches is None else branches:
+            self._refresh_branch(log, view, b)
+
+    def branch_index(self, log, view, branch: int) -> BranchIndex:
+        self._refresh_branch(log, view, branch)
+        row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+        return BranchIndex(self, view.run, branch, row[0])
+
+    def state(self, log, view, branch: int) -> dict:
+        self._refresh_branch(log, view, branch)
+        row = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+        return _dec.decode(row[0])
+
+    def fork_id(self, run: str, branch: int) -> bytes | None:
+        row = self.db.execute("SELECT fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        return bytes(row[0]) if row and row[0] is not None else None
+
+    def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
+        rows = self.db.execute(
+            "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def _refresh_branch(self, log, view, branch: int) -> None:
+        run = view.run
+        head = view.head(branch)
+        row = self.db.execute("SELECT head, state, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        if row is not None and bytes(row[0]) == head:
+            return
+        cached_head = bytes(row[0]) if row is not None else None
+        new, fk = log.chain(head, stop_at=cached_head)
+        met = cached_head is not None and (
+            (new and new[0].parent == cached_head) or (not new and head == cached_head)
+            or (fk is not None and fk["id"] == cached_head)
+        )
+        if row is not None and not met:
+            # The cached head is not on the chain: the cache is wrong, not merely behind.
+            with self._tx():
+                for t in _TABLES:
+                    self.db.execute(f"DELETE FROM {t} WHERE run=? AND branch=?", (run, branch))
+            row = None
+            new, fk = log.chain(head)
+        if row is None:
+            if fk is not None:
+                state = _fold_records(log.lineage_from(fk["parent_record"]), empty_state())
+                fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
+            else:
+                state, fork_id, pb, pl = empty_state(), None, None, None
+        else:
+            state = _dec.decode(row[1])
+            fork_id = row[2]
+            fr = self.db.execute("SELECT parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+            pb, pl = fr
+        rec_rows, att_rows, int_rows, com_rows = [], [], [], []
+        jenc = codec.canonical_json
+        for r in new:
+            apply(state, r)
+            rec_rows.append((run, branch, r.lsn, r.id, r.kind))
+            if r.kind == R.ATTEMPT:
+                b = r.body
+                att_rows.append((run, branch, b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
+            elif r.kind == R.INTENT:
+                b = r.body
+                int_rows.append((run, branch, r.lsn, b["intent"], b["step"], b["effect"], int(b["idempotent"])))
+            elif r.kind == R.INTENT_COMMITTED:
+                com_rows.append((run, branch, r.lsn, r.body["intent"], r.id))
+        tip = new[-1].lsn if new else (-1 if row is None else self._tip(run, branch))
+        with self._tx():
+            db = self.db
+            db.executemany("INSERT OR REPLACE INTO rec VALUES(?,?,?,?,?)", rec_rows)
+            db.executemany("INSERT OR REPLACE INTO attempt VALUES(?,?,?,?,?,?)", att_rows)
+            db.executemany("INSERT OR REPLACE INTO intent VALUES(?,?,?,?,?,?,?)", int_rows)
+            db.executemany("INSERT OR REPLACE INTO commit_ VALUES(?,?,?,?,?)", com_rows)
+            db.execute(
+                "INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?)",
+                (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state)),
+            )
+
+    def _tip(self, run, branch) -> int:
+        row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        return row[0] if row else -1
+
+
+def _fold_records(recs, state):
+    for r in recs:
+        apply(state, r)
+    return state
