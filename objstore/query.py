@@ -20,8 +20,7 @@ import msgspec
 
 from . import codec
 from . import records as R
-from .fold import apply, empty_state
-from .state import attempt_view
+from .state import refold_branch
 
 SOURCES = ("state", "refold")
 
@@ -103,16 +102,7 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
             frags = log.state.attempt_fragments(run, b)
             attempts = msgspec.Raw(b"[" + b",".join(frags) + b"]")
         else:
-            own, fk = log.chain(view.head(b))
-            lineage = (log.lineage_from(fk["parent_record"]) if fk else []) + own
-            state = empty_state()
-            atts = []
-            for r in lineage:
-                apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-                if r.branch == b and r.kind == R.ATTEMPT:
-                    atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
-            atts.sort(key=lambda t: t[:3])
-            attempts = [a[3] for a in atts]
+            state, fk, attempts = refold_branch(log, view, b)
         if root_state is None or b == 0:
             root_state = state
         branches.append(_branch_view(view, b, fk, state, attempts))
@@ -125,3 +115,63 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
         all_branches=all_branches,
         branches=branches,
     )
+
+
+def _segments(log, view, branch: int) -> list[tuple[int, int, dict | None]]:
+    """The lineage of ``branch`` as (branch, last LSN, fork object) pairs, root first, from fork objects."""
+    segs = []
+    b, upto = branch, None
+    while True:
+        fk = log.fork_object(view, b)
+        segs.append((b, upto, fk))
+        if fk is None:
+            break
+        b, upto = fk["parent_branch"], fk["parent_lsn"]
+    segs.reverse()
+    return segs
+
+
+def _state_diff(a: Any, b: Any, path: str, out: list) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            _state_diff(a.get(k), b.get(k), f"{path}.{k}" if path else k, out)
+    elif a != b:
+        out.append({"path": path, "a": a, "b": b})
+
+
+def diff(log, run: str, a: int, b: int, view=None) -> dict:
+    """Compare two branches: where they part (read from their fork objects), the
+    records unique to each side, and the difference of their folded states."""
+    view = view or log.view(run)
+    view.head(a)
+    view.head(b)
+    sa, sb = _segments(log, view, a), _segments(log, view, b)
+    # Root-first, the lineages share whole segments until the first branch where
+    # their cut-offs differ; there the shared history ends at the smaller cut-off.
+    common_branch, common_lsn = None, None
+    for (ba, ua, _), (bb, ub, _) in zip(sa, sb):
+        if ba != bb:
+            break
+        common_branch = ba
+        cuts = [u for u in (ua, ub) if u is not None]
+        common_lsn = min(cuts) if cuts else None
+        if ua != ub:
+            break
+    la, lb = log.lineage(view, a), log.lineage(view, b)
+    ids_a, ids_b = {r.id for r in la}, {r.id for r in lb}
+    changes: list = []
+    _state_diff(log.refold(view, a), log.refold(view, b), "", changes)
+    return {
+        "run": run,
+        "a": a,
+        "b": b,
+        "forks": {str(x): [codec.to_jsonable(f) for _, _, f in segs if f] for x, segs in ((a, sa), (b, sb))},
+        "common": {"branch": common_branch, "lsn": common_lsn},
+        "only_a": [_rec_summary(r) for r in la if r.id not in ids_b],
+        "only_b": [_rec_summary(r) for r in lb if r.id not in ids_a],
+        "state": changes,
+    }
+
+
+def _rec_summary(r: R.Record) -> dict:
+    return {"id": r.id.hex(), "branch": r.branch, "lsn": r.lsn, "kind": r.kind, "body": codec.to_jsonable(r.body)}

@@ -70,6 +70,23 @@ def attempt_view(rec: R.Record, run_workflow_version) -> dict:
     }
 
 
+def refold_branch(log, view, branch: int) -> tuple[dict, dict | None, list[dict]]:
+    """Cold re-fold from raw objects: (folded state, fork object, attempt views in query order).
+
+    The oracle the cache is checked against; it never looks at the cache.
+    """
+    own, fk = log.chain(view.head(branch))
+    lineage = (log.lineage_from(fk["parent_record"]) if fk else []) + own
+    state = empty_state()
+    atts = []
+    for r in lineage:
+        apply(state, r)  # workflow_version as folded at each record, as the cache sees it
+        if r.branch == branch and r.kind == R.ATTEMPT:
+            atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
+    atts.sort(key=lambda t: t[:3])
+    return state, fk, [a[3] for a in atts]
+
+
 class BranchIndex(NamedTuple):
     cache: "StateCache"
     run: str

@@ -1,0 +1,1 @@
+"""The objstore command line (installed as the ``objstore_cli`` package)."""

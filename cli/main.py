@@ -1,0 +1,475 @@
+"""The ``objstore`` command line: thin click commands over the library.
+
+Each command parses arguments, calls one library function and prints. Any
+``ObjstoreError`` becomes one line on stderr and its documented exit code (see
+``objstore.errors``); no traceback reaches the user for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from objstore import codec
+from objstore.errors import ObjstoreError
+from objstore.runlog import RunLog
+from objstore.store import Store, default_path
+
+EXIT_CODES_HELP = """\b
+Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
+4 not found; 5 invalid input; 6 integrity error; 7 conflict;
+8 refused; 9 limit exceeded; 10 operating-system error."""
+
+
+def _echo_json(value) -> None:
+    click.echo(codec.canonical_json(value).decode())
+
+
+class Ctx:
+    def __init__(self, path: str | None):
+        self.path = path
+        self._log = None
+
+    def log(self, create: bool = False) -> RunLog:
+        if self._log is None:
+            self._log = RunLog(Store.open(self.path or default_path(), create=create))
+        return self._log
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+class Group(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ObjstoreError as e:
+            click.echo(f"objstore: error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except BrokenPipeError:
+            sys.exit(0)
+        except OSError as e:
+            click.echo(f"objstore: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), err=True)
+            sys.exit(10)
+
+
+@click.group(cls=Group, epilog=EXIT_CODES_HELP)
+@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (default ./.objstore; env OBJSTORE_DIR).")
+@click.version_option(package_name="objstore")
+@click.pass_context
+def cli(ctx, store):
+    """objstore: a content-addressed, append-only store for AI-agent run histories.
+
+    Every record is an immutable object named by its BLAKE3 hash; rewinds fork
+    a new branch and delete nothing; `verify` proves the history by hashing.
+    """
+    ctx.obj = Ctx(store)
+
+
+# -- core --------------------------------------------------------------------------
+@cli.command()
+@pass_ctx
+def init(c):
+    """Create an empty store (no-op if one is already there)."""
+    s = Store.init(c.path or default_path())
+    click.echo(f"initialised objstore store in {s.root}")
+
+
+@cli.command()
+@click.argument("oid")
+@pass_ctx
+def cat(c, oid):
+    """Write an object's raw canonical bytes (header included) to stdout."""
+    store = c.log().store
+    data = store.get_raw(store.resolve_id(oid))
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@cli.command()
+@click.argument("oid")
+@click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the decoded object.")
+@pass_ctx
+def show(c, oid, as_json):
+    """Show one object: its type, id and fields (blobs: their text)."""
+    store = c.log().store
+    key = store.resolve_id(oid)
+    otype, value = store.get(key)
+    if as_json:
+        body = {"utf8": value.decode("utf-8", "replace"), "size": len(value)} if otype == codec.BLOB else value
+        _echo_json({"id": key, "type": otype, "value": body})
+        return
+    click.echo(f"{otype} {key.hex()}")
+    if otype == codec.BLOB:
+        click.echo(f"size {len(value)}")
+        click.echo("")
+        click.echo(value.decode("utf-8", "replace"))
+    else:
+        click.echo(json.dumps(codec.to_jsonable(value), indent=2, sort_keys=True))
+
+
+@cli.command()
+@click.argument("prefix", required=False, default="")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--log", "with_log", is_flag=True, help="Also print each ref's log of moves.")
+@pass_ctx
+def refs(c, prefix, as_json, with_log):
+    """List refs (optionally under PREFIX) with their values."""
+    store = c.log().store
+    rows = []
+    for name, value in store.refs.list(prefix):
+        row = {"name": name, "value": value.hex() if isinstance(value, bytes) else value}
+        if with_log:
+            row["log"] = store.refs.log(name)
+        rows.append(row)
+    if as_json:
+        _echo_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{row['value']}  {row['name']}")
+        for e in row.get("log", []):
+            click.echo(f"    {e.get('old')} -> {e.get('new')}  {e.get('reason')}")
+
+
+@cli.command("put-blob")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@pass_ctx
+def put_blob(c, path):
+    """Store a file (or - for stdin) as a blob and print its id."""
+    store = c.log().store
+    if path == "-":
+        oid = store.put_blob(sys.stdin.buffer.read())
+    else:
+        oid = store.put_blob_file(path)
+    click.echo(oid.hex())
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Problems as a JSON list (no progress bar).")
+@click.option("--no-state", is_flag=True, help="Skip the state-cache-versus-re-fold check.")
+@pass_ctx
+def verify(c, as_json, no_state):
+    """Re-hash every object, check refs, chains, fork points and the state cache.
+
+    Prints one line per problem (code, object or ref, detail, path) and exits 1
+    if any were found, 0 if the store is clean.
+    """
+    from objstore.verify import verify as run_verify
+
+    log = c.log()
+    progress = None
+    if not as_json and sys.stderr.isatty():
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        task = bar.add_task("verifying objects", total=None)
+        bar.start()
+        progress = lambda n: bar.update(task, completed=n)  # noqa: E731
+    try:
+        problems = run_verify(log, check_state=not no_state, progress=progress)
+    finally:
+        if progress:
+            bar.stop()
+    if as_json:
+        _echo_json([p.as_dict() for p in problems])
+    else:
+        for p in problems:
+            click.echo(p.line())
+        if not problems:
+            click.echo("verify: ok", err=True)
+    sys.exit(1 if problems else 0)
+
+
+# -- runs ----------------------------------------------------------------------------
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def runs(c, as_json):
+    """List runs with their live branch and branch count."""
+    log = c.log()
+    rows = []
+    for run in log.runs():
+        v = log.view(run)
+        rows.append({"run": run, "live": v.live, "branches": len(v.heads)})
+    if as_json:
+        _echo_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['run']}  live branch {r['live']}  ({r['branches']} branch{'es' if r['branches'] != 1 else ''})")
+
+
+def _fork_line(fk) -> str:
+    s = f"fork   {fk['id'].hex()[:12]}  branch {fk['branch']} forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}"
+    if fk.get("reason"):
+        s += f" ({fk['reason']})"
+    if fk.get("compensation"):
+        items = ", ".join(f"{x['intent']}:{x['effect']}" for x in fk["compensation"])
+        s += f"  [COMPENSATION REQUIRED: {items}]"
+    return s
+
+
+def _rec_line(r) -> str:
+    b = r.body
+    if r.kind == "attempt":
+        what = f"step {b['step']} attempt {b['attempt']} {b['state']}"
+    elif r.kind == "intent":
+        what = f"{b['intent']} {b['effect']} ({'idempotent' if b['idempotent'] else 'NOT idempotent'})"
+    elif r.kind == "intent_committed":
+        what = b["intent"]
+    elif r.kind == "run_finished":
+        what = b["status"] + (f": {b['error']}" if b.get("error") else "")
+    elif r.kind == "run_started":
+        what = f"subject {b['subject']} workflow {b['workflow_version']}"
+    else:
+        what = b.get("role", "")
+    return f"lsn {r.lsn:<4} {r.kind:<16} {r.id.hex()[:12]}  {what}"
+
+
+@cli.command("log")
+@click.argument("run")
+@click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
+@click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def log_cmd(c, run, branch, all_branches, as_json):
+    """Show a run's history, newest first, like git log.
+
+    By default the live branch: its own records, its fork point, then the
+    parent's records up to the fork point.
+    """
+    log = c.log()
+    view = log.view(run)
+    if all_branches:
+        groups = [(b, *log.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
+    else:
+        b = view.live if branch is None else branch
+        groups = []
+        head = view.head(b)
+        while head is not None:
+            own, fk = log.chain(head)
+            groups.append((b, own, fk))
+            if fk is None:
+                break
+            b, head = fk["parent_branch"], fk["parent_record"]
+    if as_json:
+        out = []
+        for b, own, fk in groups:
+            for r in reversed(own):
+                out.append({"id": r.id, "branch": r.branch, "lsn": r.lsn, "kind": r.kind, "parent": r.parent, "time": r.time, "body": r.body})
+            if fk:
+                out.append({"id": fk["id"], "branch": fk["branch"], "kind": "fork", **{k: fk[k] for k in ("parent_branch", "parent_lsn", "parent_record", "parent_head", "reason", "compensation")}})
+        _echo_json(out)
+        return
+    for b, own, fk in groups:
+        tag = " (live)" if b == view.live else ""
+        upto = f" up to lsn {own[-1].lsn}" if own and groups[0][0] != b and not all_branches else ""
+        click.echo(f"== run {run} branch {b}{tag}{upto}")
+        for r in reversed(own):
+            click.echo(_rec_line(r))
+        if fk:
+            click.echo(_fork_line(fk))
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def branches(c, run, as_json):
+    """List a run's branches with fork points read from the fork objects."""
+    log = c.log()
+    rows = log.branches(log.view(run))
+    if as_json:
+        _echo_json(rows)
+        return
+    for r in rows:
+        fk = r["fork"]
+        where = f"forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}" if fk else "root"
+        comp = "  COMPENSATION REQUIRED" if fk and fk["compensation"] else ""
+        click.echo(f"{'*' if r['live'] else ' '} branch {r['branch']}  head {r['head'].hex()[:12]}  {where}{comp}")
+
+
+def _print_fork(fr, as_json):
+    if as_json:
+        _echo_json(fr.as_dict())
+        return
+    click.echo(f"branch {fr.branch} forked from branch {fr.parent_branch} at lsn {fr.parent_lsn} (fork {fr.fork_id.hex()[:12]})")
+    for x in fr.compensation:
+        click.echo(f"COMPENSATION REQUIRED: intent {x['intent']} ({x['effect']}, step {x['step']}) was committed at lsn {x['committed_lsn']} and is not idempotent", err=True)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--to-lsn", type=int, required=True, help="Last LSN of the live branch to keep in the new branch's history.")
+@click.option("--reason", default="rewind", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def rewind(c, run, to_lsn, reason, as_json):
+    """Rewind the live branch: fork it at --to-lsn; the new branch becomes live.
+
+    Nothing is deleted: the old branch stays, byte-identical. Rewinding past a
+    committed non-idempotent intent flags compensation on the fork and warns.
+    """
+    _print_fork(c.log().rewind(run, to_lsn, reason=reason), as_json)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--from-branch", type=int, required=True)
+@click.option("--at-lsn", type=int, required=True)
+@click.option("--reason", default="fork", show_default=True)
+@click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def fork(c, run, from_branch, at_lsn, reason, live, as_json):
+    """Fork a new branch from any branch at any LSN."""
+    _print_fork(c.log().fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
+
+
+@cli.command()
+@click.argument("run")
+@click.argument("a", type=int)
+@click.argument("b", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def diff(c, run, a, b, as_json):
+    """Compare branches A and B: fork point, records unique to each, state difference."""
+    from objstore.query import diff as run_diff
+
+    d = run_diff(c.log(), run, a, b)
+    if as_json:
+        _echo_json(d)
+        return
+    cm = d["common"]
+    click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
+    for side, key in ((a, "only_a"), (b, "only_b")):
+        click.echo(f"only in branch {side}: {len(d[key])} record(s)")
+        for r in d[key]:
+            click.echo(f"  {'-' if key == 'only_a' else '+'} b{r['branch']} lsn {r['lsn']:<4} {r['kind']:<16} {r['id'][:12]}")
+    click.echo("folded state:")
+    for ch in d["state"]:
+        click.echo(f"  {ch['path']}: {json.dumps(ch['a'])} -> {json.dumps(ch['b'])}")
+
+
+@cli.command()
+@click.argument("run")
+@pass_ctx
+def export(c, run):
+    """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported)."""
+    from objstore.export import export as run_export
+
+    for e in run_export(c.log(), run):
+        click.echo(codec.canonical_json(e).decode())
+
+
+@cli.command()
+@click.argument("run", required=False)
+@pass_ctx
+def rebuild(c, run):
+    """Drop and rebuild the materialized state cache from the raw objects."""
+    log = c.log()
+    runs_ = [run] if run else log.runs()
+    log.state.drop(run)
+    for r in runs_:
+        log.state.refresh(log, log.view(r))
+    click.echo(f"rebuilt state for {len(runs_)} run(s)")
+
+
+@cli.command()
+@click.argument("source", type=click.File("rb"))
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def ingest(c, source, as_json):
+    """Ingest JSON Lines events (schema v1, docs/INGEST.md) from FILE or - (stdin).
+
+    All or nothing: a bad line is reported with its number and no line lands.
+    """
+    from objstore.ingest import ingest as run_ingest
+
+    summary = run_ingest(c.log(create=True), source)
+    if as_json:
+        _echo_json(summary)
+        return
+    click.echo(f"ingested {summary['events']} event(s): {summary['records']} record(s), {len(summary['runs'])} new run(s), {len(summary['forks'])} fork(s)")
+    for f in summary["forks"]:
+        if f["compensation_required"]:
+            click.echo(f"COMPENSATION REQUIRED on run {f['run']} branch {f['branch']} (line {f['line']})", err=True)
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
+@click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the EpisodeView.")
+@click.option("--source", type=click.Choice(["state", "refold"]), default="state", show_default=True, help="Materialized state, or a cold re-fold of the raw log.")
+@pass_ctx
+def episode(c, run, all_branches, as_json, source):
+    """Every attempt of a run (failed ones included) with blob refs, never bodies."""
+    from objstore.query import episode as run_episode
+
+    ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
+    if as_json:
+        click.echo(ep.to_json().decode())
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"run [bold]{ep.run}[/] subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
+    for b in ep.branches:
+        title = f"branch {b.branch}{' (live)' if b.live else ''}"
+        if b.fork:
+            title += f" forked from {b.parent_branch}@{b.parent_lsn}"
+        if b.compensation_required:
+            title += " COMPENSATION REQUIRED"
+        t = Table(title=title)
+        for col in ("step", "attempt", "state", "prompt", "output", "usage"):
+            t.add_column(col)
+        for a in ep.attempts(b.branch):
+            style = "red" if a["state"] == "failed" else None
+            t.add_row(str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[:12], (a["output"] or "")[:12], json.dumps(a["usage"]) if a["usage"] else "", style=style)
+        con.print(t)
+
+
+@cli.command()
+@pass_ctx
+def demo(c):
+    """Record the seed T2.3 run with a stub model, rewind it, and show the result.
+
+    Creates the store if absent; each call records a new run.
+    """
+    from objstore.demo import six_step_run
+    from objstore.query import diff as run_diff
+    from objstore.verify import verify as run_verify
+
+    log = c.log(create=True)
+    click.echo(f"store: {log.store.root}")
+    res = six_step_run(log)
+    run = res["run"]
+    click.echo(f"recorded run {run}: 6 steps on branch 0 (step 2 retried, step 6 failed), rewound to lsn 3, new path on branch 1\n")
+    click.echo("$ objstore log --all-branches " + run)
+    ctx = click.get_current_context()
+    ctx.invoke(log_cmd, run=run, branch=None, all_branches=True, as_json=False)
+    click.echo("\n$ objstore branches " + run)
+    ctx.invoke(branches, run=run, as_json=False)
+    fr = res["fork"]
+    if fr.compensation_required:
+        click.echo(f"compensation flagged on the fork: {', '.join(x['intent'] + ' (' + x['effect'] + ')' for x in fr.compensation)}")
+    click.echo(f"\n$ objstore diff {run} 0 1")
+    ctx.invoke(diff, run=run, a=0, b=1, as_json=False)
+    problems = run_verify(log)
+    click.echo("\n$ objstore verify")
+    for p in problems:
+        click.echo(p.line())
+    click.echo("verify: ok" if not problems else f"verify: {len(problems)} problem(s)")
+    if problems:
+        sys.exit(1)
+
+
+def main():
+    cli(prog_name="objstore")
+
+
+if __name__ == "__main__":
+    main()

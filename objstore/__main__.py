@@ -1,0 +1,3 @@
+from objstore_cli.main import main
+
+main()

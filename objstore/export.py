@@ -1,0 +1,59 @@
+"""Export (the outbox): entries for downstream consumers, from the live branch only.
+
+The live-branch rule is enforced where an entry is built (``build_entry``), not
+by filtering at the relay: asking it to build an entry for a record of any other
+branch raises ``Refused``. A forked live branch exports its fork object first
+(``kind: "fork"``: a consumer that saw the parent learns where the timeline
+turned), then its own records; never the parent's records again.
+
+Each entry's ``id`` is the id of the object it describes, so entries are stable
+across calls and relaying one twice is recognisably the same entry. Derived
+material (summaries, journal context: T-745) is never public: such records
+are not exported.
+"""
+
+from __future__ import annotations
+
+from . import codec
+from . import records as R
+from .errors import Refused
+
+EXPORT_SCHEMA = 1
+
+
+def build_entry(view, obj: R.Record | dict) -> dict:
+    """One outbox entry; refuses anything not on the view's live branch."""
+    if isinstance(obj, dict):  # a fork object
+        if obj["branch"] != view.live:
+            raise Refused(f"export of branch {obj['branch']} of run {view.run}: only the live branch ({view.live}) is exported")
+        return {
+            "schema": EXPORT_SCHEMA,
+            "id": obj["id"].hex(),
+            "run": view.run,
+            "branch": obj["branch"],
+            "lsn": None,
+            "kind": "fork",
+            "body": codec.to_jsonable({k: obj[k] for k in ("parent_branch", "parent_lsn", "parent_record", "reason", "compensation")}),
+        }
+    if obj.branch != view.live:
+        raise Refused(f"export of branch {obj.branch} of run {view.run}: only the live branch ({view.live}) is exported")
+    if obj.kind == R.TURN and obj.body.get("origin") != R.ORIGIN_SOURCE:
+        raise Refused(f"record {obj.id.hex()} is derived material and is never exported")
+    return {
+        "schema": EXPORT_SCHEMA,
+        "id": obj.id.hex(),
+        "run": obj.run,
+        "branch": obj.branch,
+        "lsn": obj.lsn,
+        "kind": obj.kind,
+        "body": codec.to_jsonable(obj.body),
+    }
+
+
+def export(log, run: str, view=None) -> list[dict]:
+    """Outbox entries of the live branch, oldest first."""
+    view = view or log.view(run)
+    own, fk = log.chain(view.head(view.live))
+    entries = [build_entry(view, fk)] if fk else []
+    entries.extend(build_entry(view, r) for r in own)
+    return entries
