@@ -72,28 +72,28 @@ def object_id(canonical: bytes) -> bytes:
     return hash_bytes(canonical)
 
 
-def split_header(canonical: bytes, oid: bytes | None = None) -> tuple[str, int]:
+def split_header(canonical: bytes, oid: bytes | None = None, where: str | None = None) -> tuple[str, int]:
     """Parse and check the header; returns (type, payload offset)."""
     name = oid.hex() if oid else "?"
     nul = canonical.find(b"\x00", 0, _MAX_HEADER)
     if nul < 0:
-        raise IntegrityError(name, "header", "bad header: no terminator")
+        raise IntegrityError(name, where or "header", "bad header: no terminator")
     head = canonical[:nul]
     sp = head.find(b" ")
     if sp <= 0:
-        raise IntegrityError(name, "header", "bad header")
+        raise IntegrityError(name, where or "header", "bad header")
     tname, length = head[:sp], head[sp + 1 :]
     if not length.isdigit() or (len(length) > 1 and length[:1] == b"0"):
-        raise IntegrityError(name, "header", "bad header length")
+        raise IntegrityError(name, where or "header", "bad header length")
     otype = _TYPES_B.get(tname)
     if otype is None:
-        raise UnknownObjectType(name, "header", tname.decode("ascii", "replace"))
+        raise UnknownObjectType(name, where or "header", tname.decode("ascii", "replace"))
     n = int(length)
     actual = len(canonical) - nul - 1
     if actual > n:
-        raise IntegrityError(name, "payload", f"garbage after object ({actual - n} extra bytes)")
+        raise IntegrityError(name, where or "payload", f"garbage after object ({actual - n} extra bytes)")
     if actual < n:
-        raise IntegrityError(name, "payload", f"truncated object ({actual} of {n} payload bytes)")
+        raise IntegrityError(name, where or "payload", f"truncated object ({actual} of {n} payload bytes)")
     return otype, nul + 1
 
 

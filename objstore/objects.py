@@ -91,6 +91,8 @@ class ObjectBackend:
 
 def _check(oid: bytes, canonical: bytes, where: str) -> bytes:
     if codec.hash_bytes(canonical) != oid:
+        # Name the damage precisely when the header tells it (truncation, garbage, bad header).
+        codec.split_header(canonical, oid, where)
         raise IntegrityError(oid.hex(), where, "hash mismatch (content does not match id)")
     return canonical
 
@@ -499,7 +501,6 @@ class LocalBackend(ObjectBackend):
         by_block: dict[int, list] = {}
         for oid, (blk, off, ln) in pack.entries.items():
             by_block.setdefault(blk, []).append((off, oid, ln))
-        check = codec.hash_bytes
         with open(path, "rb") as f:
             for blk in sorted(by_block):
                 where = f"{path} block {blk}"
@@ -511,7 +512,7 @@ class LocalBackend(ObjectBackend):
                     continue
                 for off, oid, ln in sorted(by_block[blk]):
                     data = block[off : off + ln]
-                    if len(data) == ln and check(data) == oid:
-                        yield ScanItem(oid, where, data, None)
-                    else:
-                        yield ScanItem(oid, where, None, IntegrityError(oid.hex(), where, "hash mismatch (content does not match id)"))
+                    try:
+                        yield ScanItem(oid, where, _check(oid, data, where), None)
+                    except IntegrityError as e:
+                        yield ScanItem(oid, where, None, e)

@@ -68,6 +68,7 @@ def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | N
     types: dict[bytes, str] = {}
     payloads: dict[bytes, dict] = {}  # records and forks, for the chain checks
     where: dict[bytes, str] = {}
+    damaged: set[bytes] = set()
     n = 0
     for item in backend.scan():
         n += 1
@@ -75,14 +76,18 @@ def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | N
             progress(n)
         if item.error is not None:
             problems.append(_scan_problem(item))
+            if item.oid is not None:
+                damaged.add(item.oid)
             continue
         try:
             otype, value = codec.decode(item.canonical, item.oid)
         except UnknownObjectType as e:
             problems.append(Problem("unknown-type", item.oid.hex(), item.where, f"unknown object type {e.args[2]!r}"))
+            damaged.add(item.oid)
             continue
         except IntegrityError as e:
             problems.append(Problem("corrupt-object", item.oid.hex(), item.where, e.args[2]))
+            damaged.add(item.oid)
             continue
         types[item.oid] = otype
         where[item.oid] = item.where
@@ -96,6 +101,8 @@ def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | N
         for field, ref in R.object_refs(otype, value):
             t = types.get(ref)
             if t is None:
+                if ref in damaged:
+                    continue  # its damage is already reported, with its path
                 problems.append(Problem("missing-object", ref.hex(), "", f"referenced by {otype} {oid.hex()} ({field}) but not stored"))
             elif field in _EXPECT and t not in _EXPECT[field]:
                 problems.append(Problem("wrong-type", ref.hex(), where.get(ref, ""), f"{field} of {otype} {oid.hex()} should be a {' or '.join(_EXPECT[field])}, is a {t}"))
@@ -112,6 +119,8 @@ def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | N
             target = value[len("ref: "):]
             if target not in ref_values:
                 problems.append(Problem("dangling-ref", name, _refpath(store, name), f"symbolic ref to missing ref {target}"))
+        elif value in damaged:
+            problems.append(Problem("damaged-ref", name, _refpath(store, name), f"points to damaged object {value.hex()}"))
         elif value not in types:
             problems.append(Problem("dangling-ref", name, _refpath(store, name), f"points to missing object {value.hex()}"))
         entries = store.refs.log(name)

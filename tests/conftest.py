@@ -1,0 +1,25 @@
+"""Shared fixtures: real stores in temporary directories, and a CLI runner.
+
+Stores use fsync=full unless a test says otherwise: the durability path is the
+one under test. Hypothesis-heavy tests use fsync=off stores (only CPU paths).
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from objstore import RunLog, Store
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    return str(tmp_path / "store")
+
+
+@pytest.fixture
+def log(store_path):
+    return RunLog(Store.init(store_path))
+
+
