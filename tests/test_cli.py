@@ -1,0 +1,124 @@
+"""The CLI on bad input: typed error → one line, documented exit code, no traceback, nothing written."""
+
+import os
+
+import pytest
+
+from helpers import run_cli, snapshot_tree
+
+
+@pytest.fixture
+def demo_store(tmp_path):
+    root = str(tmp_path / "s")
+    code, out, err = run_cli("demo", store=root)
+    assert code == 0, err
+    code, out, err = run_cli("runs", store=root)
+    run = out.split()[0]
+    return root, run
+
+
+def check_error(result, code, fragment):
+    rc, out, err = result
+    assert rc == code, (rc, out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("objstore: error: "), err
+    assert fragment in lines[0], lines[0]
+
+
+def test_not_a_store(tmp_path):
+    d = tmp_path / "plain"
+    d.mkdir()
+    (d / "file.txt").write_text("keep me")
+    before = snapshot_tree(str(d))
+    for args in (["refs"], ["verify"], ["runs"], ["log", "r1"], ["cat", "ab" * 32]):
+        check_error(run_cli(*args, store=str(d)), 3, "not an objstore store")
+    check_error(run_cli("init", store=str(d)), 5, "non-empty directory that is not a store")
+    assert snapshot_tree(str(d)) == before
+
+
+def test_default_store_from_env_and_cwd(tmp_path):
+    rc, out, err = run_cli("init", cwd=str(tmp_path))
+    assert rc == 0 and os.path.isfile(tmp_path / ".objstore" / "OBJSTORE")
+    rc, out, err = run_cli("refs", env_extra={"OBJSTORE_DIR": str(tmp_path / ".objstore")})
+    assert rc == 0
+
+
+def test_unknown_and_bad_ids(demo_store):
+    root, run = demo_store
+    before = snapshot_tree(root)
+    check_error(run_cli("cat", "ab" * 32, store=root), 4, "object not found: " + "ab" * 32)
+    check_error(run_cli("show", "zz" * 32, store=root), 5, "invalid object id")
+    check_error(run_cli("show", "xyz", store=root), 5, "is not an object id")
+    check_error(run_cli("show", "ffff0000", store=root), 4, "object not found")
+    assert snapshot_tree(root) == before
+
+
+@pytest.mark.parametrize("bad_run", ["../../etc/passwd", "a/b", ".hidden", "x y"])
+def test_bad_run_ids(demo_store, bad_run):
+    root, run = demo_store
+    before = snapshot_tree(root)
+    for args in (["log", bad_run], ["rewind", bad_run, "--to-lsn", "1"], ["episode", bad_run], ["export", bad_run]):
+        check_error(run_cli(*args, store=root), 5, "run id")
+    assert snapshot_tree(root) == before
+
+
+def test_unknown_run_branch_and_lsn(demo_store):
+    root, run = demo_store
+    before = snapshot_tree(root)
+    check_error(run_cli("log", "nope", store=root), 4, "run not found: nope")
+    check_error(run_cli("log", run, "--branch", "9", store=root), 4, f"branch 9 of run {run} not found")
+    check_error(run_cli("rewind", run, "--to-lsn", "99", store=root), 5, "cannot fork at 99")
+    check_error(run_cli("fork", run, "--from-branch", "7", "--at-lsn", "1", store=root), 4, "branch 7")
+    check_error(run_cli("rewind", run, "--to-lsn", "-1", store=root), 5, "non-negative")
+    check_error(run_cli("diff", run, "0", "5", store=root), 4, "branch 5")
+    # state.db is a cache: the failed commands may have refreshed it, nothing else changes
+    after = snapshot_tree(root)
+    assert {k: v for k, v in after.items() if not k.startswith("state.db")} == {k: v for k, v in before.items() if not k.startswith("state.db")}
+
+
+def test_usage_error_is_exit_2(demo_store):
+    root, run = demo_store
+    rc, out, err = run_cli("rewind", run, store=root)
+    assert rc == 2 and "Missing option '--to-lsn'" in err and "Traceback" not in err
+
+
+def test_help_for_every_command():
+    rc, out, err = run_cli("--help")
+    assert rc == 0 and "Exit codes" in out
+    section = out.split("Commands:")[1].split("\n\n")[0]
+    commands = [l.split()[0] for l in section.splitlines() if l.strip()]
+    assert {"init", "cat", "show", "refs", "verify", "demo", "runs", "log", "branches", "rewind", "fork",
+            "diff", "export", "rebuild", "ingest", "episode"} <= set(commands)
+    for c in commands:
+        rc, out, err = run_cli(c, "--help")
+        assert rc == 0 and "Usage: objstore" in out, c
+
+
+def test_demo_output_and_rerun(tmp_path):
+    root = str(tmp_path / "s")
+    rc1, out1, _ = run_cli("demo", store=root)
+    rc2, out2, _ = run_cli("demo", store=root)
+    assert rc1 == rc2 == 0
+    for out in (out1, out2):
+        assert "branch 1 forked from branch 0 at lsn 3" in out
+        assert "COMPENSATION REQUIRED" in out
+        assert "step 2 attempt 0 failed" in out and "step 6 attempt 0 failed" in out
+        assert out.rstrip().endswith("verify: ok")
+    rc, out, _ = run_cli("runs", store=root)
+    assert len(out.strip().splitlines()) == 2, "each demo run records a new run"
+
+
+def test_show_and_cat(demo_store):
+    root, run = demo_store
+    rc, out, err = run_cli("refs", "--json", store=root)
+    import json
+
+    refs = json.loads(out)
+    head = next(r["value"] for r in refs if r["name"] == f"run/{run}/branch/0")
+    rc, out, err = run_cli("show", head[:10], store=root)
+    assert rc == 0 and out.startswith(f"record {head}")
+    p = __import__("subprocess").run([__import__("sys").executable, "-m", "objstore", "--store", root, "cat", head], capture_output=True)
+    from objstore import codec
+
+    assert p.returncode == 0 and codec.object_id(p.stdout).hex() == head
