@@ -79,7 +79,7 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict]]:
                 for f in ("prompt", "output", "content"):
                     if f in body:
                         body[f] = _blob_field(body[f], lineno, f)
-                probe = {f: (b"\0" * 32 if isinstance(v, str) else v) for f, v in body.items()}
+                probe = {f: (b"\0" * 32 if f in R.BLOB_FIELDS and isinstance(v, str) else v) for f, v in body.items()}
                 R.check_body(t, probe)
             elif t == "rewind":
                 if not isinstance(body.get("to_lsn"), int) or body["to_lsn"] < 0:

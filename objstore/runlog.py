@@ -306,11 +306,13 @@ class RunLog:
             raise InvalidInput(f"fork LSN must be a non-negative integer, got {at_lsn!r}")
         view = self.view(run)
         parent_head = view.head(from_branch)
+        # The view's head bounds the fork, even if the shared cache is already further on.
+        head_lsn = self._next_of(parent_head)[0] - 1
+        if at_lsn > head_lsn:
+            raise InvalidInput(f"branch {from_branch} of run {run} has LSNs 0..{head_lsn}; cannot fork at {at_lsn}")
         info = self.state.branch_index(self, view, from_branch)
-        if at_lsn > info.tip_lsn:
-            raise InvalidInput(f"branch {from_branch} of run {run} has LSNs 0..{info.tip_lsn}; cannot fork at {at_lsn}")
         parent_record = info.record_at(at_lsn)
-        compensation = info.compensation_after(at_lsn)
+        compensation = info.compensation_after(at_lsn, head_lsn)
         new_branch = max(view.heads) + 1
         while True:
             payload = {

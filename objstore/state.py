@@ -99,13 +99,13 @@ class BranchIndex(NamedTuple):
             raise InvalidInput(f"branch {self.branch} of run {self.run} has no record at LSN {lsn}")
         return bytes(row[0])
 
-    def compensation_after(self, lsn: int) -> list[dict]:
-        """Non-idempotent intents committed by this branch's own records after ``lsn``."""
+    def compensation_after(self, lsn: int, upto: int) -> list[dict]:
+        """Non-idempotent intents committed by this branch's own records in (lsn, upto]."""
         db = self.cache.db
         out = []
         rows = db.execute(
-            "SELECT intent, id, lsn FROM commit_ WHERE run=? AND branch=? AND lsn>? ORDER BY lsn",
-            (self.run, self.branch, lsn),
+            "SELECT intent, id, lsn FROM commit_ WHERE run=? AND branch=? AND lsn>? AND lsn<=? ORDER BY lsn",
+            (self.run, self.branch, lsn, upto),
         ).fetchall()
         for intent, cid, clsn in rows:
             decl = self.cache.intent_decl(self.run, self.branch, intent, clsn)
@@ -192,7 +192,8 @@ class StateCache:
         return BranchIndex(self, view.run, branch, row[0])
 
     def state(self, log, view, branch: int) -> dict:
-        self._refresh_branch(log, view, branch)
+        if not self.try_refresh(log, view, branch):
+            return refold_branch(log, view, branch)[0]
         row = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
         return _dec.decode(row[0])
 
@@ -206,12 +207,32 @@ class StateCache:
         ).fetchall()
         return [r[0] for r in rows]
 
+    def _ahead_of(self, run: str, branch: int, head: bytes, fork) -> bool:
+        """True if the cached row is newer than ``head`` (a pinned, older view): head is on its chain."""
+        if fork is not None and bytes(fork) == head:
+            return True
+        row = self.db.execute("SELECT 1 FROM rec WHERE run=? AND branch=? AND id=?", (run, branch, head)).fetchone()
+        return row is not None
+
+    def try_refresh(self, log, view, branch: int) -> bool:
+        """Bring ``branch`` up to the view's head; False if the cache is already past it
+        (an older pinned view), in which case the caller answers by re-folding."""
+        run = view.run
+        head = view.head(branch)
+        row = self.db.execute("SELECT head, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        if row is not None and bytes(row[0]) != head and self._ahead_of(run, branch, head, row[1]):
+            return False
+        self._refresh_branch(log, view, branch)
+        return True
+
     def _refresh_branch(self, log, view, branch: int) -> None:
         run = view.run
         head = view.head(branch)
         row = self.db.execute("SELECT head, state, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
         if row is not None and bytes(row[0]) == head:
             return
+        if row is not None and self._ahead_of(run, branch, head, row[2]):
+            return  # an older view must not wind the cache back; readers of it re-fold
         cached_head = bytes(row[0]) if row is not None else None
         new, fk = log.chain(head, stop_at=cached_head)
         met = cached_head is not None and (
