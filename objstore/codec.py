@@ -57,15 +57,21 @@ def encode_payload(value: dict) -> bytes:
     return _enc.encode(value)
 
 
+_HEAD = {t: t.encode() + b" %d\x00" for t in TYPES}
+
+
 def encode(otype: str, value: Any) -> bytes:
     """Canonical bytes of an object; ``value`` is bytes for a blob, a dict otherwise."""
+    head = _HEAD.get(otype)
+    if head is None:
+        raise ValueError(f"unknown object type {otype!r}")
     if otype == BLOB:
         payload = bytes(value)
-    elif otype in _TYPES_B.values():
-        payload = encode_payload(value)
+    elif type(value) is dict:
+        payload = _enc.encode(value)
     else:
-        raise ValueError(f"unknown object type {otype!r}")
-    return header(otype, len(payload)) + payload
+        raise TypeError("structured payloads are maps")
+    return head % len(payload) + payload
 
 
 def object_id(canonical: bytes) -> bytes:

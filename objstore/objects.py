@@ -59,6 +59,15 @@ class ScanItem(NamedTuple):
     error: IntegrityError | None
 
 
+class ScanBatch(NamedTuple):
+    """Objects found together (one pack block, one loose file): (id, canonical bytes)
+    pairs not yet hash-checked, plus what could not even be read."""
+
+    where: str
+    items: list
+    errors: list  # of ScanItem
+
+
 class ObjectBackend:
     """The interface every backend implements (local, memory, and later S3)."""
 
@@ -82,8 +91,19 @@ class ObjectBackend:
     def iter_ids(self) -> Iterator[bytes]:
         raise NotImplementedError
 
-    def scan(self) -> Iterator[ScanItem]:
+    def scan_batches(self) -> Iterator[ScanBatch]:
+        """Every stored object, for verify; hash checks are the caller's."""
         raise NotImplementedError
+
+    def scan(self) -> Iterator[ScanItem]:
+        """Every stored object, hash-checked, one at a time."""
+        for batch in self.scan_batches():
+            yield from batch.errors
+            for oid, data in batch.items:
+                try:
+                    yield ScanItem(oid, batch.where, _check(oid, data, batch.where), None)
+                except IntegrityError as e:
+                    yield ScanItem(oid, batch.where, None, e)
 
     def where(self, oid: bytes) -> str:
         return oid.hex()
@@ -118,6 +138,7 @@ class MemoryBackend(ObjectBackend):
         return True
 
     def put_many(self, items):
+        items = items.items() if isinstance(items, dict) else items
         n = 0
         for oid, data in items:
             if oid not in self.objects:
@@ -128,12 +149,8 @@ class MemoryBackend(ObjectBackend):
     def iter_ids(self):
         return iter(list(self.objects))
 
-    def scan(self):
-        for oid, data in list(self.objects.items()):
-            try:
-                yield ScanItem(oid, "memory", _check(oid, data, "memory"), None)
-            except IntegrityError as e:
-                yield ScanItem(oid, "memory", None, e)
+    def scan_batches(self):
+        yield ScanBatch("memory", list(self.objects.items()), [])
 
 
 def _decompress(data: bytes, what: str, where: str) -> bytes:
@@ -191,6 +208,15 @@ class PackFile:
         if len(self.entries) != count:
             raise CorruptPack(path, "corrupt index: duplicate ids")
 
+    @classmethod
+    def adopt(cls, path: str, meta: dict) -> "PackFile":
+        """A PackFile for a pack this process just wrote, from ``write_pack``'s metadata."""
+        self = cls.__new__(cls)
+        self.path, self.name = path, os.path.basename(path)
+        self.size, self.checksum, self.idx_off = meta["size"], meta["checksum"], meta["idx_off"]
+        self.block_pos, self.entries = meta["block_pos"], meta["entries"]
+        return self
+
     def read_block(self, n: int, f=None) -> bytes:
         if n >= len(self.block_pos):
             raise CorruptPack(self.path, f"index names block {n}, pack has {len(self.block_pos)}")
@@ -232,54 +258,58 @@ class PackFile:
         return h.digest() == self.checksum
 
 
-def build_pack(items: list[tuple[bytes, bytes]], level: int = ZSTD_LEVEL) -> Iterator[bytes]:
-    """Yield the bytes of a pack holding ``items`` (ids assumed distinct)."""
+def write_pack(f, items, level: int = ZSTD_LEVEL) -> dict:
+    """Write a pack holding ``items`` (distinct (id, canonical) pairs) to ``f``.
+
+    Returns what a reader needs (``PackFile.adopt``), so a fresh pack is not re-read.
+    """
     import blake3
 
     h = blake3.blake3()
-    cctx = zstandard.ZstdCompressor(level=level, write_content_size=True)
-    out_pos = 0
+    compress = zstandard.ZstdCompressor(level=level, write_content_size=True).compress
+    pos = 0
     block_pos: list[int] = []
-    entries: list[tuple[bytes, int, int, int]] = []
+    entries: dict[bytes, tuple[int, int, int]] = {}
 
     def emit(chunk: bytes):
-        nonlocal out_pos
+        nonlocal pos
         h.update(chunk)
-        out_pos += len(chunk)
-        return chunk
+        f.write(chunk)
+        pos += len(chunk)
 
-    yield emit(PACK_MAGIC)
+    def flush_block(buf):
+        raw = b"".join(buf)
+        comp = compress(raw)
+        kind, data = (COMP_ZSTD, comp) if len(comp) < len(raw) else (COMP_NONE, raw)
+        block_pos.append(pos)
+        emit(_BLOCK.pack(kind, len(raw), len(data)) + data)
+
+    emit(PACK_MAGIC)
     buf: list[bytes] = []
     buf_len = 0
-
-    def flush_block():
-        raw = b"".join(buf)
-        comp = cctx.compress(raw)
-        if len(comp) < len(raw):
-            kind, data = COMP_ZSTD, comp
-        else:
-            kind, data = COMP_NONE, raw
-        block_pos.append(out_pos)
-        return emit(_BLOCK.pack(kind, len(raw), len(data)) + data)
-
+    blk = 0
     for oid, data in items:
-        if buf_len and buf_len + len(data) > BLOCK_TARGET:
-            yield flush_block()
-            buf.clear()
+        n = len(data)
+        if buf_len and buf_len + n > BLOCK_TARGET:
+            flush_block(buf)
+            buf = []
             buf_len = 0
-        entries.append((oid, len(block_pos), buf_len, len(data)))
+            blk += 1
+        entries[oid] = (blk, buf_len, n)
         buf.append(data)
-        buf_len += len(data)
+        buf_len += n
     if buf:
-        yield flush_block()
-    entries.sort()
-    idx_off = out_pos
+        flush_block(buf)
+    idx_off = pos
     index = [struct.pack("<I", len(block_pos))]
     index += [_BLOCKPOS.pack(p) for p in block_pos]
     index.append(struct.pack("<I", len(entries)))
-    index += [_ENTRY.pack(*e) for e in entries]
-    yield emit(b"".join(index))
-    yield _TRAILER.pack(idx_off, h.digest(), PACK_TRAILER_MAGIC)
+    pack_entry = _ENTRY.pack
+    index += [pack_entry(oid, *entries[oid]) for oid in sorted(entries)]
+    emit(b"".join(index))
+    checksum = h.digest()
+    f.write(_TRAILER.pack(idx_off, checksum, PACK_TRAILER_MAGIC))
+    return {"block_pos": block_pos, "entries": entries, "idx_off": idx_off, "checksum": checksum, "size": pos + _TRAILER.size}
 
 
 class LocalBackend(ObjectBackend):
@@ -290,7 +320,7 @@ class LocalBackend(ObjectBackend):
         self.packdir = os.path.join(root, "packs")
         self.tmpdir = os.path.join(root, "tmp")
         self.packs: dict[str, PackFile] = {}
-        self.index: dict[bytes, tuple[PackFile, int, int, int]] = {}
+        self.index: dict[bytes, PackFile] = {}  # id -> the pack holding it (first one loaded wins)
         self._blocks: OrderedDict = OrderedDict()
         self._loaded = False
         self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
@@ -302,9 +332,9 @@ class LocalBackend(ObjectBackend):
 
     def where(self, oid: bytes) -> str:
         self._load_packs()
-        hit = self.index.get(oid)
-        if hit:
-            return f"{hit[0].path} block {hit[1]}"
+        pack = self.index.get(oid)
+        if pack:
+            return f"{pack.path} block {pack.entries[oid][0]}"
         return self.loose_path(oid)
 
     def _load_packs(self, force: bool = False) -> None:
@@ -321,10 +351,14 @@ class LocalBackend(ObjectBackend):
                 pack = PackFile(os.path.join(self.packdir, name))
             except CorruptPack:
                 continue  # unreadable packs are verify's business; reads of their ids then miss
-            self.packs[name] = pack
-            for oid, (blk, off, ln) in pack.entries.items():
-                self.index.setdefault(oid, (pack, blk, off, ln))
+            self._adopt(pack)
         self._loaded = True
+
+    def _adopt(self, pack: PackFile) -> None:
+        self.packs[pack.name] = pack
+        fresh = dict.fromkeys(pack.entries, pack)
+        fresh.update(self.index)
+        self.index = fresh
 
     # -- reads -------------------------------------------------------------
     def has(self, oid):
@@ -348,20 +382,20 @@ class LocalBackend(ObjectBackend):
 
     def get(self, oid):
         self._load_packs()
-        hit = self.index.get(oid)
-        if hit is None:
+        pack = self.index.get(oid)
+        if pack is None:
             path = self.loose_path(oid)
             try:
                 with open(path, "rb") as f:
                     raw = f.read()
             except FileNotFoundError:
                 self._load_packs(force=True)
-                hit = self.index.get(oid)
-                if hit is None:
+                pack = self.index.get(oid)
+                if pack is None:
                     raise ObjectNotFound(oid.hex()) from None
             else:
                 return _check(oid, self._loose_canonical(oid.hex(), raw, path), path)
-        pack, blk, off, ln = hit
+        blk, off, ln = pack.entries[oid]
         where = f"{pack.path} block {blk}"
         block = self._block(pack, blk)
         data = block[off : off + ln]
@@ -414,21 +448,18 @@ class LocalBackend(ObjectBackend):
         return True
 
     def put_many(self, items):
+        items = items if isinstance(items, dict) else dict(items)
         if not items:
             return 0
         self._load_packs(force=True)
-        seen = set()
-        fresh = []
-        for oid, data in items:
-            if oid in seen or oid in self.index:
-                continue
-            seen.add(oid)
-            if len(data) > LOOSE_THRESHOLD:
-                self.put(oid, [data])
-                continue
-            if os.path.exists(self.loose_path(oid)):
-                continue
-            fresh.append((oid, data))
+        index = self.index
+        # A loose copy of the same id may exist; a second, identical copy in a pack is harmless.
+        fresh = [(k, v) for k, v in items.items() if k not in index] if index else list(items.items())
+        if any(len(v) > LOOSE_THRESHOLD for _, v in fresh):
+            for k, v in fresh:
+                if len(v) > LOOSE_THRESHOLD:
+                    self.put(k, [v])
+            fresh = [(k, v) for k, v in fresh if len(v) <= LOOSE_THRESHOLD]
         if not fresh:
             return 0
         os.makedirs(self.packdir, exist_ok=True)
@@ -436,12 +467,8 @@ class LocalBackend(ObjectBackend):
 
         path = os.path.join(self.packdir, f"pack-{secrets.token_hex(16)}.pack")
         with atomic_file(path, self.tmpdir, self.policy) as f:
-            for chunk in build_pack(fresh):
-                f.write(chunk)
-        pack = PackFile(path)
-        self.packs[pack.name] = pack
-        for oid, (blk, off, ln) in pack.entries.items():
-            self.index.setdefault(oid, (pack, blk, off, ln))
+            meta = write_pack(f, fresh)
+        self._adopt(PackFile.adopt(path, meta))
         return len(fresh)
 
     def iter_ids(self):
@@ -468,17 +495,18 @@ class LocalBackend(ObjectBackend):
                     oid = None
                 yield oid, path
 
-    def scan(self):
+    def scan_batches(self):
         for oid, path in self._iter_loose():
             if oid is None:
-                yield ScanItem(None, path, None, IntegrityError(os.path.basename(path), path, "stray file in object directory (not an object id)"))
+                err = IntegrityError(os.path.basename(path), path, "stray file in object directory (not an object id)")
+                yield ScanBatch(path, [], [ScanItem(None, path, None, err)])
                 continue
             try:
                 with open(path, "rb") as f:
                     raw = f.read()
-                yield ScanItem(oid, path, _check(oid, self._loose_canonical(oid.hex(), raw, path), path), None)
+                yield ScanBatch(path, [(oid, self._loose_canonical(oid.hex(), raw, path))], [])
             except IntegrityError as e:
-                yield ScanItem(oid, path, None, e)
+                yield ScanBatch(path, [], [ScanItem(oid, path, None, e)])
         try:
             names = sorted(os.listdir(self.packdir))
         except FileNotFoundError:
@@ -486,7 +514,7 @@ class LocalBackend(ObjectBackend):
         for name in names:
             path = os.path.join(self.packdir, name)
             if not name.endswith(".pack"):
-                yield ScanItem(None, path, None, CorruptPack(path, "stray file in pack directory"))
+                yield ScanBatch(path, [], [ScanItem(None, path, None, CorruptPack(path, "stray file in pack directory"))])
                 continue
             yield from self._scan_pack(path)
 
@@ -494,25 +522,21 @@ class LocalBackend(ObjectBackend):
         try:
             pack = PackFile(path)
         except CorruptPack as e:
-            yield ScanItem(None, path, None, e)
+            yield ScanBatch(path, [], [ScanItem(None, path, None, e)])
             return
         if not pack.verify_checksum():
-            yield ScanItem(None, path, None, CorruptPack(path, "checksum mismatch (pack bytes damaged)"))
+            yield ScanBatch(path, [], [ScanItem(None, path, None, CorruptPack(path, "checksum mismatch (pack bytes damaged)"))])
         by_block: dict[int, list] = {}
         for oid, (blk, off, ln) in pack.entries.items():
-            by_block.setdefault(blk, []).append((off, oid, ln))
+            by_block.setdefault(blk, []).append((off, ln, oid))
         with open(path, "rb") as f:
             for blk in sorted(by_block):
                 where = f"{path} block {blk}"
+                entries = sorted(by_block[blk])
                 try:
                     block = pack.read_block(blk, f)
                 except IntegrityError as e:
-                    for off, oid, ln in sorted(by_block[blk]):
-                        yield ScanItem(oid, where, None, IntegrityError(oid.hex(), where, f"unreadable pack block: {e}"))
+                    errs = [ScanItem(oid, where, None, IntegrityError(oid.hex(), where, f"unreadable pack block: {e}")) for _, _, oid in entries]
+                    yield ScanBatch(where, [], errs)
                     continue
-                for off, oid, ln in sorted(by_block[blk]):
-                    data = block[off : off + ln]
-                    try:
-                        yield ScanItem(oid, where, _check(oid, data, where), None)
-                    except IntegrityError as e:
-                        yield ScanItem(oid, where, None, e)
+                yield ScanBatch(where, [(oid, block[off : off + ln]) for off, ln, oid in entries], [])

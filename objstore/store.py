@@ -18,6 +18,8 @@ from typing import Any, Iterator
 
 import blake3
 
+_hash = blake3.blake3
+
 from . import codec
 from .errors import Conflict, InvalidInput, ObjectNotFound, StoreFormatError, StoreNotFound
 from .fileutil import FsyncPolicy, atomic_file
@@ -37,8 +39,7 @@ class Batch:
     """Pending objects and ref moves of one group commit."""
 
     def __init__(self):
-        self.objects: dict[bytes, bytes] = {}
-        self.order: list[bytes] = []
+        self.objects: dict[bytes, bytes] = {}  # insertion-ordered: the pack keeps write order
         self.refs: dict[str, list] = {}  # name -> [old at first touch, pending new, reason]
 
 
@@ -98,12 +99,10 @@ class Store:
         if otype == codec.BLOB:
             return self.put_blob(value)
         data = codec.encode(otype, value)
-        oid = codec.object_id(data)
+        oid = _hash(data).digest()
         b = self._batch
         if b is not None:
-            if oid not in b.objects:
-                b.objects[oid] = data
-                b.order.append(oid)
+            b.objects[oid] = data
         else:
             self.backend.put(oid, [data])
         return oid
@@ -117,9 +116,7 @@ class Store:
         oid = h.digest()
         b = self._batch
         if b is not None and len(data) < (1 << 20):
-            if oid not in b.objects:
-                b.objects[oid] = head + data
-                b.order.append(oid)
+            b.objects[oid] = head + data
         else:
             self.backend.put(oid, [head, data])
         return oid
@@ -235,7 +232,7 @@ class Store:
             self._batch = None
             raise
         self._batch = None
-        self.backend.put_many([(oid, b.objects[oid]) for oid in b.order])
+        self.backend.put_many(b.objects)
         for name, (old, new, reason) in b.refs.items():
             if old != new:
                 self.refs.set_if_equals(name, old, new, reason)
