@@ -14,6 +14,7 @@ Select with ``OBJSTORE_FSYNC=full|off`` or ``Store.open(..., fsync=...)``.
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 from contextlib import contextmanager
@@ -82,3 +83,19 @@ def atomic_file(path: str, tmpdir: str, policy: FsyncPolicy, *, replace: bool = 
         except FileNotFoundError:
             pass
         raise
+
+
+@contextmanager
+def no_gc():
+    """Pause the cyclic GC while building large acyclic structures (chains, folds, scans).
+
+    Without this, every few hundred allocations the collector rescans all the
+    records built so far, which makes long walks quadratic.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -30,6 +30,8 @@ TURN = "turn"
 KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN)
 
 ATTEMPT_STATES = ("running", "succeeded", "failed")
+_ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
+_ATTEMPT_KEYS = frozenset(("step", "attempt", "state", "workflow_version", "context", "prompt", "output", "tools", "usage", "error"))
 RUN_STATUSES = ("succeeded", "failed")
 
 # Material origins (T-745): source material is what happened; derived is made from it.
@@ -64,20 +66,26 @@ def check_run_id(run: str) -> str:
     return run
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _jsonlike(value: Any, where: str) -> None:
-    if value is None or isinstance(value, (str, bool, int, float)):
+    t = type(value)
+    if t in _SCALARS:
         return
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            _jsonlike(v, where)
-        return
-    if isinstance(value, dict):
+    if t is dict:
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str:
                 raise InvalidRecord(f"{where}: map keys must be strings, got {k!r}")
-            _jsonlike(v, where)
+            if type(v) not in _SCALARS:
+                _jsonlike(v, where)
         return
-    raise InvalidRecord(f"{where}: {type(value).__name__} is not JSON-like")
+    if t is list or t is tuple:
+        for v in value:
+            if type(v) not in _SCALARS:
+                _jsonlike(v, where)
+        return
+    raise InvalidRecord(f"{where}: {t.__name__} is not JSON-like")
 
 
 def _opt_id(value, where):
@@ -106,7 +114,7 @@ def check_body(kind: str, body: dict) -> dict:
     """Validate and normalise a record body; the normalised dict is what is stored."""
     if not isinstance(body, dict):
         raise InvalidRecord("body must be a map")
-    b = dict(body)
+    b = dict(body)  # never alias the caller's dict into a stored record
     if kind == RUN_STARTED:
         out = {
             "subject": _str(b.get("subject", "default"), "subject"),
@@ -114,27 +122,36 @@ def check_body(kind: str, body: dict) -> dict:
             "meta": b.get("meta"),
         }
         _jsonlike(out["meta"], "meta")
-    elif kind == ATTEMPT:
-        out = {
-            "step": _int(b.get("step"), "step"),
-            "attempt": _int(b.get("attempt"), "attempt"),
-            "state": _str(b.get("state"), "state", ATTEMPT_STATES),
-            "workflow_version": b.get("workflow_version"),
-            "context": b.get("context"),
-            "prompt": _opt_id(b.get("prompt"), "prompt"),
-            "output": _opt_id(b.get("output"), "output"),
-            "tools": b.get("tools"),
-            "usage": b.get("usage"),
-            "error": b.get("error"),
-        }
-        if out["workflow_version"] is not None:
-            out["workflow_version"] = _str(str(out["workflow_version"]), "workflow_version")
-        for f in ("context", "tools", "usage"):
-            if out[f] is not None and not isinstance(out[f], dict):
-                raise InvalidRecord(f"{f} must be a map or None")
-            _jsonlike(out[f], f)
-        if out["error"] is not None and not isinstance(out["error"], str):
+    elif kind == ATTEMPT:  # the hot path: checks inlined
+        g = b.get
+        step, attempt, state, wv = g("step"), g("attempt"), g("state"), g("workflow_version")
+        prompt, output, err = g("prompt"), g("output"), g("error")
+        context, tools, usage = g("context"), g("tools"), g("usage")
+        if type(step) is not int or step < 0:
+            _int(step, "step")
+        if type(attempt) is not int or attempt < 0:
+            _int(attempt, "attempt")
+        if state not in _ATTEMPT_STATES:
+            _str(state, "state", ATTEMPT_STATES)
+        if wv is not None:
+            wv = _str(str(wv), "workflow_version")
+        if prompt is not None and (type(prompt) is not bytes or len(prompt) != 32):
+            _opt_id(prompt, "prompt")
+        if output is not None and (type(output) is not bytes or len(output) != 32):
+            _opt_id(output, "output")
+        for f, v in (("context", context), ("tools", tools), ("usage", usage)):
+            if v is not None:
+                if type(v) is not dict:
+                    raise InvalidRecord(f"{f} must be a map or None")
+                _jsonlike(v, f)
+        if err is not None and type(err) is not str:
             raise InvalidRecord("error must be a string or None")
+        if len(b) == 10 and b.keys() == _ATTEMPT_KEYS:
+            b["workflow_version"] = wv
+            out = b  # already a fresh, complete copy
+        else:
+            out = {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
+                   "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
     elif kind == INTENT:
         out = {
             "intent": _str(b.get("intent"), "intent"),

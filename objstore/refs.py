@@ -256,9 +256,29 @@ class FileRefStore(RefStore):
         finally:
             self._unlock(path, fd)
 
+    def _last_log_entry(self, name: str) -> dict | None:
+        """The last complete ref log entry, reading only the file's tail."""
+        try:
+            with open(self.log_path(name), "rb") as f:
+                size = f.seek(0, 2)
+                f.seek(max(0, size - 65536))
+                tail = f.read()
+        except FileNotFoundError:
+            return None
+        lines = tail.split(b"\n")
+        if size > len(tail):
+            lines = lines[1:]  # the window may start mid-line
+        for line in reversed(lines):
+            if line.strip():
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue  # a torn last line (crash mid-append) is not a move
+        return None
+
     def _recover_log(self, name: str, cur) -> None:
-        entries = self.log(name)
-        last = entries[-1]["new"] if entries else None
+        entry = self._last_log_entry(name)
+        last = entry["new"] if entry else None
         now = None if cur is None else format_value(cur)
         if last != now:
             self._append_log(name, _entry(last, cur, "recovery: the previous logged move was not applied (crash)"))

@@ -30,10 +30,12 @@ from typing import Iterator, NamedTuple
 from . import codec
 from . import records as R
 from .errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
+from .fileutil import no_gc
 from .fold import empty_state, fold
 from .store import Store
 
 _SYM = "ref: "
+_new_record = tuple.__new__  # NamedTuple construction without the keyword machinery
 
 
 def branch_ref(run: str, branch: int) -> str:
@@ -93,6 +95,7 @@ class RunLog:
         self.store = store
         self.state = state if state is not None else StateCache.for_store(store)
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
+        self._live_of: dict[str, int] = {}  # live ref value -> branch number
 
     # -- objects -------------------------------------------------------------
     def record(self, oid: bytes) -> R.Record:
@@ -115,7 +118,7 @@ class RunLog:
         oid = head
         branch = None
         while oid is not None and oid != stop_at:
-            otype, p = dec(get(oid), oid)
+            otype, p = dec(get(oid), oid, False)  # get_raw has checked the hash
             if otype == codec.FORK:
                 yield dict(p, id=oid)
                 return
@@ -132,11 +135,12 @@ class RunLog:
         """(own records oldest first, fork object or None) of the branch whose head is ``head``."""
         recs = []
         fk = None
-        for item in self.walk(head, stop_at):
-            if isinstance(item, dict):
-                fk = item
-            else:
-                recs.append(item)
+        with no_gc():
+            for item in self.walk(head, stop_at):
+                if isinstance(item, dict):
+                    fk = item
+                else:
+                    recs.append(item)
         recs.reverse()
         return recs, fk
 
@@ -161,7 +165,8 @@ class RunLog:
 
     def refold(self, view: View, branch: int) -> dict:
         """Cold re-fold of a branch from raw objects, ignoring the state cache."""
-        return fold(self.lineage(view, branch))
+        with no_gc():
+            return fold(self.lineage(view, branch))
 
     # -- refs and views ----------------------------------------------------------
     def runs(self) -> list[str]:
@@ -253,31 +258,39 @@ class RunLog:
             raise InvalidRecord("run_started is written by start_run only")
         body = R.check_body(kind, body)
         store = self.store
-        live_name = store.read_ref(live_ref(run))
+        live_name = store.read_ref(f"run/{run}/live")
         if live_name is None:
             R.check_run_id(run)
             raise RunNotFound(run)
-        live = int(live_name.rsplit("/", 1)[1])
+        live = self._live_of.get(live_name)
+        if live is None:
+            live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
         if branch is None:
             branch = live
         elif branch != live and not allow_retained:
             raise RetainedBranch(branch, run, live)
-        ref = branch_ref(run, branch)
+        ref = f"run/{run}/branch/{branch}"
         head = store.read_ref(ref)
         if head is None:
             raise BranchNotFound(branch, run)
-        lsn, finished = self._next_of(head)
+        lsn, finished = self._next.get(head) or self._next_of(head)
         if finished:
             raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
-        payload = {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": _now(when), "body": body}
-        oid = store.put(codec.RECORD, payload)
-        store.set_ref(ref, head, oid, f"append {kind} lsn {lsn}")
-        self._next[oid] = (lsn + 1, kind == R.RUN_FINISHED)
-        return R.Record(oid, run, branch, lsn, head, kind, payload["time"], body)
+        t = time.time() if when is None else float(when)
+        oid = store.put(codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
+        store.set_ref(ref, head, oid, "append")
+        nxt = self._next
+        nxt.pop(head, None)  # only current heads are worth remembering
+        nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
+        return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
 
-    def record_attempt(self, run: str, step: int, attempt: int, state: str, **fields) -> R.Record:
-        opts = {k: fields.pop(k) for k in ("branch", "allow_retained", "when") if k in fields}
-        return self.append(run, R.ATTEMPT, dict(fields, step=step, attempt=attempt, state=state), **opts)
+    def record_attempt(self, run: str, step: int, attempt: int, state: str, *, prompt: bytes | None = None, output: bytes | None = None,
+                       context: dict | None = None, tools: dict | None = None, usage: dict | None = None, error: str | None = None,
+                       workflow_version: str | None = None, branch: int | None = None, allow_retained: bool = False, when: float | None = None) -> R.Record:
+        """Record one attempt of one step (failed ones too); prompt/output are blob ids from ``put_blob``."""
+        body = {"step": step, "attempt": attempt, "state": state, "workflow_version": workflow_version, "context": context,
+                "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": error}
+        return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when)
 
     def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts) -> R.Record:
         return self.append(run, R.INTENT, {"intent": intent, "step": step, "effect": effect, "idempotent": idempotent}, **opts)

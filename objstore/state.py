@@ -25,6 +25,7 @@ import msgspec
 from . import codec
 from . import records as R
 from .errors import InvalidInput
+from .fileutil import no_gc
 from .fold import apply, empty_state
 
 SCHEMA_VERSION = "1"
@@ -75,6 +76,11 @@ def refold_branch(log, view, branch: int) -> tuple[dict, dict | None, list[dict]
 
     The oracle the cache is checked against; it never looks at the cache.
     """
+    with no_gc():
+        return _refold_branch(log, view, branch)
+
+
+def _refold_branch(log, view, branch):
     own, fk = log.chain(view.head(branch))
     lineage = (log.lineage_from(fk["parent_record"]) if fk else []) + own
     state = empty_state()
@@ -226,6 +232,10 @@ class StateCache:
         return True
 
     def _refresh_branch(self, log, view, branch: int) -> None:
+        with no_gc():
+            self._refresh(log, view, branch)
+
+    def _refresh(self, log, view, branch: int) -> None:
         run = view.run
         head = view.head(branch)
         row = self.db.execute("SELECT head, state, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()

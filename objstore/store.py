@@ -41,6 +41,7 @@ class Batch:
     def __init__(self):
         self.objects: dict[bytes, bytes] = {}  # insertion-ordered: the pack keeps write order
         self.refs: dict[str, list] = {}  # name -> [old at first touch, pending new, reason]
+        self.seen: dict[str, Any] = {}  # refs read in this batch: a batch sees one snapshot of them
 
 
 class Store:
@@ -176,9 +177,13 @@ class Store:
     # -- refs --------------------------------------------------------------
     def read_ref(self, name: str):
         b = self._batch
-        if b is not None and name in b.refs:
+        if b is None:
+            return self.refs.read(name)
+        if name in b.refs:
             return b.refs[name][1]
-        return self.refs.read(name)
+        if name not in b.seen:
+            b.seen[name] = self.refs.read(name)
+        return b.seen[name]
 
     def resolve_ref(self, name: str) -> bytes | None:
         value = self.read_ref(name)

@@ -24,7 +24,6 @@ exits 1 if there are any.
 
 from __future__ import annotations
 
-import gc
 import struct
 from typing import Callable, NamedTuple
 
@@ -34,6 +33,7 @@ import msgspec
 from . import codec
 from . import records as R
 from .errors import CorruptPack, IntegrityError, ObjstoreError, UnknownObjectType
+from .fileutil import no_gc
 from .state import refold_branch
 
 
@@ -67,15 +67,8 @@ _EXPECT = {"parent": (codec.RECORD, codec.FORK), "prompt": (codec.BLOB,), "outpu
 
 
 def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | None = None) -> list[Problem]:
-    # Millions of small decoded objects stay alive until the end: the cyclic GC
-    # would rescan them over and over (quadratic), and they hold no cycles.
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with no_gc():  # millions of small decoded objects stay alive until the end
         return _verify(log, check_state, progress)
-    finally:
-        if was:
-            gc.enable()
 
 
 _HEADERS: dict[bytes, tuple] = {}  # header text -> (type, payload length) for headers already parsed
