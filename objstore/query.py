@@ -96,7 +96,7 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
     root_state = None
     for b in wanted:
         if source == "state" and log.state.try_refresh(log, view, b):
-            state = log.state.state(log, view, b)
+            state = log.state.summary(log, view, b)
             fork_id = log.state.fork_id(run, b)
             fk = dict(log.store.get_typed(fork_id, codec.FORK), id=fork_id) if fork_id else None
             frags = log.state.attempt_fragments(run, b)

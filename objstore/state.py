@@ -28,13 +28,20 @@ from .errors import InvalidInput
 from .fileutil import no_gc
 from .fold import apply, empty_state
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+
+# The part of the folded state an episode needs: small, whatever the history length.
+SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
+
+
+def summary_of(state: dict) -> dict:
+    return {k: state[k] for k in SUMMARY_KEYS}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS branch(
   run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
-  parent_branch INTEGER, parent_lsn INTEGER, state BLOB,
+  parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB,
   PRIMARY KEY(run, branch));
 CREATE TABLE IF NOT EXISTS rec(
   run TEXT, branch INTEGER, lsn INTEGER, id BLOB, kind TEXT,
@@ -130,13 +137,14 @@ class StateCache:
         if path != ":memory:":
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
-        self.db.executescript(_SCHEMA)
+        self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is None:
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
-        elif row[0] != SCHEMA_VERSION:
-            self.drop()
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+        if row is not None and row[0] != SCHEMA_VERSION:
+            # A cache of another layout: throw it away, it is rebuilt from the objects.
+            for t in _TABLES:
+                self.db.execute(f"DROP TABLE IF EXISTS {t}")
+        self.db.executescript(_SCHEMA)
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
 
     @classmethod
     def for_store(cls, store) -> "StateCache":
@@ -196,6 +204,13 @@ class StateCache:
         self._refresh_branch(log, view, branch)
         row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
         return BranchIndex(self, view.run, branch, row[0])
+
+    def summary(self, log, view, branch: int) -> dict:
+        """``summary_of`` the branch's folded state, without loading the whole state."""
+        if not self.try_refresh(log, view, branch):
+            return summary_of(refold_branch(log, view, branch)[0])
+        row = self.db.execute("SELECT summary FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+        return _dec.decode(row[0])
 
     def state(self, log, view, branch: int) -> dict:
         if not self.try_refresh(log, view, branch):
@@ -288,8 +303,8 @@ class StateCache:
             db.executemany("INSERT OR REPLACE INTO intent VALUES(?,?,?,?,?,?,?)", int_rows)
             db.executemany("INSERT OR REPLACE INTO commit_ VALUES(?,?,?,?,?)", com_rows)
             db.execute(
-                "INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?)",
-                (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state)),
+                "INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?)",
+                (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state))),
             )
 
     def _tip(self, run, branch) -> int:
