@@ -133,18 +133,30 @@ class BranchIndex(NamedTuple):
 class StateCache:
     def __init__(self, path: str):
         self.path = path
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        if path != ":memory:":
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
-        self.db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
-        row = self.db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        self._db = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """Opened on first use, so commands that never query state never create the file."""
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        if self.path != ":memory:":
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
+        db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is not None and row[0] != SCHEMA_VERSION:
             # A cache of another layout: throw it away, it is rebuilt from the objects.
             for t in _TABLES:
-                self.db.execute(f"DROP TABLE IF EXISTS {t}")
-        self.db.executescript(_SCHEMA)
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+                db.execute(f"DROP TABLE IF EXISTS {t}")
+        if row is None or row[0] != SCHEMA_VERSION:
+            db.executescript(_SCHEMA)
+            db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+        return db
 
     @classmethod
     def for_store(cls, store) -> "StateCache":
