@@ -432,6 +432,166 @@ def episode(c, run, all_branches, as_json, source):
         con.print(t)
 
 
+# -- sessions and journals (T-745) ---------------------------------------------------------
+@cli.group()
+def journal():
+    """A session's journal: show, update, enable/disable, and writer grants.
+
+    The CLI acts as the run's owner (its subject); updates name a --writer that
+    must hold a grant (see `journal grant`).
+    """
+
+
+@journal.command("show")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def journal_show(c, run, as_json):
+    """Show the newest journal version of RUN."""
+    from objstore import journal as J
+
+    log = c.log()
+    J.authorize(log, J.owner(log, run), run)
+    cur = J.current_journal(log, run)
+    if cur is None:
+        raise_absent(run)
+    jid, j = cur
+    body = log.store.get_blob(j["body"])
+    if as_json:
+        _echo_json({"id": jid, **{k: v for k, v in j.items() if k != "body"}, "body": json.loads(body)})
+        return
+    click.echo(f"journal {jid.hex()}  version {j['version']}  {'enabled' if j['enabled'] else 'DISABLED'}")
+    click.echo(f"source_end {j['source_end']}  checkpoint {j['checkpoint']}  writer {j['writer']}")
+    click.echo(json.dumps(json.loads(body), indent=2, sort_keys=True))
+
+
+def raise_absent(run):
+    from objstore.errors import NotFound
+
+    raise NotFound(f"journal of run {run} (no version recorded)")
+
+
+@journal.command("update")
+@click.argument("run")
+@click.argument("source", type=click.File("rb"))
+@click.option("--source-end", type=int, required=True, help="LSN of the last turn this version reflects.")
+@click.option("--checkpoint", type=int, required=True, help="Processing checkpoint (LSN).")
+@click.option("--writer", default=None, help="Writer identity (must hold a grant); default: the owner.")
+@pass_ctx
+def journal_update(c, run, source, source_end, checkpoint, writer):
+    """Write the next journal version from a JSON object in SOURCE (a file or -)."""
+    from objstore import journal as J
+    from objstore.errors import InvalidInput
+
+    log = c.log()
+    try:
+        body = json.loads(source.read())
+    except ValueError as e:
+        raise InvalidInput(f"journal body is not JSON: {e}") from None
+    boss = J.owner(log, run)
+    caller = boss if writer is None else J.Caller(writer, boss.subject)
+    jid, ver = J.update_journal(log, run, caller, body, source_end=source_end, checkpoint=checkpoint)
+    click.echo(f"journal of {run} is now version {ver} ({jid.hex()[:12]})")
+
+
+@journal.command("grant")
+@click.argument("run")
+@click.argument("writer")
+@click.option("--reason", default="")
+@pass_ctx
+def journal_grant(c, run, writer, reason):
+    """Grant WRITER the right to update RUN's journal."""
+    from objstore import journal as J
+
+    log = c.log()
+    J.grant_writer(log, run, writer, J.owner(log, run), reason)
+    click.echo(f"granted {writer} on {run}")
+
+
+@journal.command("revoke")
+@click.argument("run")
+@click.argument("writer")
+@click.option("--reason", default="")
+@pass_ctx
+def journal_revoke(c, run, writer, reason):
+    """Revoke WRITER's grant on RUN (recorded, never erased)."""
+    from objstore import journal as J
+
+    log = c.log()
+    J.revoke_writer(log, run, writer, J.owner(log, run), reason)
+    click.echo(f"revoked {writer} on {run}")
+
+
+@journal.command("enable")
+@click.argument("run")
+@pass_ctx
+def journal_enable(c, run):
+    """Enable the journal of RUN for compaction."""
+    from objstore import journal as J
+
+    log = c.log()
+    J.set_journal_enabled(log, run, J.owner(log, run), True)
+    click.echo(f"journal of {run} enabled")
+
+
+@journal.command("disable")
+@click.argument("run")
+@pass_ctx
+def journal_disable(c, run):
+    """Disable the journal of RUN (compaction then records outcome 'disabled')."""
+    from objstore import journal as J
+
+    log = c.log()
+    J.set_journal_enabled(log, run, J.owner(log, run), False)
+    click.echo(f"journal of {run} disabled")
+
+
+@cli.command()
+@click.argument("run")
+@click.option("--keep", type=int, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
+@click.option("--budget", type=int, default=65536, show_default=True, help="Journal byte budget; larger is outcome over_budget.")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def compact(c, run, keep, budget, as_json):
+    """Compact a session: one journal read, one rendering, one new segment.
+
+    Uses the deterministic stub compactor (no model here) and the local journal host.
+    """
+    from objstore import journal as J
+
+    log = c.log()
+    res = J.compact(log, run, J.StubCompactor(), host=J.LocalJournalHost(log), caller=J.owner(log, run), keep_tail=keep, budget_bytes=budget)
+    if as_json:
+        _echo_json({"segment": res.segment_id, "seq": res.segment["seq"], "journal_outcome": res.snapshot.outcome,
+                    "journal_reason": res.snapshot.reason, "summary": res.summary})
+        return
+    click.echo(f"segment {res.segment['seq']} {res.segment_id.hex()[:12]}: journal {res.snapshot.outcome}"
+               + (f" ({res.snapshot.reason})" if res.snapshot.reason else "")
+               + f", {len(res.segment['retained'])} turn(s) retained")
+    click.echo(res.summary)
+
+
+@cli.command("segments")
+@click.argument("run")
+@click.option("--json", "as_json", is_flag=True)
+@pass_ctx
+def segments_cmd(c, run, as_json):
+    """List a session's compaction segments, oldest first."""
+    from objstore import journal as J
+
+    log = c.log()
+    log.view(run)
+    rows = J.segments(log, run)
+    if as_json:
+        _echo_json([{"id": sid, **seg} for sid, seg in rows])
+        return
+    for sid, seg in rows:
+        j = seg["journal"]
+        click.echo(f"segment {seg['seq']} {sid.hex()[:12]}  branch {seg['branch']}  journal {j['outcome']}"
+                   + (f" v{j['version']} sha256 {j['sha256'][:12]}" if j["sha256"] else "")
+                   + f"  retained {len(seg['retained'])}")
+
+
 @cli.command()
 @pass_ctx
 def demo(c):

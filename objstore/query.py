@@ -95,11 +95,10 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
     branches = []
     root_state = None
     for b in wanted:
-        if source == "state" and log.state.try_refresh(log, view, b):
-            state = log.state.summary(log, view, b)
-            fork_id = log.state.fork_id(run, b)
+        got = log.state.read_branch(log, view, b) if source == "state" else None
+        if got is not None:
+            state, fork_id, frags = got
             fk = dict(log.store.get_typed(fork_id, codec.FORK), id=fork_id) if fork_id else None
-            frags = log.state.attempt_fragments(run, b)
             attempts = msgspec.Raw(b"[" + b",".join(frags) + b"]")
         else:
             state, fk, attempts = refold_branch(log, view, b)

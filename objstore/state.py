@@ -217,18 +217,38 @@ class StateCache:
         row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
         return BranchIndex(self, view.run, branch, row[0])
 
-    def summary(self, log, view, branch: int) -> dict:
-        """``summary_of`` the branch's folded state, without loading the whole state."""
+    def read_branch(self, log, view, branch: int):
+        """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
+        one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds)."""
         if not self.try_refresh(log, view, branch):
-            return summary_of(refold_branch(log, view, branch)[0])
-        row = self.db.execute("SELECT summary FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-        return _dec.decode(row[0])
+            return None
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            row = db.execute("SELECT head, summary, fork FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+            if row is None or bytes(row[0]) != view.head(branch):
+                return None  # another process moved the cache on between refresh and read
+            frags = [r[0] for r in db.execute(
+                "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (view.run, branch))]
+        finally:
+            db.execute("COMMIT")
+        return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags
+
+    def summary(self, log, view, branch: int) -> dict:
+        """``summary_of`` the branch's folded state at the view's head, without loading the whole state."""
+        return self._at_head(log, view, branch, "summary", lambda st: summary_of(st))
 
     def state(self, log, view, branch: int) -> dict:
-        if not self.try_refresh(log, view, branch):
-            return refold_branch(log, view, branch)[0]
-        row = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-        return _dec.decode(row[0])
+        """The folded state of ``branch`` at the view's head."""
+        return self._at_head(log, view, branch, "state", lambda st: st)
+
+    def _at_head(self, log, view, branch, column, from_refold):
+        if self.try_refresh(log, view, branch):
+            row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+            if row is not None and bytes(row[0]) == view.head(branch):
+                return _dec.decode(row[1])
+        # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
+        return from_refold(refold_branch(log, view, branch)[0])
 
     def fork_id(self, run: str, branch: int) -> bytes | None:
         row = self.db.execute("SELECT fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()

@@ -340,3 +340,31 @@ def test_c9_docs_say_what_the_stub_proves_and_what_not():
     assert "proves transport and storage" in doc and "not the quality" in doc
     assert "No live model" in doc
     assert "proves transport and storage, not summary quality" in J.StubCompactor.__doc__
+
+
+def test_cli_journal_compact_segments(tmp_path):
+    from helpers import run_cli
+
+    root = str(tmp_path / "s")
+    events = "\n".join(json.dumps(e) for e in [
+        {"v": 1, "type": "run_started", "run": "sess", "subject": "alice", "meta": {"session": True}},
+        {"v": 1, "type": "turn", "run": "sess", "role": "user", "content": "hello"},
+        {"v": 1, "type": "turn", "run": "sess", "role": "model", "content": "hi"},
+        {"v": 1, "type": "turn", "run": "sess", "role": "user", "content": "do X"},
+    ]) + "\n"
+    assert run_cli("ingest", "-", store=root, input=events.encode())[0] == 0
+    rc, out, err = run_cli("journal", "update", "sess", "-", "--source-end", "2", "--checkpoint", "3", store=root, input=b'{"open": ["X"]}')
+    assert rc == 0 and "version 1" in out, err
+    rc, out, err = run_cli("compact", "sess", "--keep", "1", "--json", store=root)
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["journal_outcome"] == "present" and res["seq"] == 1
+    rc, out, err = run_cli("segments", "sess", store=root)
+    assert rc == 0 and out.startswith("segment 1 ") and "journal present v1" in out
+    rc, out, err = run_cli("journal", "update", "sess", "-", "--source-end", "1", "--checkpoint", "1", "--writer", "bob", store=root, input=b"{}")
+    assert rc == 8 and err.strip() == "objstore: error: refused: writer 'bob' has no live grant on run sess: never granted"
+    rc, out, err = run_cli("journal", "disable", "sess", store=root)
+    assert rc == 0
+    rc, out, err = run_cli("compact", "sess", "--json", store=root)
+    assert json.loads(out)["journal_outcome"] == "disabled"
+    assert run_cli("verify", store=root)[0] == 0
