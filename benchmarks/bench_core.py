@@ -8,13 +8,12 @@ add_objects (a pack) and dulwich loose objects + `git fsck` for the verify peer.
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import dir_bytes, log_like_payloads, row, timed  # noqa: E402
+from common import sqlite_peer, dir_bytes, log_like_payloads, row, timed  # noqa: E402
 
 from objstore import RunLog, Store, codec  # noqa: E402
 from objstore.verify import verify  # noqa: E402
@@ -38,10 +37,7 @@ def main(n):
     t_os, _ = timed(os_write)
 
     # SQLite WAL, same bytes keyed by hash, one transaction
-    db = sqlite3.connect(os.path.join(tmp, "peer.sqlite"))
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE o(id BLOB PRIMARY KEY, data BLOB) WITHOUT ROWID")
+    db = sqlite_peer(os.path.join(tmp, "peer.sqlite"), "CREATE TABLE o(id BLOB PRIMARY KEY, data BLOB) WITHOUT ROWID")
 
     def sq_write():
         with db:

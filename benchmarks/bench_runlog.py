@@ -8,13 +8,12 @@ Both commit every GROUP records (group commit); both fsync at each commit.
 
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import row, timed  # noqa: E402
+from common import sqlite_peer, row, timed  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 from objstore.fold import fold  # noqa: E402
@@ -43,10 +42,7 @@ def main(n):
 
     t_os, _ = timed(os_append)
 
-    db = sqlite3.connect(os.path.join(tmp, "peer.sqlite"))
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute("CREATE TABLE rec(run TEXT, branch INT, lsn INT, kind TEXT, step INT, attempt INT, state TEXT, prompt BLOB, context TEXT, tools TEXT, usage TEXT, time REAL, PRIMARY KEY(run, branch, lsn))")
+    db = sqlite_peer(os.path.join(tmp, "peer.sqlite"), "CREATE TABLE rec(run TEXT, branch INT, lsn INT, kind TEXT, step INT, attempt INT, state TEXT, prompt BLOB, context TEXT, tools TEXT, usage TEXT, time REAL, PRIMARY KEY(run, branch, lsn))")
     import json
 
     def sq_append():

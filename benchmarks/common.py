@@ -51,3 +51,14 @@ def dir_bytes(path):
 
 def row(name, rate, unit="obj/s", extra=""):
     print(f"  {name:<48} {rate:>12,.0f} {unit}  {extra}")
+
+
+def sqlite_peer(path, schema):
+    """The SQLite peer as every benchmark runs it: WAL, synchronous=FULL (durable commits)."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute(schema)
+    return db

@@ -7,8 +7,8 @@ branch that way, like git's HEAD). Names follow git's check-ref-format rules.
 ``set_if_equals(name, old, new, reason)`` (dulwich's name) is the only way a ref
 moves. Under the ref's lock it re-reads the current value, compares it with
 ``old``, appends the move to the ref log ``logs/<name>`` (fsynced), writes the
-new value to a temp file (fsynced) and renames it over the ref (directory
-fsynced). The loser of a race gets ``Conflict``.
+new value into the lock file (fsynced) and renames the lock file over the ref
+(directory fsynced), as git does. The loser of a race gets ``Conflict``.
 
 Locking: ``<name>.lock`` is created atomically with link(2) (O_EXCL semantics)
 from a temp file that its creator already holds an flock on, and removed after
@@ -227,9 +227,10 @@ class FileRefStore(RefStore):
         finally:
             os.close(fd)
 
-    def _unlock(self, path: str, fd: int) -> None:
+    def _unlock(self, path: str, fd: int, renamed: bool) -> None:
         try:
-            os.unlink(path + ".lock")
+            if not renamed:
+                os.unlink(path + ".lock")
         finally:
             os.close(fd)
 
@@ -237,6 +238,7 @@ class FileRefStore(RefStore):
     def set_if_equals(self, name, old, new, reason):
         path = self.path(name)
         fd = self._lock(path)
+        renamed = False
         try:
             cur = self.read(name)
             self._recover_log(name, cur)
@@ -246,15 +248,17 @@ class FileRefStore(RefStore):
             if new is None:
                 os.unlink(path)
             else:
-                tmp = tmp_name(self.tmpdir, "ref")
-                with open(tmp, "w", encoding="ascii") as f:
-                    f.write(format_value(new) + "\n")
-                    f.flush()
-                    self.policy.file(f.fileno())
-                os.replace(tmp, path)
+                # As git does: the lock file becomes the new ref. Our flock stays on that
+                # inode until close, and breakers compare inodes, so this is safe.
+                data = (format_value(new) + "\n").encode("ascii")
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+                self.policy.file(fd)
+                os.replace(path + ".lock", path)
+                renamed = True
             self.policy.dir(os.path.dirname(path))
         finally:
-            self._unlock(path, fd)
+            self._unlock(path, fd, renamed)
 
     def _last_log_entry(self, name: str) -> dict | None:
         """The last complete ref log entry, reading only the file's tail."""
