@@ -88,6 +88,17 @@ def _jsonlike(value: Any, where: str) -> None:
     raise InvalidRecord(f"{where}: {t.__name__} is not JSON-like")
 
 
+def _jsonmap(value, where) -> None:
+    if type(value) is not dict:
+        raise InvalidRecord(f"{where} must be a map or None")
+    scalars = _SCALARS
+    for k, v in value.items():
+        if type(k) is not str:
+            raise InvalidRecord(f"{where}: map keys must be strings, got {k!r}")
+        if type(v) not in scalars:
+            _jsonlike(v, where)
+
+
 def _opt_id(value, where):
     if value is None:
         return None
@@ -139,11 +150,12 @@ def check_body(kind: str, body: dict) -> dict:
             _opt_id(prompt, "prompt")
         if output is not None and (type(output) is not bytes or len(output) != 32):
             _opt_id(output, "output")
-        for f, v in (("context", context), ("tools", tools), ("usage", usage)):
-            if v is not None:
-                if type(v) is not dict:
-                    raise InvalidRecord(f"{f} must be a map or None")
-                _jsonlike(v, f)
+        if context is not None:
+            _jsonmap(context, "context")
+        if tools is not None:
+            _jsonmap(tools, "tools")
+        if usage is not None:
+            _jsonmap(usage, "usage")
         if err is not None and type(err) is not str:
             raise InvalidRecord("error must be a string or None")
         if len(b) == 10 and b.keys() == _ATTEMPT_KEYS:

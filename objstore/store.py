@@ -26,6 +26,9 @@ from .fileutil import FsyncPolicy, atomic_file
 from .objects import LocalBackend, MemoryBackend, ObjectBackend
 from .refs import FileRefStore, MemoryRefStore, RefStore
 
+_encode = codec._enc.encode
+_HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
+
 MARKER = "OBJSTORE"
 FORMAT_VERSION = 1
 DEFAULT_DIR = ".objstore"
@@ -99,7 +102,11 @@ class Store:
     def put(self, otype: str, value: Any) -> bytes:
         if otype == codec.BLOB:
             return self.put_blob(value)
-        data = codec.encode(otype, value)
+        if type(value) is dict and otype in _HEADS:  # the hot path: codec.encode, inlined
+            payload = _encode(value)
+            data = _HEADS[otype] % len(payload) + payload
+        else:
+            data = codec.encode(otype, value)
         oid = _hash(data).digest()
         b = self._batch
         if b is not None:
