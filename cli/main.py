@@ -80,12 +80,16 @@ def init(c):
 
 @cli.command()
 @click.argument("oid")
+@click.option("--body", is_flag=True, help="A blob's body only (streamed; how callers fetch what a view refers to).")
 @pass_ctx
-def cat(c, oid):
+def cat(c, oid, body):
     """Write an object's raw canonical bytes (header included) to stdout."""
     store = c.log().store
-    data = store.get_raw(store.resolve_id(oid))
-    sys.stdout.buffer.write(data)
+    key = store.resolve_id(oid)
+    if body:
+        store.copy_blob_to(key, sys.stdout.buffer)
+    else:
+        sys.stdout.buffer.write(store.get_raw(key))
     sys.stdout.buffer.flush()
 
 

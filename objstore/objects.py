@@ -32,7 +32,7 @@ import blake3
 import zstandard
 
 from . import codec
-from .errors import CorruptPack, IntegrityError, LimitExceeded, ObjectNotFound
+from .errors import CorruptPack, IntegrityError, InvalidInput, LimitExceeded, ObjectNotFound
 from .fileutil import FsyncPolicy, atomic_file
 
 LOOSE_MAGIC = b"OSO\x01"
@@ -413,6 +413,52 @@ class LocalBackend(ObjectBackend):
         if len(data) != ln:
             raise IntegrityError(oid.hex(), where, "truncated object in pack block")
         return _check(oid, data, where)
+
+    def copy_payload(self, oid: bytes, out, chunk: int = 1 << 20) -> int:
+        """Stream a loose object's payload into ``out`` without holding it in memory;
+        the hash is checked at the end (IntegrityError then: discard what was written).
+        Packed objects are small and go through ``get``. Returns the payload size."""
+        self._load_packs()
+        if oid in self.index:
+            data = self.get(oid)
+            otype, off = codec.split_header(data, oid)
+            if otype != codec.BLOB:
+                raise InvalidInput(f"object {oid.hex()} is a {otype}, not a blob")
+            out.write(data[off:])
+            return len(data) - off
+        path = self.loose_path(oid)
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            raise ObjectNotFound(oid.hex()) from None
+        with f:
+            head = f.read(5)
+            if len(head) < 5 or head[:4] != LOOSE_MAGIC or head[4] not in (COMP_NONE, COMP_ZSTD):
+                raise IntegrityError(oid.hex(), path, "bad stored header (magic/format version)")
+            src = zstandard.ZstdDecompressor().stream_reader(f) if head[4] == COMP_ZSTD else f
+            h = blake3.blake3()
+            first = src.read(64)
+            h.update(first)
+            nul = first.find(b"\x00")
+            if nul < 0:
+                raise IntegrityError(oid.hex(), path, "bad header: no terminator")
+            if not first.startswith(b"blob "):
+                raise InvalidInput(f"object {oid.hex()} is a {first.split(b' ')[0].decode('ascii', 'replace')}, not a blob")
+            out.write(first[nul + 1 :])
+            n = len(first) - nul - 1
+            while True:
+                try:
+                    block = src.read(chunk)
+                except zstandard.ZstdError as e:
+                    raise IntegrityError(oid.hex(), path, f"zstd data corrupt: {e}") from None
+                if not block:
+                    break
+                h.update(block)
+                out.write(block)
+                n += len(block)
+        if h.digest() != oid:
+            raise IntegrityError(oid.hex(), path, "hash mismatch (content does not match id)")
+        return n
 
     @staticmethod
     def _loose_canonical(name: str, raw: bytes, path: str) -> bytes:

@@ -135,6 +135,10 @@ class StateCache:
         self.path = path
         self._db = None
 
+    def exists(self) -> bool:
+        """Whether there is a cache at all (without creating one)."""
+        return self._db is not None or self.path == ":memory:" or os.path.exists(self.path)
+
     @property
     def db(self) -> sqlite3.Connection:
         """Opened on first use, so commands that never query state never create the file."""

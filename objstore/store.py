@@ -163,6 +163,14 @@ class Store:
         """A blob's body: the only call that reads blob bodies."""
         return self.get_typed(oid, codec.BLOB)
 
+    def copy_blob_to(self, oid: bytes, out) -> int:
+        """Write a blob's body to a binary file object, streaming large ones (hash checked at the end)."""
+        if not hasattr(self.backend, "copy_payload"):
+            data = self.get_blob(oid)
+            out.write(data)
+            return len(data)
+        return self.backend.copy_payload(oid, out)
+
     def has(self, oid: bytes) -> bool:
         b = self._batch
         return (b is not None and oid in b.objects) or self.backend.has(oid)

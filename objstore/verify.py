@@ -234,6 +234,15 @@ def _runs(ref_values) -> list[str]:
     return sorted(runs)
 
 
+def problems_for_ref(out, run, name, value, want, payloads) -> None:
+    """A run's journal, segments and grant refs must name objects of their type and run."""
+    if not isinstance(value, bytes) or value not in payloads:
+        return  # absent, or missing/damaged: reported with the refs
+    otype, p = payloads[value]
+    if otype != want or p.get("run") != run:
+        out.append(Problem("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {otype} of run {p.get('run')}"))
+
+
 def _check_run(log, run, ref_values, payloads) -> list[Problem]:
     out = []
     prefix = f"run/{run}/branch/"
@@ -243,6 +252,11 @@ def _check_run(log, run, ref_values, payloads) -> list[Problem]:
         out.append(Problem("broken-run", run, "", "run has branch refs but no live ref"))
     elif not (isinstance(live, str) and live[len("ref: "):] in ref_values):
         out.append(Problem("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}"))
+    for suffix, want in (("journal", codec.JOURNAL), ("segments", codec.SEGMENT)):
+        problems_for_ref(out, run, f"run/{run}/{suffix}", ref_values.get(f"run/{run}/{suffix}"), want, payloads)
+    for name, value in ref_values.items():
+        if name.startswith(f"run/{run}/grant/"):
+            problems_for_ref(out, run, name, value, codec.GRANT, payloads)
     chains: dict[int, dict[int, bytes]] = {}  # branch -> lsn -> id
     forks: dict[int, tuple[bytes, dict]] = {}
     for b, head in sorted(heads.items()):
@@ -319,6 +333,8 @@ def _check_run(log, run, ref_values, payloads) -> list[Problem]:
 def check_state_cache(log, runs: list[str] | None = None) -> list[Problem]:
     """Cached branches that claim the current head must serialize like a cold re-fold."""
     out = []
+    if not log.state.exists():
+        return out  # no cache: nothing can disagree with the log
     for run in runs if runs is not None else log.runs():
         try:
             view = log.view(run)

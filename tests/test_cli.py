@@ -122,3 +122,18 @@ def test_show_and_cat(demo_store):
     from objstore import codec
 
     assert p.returncode == 0 and codec.object_id(p.stdout).hex() == head
+
+
+def test_cat_body_streams_blob_and_refuses_records(demo_store, tmp_path):
+    import json as _json
+    import subprocess as sp
+    import sys as _sys
+
+    root, run = demo_store
+    rc, out, err = run_cli("episode", run, "--json", store=root)
+    prompt = _json.loads(out)["branches"][0]["attempts"][0]["prompt"]
+    p = sp.run([_sys.executable, "-m", "objstore", "--store", root, "cat", "--body", prompt], capture_output=True)
+    assert p.returncode == 0 and p.stdout.startswith(b"B: step 3:")
+    rc, out, err = run_cli("refs", "--json", store=root)
+    head = next(r["value"] for r in _json.loads(out) if r["name"] == f"run/{run}/branch/0")
+    check_error(run_cli("cat", "--body", head, store=root), 5, "is a record, not a blob")

@@ -254,3 +254,9 @@ def test_cli_reports_and_exits_1(built):
     code, out, err = run_cli("verify", "--json", store=log.store.root)
     assert code == 1
     assert json.loads(out) == [{"code": "corrupt-object", "subject": rec.id.hex(), "where": p, "detail": "hash mismatch (content does not match id)"}]
+
+
+def test_run_ref_naming_the_wrong_type(built):
+    log, run, blob, rec, packed = built
+    log.store.set_ref(f"run/{run}/journal", None, rec.id, "forged")
+    assert lines(log) == [f"wrong-type {rec.id.hex()}: run/{run}/journal should name a journal of run {run}, names a record of run {run} [run/{run}/journal]"]
