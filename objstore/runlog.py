@@ -36,6 +36,7 @@ from .store import Store
 
 _SYM = "ref: "
 _new_record = tuple.__new__  # NamedTuple construction without the keyword machinery
+Record = R.Record
 
 
 def branch_ref(run: str, branch: int) -> str:
@@ -128,8 +129,9 @@ class RunLog:
                 branch = p["branch"]
             elif p["branch"] != branch:
                 raise InvalidInput(f"chain of branch {branch} reaches record {oid.hex()} of branch {p['branch']}")
-            yield R.Record(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
-            oid = p["parent"]
+            parent = p["parent"]
+            yield _new_record(Record, (oid, p["run"], branch, p["lsn"], parent, p["kind"], p.get("time"), p["body"]))
+            oid = parent
 
     def chain(self, head: bytes, stop_at: bytes | None = None) -> tuple[list[R.Record], dict | None]:
         """(own records oldest first, fork object or None) of the branch whose head is ``head``."""
