@@ -72,8 +72,12 @@ def main(n):
 
     # verify vs git fsck on the same number of loose objects
     log = RunLog(Store.open(store.root))
-    t_v, problems = timed(verify, log, check_state=False)
-    assert problems == [], problems[:3]
+    runs = []
+    for _ in range(3):
+        t, problems = timed(verify, log, check_state=False)
+        assert problems == [], problems[:3]
+        runs.append(t)
+    t_v = sorted(runs)[1]  # median of 3
     print("verify:")
     row("objstore verify (re-hash + strict decode + refs)", n / t_v)
     if Repo and shutil.which("git"):
