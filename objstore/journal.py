@@ -410,6 +410,7 @@ def compact(log, run: str, compactor, *, host, caller: Caller, keep_tail: int = 
             historical: bool = True) -> CompactionResult:
     """Compact the live timeline of a session: one journal read, one rendering, one new segment."""
     authorize(log, caller, run)
+    head = log.store.read_ref(segments_ref(run))  # the segment this compaction builds on; CAS from it at the end
     view = log.view(run)
     lineage = log.lineage(view, view.live)
     idx = {r.id: i for i, r in enumerate(lineage)}
@@ -457,7 +458,6 @@ def compact(log, run: str, compactor, *, host, caller: Caller, keep_tail: int = 
     summary = reply["text"]
 
     store = log.store
-    head = store.read_ref(segments_ref(run))
     seg = {
         "run": run,
         "seq": store.get_typed(head, codec.SEGMENT)["seq"] + 1 if head else 1,

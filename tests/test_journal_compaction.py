@@ -368,3 +368,18 @@ def test_cli_journal_compact_segments(tmp_path):
     rc, out, err = run_cli("compact", "sess", "--json", store=root)
     assert json.loads(out)["journal_outcome"] == "disabled"
     assert run_cli("verify", store=root)[0] == 0
+
+
+def test_concurrent_compaction_loses_cleanly(env):
+    from objstore.errors import Conflict
+
+    log, run, boss, w1, host = env
+    talk(log, run, 6)
+
+    def race(request):
+        # another compaction lands while this one's compactor is running
+        J.compact(log, run, J.StubCompactor(), host=host, caller=w1, keep_tail=1)
+
+    with pytest.raises(Conflict):
+        J.compact(log, run, J.StubCompactor(on_call=race), host=host, caller=w1, keep_tail=1)
+    assert [s[1]["seq"] for s in J.segments(log, run)] == [1]
