@@ -498,6 +498,14 @@ def journal_update(c, run, source, source_end, checkpoint, writer):
     click.echo(f"journal of {run} is now version {ver} ({jid.hex()[:12]})")
 
 
+def _grant_cmd(c, run, writer, reason, granting):
+    from objstore import journal as J
+
+    log = c.log()
+    (J.grant_writer if granting else J.revoke_writer)(log, run, writer, J.owner(log, run), reason)
+    click.echo(f"{'granted' if granting else 'revoked'} {writer} on {run}")
+
+
 @journal.command("grant")
 @click.argument("run")
 @click.argument("writer")
@@ -505,11 +513,7 @@ def journal_update(c, run, source, source_end, checkpoint, writer):
 @pass_ctx
 def journal_grant(c, run, writer, reason):
     """Grant WRITER the right to update RUN's journal."""
-    from objstore import journal as J
-
-    log = c.log()
-    J.grant_writer(log, run, writer, J.owner(log, run), reason)
-    click.echo(f"granted {writer} on {run}")
+    _grant_cmd(c, run, writer, reason, True)
 
 
 @journal.command("revoke")
@@ -519,11 +523,15 @@ def journal_grant(c, run, writer, reason):
 @pass_ctx
 def journal_revoke(c, run, writer, reason):
     """Revoke WRITER's grant on RUN (recorded, never erased)."""
+    _grant_cmd(c, run, writer, reason, False)
+
+
+def _enable_cmd(c, run, enabled):
     from objstore import journal as J
 
     log = c.log()
-    J.revoke_writer(log, run, writer, J.owner(log, run), reason)
-    click.echo(f"revoked {writer} on {run}")
+    J.set_journal_enabled(log, run, J.owner(log, run), enabled)
+    click.echo(f"journal of {run} {'enabled' if enabled else 'disabled'}")
 
 
 @journal.command("enable")
@@ -531,11 +539,7 @@ def journal_revoke(c, run, writer, reason):
 @pass_ctx
 def journal_enable(c, run):
     """Enable the journal of RUN for compaction."""
-    from objstore import journal as J
-
-    log = c.log()
-    J.set_journal_enabled(log, run, J.owner(log, run), True)
-    click.echo(f"journal of {run} enabled")
+    _enable_cmd(c, run, True)
 
 
 @journal.command("disable")
@@ -543,11 +547,7 @@ def journal_enable(c, run):
 @pass_ctx
 def journal_disable(c, run):
     """Disable the journal of RUN (compaction then records outcome 'disabled')."""
-    from objstore import journal as J
-
-    log = c.log()
-    J.set_journal_enabled(log, run, J.owner(log, run), False)
-    click.echo(f"journal of {run} disabled")
+    _enable_cmd(c, run, False)
 
 
 @cli.command()

@@ -52,12 +52,6 @@ def header(otype: str, length: int) -> bytes:
     return b"%s %d\x00" % (otype.encode(), length)
 
 
-def encode_payload(value: dict) -> bytes:
-    if not isinstance(value, dict):
-        raise TypeError("structured payloads are maps")
-    return _enc.encode(value)
-
-
 _HEAD = {t: t.encode() + b" %d\x00" for t in TYPES}
 
 

@@ -87,17 +87,6 @@ class RefStore:
     def log(self, name: str) -> list[dict]:
         raise NotImplementedError
 
-    def resolve(self, name: str) -> bytes | None:
-        seen = set()
-        value = self.read(name)
-        while isinstance(value, str):
-            target = value[len(SYMREF_PREFIX):]
-            if target in seen:
-                raise InvalidRefName(name, "symbolic ref loop")
-            seen.add(target)
-            value = self.read(target)
-        return value
-
 
 def _parse_value(text: str, name: str, path: str):
     from .errors import IntegrityError

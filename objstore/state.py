@@ -26,7 +26,7 @@ from . import codec
 from . import records as R
 from .errors import InvalidInput
 from .fileutil import no_gc
-from .fold import apply, empty_state
+from .fold import apply, empty_state, fold
 
 SCHEMA_VERSION = "2"
 
@@ -254,10 +254,6 @@ class StateCache:
         # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
         return from_refold(refold_branch(log, view, branch)[0])
 
-    def fork_id(self, run: str, branch: int) -> bytes | None:
-        row = self.db.execute("SELECT fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-        return bytes(row[0]) if row and row[0] is not None else None
-
     def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
         rows = self.db.execute(
             "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)
@@ -309,7 +305,7 @@ class StateCache:
             new, fk = log.chain(head)
         if row is None:
             if fk is not None:
-                state = _fold_records(log.lineage_from(fk["parent_record"]), empty_state())
+                state = fold(log.lineage_from(fk["parent_record"]))
                 fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
             else:
                 state, fork_id, pb, pl = empty_state(), None, None, None
@@ -346,9 +342,3 @@ class StateCache:
     def _tip(self, run, branch) -> int:
         row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
         return row[0] if row else -1
-
-
-def _fold_records(recs, state):
-    for r in recs:
-        apply(state, r)
-    return state

@@ -257,10 +257,6 @@ class Store:
             if old != new:
                 self.refs.set_if_equals(name, old, new, reason)
 
-    @property
-    def in_batch(self) -> bool:
-        return self._batch is not None
-
 
 class _LazyParts:
     """Parts of a streamed blob for LocalBackend.put: header, then file chunks."""
