@@ -48,7 +48,7 @@ _BLOCKPOS = struct.Struct("<Q")
 BLOCK_TARGET = 128 * 1024  # raw bytes per pack block: small enough to read one object cheaply
 LOOSE_THRESHOLD = 8 * 1024 * 1024  # objects above this go loose, streamed, not into packs
 MAX_INMEMORY = 1 << 30  # a stored frame claiming more than this is treated as corrupt
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 1  # packs: level 1 is ~2.4x faster than 3 on 128 KiB blocks and still ~3x smaller than raw for records
 
 
 class ScanItem(NamedTuple):
@@ -221,6 +221,17 @@ class PackFile:
         self.block_pos, self.entries = meta["block_pos"], meta["entries"]
         return self
 
+    def block_members(self, n: int) -> list:
+        """[(offset, length, id)] of block ``n``, in block order (built once per pack)."""
+        by = self.__dict__.get("_by_block")
+        if by is None:
+            by = self._by_block = {}
+            for oid, (blk, off, ln) in self.entries.items():
+                by.setdefault(blk, []).append((off, ln, oid))
+            for v in by.values():
+                v.sort()
+        return by.get(n, [])
+
     def read_block(self, n: int, f=None) -> bytes:
         if n >= len(self.block_pos):
             raise CorruptPack(self.path, f"index names block {n}, pack has {len(self.block_pos)}")
@@ -265,15 +276,30 @@ class PackFile:
 def write_pack(f, items, level: int = ZSTD_LEVEL) -> dict:
     """Write a pack holding ``items`` (distinct (id, canonical) pairs) to ``f``.
 
+    Objects go to block ``start // BLOCK_TARGET`` by where they start in the
+    concatenation, so a block holds at most BLOCK_TARGET bytes plus one object.
     Returns what a reader needs (``PackFile.adopt``), so a fresh pack is not re-read.
     """
-    import blake3
+    import itertools
+
+    oids = [k for k, _ in items]
+    datas = [v for _, v in items]
+    lens = list(map(len, datas))
+    starts = [0, *itertools.accumulate(lens)][:-1]
+    target = BLOCK_TARGET
+    blks = [x // target for x in starts]
+    # renumber blocks densely (an object larger than a block can leave gaps)
+    firsts: dict[int, int] = {}
+    for i, b in enumerate(blks):
+        firsts.setdefault(b, i)
+    order = sorted(firsts)
+    dense = {b: n for n, b in enumerate(order)}
+    bounds = [firsts[b] for b in order] + [len(datas)]
 
     h = blake3.blake3()
     compress = zstandard.ZstdCompressor(level=level, write_content_size=True).compress
     pos = 0
     block_pos: list[int] = []
-    entries: dict[bytes, tuple[int, int, int]] = {}
 
     def emit(chunk: bytes):
         nonlocal pos
@@ -281,33 +307,18 @@ def write_pack(f, items, level: int = ZSTD_LEVEL) -> dict:
         f.write(chunk)
         pos += len(chunk)
 
-    def flush_block(buf):
-        raw = b"".join(buf)
+    emit(PACK_MAGIC)
+    for n in range(len(order)):
+        raw = b"".join(datas[bounds[n] : bounds[n + 1]])
         comp = compress(raw)
         kind, data = (COMP_ZSTD, comp) if len(comp) < len(raw) else (COMP_NONE, raw)
         block_pos.append(pos)
         emit(_BLOCK.pack(kind, len(raw), len(data)) + data)
-
-    emit(PACK_MAGIC)
-    buf: list[bytes] = []
-    buf_len = 0
-    blk = 0
-    for oid, data in items:
-        n = len(data)
-        if buf_len and buf_len + n > BLOCK_TARGET:
-            flush_block(buf)
-            buf = []
-            buf_len = 0
-            blk += 1
-        entries[oid] = (blk, buf_len, n)
-        buf.append(data)
-        buf_len += n
-    if buf:
-        flush_block(buf)
+    blk_starts = [starts[i] for i in bounds[:-1]]
+    dblk = [dense[b] for b in blks]
+    entries = dict(zip(oids, zip(dblk, [s - blk_starts[d] for s, d in zip(starts, dblk)], lens)))
     idx_off = pos
-    index = [struct.pack("<I", len(block_pos))]
-    index += [_BLOCKPOS.pack(p) for p in block_pos]
-    index.append(struct.pack("<I", len(entries)))
+    index = [struct.pack("<I", len(block_pos)), struct.pack(f"<{len(block_pos)}Q", *block_pos), struct.pack("<I", len(entries))]
     pack_entry = _ENTRY.pack
     index += [pack_entry(oid, *entries[oid]) for oid in sorted(entries)]
     emit(b"".join(index))
@@ -327,7 +338,6 @@ class LocalBackend(ObjectBackend):
         self.index: dict[bytes, PackFile] = {}  # id -> the pack holding it (first one loaded wins)
         self._blocks: OrderedDict = OrderedDict()
         self._loaded = False
-        self._cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
 
     # -- layout ------------------------------------------------------------
     def loose_path(self, oid: bytes) -> str:
@@ -370,6 +380,21 @@ class LocalBackend(ObjectBackend):
             return True
         self._load_packs(force=True)  # another process may have committed a pack
         return oid in self.index
+
+    def block_items(self, oid: bytes):
+        """(block key, [(id, canonical bytes)]) of the pack block holding ``oid``, hashes
+        *not* checked (the caller checks each); None if ``oid`` is not in a pack.
+
+        For sequential readers (chain walks): one call yields a block's neighbours too."""
+        if not self._loaded:
+            self._load_packs()
+        pack = self.index.get(oid)
+        if pack is None:
+            return None
+        blk = pack.entries[oid][0]
+        members = pack.block_members(blk)
+        block = self._block(pack, blk)
+        return (pack.name, blk), [(m, block[off : off + ln]) for off, ln, m in members]
 
     def _block(self, pack: PackFile, n: int) -> bytes:
         key = (pack.name, n)

@@ -31,7 +31,6 @@ KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN)
 
 ATTEMPT_STATES = ("running", "succeeded", "failed")
 _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
-_ATTEMPT_KEYS = frozenset(("step", "attempt", "state", "workflow_version", "context", "prompt", "output", "tools", "usage", "error"))
 RUN_STATUSES = ("succeeded", "failed")
 
 # Material origins (T-745): source material is what happened; derived is made from it.
@@ -125,7 +124,7 @@ def check_body(kind: str, body: dict) -> dict:
     """Validate and normalise a record body; the normalised dict is what is stored."""
     if not isinstance(body, dict):
         raise InvalidRecord("body must be a map")
-    b = dict(body)  # never alias the caller's dict into a stored record
+    b = body  # every branch below builds a fresh dict: the caller's is never stored
     if kind == RUN_STARTED:
         out = {
             "subject": _str(b.get("subject", "default"), "subject"),
@@ -158,12 +157,8 @@ def check_body(kind: str, body: dict) -> dict:
             _jsonmap(usage, "usage")
         if err is not None and type(err) is not str:
             raise InvalidRecord("error must be a string or None")
-        if len(b) == 10 and b.keys() == _ATTEMPT_KEYS:
-            b["workflow_version"] = wv
-            out = b  # already a fresh, complete copy
-        else:
-            out = {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
-                   "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
+        out = {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
+               "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
     elif kind == INTENT:
         out = {
             "intent": _str(b.get("intent"), "intent"),

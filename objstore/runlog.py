@@ -114,12 +114,11 @@ class RunLog:
 
         Stops before ``stop_at`` (a cached head) when it is met.
         """
-        get = self.store.get_raw
-        dec = codec.decode
+        get = self.store.get_decoded
         oid = head
         branch = None
         while oid is not None and oid != stop_at:
-            otype, p = dec(get(oid), oid, False)  # get_raw has checked the hash
+            otype, p = get(oid)
             if otype == codec.FORK:
                 yield dict(p, id=oid)
                 return
