@@ -8,7 +8,7 @@ Each command parses arguments, calls one library function and prints. Any
 from __future__ import annotations
 
 import json
-import os
+import sqlite3
 import sys
 
 import click
@@ -53,6 +53,9 @@ class Group(click.Group):
             sys.exit(0)
         except OSError as e:
             click.echo(f"objstore: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), err=True)
+            sys.exit(10)
+        except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
+            click.echo(f"objstore: error: state cache: {e} (try 'objstore rebuild')", err=True)
             sys.exit(10)
 
 

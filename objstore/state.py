@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import NamedTuple
 
 import msgspec
@@ -147,6 +148,19 @@ class StateCache:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError:
+            if self.path == ":memory:":
+                raise
+            # An unreadable cache is only a cache: set it aside and rebuild from the objects.
+            aside = f"{self.path}.corrupt-{int(time.time())}"
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.exists(self.path + suffix):
+                    os.replace(self.path + suffix, aside + suffix)
+            return self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         if self.path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")

@@ -1,6 +1,7 @@
 """Seed T1.7, episode query surface: state ≡ cold re-fold, failures included, no blob reads."""
 
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -184,3 +185,20 @@ def test_property_state_view_equals_refold_view(tmp_path_factory, seq):
         assert s == r
     total = sum(1 for _ in log.records(run, all_branches=True) if _.kind == "attempt")
     assert len(episode(log, run, all_branches=True).attempts()) == total
+
+
+def test_unreadable_state_cache_is_set_aside_and_rebuilt(episode_run):
+    log, run, _ = episode_run
+    want = episode(log, run, all_branches=True, source="refold").to_json()
+    root = log.store.root
+    log.state.db.close()
+    with open(os.path.join(root, "state.db"), "wb") as f:
+        f.write(b"this is not a database" * 100)
+    for extra in ("state.db-wal", "state.db-shm"):
+        if os.path.exists(os.path.join(root, extra)):
+            os.unlink(os.path.join(root, extra))
+    fresh = RunLog(Store.open(root))
+    assert episode(fresh, run, all_branches=True).to_json() == want
+    assert any(n.startswith("state.db.corrupt-") for n in os.listdir(root))
+    rc, out, err = run_cli("verify", store=root)
+    assert rc == 0, out + err
