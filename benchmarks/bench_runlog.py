@@ -66,6 +66,13 @@ def main(n):
     t_f, state = timed(fresh.refold, view, 0)
     assert state["records"] == n + 1
     row("cold re-fold (walk raw chain + fold)", (n + 1) / t_f, "rec/s")
+    # The same in a fresh process (as `objstore` commands run): no warm allocator, no other live data.
+    import subprocess
+
+    code = ("import sys,time; from objstore import RunLog, Store; log=RunLog(Store.open(sys.argv[1])); v=log.view('bench');"
+            "t=time.perf_counter(); s=log.refold(v,0); print(s['records']/(time.perf_counter()-t))")
+    rate = float(subprocess.run([sys.executable, "-c", code, log.store.root], capture_output=True, text=True, check=True).stdout)
+    row("cold re-fold, fresh process", rate, "rec/s")
 
     # fork cost: 100-record vs n-record branch, cache warm (the LSN index is the cache)
     small = log.start_run("small")
