@@ -1,6 +1,6 @@
 """Issue 2 benchmark: appends through the public API, cold re-fold, fork cost vs branch length.
 
-    python benchmarks/bench_runlog.py [N]    (default N = 100000)
+    python benchmarks/bench_runlog.py [N] [GROUP]    (defaults: N = 100000, GROUP = 1000)
 
 Peer: SQLite WAL rows of the same attempt data (synchronous=FULL, one commit per group).
 Both commit every GROUP records (group commit); both fsync at each commit.
@@ -18,7 +18,7 @@ from common import sqlite_peer, row, timed  # noqa: E402
 from objstore import RunLog, Store  # noqa: E402
 from objstore.fold import fold  # noqa: E402
 
-GROUP = 1000
+GROUP = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
 
 
 def attempts(n):
