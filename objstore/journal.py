@@ -380,8 +380,11 @@ def segments(log, run: str) -> list[tuple[bytes, dict]]:
     return list(reversed(out))
 
 
-def _lineage_index(log, view) -> dict[bytes, int]:
-    return {r.id: i for i, r in enumerate(log.lineage(view, view.live))}
+def _timeline(log, run: str, view):
+    """(live lineage, id -> position, applicable segment) shared by compaction and restore."""
+    lineage = log.lineage(view, view.live)
+    idx = {r.id: i for i, r in enumerate(lineage)}
+    return lineage, idx, _applicable(log, run, view, idx)
 
 
 def _applicable(log, run: str, view, idx: dict) -> tuple[bytes, dict] | None:
@@ -412,9 +415,7 @@ def compact(log, run: str, compactor, *, host, caller: Caller, keep_tail: int = 
     authorize(log, caller, run)
     head = log.store.read_ref(segments_ref(run))  # the segment this compaction builds on; CAS from it at the end
     view = log.view(run)
-    lineage = log.lineage(view, view.live)
-    idx = {r.id: i for i, r in enumerate(lineage)}
-    prev = _applicable(log, run, view, idx)
+    lineage, idx, prev = _timeline(log, run, view)
     start = idx[prev[1]["covered_through"]] + 1 if prev and prev[1]["covered_through"] is not None else 0
     turns = [r for r in lineage[start:] if r.kind == R.TURN]
     cut = max(0, len(turns) - keep_tail)
@@ -494,10 +495,8 @@ def context(log, run: str, view=None) -> list[dict]:
     """What the model sees next: the applicable segment's summary and frozen journal (derived,
     labelled), its retained tail, then later turns (source). Never reads the journal."""
     view = view or log.view(run)
-    lineage = log.lineage(view, view.live)
-    idx = {r.id: i for i, r in enumerate(lineage)}
+    lineage, idx, app = _timeline(log, run, view)
     items = []
-    app = _applicable(log, run, view, idx)
     start = 0
     if app:
         sid, seg = app
