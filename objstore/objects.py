@@ -533,7 +533,7 @@ class LocalBackend(ObjectBackend):
         items = items if isinstance(items, dict) else dict(items)
         if not items:
             return 0
-        self._load_packs(force=True)
+        self._load_packs()  # not forced: an id another process packed meanwhile is only stored twice
         index = self.index
         # A loose copy of the same id may exist; a second, identical copy in a pack is harmless.
         fresh = [(k, v) for k, v in items.items() if k not in index] if index else list(items.items())
