@@ -137,3 +137,37 @@ def test_cat_body_streams_blob_and_refuses_records(demo_store, tmp_path):
     rc, out, err = run_cli("refs", "--json", store=root)
     head = next(r["value"] for r in _json.loads(out) if r["name"] == f"run/{run}/branch/0")
     check_error(run_cli("cat", "--body", head, store=root), 5, "is a record, not a blob")
+
+
+def test_runlog_commands_json(demo_store):
+    import json as _json
+
+    root, run = demo_store
+    rc, out, err = run_cli("log", run, "--json", store=root)
+    entries = _json.loads(out)
+    # live branch newest first, then its fork object, then branch 0 up to the fork LSN
+    assert [(e["branch"], e.get("lsn"), e["kind"]) for e in entries[:5]] == [
+        (1, 3, "run_finished"), (1, 2, "attempt"), (1, 1, "attempt"), (1, 0, "attempt"), (1, None, "fork")]
+    assert [e["lsn"] for e in entries[5:]] == [3, 2, 1, 0] and {e["branch"] for e in entries[5:]} == {0}
+    rc, out, err = run_cli("log", run, "--all-branches", "--json", store=root)
+    assert sum(1 for e in _json.loads(out) if e["kind"] != "fork") == 11 + 4
+    rc, out, err = run_cli("branches", run, "--json", store=root)
+    br = _json.loads(out)
+    assert [(b["branch"], b["live"]) for b in br] == [(0, False), (1, True)]
+    assert (br[1]["fork"]["parent_branch"], br[1]["fork"]["parent_lsn"]) == (0, 3)
+    rc, out, err = run_cli("diff", run, "0", "1", "--json", store=root)
+    d = _json.loads(out)
+    assert d["common"] == {"branch": 0, "lsn": 3}
+    assert [r["lsn"] for r in d["only_a"]] == [4, 5, 6, 7, 8, 9, 10] and [r["lsn"] for r in d["only_b"]] == [0, 1, 2, 3]
+    assert {"path": "status", "a": "failed", "b": "succeeded"} in d["state"]
+    rc, out, err = run_cli("export", run, store=root)
+    lines = [_json.loads(l) for l in out.splitlines()]
+    assert {l["branch"] for l in lines} == {1} and lines[0]["kind"] == "fork"
+    rc, out, err = run_cli("fork", run, "--from-branch", "0", "--at-lsn", "4", "--no-live", "--json", store=root)
+    f = _json.loads(out)
+    assert (f["branch"], f["parent_lsn"], f["compensation_required"]) == (2, 4, True)
+    rc, out, err = run_cli("runs", "--json", store=root)
+    assert _json.loads(out) == [{"run": run, "live": 1, "branches": 3}]
+    rc, out, err = run_cli("rebuild", store=root)
+    assert rc == 0 and out.strip() == "rebuilt state for 1 run(s)"
+    assert run_cli("verify", store=root)[0] == 0
