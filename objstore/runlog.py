@@ -136,12 +136,15 @@ class RunLog:
         """(own records oldest first, fork object or None) of the branch whose head is ``head``."""
         recs = []
         fk = None
-        with no_gc():
-            for item in self.walk(head, stop_at):
-                if isinstance(item, dict):
-                    fk = item
-                else:
-                    recs.append(item)
+        try:
+            with no_gc():
+                for item in self.walk(head, stop_at):
+                    if isinstance(item, dict):
+                        fk = item
+                    else:
+                        recs.append(item)
+        finally:
+            self.store.forget_decoded()
         recs.reverse()
         return recs, fk
 

@@ -18,14 +18,13 @@ from typing import Any, Iterator
 
 import blake3
 
-_hash = blake3.blake3
-
 from . import codec
 from .errors import Conflict, InvalidInput, ObjectNotFound, ObjstoreError, StoreFormatError, StoreNotFound
 from .fileutil import FsyncPolicy, atomic_file
 from .objects import LocalBackend, MemoryBackend, ObjectBackend
 from .refs import FileRefStore, MemoryRefStore, RefStore
 
+_hash = blake3.blake3
 _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
@@ -162,7 +161,7 @@ class Store:
         got = None if (b is not None and oid in b.objects) else getattr(self.backend, "block_items", _none)(oid)
         if got is None:
             return codec.decode(self.get_raw(oid), oid, False)
-        key, items = got
+        _, items = got
         decoded = {}
         known_headers = codec._HCACHE
         dec = codec._dec.decode
@@ -185,6 +184,10 @@ class Store:
         if hit is None:  # damaged: let the ordinary path raise the precise error
             return codec.decode(self.get_raw(oid), oid, False)
         return hit
+
+    def forget_decoded(self) -> None:
+        """Drop the decoded block, so values handed out cannot be seen again after a caller mutates them."""
+        self._decoded = {}
 
     def get(self, oid: bytes) -> tuple[str, Any]:
         return codec.decode(self.get_raw(oid), oid)

@@ -181,3 +181,16 @@ def test_chain_walk_rehashes_packed_records(tmp_path):
         fresh = RunLog(Store.open(root))
         with pytest.raises(IntegrityError):
             fresh.records(run)
+
+
+def test_mutating_a_returned_record_does_not_leak_into_later_reads(tmp_path):
+    from objstore import RunLog
+
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    run = log.start_run("m")
+    with log.store.batch():
+        for i in range(5):
+            log.record_attempt(run, step=i, attempt=0, state="succeeded")
+    recs = log.records(run)
+    recs[-1].body["state"] = "tampered"
+    assert log.records(run)[-1].body["state"] == "succeeded"
