@@ -4,7 +4,9 @@ Refs of a run ``R``:
 
 * ``run/R/branch/N`` → the head of branch N: its newest record, or its fork
   object while it has no record yet;
-* ``run/R/live``     → ``ref: run/R/branch/N``, the live branch (like HEAD).
+* ``run/R/live``     → ``ref: run/R/branch/N``, the live branch (like HEAD);
+  absent means branch 0, so a crash between a start's two ref writes leaves a
+  valid run.
 
 Branch 0 starts with a ``run_started`` record whose parent is nil. A fork writes
 a ``fork`` object — the root of the new branch's chain — naming the parent
@@ -177,7 +179,7 @@ class RunLog:
         out = []
         for name, _ in self.store.list_refs("run/"):
             parts = name.split("/")
-            if len(parts) == 3 and parts[2] == "live":
+            if len(parts) == 4 and parts[2:] == ["branch", "0"]:
                 out.append(parts[1])
         return sorted(out)
 
@@ -193,9 +195,10 @@ class RunLog:
                 break
         if snap is None:
             raise Conflict(prefix + "*", "a stable snapshot", "refs still moving after 50 tries")
-        live = snap.get(prefix + "live")
-        if live is None:
+        if not isinstance(snap.get(prefix + "branch/0"), bytes):
             raise RunNotFound(run)
+        # No live ref yet (a start interrupted between its two ref writes) means branch 0 is live.
+        live = snap.get(prefix + "live", _SYM + branch_ref(run, 0))
         heads = {}
         for name, value in snap.items():
             rest = name[len(prefix):].split("/")
@@ -265,7 +268,9 @@ class RunLog:
         live_name = store.read_ref(f"run/{run}/live")
         if live_name is None:
             R.check_run_id(run)
-            raise RunNotFound(run)
+            if store.read_ref(f"run/{run}/branch/0") is None:
+                raise RunNotFound(run)
+            live_name = _SYM + branch_ref(run, 0)
         live = self._live_of.get(live_name)
         if live is None:
             live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])

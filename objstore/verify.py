@@ -247,10 +247,10 @@ def _check_run(log, run, ref_values, payloads) -> list[Problem]:
     out = []
     prefix = f"run/{run}/branch/"
     heads = {int(k[len(prefix):]): v for k, v in ref_values.items() if k.startswith(prefix) and k[len(prefix):].isdigit()}
-    live = ref_values.get(f"run/{run}/live")
-    if live is None:
-        out.append(Problem("broken-run", run, "", "run has branch refs but no live ref"))
-    elif not (isinstance(live, str) and live[len("ref: "):] in ref_values):
+    live = ref_values.get(f"run/{run}/live")  # absent: branch 0 is live
+    if 0 not in heads and any(k.startswith(f"run/{run}/") for k in ref_values):
+        out.append(Problem("broken-run", run, "", "run has refs but no branch 0"))
+    if live is not None and not (isinstance(live, str) and live[len("ref: "):] in ref_values):
         out.append(Problem("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}"))
     for suffix, want in (("journal", codec.JOURNAL), ("segments", codec.SEGMENT)):
         problems_for_ref(out, run, f"run/{run}/{suffix}", ref_values.get(f"run/{run}/{suffix}"), want, payloads)

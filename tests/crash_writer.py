@@ -16,7 +16,11 @@ print("ready", flush=True)
 i = 0
 while True:
     i += 1
-    if (i + seed) % 3 == 0:
+    if i % 7 == 0:
+        name = log.start_run(f"c{seed}-{i}")
+        head = log.view(name).heads[0]
+        print(f"ack start {head.hex()} {name}", flush=True)
+    elif (i + seed) % 3 == 0:
         with log.store.batch():
             for k in range(25):
                 rec = log.record_attempt(run, step=i, attempt=k, state="failed" if k % 2 else "succeeded",

@@ -23,6 +23,7 @@ def test_kill9_writer_50_times(tmp_path):
     Store.init(root)
     rnd = random.Random(1234)
     acked: list[bytes] = []
+    started: list[tuple[str, bytes]] = []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
     for round_ in range(50):
         p = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_writer.py"), root, "crash", str(round_)],
@@ -35,11 +36,18 @@ def test_kill9_writer_50_times(tmp_path):
         for line in out.decode().splitlines():
             parts = line.split()
             if len(parts) == 4 and parts[0] == "ack":
-                acked.append(bytes.fromhex(parts[2]))
+                if parts[1] == "start":
+                    started.append((parts[3], bytes.fromhex(parts[2])))
+                else:
+                    acked.append(bytes.fromhex(parts[2]))
         log = RunLog(Store.open(root))
         problems = verify(log)
         assert problems == [], f"round {round_}: " + "; ".join(x.line() for x in problems)
         chain = {r.id for r in log.records("crash")}
         missing = [a.hex() for a in acked if a not in chain]
         assert not missing, f"round {round_}: acknowledged records lost: {missing[:3]}"
+        runs = set(log.runs())
+        lost = [name for name, head in started if name not in runs or log.view(name).heads[0] != head]
+        assert not lost, f"round {round_}: acknowledged runs lost: {lost[:3]}"
     assert len(acked) > 50, "the writer should have acknowledged writes in most rounds"
+    assert started, "some rounds should have started new runs"

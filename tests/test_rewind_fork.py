@@ -309,3 +309,19 @@ def test_property_state_equals_refold_and_heads_stay_identical(tmp_path_factory,
     for h, chain in seen_heads.items():
         assert raw_chain(log.store, h) == chain
     assert verify(log) == []
+
+
+def test_start_interrupted_between_its_two_ref_writes_is_a_valid_run(tmp_path):
+    """start_run writes branch 0, then the live ref: a crash between them must leave a store that
+    verifies clean and a run that reads (branch 0 live) and cannot be started twice."""
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    run = log.start_run("half")
+    log.store.refs.set_if_equals(f"run/{run}/live", f"ref: run/{run}/branch/0", None, "simulate the crash window")
+    assert verify(log) == []
+    assert log.runs() == ["half"] and log.view(run).live == 0
+    log.record_attempt(run, step=1, attempt=0, state="succeeded")
+    with pytest.raises(Exception, match="already exists"):
+        log.start_run("half")
+    fr = log.rewind(run, 0)
+    assert log.view(run).live == fr.branch == 1
+    assert verify(log) == []
