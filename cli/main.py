@@ -239,9 +239,10 @@ def _rec_line(r) -> str:
 @click.argument("run")
 @click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
 @click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
+@click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def log_cmd(c, run, branch, all_branches, as_json):
+def log_cmd(c, run, branch, all_branches, max_count, as_json):
     """Show a run's history, newest first, like git log.
 
     By default the live branch: its own records, its fork point, then the
@@ -249,35 +250,31 @@ def log_cmd(c, run, branch, all_branches, as_json):
     """
     log = c.log()
     view = log.view(run)
-    if all_branches:
-        groups = [(b, *log.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
-    else:
-        b = view.live if branch is None else branch
-        groups = []
-        head = view.head(b)
-        while head is not None:
-            own, fk = log.chain(head)
-            groups.append((b, own, fk))
-            if fk is None:
-                break
-            b, head = fk["parent_branch"], fk["parent_record"]
+    groups = log.history(view, branch, all_branches=all_branches)
+    entries = []  # (branch, record or None, fork or None), newest first
+    for b, own, fk in groups:
+        entries += [(b, r, None) for r in reversed(own)]
+        if fk:
+            entries.append((b, None, fk))
+    if max_count is not None:
+        entries = entries[:max_count]
     if as_json:
         out = []
-        for b, own, fk in groups:
-            for r in reversed(own):
+        for b, r, fk in entries:
+            if r is not None:
                 out.append({"id": r.id, "branch": r.branch, "lsn": r.lsn, "kind": r.kind, "parent": r.parent, "time": r.time, "body": r.body})
-            if fk:
+            else:
                 out.append({"id": fk["id"], "branch": fk["branch"], "kind": "fork", **{k: fk[k] for k in ("parent_branch", "parent_lsn", "parent_record", "parent_head", "reason", "compensation")}})
         _echo_json(out)
         return
-    for b, own, fk in groups:
-        tag = " (live)" if b == view.live else ""
-        upto = f" up to lsn {own[-1].lsn}" if own and groups[0][0] != b and not all_branches else ""
-        click.echo(f"== run {run} branch {b}{tag}{upto}")
-        for r in reversed(own):
-            click.echo(_rec_line(r))
-        if fk:
-            click.echo(_fork_line(fk))
+    shown = None
+    for b, r, fk in entries:
+        if b != shown:
+            shown = b
+            tag = " (live)" if b == view.live else ""
+            upto = f" up to lsn {r.lsn}" if r is not None and b != groups[0][0] and not all_branches else ""
+            click.echo(f"== run {run} branch {b}{tag}{upto}")
+        click.echo(_rec_line(r) if r is not None else _fork_line(fk))
 
 
 @cli.command()
@@ -377,10 +374,7 @@ def export(c, run):
 def rebuild(c, run):
     """Drop and rebuild the materialized state cache from the raw objects."""
     log = c.log()
-    runs_ = [run] if run else log.runs()
-    log.state.drop(run)
-    for r in runs_:
-        log.state.refresh(log, log.view(r))
+    runs_ = log.state.rebuild(log, run)
     click.echo(f"rebuilt state for {len(runs_)} run(s)")
 
 

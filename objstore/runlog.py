@@ -371,6 +371,25 @@ class RunLog:
         self.store.set_ref(name, old, _SYM + branch_ref(run, branch), reason)
 
     # -- queries (raw log; live by default) ----------------------------------------
+    def history(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> list[tuple[int, list, dict | None]]:
+        """What ``objstore log`` shows, newest group first: ``(branch, own records oldest first, fork object)``.
+
+        By default the live branch, then each ancestor up to its fork point (git log
+        through merges, in one line); ``all_branches`` gives every branch's own records.
+        """
+        if all_branches:
+            return [(b, *self.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
+        b = view.live if branch is None else branch
+        groups = []
+        head = view.head(b)
+        while head is not None:
+            own, fk = self.chain(head)
+            groups.append((b, own, fk))
+            if fk is None:
+                break
+            b, head = fk["parent_branch"], fk["parent_record"]
+        return groups
+
     def records(self, run: str, branch: int | None = None, *, all_branches: bool = False, view: View | None = None) -> list[R.Record]:
         """Own records of the live branch (default), one branch, or all branches (by branch, LSN)."""
         view = view or self.view(run)

@@ -136,6 +136,16 @@ class StateCache:
         self.path = path
         self._db = None
 
+    def rebuild(self, log, run: str | None = None) -> list[str]:
+        """Drop the cache (of one run, or all) and fold it again from the raw objects; returns the runs."""
+        runs = [run] if run else log.runs()
+        for r in runs:
+            log.view(r)  # an unknown run fails before anything is dropped
+        self.drop(run)
+        for r in runs:
+            self.refresh(log, log.view(r))
+        return runs
+
     def exists(self) -> bool:
         """Whether there is a cache at all (without creating one)."""
         return self._db is not None or self.path == ":memory:" or os.path.exists(self.path)

@@ -171,3 +171,15 @@ def test_runlog_commands_json(demo_store):
     rc, out, err = run_cli("rebuild", store=root)
     assert rc == 0 and out.strip() == "rebuilt state for 1 run(s)"
     assert run_cli("verify", store=root)[0] == 0
+
+
+def test_log_max_count(demo_store):
+    import json as _json
+
+    root, run = demo_store
+    rc, out, err = run_cli("log", run, "-n", "2", "--json", store=root)
+    assert [(e["branch"], e["lsn"]) for e in _json.loads(out)] == [(1, 3), (1, 2)]
+    rc, out, err = run_cli("log", run, "-n", "6", store=root)
+    lines = out.splitlines()
+    assert lines[0].startswith("== run ") and "branch 1 (live)" in lines[0]
+    assert lines[5].startswith("fork ") and lines[6] == f"== run {run} branch 0 up to lsn 3"
