@@ -98,6 +98,19 @@ def split_header(canonical: bytes, oid: bytes | None = None, where: str | None =
     return otype, nul + 1
 
 
+def parse_header(canonical: bytes, oid: bytes | None = None, where: str | None = None) -> tuple[str, int]:
+    """``split_header`` with a cache of header texts already parsed (the hot path of every read)."""
+    nul = canonical.find(b"\x00", 0, _MAX_HEADER)
+    known = _HCACHE.get(canonical[:nul]) if nul > 0 else None
+    if known is not None and known[1] == len(canonical) - nul - 1:
+        return known[0], nul + 1
+    otype, off = split_header(canonical, oid, where)
+    # Structured objects repeat a few lengths; blob lengths are arbitrary and would crowd them out.
+    if otype != BLOB and len(_HCACHE) < 4096:
+        _HCACHE[canonical[: off - 1]] = (otype, len(canonical) - off)
+    return otype, off
+
+
 def decode(canonical: bytes, oid: bytes | None = None, strict: bool = True) -> tuple[str, Any]:
     """(type, value) from canonical bytes.
 
@@ -105,14 +118,7 @@ def decode(canonical: bytes, oid: bytes | None = None, strict: bool = True) -> t
     of hash-checked bytes may skip that: bytes that hash to their id are exactly
     the bytes that were written, so only a foreign writer could make them non-canonical.
     """
-    nul = canonical.find(b"\x00", 0, _MAX_HEADER)
-    known = _HCACHE.get(canonical[:nul]) if nul > 0 else None
-    if known is not None and known[1] == len(canonical) - nul - 1:
-        otype, off = known[0], nul + 1
-    else:
-        otype, off = split_header(canonical, oid)
-        if len(_HCACHE) < 4096:
-            _HCACHE[canonical[: off - 1]] = (otype, len(canonical) - off)
+    otype, off = parse_header(canonical, oid)
     payload = canonical[off:]
     if otype == BLOB:
         return otype, bytes(payload)

@@ -102,7 +102,7 @@ class ObjectBackend:
             yield from batch.errors
             for oid, data in batch.items:
                 try:
-                    yield ScanItem(oid, batch.where, _check(oid, data, batch.where), None)
+                    yield ScanItem(oid, batch.where, check_hash(oid, data, batch.where), None)
                 except IntegrityError as e:
                     yield ScanItem(oid, batch.where, None, e)
 
@@ -113,8 +113,9 @@ class ObjectBackend:
 _hash = blake3.blake3
 
 
-def _check(oid: bytes, canonical: bytes, where: str) -> bytes:
-    if codec.hash_bytes(canonical) != oid:
+def check_hash(oid: bytes, canonical: bytes, where: str) -> bytes:
+    """``canonical`` if it hashes to ``oid``, else the most precise IntegrityError."""
+    if _hash(canonical).digest() != oid:
         # Name the damage precisely when the header tells it (truncation, garbage, bad header).
         codec.split_header(canonical, oid, where)
         raise IntegrityError(oid.hex(), where, "hash mismatch (content does not match id)")
@@ -133,7 +134,7 @@ class MemoryBackend(ObjectBackend):
             data = self.objects[oid]
         except KeyError:
             raise ObjectNotFound(oid.hex()) from None
-        return _check(oid, data, "memory")
+        return check_hash(oid, data, "memory")
 
     def put(self, oid, parts, size=None):
         if oid in self.objects:
@@ -412,13 +413,6 @@ class LocalBackend(ObjectBackend):
         if not self._loaded:
             self._load_packs()
         pack = self.index.get(oid)
-        if pack is not None:  # the hot path: a cached block
-            blk, off, ln = pack.entries[oid]
-            block = self._blocks.get((pack.name, blk))
-            if block is not None:
-                data = block[off : off + ln]
-                if _hash(data).digest() == oid:
-                    return data
         if pack is None:
             path = self.loose_path(oid)
             try:
@@ -430,14 +424,15 @@ class LocalBackend(ObjectBackend):
                 if pack is None:
                     raise ObjectNotFound(oid.hex()) from None
             else:
-                return _check(oid, self._loose_canonical(oid.hex(), raw, path), path)
+                return check_hash(oid, self._loose_canonical(oid.hex(), raw, path), path)
         blk, off, ln = pack.entries[oid]
-        where = f"{pack.path} block {blk}"
-        block = self._block(pack, blk)
-        data = block[off : off + ln]
+        data = self._block(pack, blk)[off : off + ln]
+        if len(data) == ln and _hash(data).digest() == oid:
+            return data
+        where = f"{pack.path} block {blk}"  # built only when there is something to report
         if len(data) != ln:
             raise IntegrityError(oid.hex(), where, "truncated object in pack block")
-        return _check(oid, data, where)
+        return check_hash(oid, data, where)
 
     def copy_payload(self, oid: bytes, out, chunk: int = 1 << 20) -> int:
         """Stream a loose object's payload into ``out`` without holding it in memory;

@@ -90,12 +90,7 @@ def _jsonlike(value: Any, where: str) -> None:
 def _jsonmap(value, where) -> None:
     if type(value) is not dict:
         raise InvalidRecord(f"{where} must be a map or None")
-    scalars = _SCALARS
-    for k, v in value.items():
-        if type(k) is not str:
-            raise InvalidRecord(f"{where}: map keys must be strings, got {k!r}")
-        if type(v) not in scalars:
-            _jsonlike(v, where)
+    _jsonlike(value, where)
 
 
 def _opt_id(value, where):

@@ -256,8 +256,7 @@ class StateCache:
             row = db.execute("SELECT head, summary, fork FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
             if row is None or bytes(row[0]) != view.head(branch):
                 return None  # another process moved the cache on between refresh and read
-            frags = [r[0] for r in db.execute(
-                "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (view.run, branch))]
+            frags = self.attempt_fragments(view.run, branch)
         finally:
             db.execute("COMMIT")
         return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags

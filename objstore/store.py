@@ -163,20 +163,12 @@ class Store:
             return codec.decode(self.get_raw(oid), oid, False)
         _, items = got
         decoded = {}
-        known_headers = codec._HCACHE
-        dec = codec._dec.decode
+        decode = codec.decode
         for m, data in items:
             if _hash(data).digest() != m:
                 continue  # a damaged neighbour is reported if and when it is asked for
-            nul = data.find(b"\x00", 0, 40)
-            known = known_headers.get(data[:nul])
-            if known is not None and known[1] == len(data) - nul - 1 and known[0] != codec.BLOB:
-                value = dec(data[nul + 1 :])  # codec.decode's fast path, inlined for the hot loop
-                if type(value) is dict:
-                    decoded[m] = (known[0], value)
-                    continue
             try:
-                decoded[m] = codec.decode(data, m, False)
+                decoded[m] = decode(data, m, False)
             except ObjstoreError:
                 pass
         self._decoded = decoded

@@ -34,6 +34,7 @@ from . import codec
 from . import records as R
 from .errors import CorruptPack, IntegrityError, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
+from .objects import check_hash
 from .state import refold_branch
 
 
@@ -51,15 +52,17 @@ class Problem(NamedTuple):
         return self._asdict()
 
 
-def _scan_problem(item) -> Problem:
-    e = item.error
+def _problem(e: IntegrityError, subject: str, where: str) -> Problem:
+    """The one mapping from a typed integrity error to a verify line."""
     if isinstance(e, CorruptPack):
         return Problem("corrupt-pack", e.args[0], e.args[0], e.args[1])
     if isinstance(e, UnknownObjectType):
-        return Problem("unknown-type", e.args[0], item.where, f"unknown object type {e.args[2]!r}")
-    if isinstance(e, IntegrityError):
-        return Problem("corrupt-object", e.args[0], item.where, e.args[2])
-    return Problem("corrupt-object", item.oid.hex() if item.oid else "?", item.where, str(e))
+        return Problem("unknown-type", subject, where, f"unknown object type {e.args[2]!r}")
+    return Problem("corrupt-object", e.args[0] if subject == "?" else subject, where, e.args[2])
+
+
+def _scan_problem(item) -> Problem:
+    return _problem(item.error, item.oid.hex() if item.oid else "?", item.where)
 
 
 _EXPECT = {"parent": (codec.RECORD, codec.FORK), "prompt": (codec.BLOB,), "output": (codec.BLOB,), "content": (codec.BLOB,),
@@ -71,7 +74,6 @@ def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | N
         return _verify(log, check_state, progress)
 
 
-_HEADERS: dict[bytes, tuple] = {}  # header text -> (type, payload length) for headers already parsed
 _hash = blake3.blake3
 _dec = msgspec.msgpack.Decoder()
 _enc = msgspec.msgpack.Encoder(order="sorted")
@@ -81,39 +83,19 @@ def _check_batch(batch, types, where, damaged, problems) -> list:
     """Hash and header checks of one batch; returns its structured objects (id, type, payload)."""
     structured = []
     w = batch.where
-    headers = _HEADERS
     for oid, data in batch.items:
-        if _hash(data).digest() != oid:
-            try:
-                codec.split_header(data, oid, w)  # names truncation/garbage/bad header when it can
-                raise IntegrityError(oid.hex(), w, "hash mismatch (content does not match id)")
-            except UnknownObjectType as e:
-                problems.append(Problem("unknown-type", oid.hex(), w, f"unknown object type {e.args[2]!r}"))
-            except IntegrityError as e:
-                problems.append(Problem("corrupt-object", oid.hex(), w, e.args[2]))
+        try:
+            if _hash(data).digest() != oid:
+                check_hash(oid, data, w)  # raises the most precise error
+            otype, off = codec.parse_header(data, oid, w)
+        except IntegrityError as e:
+            problems.append(_problem(e, oid.hex(), w))
             damaged.add(oid)
             continue
-        nul = data.find(b"\x00", 0, 40)
-        head = data[:nul]
-        known = headers.get(head)
-        if known is not None and known[1] == len(data) - nul - 1:
-            otype = known[0]
-        else:
-            try:
-                otype, _ = codec.split_header(data, oid, w)
-            except UnknownObjectType as e:
-                problems.append(Problem("unknown-type", oid.hex(), w, f"unknown object type {e.args[2]!r}"))
-                damaged.add(oid)
-                continue
-            except IntegrityError as e:
-                problems.append(Problem("corrupt-object", oid.hex(), w, e.args[2]))
-                damaged.add(oid)
-                continue
-            headers[head] = (otype, len(data) - nul - 1)  # this exact header parsed and matched its payload
         types[oid] = otype
         where[oid] = w
         if otype != codec.BLOB:
-            structured.append((oid, otype, data[nul + 1 :]))
+            structured.append((oid, otype, data[off:]))
     return structured
 
 
@@ -139,7 +121,7 @@ def _decode_batch(w, structured, payloads, types, damaged, problems) -> None:
             _, v = codec.decode(codec.header(otype, len(p)) + p, oid)
             payloads[oid] = (otype, v)
         except IntegrityError as e:
-            problems.append(Problem("corrupt-object", oid.hex(), w, e.args[2]))
+            problems.append(_problem(e, oid.hex(), w))
             types.pop(oid, None)
             damaged.add(oid)
 
