@@ -86,12 +86,7 @@ class Caller:
 
 def owner(log, run: str) -> Caller:
     """The run's own subject acting directly (the local CLI's identity)."""
-    return Caller(id="owner", subject=subject_of(log, run), kind="user")
-
-
-def subject_of(log, run: str) -> str:
-    view = log.view(run)
-    return log.state.summary(log, view, 0)["subject"]
+    return Caller(id="owner", subject=log.subject(run), kind="user")
 
 
 def authorize(log, caller: Caller | None, run: str, *, write: bool = False) -> None:
@@ -99,7 +94,7 @@ def authorize(log, caller: Caller | None, run: str, *, write: bool = False) -> N
         raise Unauthenticated(f"a signed caller is required to {'write' if write else 'read'} the journal of run {run}")
     if caller.kind == "job":
         raise JobCaller(caller.id)
-    subject = subject_of(log, run)
+    subject = log.subject(run)
     if caller.subject != subject:
         raise WrongSubject(caller.subject, run, subject)
     if caller.session is not None and caller.session != run:
@@ -302,7 +297,7 @@ def read_once(log, host, caller: Caller, run: str, budget_bytes: int) -> Snapsho
         return Snapshot(UNAVAILABLE, f"read_failed: {e}", session=run)
     if snap.outcome == ABSENT:
         pred = _predecessor(log, run)
-        if pred is not None and subject_of(log, pred) == caller.subject:
+        if pred is not None and log.subject(pred) == caller.subject:
             try:
                 # Same-subject supplementation: the session binding is to this session's own lineage.
                 other = host.read(dataclasses.replace(caller, session=None), pred, budget_bytes)

@@ -99,6 +99,7 @@ class RunLog:
         self.state = state if state is not None else StateCache.for_store(store)
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
         self._live_of: dict[str, int] = {}  # live ref value -> branch number
+        self._subjects: dict[str, str] = {}  # run -> subject (never changes)
 
     # -- objects -------------------------------------------------------------
     def record(self, oid: bytes) -> R.Record:
@@ -255,6 +256,13 @@ class RunLog:
         self.store.set_ref(live_ref(run), None, _SYM + branch_ref(run, 0), "start run: branch 0 live")
         self._next[oid] = (1, False)
         return run
+
+    def subject(self, run: str) -> str:
+        """A run's subject (owner), from its ``run_started`` record; immutable, so remembered."""
+        s = self._subjects.get(run)
+        if s is None:
+            s = self._subjects[run] = self.state.summary(self, self.view(run), 0)["subject"]
+        return s
 
     def live_branch(self, run: str) -> int:
         return self.view(run).live
