@@ -46,8 +46,9 @@ def _blob_field(value, lineno, field):
     raise IngestError(lineno, f"{field} must be a string or {{\"blob\": \"<hex id>\"}}")
 
 
-def parse(lines, *, start: int = 1) -> list[tuple[int, dict]]:
-    """Parse and check every line; raises IngestError naming the first bad line."""
+def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
+    """Parse and check every line into (line number, event, normalised body, blob refs as ids);
+    raises IngestError naming the first bad line."""
     events = []
     for lineno, raw in enumerate(lines, start):
         if isinstance(raw, bytes):
@@ -76,7 +77,7 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict]]:
                 raise IngestError(lineno, "branch must be a non-negative integer")
             body = {k: v for k, v in ev.items() if k not in _COMMON}
             if t in (R.ATTEMPT, R.TURN):
-                for f in ("prompt", "output", "content"):
+                for f in R.BLOB_FIELDS:
                     if f in body:
                         body[f] = _blob_field(body[f], lineno, f)
                 probe = {f: (b"\0" * 32 if f in R.BLOB_FIELDS and isinstance(v, str) else v) for f, v in body.items()}
@@ -97,7 +98,7 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict]]:
             raise
         except ObjstoreError as e:
             raise IngestError(lineno, str(e).removeprefix("invalid record: ")) from None
-        events.append((lineno, ev))
+        events.append((lineno, ev, body))
     return events
 
 
@@ -120,10 +121,9 @@ def ingest(log, stream: IO) -> dict:
     summary = {"events": len(events), "records": 0, "runs": [], "forks": []}
     store = log.store
     with store.batch():
-        for lineno, ev in events:
+        for lineno, ev, body in events:
             t = ev["type"]
             run = ev["run"]
-            body = {k: v for k, v in ev.items() if k not in _COMMON}
             when = ev.get("time")
             try:
                 if t == R.RUN_STARTED:
@@ -137,7 +137,7 @@ def ingest(log, stream: IO) -> dict:
                     summary["forks"].append(dict(fr.as_dict(), run=run, line=lineno))
                     continue
                 else:
-                    for f in ("prompt", "output", "content"):
+                    for f in R.BLOB_FIELDS:
                         v = body.get(f)
                         if isinstance(v, str):
                             body[f] = store.put_blob(v.encode("utf-8"))

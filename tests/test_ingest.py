@@ -83,3 +83,16 @@ def test_ingest_cli_stdin_and_error_exit(tmp_path):
     assert rc == 5 and err.strip() == "objstore: error: ingest: line 2: not JSON: Expecting value: line 1 column 1 (char 0)"
     rc, out, err = run_cli("runs", store=root)
     assert "two" not in out
+
+
+def test_blob_fields_by_id(tmp_path):
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    pid = log.put_blob(b"stored earlier")
+    stream = jl(GOOD[0], {"v": 1, "type": "attempt", "run": "ing", "step": 1, "attempt": 0, "state": "succeeded", "prompt": {"blob": pid.hex()}})
+    ingest(log, io.StringIO(stream))
+    rec = log.records("ing")[-1]
+    assert rec.body["prompt"] == pid and log.get_blob(pid) == b"stored earlier"
+    ghost = "ab" * 32
+    stream = jl({"v": 1, "type": "attempt", "run": "ing", "step": 2, "attempt": 0, "state": "failed", "output": {"blob": ghost}})
+    with pytest.raises(IngestError, match=f"line 1: output: blob {ghost} is not in the store"):
+        ingest(log, io.StringIO(stream))
