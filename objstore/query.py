@@ -20,6 +20,7 @@ import msgspec
 
 from . import codec
 from . import records as R
+from .fold import fold
 from .state import refold_branch
 
 SOURCES = ("state", "refold")
@@ -116,16 +117,12 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
     )
 
 
-def _segments(log, view, branch: int) -> list[tuple[int, int, dict | None]]:
-    """The lineage of ``branch`` as (branch, last LSN, fork object) pairs, root first, from fork objects."""
-    segs = []
-    b, upto = branch, None
-    while True:
-        fk = log.fork_object(view, b)
+def _segments(groups) -> list[tuple[int, int | None, dict | None]]:
+    """(branch, last LSN — None for the branch's own head —, fork object), root first, from history groups."""
+    segs, upto = [], None
+    for b, _, fk in groups:
         segs.append((b, upto, fk))
-        if fk is None:
-            break
-        b, upto = fk["parent_branch"], fk["parent_lsn"]
+        upto = fk["parent_lsn"] if fk else None  # the cut-off is read from the fork object
     segs.reverse()
     return segs
 
@@ -142,9 +139,8 @@ def diff(log, run: str, a: int, b: int, view=None) -> dict:
     """Compare two branches: where they part (read from their fork objects), the
     records unique to each side, and the difference of their folded states."""
     view = view or log.view(run)
-    view.head(a)
-    view.head(b)
-    sa, sb = _segments(log, view, a), _segments(log, view, b)
+    ha, hb = log.history(view, a), log.history(view, b)  # one walk per side serves everything below
+    sa, sb = _segments(ha), _segments(hb)
     # Root-first, the lineages share whole segments until the first branch where
     # their cut-offs differ; there the shared history ends at the smaller cut-off.
     common_branch, common_lsn = None, None
@@ -156,10 +152,11 @@ def diff(log, run: str, a: int, b: int, view=None) -> dict:
         common_lsn = min(cuts) if cuts else None
         if ua != ub:
             break
-    la, lb = log.lineage(view, a), log.lineage(view, b)
+    la = [r for _, own, _ in reversed(ha) for r in own]
+    lb = [r for _, own, _ in reversed(hb) for r in own]
     ids_a, ids_b = {r.id for r in la}, {r.id for r in lb}
     changes: list = []
-    _state_diff(log.refold(view, a), log.refold(view, b), "", changes)
+    _state_diff(fold(la), fold(lb), "", changes)
     return {
         "run": run,
         "a": a,

@@ -155,16 +155,23 @@ class RunLog:
         """Records written on ``branch`` itself, oldest first (never the parent's)."""
         return self.chain(view.head(branch))[0]
 
-    def lineage_from(self, head: bytes) -> list[R.Record]:
-        """Every record a chain head folds over, oldest first: ancestors up to each fork point, then its own."""
-        parts = []
+    def groups_from(self, head: bytes, branch: int | None = None) -> list[tuple[int | None, list, dict | None]]:
+        """The chain behind ``head`` cut at fork points, newest first: ``(branch, own records
+        oldest first, fork object or None)``; each ancestor is walked back from the fork's parent record."""
+        groups = []
         while head is not None:
             own, fk = self.chain(head)
-            parts.append(own)
-            head = fk["parent_record"] if fk else None
+            groups.append((branch, own, fk))
+            if fk is None:
+                break
+            branch, head = fk["parent_branch"], fk["parent_record"]
+        return groups
+
+    def lineage_from(self, head: bytes) -> list[R.Record]:
+        """Every record a chain head folds over, oldest first: ancestors up to each fork point, then its own."""
         out = []
-        for p in reversed(parts):
-            out.extend(p)
+        for _, own, _ in reversed(self.groups_from(head)):
+            out.extend(own)
         return out
 
     def lineage(self, view: View, branch: int) -> list[R.Record]:
@@ -388,15 +395,7 @@ class RunLog:
         if all_branches:
             return [(b, *self.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
         b = view.live if branch is None else branch
-        groups = []
-        head = view.head(b)
-        while head is not None:
-            own, fk = self.chain(head)
-            groups.append((b, own, fk))
-            if fk is None:
-                break
-            b, head = fk["parent_branch"], fk["parent_record"]
-        return groups
+        return self.groups_from(view.head(b), b)
 
     def records(self, run: str, branch: int | None = None, *, all_branches: bool = False, view: View | None = None) -> list[R.Record]:
         """Own records of the live branch (default), one branch, or all branches (by branch, LSN)."""
