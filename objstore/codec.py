@@ -167,3 +167,23 @@ _json = msgspec.json.Encoder(order="sorted")
 def canonical_json(value: Any) -> bytes:
     """Sorted-key compact JSON: the same value always gives the same bytes."""
     return _json.encode(to_jsonable(value))
+
+
+def iter_objects(raw: bytes):
+    """The canonical objects laid end to end in ``raw`` (a decompressed block), in order.
+
+    Stops quietly at anything that does not parse: callers hash-check what they get."""
+    pos, end = 0, len(raw)
+    mv = memoryview(raw)
+    while pos < end:
+        nul = raw.find(b"\x00", pos, pos + _MAX_HEADER)
+        if nul < 0:
+            return
+        sp = raw.find(b" ", pos, nul)
+        if sp < 0 or not raw[sp + 1 : nul].isdigit():
+            return
+        stop = nul + 1 + int(raw[sp + 1 : nul])
+        if stop > end:
+            return
+        yield bytes(mv[pos:stop])
+        pos = stop

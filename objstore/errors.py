@@ -18,7 +18,8 @@ Exit codes (also in README.md):
 7     conflict: a ref moved under a compare-and-swap
 8     refused: the operation is not allowed (retained branch,
       authorization, revoked writer)
-9     limit exceeded (object too large, compactor input too long)
+9     limit exceeded (object too large, compactor input too long, lock timeout)
+10    operating-system error (disk full, short write, permissions)
 ====  ==========================================================
 """
 
@@ -146,3 +147,24 @@ class WriterRevoked(Refused):
 class LimitExceeded(ObjstoreError):
     exit_code = 9
     msg = "limit exceeded: {}"
+
+
+class LockTimeout(ObjstoreError):
+    exit_code = 9
+    msg = "limit exceeded: could not take {} within {} s"
+
+
+class CorruptLog(IntegrityError):
+    msg = "integrity error: log {}: {}"
+
+
+class StorageOSError(ObjstoreError):
+    """An operating-system failure, wrapped with the operation it interrupted (borg's BackupOSError)."""
+
+    exit_code = 10
+    msg = "operating-system error while trying to {}: {}"
+
+
+class StoreNeedsUpgrade(ObjstoreError):
+    exit_code = 5
+    msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 2"

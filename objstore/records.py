@@ -215,3 +215,43 @@ def object_refs(otype: str, value: dict) -> list[tuple[str, bytes]]:
                     if isinstance(v2, bytes):
                         out.append((f"{k}.{k2}", v2))
     return out
+
+
+def compensation_for(facts, forks: dict, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
+    """The compensation flags of rewinding ``branch`` to ``after_lsn``: one per intent committed by
+    the branch's own records in (after_lsn, upto_lsn] whose declared effect is not idempotent.
+
+    ``facts``: (branch, lsn, kind, body, id) of the run's intent and intent_committed records;
+    ``forks``: branch -> (parent branch, parent LSN), read from the fork objects. A pure function:
+    fork and verify both call it, so a fork object's flags can be checked against the records."""
+    decls: dict[int, list] = {}
+    for b, lsn, kind, body, _ in facts:
+        if kind == INTENT:
+            decls.setdefault(b, []).append((lsn, body))
+    out = []
+    for b, lsn, kind, body, oid in sorted(facts, key=lambda f: (f[0], f[1])):
+        if kind != INTENT_COMMITTED or b != branch or not after_lsn < lsn <= upto_lsn:
+            continue
+        decl = _declaration(decls, forks, branch, body.get("intent"), lsn)
+        if decl is not None and decl.get("idempotent") is False:
+            out.append({"intent": body["intent"], "step": decl["step"], "effect": decl["effect"],
+                        "committed_record": oid, "committed_lsn": lsn})
+    return out
+
+
+def _declaration(decls: dict, forks: dict, branch: int, intent, before: int):
+    """The newest declaration of ``intent`` in ``branch``'s lineage before LSN ``before``."""
+    seen = set()
+    while branch is not None and branch not in seen:
+        seen.add(branch)
+        best = None
+        for lsn, body in decls.get(branch, ()):
+            if lsn < before and body.get("intent") == intent and (best is None or lsn > best[0]):
+                best = (lsn, body)
+        if best is not None:
+            return best[1]
+        parent = forks.get(branch)
+        if parent is None:
+            return None
+        branch, before = parent[0], parent[1] + 1
+    return None

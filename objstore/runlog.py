@@ -184,28 +184,18 @@ class RunLog:
 
     # -- refs and views ----------------------------------------------------------
     def runs(self) -> list[str]:
-        out = []
-        for name, _ in self.store.list_refs("run/"):
-            parts = name.split("/")
-            if len(parts) == 4 and parts[2:] == ["branch", "0"]:
-                out.append(parts[1])
-        return sorted(out)
+        return self.store.run_names()
 
     def view(self, run: str) -> View:
         R.check_run_id(run)
+        return self._view_of(run, self.store.run_refs(run))
+
+    @staticmethod
+    def _view_of(run: str, snap: dict) -> View:
         prefix = f"run/{run}/"
-        snap = None
-        for _ in range(50):
-            refs = dict(self.store.list_refs(prefix))
-            again = dict(self.store.list_refs(prefix))
-            if refs == again:
-                snap = refs
-                break
-        if snap is None:
-            raise Conflict(prefix + "*", "a stable snapshot", "refs still moving after 50 tries")
         if not isinstance(snap.get(prefix + "branch/0"), bytes):
             raise RunNotFound(run)
-        # No live ref yet (a start interrupted between its two ref writes) means branch 0 is live.
+        # No live ref (format-1 stores could lose it in a crash) means branch 0 is live.
         live = snap.get(prefix + "live", _SYM + branch_ref(run, 0))
         heads = {}
         for name, value in snap.items():
@@ -217,6 +207,8 @@ class RunLog:
             live_branch = int(live_name.rsplit("/", 1)[1])
         except (IndexError, ValueError):
             raise InvalidInput(f"live ref of run {run} is malformed: {live!r}") from None
+        if live_branch not in heads:
+            raise InvalidInput(f"live ref of run {run} names branch {live_branch}, which does not exist")
         return View(run, live_branch, heads)
 
     pin = view
@@ -249,60 +241,82 @@ class RunLog:
         return hit
 
     def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None, when: float | None = None) -> str:
-        """Create a run (branch 0, live) with its ``run_started`` record; returns the run id."""
+        """Create a run (branch 0, live) with its ``run_started`` record; returns the run id.
+
+        One commit: the record, the branch ref and the live ref land together or not at all."""
         if run is None:
-            run = time.strftime("r%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+            run = new_run_id()
         R.check_run_id(run)
         body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
         payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": _now(when), "body": body}
-        oid = self.store.put(codec.RECORD, payload)
-        try:
-            self.store.set_ref(branch_ref(run, 0), None, oid, "start run")
-        except Conflict:
-            raise InvalidInput(f"run {run} already exists") from None
-        self.store.set_ref(live_ref(run), None, _SYM + branch_ref(run, 0), "start run: branch 0 live")
+        store = self.store
+        with store.batch():
+            if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+                raise InvalidInput(f"run {run} already exists")
+            oid = store.put(codec.RECORD, payload)
+            store.set_ref(branch_ref(run, 0), None, oid, "start run")
+            store.set_ref(live_ref(run), None, _SYM + branch_ref(run, 0), "start run: branch 0 live")
         self._next[oid] = (1, False)
+        self._subjects[run] = body["subject"]
         return run
 
     def subject(self, run: str) -> str:
         """A run's subject (owner), from its ``run_started`` record; immutable, so remembered."""
         s = self._subjects.get(run)
         if s is None:
-            s = self._subjects[run] = self.state.summary(self, self.view(run), 0)["subject"]
+            oid = self.record_at(self.view(run), 0, 0)
+            rec = self.record(oid)
+            if rec.kind != R.RUN_STARTED:
+                raise InvalidInput(f"run {run} does not start with run_started")
+            s = self._subjects[run] = rec.body["subject"]
         return s
 
     def live_branch(self, run: str) -> int:
         return self.view(run).live
 
-    def append(self, run: str, kind: str, body: dict, *, branch: int | None = None, allow_retained: bool = False, when: float | None = None) -> R.Record:
-        """Append one record to the live branch (or ``branch``, if allowed); CAS on the branch ref."""
+    def append(self, run: str, kind: str, body: dict, *, branch: int | None = None, allow_retained: bool = False, when: float | None = None,
+               expect_head: bytes | None = None, expect_branch: int | None = None) -> R.Record:
+        """Append one record, built on the branch's head under the writer lock.
+
+        Plain (no expectations): it goes to the branch live when the lock is taken and never
+        conflicts. ``expect_branch``: the live branch must be that one; ``expect_head``: the
+        branch's head must be that id; otherwise ``Conflict`` and nothing is written."""
         if kind == R.RUN_STARTED:
             raise InvalidRecord("run_started is written by start_run only")
         body = R.check_body(kind, body)
+        if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
+            raise InvalidInput("expect_head must be a 32-byte record id")
+        if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
+            raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
-        live_name = store.read_ref(f"run/{run}/live")
-        if live_name is None:
-            R.check_run_id(run)
-            if store.read_ref(f"run/{run}/branch/0") is None:
-                raise RunNotFound(run)
-            live_name = _SYM + branch_ref(run, 0)
-        live = self._live_of.get(live_name)
-        if live is None:
-            live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
-        if branch is None:
-            branch = live
-        elif branch != live and not allow_retained:
-            raise RetainedBranch(branch, run, live)
-        ref = f"run/{run}/branch/{branch}"
-        head = store.read_ref(ref)
-        if head is None:
-            raise BranchNotFound(branch, run)
-        lsn, finished = self._next.get(head) or self._next_of(head)
-        if finished:
-            raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
         t = time.time() if when is None else float(when)
-        oid = store.put(codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
-        store.set_ref(ref, head, oid, "append")
+        with store.batch():
+            live_name = store.read_ref(f"run/{run}/live")
+            if live_name is None:
+                R.check_run_id(run)
+                if store.read_ref(f"run/{run}/branch/0") is None:
+                    raise RunNotFound(run)
+                live_name = _SYM + branch_ref(run, 0)
+            live = self._live_of.get(live_name)
+            if live is None:
+                live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
+            if expect_branch is not None and expect_branch != live:
+                raise Conflict(live_ref(run), _SYM + branch_ref(run, expect_branch), live_name)
+            if branch is None:
+                branch = live
+            elif branch != live and not allow_retained:
+                raise RetainedBranch(branch, run, live)
+            ref = f"run/{run}/branch/{branch}"
+            head = store.read_ref(ref)
+            if head is None:
+                raise BranchNotFound(branch, run)
+            if expect_head is not None and expect_head != head:
+                raise Conflict(ref, expect_head.hex(), head.hex() if isinstance(head, bytes) else str(head))
+            lsn, finished = self._next.get(head) or self._next_of(head)
+            if finished:
+                raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
+            oid = store.put(codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
+            store.set_ref(ref, head, oid, "append")
         nxt = self._next
         nxt.pop(head, None)  # only current heads are worth remembering
         nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
@@ -310,11 +324,13 @@ class RunLog:
 
     def record_attempt(self, run: str, step: int, attempt: int, state: str, *, prompt: bytes | None = None, output: bytes | None = None,
                        context: dict | None = None, tools: dict | None = None, usage: dict | None = None, error: str | None = None,
-                       workflow_version: str | None = None, branch: int | None = None, allow_retained: bool = False, when: float | None = None) -> R.Record:
+                       workflow_version: str | None = None, branch: int | None = None, allow_retained: bool = False, when: float | None = None,
+                       expect_head: bytes | None = None, expect_branch: int | None = None) -> R.Record:
         """Record one attempt of one step (failed ones too); prompt/output are blob ids from ``put_blob``."""
         body = {"step": step, "attempt": attempt, "state": state, "workflow_version": workflow_version, "context": context,
                 "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": error}
-        return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when)
+        return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when,
+                           expect_head=expect_head, expect_branch=expect_branch)
 
     def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts) -> R.Record:
         return self.append(run, R.INTENT, {"intent": intent, "step": step, "effect": effect, "idempotent": idempotent}, **opts)
@@ -332,26 +348,65 @@ class RunLog:
         return self.store.get_blob(oid)
 
     # -- fork / rewind -------------------------------------------------------------
-    def fork(self, run: str, from_branch: int, at_lsn: int, *, reason: str = "", make_live: bool = True, when: float | None = None) -> ForkResult:
+    def record_at(self, view: View, branch: int, lsn: int) -> bytes:
+        """The id of ``branch``'s own record at ``lsn``, from the log's chain index (O(1)).
+
+        Records of the open batch are not indexed yet: those few are found by walking back."""
+        head = view.head(branch)
+        oid = self.store.indexed_record(view.run, branch, lsn)
+        if oid is not None and self._is_ancestor(view.run, branch, lsn, head):
+            return oid
+        for item in self.walk(head):
+            if isinstance(item, dict) or item.lsn < lsn:
+                break
+            if item.lsn == lsn:
+                self.store.forget_decoded()
+                return item.id
+        self.store.forget_decoded()
+        raise InvalidInput(f"branch {branch} of run {view.run} has no record at LSN {lsn}")
+
+    def _is_ancestor(self, run: str, branch: int, lsn: int, head: bytes) -> bool:
+        """Whether the index's record at ``lsn`` is on the chain behind ``head``: true when the
+        index also holds ``head`` at the head's LSN (it keeps a branch's chain in LSN order)."""
+        head_lsn = self._next_of(head)[0] - 1
+        return head_lsn >= lsn and self.store.indexed_record(run, branch, head_lsn) == head
+
+    def compensation(self, view: View, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
+        """Non-idempotent intents committed by ``branch``'s own records in (after_lsn, upto_lsn]:
+        a pure function of the records (``records.compensation_for``), never of a cache."""
+        facts = self.store.intent_records(view.run)
+        forks = {}
+        for b in view.heads:
+            fk = self.fork_object(view, b) if b != 0 else None
+            if fk is not None:
+                forks[b] = (fk["parent_branch"], fk["parent_lsn"])
+        return R.compensation_for(facts, forks, branch, after_lsn, upto_lsn)
+
+    def fork(self, run: str, from_branch: int, at_lsn: int, *, reason: str = "", make_live: bool = True, when: float | None = None,
+             expect_live: int | None = None) -> ForkResult:
         """Start a new branch whose history is ``from_branch`` up to ``at_lsn`` (inclusive).
 
-        Nothing is copied or deleted. If records of ``from_branch`` after ``at_lsn``
-        commit an intent whose effect is not idempotent, the fork object carries a
-        compensation flag for each, and the fork still happens.
-        """
-        if not isinstance(at_lsn, int) or at_lsn < 0:
+        One commit under the writer lock: the fork object, the new branch ref and (with
+        ``make_live``) the live move land together. Nothing is copied or deleted. If records of
+        ``from_branch`` after ``at_lsn`` commit an intent whose effect is not idempotent, the fork
+        object carries a compensation flag for each, and the fork still happens.
+        ``expect_live``: ``Conflict`` and nothing created unless that branch is live."""
+        if type(at_lsn) is not int or at_lsn < 0:
             raise InvalidInput(f"fork LSN must be a non-negative integer, got {at_lsn!r}")
-        view = self.view(run)
-        parent_head = view.head(from_branch)
-        # The view's head bounds the fork, even if the shared cache is already further on.
-        head_lsn = self._next_of(parent_head)[0] - 1
-        if at_lsn > head_lsn:
-            raise InvalidInput(f"branch {from_branch} of run {run} has LSNs 0..{head_lsn}; cannot fork at {at_lsn}")
-        info = self.state.branch_index(self, view, from_branch)
-        parent_record = info.record_at(at_lsn)
-        compensation = info.compensation_after(at_lsn, head_lsn)
-        new_branch = max(view.heads) + 1
-        while True:
+        if type(from_branch) is not int or from_branch < 0:
+            raise InvalidInput(f"branch must be a non-negative integer, got {from_branch!r}")
+        store = self.store
+        with store.batch():
+            view = self.view(run)
+            if expect_live is not None and view.live != expect_live:
+                raise Conflict(live_ref(run), _SYM + branch_ref(run, expect_live), _SYM + branch_ref(run, view.live))
+            parent_head = view.head(from_branch)
+            head_lsn = self._next_of(parent_head)[0] - 1
+            if at_lsn > head_lsn:
+                raise InvalidInput(f"branch {from_branch} of run {run} has LSNs 0..{head_lsn}; cannot fork at {at_lsn}")
+            parent_record = self.record_at(view, from_branch, at_lsn)
+            compensation = self.compensation(view, from_branch, at_lsn, head_lsn)
+            new_branch = max(view.heads) + 1
             payload = {
                 "run": run,
                 "branch": new_branch,
@@ -363,27 +418,26 @@ class RunLog:
                 "compensation": compensation,
                 "time": _now(when),
             }
-            fork_id = self.store.put(codec.FORK, payload)
-            try:
-                self.store.set_ref(branch_ref(run, new_branch), None, fork_id, f"fork from {from_branch}@{at_lsn}: {reason}")
-                break
-            except Conflict:
-                new_branch += 1  # a concurrent fork took this number
+            fork_id = store.put(codec.FORK, payload)
+            store.set_ref(branch_ref(run, new_branch), None, fork_id, f"fork from {from_branch}@{at_lsn}: {reason}")
+            if make_live:
+                store.set_ref(live_ref(run), store.read_ref(live_ref(run)), _SYM + branch_ref(run, new_branch), f"fork {new_branch} live")
         self._next[fork_id] = (0, False)
-        if make_live:
-            self.set_live(run, new_branch, reason=f"fork {new_branch} live")
         return ForkResult(new_branch, fork_id, from_branch, at_lsn, parent_record, parent_head, compensation)
 
-    def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None) -> ForkResult:
-        """Rewind the live branch to ``to_lsn``: a fork of the live branch that becomes live."""
-        return self.fork(run, self.view(run).live, to_lsn, reason=reason, make_live=True, when=when)
+    def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None, expect_live: int | None = None) -> ForkResult:
+        """Rewind the live branch to ``to_lsn``: a fork of the branch live under the writer lock,
+        which becomes live (``expect_live``: only if that branch is the live one)."""
+        with self.store.batch():
+            live = self.view(run).live
+            return self.fork(run, live, to_lsn, reason=reason, make_live=True, when=when, expect_live=expect_live)
 
     def set_live(self, run: str, branch: int, reason: str = "set live") -> None:
-        view = self.view(run)
-        view.head(branch)
-        name = live_ref(run)
-        old = self.store.read_ref(name)
-        self.store.set_ref(name, old, _SYM + branch_ref(run, branch), reason)
+        with self.store.batch():
+            view = self.view(run)
+            view.head(branch)
+            name = live_ref(run)
+            self.store.set_ref(name, self.store.read_ref(name), _SYM + branch_ref(run, branch), reason)
 
     # -- queries (raw log; live by default) ----------------------------------------
     def history(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> list[tuple[int, list, dict | None]]:
@@ -406,6 +460,12 @@ class RunLog:
                 out.extend(self.own_records(view, b))
             return out
         return self.own_records(view, view.live if branch is None else branch)
+
+
+def new_run_id() -> str:
+    """Unique and time-sortable: UTC time to the millisecond, then 48 random bits."""
+    ms = int(time.time() * 1000)
+    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime(ms / 1000)) + f"{ms % 1000:03d}-" + secrets.token_hex(6)
 
 
 def _now(when: float | None) -> float:

@@ -1,16 +1,22 @@
-"""The store: one object backend plus one ref store, and group commit.
+"""The store: typed objects and refs over one engine, and commits.
 
-``Store`` is what every upper layer talks to. It types objects (``put``/``get``
-encode and decode through ``codec``), and it offers ``batch()``: a group commit
-in which objects are buffered, written as one pack with one fsync, and only then
-are the batch's ref moves applied by compare-and-swap — so no ref ever names an
-object that is not durable, and a crash mid-batch leaves only unreferenced bytes.
+``Store`` is what every upper layer talks to. ``put``/``get`` encode and decode
+through ``codec``; refs move by compare-and-swap. Every write happens inside a
+commit: ``batch()`` (also spelled ``transaction()``) holds the store's writer
+lock for its duration, so everything it writes — objects and ref moves — lands
+as one log entry with one fdatasync, or not at all. A write outside a batch is
+a commit of its own. A batch belongs to its ``contextvars`` context (thread or
+asyncio task): other threads' writes wait for the lock and never join it.
 
-Inside a batch, reads see the batch's own pending objects and ref values.
+While a batch is open it blocks every other writer of the store (other
+threads and other processes); ``batch(timeout=…)`` raises ``LockTimeout``
+instead of waiting forever. Readers never wait for it.
 """
 
 from __future__ import annotations
 
+import contextvars
+import io
 import json
 import os
 from contextlib import contextmanager
@@ -19,83 +25,138 @@ from typing import Any, Iterator
 import blake3
 
 from . import codec
-from .errors import Conflict, InvalidInput, ObjectNotFound, ObjstoreError, StoreFormatError, StoreNotFound
+from .engine import LogEngine, MemoryEngine, Txn
+from .errors import (
+    InvalidInput,
+    LimitExceeded,
+    ObjstoreError,
+    ObjectNotFound,
+    StorageOSError,
+    StoreFormatError,
+    StoreNeedsUpgrade,
+    StoreNotFound,
+)
 from .fileutil import FsyncPolicy, atomic_file
-from .objects import LocalBackend, MemoryBackend, ObjectBackend
-from .refs import FileRefStore, MemoryRefStore, RefStore
 
 _hash = blake3.blake3
 _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
 MARKER = "OBJSTORE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DEFAULT_DIR = ".objstore"
+MAX_BLOB = 1 << 30  # one blob is held in memory whole; larger inputs are refused
 
 
 def default_path() -> str:
     return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
 
 
-class Batch:
-    """Pending objects and ref moves of one group commit."""
-
-    def __init__(self):
-        self.objects: dict[bytes, bytes] = {}  # insertion-ordered: the pack keeps write order
-        self.refs: dict[str, list] = {}  # name -> [old at first touch, pending new, reason]
-        self.seen: dict[str, Any] = {}  # refs read in this batch: a batch sees one snapshot of them
+def read_marker(path: str) -> int:
+    """The format version of the store at ``path``; raises StoreNotFound / StoreFormatError."""
+    marker = os.path.join(path, MARKER)
+    try:
+        with open(marker, "rb") as f:
+            meta = json.loads(f.read())
+        version = meta["version"]
+    except FileNotFoundError:
+        raise StoreNotFound(path) from None
+    except (ValueError, KeyError, TypeError):
+        raise StoreFormatError(path, "unreadable OBJSTORE marker") from None
+    except OSError as e:
+        raise StorageOSError(f"read {marker}", e) from None
+    if meta.get("format") != "objstore" or not isinstance(version, int):
+        raise StoreFormatError(path, "not an objstore marker")
+    return version
 
 
 class Store:
-    def __init__(self, backend: ObjectBackend, refs: RefStore, root: str | None = None, policy: FsyncPolicy | None = None):
-        self.backend = backend
-        self.refs = refs
+    def __init__(self, engine, root: str | None = None, policy: FsyncPolicy | None = None):
+        self.engine = engine
         self.root = root
         self.policy = policy or FsyncPolicy()
-        self._batch: Batch | None = None
-        self._decoded: dict = {}  # the last pack block decoded by get_decoded
+        self._txn: contextvars.ContextVar[Txn | None] = contextvars.ContextVar(f"objstore-txn-{id(self)}", default=None)
+        self._decoded: dict = {}  # the last record block decoded by get_decoded
 
     # -- opening -----------------------------------------------------------
     @classmethod
     def memory(cls) -> "Store":
-        return cls(MemoryBackend(), MemoryRefStore())
+        return cls(MemoryEngine())
 
     @classmethod
     def init(cls, path: str | None = None, fsync: str | None = None) -> "Store":
+        """Create a store at ``path`` (or open it if it is one already)."""
         path = os.path.abspath(path or default_path())
         policy = FsyncPolicy(fsync)
-        marker = os.path.join(path, MARKER)
-        if os.path.exists(marker):
+        if os.path.exists(os.path.join(path, MARKER)):
             return cls.open(path, fsync=fsync)
         if os.path.exists(path) and not os.path.isdir(path):
             raise InvalidInput(f"{path} exists and is not a directory")
         if os.path.isdir(path) and os.listdir(path):
             raise InvalidInput(f"{path} is a non-empty directory that is not a store; refusing to initialise it")
-        for sub in ("objects", "packs", "refs", "logs", "tmp"):
-            os.makedirs(os.path.join(path, sub), exist_ok=True)
-        with atomic_file(marker, os.path.join(path, "tmp"), policy) as f:
-            f.write(json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
-        policy.dir(os.path.dirname(path) or ".")
+        parent = os.path.dirname(path) or "."
+        try:
+            os.makedirs(parent, exist_ok=True)
+            staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
+            os.makedirs(os.path.join(staging, "tmp"))
+            LogEngine.create(staging, policy)
+            with atomic_file(os.path.join(staging, MARKER), os.path.join(staging, "tmp"), policy) as f:
+                f.write(json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
+            policy.dir(staging)
+            try:
+                os.rename(staging, path)  # a whole store appears at once, or not at all
+            except OSError:
+                # Someone else created it meanwhile (or an empty directory was there): ours goes.
+                _rmtree(staging)
+                if os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
+                    return cls.init(path, fsync)
+                if not os.path.exists(os.path.join(path, MARKER)):
+                    raise
+            policy.dir(parent)
+        except OSError as e:
+            raise StorageOSError(f"create a store at {path}", e) from None
         return cls.open(path, fsync=fsync)
 
     @classmethod
     def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False) -> "Store":
         path = os.path.abspath(path or default_path())
-        marker = os.path.join(path, MARKER)
-        if not os.path.isfile(marker):
+        if not os.path.isfile(os.path.join(path, MARKER)):
             if create:
                 return cls.init(path, fsync=fsync)
             raise StoreNotFound(path)
-        try:
-            with open(marker, "rb") as f:
-                meta = json.loads(f.read())
-            version = meta["version"]
-        except (ValueError, KeyError, TypeError):
-            raise StoreFormatError(path, "unreadable OBJSTORE marker") from None
-        if meta.get("format") != "objstore" or version != FORMAT_VERSION:
+        version = read_marker(path)
+        if version == 1:
+            raise StoreNeedsUpgrade(path, 1, path)
+        if version != FORMAT_VERSION:
             raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION}")
         policy = FsyncPolicy(fsync)
-        return cls(LocalBackend(path, policy), FileRefStore(path, policy), root=path, policy=policy)
+        try:
+            engine = LogEngine(path, policy)
+        except OSError as e:
+            raise StorageOSError(f"open the log of {path}", e) from None
+        return cls(engine, root=path, policy=policy)
+
+    # -- commits -----------------------------------------------------------
+    @contextmanager
+    def batch(self, timeout: float | None = None) -> Iterator[Txn]:
+        """One commit: everything written inside lands together (one entry, one fdatasync) or not
+        at all. Holds the writer lock throughout; nested calls join the outer one."""
+        txn = self._txn.get()
+        if txn is not None:
+            yield txn
+            return
+        with self.engine.transaction(timeout) as txn:
+            token = self._txn.set(txn)
+            try:
+                yield txn
+            finally:
+                self._txn.reset(token)
+
+    transaction = batch
+
+    def in_batch(self) -> bool:
+        return self._txn.get() is not None
 
     # -- objects -----------------------------------------------------------
     def put(self, otype: str, value: Any) -> bytes:
@@ -107,70 +168,76 @@ class Store:
         else:
             data = codec.encode(otype, value)
         oid = _hash(data).digest()
-        b = self._batch
-        if b is not None:
-            b.objects[oid] = data
+        txn = self._txn.get()
+        if txn is None:
+            with self.batch() as t:
+                t.put(oid, otype, data, value)
         else:
-            self.backend.put(oid, [data])
+            txn.put(oid, otype, data, value)
         return oid
 
     def put_blob(self, data: bytes) -> bytes:
-        """Store a blob once (deduplicated by content); returns its id."""
+        """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
         data = bytes(data)
-        head = codec.header(codec.BLOB, len(data))
-        h = blake3.blake3(head)
-        h.update(data)
-        oid = h.digest()
-        b = self._batch
-        if b is not None and len(data) < (1 << 20):
-            b.objects[oid] = head + data
+        if len(data) > MAX_BLOB:
+            raise LimitExceeded(f"blob of {len(data)} bytes is over the {MAX_BLOB}-byte limit")
+        canon = codec.header(codec.BLOB, len(data)) + data
+        oid = _hash(canon).digest()
+        txn = self._txn.get()
+        if txn is None:
+            with self.batch() as t:
+                t.put(oid, codec.BLOB, canon)
         else:
-            self.backend.put(oid, [head, data])
+            txn.put(oid, codec.BLOB, canon)
         return oid
 
-    def put_blob_file(self, path: str, chunk: int = 1 << 20) -> bytes:
-        """Store a file's bytes as a blob, streaming: never the whole file in memory."""
-        size = os.path.getsize(path)
-        head = codec.header(codec.BLOB, size)
-        h = blake3.blake3(head)
+    def put_blob_stream(self, f, limit: int = MAX_BLOB) -> bytes:
+        """Store what a binary stream yields, read once: the id is the hash of the bytes stored."""
+        buf = io.BytesIO()
+        total = 0
+        while True:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise LimitExceeded(f"blob input is over the {limit}-byte limit")
+            buf.write(chunk)
+        return self.put_blob(buf.getvalue())
+
+    def put_blob_file(self, path: str) -> bytes:
         with open(path, "rb") as f:
-            for block in iter(lambda: f.read(chunk), b""):
-                h.update(block)
-        oid = h.digest()
-        if self.backend.has(oid):
-            return oid
-
-        self.backend.put(oid, _LazyParts(head, path, size, chunk), size=len(head) + size)
-        return oid
+            return self.put_blob_stream(f)
 
     def get_raw(self, oid: bytes) -> bytes:
-        b = self._batch
-        if b is not None and oid in b.objects:
-            return b.objects[oid]
-        return self.backend.get(oid)
+        txn = self._txn.get()
+        if txn is not None:
+            pending = txn.objects.get(oid)
+            if pending is not None:
+                return pending[1]
+        return self.engine.read(oid)
 
     def get_decoded(self, oid: bytes) -> tuple[str, Any]:
         """(type, value) like ``get`` minus the canonical re-encoding check, for chain walks.
 
-        A packed object's whole block is hash-checked and decoded at once and kept
-        until the walk leaves it: a chain's records sit together in write order."""
+        A record's whole block is hash-checked and decoded at once and kept until the
+        walk leaves it: a chain's records sit together in log order."""
         hit = self._decoded.get(oid)
         if hit is not None:
             return hit
-        b = self._batch
-        got = None if (b is not None and oid in b.objects) else getattr(self.backend, "block_items", _none)(oid)
+        txn = self._txn.get()
+        got = None if (txn is not None and oid in txn.objects) else self.engine.read_block_of(oid)
         if got is None:
             return codec.decode(self.get_raw(oid), oid, False)
-        _, items = got
+        raw, _ = got
         decoded = {}
         decode = codec.decode
-        for m, data in items:
-            if _hash(data).digest() != m:
-                continue  # a damaged neighbour is reported if and when it is asked for
+        for data in codec.iter_objects(raw):
+            m = _hash(data).digest()
             try:
                 decoded[m] = decode(data, m, False)
             except ObjstoreError:
-                pass
+                pass  # a damaged neighbour is reported if and when it is asked for
         self._decoded = decoded
         hit = decoded.get(oid)
         if hit is None:  # damaged: let the ordinary path raise the precise error
@@ -195,16 +262,19 @@ class Store:
         return self.get_typed(oid, codec.BLOB)
 
     def copy_blob_to(self, oid: bytes, out) -> int:
-        """Write a blob's body to a binary file object, streaming large ones (hash checked at the end)."""
-        if not hasattr(self.backend, "copy_payload"):
-            data = self.get_blob(oid)
-            out.write(data)
-            return len(data)
-        return self.backend.copy_payload(oid, out)
+        """Write a blob's body to a binary file object (hash checked before anything is written)."""
+        data = self.get_blob(oid)
+        out.write(data)
+        return len(data)
 
     def has(self, oid: bytes) -> bool:
-        b = self._batch
-        return (b is not None and oid in b.objects) or self.backend.has(oid)
+        txn = self._txn.get()
+        if txn is not None:
+            return txn.has(oid)
+        if self.engine.has(oid):
+            return True
+        self.engine.refresh()
+        return self.engine.has(oid)
 
     def resolve_id(self, text: str) -> bytes:
         """A full hex id, or a unique prefix of at least 4 hex digits."""
@@ -213,7 +283,8 @@ class Store:
             return codec.parse_id(text)
         if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
             raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
-        hits = [oid for oid in self.backend.iter_ids() if oid.hex().startswith(text)]
+        self.engine.refresh()
+        hits = [oid for oid in list(self.engine.tables.locs) if oid.hex().startswith(text)]
         if not hits:
             raise ObjectNotFound(text)
         if len(hits) > 1:
@@ -222,90 +293,113 @@ class Store:
 
     # -- refs --------------------------------------------------------------
     def read_ref(self, name: str):
-        b = self._batch
-        if b is None:
-            return self.refs.read(name)
-        if name in b.refs:
-            return b.refs[name][1]
-        if name not in b.seen:
-            b.seen[name] = self.refs.read(name)
-        return b.seen[name]
+        txn = self._txn.get()
+        if txn is not None:
+            return txn.read_ref(name)
+        self.engine.refresh()
+        return self.engine.tables.refs.get(name)
 
     def resolve_ref(self, name: str) -> bytes | None:
         value = self.read_ref(name)
-        while isinstance(value, str):
+        seen = 0
+        while isinstance(value, str) and seen < 8:
             value = self.read_ref(value[5:])
-        return value
+            seen += 1
+        return value if isinstance(value, bytes) else None
 
     def set_ref(self, name: str, old, new, reason: str) -> None:
-        """Compare-and-swap a ref; inside a batch, deferred to the commit point."""
-        b = self._batch
-        if b is None:
-            self.refs.set_if_equals(name, old, new, reason)
-            return
-        if name in b.refs:
-            entry = b.refs[name]
-            if entry[1] != old:
-                raise Conflict(name, _hex(old), _hex(entry[1]))
-            entry[1] = new
-            entry[2] = reason
+        """Compare-and-swap a ref, committed with the batch it is in (or alone)."""
+        from .refs import check_ref_name
+
+        check_ref_name(name)
+        txn = self._txn.get()
+        if txn is None:
+            with self.batch() as t:
+                t.set_ref(name, old, new, reason)
         else:
-            cur = self.refs.read(name)
-            if cur != old:
-                raise Conflict(name, _hex(old), _hex(cur))
-            b.refs[name] = [old, new, reason]
+            txn.set_ref(name, old, new, reason)
+
+    def run_refs(self, run: str) -> dict:
+        """Every ref of one run at one log position, without touching other runs' refs."""
+        txn = self._txn.get()
+        t = self.engine.tables
+        if txn is None:
+            self.engine.refresh()
+        with _tables_lock(self.engine):
+            out = dict(t.run_refs.get(run, {}))
+        if txn is not None:
+            prefix = f"run/{run}/"
+            for name, (_, new, _) in txn.moves.items():
+                if name.startswith(prefix):
+                    if new is None:
+                        out.pop(name, None)
+                    else:
+                        out[name] = new
+        return out
+
+    def run_names(self) -> list[str]:
+        """Every run (a run exists once its branch 0 ref does)."""
+        self.engine.refresh()
+        with _tables_lock(self.engine):
+            return sorted(r for r, d in self.engine.tables.run_refs.items() if f"run/{r}/branch/0" in d)
+
+    def run_started_entry(self, run: str) -> int | None:
+        """Log position (entry number) of a run's ``run_started`` record."""
+        return self.engine.tables.starts.get(run)
+
+    def indexed_record(self, run: str, branch: int, lsn: int) -> bytes | None:
+        """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
+        ids = self.engine.tables.lsn_ids.get((run, branch))
+        if ids is None or lsn < 0 or len(ids) < 32 * (lsn + 1):
+            return None
+        return bytes(ids[32 * lsn : 32 * lsn + 32])
+
+    def intent_records(self, run: str) -> list[tuple]:
+        """(branch, lsn, kind, body, id) of the run's intent and intent_committed records that are
+        on their branch's chain, from the chain index (committed records only)."""
+        out = []
+        for fact in list(self.engine.tables.intents.get(run, ())):
+            if self.indexed_record(run, fact[0], fact[1]) == fact[4]:
+                out.append(fact)
+        return out
 
     def list_refs(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
-        b = self._batch
-        if b is None:
-            yield from self.refs.list(prefix)
-            return
-        merged = dict(self.refs.list(prefix))
-        for name, (_, new, _) in b.refs.items():
-            if name.startswith(prefix):
-                if new is None:
-                    merged.pop(name, None)
-                else:
-                    merged[name] = new
-        yield from sorted(merged.items())
+        if prefix.startswith("run/") and prefix.count("/") >= 2:
+            run = prefix[4:].split("/", 1)[0]
+            items = self.run_refs(run)
+        else:
+            txn = self._txn.get()
+            if txn is None:
+                self.engine.refresh()
+            with _tables_lock(self.engine):
+                items = dict(self.engine.tables.refs)
+            if txn is not None:
+                for name, (_, new, _) in txn.moves.items():
+                    if new is None:
+                        items.pop(name, None)
+                    else:
+                        items[name] = new
+        yield from sorted((n, v) for n, v in items.items() if n.startswith(prefix))
 
-    # -- group commit --------------------------------------------------------
-    @contextmanager
-    def batch(self):
-        """Group commit: one pack, one fsync, then the ref moves; nested calls join the outer one."""
-        if self._batch is not None:
-            yield self._batch
-            return
-        b = self._batch = Batch()
-        try:
-            yield b
-        except BaseException:
-            self._batch = None
-            raise
-        self._batch = None
-        self.backend.put_many(b.objects)
-        for name, (old, new, reason) in b.refs.items():
-            if old != new:
-                self.refs.set_if_equals(name, old, new, reason)
+    def ref_log(self, name: str | None = None) -> Iterator[dict]:
+        """Every ref move in log order (of one ref, or all), read from the commit entries."""
+        for e in self.engine.entries():
+            for ref, old, new, reason in e.moves:
+                if name is None or ref == name:
+                    yield {"entry": e.n, "name": ref, "old": _show(old), "new": _show(new), "time": e.time, "reason": reason}
 
 
-class _LazyParts:
-    """Parts of a streamed blob for LocalBackend.put: header, then file chunks."""
-
-    def __init__(self, head, path, size, chunk):
-        self.head, self.path, self.size, self.chunk = head, path, size, chunk
-
-    def __iter__(self):
-        yield self.head
-        with open(self.path, "rb") as f:
-            yield from iter(lambda: f.read(self.chunk), b"")
-
-
-def _none(oid):
-    return None
-
-
-def _hex(v):
+def _show(v):
     if v is None:
-        return "(absent)"
+        return None
     return v.hex() if isinstance(v, bytes) else v
+
+
+def _tables_lock(engine):
+    return getattr(engine, "_mu", None) or getattr(engine, "_lock")
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

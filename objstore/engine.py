@@ -1,0 +1,718 @@
+"""The storage engine: one append-only log of commit entries per store (format 2).
+
+A *commit entry* carries everything one commit does: its objects and its ref
+moves ``(name, old, new, reason)``, its time, and a trailer holding its length
+and a BLAKE3 checksum over the entry's logical content (object ids, types,
+uncompressed lengths, ref moves, time, cut) plus the previous entry's checksum.
+The log is therefore a hash chain, and an entry is one ``write`` and one
+``fdatasync``: the only commit point. Nothing else is ever written on the
+commit path.
+
+Entries live in segment files ``log/<10 digits>.seg``; the highest-numbered one
+is active, the others are sealed and never change. Writers serialize on an
+exclusive ``flock`` of ``lock`` (across processes) plus an in-process lock
+(across threads); under it a writer catches up on entries others appended,
+cuts a torn tail (recording the cut in its own entry), checks expectations
+against the current refs, appends, syncs and releases.
+
+Readers never take the writer lock. A reader's view of the log is a position:
+every complete, checksummed entry up to it and nothing after. A last entry
+that is incomplete or fails its checksum is torn and invisible.
+
+The engine keeps, derived from the entries and nothing else: the ref table,
+the location of every object, and the chain index (per branch: LSN -> record
+id, and the intent records with their LSNs), which makes fork and rewind O(1).
+
+Two engines share one interface (``Engine``): ``LogEngine`` (files) and
+``MemoryEngine`` (tests, throwaway stores). docs/FORMAT.md is the reference.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator, NamedTuple
+
+import blake3
+import msgspec
+import zstandard
+
+from . import codec
+from .errors import (
+    Conflict,
+    CorruptLog,
+    IntegrityError,
+    LockTimeout,
+    ObjectNotFound,
+    StorageOSError,
+)
+
+SEG_MAGIC = b"OSSG\x02\x00\x00\x00"
+SEG_HEADER = struct.Struct("<8sQQ32s")  # magic, segment number, first entry number, previous checksum
+ENTRY_MAGIC = b"OSE2"
+ENTRY_HEAD = struct.Struct("<4sIQ")  # magic, meta length, data length
+ENTRY_TRAILER = struct.Struct("<Q32s")  # whole entry length, chain checksum
+MAX_META = 256 << 20
+MAX_ENTRY_DATA = 1 << 40
+ZERO = b"\x00" * 32
+SEAL_BYTES = 64 << 20  # a segment is sealed once it passes this size
+BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
+LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
+ZSTD_LEVEL = 3
+COMP_RAW, COMP_ZSTD = 0, 1
+SYMREF = "ref: "
+
+_enc = msgspec.msgpack.Encoder(order="sorted")
+_dec = msgspec.msgpack.Decoder()
+_zc = threading.local()
+
+
+def _compressor():
+    c = getattr(_zc, "c", None)
+    if c is None:
+        c = _zc.c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
+        _zc.d = zstandard.ZstdDecompressor()
+    return c
+
+
+def _decompressor():
+    _compressor()
+    return _zc.d
+
+
+class Position(NamedTuple):
+    """A log position: the number of entries it includes and the chain checksum after the last."""
+
+    entry: int
+    checksum: bytes
+
+
+class Loc(NamedTuple):
+    """Where an object is: entry number, segment, offset of its block's bytes, block kind, sizes, offset in block."""
+
+    entry: int
+    seg: int
+    block_off: int  # file offset of the stored block
+    comp: int
+    stored_len: int
+    block_raw: int
+    off: int  # offset of the object's canonical bytes inside the decompressed block
+    length: int  # canonical length
+    otype: str
+
+
+class Entry(NamedTuple):
+    """One decoded commit entry (meta only; blocks are read on demand)."""
+
+    n: int
+    time: float
+    moves: list  # [name, old, new, reason]
+    objs: list  # [id, type, raw length, block, offset]
+    blocks: list  # [comp, raw length, stored length]
+    cut: list | None  # [segment, offset, length, blake3 hex] of a torn tail this entry's writer removed
+    seg: int
+    offset: int  # file offset of the entry
+    data_off: int  # file offset of its first block
+    length: int
+    checksum: bytes
+
+
+def logical_checksum(prev: bytes, n: int, t: float, objs, moves, cut) -> bytes:
+    """The chain checksum: never over compressed bytes, so recompression keeps it."""
+    logical = _enc.encode([n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut])
+    return blake3.blake3(prev + logical).digest()
+
+
+def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut) -> tuple[bytes, bytes]:
+    """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]. Records and blob
+    bodies never share a block, so walking chains decompresses no body."""
+    objs, blocks, data = [], [], []
+    for group in (False, True):
+        cur, cur_len = [], 0
+        members = [o for o in objects if (o[1] == codec.BLOB) == group]
+
+        def flush():
+            nonlocal cur, cur_len
+            if not cur:
+                return
+            raw = b"".join(c for _, c in cur)
+            comp, stored = COMP_RAW, raw
+            if len(raw) >= 256:
+                z = _compressor().compress(raw)
+                if len(z) < len(raw) - 16:
+                    comp, stored = COMP_ZSTD, z
+            bi = len(blocks)
+            off = 0
+            for oid_t, c in cur:
+                objs.append([oid_t[0], oid_t[1], len(c), bi, off])
+                off += len(c)
+            blocks.append([comp, len(raw), len(stored)])
+            data.append(stored)
+            cur, cur_len = [], 0
+
+        for oid, otype, canon in members:
+            cur.append(((oid, otype), canon))
+            cur_len += len(canon)
+            if cur_len >= BLOCK_BYTES:
+                flush()
+        flush()
+    checksum = logical_checksum(prev, n, t, objs, moves, cut)
+    meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut})
+    body = b"".join(data)
+    length = ENTRY_HEAD.size + len(meta) + len(body) + ENTRY_TRAILER.size
+    return b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(body)), meta, body, ENTRY_TRAILER.pack(length, checksum))), checksum
+
+
+def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
+    """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
+    if end - pos < ENTRY_HEAD.size:
+        return "incomplete entry header"
+    magic, mlen, dlen = ENTRY_HEAD.unpack_from(buf, pos)
+    if magic != ENTRY_MAGIC:
+        return "bad entry magic"
+    if mlen > MAX_META or dlen > MAX_ENTRY_DATA:
+        return "impossible entry size"
+    length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+    if end - pos < length:
+        return f"incomplete entry ({end - pos} of {length} bytes)"
+    tlen, checksum = ENTRY_TRAILER.unpack_from(buf, pos + length - ENTRY_TRAILER.size)
+    if tlen != length:
+        return "trailer length disagrees"
+    try:
+        m = _dec.decode(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]))
+        n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
+    except (msgspec.DecodeError, KeyError, TypeError) as e:
+        return f"undecodable entry meta: {e}"
+    try:
+        if logical_checksum(prev, n, t, objs, moves, cut) != checksum:
+            return "checksum mismatch"
+    except (TypeError, IndexError, msgspec.EncodeError) as e:
+        return f"malformed entry meta: {e}"
+    if expect_n is not None and n != expect_n:
+        return f"entry number {n} where {expect_n} was expected"
+    if sum(b[2] for b in blocks) != dlen:
+        return "block sizes disagree with the entry length"
+    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum)
+
+
+# -- the derived tables ---------------------------------------------------------------
+
+
+class Tables:
+    """What the log says at a position: refs, object locations, the chain index.
+
+    Everything here is derived from entries (``apply``) and nothing else."""
+
+    def __init__(self):
+        self.pos = Position(0, ZERO)
+        self.refs: dict[str, Any] = {}
+        self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
+        self.locs: dict[bytes, Any] = {}
+        self.lsn_ids: dict[tuple, bytearray] = {}  # (run, branch) -> ids by LSN, 32 bytes each
+        self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, body, id)] of intent / intent_committed records
+        self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
+
+    def set_ref(self, name: str, value) -> None:
+        run = _run_of(name)
+        if value is None:
+            self.refs.pop(name, None)
+            if run is not None:
+                d = self.run_refs.get(run)
+                if d is not None:
+                    d.pop(name, None)
+                    if not d:
+                        del self.run_refs[run]
+        else:
+            self.refs[name] = value
+            if run is not None:
+                self.run_refs.setdefault(run, {})[name] = value
+
+    def index_record(self, oid: bytes, value: dict, entry: int) -> None:
+        """Chain index facts of one record, taken from the record itself."""
+        try:
+            run, branch, lsn, kind = value["run"], value["branch"], value["lsn"], value["kind"]
+        except (KeyError, TypeError):
+            return  # malformed: verify names it
+        if type(branch) is not int or type(lsn) is not int:
+            return
+        key = (run, branch)
+        ids = self.lsn_ids.get(key)
+        if ids is None:
+            ids = self.lsn_ids[key] = bytearray()
+        if len(ids) == 32 * lsn:  # only the chain's next LSN: anything else is not on the chain
+            ids += oid
+        if kind == "run_started" and lsn == 0 and branch == 0:
+            self.starts.setdefault(run, entry)
+        elif kind in ("intent", "intent_committed"):
+            self.intents.setdefault(run, []).append((branch, lsn, kind, value.get("body"), oid))
+
+
+def _run_of(name: str) -> str | None:
+    if name.startswith("run/"):
+        i = name.find("/", 4)
+        if i > 4:
+            return name[4:i]
+    return None
+
+
+class Txn:
+    """A commit in the making: objects and ref moves, applied together or not at all."""
+
+    def __init__(self, engine: "Engine"):
+        self.engine = engine
+        self.objects: dict[bytes, tuple[str, Any]] = {}  # id -> (type, canonical bytes or a LargeBlob)
+        self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
+        self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
+
+    def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
+        if oid not in self.objects and not self.engine.has(oid):
+            self.objects[oid] = (otype, canonical)
+            if value is not None:
+                self.decoded[oid] = value
+
+    def has(self, oid: bytes) -> bool:
+        return oid in self.objects or self.engine.has(oid)
+
+    def read_ref(self, name: str):
+        m = self.moves.get(name)
+        if m is not None:
+            return m[1]
+        return self.engine.tables.refs.get(name)
+
+    def set_ref(self, name: str, old, new, reason: str) -> None:
+        cur = self.read_ref(name)
+        if cur != old:
+            raise Conflict(name, _show(old), _show(cur))
+        m = self.moves.get(name)
+        if m is None:
+            self.moves[name] = [cur, new, reason]
+        else:
+            m[1], m[2] = new, reason
+
+    def expect(self, name: str, value) -> None:
+        """Raise Conflict unless ``name`` currently holds ``value``; writes nothing."""
+        cur = self.read_ref(name)
+        if cur != value:
+            raise Conflict(name, _show(value), _show(cur))
+
+    def ref_moves(self) -> list:
+        return [[n, o, v, r] for n, (o, v, r) in self.moves.items() if o != v]
+
+
+def _show(v) -> str:
+    if v is None:
+        return "(absent)"
+    return v.hex() if isinstance(v, bytes) else str(v)
+
+
+class Engine:
+    """The interface both engines implement; ``Store`` is written against it."""
+
+    tables: Tables
+
+    def refresh(self) -> Position:  # catch up on entries others appended (readers: no lock)
+        raise NotImplementedError
+
+    def position(self) -> Position:
+        return self.tables.pos
+
+    def has(self, oid: bytes) -> bool:
+        return oid in self.tables.locs
+
+    def read(self, oid: bytes) -> bytes:  # canonical bytes, hash-checked
+        raise NotImplementedError
+
+    def read_block_of(self, oid: bytes):  # [(id, canonical)] of the block holding oid, or None
+        return None
+
+    def loc_entry(self, oid: bytes) -> int | None:
+        loc = self.tables.locs.get(oid)
+        if loc is None:
+            return None
+        return loc.entry if isinstance(loc, Loc) else loc[0]
+
+    @contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        raise NotImplementedError
+
+    def entries(self) -> Iterator[Entry]:
+        raise NotImplementedError
+
+
+class MemoryEngine(Engine):
+    """The same tables over dicts: commits are atomic and in order, nothing is on disk."""
+
+    def __init__(self):
+        self.tables = Tables()
+        self._lock = threading.RLock()
+        self._entries: list[Entry] = []
+        self._objects: dict[bytes, bytes] = {}
+        self.root = None
+
+    def refresh(self) -> Position:
+        return self.tables.pos
+
+    def read(self, oid: bytes) -> bytes:
+        data = self._objects.get(oid)
+        if data is None:
+            raise ObjectNotFound(oid.hex())
+        return data
+
+    @contextmanager
+    def transaction(self, timeout=None):
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise LockTimeout("the store's writer lock", timeout)
+        try:
+            txn = Txn(self)
+            yield txn
+            moves = txn.ref_moves()
+            if txn.objects or moves:
+                t = self.tables
+                n = t.pos.entry + 1
+                objs = []
+                for oid, (otype, canon) in txn.objects.items():
+                    data = canon.read_all() if hasattr(canon, "read_all") else canon
+                    self._objects[oid] = data
+                    objs.append([oid, otype, len(data), 0, 0])
+                    t.locs[oid] = (n, otype, len(data))
+                    if otype == codec.RECORD:
+                        v = txn.decoded.get(oid) or codec.decode(data, oid, False)[1]
+                        t.index_record(oid, v, n)
+                now = time.time()
+                checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None)
+                for name, _, new, _ in moves:
+                    t.set_ref(name, new)
+                t.pos = Position(n, checksum)
+                self._entries.append(Entry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum))
+        finally:
+            self._lock.release()
+
+    def entries(self):
+        return iter(list(self._entries))
+
+
+# -- the log on disk ----------------------------------------------------------------------
+
+
+def seg_name(n: int) -> str:
+    return f"{n:010d}.seg"
+
+
+class LogEngine(Engine):
+    def __init__(self, root: str, policy):
+        self.root = root
+        self.dir = os.path.join(root, "log")
+        self.policy = policy
+        self.tables = Tables()
+        self._mu = threading.RLock()  # guards the tables and the tail position within this process
+        self._wlock = threading.Lock()  # writers of this process, one at a time
+        self._seg = 1  # segment the tail is in
+        self._off = SEG_HEADER.size  # end of the last complete entry in it
+        self._fds: dict[int, int] = {}
+        self._block_cache: tuple | None = None
+        self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
+        self.decoded_entries = 0  # entries whose meta was decoded: what 'counted, not timed' tests count
+        self.blob_block_reads = 0  # blob blocks read from files: what 'zero blob reads' tests count
+        self.refresh()
+
+    # -- files --------------------------------------------------------------------------
+    def seg_path(self, n: int) -> str:
+        return os.path.join(self.dir, seg_name(n))
+
+    def _fd(self, n: int) -> int:
+        fd = self._fds.get(n)
+        if fd is None:
+            try:
+                fd = os.open(self.seg_path(n), os.O_RDONLY)
+            except FileNotFoundError:
+                raise CorruptLog(self.seg_path(n), "segment missing") from None
+            self._fds[n] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    @staticmethod
+    def create(root: str, policy) -> None:
+        d = os.path.join(root, "log")
+        os.makedirs(d, exist_ok=True)
+        _write_segment_header(os.path.join(d, seg_name(1)), 1, 1, ZERO, policy)
+        open(os.path.join(root, "lock"), "ab").close()
+        policy.dir(d)
+
+    # -- reading the log ----------------------------------------------------------------
+    def refresh(self) -> Position:
+        """Take in every complete entry appended since our position (no lock: readers never lock)."""
+        with self._mu:
+            while True:
+                self._read_tail()
+                if not os.path.exists(self.seg_path(self._seg + 1)):
+                    return self.tables.pos
+                # The next segment exists, so this one is sealed: read its last entries, then move on.
+                self._read_tail()
+                if self.torn is not None:
+                    raise CorruptLog(self.seg_path(self._seg), f"bad entry at offset {self.torn[1]} in a sealed segment: {self.torn[3]}")
+                nxt = self._seg + 1
+                hdr = _read_segment_header(self._fd(nxt), self.seg_path(nxt))
+                if hdr[2] != self.tables.pos.entry + 1 or hdr[3] != self.tables.pos.checksum:
+                    raise CorruptLog(self.seg_path(nxt), "segment header does not continue the previous segment's chain")
+                self._seg, self._off = nxt, SEG_HEADER.size
+
+    def _read_tail(self) -> None:
+        fd = self._fd(self._seg)
+        size = os.fstat(fd).st_size
+        if self._off == SEG_HEADER.size and self._seg == 1 and self.tables.pos.entry == 0:
+            _read_segment_header(fd, self.seg_path(1))
+        if size <= self._off:
+            self.torn = None
+            return
+        buf = os.pread(fd, size - self._off, self._off)
+        pos = 0
+        t = self.tables
+        while pos < len(buf):
+            e = parse_entry(buf, pos, len(buf), t.pos.checksum, self._seg, t.pos.entry + 1)
+            if isinstance(e, str):
+                self.torn = (self._seg, self._off + pos, len(buf) - pos, e)
+                break
+            e = e._replace(offset=self._off + pos, data_off=self._off + e.data_off)
+            self._apply(e)
+            pos += e.length
+        else:
+            self.torn = None
+        self._off += pos
+
+    def _apply(self, e: Entry, decoded: dict | None = None) -> None:
+        """Fold one entry into the tables."""
+        self.decoded_entries += 1
+        t = self.tables
+        bstarts = []
+        off = e.data_off
+        for comp, raw, stored in e.blocks:
+            bstarts.append(off)
+            off += stored
+        records = []
+        for oid, otype, length, bi, boff in e.objs:
+            comp, raw, stored = e.blocks[bi]
+            t.locs[oid] = Loc(e.n, e.seg, bstarts[bi], comp, stored, raw, boff, length, otype)
+            if otype == codec.RECORD:
+                records.append(oid)
+        if records:
+            for oid in records:
+                v = decoded.get(oid) if decoded else None
+                if v is None:
+                    try:
+                        v = codec.decode(self._read_loc(oid, t.locs[oid]), oid, False)[1]
+                    except IntegrityError:
+                        continue  # damaged: verify reports it; the index skips it
+                t.index_record(oid, v, e.n)
+        for name, _old, new, _reason in e.moves:
+            t.set_ref(name, new)
+        t.pos = Position(e.n, e.checksum)
+
+    def entries(self, start_seg: int = 1) -> Iterator[Entry]:
+        """Every complete entry in log order (verify, ref log). Stops at a torn tail."""
+        prev, n, seg = ZERO, 1, 1
+        while os.path.exists(self.seg_path(seg)):
+            fd = self._fd(seg)
+            hdr = _read_segment_header(fd, self.seg_path(seg))
+            if hdr[2] != n or hdr[3] != prev:
+                raise CorruptLog(self.seg_path(seg), "segment header does not continue the previous segment's chain")
+            size = os.fstat(fd).st_size
+            off = SEG_HEADER.size
+            while off < size:
+                head = os.pread(fd, ENTRY_HEAD.size, off)
+                if len(head) < ENTRY_HEAD.size:
+                    return
+                _, mlen, dlen = ENTRY_HEAD.unpack(head) if head[:4] == ENTRY_MAGIC else (0, 0, 0)
+                if head[:4] != ENTRY_MAGIC or mlen > MAX_META:
+                    return
+                meta = os.pread(fd, ENTRY_HEAD.size + mlen, off)
+                trailer = os.pread(fd, ENTRY_TRAILER.size, off + ENTRY_HEAD.size + mlen + dlen)
+                e = _parse_split(meta, trailer, dlen, off, prev, seg, n)
+                if isinstance(e, str):
+                    return
+                yield e
+                prev, n = e.checksum, n + 1
+                off += e.length
+            seg += 1
+
+    # -- reading objects ----------------------------------------------------------------
+    def _read_block(self, loc: Loc) -> bytes:
+        c = self._block_cache
+        if c is not None and c[0] == (loc.seg, loc.block_off):
+            return c[1]
+        stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
+        if len(stored) != loc.stored_len:
+            raise IntegrityError("?", self.seg_path(loc.seg), f"block at offset {loc.block_off} truncated")
+        if loc.otype == codec.BLOB:
+            self.blob_block_reads += 1
+        if loc.comp == COMP_ZSTD:
+            try:
+                raw = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+            except zstandard.ZstdError as e:
+                raise IntegrityError("?", self.seg_path(loc.seg), f"zstd data corrupt: {e}") from None
+            if len(raw) != loc.block_raw:
+                raise IntegrityError("?", self.seg_path(loc.seg), "block decompresses to the wrong size")
+        else:
+            raw = stored
+        if loc.otype != codec.BLOB:
+            self._block_cache = ((loc.seg, loc.block_off), raw)
+        return raw
+
+    def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
+        try:
+            raw = self._read_block(loc)
+        except IntegrityError as e:
+            raise IntegrityError(oid.hex(), e.args[1], e.args[2]) from None
+        data = raw[loc.off : loc.off + loc.length]
+        if len(data) != loc.length or blake3.blake3(data).digest() != oid:
+            raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "hash mismatch (content does not match id)")
+        return data
+
+    def read(self, oid: bytes) -> bytes:
+        loc = self.tables.locs.get(oid)
+        if loc is None:
+            self.refresh()
+            loc = self.tables.locs.get(oid)
+            if loc is None:
+                raise ObjectNotFound(oid.hex())
+        return self._read_loc(oid, loc)
+
+    def where(self, oid: bytes) -> str:
+        loc = self.tables.locs.get(oid)
+        return self.seg_path(loc.seg) if loc else ""
+
+    def read_block_of(self, oid: bytes):
+        loc = self.tables.locs.get(oid)
+        if loc is None or loc.otype == codec.BLOB:
+            return None
+        raw = self._read_block(loc)
+        return raw, loc
+
+    # -- writing ------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
+            raise LockTimeout("the store's writer lock", timeout)
+        try:
+            lfd = self._os_lock(deadline, timeout)
+            try:
+                self.refresh()
+                txn = Txn(self)
+                yield txn
+                moves = txn.ref_moves()
+                if txn.objects or moves:
+                    self._commit(txn, moves)
+            finally:
+                os.close(lfd)  # releases the flock
+        finally:
+            self._wlock.release()
+
+    def _os_lock(self, deadline, timeout) -> int:
+        try:
+            lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StorageOSError("open the writer lock", e) from None
+        if deadline is None:
+            fcntl.flock(lfd, fcntl.LOCK_EX)
+            return lfd
+        while True:
+            try:
+                fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return lfd
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(lfd)
+                    raise LockTimeout("the store's writer lock", timeout) from None
+                time.sleep(0.002)
+
+    def _commit(self, txn: Txn, moves: list) -> None:
+        t = self.tables
+        cut = None
+        seg, off = self._seg, self._off
+        path = self.seg_path(seg)
+        try:
+            wfd = os.open(path, os.O_WRONLY)
+        except OSError as e:
+            raise StorageOSError("open the active segment", e) from None
+        try:
+            if self.torn is not None:
+                removed = os.pread(self._fd(seg), self.torn[2], self.torn[1])
+                cut = [seg, self.torn[1], len(removed), blake3.blake3(removed).hexdigest()]
+                os.ftruncate(wfd, off)
+                self.torn = None
+            objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
+            n = t.pos.entry + 1
+            entry, checksum = encode_entry(t.pos.checksum, n, time.time(), objects, moves, cut)
+            try:
+                written = os.pwrite(wfd, entry, off)
+                if written != len(entry):
+                    raise OSError(28, f"short write ({written} of {len(entry)} bytes)")
+                if self.policy.enabled:
+                    os.fdatasync(wfd)
+            except OSError as e:
+                try:
+                    os.ftruncate(wfd, off)  # leave no torn bytes behind if we can
+                except OSError:
+                    pass
+                raise StorageOSError("append a commit entry", e) from None
+        finally:
+            os.close(wfd)
+        with self._mu:
+            # Our own entry: apply it from what we hold, without reading it back.
+            e = parse_entry(entry, 0, len(entry), t.pos.checksum, seg, n)
+            e = e._replace(offset=off, data_off=off + (e.data_off))
+            self._apply(e, decoded=txn.decoded)
+            self._off = off + len(entry)
+        if self._off >= SEAL_BYTES:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Start the next segment; the current one is never appended to again."""
+        nxt = self._seg + 1
+        _write_segment_header(self.seg_path(nxt), nxt, self.tables.pos.entry + 1, self.tables.pos.checksum, self.policy)
+        self.policy.dir(self.dir)
+
+
+def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, seg: int, n: int) -> Entry | str:
+    """parse_entry over an entry whose blocks were not read (header+meta, then trailer)."""
+    if len(trailer) < ENTRY_TRAILER.size:
+        return "incomplete entry"
+    mlen = len(meta) - ENTRY_HEAD.size
+    length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+    tlen, checksum = ENTRY_TRAILER.unpack(trailer)
+    if tlen != length:
+        return "trailer length disagrees"
+    try:
+        m = _dec.decode(meta[ENTRY_HEAD.size :])
+        e_n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
+        if logical_checksum(prev, e_n, t, objs, moves, cut) != checksum:
+            return "checksum mismatch"
+    except (msgspec.DecodeError, KeyError, TypeError, IndexError, msgspec.EncodeError) as e:
+        return f"undecodable entry meta: {e}"
+    if e_n != n:
+        return f"entry number {e_n} where {n} was expected"
+    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum)
+
+
+def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, SEG_HEADER.pack(SEG_MAGIC, seg, first, prev))
+        policy.file(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_segment_header(fd: int, path: str) -> tuple:
+    raw = os.pread(fd, SEG_HEADER.size, 0)
+    if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
+        raise CorruptLog(path, "bad segment header")
+    return SEG_HEADER.unpack(raw)
