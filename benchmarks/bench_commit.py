@@ -387,7 +387,7 @@ def main(argv):
             nblob = sum(1 for b, _, _ in work if b is not None) + 1
             print(f"  bytes on disk after rep 1: objstore {size:,} B (allocated {alloc:,} B) for {canon:,} canonical B "
                   f"({nrec:,} records, avg {rec_canon / nrec:.0f} B canonical; {nblob:,} blobs) = {size / canon:.3f}x "
-                  f"canonical (allocated {alloc / canon:.3f}x); SQLite db+wal {sq:,} B = {sq / canon:.3f}x")
+                  f"canonical (allocated {alloc / canon:.3f}x); SQLite db+wal+shm {sq:,} B = {sq / canon:.3f}x")
             if g == 1000:
                 targets.append(("g=1000: bytes on disk <= 0.5x canonical", size / canon, 0.5, "le"))
                 print(f"  target bytes on disk <= 0.5x canonical: {verdict(size / canon <= 0.5)}")

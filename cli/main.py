@@ -121,34 +121,38 @@ def show(c, oid, as_json):
 @cli.command()
 @click.argument("prefix", required=False, default="")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--log", "with_log", is_flag=True, help="Also print each ref's log of moves.")
+@click.option("--log", "with_log", is_flag=True, help="Also print each ref's moves, read from the log's commit entries.")
 @pass_ctx
 def refs(c, prefix, as_json, with_log):
     """List refs (optionally under PREFIX) with their values."""
     store = c.log().store
-    rows = []
-    for name, value in store.refs.list(prefix):
-        row = {"name": name, "value": value.hex() if isinstance(value, bytes) else value}
-        if with_log:
-            row["log"] = store.refs.log(name)
-        rows.append(row)
+    rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in store.list_refs(prefix)]
+    if with_log:
+        moves: dict = {}
+        for m in store.ref_log():
+            if m["name"].startswith(prefix):
+                moves.setdefault(m["name"], []).append(m)
+        for row in rows:
+            row["log"] = moves.get(row["name"], [])
     if as_json:
         _echo_json(rows)
         return
     for row in rows:
         click.echo(f"{row['value']}  {row['name']}")
         for e in row.get("log", []):
-            click.echo(f"    {e.get('old')} -> {e.get('new')}  {e.get('reason')}")
+            click.echo(f"    entry {e['entry']}: {e['old']} -> {e['new']}  {e['reason']}")
 
 
 @cli.command("put-blob")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @pass_ctx
 def put_blob(c, path):
-    """Store a file (or - for stdin) as a blob and print its id."""
+    """Store a file (or - for stdin) as a blob and print its id.
+
+    The input is read once and the id is the hash of exactly the bytes stored."""
     store = c.log().store
     if path == "-":
-        oid = store.put_blob(sys.stdin.buffer.read())
+        oid = store.put_blob_stream(sys.stdin.buffer)
     else:
         oid = store.put_blob_file(path)
     click.echo(oid.hex())
@@ -157,14 +161,16 @@ def put_blob(c, path):
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Problems as a JSON list (no progress bar).")
 @click.option("--no-state", is_flag=True, help="Skip the state-cache-versus-re-fold check.")
+@click.option("--anchor", "anchor", metavar="TOKEN", help="Also prove the log still holds the history this anchor (from 'objstore anchor') names.")
 @pass_ctx
-def verify(c, as_json, no_state):
-    """Re-hash every object, check refs, chains, fork points and the state cache.
+def verify(c, as_json, no_state, anchor):
+    """Re-read the whole log: entries, checksums, objects, refs, chains, forks, the state cache.
 
     Prints one line per problem (code, object or ref, detail, path) and exits 1
-    if any were found, 0 if the store is clean.
+    if any were found, 0 if the store is clean. Torn tails left by a crash and
+    past cuts of them are printed as notes on stderr: they do not fail verify.
     """
-    from objstore.verify import verify as run_verify
+    from objstore.verify import verify_report
 
     log = c.log()
     progress = None
@@ -176,18 +182,49 @@ def verify(c, as_json, no_state):
         bar.start()
         progress = lambda n: bar.update(task, completed=n)  # noqa: E731
     try:
-        problems = run_verify(log, check_state=not no_state, progress=progress)
+        report = verify_report(log, check_state=not no_state, anchor=anchor, progress=progress)
     finally:
         if progress:
             bar.stop()
+    problems = report.problems
     if as_json:
         _echo_json([p.as_dict() for p in problems])
     else:
         for p in problems:
             click.echo(p.line())
-        if not problems:
-            click.echo("verify: ok", err=True)
+    for note in report.notes:
+        click.echo(f"note: {note.line()}", err=True)
+    if not problems and not as_json:
+        click.echo(f"verify: ok ({report.entries} entries, {report.objects} objects)", err=True)
     sys.exit(1 if problems else 0)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="version, entry, segment, offset, checksum and time as JSON.")
+@pass_ctx
+def anchor(c, as_json):
+    """Print an anchor of the log's current head; writes nothing.
+
+    Keep the token elsewhere; 'objstore verify --anchor TOKEN' later proves the
+    log still holds that exact history (no truncation, rollback or rewrite).
+    """
+    from objstore.verify import anchor_info
+
+    info = anchor_info(c.log().store)
+    if as_json:
+        _echo_json(info)
+    else:
+        click.echo(info["token"])
+
+
+@cli.command()
+@pass_ctx
+def upgrade(c):
+    """Convert a format-1 store in place to format 2, keeping the old one as PATH.format1."""
+    from objstore.upgrade import upgrade as run_upgrade
+
+    summary = run_upgrade(c.path or default_path())
+    click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
 # -- runs ----------------------------------------------------------------------------
@@ -308,15 +345,16 @@ def _print_fork(fr, as_json):
 @click.argument("run")
 @click.option("--to-lsn", type=int, required=True, help="Last LSN of the live branch to keep in the new branch's history.")
 @click.option("--reason", default="rewind", show_default=True)
+@click.option("--expect-branch", type=int, default=None, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
-def rewind(c, run, to_lsn, reason, as_json):
+def rewind(c, run, to_lsn, reason, expect_branch, as_json):
     """Rewind the live branch: fork it at --to-lsn; the new branch becomes live.
 
     Nothing is deleted: the old branch stays, byte-identical. Rewinding past a
     committed non-idempotent intent flags compensation on the fork and warns.
     """
-    _print_fork(c.log().rewind(run, to_lsn, reason=reason), as_json)
+    _print_fork(c.log().rewind(run, to_lsn, reason=reason, expect_live=expect_branch), as_json)
 
 
 @cli.command()

@@ -167,6 +167,21 @@ def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut)
     return b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(body)), meta, body, ENTRY_TRAILER.pack(length, checksum))), checksum
 
 
+def has_entry_after(buf, start: int) -> bool:
+    """Whether a plausible complete entry (magic, sizes, matching trailer length) starts at or after ``start``."""
+    i = start
+    while True:
+        i = buf.find(ENTRY_MAGIC, i) if isinstance(buf, bytes) else bytes(buf).find(ENTRY_MAGIC, i)
+        if i < 0 or len(buf) - i < ENTRY_HEAD.size:
+            return False
+        _, mlen, dlen = ENTRY_HEAD.unpack_from(buf, i)
+        length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+        if mlen <= MAX_META and length <= len(buf) - i:
+            if ENTRY_TRAILER.unpack_from(buf, i + length - ENTRY_TRAILER.size)[0] == length:
+                return True
+        i += 1
+
+
 def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
     """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
     if end - pos < ENTRY_HEAD.size:
@@ -209,6 +224,7 @@ class Tables:
 
     def __init__(self):
         self.pos = Position(0, ZERO)
+        self.last_time: float | None = None
         self.refs: dict[str, Any] = {}
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
         self.locs: dict[bytes, Any] = {}
@@ -267,6 +283,7 @@ class Txn:
         self.objects: dict[bytes, tuple[str, Any]] = {}  # id -> (type, canonical bytes or a LargeBlob)
         self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
+        self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
 
     def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
         if oid not in self.objects and not self.engine.has(oid):
@@ -322,6 +339,10 @@ class Engine:
 
     def has(self, oid: bytes) -> bool:
         return oid in self.tables.locs
+
+    def entry_time(self) -> float | None:
+        """Time of the newest entry (None for an empty log)."""
+        return self.tables.last_time
 
     def read(self, oid: bytes) -> bytes:  # canonical bytes, hash-checked
         raise NotImplementedError
@@ -382,17 +403,22 @@ class MemoryEngine(Engine):
                     if otype == codec.RECORD:
                         v = txn.decoded.get(oid) or codec.decode(data, oid, False)[1]
                         t.index_record(oid, v, n)
-                now = time.time()
+                now = time.time() if txn.when is None else float(txn.when)
                 checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None)
                 for name, _, new, _ in moves:
                     t.set_ref(name, new)
                 t.pos = Position(n, checksum)
+                t.last_time = now
                 self._entries.append(Entry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum))
         finally:
             self._lock.release()
 
     def entries(self):
         return iter(list(self._entries))
+
+    def scan(self, upto: int):
+        for e in self._entries[:upto]:
+            yield ScanEntry(e, [(o[0], o[1], self._objects[o[0]]) for o in e.objs], "")
 
 
 # -- the log on disk ----------------------------------------------------------------------
@@ -415,6 +441,7 @@ class LogEngine(Engine):
         self._fds: dict[int, int] = {}
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
+        self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
         self.decoded_entries = 0  # entries whose meta was decoded: what 'counted, not timed' tests count
         self.blob_block_reads = 0  # blob blocks read from files: what 'zero blob reads' tests count
         self.refresh()
@@ -478,7 +505,13 @@ class LogEngine(Engine):
         while pos < len(buf):
             e = parse_entry(buf, pos, len(buf), t.pos.checksum, self._seg, t.pos.entry + 1)
             if isinstance(e, str):
-                self.torn = (self._seg, self._off + pos, len(buf) - pos, e)
+                if has_entry_after(buf, pos + 1):
+                    # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
+                    # the log must never be cut away; readers stop here and writers refuse.
+                    self.torn = None
+                    self.damaged = (self._seg, self._off + pos, e)
+                else:
+                    self.torn = (self._seg, self._off + pos, len(buf) - pos, e)
                 break
             e = e._replace(offset=self._off + pos, data_off=self._off + e.data_off)
             self._apply(e)
@@ -514,6 +547,7 @@ class LogEngine(Engine):
         for name, _old, new, _reason in e.moves:
             t.set_ref(name, new)
         t.pos = Position(e.n, e.checksum)
+        t.last_time = e.time
 
     def entries(self, start_seg: int = 1) -> Iterator[Entry]:
         """Every complete entry in log order (verify, ref log). Stops at a torn tail."""
@@ -605,6 +639,10 @@ class LogEngine(Engine):
             lfd = self._os_lock(deadline, timeout)
             try:
                 self.refresh()
+                if self.damaged is not None:
+                    seg, off, why = self.damaged
+                    raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}) with entries after it; "
+                                     "refusing to write (run 'objstore verify')")
                 txn = Txn(self)
                 yield txn
                 moves = txn.ref_moves()
@@ -650,7 +688,7 @@ class LogEngine(Engine):
                 self.torn = None
             objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
             n = t.pos.entry + 1
-            entry, checksum = encode_entry(t.pos.checksum, n, time.time(), objects, moves, cut)
+            entry, checksum = encode_entry(t.pos.checksum, n, time.time() if txn.when is None else float(txn.when), objects, moves, cut)
             try:
                 written = os.pwrite(wfd, entry, off)
                 if written != len(entry):
@@ -673,6 +711,9 @@ class LogEngine(Engine):
             self._off = off + len(entry)
         if self._off >= SEAL_BYTES:
             self._seal()
+
+    def scan(self, upto: int):
+        return scan_log(self, upto)
 
     def _seal(self) -> None:
         """Start the next segment; the current one is never appended to again."""
@@ -716,3 +757,109 @@ def _read_segment_header(fd: int, path: str) -> tuple:
     if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
         raise CorruptLog(path, "bad segment header")
     return SEG_HEADER.unpack(raw)
+
+
+class ScanEntry(NamedTuple):
+    """One entry as verify sees it: the entry, its objects ``(id, type, canonical bytes or the
+    IntegrityError that stopped them)``, and the file it is in."""
+
+    entry: Entry
+    objects: list
+    where: str
+
+
+class ScanProblem(NamedTuple):
+    code: str
+    where: str
+    detail: str
+
+
+def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem]:
+    """Read entries 1..upto from the segment files, sequentially, independently of the engine's
+    tables: each entry's checksum chain, then each block decompressed and each object sliced out.
+
+    Yields ScanProblem (and stops) where the log itself is damaged."""
+    prev, n, seg = ZERO, 1, 1
+    dec = _decompressor()
+    while n <= upto:
+        path = engine.seg_path(seg)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            yield ScanProblem("missing-segment", path, f"segment {seg} is missing; the log ends at entry {n - 1} of {upto}")
+            return
+        try:
+            raw = os.pread(fd, SEG_HEADER.size, 0)
+            if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
+                yield ScanProblem("corrupt-segment", path, "bad segment header")
+                return
+            _, hseg, first, hprev = SEG_HEADER.unpack(raw)
+            if hseg != seg or first != n or hprev != prev:
+                yield ScanProblem("broken-log-chain", path, f"segment {seg} does not continue the log at entry {n} "
+                                  f"(its header says segment {hseg}, first entry {first})")
+                return
+            size = os.fstat(fd).st_size
+            off = SEG_HEADER.size
+            while off < size and n <= upto:
+                head = os.pread(fd, ENTRY_HEAD.size, off)
+                if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: bad entry header")
+                    return
+                _, mlen, dlen = ENTRY_HEAD.unpack(head)
+                length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+                if mlen > MAX_META or off + length > size:
+                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: truncated ({size - off} of {length} bytes)")
+                    return
+                buf = os.pread(fd, length, off)
+                e = parse_entry(buf, 0, len(buf), prev, seg, n)
+                if isinstance(e, str):
+                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: {e}")
+                    return
+                e = e._replace(offset=off, data_off=off + e.data_off)
+                yield ScanEntry(e, _entry_objects(buf, e, off, dec), path)
+                prev, n = e.checksum, n + 1
+                off += length
+            if n > upto:
+                return
+            if not os.path.exists(engine.seg_path(seg + 1)):
+                yield ScanProblem("missing-segment", engine.seg_path(seg + 1), f"the log ends at entry {n - 1} of {upto}")
+                return
+            if off != size:
+                yield ScanProblem("garbage-after-entry", path, f"{size - off} bytes after the last entry of sealed segment {seg}")
+            seg += 1
+        finally:
+            os.close(fd)
+
+
+def _entry_objects(buf: bytes, e: Entry, base: int, dec) -> list:
+    out = []
+    starts = []
+    pos = e.data_off - base
+    for comp, raw_len, stored_len in e.blocks:
+        starts.append(pos)
+        pos += stored_len
+    raws: dict[int, Any] = {}
+    for bi, (comp, raw_len, stored_len) in enumerate(e.blocks):
+        stored = buf[starts[bi] : starts[bi] + stored_len]
+        if comp == COMP_ZSTD:
+            try:
+                raw = dec.decompress(stored, max_output_size=raw_len)
+                if len(raw) != raw_len:
+                    raise zstandard.ZstdError("block decompresses to the wrong size")
+            except zstandard.ZstdError as err:
+                raws[bi] = f"zstd data corrupt: {err}"
+                continue
+        elif comp == COMP_RAW:
+            raw = stored
+        else:
+            raws[bi] = f"unknown block compression {comp}"
+            continue
+        raws[bi] = raw
+    for oid, otype, length, bi, off in e.objs:
+        raw = raws.get(bi)
+        if raw is None or isinstance(raw, str):
+            out.append((oid, otype, IntegrityError(oid.hex(), "", raw or "block missing")))
+            continue
+        data = raw[off : off + length]
+        out.append((oid, otype, data))
+    return out

@@ -255,3 +255,54 @@ def _declaration(decls: dict, forks: dict, branch: int, intent, before: int):
             return None
         branch, before = parent[0], parent[1] + 1
     return None
+
+
+_ID = (bytes,)
+
+
+def _field(value: dict, name: str, types: tuple, what: str):
+    if name not in value:
+        return f"missing field {name!r}"
+    v = value[name]
+    if type(v) not in types or (types == _ID and len(v) != 32):
+        return f"field {name!r} must be {what}, is {type(v).__name__}"
+    return None
+
+
+_RECORD_FIELDS = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("lsn", (int,), "an integer"),
+                  ("parent", (bytes, type(None)), "an id or nil"), ("kind", (str,), "a string"),
+                  ("time", (float, int, type(None)), "a number or nil"), ("body", (dict,), "a map"))
+_FORK_FIELDS = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("parent_branch", (int,), "an integer"),
+                ("parent_lsn", (int,), "an integer"), ("parent_record", _ID, "a 32-byte id"), ("parent_head", _ID, "a 32-byte id"),
+                ("reason", (str,), "a string"), ("compensation", (list,), "a list"), ("time", (float, int), "a number"))
+
+
+def schema_problem(otype: str, value: dict) -> str | None:
+    """What is wrong with a decoded structured object against its type's schema, or None.
+
+    The one place each stored type's shape is declared; verify checks every object with it."""
+    if otype == "record":
+        for name, types, what in _RECORD_FIELDS:
+            bad = _field(value, name, types, what)
+            if bad:
+                return bad
+        if value["parent"] is not None and len(value["parent"]) != 32:
+            return "field 'parent' must be a 32-byte id"
+        if value["branch"] < 0 or value["lsn"] < 0:
+            return "branch and lsn must not be negative"
+        try:
+            check_body(value["kind"], value["body"])
+        except InvalidRecord as e:
+            return f"body: {e.args[0]}"
+    elif otype == "fork":
+        for name, types, what in _FORK_FIELDS:
+            bad = _field(value, name, types, what)
+            if bad:
+                return bad
+        for c in value["compensation"]:
+            if type(c) is not dict or type(c.get("intent")) is not str or type(c.get("committed_record")) is not bytes:
+                return "compensation entries must be maps with intent and committed_record"
+    else:
+        if type(value.get("run", "")) is not str:
+            return "field 'run' must be a string"
+    return None

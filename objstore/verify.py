@@ -1,46 +1,51 @@
-"""Verify (fsck): find every corruption and name the object and the path.
+"""Verify (fsck): prove the store by re-reading the log, and name what is wrong and where.
 
-Checks, in order:
+Verify reads one snapshot — the log position at its start — and nothing after
+it, so it is consistent while others write. It reads every segment once,
+sequentially, independently of the engine's in-memory tables, and checks:
 
-1. every stored object (loose and packed) re-hashed and parsed strictly:
-   hash mismatch, truncation, garbage after the object, bad header, unknown
-   type, non-canonical payload, damaged pack or index, stray files;
-2. every id an object names exists and has the right type (missing objects,
-   wrong types);
-3. every ref: parseable, names an existing object (dangling refs), symbolic
-   refs name existing refs, and the ref log agrees with the ref;
-4. every run's chains: heads belong to their run and branch, parents chain
-   with LSNs contiguous down to 0, each branch ends at ``run_started`` (branch
-   0) or at its fork object, and each fork object agrees with its parent
-   branch (parent record really is that branch's record at that LSN, and an
-   ancestor of the recorded parent head);
-5. the state cache: a branch row that claims to reflect the current head must
-   equal a cold re-fold (a row that is merely behind is a cache miss, not an
-   error).
+1. the log: segment headers continue the chain, every entry parses and its
+   checksum chains to the previous one (flipped bytes, truncation, garbage,
+   missing or replaced segments);
+2. every object: re-hashed against its id, header parsed, structured payloads
+   decoded strictly (canonical re-encoding) and checked against their schema
+   (``malformed-object``);
+3. every ref move: its old value is what the ref held;
+4. every run's chains, in log order: a branch's records arrive with
+   contiguous LSNs, each naming the previous as parent; branch 0 starts with
+   ``run_started``, every other branch at its fork object; each fork object
+   agrees with its parent branch (parent record at the parent LSN, parent head
+   on that branch) and its compensation flags equal
+   ``records.compensation_for`` over the records;
+5. the final refs name existing objects of the right type; each run's live
+   ref names one of its branches; branch heads are the chains' last records;
+6. the state cache: a branch row that claims the head verify sees must
+   equal a cold re-fold (rows behind are cache misses; rows beyond the
+   snapshot are ignored);
+7. with ``anchor``: the log still holds the anchored history as a prefix.
 
-``verify`` returns a list of ``Problem``; the CLI prints one line each and
-exits 1 if there are any.
+Torn tails and past cuts are *notes*: a crash verifies clean.
 """
 
 from __future__ import annotations
 
-import struct
 from typing import Callable, NamedTuple
 
 import blake3
-import msgspec
 
 from . import codec
 from . import records as R
-from .errors import CorruptPack, IntegrityError, ObjstoreError, UnknownObjectType
+from .engine import ScanProblem, ZERO
+from .errors import IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
-from .objects import check_hash
 from .state import refold_branch
+
+ANCHOR_PREFIX = "objstore-anchor:1:"
 
 
 class Problem(NamedTuple):
     code: str
-    subject: str  # object id (hex), ref name, or pack path
+    subject: str  # object id (hex), ref name, run, or segment path
     where: str  # file path, or "" if none
     detail: str
 
@@ -52,279 +57,335 @@ class Problem(NamedTuple):
         return self._asdict()
 
 
-def _problem(e: IntegrityError, subject: str, where: str) -> Problem:
-    """The one mapping from a typed integrity error to a verify line."""
-    if isinstance(e, CorruptPack):
-        return Problem("corrupt-pack", e.args[0], e.args[0], e.args[1])
-    if isinstance(e, UnknownObjectType):
-        return Problem("unknown-type", subject, where, f"unknown object type {e.args[2]!r}")
-    return Problem("corrupt-object", e.args[0] if subject == "?" else subject, where, e.args[2])
-
-
-def _scan_problem(item) -> Problem:
-    return _problem(item.error, item.oid.hex() if item.oid else "?", item.where)
+class Report(NamedTuple):
+    problems: list
+    notes: list  # Problem-shaped notes (torn tail, past cuts): not failures
+    entries: int  # entries verified (the snapshot)
+    objects: int
+    checksum: bytes
 
 
 _EXPECT = {"parent": (codec.RECORD, codec.FORK), "prompt": (codec.BLOB,), "output": (codec.BLOB,), "content": (codec.BLOB,),
            "parent_record": (codec.RECORD,), "parent_head": (codec.RECORD, codec.FORK)}
-
-
-def verify(log, *, check_state: bool = True, progress: Callable[[int], None] | None = None) -> list[Problem]:
-    with no_gc():  # millions of small decoded objects stay alive until the end
-        return _verify(log, check_state, progress)
-
-
 _hash = blake3.blake3
-_dec = msgspec.msgpack.Decoder()
-_enc = msgspec.msgpack.Encoder(order="sorted")
 
 
-def _check_batch(batch, types, where, damaged, problems) -> list:
-    """Hash and header checks of one batch; returns its structured objects (id, type, payload)."""
-    structured = []
-    w = batch.where
-    for oid, data in batch.items:
-        try:
-            if _hash(data).digest() != oid:
-                check_hash(oid, data, w)  # raises the most precise error
-            otype, off = codec.parse_header(data, oid, w)
-        except IntegrityError as e:
-            problems.append(_problem(e, oid.hex(), w))
-            damaged.add(oid)
-            continue
-        types[oid] = otype
-        where[oid] = w
-        if otype != codec.BLOB:
-            structured.append((oid, otype, data[off:]))
-    return structured
+def verify(log, *, check_state: bool = True, anchor: str | None = None, progress: Callable[[int], None] | None = None) -> list[Problem]:
+    """The problems found (empty: the store is sound)."""
+    return verify_report(log, check_state=check_state, anchor=anchor, progress=progress).problems
 
 
-def _decode_batch(w, structured, payloads, types, damaged, problems) -> None:
-    """Decode and canonical-check many payloads with one decode and one encode call.
+def verify_report(log, *, check_state: bool = True, anchor: str | None = None, progress: Callable[[int], None] | None = None) -> Report:
+    want = parse_anchor(anchor) if anchor is not None else None
+    with no_gc():
+        return _Verifier(log, progress).run(check_state, want)
 
-    The payloads are framed as one MessagePack array; if it decodes, every value
-    is a map, and each value re-encodes to exactly its own payload, then every
-    payload is one canonical map. Otherwise fall back to one object at a time
-    to name the culprits."""
-    parts = [p for _, _, p in structured]
+
+def parse_anchor(token: str) -> tuple[int, bytes]:
+    """(entry number, checksum) of an anchor token; raises InvalidInput."""
+    if not isinstance(token, str) or not token.startswith(ANCHOR_PREFIX):
+        raise InvalidInput(f"not an anchor token (expected {ANCHOR_PREFIX}<entry>:<64 hex>): {token!r:.80}")
+    rest = token[len(ANCHOR_PREFIX):].strip().split(":")
+    if len(rest) != 2 or not rest[0].isdigit() or len(rest[1]) != 64:
+        raise InvalidInput(f"malformed anchor token: {token!r:.120}")
     try:
-        values = _dec.decode(b"\xdd" + struct.pack(">I", len(parts)) + b"".join(parts))
-        ok = len(values) == len(parts) and all(type(v) is dict for v in values) and [_enc.encode(v) for v in values] == parts
-    except (msgspec.DecodeError, TypeError, msgspec.EncodeError):
-        ok = False
-    if ok:
-        for (oid, otype, _), v in zip(structured, values):
-            payloads[oid] = (otype, v)
-        return
-    for oid, otype, p in structured:
+        return int(rest[0]), bytes.fromhex(rest[1])
+    except ValueError:
+        raise InvalidInput(f"malformed anchor token: {token!r:.120}") from None
+
+
+def anchor_token(entry: int, checksum: bytes) -> str:
+    return f"{ANCHOR_PREFIX}{entry}:{checksum.hex()}"
+
+
+def anchor_info(store) -> dict:
+    """The anchor of the log's current head (an empty store has the genesis anchor, entry 0)."""
+    engine = store.engine
+    pos = engine.refresh()
+    seg = getattr(engine, "_seg", None)
+    off = getattr(engine, "_off", None)
+    return {"token": anchor_token(pos.entry, pos.checksum), "version": 1, "entry": pos.entry, "segment": seg, "offset": off,
+            "checksum": pos.checksum.hex(), "time": engine.entry_time()}
+
+
+class _Verifier:
+    def __init__(self, log, progress):
+        self.log = log
+        self.store = log.store
+        self.engine = log.store.engine
+        self.progress = progress
+        self.problems: list[Problem] = []
+        self.notes: list[Problem] = []
+        self.types: dict[bytes, str] = {}  # every good object's type
+        self.where: dict[bytes, str] = {}
+        self.damaged: set[bytes] = set()
+        self.refs: dict = {}
+        self.last: dict[tuple, tuple] = {}  # (run, branch) -> (id, lsn) of the chain's newest record
+        self.ids: dict[tuple, bytearray] = {}  # (run, branch) -> record ids by LSN
+        self.forks: dict[tuple, tuple[bytes, dict, str]] = {}  # (run, branch) -> (fork id, payload, where)
+        self.facts: dict[str, list] = {}  # run -> intent facts
+        self.later_refs: list = []  # (referrer type, referrer id, field, id) checked once every object is known
+        self.entry_sums: dict[int, bytes] = {}
+
+    def add(self, code, subject, where, detail):
+        self.problems.append(Problem(code, subject, where, detail))
+
+    def run(self, check_state: bool, want) -> Report:
+        engine = self.engine
+        pos = engine.refresh()
+        upto = pos.entry
+        checksum = ZERO
+        n_objects = 0
+        count = 0
+        for item in engine.scan(upto):
+            if isinstance(item, ScanProblem):
+                self.add(item.code, item.where, "", item.detail)
+                break
+            e = item.entry
+            count = e.n
+            checksum = e.checksum
+            if want is not None and e.n == want[0]:
+                self.entry_sums[e.n] = e.checksum
+            if e.cut:
+                seg, off, length, digest = e.cut
+                self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
+                                          f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
+            for oid, otype, data in item.objects:
+                n_objects += 1
+                self._object(oid, otype, data, item.where)
+            self._moves(e, item.where)
+            if self.progress:
+                self.progress(n_objects)
+        if count < upto and not self.problems:
+            self.add("truncated-log", "log", "", f"the log ends at entry {count}, the snapshot holds {upto}")
+        torn = getattr(engine, "torn", None)
+        if torn is not None:
+            seg, off, length, why = torn
+            self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
+                                      f"({why}); invisible to readers, cut by the next commit"))
+        damaged = getattr(engine, "damaged", None)
+        if damaged is not None:
+            seg, off, why = damaged
+            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry at offset {off}: {why}; complete entries follow it")
+        self._references()
+        self._refs()
+        self._chains_end()
+        if want is not None:
+            self._anchor(want, count)
+        if check_state and not self.problems:
+            self.problems.extend(check_state_cache(self.log))
+        return Report(self.problems, self.notes, count, n_objects, checksum)
+
+    # -- objects ----------------------------------------------------------------------
+    def _object(self, oid: bytes, otype: str, data, where: str) -> None:
+        h = oid.hex()
+        if isinstance(data, IntegrityError):
+            self.add("corrupt-object", h, where, data.args[2])
+            self.damaged.add(oid)
+            return
+        if _hash(data).digest() != oid:
+            self.add("corrupt-object", h, where, "hash mismatch (content does not match id)")
+            self.damaged.add(oid)
+            return
         try:
-            _, v = codec.decode(codec.header(otype, len(p)) + p, oid)
-            payloads[oid] = (otype, v)
+            t, value = codec.decode(data, oid, strict=True)
+        except UnknownObjectType as e:
+            self.add("unknown-type", h, where, f"unknown object type {e.args[2]!r}")
+            self.damaged.add(oid)
+            return
         except IntegrityError as e:
-            problems.append(_problem(e, oid.hex(), w))
-            types.pop(oid, None)
-            damaged.add(oid)
-
-
-def _verify(log, check_state, progress) -> list[Problem]:
-    store = log.store
-    problems: list[Problem] = []
-    types: dict[bytes, str] = {}
-    payloads: dict[bytes, tuple] = {}  # structured objects: (type, value), for the reference and chain checks
-    where: dict[bytes, str] = {}
-    damaged: set[bytes] = set()
-    n = 0
-    for batch in store.backend.scan_batches():
-        for item in batch.errors:
-            problems.append(_scan_problem(item))
-            if item.oid is not None:
-                damaged.add(item.oid)
-        n += len(batch.items)
-        structured = _check_batch(batch, types, where, damaged, problems)
-        if structured:
-            _decode_batch(batch.where, structured, payloads, types, damaged, problems)
-        if progress:
-            progress(n)
-    # 2. references between objects
-    blob_fields = R.BLOB_FIELDS
-    for oid, (otype, value) in payloads.items():
-        if otype == codec.RECORD:  # the common case, inlined
-            refs = [("parent", value["parent"])] if value.get("parent") is not None else []
-            body = value.get("body")
-            if type(body) is dict:
-                refs += [(f, body[f]) for f in blob_fields if type(body.get(f)) is bytes]
+            self.add("corrupt-object", h, where, e.args[2])
+            self.damaged.add(oid)
+            return
+        if t != otype:
+            self.add("corrupt-entry", h, where, f"entry says {otype}, object is a {t}")
+        self.types[oid] = t
+        self.where[oid] = where
+        if t == codec.BLOB:
+            return
+        bad = R.schema_problem(t, value)
+        if bad is not None:
+            self.add("malformed-object", h, where, bad)
+            self.damaged.add(oid)
+            return
+        if t == codec.RECORD:
+            self._record(oid, value, where)
+        elif t == codec.FORK:
+            key = (value["run"], value["branch"])
+            if key in self.forks or key in self.last:
+                self.add("broken-chain", h, where, f"a second root for run {key[0]} branch {key[1]}")
+            else:
+                self.forks[key] = (oid, value, where)
+            for f in ("parent_record", "parent_head"):
+                self.later_refs.append((t, oid, f, value[f]))
         else:
-            refs = R.object_refs(otype, value)
-        for field, ref in refs:
-            t = types.get(ref)
+            for f, ref in R.object_refs(t, value):
+                self.later_refs.append((t, oid, f, ref))
+
+    def _record(self, oid: bytes, p: dict, where: str) -> None:
+        run, branch, lsn, parent = p["run"], p["branch"], p["lsn"], p["parent"]
+        key = (run, branch)
+        h = oid.hex()
+        body = p["body"]
+        for f in R.BLOB_FIELDS:
+            if type(body.get(f)) is bytes:
+                self.later_refs.append((codec.RECORD, oid, f, body[f]))
+        last = self.last.get(key)
+        if last is None:
+            if lsn != 0:
+                self.add("lsn-gap", h, where, f"run {run} branch {branch} starts at LSN {lsn}, not 0")
+                return
+            if branch == 0:
+                if parent is not None or p["kind"] != R.RUN_STARTED:
+                    self.add("broken-chain", h, where, "branch 0 must start with a run_started record with no parent")
+                    return
+            else:
+                fk = self.forks.get(key)
+                if fk is None or parent != fk[0]:
+                    self.add("broken-chain", h, where, f"LSN 0 of branch {branch} does not name its fork object as parent")
+                    return
+        else:
+            if parent != last[0]:
+                if lsn == last[1] + 1:
+                    self.add("broken-chain", h, where, f"parent is not the previous record of run {run} branch {branch} (LSN {last[1]})")
+                else:
+                    self.add("lsn-gap", h, where, f"LSN {lsn} where {last[1] + 1} was expected (run {run} branch {branch})")
+                return
+            if lsn != last[1] + 1:
+                self.add("lsn-gap", h, where, f"LSN {lsn} where {last[1] + 1} was expected (run {run} branch {branch})")
+                return
+        self.last[key] = (oid, lsn)
+        self.ids.setdefault(key, bytearray()).extend(oid)
+        if p["kind"] in (R.INTENT, R.INTENT_COMMITTED):
+            self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
+
+    def _moves(self, e, where: str) -> None:
+        for name, old, new, reason in e.moves:
+            cur = self.refs.get(name)
+            if cur != old:
+                self.add("ref-log-mismatch", name, where, f"entry {e.n} moves it from {_show(old)}, but it held {_show(cur)}")
+            if new is None:
+                self.refs.pop(name, None)
+            else:
+                self.refs[name] = new
+            if isinstance(new, bytes) and new not in self.types and new not in self.damaged:
+                self.add("dangling-ref", name, where, f"entry {e.n} points it at {new.hex()}, not stored in or before that entry")
+
+    # -- after the scan -------------------------------------------------------------------
+    def _references(self) -> None:
+        for otype, oid, field, ref in self.later_refs:
+            t = self.types.get(ref)
             if t is None:
-                if ref in damaged:
-                    continue  # its damage is already reported, with its path
-                problems.append(Problem("missing-object", ref.hex(), "", f"referenced by {otype} {oid.hex()} ({field}) but not stored"))
+                if ref in self.damaged:
+                    continue
+                self.add("missing-object", ref.hex(), "", f"referenced by {otype} {oid.hex()} ({field}) but not stored")
             elif field in _EXPECT and t not in _EXPECT[field]:
-                problems.append(Problem("wrong-type", ref.hex(), where.get(ref, ""), f"{field} of {otype} {oid.hex()} should be a {' or '.join(_EXPECT[field])}, is a {t}"))
+                self.add("wrong-type", ref.hex(), self.where.get(ref, ""), f"{field} of {otype} {oid.hex()} should be a {' or '.join(_EXPECT[field])}, is a {t}")
 
-    # 3. refs and ref logs
-    ref_values = {}
-    try:
-        for name, value in store.refs.list(""):
-            ref_values[name] = value
-    except IntegrityError as e:
-        problems.append(Problem("corrupt-ref", e.args[0], e.args[1], e.args[2]))
-    for name, value in ref_values.items():
-        if isinstance(value, str):
-            target = value[len("ref: "):]
-            if target not in ref_values:
-                problems.append(Problem("dangling-ref", name, _refpath(store, name), f"symbolic ref to missing ref {target}"))
-        elif value in damaged:
-            problems.append(Problem("damaged-ref", name, _refpath(store, name), f"points to damaged object {value.hex()}"))
-        elif value not in types:
-            problems.append(Problem("dangling-ref", name, _refpath(store, name), f"points to missing object {value.hex()}"))
-        entries = store.refs.log(name)
-        if entries:
-            last = entries[-1]
-            cur = value.hex() if isinstance(value, bytes) else value
-            if "corrupt" in last or (cur != last.get("new") and cur != last.get("old")):
-                problems.append(Problem("reflog-mismatch", name, _logpath(store, name), "ref value disagrees with the last ref log entry"))
-            if any("corrupt" in e for e in entries):
-                problems.append(Problem("reflog-corrupt", name, _logpath(store, name), "unparseable ref log line"))
+    def _refs(self) -> None:
+        refs = self.refs
+        runs: dict[str, dict] = {}
+        for name, value in refs.items():
+            if isinstance(value, str):
+                if not value.startswith("ref: ") or value[5:] not in refs:
+                    self.add("dangling-ref", name, "", f"symbolic ref to missing ref {value[5:] if value.startswith('ref: ') else value!r}")
+            elif value in self.damaged:
+                self.add("damaged-ref", name, self.where.get(value, ""), f"points to damaged object {value.hex()}")
+            elif value not in self.types:
+                self.add("dangling-ref", name, "", f"points to missing object {value.hex()}")
+            parts = name.split("/")
+            if len(parts) >= 3 and parts[0] == "run":
+                runs.setdefault(parts[1], {})[name] = value
+        for run, rr in sorted(runs.items()):
+            self._run_refs(run, rr)
 
-    # 4. chains
-    for run in _runs(ref_values):
-        problems.extend(_check_run(log, run, ref_values, payloads))
+    def _run_refs(self, run: str, rr: dict) -> None:
+        prefix = f"run/{run}/"
+        if prefix + "branch/0" not in rr:
+            self.add("broken-run", run, "", "run has refs but no branch 0")
+        live = rr.get(prefix + "live")
+        if live is not None and not (isinstance(live, str) and live.startswith("ref: " + prefix + "branch/") and live[5:] in rr):
+            self.add("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}")
+        for name, value in rr.items():
+            rest = name[len(prefix):]
+            want = {"journal": codec.JOURNAL, "segments": codec.SEGMENT}.get(rest)
+            if rest.startswith("grant/"):
+                want = codec.GRANT
+            if want is not None and isinstance(value, bytes) and value in self.types:
+                if self.types[value] != want:
+                    self.add("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {self.types[value]}")
+            if rest.startswith("branch/") and rest[7:].isdigit() and isinstance(value, bytes) and value in self.types:
+                b = int(rest[7:])
+                key = (run, b)
+                last = self.last.get(key)
+                fk = self.forks.get(key)
+                expect = last[0] if last else (fk[0] if fk else None)
+                if value != expect:
+                    self.add("broken-chain", name, "", f"head {value.hex()} is not the newest record of run {run} branch {b}")
 
-    # 5. state cache
-    if check_state and not problems:
-        problems.extend(check_state_cache(log))
-    return problems
+    def _chains_end(self) -> None:
+        for (run, b), (fid, fk, where) in sorted(self.forks.items()):
+            subject = fid.hex()
+            ref = f"run/{run}/branch/{b}"
+            pb, pl = fk["parent_branch"], fk["parent_lsn"]
+            ids = self.ids.get((run, pb))
+            if b == 0:
+                self.add("bad-fork", subject, ref, "branch 0 cannot start at a fork object")
+                continue
+            if ids is None:
+                self.add("bad-fork", subject, ref, f"parent branch {pb} does not exist")
+                continue
+            at = bytes(ids[32 * pl : 32 * pl + 32]) if 0 <= pl < len(ids) // 32 else None
+            if at != fk["parent_record"]:
+                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is not that branch's record at that LSN")
+                continue
+            head = fk["parent_head"]
+            try:
+                hl = bytes(ids).index(head) if len(head) == 32 else -1
+            except ValueError:
+                hl = -1
+            if hl < 0 or hl % 32 or hl // 32 < pl:
+                self.add("bad-fork", subject, ref, f"parent record (branch {pb} LSN {pl}) is not an ancestor of the recorded parent head")
+                continue
+            forks = {bb: (f[1]["parent_branch"], f[1]["parent_lsn"]) for (r, bb), f in self.forks.items() if r == run}
+            want = R.compensation_for(self.facts.get(run, []), forks, pb, pl, hl // 32)
+            if codec.canonical_json(want) != codec.canonical_json(fk["compensation"]):
+                self.add("bad-fork", subject, ref, f"compensation flags disagree with the committed non-idempotent intents of branch {pb} "
+                         f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
+
+    def _anchor(self, want, count: int) -> None:
+        n, checksum = want
+        token = anchor_token(n, checksum)
+        if n == 0:
+            if checksum != ZERO:
+                self.add("anchor-mismatch", token, "", "the genesis anchor has an all-zero checksum")
+            return
+        if n > count:
+            self.add("anchor-missing", token, "", f"log ends at entry {count}")
+        elif self.entry_sums.get(n) != checksum:
+            self.add("anchor-mismatch", token, "", f"entry {n} has checksum {self.entry_sums.get(n, b'').hex()}: the history before it was rewritten or rolled back")
 
 
-def _refpath(store, name):
-    return store.refs.path(name) if hasattr(store.refs, "path") else ""
-
-
-def _logpath(store, name):
-    return store.refs.log_path(name) if hasattr(store.refs, "log_path") else ""
-
-
-def _runs(ref_values) -> list[str]:
-    runs = set()
-    for name in ref_values:
-        parts = name.split("/")
-        if len(parts) >= 3 and parts[0] == "run":
-            runs.add(parts[1])
-    return sorted(runs)
-
-
-def problems_for_ref(out, run, name, value, want, payloads) -> None:
-    """A run's journal, segments and grant refs must name objects of their type and run."""
-    if not isinstance(value, bytes) or value not in payloads:
-        return  # absent, or missing/damaged: reported with the refs
-    otype, p = payloads[value]
-    if otype != want or p.get("run") != run:
-        out.append(Problem("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {otype} of run {p.get('run')}"))
-
-
-def _check_run(log, run, ref_values, payloads) -> list[Problem]:
-    out = []
-    prefix = f"run/{run}/branch/"
-    heads = {int(k[len(prefix):]): v for k, v in ref_values.items() if k.startswith(prefix) and k[len(prefix):].isdigit()}
-    live = ref_values.get(f"run/{run}/live")  # absent: branch 0 is live
-    if 0 not in heads and any(k.startswith(f"run/{run}/") for k in ref_values):
-        out.append(Problem("broken-run", run, "", "run has refs but no branch 0"))
-    if live is not None and not (isinstance(live, str) and live[len("ref: "):] in ref_values):
-        out.append(Problem("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}"))
-    for suffix, want in (("journal", codec.JOURNAL), ("segments", codec.SEGMENT)):
-        problems_for_ref(out, run, f"run/{run}/{suffix}", ref_values.get(f"run/{run}/{suffix}"), want, payloads)
-    for name, value in ref_values.items():
-        if name.startswith(f"run/{run}/grant/"):
-            problems_for_ref(out, run, name, value, codec.GRANT, payloads)
-    chains: dict[int, dict[int, bytes]] = {}  # branch -> lsn -> id
-    forks: dict[int, tuple[bytes, dict]] = {}
-    for b, head in sorted(heads.items()):
-        ref = prefix + str(b)
-        lsns: dict[int, bytes] = {}
-        oid, expect = head, None
-        while True:
-            got = payloads.get(oid)
-            if got is None:
-                break  # missing or corrupt object: already reported
-            otype, p = got
-            if otype == codec.FORK:
-                if p.get("run") != run or p.get("branch") != b:
-                    out.append(Problem("broken-chain", oid.hex(), ref, f"fork object belongs to run {p.get('run')} branch {p.get('branch')}, not {run} branch {b}"))
-                elif b == 0:
-                    out.append(Problem("broken-chain", oid.hex(), ref, "branch 0 cannot start at a fork object"))
-                elif expect not in (None, -1):
-                    out.append(Problem("lsn-gap", oid.hex(), ref, f"branch {b} reaches its fork object at LSN {expect + 1}, not 0"))
-                forks[b] = (oid, p)
-                break
-            if otype != codec.RECORD:
-                out.append(Problem("broken-chain", oid.hex(), ref, f"chain reaches a {otype} object"))
-                break
-            if p["run"] != run or p["branch"] != b:
-                out.append(Problem("broken-chain", oid.hex(), ref, f"record of run {p['run']} branch {p['branch']} on the chain of run {run} branch {b}"))
-                break
-            if expect is not None and p["lsn"] != expect:
-                out.append(Problem("lsn-gap", oid.hex(), ref, f"LSN {p['lsn']} where {expect} was expected (branch {b})"))
-                break
-            lsns[p["lsn"]] = oid
-            expect = p["lsn"] - 1
-            if p["parent"] is None:
-                if p["lsn"] != 0:
-                    out.append(Problem("broken-chain", oid.hex(), ref, f"chain ends at LSN {p['lsn']}, not 0"))
-                elif b == 0 and p["kind"] != R.RUN_STARTED:
-                    out.append(Problem("broken-chain", oid.hex(), ref, "branch 0 does not start with run_started"))
-                elif b != 0:
-                    out.append(Problem("broken-chain", oid.hex(), ref, f"branch {b} has no fork object at its root"))
-                break
-            oid = p["parent"]
-        chains[b] = lsns
-    for b, (fid, fk) in forks.items():
-        pb, pl = fk["parent_branch"], fk["parent_lsn"]
-        subject = fid.hex()
-        if pb not in chains:
-            out.append(Problem("bad-fork", subject, f"run/{run}/branch/{b}", f"parent branch {pb} does not exist"))
-            continue
-        rec = payloads.get(fk["parent_record"])
-        if rec is None:
-            continue  # missing, reported above
-        otype, p = rec
-        if otype != codec.RECORD or p["run"] != run or p["branch"] != pb or p["lsn"] != pl:
-            got = f"{p.get('run')} branch {p.get('branch')} LSN {p.get('lsn')}" if otype == codec.RECORD else otype
-            out.append(Problem("bad-fork", subject, f"run/{run}/branch/{b}", f"fork says parent branch {pb} LSN {pl}, but its parent record is {got}"))
-            continue
-        # parent_record must be an ancestor of the recorded parent head on the parent branch
-        oid = fk["parent_head"]
-        ok = False
-        while oid is not None:
-            got = payloads.get(oid)
-            if got is None or got[0] != codec.RECORD or got[1]["branch"] != pb:
-                break
-            if oid == fk["parent_record"]:
-                ok = True
-                break
-            if got[1]["lsn"] < pl:
-                break
-            oid = got[1]["parent"]
-        if not ok:
-            out.append(Problem("bad-fork", subject, f"run/{run}/branch/{b}", f"parent record (branch {pb} LSN {pl}) is not an ancestor of the recorded parent head"))
-    return out
+def _show(v) -> str:
+    if v is None:
+        return "(absent)"
+    return v.hex() if isinstance(v, bytes) else str(v)
 
 
 def check_state_cache(log, runs: list[str] | None = None) -> list[Problem]:
-    """Cached branches that claim the current head must serialize like a cold re-fold."""
+    """Cached branches that claim the head verify sees must serialize like a cold re-fold."""
     out = []
     if not log.state.exists():
         return out  # no cache: nothing can disagree with the log
     for run in runs if runs is not None else log.runs():
         try:
             view = log.view(run)
+            cached = log.state.cached(run)
         except ObjstoreError:
             continue
-        for b, (head, tip, state) in log.state.cached(run).items():
+        for b, (head, tip, state) in cached.items():
             if view.heads.get(b) != head:
-                continue  # behind: a cache miss, refreshed on the next query
+                continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
             cold = _cold(log, view, b)
             if codec.canonical_json(cold[0]) != codec.canonical_json(state):
                 out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state differs from the cold re-fold"))
