@@ -126,6 +126,7 @@ class _Verifier:
         self.facts: dict[str, list] = {}  # run -> intent facts
         self.later_refs: list = []  # (referrer type, referrer id, field, id) checked once every object is known
         self.entry_sums: dict[int, bytes] = {}
+        self.rejected: set[bytes] = set()  # records already reported as off their chain
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
@@ -234,15 +235,18 @@ class _Verifier:
         if last is None:
             if lsn != 0:
                 self.add("lsn-gap", h, where, f"run {run} branch {branch} starts at LSN {lsn}, not 0")
+                self.rejected.add(oid)
                 return
             if branch == 0:
                 if parent is not None or p["kind"] != R.RUN_STARTED:
                     self.add("broken-chain", h, where, "branch 0 must start with a run_started record with no parent")
+                    self.rejected.add(oid)
                     return
             else:
                 fk = self.forks.get(key)
                 if fk is None or parent != fk[0]:
                     self.add("broken-chain", h, where, f"LSN 0 of branch {branch} does not name its fork object as parent")
+                    self.rejected.add(oid)
                     return
         else:
             if parent != last[0]:
@@ -250,9 +254,11 @@ class _Verifier:
                     self.add("broken-chain", h, where, f"parent is not the previous record of run {run} branch {branch} (LSN {last[1]})")
                 else:
                     self.add("lsn-gap", h, where, f"LSN {lsn} where {last[1] + 1} was expected (run {run} branch {branch})")
+                self.rejected.add(oid)
                 return
             if lsn != last[1] + 1:
                 self.add("lsn-gap", h, where, f"LSN {lsn} where {last[1] + 1} was expected (run {run} branch {branch})")
+                self.rejected.add(oid)
                 return
         self.last[key] = (oid, lsn)
         self.ids.setdefault(key, bytearray()).extend(oid)
@@ -320,7 +326,7 @@ class _Verifier:
                 last = self.last.get(key)
                 fk = self.forks.get(key)
                 expect = last[0] if last else (fk[0] if fk else None)
-                if value != expect:
+                if value != expect and value not in self.rejected:
                     self.add("broken-chain", name, "", f"head {value.hex()} is not the newest record of run {run} branch {b}")
 
     def _chains_end(self) -> None:
@@ -337,7 +343,7 @@ class _Verifier:
                 continue
             at = bytes(ids[32 * pl : 32 * pl + 32]) if 0 <= pl < len(ids) // 32 else None
             if at != fk["parent_record"]:
-                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is not that branch's record at that LSN")
+                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
                 continue
             head = fk["parent_head"]
             try:
@@ -352,6 +358,16 @@ class _Verifier:
             if codec.canonical_json(want) != codec.canonical_json(fk["compensation"]):
                 self.add("bad-fork", subject, ref, f"compensation flags disagree with the committed non-idempotent intents of branch {pb} "
                          f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
+
+    def _describe(self, oid: bytes) -> str:
+        t = self.types.get(oid)
+        if t != codec.RECORD:
+            return t or "missing"
+        try:
+            p = self.store.get(oid)[1]
+        except ObjstoreError:
+            return "unreadable"
+        return f"{p.get('run')} branch {p.get('branch')} LSN {p.get('lsn')}"
 
     def _anchor(self, want, count: int) -> None:
         n, checksum = want

@@ -28,3 +28,70 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None):
     cmd += list(args)
     p = subprocess.run(cmd, input=input, capture_output=True, cwd=cwd, env=env, timeout=120)
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def raw_objects(store):
+    """(id, type, canonical bytes) of every object, read from the segment files in log order
+    (the lowest layer: entries re-read and blocks decompressed, not the engine's tables)."""
+    engine = store.engine
+    out = []
+    for item in engine.scan(engine.refresh().entry):
+        assert not hasattr(item, "code"), f"log damaged: {item}"
+        out.extend(item.objects)
+    return out
+
+
+def assert_prefix_kept(before, after):
+    """Every file of ``before`` is still there, and each is a byte prefix of its later self
+    (segments are append-only)."""
+    for path, data in before.items():
+        assert path in after, f"{path} was deleted"
+        assert after[path][: len(data)] == data, f"{path} was rewritten"
+
+
+class FileReadSpy:
+    """Records every ``os.pread``/``os.read`` of a segment file (the lowest layer every read path
+    goes through) and says which of them touched a block holding blob bodies."""
+
+    def __init__(self, store):
+        self.store = store
+        self.reads = []  # (path, offset, length)
+        self.blob_ranges = []  # (path, start, end) of blocks whose objects are blobs
+        for item in store.engine.scan(store.engine.refresh().entry):
+            e = item.entry
+            off = e.data_off
+            kinds = {}
+            for _oid, otype, _len, bi, _o in e.objs:
+                kinds.setdefault(bi, set()).add(otype)
+            for bi, (_comp, _raw, stored) in enumerate(e.blocks):
+                if "blob" in kinds.get(bi, ()):
+                    self.blob_ranges.append((item.where, off, off + stored))
+                off += stored
+
+    def __enter__(self):
+        self._pread, self._read = os.pread, os.read
+
+        def path_of(fd):
+            try:
+                return os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                return "?"
+
+        def pread(fd, n, off):
+            self.reads.append((path_of(fd), off, n))
+            return self._pread(fd, n, off)
+
+        def read(fd, n):
+            p = path_of(fd)
+            if p.endswith(".seg"):
+                self.reads.append((p, os.lseek(fd, 0, os.SEEK_CUR), n))
+            return self._read(fd, n)
+
+        os.pread, os.read = pread, read
+        return self
+
+    def __exit__(self, *exc):
+        os.pread, os.read = self._pread, self._read
+
+    def blob_reads(self):
+        return [(p, o, n) for p, o, n in self.reads for bp, s, e in self.blob_ranges if p == bp and o < e and o + n > s]

@@ -10,14 +10,14 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from objstore import RunLog, Store, codec
+from objstore import RunLog, Store, codec, engine
 from objstore.demo import StubModel, run_step, six_step_run
 from objstore.errors import RetainedBranch
 from objstore.export import build_entry, export
 from objstore.fold import fold
 from objstore.verify import assert_refold_identical, verify
 
-from helpers import snapshot_tree
+from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
 
 
 def raw_chain(store, head):
@@ -25,7 +25,7 @@ def raw_chain(store, head):
     out = []
     oid = head
     while oid is not None:
-        data = store.backend.get(oid)
+        data = store.engine.read(oid)
         out.append((oid, data))
         otype, value = codec.decode(data, oid)
         if otype == codec.FORK:
@@ -37,10 +37,10 @@ def raw_chain(store, head):
 def all_records(store):
     """Every record object stored, by scanning the backend (not by walking chains)."""
     recs = []
-    for item in store.backend.scan():
-        t, v = codec.decode(item.canonical, item.oid)
+    for oid, otype, data in raw_objects(store):
+        t, v = codec.decode(data, oid)
         if t == codec.RECORD:
-            recs.append((item.oid, v))
+            recs.append((oid, v))
     return recs
 
 
@@ -55,7 +55,7 @@ def rewound(tmp_path):
         run_step(log, run, model, "A", step, f"task {step}", max_attempts=1)
     b0_head = log.view(run).heads[0]
     snapshot = raw_chain(log.store, b0_head)
-    files_before = {k: v for k, v in snapshot_tree(root).items() if k.startswith(("objects", "packs"))}
+    files_before = {k: v for k, v in snapshot_tree(root).items() if k.startswith("log")}
     # Step 2: rewind to step 3 (LSN 3), run a different path on branch 1.
     fr = log.rewind(run, 3, reason="step 6 failed")
     for step in (4, 5):
@@ -65,17 +65,15 @@ def rewound(tmp_path):
 
 def test_step3_branch0_byte_identical_raw(rewound):
     log, run, fr, b0_head, snapshot, files_before, root = rewound
-    assert log.store.refs.read(f"run/{run}/branch/0") == b0_head, "branch 0 ref unchanged"
+    assert log.store.read_ref(f"run/{run}/branch/0") == b0_head, "branch 0 ref unchanged"
     assert raw_chain(log.store, b0_head) == snapshot, "every record of branch 0 byte-identical"
     assert [codec.decode(d, i)[1]["lsn"] for i, d in snapshot] == [6, 5, 4, 3, 2, 1, 0], "nothing truncated"
-    files_after = snapshot_tree(root)
-    for path, data in files_before.items():
-        assert files_after.get(path) == data, f"{path} was rewritten or deleted"
+    assert_prefix_kept(files_before, snapshot_tree(root))
 
 
 def test_step4_lsns_from_zero_and_fork_point_is_data(rewound):
     log, run, fr, *_ = rewound
-    head1 = log.store.refs.read(f"run/{run}/branch/1")
+    head1 = log.store.read_ref(f"run/{run}/branch/1")
     chain = raw_chain(log.store, head1)
     fork_id, fork_raw = chain[-1]
     otype, fk = codec.decode(fork_raw, fork_id)
@@ -83,7 +81,7 @@ def test_step4_lsns_from_zero_and_fork_point_is_data(rewound):
     assert (fk["parent_branch"], fk["parent_lsn"]) == (0, 3)
     assert fk["branch"] == 1 and fk["run"] == run
     # parent_record is the record at LSN 3 of branch 0, as stored, not inferred.
-    t, prec = codec.decode(log.store.backend.get(fk["parent_record"]), fk["parent_record"])
+    t, prec = codec.decode(log.store.engine.read(fk["parent_record"]), fk["parent_record"])
     assert (t, prec["branch"], prec["lsn"]) == ("record", 0, 3)
     lsns = [codec.decode(d, i)[1]["lsn"] for i, d in reversed(chain[:-1])]
     assert lsns == [0, 1], "branch 1 starts at LSN 0 and is contiguous"
@@ -132,7 +130,7 @@ def test_step8_compensation_flag_and_rewind_proceeds(tmp_path):
     res = six_step_run(log, run="comp")
     fr = res["fork"]
     # Raw fork object carries the flag.
-    t, fk = codec.decode(log.store.backend.get(fr.fork_id), fr.fork_id)
+    t, fk = codec.decode(log.store.engine.read(fr.fork_id), fr.fork_id)
     assert t == "fork"
     assert [(c["intent"], c["effect"], c["committed_lsn"]) for c in fk["compensation"]] == [("refund-1234", "issue_refund", 5)]
     assert fr.compensation_required
@@ -220,7 +218,8 @@ def test_verify_catches_lsn_gap_and_foreign_record(rewound):
     gap = {"run": run, "branch": 1, "lsn": 5, "parent": head, "kind": "intent_committed", "time": 0.0, "body": {"intent": "x"}}
     gid = log.store.put("record", gap)
     log.store.set_ref(f"run/{run}/branch/1", head, gid, "forged gap")
-    assert [p.line() for p in verify(log)] == [f"lsn-gap {head.hex()}: LSN 1 where 4 was expected (branch 1) [run/{run}/branch/1]"]
+    seg = log.store.engine.seg_path(1)
+    assert [p.line() for p in verify(log)] == [f"lsn-gap {gid.hex()}: LSN 5 where 2 was expected (run {run} branch 1) [{seg}]"]
 
 
 def test_verify_catches_state_cache_that_lies(rewound):
@@ -241,7 +240,7 @@ def test_verify_catches_state_cache_that_lies(rewound):
 
 
 def test_fork_is_constant_work_in_branch_length(tmp_path):
-    """Fork reads the LSN index, never the parent chain: count object reads."""
+    """Fork reads the log's chain index, never the parent chain: count file reads, entries and objects decoded."""
     log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
     counts = {}
     for n in (10, 1000):
@@ -249,15 +248,10 @@ def test_fork_is_constant_work_in_branch_length(tmp_path):
         with log.store.batch():
             for i in range(n):
                 log.record_attempt(run, step=i, attempt=0, state="succeeded")
-        log.state.refresh(log, log.view(run))
-        reads = []
-        orig = log.store.backend.get
-        log.store.backend.get = lambda oid: (reads.append(oid), orig(oid))[1]
-        try:
+        with FileReadSpy(log.store) as spy:
+            before, dec0 = dict(engine.STATS), codec.STATS["objects_decoded"]
             log.fork(run, 0, n // 2)
-        finally:
-            log.store.backend.get = orig
-        counts[n] = len(reads)
+        counts[n] = (len(spy.reads), {k: engine.STATS[k] - before[k] for k in before}, codec.STATS["objects_decoded"] - dec0)
     assert counts[10] == counts[1000], counts
 
 
@@ -316,7 +310,7 @@ def test_start_interrupted_between_its_two_ref_writes_is_a_valid_run(tmp_path):
     verifies clean and a run that reads (branch 0 live) and cannot be started twice."""
     log = RunLog(Store.init(str(tmp_path / "s")))
     run = log.start_run("half")
-    log.store.refs.set_if_equals(f"run/{run}/live", f"ref: run/{run}/branch/0", None, "simulate the crash window")
+    log.store.set_ref(f"run/{run}/live", f"ref: run/{run}/branch/0", None, "simulate a format-1 crash window")
     assert verify(log) == []
     assert log.runs() == ["half"] and log.view(run).live == 0
     log.record_attempt(run, step=1, attempt=0, state="succeeded")
