@@ -128,7 +128,7 @@ def logical_checksum(prev: bytes, n: int, t: float, objs, moves, cut) -> bytes:
     return blake3.blake3(prev + logical).digest()
 
 
-def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut) -> tuple[bytes, bytes]:
+def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, bytes]:
     """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]. Records and blob
     bodies never share a block, so walking chains decompresses no body."""
     objs, blocks, data = [], [], []
@@ -142,7 +142,7 @@ def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut)
                 return
             raw = b"".join(c for _, c in cur)
             comp, stored = COMP_RAW, raw
-            if len(raw) >= 256:
+            if compress and len(raw) >= 256:
                 z = _compressor().compress(raw)
                 if len(z) < len(raw) - 16:
                     comp, stored = COMP_ZSTD, z
@@ -745,6 +745,10 @@ def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, 
     if e_n != n:
         return f"entry number {e_n} where {n} was expected"
     return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum)
+
+
+def segment_header(seg: int, first: int, prev: bytes) -> bytes:
+    return SEG_HEADER.pack(SEG_MAGIC, seg, first, prev)
 
 
 def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy) -> None:

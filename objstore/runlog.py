@@ -374,7 +374,7 @@ class RunLog:
     def compensation(self, view: View, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
         """Non-idempotent intents committed by ``branch``'s own records in (after_lsn, upto_lsn]:
         a pure function of the records (``records.compensation_for``), never of a cache."""
-        facts = self.store.intent_records(view.run)
+        facts = self.store.intent_records(view.run) + self.store.pending_intent_records(view.run)
         forks = {}
         for b in view.heads:
             fk = self.fork_object(view, b) if b != 0 else None

@@ -363,6 +363,17 @@ class Store:
                 out.append(fact)
         return out
 
+    def pending_intent_records(self, run: str) -> list[tuple]:
+        """intent_records' facts of records written by the open batch (not committed, so not indexed)."""
+        txn = self._txn.get()
+        if txn is None:
+            return []
+        out = []
+        for oid, v in txn.decoded.items():
+            if txn.objects[oid][0] == codec.RECORD and v.get("run") == run and v.get("kind") in ("intent", "intent_committed"):
+                out.append((v["branch"], v["lsn"], v["kind"], v["body"], oid))
+        return out
+
     def list_refs(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
         if prefix.startswith("run/") and prefix.count("/") >= 2:
             run = prefix[4:].split("/", 1)[0]

@@ -127,39 +127,31 @@ def test_parse_id():
             codec.parse_id(bad)
 
 
-def test_golden_pack_and_loose_files_still_read(tmp_path):
-    """The stored formats (pack blocks/index/trailer, loose header) are pinned too: a file written by
-    format version 1 must read, and writing the same objects must give the same bytes."""
-    import io
+def test_golden_segments_pin_the_log_format(tmp_path):
+    """The stored format is pinned too: the uncompressed golden segment is written again and must be
+    byte-identical; the zstd one (whose bytes depend on the zstd version) must decode to the same
+    objects, refs and entry checksums; both open and verify as format-2 stores."""
     import shutil
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(GOLDEN)))
-    from make_golden import pack_items
+    sys.path.insert(0, os.path.dirname(GOLDEN))
+    from make_golden import golden_segment
 
-    from objstore.objects import LOOSE_MAGIC, PackFile, write_pack
     from objstore.store import Store
 
     fixtures = os.path.dirname(GOLDEN)
-    golden = open(os.path.join(fixtures, "golden.pack"), "rb").read()
-    buf = io.BytesIO()
-    write_pack(buf, pack_items())
-    assert buf.getvalue() == golden, "pack layout changed: a format change must be deliberate and versioned"
-    # An old store holding that pack and a loose object reads and verifies.
-    s = Store.init(str(tmp_path / "s"))
-    shutil.copy(os.path.join(fixtures, "golden.pack"), os.path.join(s.root, "packs", "pack-golden.pack"))
-    loose = open(os.path.join(fixtures, "golden.loose"), "rb").read()
-    assert loose[:5] == LOOSE_MAGIC + b"\x00"
-    oid = codec.object_id(loose[5:])
-    p = s.backend.loose_path(oid)
-    os.makedirs(os.path.dirname(p))
-    open(p, "wb").write(loose)
-    s = Store.open(s.root)
-    assert s.get_blob(oid) == b"hello, objstore\n"
-    for item_id, data in pack_items():
-        assert s.get_raw(item_id) == data
-    assert PackFile(os.path.join(s.root, "packs", "pack-golden.pack")).verify_checksum()
-    from objstore import RunLog
-    from objstore.verify import verify
-
-    assert verify(RunLog(s)) == []
+    raw = open(os.path.join(fixtures, "golden2-raw.seg"), "rb").read()
+    assert golden_segment(False) == raw, "log layout changed: a format change must be deliberate and versioned"
+    seen = []
+    for name in ("golden2-raw.seg", "golden2-zstd.seg"):
+        root = str(tmp_path / name)
+        Store.init(root)
+        shutil.copy(os.path.join(fixtures, name), os.path.join(root, "log", "0000000001.seg"))
+        s = Store.open(root)
+        items = list(s.engine.scan(s.engine.refresh().entry))
+        assert [type(i).__name__ for i in items] == ["ScanEntry", "ScanEntry"], items
+        assert all(codec.object_id(data) == oid for i in items for oid, _, data in i.objects)
+        objs = {oid: s.get_raw(oid) for oid in s.engine.tables.locs}
+        seen.append((objs, dict(s.list_refs()), s.engine.position()))
+    assert seen[0] == seen[1]
+    assert {codec.object_id(codec.encode(t, from_json(v["value"]))) for v in load_golden() for t in [v["type"]]} <= set(seen[0][0])

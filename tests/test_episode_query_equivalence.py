@@ -4,6 +4,8 @@ import json
 import os
 
 import pytest
+
+from helpers import FileReadSpy
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from objstore import RunLog, Store, codec
@@ -15,33 +17,31 @@ ATTEMPT_FIELDS = ["attempt", "context", "output", "prompt", "state", "step", "to
 
 
 class BlobReadCounter:
-    """Instrument BlobStore::get — both the API call and raw backend reads of blob ids."""
+    """Instrument BlobStore::get — the API call, and every read of a segment file that touches a
+    block holding blob bodies (the lowest layer: os.pread/os.read of the log's files)."""
 
     def __init__(self, log):
         self.log = log
         self.api_calls = 0
-        self.blob_reads = 0
-        self.blob_ids = set()
+        self.blob_ids = set()  # kept for callers; the file-level check covers every blob
         self._get_blob = log.store.get_blob
-        self._backend_get = log.store.backend.get
+
+    @property
+    def blob_reads(self):
+        return len(self.spy.blob_reads())
 
     def __enter__(self):
         def get_blob(oid):
             self.api_calls += 1
             return self._get_blob(oid)
 
-        def backend_get(oid):
-            if oid in self.blob_ids:
-                self.blob_reads += 1
-            return self._backend_get(oid)
-
         self.log.store.get_blob = get_blob
-        self.log.store.backend.get = backend_get
+        self.spy = FileReadSpy(self.log.store).__enter__()
         return self
 
     def __exit__(self, *exc):
+        self.spy.__exit__(*exc)
         self.log.store.get_blob = self._get_blob
-        self.log.store.backend.get = self._backend_get
 
 
 @pytest.fixture
