@@ -129,43 +129,54 @@ def logical_checksum(prev: bytes, n: int, t: float, objs, moves, cut) -> bytes:
 
 
 def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, bytes]:
-    """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]. Records and blob
-    bodies never share a block, so walking chains decompresses no body."""
+    """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]."""
+    data, entry = build_entry(prev, n, t, objects, moves, cut, compress)
+    return data, entry.checksum
+
+
+def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, Entry]:
+    """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
+
+    Records and blob bodies never share a block, so walking chains decompresses no body."""
     objs, blocks, data = [], [], []
-    for group in (False, True):
-        cur, cur_len = [], 0
-        members = [o for o in objects if (o[1] == codec.BLOB) == group]
-
-        def flush():
-            nonlocal cur, cur_len
-            if not cur:
-                return
-            raw = b"".join(c for _, c in cur)
-            comp, stored = COMP_RAW, raw
-            if compress and len(raw) >= 256:
-                z = _compressor().compress(raw)
-                if len(z) < len(raw) - 16:
-                    comp, stored = COMP_ZSTD, z
-            bi = len(blocks)
-            off = 0
-            for oid_t, c in cur:
-                objs.append([oid_t[0], oid_t[1], len(c), bi, off])
-                off += len(c)
-            blocks.append([comp, len(raw), len(stored)])
-            data.append(stored)
-            cur, cur_len = [], 0
-
-        for oid, otype, canon in members:
-            cur.append(((oid, otype), canon))
+    for blobs in (False, True):
+        cur: list = []
+        cur_len = 0
+        for oid, otype, canon in objects:
+            if (otype == codec.BLOB) != blobs:
+                continue
+            cur.append((oid, otype, canon))
             cur_len += len(canon)
             if cur_len >= BLOCK_BYTES:
-                flush()
-        flush()
+                _block(cur, objs, blocks, data, compress)
+                cur, cur_len = [], 0
+        if cur:
+            _block(cur, objs, blocks, data, compress)
     checksum = logical_checksum(prev, n, t, objs, moves, cut)
     meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut})
     body = b"".join(data)
     length = ENTRY_HEAD.size + len(meta) + len(body) + ENTRY_TRAILER.size
-    return b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(body)), meta, body, ENTRY_TRAILER.pack(length, checksum))), checksum
+    raw = b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(body)), meta, body, ENTRY_TRAILER.pack(length, checksum)))
+    return raw, Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum)
+
+
+MIN_COMPRESS = 512  # smaller blocks are stored raw: zstd saves little there and costs a commit's worth of CPU
+
+
+def _block(members: list, objs: list, blocks: list, data: list, compress: bool) -> None:
+    raw = b"".join(c for _, _, c in members) if len(members) > 1 else members[0][2]
+    comp, stored = COMP_RAW, raw
+    if compress and len(raw) >= MIN_COMPRESS:
+        z = _compressor().compress(raw)
+        if len(z) < len(raw) - 16:
+            comp, stored = COMP_ZSTD, z
+    bi = len(blocks)
+    off = 0
+    for oid, otype, c in members:
+        objs.append([oid, otype, len(c), bi, off])
+        off += len(c)
+    blocks.append([comp, len(raw), len(stored)])
+    data.append(stored)
 
 
 def has_entry_after(buf, start: int) -> bool:
@@ -441,6 +452,9 @@ class LogEngine(Engine):
         self._seg = 1  # segment the tail is in
         self._off = SEG_HEADER.size  # end of the last complete entry in it
         self._fds: dict[int, int] = {}
+        self._lfd: int | None = None  # the writer lock's descriptor, opened on first write
+        self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
+        self._paths: dict[int, str] = {}
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
@@ -450,7 +464,10 @@ class LogEngine(Engine):
 
     # -- files --------------------------------------------------------------------------
     def seg_path(self, n: int) -> str:
-        return os.path.join(self.dir, seg_name(n))
+        p = self._paths.get(n)
+        if p is None:
+            p = self._paths[n] = os.path.join(self.dir, seg_name(n))
+        return p
 
     def _fd(self, n: int) -> int:
         fd = self._fds.get(n)
@@ -466,6 +483,10 @@ class LogEngine(Engine):
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        for fd in (self._lfd, self._wfd[1] if self._wfd else None):
+            if fd is not None:
+                os.close(fd)
+        self._lfd = self._wfd = None
 
     @staticmethod
     def create(root: str, policy) -> None:
@@ -639,7 +660,7 @@ class LogEngine(Engine):
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
-            lfd = self._os_lock(deadline, timeout)
+            self._os_lock(deadline, timeout)
             try:
                 self.refresh()
                 if self.damaged is not None:
@@ -652,66 +673,75 @@ class LogEngine(Engine):
                 if txn.objects or moves:
                     self._commit(txn, moves)
             finally:
-                os.close(lfd)  # releases the flock
+                fcntl.flock(self._lfd, fcntl.LOCK_UN)
         finally:
             self._wlock.release()
 
-    def _os_lock(self, deadline, timeout) -> int:
-        try:
-            lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise StorageOSError("open the writer lock", e) from None
+    def _os_lock(self, deadline, timeout) -> None:
+        # One lock file descriptor per engine, kept open: flock excludes other open file
+        # descriptions (other processes, other Store objects); threads wait on _wlock first.
+        if self._lfd is None:
+            try:
+                self._lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StorageOSError("open the writer lock", e) from None
+        lfd = self._lfd
         if deadline is None:
             fcntl.flock(lfd, fcntl.LOCK_EX)
-            return lfd
+            return
         while True:
             try:
                 fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return lfd
+                return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    os.close(lfd)
                     raise LockTimeout("the store's writer lock", timeout) from None
                 time.sleep(0.002)
+
+    def _writer(self, seg: int) -> int:
+        w = self._wfd
+        if w is None or w[0] != seg:
+            if w is not None:
+                os.close(w[1])
+                self._wfd = None
+            try:
+                self._wfd = w = (seg, os.open(self.seg_path(seg), os.O_WRONLY))
+            except OSError as e:
+                raise StorageOSError("open the active segment", e) from None
+        return w[1]
 
     def _commit(self, txn: Txn, moves: list) -> None:
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
-        path = self.seg_path(seg)
-        try:
-            wfd = os.open(path, os.O_WRONLY)
-        except OSError as e:
-            raise StorageOSError("open the active segment", e) from None
+        wfd = self._writer(seg)
         try:
             if self.torn is not None:
                 removed = os.pread(self._fd(seg), self.torn[2], self.torn[1])
                 cut = [seg, self.torn[1], len(removed), blake3.blake3(removed).hexdigest()]
                 os.ftruncate(wfd, off)
                 self.torn = None
-            objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
-            n = t.pos.entry + 1
-            entry, checksum = encode_entry(t.pos.checksum, n, time.time() if txn.when is None else float(txn.when), objects, moves, cut)
+        except OSError as e:
+            raise StorageOSError("cut a torn tail", e) from None
+        objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
+        when = time.time() if txn.when is None else float(txn.when)
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut)
+        try:
+            written = os.pwrite(wfd, raw, off)
+            if written != len(raw):
+                raise OSError(28, f"short write ({written} of {len(raw)} bytes)")
+            if self.policy.enabled:
+                os.fdatasync(wfd)
+        except OSError as err:
             try:
-                written = os.pwrite(wfd, entry, off)
-                if written != len(entry):
-                    raise OSError(28, f"short write ({written} of {len(entry)} bytes)")
-                if self.policy.enabled:
-                    os.fdatasync(wfd)
-            except OSError as e:
-                try:
-                    os.ftruncate(wfd, off)  # leave no torn bytes behind if we can
-                except OSError:
-                    pass
-                raise StorageOSError("append a commit entry", e) from None
-        finally:
-            os.close(wfd)
+                os.ftruncate(wfd, off)  # leave no torn bytes behind if we can
+            except OSError:
+                pass
+            raise StorageOSError("append a commit entry", err) from None
         with self._mu:
-            # Our own entry: apply it from what we hold, without reading it back.
-            e = parse_entry(entry, 0, len(entry), t.pos.checksum, seg, n)
-            e = e._replace(offset=off, data_off=off + (e.data_off))
-            self._apply(e, decoded=txn.decoded)
-            self._off = off + len(entry)
+            # Our own entry: applied from what we hold, never read back.
+            self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), decoded=txn.decoded)
+            self._off = off + len(raw)
         if self._off >= SEAL_BYTES:
             self._seal()
 

@@ -19,6 +19,7 @@ import contextvars
 import io
 import json
 import os
+import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -75,7 +76,7 @@ class Store:
         self.engine = engine
         self.root = root
         self.policy = policy or FsyncPolicy()
-        self._txn: contextvars.ContextVar[Txn | None] = contextvars.ContextVar(f"objstore-txn-{id(self)}", default=None)
+        self._txn = _BatchVar(f"objstore-txn-{id(self)}")
         self._decoded: dict = {}  # the last record block decoded by get_decoded
 
     # -- opening -----------------------------------------------------------
@@ -147,10 +148,12 @@ class Store:
             yield txn
             return
         with self.engine.transaction(timeout) as txn:
-            token = self._txn.set(txn)
+            state = [txn, threading.get_ident()]
+            token = self._txn.set(state)
             try:
                 yield txn
             finally:
+                state[0] = None  # ended: contexts copied from this one (tasks, to_thread) no longer see it
                 self._txn.reset(token)
 
     transaction = batch
@@ -398,6 +401,29 @@ class Store:
             for ref, old, new, reason in e.moves:
                 if name is None or ref == name:
                     yield {"entry": e.n, "name": ref, "old": _show(old), "new": _show(new), "time": e.time, "reason": reason}
+
+
+class _BatchVar:
+    """The open batch of the current context. A context copied while a batch was open (a task
+    created inside it, ``asyncio.to_thread``) still holds it: it counts only in the thread that
+    opened it and only until it ends, so a write from another thread waits for the writer lock
+    and a later write commits on its own, instead of landing unlocked in, or vanishing into,
+    someone else's commit."""
+
+    def __init__(self, name: str):
+        self._var: contextvars.ContextVar[list | None] = contextvars.ContextVar(name, default=None)
+
+    def get(self) -> Txn | None:
+        state = self._var.get()
+        if state is None or state[1] != threading.get_ident():
+            return None
+        return state[0]
+
+    def set(self, state: list):
+        return self._var.set(state)
+
+    def reset(self, token) -> None:
+        self._var.reset(token)
 
 
 def _show(v):

@@ -26,6 +26,8 @@ anything else changes:
    completed — format 2 cannot hold them (every record must extend its chain) —
    so they are *not* copied, counted as ``dropped``, and stay in
    ``PATH.format1``. ``state.db`` is not copied: it is a cache, rebuilt.
+   The staging store is written without an fsync per entry and synced once,
+   whole, when built (a crash before the swap only means building it again).
 3. **Verify** (a fresh open of the new store): every format-1 object is in it
    with identical bytes, except the dropped ones, none of which any ref value
    reaches; nothing else is in it; refs equal the format-1 ref files; the ref
@@ -60,7 +62,7 @@ from typing import Iterator, NamedTuple
 from . import codec
 from . import records as R
 from .errors import Conflict, IntegrityError, InvalidInput, Refused, StoreFormatError, StoreNotFound
-from .fileutil import FsyncPolicy
+from .fileutil import FsyncPolicy, fsync_dir
 from .format1 import Format1Reader, Move, merge
 from .store import FORMAT_VERSION, Store, read_marker
 
@@ -179,15 +181,19 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
             reader = Format1Reader(path)
             p = plan(reader)
             _checkpoint("planned")
-            _build(reader, p, staging, fsync)
+            _build(reader, p, staging)
+            if policy.enabled:
+                _sync_tree(staging)
             _checkpoint("built")
             summary = _verify(Format1Reader(path), p, staging, fsync)
             _checkpoint("verified")
             _unchanged(Format1Reader(path), p)
+            if os.path.lexists(backup):
+                raise InvalidInput(f"{backup} appeared during the upgrade; move it away, then run upgrade again")
+            _checkpoint("swap")
         except BaseException:
             _rmtree(staging)
             raise
-        _checkpoint("swap")
         _swap(path, staging, backup, policy)
     return {"status": "upgraded", "path": path, **summary, "backup": backup}
 
@@ -200,7 +206,7 @@ def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync) ->
         raise StoreFormatError(backup, "not a format-1 store")
     if not os.path.isdir(staging):
         raise InvalidInput(f"{path} is missing and {backup} holds its format-1 store, but there is no {staging} to finish "
-                           f"an upgrade with; 'mv {backup} {path}' restores the store, then run upgrade again")
+                           f"an upgrade with; 'mv {backup} {path}' puts the format-1 store back, then run upgrade again")
     with _dir_lock(backup):
         if os.path.lexists(path):
             raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
@@ -213,8 +219,10 @@ def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync) ->
 # -- build -------------------------------------------------------------------------------------
 
 
-def _build(reader: Format1Reader, p: Plan, staging: str, fsync) -> None:
-    store = Store.init(staging, fsync=fsync)
+def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
+    # No fsync per entry: until the swap nothing depends on the staging store, and a crash
+    # only means building it again. It is synced once, whole, before anything is swapped.
+    store = Store.init(staging, fsync="off")
     try:
         pending = set(reader.index())
         for when, moves in p.groups:
@@ -343,7 +351,7 @@ def _unchanged(reader: Format1Reader, p: Plan) -> None:
         old, new = p.moves(), again.moves()
         i = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
         name = (new[i] if i < len(new) else old[i]).name
-        raise Conflict(name, "its format-1 state when the upgrade began", "it moved during the upgrade (stop format-1 writers)")
+        raise Conflict(name, "the value the upgrade copied", "a newer one: a format-1 writer is running; stop it, then run upgrade again")
 
 
 def _show(v):
@@ -357,8 +365,6 @@ def _show(v):
 
 def _swap(path: str, staging: str, backup: str, policy: FsyncPolicy) -> None:
     parent = os.path.dirname(path)
-    if os.path.lexists(backup):
-        raise InvalidInput(f"{backup} already exists; move it away, then run upgrade again")
     os.rename(path, backup)
     policy.dir(parent)
     try:
@@ -371,6 +377,18 @@ def _swap(path: str, staging: str, backup: str, policy: FsyncPolicy) -> None:
             _rmtree(staging)
         raise
     policy.dir(parent)
+
+
+def _sync_tree(root: str) -> None:
+    """fsync every file and directory under ``root`` (and ``root`` itself)."""
+    for dirpath, _, files in os.walk(root):
+        for fn in files:
+            fd = os.open(os.path.join(dirpath, fn), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(dirpath)
 
 
 @contextmanager
