@@ -41,7 +41,7 @@ import blake3
 import msgspec
 import zstandard
 
-from . import codec
+from . import codec, segindex
 from .errors import (
     Conflict,
     CorruptLog,
@@ -59,7 +59,9 @@ ENTRY_TRAILER = struct.Struct("<Q32s")  # whole entry length, chain checksum
 MAX_META = 256 << 20
 MAX_ENTRY_DATA = 1 << 40
 ZERO = b"\x00" * 32
-SEAL_BYTES = 64 << 20  # a segment is sealed once it passes this size
+SEAL_BYTES = 16 << 20  # a segment is sealed once it passes this size
+CHECKPOINT_ENTRIES = 2000  # a writer checkpoints the tables after this many entries...
+CHECKPOINT_BYTES = 2 << 20  # ...or this many bytes of log since the last checkpoint
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
 ZSTD_LEVEL = 3
@@ -214,7 +216,7 @@ def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | 
         m = _dec.decode(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]))
         n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
     except (msgspec.DecodeError, KeyError, TypeError) as e:
-        return f"undecodable entry meta: {e}"
+        return f"undecodable entry meta: {'no field ' if isinstance(e, KeyError) else ''}{e}"
     try:
         if logical_checksum(prev, n, t, objs, moves, cut) != checksum:
             return "checksum mismatch"
@@ -233,15 +235,18 @@ def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | 
 class Tables:
     """What the log says at a position: refs, object locations, the chain index.
 
-    Everything here is derived from entries (``apply``) and nothing else."""
+    Everything here is derived from entries (``index_record``, ``set_ref``) and
+    nothing else. Object locations and chain rows are held here for the active
+    segment only; sealed segments have their persistent index files."""
 
     def __init__(self):
         self.pos = Position(0, ZERO)
         self.last_time: float | None = None
         self.refs: dict[str, Any] = {}
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
-        self.locs: dict[bytes, Any] = {}
-        self.lsn_ids: dict[tuple, bytearray] = {}  # (run, branch) -> ids by LSN, 32 bytes each
+        self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
+        self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
+        self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, body, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
 
@@ -263,21 +268,51 @@ class Tables:
     def index_record(self, oid: bytes, value: dict, entry: int) -> None:
         """Chain index facts of one record, taken from the record itself."""
         try:
-            run, branch, lsn, kind = value["run"], value["branch"], value["lsn"], value["kind"]
+            run, branch, lsn, kind, parent = value["run"], value["branch"], value["lsn"], value["kind"], value["parent"]
         except (KeyError, TypeError):
             return  # malformed: verify names it
         if type(branch) is not int or type(lsn) is not int:
             return
         key = (run, branch)
-        ids = self.lsn_ids.get(key)
-        if ids is None:
-            ids = self.lsn_ids[key] = bytearray()
-        if len(ids) == 32 * lsn:  # only the chain's next LSN: anything else is not on the chain
-            ids += oid
+        tip = self.tips.get(key)
+        # Only the chain's next record: anything else is not on the chain (verify names it).
+        if (tip is None and lsn == 0) or (tip is not None and lsn == tip[0] + 1 and parent == tip[1]):
+            self.tips[key] = (lsn, oid)
+            self.chain[(run, branch, lsn)] = oid
+        else:
+            return
         if kind == "run_started" and lsn == 0 and branch == 0:
             self.starts.setdefault(run, entry)
         elif kind in ("intent", "intent_committed"):
             self.intents.setdefault(run, []).append((branch, lsn, kind, value.get("body"), oid))
+
+    # -- checkpoints ------------------------------------------------------------------
+    def dump(self, seg: int, off: int) -> bytes:
+        return _enc.encode({
+            "v": 1, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
+            "refs": [[k, v] for k, v in self.refs.items()],
+            "tips": [[r, b, lsn, oid] for (r, b), (lsn, oid) in self.tips.items()],
+            "intents": self.intents, "starts": self.starts,
+            "locs": [[oid, *loc] for oid, loc in self.locs.items()],
+            "chain": [[r, b, lsn, oid] for (r, b, lsn), oid in self.chain.items()],
+        })
+
+    @classmethod
+    def load(cls, data: bytes) -> tuple["Tables", int, int]:
+        m = _dec.decode(data)
+        if m.get("v") != 1:
+            raise ValueError("checkpoint version")
+        t = cls()
+        t.pos = Position(m["entry"], m["checksum"])
+        t.last_time = m["time"]
+        for k, v in m["refs"]:
+            t.set_ref(k, v)
+        t.tips = {(r, b): (lsn, oid) for r, b, lsn, oid in m["tips"]}
+        t.intents = {r: [tuple(x) for x in v] for r, v in m["intents"].items()}
+        t.starts = m["starts"]
+        t.locs = {row[0]: Loc(*row[1:]) for row in m["locs"]}
+        t.chain = {(r, b, lsn): oid for r, b, lsn, oid in m["chain"]}
+        return t, m["seg"], m["off"]
 
 
 def _run_of(name: str) -> str | None:
@@ -350,8 +385,18 @@ class Engine:
     def position(self) -> Position:
         return self.tables.pos
 
+    def loc(self, oid: bytes):
+        return self.tables.locs.get(oid)
+
     def has(self, oid: bytes) -> bool:
-        return oid in self.tables.locs
+        return self.loc(oid) is not None
+
+    def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
+        """The chain index: the id of (run, branch)'s record at ``lsn`` (committed records only)."""
+        return self.tables.chain.get((run, branch, lsn))
+
+    def iter_ids(self) -> Iterator[bytes]:
+        return iter(list(self.tables.locs))
 
     def entry_time(self) -> float | None:
         """Time of the newest entry (None for an empty log)."""
@@ -364,7 +409,7 @@ class Engine:
         return None
 
     def loc_entry(self, oid: bytes) -> int | None:
-        loc = self.tables.locs.get(oid)
+        loc = self.loc(oid)
         if loc is None:
             return None
         return loc.entry if isinstance(loc, Loc) else loc[0]
@@ -455,12 +500,21 @@ class LogEngine(Engine):
         self._lfd: int | None = None  # the writer lock's descriptor, opened on first write
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
+        self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
+        self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
         self.decoded_entries = 0  # entries whose meta was decoded: what 'counted, not timed' tests count
         self.blob_block_reads = 0  # blob blocks read from files: what 'zero blob reads' tests count
-        self.refresh()
+        try:  # the highest segment present: a gap below it is a missing segment, not the log's end
+            self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
+        except OSError:
+            self._top = 1
+        try:
+            self.refresh()
+        except CorruptLog:
+            pass  # damage before the log's end: the store opens (verify names it), every later refresh raises it again
 
     # -- files --------------------------------------------------------------------------
     def seg_path(self, n: int) -> str:
@@ -503,15 +557,19 @@ class LogEngine(Engine):
             while True:
                 self._read_tail()
                 if not os.path.exists(self.seg_path(self._seg + 1)):
+                    if self._seg < self._top:
+                        raise CorruptLog(self.seg_path(self._seg + 1), f"segment missing (segment {self._top} exists)")
                     return self.tables.pos
                 # The next segment exists, so this one is sealed: read its last entries, then move on.
                 self._read_tail()
-                if self.torn is not None:
-                    raise CorruptLog(self.seg_path(self._seg), f"bad entry at offset {self.torn[1]} in a sealed segment: {self.torn[3]}")
+                bad = self.torn or self.damaged
+                if bad is not None:
+                    raise CorruptLog(self.seg_path(self._seg), f"bad entry at offset {bad[1]} in a sealed segment: {bad[-1]}")
                 nxt = self._seg + 1
                 hdr = _read_segment_header(self._fd(nxt), self.seg_path(nxt))
                 if hdr[2] != self.tables.pos.entry + 1 or hdr[3] != self.tables.pos.checksum:
                     raise CorruptLog(self.seg_path(nxt), "segment header does not continue the previous segment's chain")
+                self._retire_active()
                 self._seg, self._off = nxt, SEG_HEADER.size
 
     def _read_tail(self) -> None:
@@ -634,20 +692,153 @@ class LogEngine(Engine):
         return data
 
     def read(self, oid: bytes) -> bytes:
-        loc = self.tables.locs.get(oid)
+        loc = self.loc(oid)
         if loc is None:
             self.refresh()
-            loc = self.tables.locs.get(oid)
+            loc = self.loc(oid)
             if loc is None:
                 raise ObjectNotFound(oid.hex())
         return self._read_loc(oid, loc)
 
     def where(self, oid: bytes) -> str:
-        loc = self.tables.locs.get(oid)
+        loc = self.loc(oid)
         return self.seg_path(loc.seg) if loc else ""
 
-    def read_block_of(self, oid: bytes):
+    # -- sealed segments' indexes and the checkpoint -------------------------------------
+    def loc(self, oid: bytes):
         loc = self.tables.locs.get(oid)
+        if loc is not None:
+            return loc
+        for seg in range(self._seg - 1, 0, -1):
+            row = self._index(seg).find(oid)
+            if row is not None:
+                _, entry, bo, st, raw, off, ln, comp, tc = row
+                return Loc(entry, seg, bo, comp, st, raw, off, ln, segindex.TYPES[tc])
+        return None
+
+    def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
+        oid = self.tables.chain.get((run, branch, lsn))
+        if oid is not None or self._seg == 1:
+            return oid
+        tip = self.tables.tips.get((run, branch))
+        if tip is None or lsn > tip[0]:
+            return None
+        key = segindex.chain_key(run, branch)
+        for seg in range(self._seg - 1, 0, -1):
+            oid = self._index(seg).record_at(key, lsn)
+            if oid is not None:
+                return oid
+        return None
+
+    def iter_ids(self) -> Iterator[bytes]:
+        for seg in range(1, self._seg):
+            for row in self._index(seg).objects():
+                yield row[0]
+        yield from list(self.tables.locs)
+
+    def idx_path(self, seg: int) -> str:
+        return os.path.join(self.dir, f"{seg:010d}.idx")
+
+    def _index(self, seg: int):
+        idx = self._idx.get(seg)
+        if idx is not None:
+            return idx
+        nxt = _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
+        try:
+            idx = segindex.load(self.idx_path(seg), seg)
+            if idx.last + 1 != nxt[2] or idx.checksum != nxt[3]:
+                raise segindex.IndexError_("does not match its segment")
+        except segindex.IndexError_:
+            idx = self._rebuild_index(seg)
+        self._idx[seg] = idx
+        return idx
+
+    def _rebuild_index(self, seg: int):
+        """Index a sealed segment from its entries (missing or unusable index file)."""
+        scratch = LogEngine.__new__(LogEngine)
+        scratch.__dict__.update(self.__dict__)
+        scratch.tables = Tables()
+        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+        scratch.tables.pos = Position(hdr[2] - 1, hdr[3])
+        scratch._seg, scratch._off, scratch._mu = seg, SEG_HEADER.size, threading.RLock()
+        scratch._block_cache = None
+        scratch.torn = scratch.damaged = None
+        scratch._read_tail()
+        if scratch.torn is not None or scratch.damaged is not None:
+            raise CorruptLog(self.seg_path(seg), "sealed segment does not read to its end; cannot index it")
+        # Chain rows need each record's predecessor on its chain, which may sit in an earlier
+        # segment: index_record would reject them, so take every well-formed record instead.
+        data = self._index_bytes(seg, hdr[2], scratch.tables, all_records=True)
+        segindex.write(self.idx_path(seg), data)
+        return segindex.load(self.idx_path(seg), seg)
+
+    def _index_bytes(self, seg: int, first: int, t: "Tables", all_records: bool = False) -> bytes:
+        objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in t.locs.items()]
+        chain = [(r, b, lsn, oid) for (r, b, lsn), oid in t.chain.items()]
+        if all_records:
+            chain = [(r, b, lsn, oid) for r, b, lsn, oid in self._records_of(t)]
+        return segindex.build(seg, first, t.pos.entry, t.pos.checksum, objects, chain)
+
+    def _records_of(self, t: "Tables"):
+        for oid, loc in t.locs.items():
+            if loc.otype == codec.RECORD:
+                try:
+                    v = codec.decode(self._read_loc(oid, loc), oid, False)[1]
+                    yield v["run"], v["branch"], v["lsn"], oid
+                except (IntegrityError, KeyError, TypeError):
+                    continue
+
+    def _retire_active(self) -> None:
+        """The active segment was sealed: its objects and chain rows move to its index file."""
+        seg = self._seg
+        t = self.tables
+        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+        try:
+            idx = segindex.load(self.idx_path(seg), seg)
+            if idx.last != t.pos.entry or idx.checksum != t.pos.checksum:
+                raise segindex.IndexError_("stale")
+        except segindex.IndexError_:
+            segindex.write(self.idx_path(seg), self._index_bytes(seg, hdr[2], t))
+            idx = segindex.load(self.idx_path(seg), seg)
+        self._idx[seg] = idx
+        t.locs = {}
+        t.chain = {}
+
+    def _load_checkpoint(self) -> None:
+        """Start from the checkpoint if it matches the log (its entry's trailer is where it says);
+        otherwise replay from the first segment. Either way ``refresh`` takes in the rest."""
+        path = os.path.join(self.dir, "checkpoint")
+        try:
+            with open(path, "rb") as f:
+                t, seg, off = Tables.load(f.read())
+            if t.pos.entry > 0:
+                fd = self._fd(seg)
+                trailer = os.pread(fd, ENTRY_TRAILER.size, off - ENTRY_TRAILER.size)
+                if len(trailer) != ENTRY_TRAILER.size or ENTRY_TRAILER.unpack(trailer)[1] != t.pos.checksum:
+                    raise ValueError("checkpoint does not match the log")
+        except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog):
+            return
+        self.tables, self._seg, self._off = t, seg, off
+        self._ckpt_at = (t.pos.entry, off)
+
+    def _checkpoint(self) -> None:
+        """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
+        path = os.path.join(self.dir, "checkpoint")
+        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(self.tables.dump(self._seg, self._off))
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return
+        self._ckpt_at = (self.tables.pos.entry, self._off)
+
+    def read_block_of(self, oid: bytes):
+        loc = self.loc(oid)
         if loc is None or loc.otype == codec.BLOB:
             return None
         raw = self._read_block(loc)
@@ -744,15 +935,27 @@ class LogEngine(Engine):
             self._off = off + len(raw)
         if self._off >= SEAL_BYTES:
             self._seal()
+        elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
+            self._checkpoint()
 
     def scan(self, upto: int):
         return scan_log(self, upto)
 
     def _seal(self) -> None:
-        """Start the next segment; the current one is never appended to again."""
-        nxt = self._seg + 1
-        _write_segment_header(self.seg_path(nxt), nxt, self.tables.pos.entry + 1, self.tables.pos.checksum, self.policy)
-        self.policy.dir(self.dir)
+        """Start the next segment; the current one is never appended to again. Its index is
+        written first, so whoever sees the next segment finds the index of this one."""
+        seg = self._seg
+        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+        try:
+            segindex.write(self.idx_path(seg), self._index_bytes(seg, hdr[2], self.tables))
+            _write_segment_header(self.seg_path(seg + 1), seg + 1, self.tables.pos.entry + 1, self.tables.pos.checksum, self.policy)
+            self.policy.dir(self.dir)
+        except OSError as e:
+            raise StorageOSError("seal a segment", e) from None
+        with self._mu:
+            self._retire_active()
+            self._seg, self._off = seg + 1, SEG_HEADER.size
+        self._checkpoint()
 
 
 def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, seg: int, n: int) -> Entry | str:
@@ -824,7 +1027,7 @@ def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            yield ScanProblem("missing-segment", path, f"segment {seg} is missing; the log ends at entry {n - 1} of {upto}")
+            yield ScanProblem("missing-segment", path, f"segment {seg} is missing; the log ends at entry {n - 1}")
             return
         try:
             raw = os.pread(fd, SEG_HEADER.size, 0)
@@ -833,14 +1036,17 @@ def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem
                 return
             _, hseg, first, hprev = SEG_HEADER.unpack(raw)
             if hseg != seg or first != n or hprev != prev:
-                yield ScanProblem("broken-log-chain", path, f"segment {seg} does not continue the log at entry {n} "
-                                  f"(its header says segment {hseg}, first entry {first})")
+                why = (f"its header says segment {hseg}, first entry {first}" if (hseg, first) != (seg, n)
+                       else f"its header chains to checksum {hprev.hex()}, entry {n - 1} has {prev.hex()}")
+                yield ScanProblem("broken-log-chain", path, f"segment {seg} does not continue the log at entry {n} ({why})")
                 return
             size = os.fstat(fd).st_size
             off = SEG_HEADER.size
             while off < size and n <= upto:
                 head = os.pread(fd, ENTRY_HEAD.size, off)
                 if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                    if os.path.exists(engine.seg_path(seg + 1)):
+                        break  # garbage after the last entry of a sealed segment: reported below
                     yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: bad entry header")
                     return
                 _, mlen, dlen = ENTRY_HEAD.unpack(head)
@@ -860,7 +1066,7 @@ def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem
             if n > upto:
                 return
             if not os.path.exists(engine.seg_path(seg + 1)):
-                yield ScanProblem("missing-segment", engine.seg_path(seg + 1), f"the log ends at entry {n - 1} of {upto}")
+                yield ScanProblem("missing-segment", engine.seg_path(seg + 1), f"segment {seg + 1} is missing; the log ends at entry {n - 1}")
                 return
             if off != size:
                 yield ScanProblem("garbage-after-entry", path, f"{size - off} bytes after the last entry of sealed segment {seg}")

@@ -287,7 +287,7 @@ class Store:
         if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
             raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
         self.engine.refresh()
-        hits = [oid for oid in list(self.engine.tables.locs) if oid.hex().startswith(text)]
+        hits = [oid for oid in self.engine.iter_ids() if oid.hex().startswith(text)]
         if not hits:
             raise ObjectNotFound(text)
         if len(hits) > 1:
@@ -352,10 +352,9 @@ class Store:
 
     def indexed_record(self, run: str, branch: int, lsn: int) -> bytes | None:
         """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
-        ids = self.engine.tables.lsn_ids.get((run, branch))
-        if ids is None or lsn < 0 or len(ids) < 32 * (lsn + 1):
+        if lsn < 0:
             return None
-        return bytes(ids[32 * lsn : 32 * lsn + 32])
+        return self.engine.record_at(run, branch, lsn)
 
     def intent_records(self, run: str) -> list[tuple]:
         """(branch, lsn, kind, body, id) of the run's intent and intent_committed records that are

@@ -151,7 +151,7 @@ def test_golden_segments_pin_the_log_format(tmp_path):
         items = list(s.engine.scan(s.engine.refresh().entry))
         assert [type(i).__name__ for i in items] == ["ScanEntry", "ScanEntry"], items
         assert all(codec.object_id(data) == oid for i in items for oid, _, data in i.objects)
-        objs = {oid: s.get_raw(oid) for oid in s.engine.tables.locs}
+        objs = {oid: s.get_raw(oid) for oid in s.engine.iter_ids()}
         seen.append((objs, dict(s.list_refs()), s.engine.position()))
     assert seen[0] == seen[1]
     assert {codec.object_id(codec.encode(t, from_json(v["value"]))) for v in load_golden() for t in [v["type"]]} <= set(seen[0][0])

@@ -1,0 +1,149 @@
+"""Persistent indexes of sealed segments (``log/<segment>.idx``), in the manner of git's ``.idx``.
+
+A sealed segment never changes, so its index is written once, when it is
+sealed, and read by ``mmap`` and binary search: opening a store does not read
+the objects of sealed segments, whatever their number. An index is derived
+data: it is rebuilt from its segment whenever it is missing or does not match
+(its header names the segment's last entry and chain checksum), and verify
+compares it with a fresh build.
+
+Layout (little-endian)::
+
+    "OSIX" u8 version=1, 3 reserved
+    u64 segment · u64 first entry · u64 last entry · 32 bytes: last entry's chain checksum
+    u32 object count · u32 chain row count
+    256 × u32 fan-out: number of objects whose id's first byte is <= i
+    object rows, sorted by id: id(32) u64 entry u64 block offset u32 stored length
+        u32 block raw length u32 offset in block u32 length u8 compression u8 type
+    chain rows, sorted: key(16) = BLAKE3("<run>\\0<branch>")[:16] · u64 LSN · record id(32)
+    32 bytes: BLAKE3 of everything before
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from typing import Iterable
+
+import blake3
+
+IDX_MAGIC = b"OSIX\x01\x00\x00\x00"
+HEAD = struct.Struct("<8sQQQ32sII")
+FANOUT = struct.Struct("<256I")
+OBJ = struct.Struct("<32sQQIIIIBB")
+CHAIN = struct.Struct("<16sQ32s")
+TYPES = ("blob", "record", "fork", "journal", "segment", "grant")
+TYPE_CODE = {t: i for i, t in enumerate(TYPES)}
+
+
+def chain_key(run: str, branch: int) -> bytes:
+    return blake3.blake3(f"{run}\x00{branch}".encode()).digest()[:16]
+
+
+def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tuple], chain: Iterable[tuple]) -> bytes:
+    """Index bytes. ``objects``: (id, entry, block_off, stored, raw, off, length, comp, type);
+    ``chain``: (run, branch, lsn, id)."""
+    rows = sorted(objects, key=lambda r: r[0])
+    crow = sorted((chain_key(run, b), lsn, oid) for run, b, lsn, oid in chain)
+    fan = [0] * 256
+    for r in rows:
+        fan[r[0][0]] += 1
+    acc = 0
+    for i in range(256):
+        acc += fan[i]
+        fan[i] = acc
+    parts = [HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(rows), len(crow)), FANOUT.pack(*fan)]
+    parts.extend(OBJ.pack(oid, e, bo, st, raw, off, ln, comp, TYPE_CODE[t]) for oid, e, bo, st, raw, off, ln, comp, t in rows)
+    parts.extend(CHAIN.pack(k, lsn, oid) for k, lsn, oid in crow)
+    body = b"".join(parts)
+    return body + blake3.blake3(body).digest()
+
+
+class IndexError_(Exception):
+    """An index file that cannot be used (the caller rebuilds it)."""
+
+
+class SegmentIndex:
+    """Read-only view of one index file."""
+
+    def __init__(self, data, seg: int):
+        if len(data) < HEAD.size + FANOUT.size + 32:
+            raise IndexError_("too short")
+        magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(data, 0)
+        if magic != IDX_MAGIC or iseg != seg:
+            raise IndexError_("bad header")
+        want = HEAD.size + FANOUT.size + nobj * OBJ.size + nchain * CHAIN.size + 32
+        if len(data) != want:
+            raise IndexError_(f"size {len(data)}, header says {want}")
+        self.data = data
+        self.seg, self.first, self.last, self.checksum = seg, first, last, checksum
+        self.nobj, self.nchain = nobj, nchain
+        self.fan = FANOUT.unpack_from(data, HEAD.size)
+        self.obj0 = HEAD.size + FANOUT.size
+        self.chain0 = self.obj0 + nobj * OBJ.size
+
+    def check_sum(self) -> bool:
+        return blake3.blake3(self.data[:-32]).digest() == bytes(self.data[-32:])
+
+    def find(self, oid: bytes):
+        """The object row (id, entry, block_off, stored, raw, off, length, comp, type code) or None."""
+        b = oid[0]
+        lo = self.fan[b - 1] if b else 0
+        hi = self.fan[b]
+        data, base, size = self.data, self.obj0, OBJ.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = base + mid * size
+            k = data[p : p + 32]
+            if k < oid:
+                lo = mid + 1
+            elif k > oid:
+                hi = mid
+            else:
+                return OBJ.unpack_from(data, p)
+        return None
+
+    def record_at(self, key: bytes, lsn: int) -> bytes | None:
+        target = key + lsn.to_bytes(8, "little")
+        lo, hi = 0, self.nchain
+        data, base, size = self.data, self.chain0, CHAIN.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = base + mid * size
+            k, l, oid = CHAIN.unpack_from(data, p)
+            if (k, l) < (key, lsn):
+                lo = mid + 1
+            elif (k, l) > (key, lsn):
+                hi = mid
+            else:
+                return oid
+        del target
+        return None
+
+    def objects(self):
+        for i in range(self.nobj):
+            yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)
+
+
+def load(path: str, seg: int) -> SegmentIndex:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise IndexError_("missing") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            raise IndexError_("empty")
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return SegmentIndex(data, seg)
+
+
+def write(path: str, data: bytes) -> None:
+    """Atomic replace; no fsync: an index lost in a crash is rebuilt from its segment."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
