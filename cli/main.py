@@ -7,6 +7,7 @@ Each command parses arguments, calls one library function and prints. Any
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import sys
@@ -287,14 +288,8 @@ def log_cmd(c, run, branch, all_branches, max_count, as_json):
     """
     log = c.log()
     view = log.view(run)
-    groups = log.history(view, branch, all_branches=all_branches)
-    entries = []  # (branch, record or None, fork or None), newest first
-    for b, own, fk in groups:
-        entries += [(b, r, None) for r in reversed(own)]
-        if fk:
-            entries.append((b, None, fk))
-    if max_count is not None:
-        entries = entries[:max_count]
+    first = view.live if branch is None else branch
+    entries = list(itertools.islice(log.log_entries(view, branch, all_branches=all_branches), max_count))
     if as_json:
         out = []
         for b, r, fk in entries:
@@ -309,7 +304,7 @@ def log_cmd(c, run, branch, all_branches, max_count, as_json):
         if b != shown:
             shown = b
             tag = " (live)" if b == view.live else ""
-            upto = f" up to lsn {r.lsn}" if r is not None and b != groups[0][0] and not all_branches else ""
+            upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
             click.echo(f"== run {run} branch {b}{tag}{upto}")
         click.echo(_rec_line(r) if r is not None else _fork_line(fk))
 

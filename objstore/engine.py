@@ -59,9 +59,10 @@ ENTRY_TRAILER = struct.Struct("<Q32s")  # whole entry length, chain checksum
 MAX_META = 256 << 20
 MAX_ENTRY_DATA = 1 << 40
 ZERO = b"\x00" * 32
-SEAL_BYTES = 16 << 20  # a segment is sealed once it passes this size
-CHECKPOINT_ENTRIES = 2000  # a writer checkpoints the tables after this many entries...
-CHECKPOINT_BYTES = 2 << 20  # ...or this many bytes of log since the last checkpoint
+SEAL_BYTES = 8 << 20  # a segment is sealed once it passes this size
+CHECKPOINT_ENTRIES = 1000  # a writer checkpoints the tables after this many entries...
+CHECKPOINT_BYTES = 1 << 20  # ...or this many bytes of log since the last checkpoint
+OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
 ZSTD_LEVEL = 3
@@ -746,7 +747,7 @@ class LogEngine(Engine):
         nxt = _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
         try:
             idx = segindex.load(self.idx_path(seg), seg)
-            if idx.last + 1 != nxt[2] or idx.checksum != nxt[3]:
+            if idx.last + 1 != nxt[2] or idx.checksum != nxt[3] or not idx.check_sum():
                 raise segindex.IndexError_("does not match its segment")
         except segindex.IndexError_:
             idx = self._rebuild_index(seg)
@@ -795,7 +796,7 @@ class LogEngine(Engine):
         hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
         try:
             idx = segindex.load(self.idx_path(seg), seg)
-            if idx.last != t.pos.entry or idx.checksum != t.pos.checksum:
+            if idx.last != t.pos.entry or idx.checksum != t.pos.checksum or not idx.check_sum():
                 raise segindex.IndexError_("stale")
         except segindex.IndexError_:
             segindex.write(self.idx_path(seg), self._index_bytes(seg, hdr[2], t))
@@ -826,8 +827,11 @@ class LogEngine(Engine):
         path = os.path.join(self.dir, "checkpoint")
         tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
+            with self._mu:
+                data = self.tables.dump(self._seg, self._off)
+                at = (self.tables.pos.entry, self._off)
             with open(tmp, "wb") as f:
-                f.write(self.tables.dump(self._seg, self._off))
+                f.write(data)
             os.replace(tmp, path)
         except OSError:
             try:
@@ -835,7 +839,7 @@ class LogEngine(Engine):
             except OSError:
                 pass
             return
-        self._ckpt_at = (self.tables.pos.entry, self._off)
+        self._ckpt_at = at
 
     def read_block_of(self, oid: bytes):
         loc = self.loc(oid)

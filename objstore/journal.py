@@ -310,7 +310,7 @@ def read_once(log, host, caller: Caller, run: str, budget_bytes: int) -> Snapsho
 
 
 def _predecessor(log, run: str) -> str | None:
-    meta = log.state.summary(log, log.view(run), 0)["meta"] or {}
+    meta = log.run_started(run).body["meta"] or {}
     pred = meta.get("predecessor") if isinstance(meta, dict) else None
     return pred if pred in log.runs() else None
 

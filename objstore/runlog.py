@@ -260,15 +260,18 @@ class RunLog:
         self._subjects[run] = body["subject"]
         return run
 
+    def run_started(self, run: str) -> R.Record:
+        """A run's ``run_started`` record (branch 0, LSN 0), from the log's chain index."""
+        rec = self.record(self.record_at(self.view(run), 0, 0))
+        if rec.kind != R.RUN_STARTED:
+            raise InvalidInput(f"run {run} does not start with run_started")
+        return rec
+
     def subject(self, run: str) -> str:
         """A run's subject (owner), from its ``run_started`` record; immutable, so remembered."""
         s = self._subjects.get(run)
         if s is None:
-            oid = self.record_at(self.view(run), 0, 0)
-            rec = self.record(oid)
-            if rec.kind != R.RUN_STARTED:
-                raise InvalidInput(f"run {run} does not start with run_started")
-            s = self._subjects[run] = rec.body["subject"]
+            s = self._subjects[run] = self.run_started(run).body["subject"]
         return s
 
     def live_branch(self, run: str) -> int:
@@ -290,37 +293,47 @@ class RunLog:
             raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
         t = time.time() if when is None else float(when)
-        with store.batch():
-            live_name = store.read_ref(f"run/{run}/live")
-            if live_name is None:
-                R.check_run_id(run)
-                if store.read_ref(f"run/{run}/branch/0") is None:
-                    raise RunNotFound(run)
-                live_name = _SYM + branch_ref(run, 0)
-            live = self._live_of.get(live_name)
-            if live is None:
-                live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
-            if expect_branch is not None and expect_branch != live:
-                raise Conflict(live_ref(run), _SYM + branch_ref(run, expect_branch), live_name)
-            if branch is None:
-                branch = live
-            elif branch != live and not allow_retained:
-                raise RetainedBranch(branch, run, live)
-            ref = f"run/{run}/branch/{branch}"
-            head = store.read_ref(ref)
-            if head is None:
-                raise BranchNotFound(branch, run)
-            if expect_head is not None and expect_head != head:
-                raise Conflict(ref, expect_head.hex(), head.hex() if isinstance(head, bytes) else str(head))
-            lsn, finished = self._next.get(head) or self._next_of(head)
-            if finished:
-                raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
-            oid = store.put(codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
-            store.set_ref(ref, head, oid, "append")
+        txn = store.current_batch()
+        if txn is None:
+            with store.batch() as txn:
+                oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
+        else:
+            oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
         nxt = self._next
         nxt.pop(head, None)  # only current heads are worth remembering
         nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
         return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
+
+    def _append_in(self, txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch):
+        """The body of ``append``, under the writer lock (the names it builds are valid ref names:
+        an existing run's id passed check_run_id when it started)."""
+        live_name = txn.read_ref(f"run/{run}/live")
+        if live_name is None:
+            R.check_run_id(run)
+            if txn.read_ref(f"run/{run}/branch/0") is None:
+                raise RunNotFound(run)
+            live_name = _SYM + branch_ref(run, 0)
+        live = self._live_of.get(live_name)
+        if live is None:
+            live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
+        if expect_branch is not None and expect_branch != live:
+            raise Conflict(live_ref(run), _SYM + branch_ref(run, expect_branch), live_name)
+        if branch is None:
+            branch = live
+        elif branch != live and not allow_retained:
+            raise RetainedBranch(branch, run, live)
+        ref = f"run/{run}/branch/{branch}"
+        head = txn.read_ref(ref)
+        if head is None:
+            raise BranchNotFound(branch, run)
+        if expect_head is not None and expect_head != head:
+            raise Conflict(ref, expect_head.hex(), head.hex() if isinstance(head, bytes) else str(head))
+        lsn, finished = self._next.get(head) or self._next_of(head)
+        if finished:
+            raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
+        oid = self.store.put_in(txn, codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
+        txn.set_ref(ref, head, oid, "append")
+        return oid, branch, lsn, head
 
     def record_attempt(self, run: str, step: int, attempt: int, state: str, *, prompt: bytes | None = None, output: bytes | None = None,
                        context: dict | None = None, tools: dict | None = None, usage: dict | None = None, error: str | None = None,
@@ -450,6 +463,29 @@ class RunLog:
             return [(b, *self.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
         b = view.live if branch is None else branch
         return self.groups_from(view.head(b), b)
+
+    def log_entries(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> Iterator[tuple[int, R.Record | None, dict | None]]:
+        """``objstore log``'s entries, newest first, lazily: ``(branch, record, None)`` or
+        ``(branch, None, fork object)``. Reads only as far back as the caller consumes, so
+        ``log -n 10`` costs the same in a store of any size."""
+        if all_branches:
+            for b in sorted(view.heads, reverse=True):
+                for item in self.walk(view.head(b)):
+                    yield (b, None, item) if isinstance(item, dict) else (b, item, None)
+            return
+        b = view.live if branch is None else branch
+        head = view.head(b)
+        while head is not None:
+            fk = None
+            for item in self.walk(head):
+                if isinstance(item, dict):
+                    fk = item
+                    yield b, None, item
+                else:
+                    yield b, item, None
+            if fk is None:
+                return
+            b, head = fk["parent_branch"], fk["parent_record"]
 
     def records(self, run: str, branch: int | None = None, *, all_branches: bool = False, view: View | None = None) -> list[R.Record]:
         """Own records of the live branch (default), one branch, or all branches (by branch, LSN)."""

@@ -247,7 +247,15 @@ class StateCache:
 
     def read_branch(self, log, view, branch: int):
         """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
-        one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds)."""
+        one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds):
+        behind a pinned view, busy, read-only or unreadable — a cache never makes a query fail."""
+        try:
+            return self._read_branch(log, view, branch)
+        except (sqlite3.Error, OSError):
+            self._db = None
+            return None
+
+    def _read_branch(self, log, view, branch: int):
         if not self.try_refresh(log, view, branch):
             return None
         db = self.db
@@ -270,10 +278,13 @@ class StateCache:
         return self._at_head(log, view, branch, "state", lambda st: st)
 
     def _at_head(self, log, view, branch, column, from_refold):
-        if self.try_refresh(log, view, branch):
-            row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-            if row is not None and bytes(row[0]) == view.head(branch):
-                return _dec.decode(row[1])
+        try:
+            if self.try_refresh(log, view, branch):
+                row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+                if row is not None and bytes(row[0]) == view.head(branch):
+                    return _dec.decode(row[1])
+        except (sqlite3.Error, OSError):
+            self._db = None
         # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
         return from_refold(refold_branch(log, view, branch)[0])
 

@@ -158,6 +158,18 @@ class Store:
 
     transaction = batch
 
+    def current_batch(self) -> Txn | None:
+        """The batch open in this context, if any (writes inside it join it)."""
+        return self._txn.get()
+
+    def put_in(self, txn: Txn, otype: str, value: dict) -> bytes:
+        """``put`` of a structured object into an open batch (the hot path of appends)."""
+        payload = _encode(value)
+        data = _HEADS[otype] % len(payload) + payload
+        oid = _hash(data).digest()
+        txn.put(oid, otype, data, value)
+        return oid
+
     def in_batch(self) -> bool:
         return self._txn.get() is not None
 

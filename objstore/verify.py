@@ -36,7 +36,7 @@ import blake3
 from . import codec
 from . import records as R
 from .engine import ScanProblem, ZERO
-from .errors import IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
+from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
 from .state import refold_branch
 
@@ -133,12 +133,15 @@ class _Verifier:
 
     def run(self, check_state: bool, want) -> Report:
         engine = self.engine
-        pos = engine.refresh()
+        try:
+            pos, broken = engine.refresh(), None
+        except CorruptLog as e:  # damage before the log's end (readers stop there): scan one entry on to name it
+            pos, broken = engine.position(), e
         upto = pos.entry
         checksum = ZERO
         n_objects = 0
         count = 0
-        for item in engine.scan(upto):
+        for item in engine.scan(upto + (broken is not None)):
             if isinstance(item, ScanProblem):
                 self.add(item.code, item.where, "", item.detail)
                 break
@@ -157,17 +160,19 @@ class _Verifier:
             self._moves(e, item.where)
             if self.progress:
                 self.progress(n_objects)
+        if broken is not None and not self.problems:
+            self.add("corrupt-log", broken.args[0], "", broken.args[1])
         if count < upto and not self.problems:
             self.add("truncated-log", "log", "", f"the log ends at entry {count}, the snapshot holds {upto}")
-        torn = getattr(engine, "torn", None)
+        torn = getattr(engine, "torn", None) if broken is None else None
         if torn is not None:
             seg, off, length, why = torn
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
-        damaged = getattr(engine, "damaged", None)
+        damaged = getattr(engine, "damaged", None) if broken is None else None
         if damaged is not None:
             seg, off, why = damaged
-            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry at offset {off}: {why}; complete entries follow it")
+            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}; complete entries follow it")
         self._references()
         self._refs()
         self._chains_end()
@@ -232,6 +237,12 @@ class _Verifier:
             if type(body.get(f)) is bytes:
                 self.later_refs.append((codec.RECORD, oid, f, body[f]))
         last = self.last.get(key)
+        if parent in self.damaged and lsn > (last[1] + 1 if last else 0):
+            # Its parent is damaged (reported already): let it stand in for LSN lsn - 1, so one damaged
+            # record or block is one report, not one more for every record after it.
+            ids = self.ids.setdefault(key, bytearray())
+            ids.extend(bytes(32 * (lsn - 1 - len(ids) // 32)) + parent)
+            last = self.last[key] = (parent, lsn - 1)
         if last is None:
             if lsn != 0:
                 self.add("lsn-gap", h, where, f"run {run} branch {branch} starts at LSN {lsn}, not 0")
