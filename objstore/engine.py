@@ -399,6 +399,16 @@ class Engine:
     def iter_ids(self) -> Iterator[bytes]:
         return iter(list(self.tables.locs))
 
+    def iter_chain(self, run: str, branch: int, lsn: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(lsn, id) of a branch's committed records from ``lsn`` on, in LSN order (chain index)."""
+        chain = self.tables.chain
+        while True:
+            oid = chain.get((run, branch, lsn))
+            if oid is None:
+                return
+            yield lsn, oid
+            lsn += 1
+
     def entry_time(self) -> float | None:
         """Time of the newest entry (None for an empty log)."""
         return self.tables.last_time
@@ -502,6 +512,7 @@ class LogEngine(Engine):
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
+        self._hint = 0  # segment of the last object found through an index
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
@@ -710,12 +721,32 @@ class LogEngine(Engine):
         loc = self.tables.locs.get(oid)
         if loc is not None:
             return loc
-        for seg in range(self._seg - 1, 0, -1):
-            row = self._index(seg).find(oid)
+        hint = self._hint  # walks and folds read neighbours: try the segment of the last hit first
+        if 0 < hint < self._seg:
+            row = self._index(hint).find(oid)
             if row is not None:
-                _, entry, bo, st, raw, off, ln, comp, tc = row
-                return Loc(entry, seg, bo, comp, st, raw, off, ln, segindex.TYPES[tc])
+                return _loc_of(row, hint)
+        for seg in range(self._seg - 1, 0, -1):
+            if seg != hint:
+                row = self._index(seg).find(oid)
+                if row is not None:
+                    self._hint = seg
+                    return _loc_of(row, seg)
         return None
+
+    def iter_chain(self, run: str, branch: int, lsn: int = 0) -> Iterator[tuple[int, bytes]]:
+        tip = self.tables.tips.get((run, branch))
+        if tip is None or lsn > tip[0]:
+            return
+        key = segindex.chain_key(run, branch)
+        for seg in range(1, self._seg):
+            for l, oid in self._index(seg).chain_from(key, lsn):
+                if l != lsn:
+                    return  # a gap: the index is damaged (verify names it); stop rather than guess
+                self._hint = seg
+                yield l, oid
+                lsn += 1
+        yield from Engine.iter_chain(self, run, branch, lsn)
 
     def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
         oid = self.tables.chain.get((run, branch, lsn))
@@ -960,6 +991,11 @@ class LogEngine(Engine):
             self._retire_active()
             self._seg, self._off = seg + 1, SEG_HEADER.size
         self._checkpoint()
+
+
+def _loc_of(row, seg: int) -> Loc:
+    _, entry, bo, st, raw, off, ln, comp, tc = row
+    return Loc(entry, seg, bo, comp, st, raw, off, ln, segindex.TYPES[tc])
 
 
 def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, seg: int, n: int) -> Entry | str:

@@ -109,8 +109,21 @@ class RunLog:
         return R.Record.from_payload(oid, value)
 
     def fork_object(self, view: View, branch: int) -> dict | None:
-        """The fork object at the root of ``branch`` (None for branch 0), with its id."""
-        return self.chain(view.head(branch), stop_at=None)[1]
+        """The fork object at the root of ``branch`` (None for branch 0), with its id: the parent
+        of the branch's LSN 0 record (from the chain index), or the head while it has no record."""
+        head = view.head(branch)
+        get = self.store.get_decoded
+        otype, p = get(head)
+        if otype == codec.FORK:
+            return dict(p, id=head)
+        first = self.store.indexed_record(view.run, branch, 0)
+        if first is None or not self._is_ancestor(view.run, branch, 0, head):
+            return self.chain(head)[1]  # not indexed (an open batch): walk
+        parent = get(first)[1]["parent"]
+        if parent is None:
+            return None
+        otype, p = get(parent)
+        return dict(p, id=parent) if otype == codec.FORK else None
 
     def walk(self, head: bytes, stop_at: bytes | None = None) -> Iterator[R.Record | dict]:
         """A branch's own records newest first, then its fork object (a dict) if it has one.
@@ -173,6 +186,45 @@ class RunLog:
         for _, own, _ in reversed(self.groups_from(head)):
             out.extend(own)
         return out
+
+    def iter_own(self, view: View, branch: int, upto: int | None = None, *, start: int = 0) -> Iterator[R.Record]:
+        """A branch's own records oldest first, LSNs ``start``..``upto`` (default: its head),
+        streamed through the log's chain index: memory does not grow with the branch's length."""
+        head = view.head(branch)
+        head_lsn = self._next_of(head)[0] - 1
+        last = head_lsn if upto is None else min(upto, head_lsn)
+        if last < 0:
+            return
+        get = self.store.get_decoded
+        expect = start
+        if start > last:
+            return
+        if self.store.indexed_record(view.run, branch, last) is not None:
+            for lsn, oid in self.store.engine.iter_chain(view.run, branch, start):
+                if lsn > last:
+                    break
+                otype, p = get(oid)
+                yield _new_record(Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
+                expect = lsn + 1
+            if expect > last:
+                return
+        # Not (all) indexed — records of an open batch: the chain walk has them.
+        own = [r for r in self.chain(head)[0] if expect <= r.lsn <= last]
+        yield from own
+
+    def iter_lineage(self, view: View, branch: int, upto: int | None = None) -> Iterator[R.Record]:
+        """Every record the branch folds over (up to its LSN ``upto``), oldest first, streamed:
+        each ancestor up to its fork point (read from the fork objects), then its own records."""
+        segs = []  # (branch, upto) from the branch back to the root
+        b = branch
+        while True:
+            segs.append((b, upto))
+            fk = self.fork_object(view, b) if b != 0 else None
+            if fk is None:
+                break
+            b, upto = fk["parent_branch"], fk["parent_lsn"]
+        for b, upto in reversed(segs):
+            yield from self.iter_own(view, b, upto)
 
     def lineage(self, view: View, branch: int) -> list[R.Record]:
         return self.lineage_from(view.head(branch))

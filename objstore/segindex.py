@@ -121,6 +121,24 @@ class SegmentIndex:
         del target
         return None
 
+    def chain_from(self, key: bytes, lsn: int):
+        """(lsn, id) of the rows of one chain from ``lsn`` on, in LSN order."""
+        lo, hi = 0, self.nchain
+        data, base, size = self.data, self.chain0, CHAIN.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            k, l, _ = CHAIN.unpack_from(data, base + mid * size)
+            if (k, l) < (key, lsn):
+                lo = mid + 1
+            else:
+                hi = mid
+        while lo < self.nchain:
+            k, l, oid = CHAIN.unpack_from(data, base + lo * size)
+            if k != key:
+                return
+            yield l, oid
+            lo += 1
+
     def objects(self):
         for i in range(self.nobj):
             yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)

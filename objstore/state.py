@@ -29,7 +29,7 @@ from .errors import InvalidInput
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 # The part of the folded state an episode needs: small, whatever the history length.
 SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
@@ -44,20 +44,12 @@ CREATE TABLE IF NOT EXISTS branch(
   run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
   parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB,
   PRIMARY KEY(run, branch));
-CREATE TABLE IF NOT EXISTS rec(
-  run TEXT, branch INTEGER, lsn INTEGER, id BLOB, kind TEXT,
-  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS attempt(
   run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, view BLOB,
   PRIMARY KEY(run, branch, step, attempt, lsn)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS intent(
-  run TEXT, branch INTEGER, lsn INTEGER, intent TEXT, step INTEGER, effect TEXT, idempotent INTEGER,
-  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS commit_(
-  run TEXT, branch INTEGER, lsn INTEGER, intent TEXT, id BLOB,
-  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
 """
-_TABLES = ("branch", "rec", "attempt", "intent", "commit_")
+_TABLES = ("branch", "attempt")
+_OLD_TABLES = ("rec", "intent", "commit_")  # schema 2's, dropped on sight
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -89,46 +81,16 @@ def refold_branch(log, view, branch: int) -> tuple[dict, dict | None, list[dict]
 
 
 def _refold_branch(log, view, branch):
-    own, fk = log.chain(view.head(branch))
-    lineage = (log.lineage_from(fk["parent_record"]) if fk else []) + own
+    fk = log.fork_object(view, branch)
     state = empty_state()
     atts = []
-    for r in lineage:
+    for r in log.iter_lineage(view, branch):
         apply(state, r)  # workflow_version as folded at each record, as the cache sees it
         if r.branch == branch and r.kind == R.ATTEMPT:
             atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
+    log.store.forget_decoded()
     atts.sort(key=lambda t: t[:3])
     return state, fk, [a[3] for a in atts]
-
-
-class BranchIndex(NamedTuple):
-    cache: "StateCache"
-    run: str
-    branch: int
-    tip_lsn: int  # -1 when the branch has no record yet
-
-    def record_at(self, lsn: int) -> bytes:
-        row = self.cache.db.execute("SELECT id FROM rec WHERE run=? AND branch=? AND lsn=?", (self.run, self.branch, lsn)).fetchone()
-        if row is None:
-            raise InvalidInput(f"branch {self.branch} of run {self.run} has no record at LSN {lsn}")
-        return bytes(row[0])
-
-    def compensation_after(self, lsn: int, upto: int) -> list[dict]:
-        """Non-idempotent intents committed by this branch's own records in (lsn, upto]."""
-        db = self.cache.db
-        out = []
-        rows = db.execute(
-            "SELECT intent, id, lsn FROM commit_ WHERE run=? AND branch=? AND lsn>? AND lsn<=? ORDER BY lsn",
-            (self.run, self.branch, lsn, upto),
-        ).fetchall()
-        for intent, cid, clsn in rows:
-            decl = self.cache.intent_decl(self.run, self.branch, intent, clsn)
-            if decl is None:
-                continue  # a commit of an undeclared intent carries no effect class; verify names it
-            step, effect, idem = decl
-            if not idem:
-                out.append({"intent": intent, "step": step, "effect": effect, "committed_record": bytes(cid), "committed_lsn": clsn})
-        return out
 
 
 class StateCache:
@@ -179,7 +141,7 @@ class StateCache:
         row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is not None and row[0] != SCHEMA_VERSION:
             # A cache of another layout: throw it away, it is rebuilt from the objects.
-            for t in _TABLES:
+            for t in _TABLES + _OLD_TABLES:
                 db.execute(f"DROP TABLE IF EXISTS {t}")
         if row is None or row[0] != SCHEMA_VERSION:
             db.executescript(_SCHEMA)
@@ -219,31 +181,10 @@ class StateCache:
         rows = self.db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
         return {b: (bytes(h), t, _dec.decode(s)) for b, h, t, s in rows}
 
-    def intent_decl(self, run: str, branch: int, intent: str, before_lsn: int):
-        """(step, effect, idempotent) of ``intent`` as declared in ``branch``'s lineage before ``before_lsn``."""
-        db = self.db
-        while branch is not None:
-            row = db.execute(
-                "SELECT step, effect, idempotent FROM intent WHERE run=? AND branch=? AND intent=? AND lsn<? ORDER BY lsn DESC LIMIT 1",
-                (run, branch, intent, before_lsn),
-            ).fetchone()
-            if row:
-                return row[0], row[1], bool(row[2])
-            b = db.execute("SELECT parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-            if b is None or b[0] is None:
-                return None
-            branch, before_lsn = b[0], b[1] + 1
-        return None
-
     # -- refresh ---------------------------------------------------------------
     def refresh(self, log, view, branches=None) -> None:
         for b in sorted(view.heads) if branches is None else branches:
             self._refresh_branch(log, view, b)
-
-    def branch_index(self, log, view, branch: int) -> BranchIndex:
-        self._refresh_branch(log, view, branch)
-        row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-        return BranchIndex(self, view.run, branch, row[0])
 
     def read_branch(self, log, view, branch: int):
         """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
@@ -294,85 +235,82 @@ class StateCache:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def _ahead_of(self, run: str, branch: int, head: bytes, fork) -> bool:
-        """True if the cached row is newer than ``head`` (a pinned, older view): head is on its chain."""
-        if fork is not None and bytes(fork) == head:
-            return True
-        row = self.db.execute("SELECT 1 FROM rec WHERE run=? AND branch=? AND id=?", (run, branch, head)).fetchone()
-        return row is not None
+    def _ahead_of(self, log, view, branch: int, tip: int) -> bool:
+        """True if the cached row (at ``tip``) is newer than the view's head (an older pinned
+        view): the log's chain index holds the view's head at an LSN below the row's."""
+        head = view.head(branch)
+        head_lsn = log._next_of(head)[0] - 1
+        if tip <= head_lsn:
+            return False
+        return head_lsn < 0 or log.store.indexed_record(view.run, branch, head_lsn) == head
 
     def try_refresh(self, log, view, branch: int) -> bool:
         """Bring ``branch`` up to the view's head; False if the cache is already past it
         (an older pinned view), in which case the caller answers by re-folding."""
-        run = view.run
-        head = view.head(branch)
-        row = self.db.execute("SELECT head, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-        if row is not None and bytes(row[0]) != head and self._ahead_of(run, branch, head, row[1]):
+        row = self.db.execute("SELECT head, tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+        if row is not None and bytes(row[0]) != view.head(branch) and self._ahead_of(log, view, branch, row[1]):
             return False
         self._refresh_branch(log, view, branch)
         return True
 
     def _refresh_branch(self, log, view, branch: int) -> None:
         with no_gc():
-            self._refresh(log, view, branch)
+            try:
+                self._refresh(log, view, branch)
+            finally:
+                log.store.forget_decoded()
 
     def _refresh(self, log, view, branch: int) -> None:
+        """Catch one branch's row up to the view's head in one transaction, streaming the records
+        it lacks from the log's chain index (memory does not grow with history)."""
         run = view.run
         head = view.head(branch)
-        row = self.db.execute("SELECT head, state, fork FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-        if row is not None and bytes(row[0]) == head:
-            return
-        if row is not None and self._ahead_of(run, branch, head, row[2]):
-            return  # an older view must not wind the cache back; readers of it re-fold
-        cached_head = bytes(row[0]) if row is not None else None
-        new, fk = log.chain(head, stop_at=cached_head)
-        met = cached_head is not None and (
-            (new and new[0].parent == cached_head) or (not new and head == cached_head)
-            or (fk is not None and fk["id"] == cached_head)
-        )
-        if row is not None and not met:
-            # The cached head is not on the chain: the cache is wrong, not merely behind.
-            with self._tx():
-                for t in _TABLES:
-                    self.db.execute(f"DELETE FROM {t} WHERE run=? AND branch=?", (run, branch))
-            row = None
-            new, fk = log.chain(head)
-        if row is None:
-            if fk is not None:
-                state = fold(log.lineage_from(fk["parent_record"]))
-                fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?",
+                             (run, branch)).fetchone()
+            if row is not None and bytes(row[0]) == head:
+                db.execute("COMMIT")
+                return
+            if row is not None and self._ahead_of(log, view, branch, row[1]):
+                db.execute("COMMIT")
+                return  # an older view must not wind the cache back; readers of it re-fold
+            if row is not None:
+                cached, tip = bytes(row[0]), row[1]
+                on_chain = (tip < 0 and row[3] is not None and bytes(row[3]) == cached) or (
+                    tip >= 0 and log.store.indexed_record(run, branch, tip) == cached)
+                if not on_chain:  # the cached head is not on the chain: the cache is wrong, not merely behind
+                    db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
+                    db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                    row = None
+            if row is None:
+                fk = log.fork_object(view, branch)
+                if fk is not None:
+                    state = fold(log.iter_lineage(view, fk["parent_branch"], upto=fk["parent_lsn"]))
+                    fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
+                else:
+                    state, fork_id, pb, pl = empty_state(), None, None, None
+                start = 0
             else:
-                state, fork_id, pb, pl = empty_state(), None, None, None
-        else:
-            state = _dec.decode(row[1])
-            fork_id = row[2]
-            fr = self.db.execute("SELECT parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-            pb, pl = fr
-        rec_rows, att_rows, int_rows, com_rows = [], [], [], []
-        jenc = codec.canonical_json
-        for r in new:
-            apply(state, r)
-            rec_rows.append((run, branch, r.lsn, r.id, r.kind))
-            if r.kind == R.ATTEMPT:
-                b = r.body
-                att_rows.append((run, branch, b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
-            elif r.kind == R.INTENT:
-                b = r.body
-                int_rows.append((run, branch, r.lsn, b["intent"], b["step"], b["effect"], int(b["idempotent"])))
-            elif r.kind == R.INTENT_COMMITTED:
-                com_rows.append((run, branch, r.lsn, r.body["intent"], r.id))
-        tip = new[-1].lsn if new else (-1 if row is None else self._tip(run, branch))
-        with self._tx():
-            db = self.db
-            db.executemany("INSERT OR REPLACE INTO rec VALUES(?,?,?,?,?)", rec_rows)
+                state, fork_id, pb, pl = _dec.decode(row[2]), row[3], row[4], row[5]
+                start = row[1] + 1
+            tip = start - 1
+            att_rows = []
+            jenc = codec.canonical_json
+            for r in log.iter_own(view, branch, start=start):
+                apply(state, r)
+                tip = r.lsn
+                if r.kind == R.ATTEMPT:
+                    b = r.body
+                    att_rows.append((run, branch, b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
+                    if len(att_rows) >= 10000:
+                        db.executemany("INSERT OR REPLACE INTO attempt VALUES(?,?,?,?,?,?)", att_rows)
+                        att_rows = []
             db.executemany("INSERT OR REPLACE INTO attempt VALUES(?,?,?,?,?,?)", att_rows)
-            db.executemany("INSERT OR REPLACE INTO intent VALUES(?,?,?,?,?,?,?)", int_rows)
-            db.executemany("INSERT OR REPLACE INTO commit_ VALUES(?,?,?,?,?)", com_rows)
-            db.execute(
-                "INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?)",
-                (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state))),
-            )
-
-    def _tip(self, run, branch) -> int:
-        row = self.db.execute("SELECT tip_lsn FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
-        return row[0] if row else -1
+            db.execute("INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?)",
+                       (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state))))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise

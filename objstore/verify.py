@@ -29,6 +29,7 @@ Torn tails and past cuts are *notes*: a crash verifies clean.
 
 from __future__ import annotations
 
+import os
 from typing import Callable, NamedTuple
 
 import blake3
@@ -127,6 +128,9 @@ class _Verifier:
         self.later_refs: list = []  # (referrer type, referrer id, field, id) checked once every object is known
         self.entry_sums: dict[int, bytes] = {}
         self.rejected: set[bytes] = set()  # records already reported as off their chain
+        self.seg_rows: tuple = (0, 0, [], [])  # (segment, first entry, object rows, chain rows) of the segment being read
+        self.seg_end = (0, ZERO)  # (entry, checksum) of the last entry read
+        self.seg_problems = 0  # problems found before the segment being read
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
@@ -137,6 +141,7 @@ class _Verifier:
             pos, broken = engine.refresh(), None
         except CorruptLog as e:  # damage before the log's end (readers stop there): scan one entry on to name it
             pos, broken = engine.position(), e
+        upto = self.upto = pos.entry + (broken is not None)
         upto = pos.entry
         checksum = ZERO
         n_objects = 0
@@ -144,8 +149,14 @@ class _Verifier:
         for item in engine.scan(upto + (broken is not None)):
             if isinstance(item, ScanProblem):
                 self.add(item.code, item.where, "", item.detail)
+                self.seg_rows = (0, 0, [], [])  # the segment was not read to its end: its index is not judged
                 break
             e = item.entry
+            if e.seg != self.seg_rows[0]:
+                self._check_index()
+                self.seg_rows = (e.seg, e.n, [], [])
+                self.seg_problems = len(self.problems)
+            self._index_rows(e)
             count = e.n
             checksum = e.checksum
             if want is not None and e.n == want[0]:
@@ -160,6 +171,7 @@ class _Verifier:
             self._moves(e, item.where)
             if self.progress:
                 self.progress(n_objects)
+        self._check_index(last=True)
         if broken is not None and not self.problems:
             self.add("corrupt-log", broken.args[0], "", broken.args[1])
         if count < upto and not self.problems:
@@ -205,10 +217,11 @@ class _Verifier:
             return
         if t != otype:
             self.add("corrupt-entry", h, where, f"entry says {otype}, object is a {t}")
-        self.types[oid] = t
-        self.where[oid] = where
         if t == codec.BLOB:
-            return
+            return  # blobs and records are found again through the log's index (_type), not kept here
+        if t != codec.RECORD:
+            self.types[oid] = t
+            self.where[oid] = where
         bad = R.schema_problem(t, value)
         if bad is not None:
             self.add("malformed-object", h, where, bad)
@@ -228,14 +241,30 @@ class _Verifier:
             for f, ref in R.object_refs(t, value):
                 self.later_refs.append((t, oid, f, ref))
 
+    def _type(self, oid: bytes) -> str | None:
+        """The type of a good object stored at or before the snapshot, else None."""
+        t = self.types.get(oid)
+        if t is not None:
+            return t
+        if oid in self.damaged:
+            return None
+        loc = self.engine.loc(oid)
+        if loc is None or self.engine.loc_entry(oid) > self.upto:
+            return None
+        return loc.otype if hasattr(loc, "otype") else loc[1]
+
+    def _where(self, oid: bytes) -> str:
+        return self.where.get(oid) or getattr(self.engine, "where", lambda _o: "")(oid)
+
     def _record(self, oid: bytes, p: dict, where: str) -> None:
         run, branch, lsn, parent = p["run"], p["branch"], p["lsn"], p["parent"]
         key = (run, branch)
         h = oid.hex()
         body = p["body"]
         for f in R.BLOB_FIELDS:
-            if type(body.get(f)) is bytes:
-                self.later_refs.append((codec.RECORD, oid, f, body[f]))
+            ref = body.get(f)
+            if type(ref) is bytes and self._type(ref) != codec.BLOB:
+                self.later_refs.append((codec.RECORD, oid, f, ref))  # missing or mistyped: named at the end
         last = self.last.get(key)
         if parent in self.damaged and lsn > (last[1] + 1 if last else 0):
             # Its parent is damaged (reported already): let it stand in for LSN lsn - 1, so one damaged
@@ -273,8 +302,42 @@ class _Verifier:
                 return
         self.last[key] = (oid, lsn)
         self.ids.setdefault(key, bytearray()).extend(oid)
+        self.seg_rows[3].append((run, branch, lsn, oid))
         if p["kind"] in (R.INTENT, R.INTENT_COMMITTED):
             self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
+
+    def _index_rows(self, e) -> None:
+        starts, off = [], e.data_off
+        for _comp, _raw, stored in e.blocks:
+            starts.append(off)
+            off += stored
+        rows = self.seg_rows[2]
+        for oid, otype, length, bi, boff in e.objs:
+            comp, raw, stored = e.blocks[bi]
+            rows.append((oid, e.n, starts[bi], stored, raw, boff, length, comp, otype))
+        self.seg_end = (e.n, e.checksum)
+
+    def _check_index(self, last: bool = False) -> None:
+        """A sealed segment's index file must be exactly what its entries say (a missing one is
+        only a note: it is rebuilt when needed)."""
+        seg, first, rows, chain = self.seg_rows
+        path_of = getattr(self.engine, "idx_path", None)
+        if len(self.problems) != self.seg_problems:
+            return  # damage in the segment is reported already; its index would differ for that reason
+        if not seg or path_of is None or (last and not os.path.exists(self.engine.seg_path(seg + 1))):
+            return  # nothing read yet, a memory engine, or the active segment (its tables are checkpointed)
+        path = path_of(seg)
+        try:
+            with open(path, "rb") as f:
+                have = f.read()
+        except FileNotFoundError:
+            self.notes.append(Problem("index-missing", path, "", f"segment {seg} has no index file; it is rebuilt when needed"))
+            return
+        from . import segindex
+
+        want = segindex.build(seg, first, self.seg_end[0], self.seg_end[1], rows, chain)
+        if have != want:
+            self.add("damaged-index", path, "", f"index of segment {seg} does not match its entries (rebuild: delete the file)")
 
     def _moves(self, e, where: str) -> None:
         for name, old, new, reason in e.moves:
@@ -285,19 +348,19 @@ class _Verifier:
                 self.refs.pop(name, None)
             else:
                 self.refs[name] = new
-            if isinstance(new, bytes) and new not in self.types and new not in self.damaged:
+            if isinstance(new, bytes) and new not in self.damaged and self._type(new) is None:
                 self.add("dangling-ref", name, where, f"entry {e.n} points it at {new.hex()}, not stored in or before that entry")
 
     # -- after the scan -------------------------------------------------------------------
     def _references(self) -> None:
         for otype, oid, field, ref in self.later_refs:
-            t = self.types.get(ref)
+            t = self._type(ref)
             if t is None:
                 if ref in self.damaged:
                     continue
                 self.add("missing-object", ref.hex(), "", f"referenced by {otype} {oid.hex()} ({field}) but not stored")
             elif field in _EXPECT and t not in _EXPECT[field]:
-                self.add("wrong-type", ref.hex(), self.where.get(ref, ""), f"{field} of {otype} {oid.hex()} should be a {' or '.join(_EXPECT[field])}, is a {t}")
+                self.add("wrong-type", ref.hex(), self._where(ref), f"{field} of {otype} {oid.hex()} should be a {' or '.join(_EXPECT[field])}, is a {t}")
 
     def _refs(self) -> None:
         refs = self.refs
@@ -307,8 +370,8 @@ class _Verifier:
                 if not value.startswith("ref: ") or value[5:] not in refs:
                     self.add("dangling-ref", name, "", f"symbolic ref to missing ref {value[5:] if value.startswith('ref: ') else value!r}")
             elif value in self.damaged:
-                self.add("damaged-ref", name, self.where.get(value, ""), f"points to damaged object {value.hex()}")
-            elif value not in self.types:
+                self.add("damaged-ref", name, self._where(value), f"points to damaged object {value.hex()}")
+            elif self._type(value) is None:
                 self.add("dangling-ref", name, "", f"points to missing object {value.hex()}")
             parts = name.split("/")
             if len(parts) >= 3 and parts[0] == "run":
@@ -328,10 +391,10 @@ class _Verifier:
             want = {"journal": codec.JOURNAL, "segments": codec.SEGMENT}.get(rest)
             if rest.startswith("grant/"):
                 want = codec.GRANT
-            if want is not None and isinstance(value, bytes) and value in self.types:
-                if self.types[value] != want:
-                    self.add("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {self.types[value]}")
-            if rest.startswith("branch/") and rest[7:].isdigit() and isinstance(value, bytes) and value in self.types:
+            vt = self._type(value) if isinstance(value, bytes) else None
+            if want is not None and vt is not None and vt != want:
+                self.add("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {vt}")
+            if rest.startswith("branch/") and rest[7:].isdigit() and vt is not None:
                 b = int(rest[7:])
                 key = (run, b)
                 last = self.last.get(key)
@@ -371,7 +434,7 @@ class _Verifier:
                          f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
 
     def _describe(self, oid: bytes) -> str:
-        t = self.types.get(oid)
+        t = self._type(oid)
         if t != codec.RECORD:
             return t or "missing"
         try:
