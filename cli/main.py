@@ -634,7 +634,6 @@ def demo(c):
     Creates the store if absent; each call records a new run.
     """
     from objstore.demo import six_step_run
-    from objstore.query import diff as run_diff
     from objstore.verify import verify as run_verify
 
     log = c.log(create=True)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Protocol
 
 from . import codec
 from . import records as R
-from .errors import (Conflict, InvalidInput, JobCaller, LimitExceeded, RunNotFound, Unauthenticated,
+from .errors import (Conflict, InvalidInput, JobCaller, LimitExceeded, Unauthenticated,
                      WriterRevoked, WrongSession, WrongSubject)
 from .refs import check_ref_name
 

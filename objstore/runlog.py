@@ -24,7 +24,6 @@ are immutable, a view never changes under its reader, whatever writers do.
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from typing import Iterator, NamedTuple
@@ -33,7 +32,7 @@ from . import codec
 from . import records as R
 from .errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
 from .fileutil import no_gc
-from .fold import empty_state, fold
+from .fold import fold
 from .store import Store
 
 _SYM = "ref: "

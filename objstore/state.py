@@ -19,13 +19,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from typing import NamedTuple
 
 import msgspec
 
 from . import codec
 from . import records as R
-from .errors import InvalidInput
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
 
