@@ -171,6 +171,12 @@ def canonical_json(value: Any) -> bytes:
     return _json.encode(to_jsonable(value))
 
 
+def canonical_json_plain(value: Any) -> bytes:
+    """``canonical_json`` of a value that holds no bytes (folded states, attempt views, whose
+    ids are hex already): the same bytes, without the conversion pass."""
+    return _json.encode(value)
+
+
 def iter_objects(raw: bytes):
     """The canonical objects laid end to end in ``raw`` (a decompressed block), in order.
 

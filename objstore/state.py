@@ -227,6 +227,10 @@ class StateCache:
         # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
         return from_refold(refold_branch(log, view, branch)[0])
 
+    def attempt_rows(self, run: str, branch: int):
+        """(step, attempt, lsn, canonical JSON of the view) of a branch's cached attempts, streamed."""
+        return self.db.execute("SELECT step, attempt, lsn, view FROM attempt WHERE run=? AND branch=?", (run, branch))
+
     def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
         rows = self.db.execute(
             "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)
@@ -295,7 +299,7 @@ class StateCache:
                 start = row[1] + 1
             tip = start - 1
             att_rows = []
-            jenc = codec.canonical_json
+            jenc = codec.canonical_json_plain
             for r in log.iter_own(view, branch, start=start):
                 apply(state, r)
                 tip = r.lsn

@@ -39,9 +39,19 @@ from . import records as R
 from .engine import ScanProblem, ZERO
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
-from .state import refold_branch
+from .fold import apply, empty_state, fold
+from .state import attempt_view, refold_branch
 
 ANCHOR_PREFIX = "objstore-anchor:1:"
+
+
+_MOD = 1 << 64
+
+
+def _digest(step: int, attempt: int, lsn: int, view: bytes) -> int:
+    """One attempt view's share of a branch's order-free digest (a sum of hashes). Both sides
+    are hashed in this process, so Python's keyed SipHash is enough to tell them apart."""
+    return hash((step, attempt, lsn, bytes(view)))
 
 
 class Problem(NamedTuple):
@@ -131,11 +141,14 @@ class _Verifier:
         self.seg_rows: tuple = (0, 0, [], [])  # (segment, first entry, object rows, chain rows) of the segment being read
         self.seg_end = (0, ZERO)  # (entry, checksum) of the last entry read
         self.seg_problems = 0  # problems found before the segment being read
+        self.states: dict[tuple, list] = {}  # (run, branch) -> [folded state, attempt view digest]
+        self.folding = False
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
 
     def run(self, check_state: bool, want) -> Report:
+        self.folding = check_state and self.log.state.exists()
         engine = self.engine
         try:
             pos, broken = engine.refresh(), None
@@ -190,8 +203,8 @@ class _Verifier:
         self._chains_end()
         if want is not None:
             self._anchor(want, count)
-        if check_state and not self.problems:
-            self.problems.extend(check_state_cache(self.log))
+        if self.folding and not self.problems:
+            self._check_state()
         return Report(self.problems, self.notes, count, n_objects, checksum)
 
     # -- objects ----------------------------------------------------------------------
@@ -302,9 +315,60 @@ class _Verifier:
                 return
         self.last[key] = (oid, lsn)
         self.ids.setdefault(key, bytearray()).extend(oid)
+        if self.folding:
+            self._fold(key, oid, p)
         self.seg_rows[3].append((run, branch, lsn, oid))
         if p["kind"] in (R.INTENT, R.INTENT_COMMITTED):
             self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
+
+    # -- the state cache, checked against the fold verify makes as it reads -------------------
+    def _fold(self, key, oid: bytes, p: dict) -> None:
+        """Fold each record into its branch's state in log order (a branch's records arrive in
+        LSN order), and add its attempt view to an order-free digest of the branch's views."""
+        st = self.states.get(key)
+        if st is None:
+            st = self.states[key] = [self._initial_state(key), 0]
+        rec = R.Record(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
+        apply(st[0], rec)
+        if rec.kind == R.ATTEMPT:
+            view = codec.canonical_json_plain(attempt_view(rec, st[0]["workflow_version"]))
+            st[1] = (st[1] + _digest(rec.body["step"], rec.body["attempt"], rec.lsn, view)) % _MOD
+
+    def _initial_state(self, key) -> dict:
+        """Empty for branch 0; for a fork, the fold of its parent up to the fork point (those
+        records are all earlier in the log than the fork object, so they can be read now)."""
+        fk = self.forks.get(key)
+        if key[1] == 0 or fk is None:
+            return empty_state()
+        p = fk[1]
+        view = self.log.view(key[0])
+        return fold(self.log.iter_lineage(view, p["parent_branch"], upto=p["parent_lsn"]))
+
+    def _check_state(self) -> None:
+        """A cache row that claims the head verify saw must equal verify's own fold, state and
+        attempt views alike; rows behind (a cache miss) or beyond this snapshot are skipped."""
+        cache = self.log.state
+        runs = sorted({k[0] for k in self.last} | {k[0] for k in self.forks})
+        for run in runs:
+            try:
+                cached = cache.cached(run)
+            except ObjstoreError:
+                continue
+            for b, (head, _tip, state) in cached.items():
+                key = (run, b)
+                last = self.last.get(key)
+                mine = last[0] if last else (self.forks[key][0] if key in self.forks else None)
+                if head != mine:
+                    continue
+                st = self.states.get(key) or [self._initial_state(key), 0]
+                if codec.canonical_json_plain(st[0]) != codec.canonical_json_plain(state):
+                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state differs from the cold re-fold")
+                    continue
+                digest = 0
+                for step, attempt, lsn, view in cache.attempt_rows(run, b):
+                    digest = (digest + _digest(step, attempt, lsn, view)) % _MOD
+                if digest != st[1]:
+                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
 
     def _index_rows(self, e) -> None:
         starts, off = [], e.data_off
