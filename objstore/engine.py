@@ -523,10 +523,14 @@ class LogEngine(Engine):
             self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
         except OSError:
             self._top = 1
+        self._load_checkpoint()
         try:
             self.refresh()
         except CorruptLog:
             pass  # damage before the log's end: the store opens (verify names it), every later refresh raises it again
+        else:
+            if self.tables.pos.entry - self._ckpt_at[0] >= OPEN_CHECKPOINT:
+                self._checkpoint()  # best effort (a read-only store just replays again next time)
 
     # -- files --------------------------------------------------------------------------
     def seg_path(self, n: int) -> str:
@@ -722,13 +726,17 @@ class LogEngine(Engine):
         if loc is not None:
             return loc
         hint = self._hint  # walks and folds read neighbours: try the segment of the last hit first
-        if 0 < hint < self._seg:
-            row = self._index(hint).find(oid)
+        if 0 < hint < self._seg and hint in self._idx:
+            row = self._idx[hint].find(oid)
             if row is not None:
                 return _loc_of(row, hint)
         for seg in range(self._seg - 1, 0, -1):
             if seg != hint:
-                row = self._index(seg).find(oid)
+                try:
+                    idx = self._index(seg)
+                except CorruptLog:
+                    continue  # a missing or damaged sealed segment: its objects are not found (verify names it)
+                row = idx.find(oid)
                 if row is not None:
                     self._hint = seg
                     return _loc_of(row, seg)
@@ -842,7 +850,10 @@ class LogEngine(Engine):
         path = os.path.join(self.dir, "checkpoint")
         try:
             with open(path, "rb") as f:
-                t, seg, off = Tables.load(f.read())
+                data = f.read()
+            if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
+                raise ValueError("checkpoint checksum")
+            t, seg, off = Tables.load(data[:-32])
             if t.pos.entry > 0:
                 fd = self._fd(seg)
                 trailer = os.pread(fd, ENTRY_TRAILER.size, off - ENTRY_TRAILER.size)
@@ -861,6 +872,7 @@ class LogEngine(Engine):
             with self._mu:
                 data = self.tables.dump(self._seg, self._off)
                 at = (self.tables.pos.entry, self._off)
+            data += blake3.blake3(data).digest()
             with open(tmp, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
@@ -1025,12 +1037,19 @@ def segment_header(seg: int, first: int, prev: bytes) -> bytes:
 
 
 def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    # Written aside and linked into place: a crash never leaves a segment with a partial header
+    # (link, like O_EXCL, refuses a segment that exists already).
+    tmp = f"{path}.new.{os.getpid()}.{threading.get_ident()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, SEG_HEADER.pack(SEG_MAGIC, seg, first, prev))
         policy.file(fd)
     finally:
         os.close(fd)
+    try:
+        os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
 
 
 def _read_segment_header(fd: int, path: str) -> tuple:

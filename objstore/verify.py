@@ -143,6 +143,9 @@ class _Verifier:
         self.seg_problems = 0  # problems found before the segment being read
         self.states: dict[tuple, list] = {}  # (run, branch) -> [folded state, attempt view digest]
         self.folding = False
+        self.log_broken = False
+        self.entry_ids: set[bytes] = set()  # good objects of the entry being read
+        self.entry_types: dict[bytes, str] = {}
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
@@ -161,6 +164,7 @@ class _Verifier:
         count = 0
         for item in engine.scan(upto + (broken is not None)):
             if isinstance(item, ScanProblem):
+                self.log_broken = True
                 self.add(item.code, item.where, "", item.detail)
                 self.seg_rows = (0, 0, [], [])  # the segment was not read to its end: its index is not judged
                 break
@@ -178,6 +182,8 @@ class _Verifier:
                 seg, off, length, digest = e.cut
                 self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
                                           f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
+            self.entry_ids = {oid for oid, _t, data in item.objects if not isinstance(data, Exception)}
+            self.entry_types = {oid: t for oid, t, _d in item.objects}
             for oid, otype, data in item.objects:
                 n_objects += 1
                 self._object(oid, otype, data, item.where)
@@ -198,9 +204,10 @@ class _Verifier:
         if damaged is not None:
             seg, off, why = damaged
             self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}; complete entries follow it")
-        self._references()
-        self._refs()
-        self._chains_end()
+        if not self.log_broken:  # otherwise refs and chains would only echo the break
+            self._references()
+            self._refs()
+            self._chains_end()
         if want is not None:
             self._anchor(want, count)
         if self.folding and not self.problems:
@@ -261,10 +268,20 @@ class _Verifier:
             return t
         if oid in self.damaged:
             return None
-        loc = self.engine.loc(oid)
+        try:
+            loc = self.engine.loc(oid)
+        except ObjstoreError:
+            loc = None
+        if loc is None and oid in self.entry_ids:
+            return self.engine_type_fallback(oid)
         if loc is None or self.engine.loc_entry(oid) > self.upto:
             return None
         return loc.otype if hasattr(loc, "otype") else loc[1]
+
+    def engine_type_fallback(self, oid: bytes) -> str | None:
+        """Type of an object of the entry being read that the engine's tables do not know (a log
+        the engine stopped short of): read it from the entry itself."""
+        return self.entry_types.get(oid)
 
     def _where(self, oid: bytes) -> str:
         return self.where.get(oid) or getattr(self.engine, "where", lambda _o: "")(oid)

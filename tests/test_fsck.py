@@ -1,262 +1,560 @@
-"""Corruption suite in the style of git's t/t1450-fsck.sh (invariant 11).
+"""Corruption suite for format 2, in the style of git's t/t1450-fsck.sh.
 
-Each test damages real bytes on disk, runs verify, and asserts the exact line
-naming the object and its path. The CLI is exercised in a subprocess for the
-exit code and the one-line-per-problem output.
+Each test builds a real store on disk whose log spans several segment files
+(``SEAL_BYTES`` is made small while building, so ``log/0000000001.seg`` and
+``log/0000000002.seg`` are sealed and a third segment is active),
+damages real bytes, opens the store afresh and asserts the exact lines
+``objstore.verify`` prints: each names the object or segment, the file, and
+what is wrong. The CLI runs in a subprocess for the exit code and output.
+
+The store built by ``build``: entry 1 starts run r1; entry 2 is a compressible
+blob; then eight single appends (each its own entry, raw record blocks); then a
+batch of 200 records (one entry, one zstd-compressed block) that fills and seals
+its segment; then a 1000-byte blob and three single appends in the active
+segment. Segment 1 holds entries 1..``last1``; ``batch_n`` is the batch's entry.
+Expected lines are computed from the entries' numbers and offsets, so the tests
+do not depend on exact entry sizes.
 """
 
 import json
 import os
-import struct
+import shutil
+import time
+import types
 
+import blake3
+import msgspec
 import pytest
+import zstandard
 
-from objstore import RunLog, Store, codec
-from objstore.objects import LOOSE_MAGIC, PackFile
-from objstore.verify import verify
+import objstore.engine as E
+from objstore import RunLog, Store
+from objstore.errors import CorruptLog, IntegrityError
+from objstore.verify import verify, verify_report
 
-from helpers import run_cli
+from helpers import run_cli, snapshot_tree
+
+SEAL = 4096  # a segment is sealed once it passes this size (while building)
+BATCH = 200
+
+
+def build(root, t0=1_700_000_000.0):
+    """The store described in the module docstring; record times are fixed (from ``t0``) so blocks
+    are byte-identical from run to run."""
+    mp = pytest.MonkeyPatch()
+    mp.setattr(E, "SEAL_BYTES", SEAL)
+    try:
+        log = RunLog(Store.init(root))
+        run = log.start_run("r1", when=t0)
+        blob = log.put_blob(b"the prompt " * 60)
+        singles = [log.record_attempt(run, 1, i, "failed", prompt=blob, when=t0 + 1 + i) for i in range(8)]
+        with log.store.batch():
+            batch = [log.record_attempt(run, 2, i, "failed", when=t0 + 100 + i) for i in range(BATCH)]
+        big = log.put_blob(bytes(range(256)) * 3 + b"\xfe" * 232)
+        tail = [log.record_attempt(run, 3, i, "succeeded", when=t0 + 400 + i) for i in range(3)]
+    finally:
+        mp.undo()
+    entries = {e.n: e for e in log.store.engine.entries()}
+    return types.SimpleNamespace(root=root, log=log, run=run, blob=blob, singles=singles, batch=batch, big=big, tail=tail,
+                                 entries=entries)
 
 
 @pytest.fixture
 def built(tmp_path):
-    """A store with loose objects (single appends) and a pack (a batch)."""
-    root = str(tmp_path / "s")
-    log = RunLog(Store.init(root))
-    run = log.start_run("r1")
-    blob = log.put_blob(b"the prompt " * 30)
-    rec = log.record_attempt(run, step=1, attempt=0, state="failed", prompt=blob)
-    with log.store.batch():
-        packed = [log.record_attempt(run, step=2, attempt=i, state="failed") for i in range(5)]
-    assert verify(log) == []
-    return log, run, blob, rec, packed
+    b = build(str(tmp_path / "s"))
+    e = b.entries
+    b.last1 = max(n for n in e if e[n].seg == 1)
+    b.batch_n = next(n for n in e if len(e[n].objs) == BATCH)
+    b.active = e[max(e)].seg
+    # The layout the tests rely on (see the module docstring).
+    assert len(e) == 15 and 5 <= b.last1 < b.batch_n and e[b.batch_n].seg < b.active and b.active >= 3
+    assert sorted(f for f in os.listdir(os.path.join(b.root, "log")) if f.endswith(".seg")) == [f"{n:010d}.seg" for n in range(1, b.active + 1)]
+    assert e[b.batch_n].blocks[0][0] == E.COMP_ZSTD and len(e[b.batch_n].blocks) == 1
+    assert e[2].blocks[0][0] == E.COMP_ZSTD
+    assert verify(RunLog(Store.open(b.root))) == []
+    return b
 
 
-def lines(log):
-    return [p.line() for p in verify(log)]
+def seg(root, n):
+    return os.path.join(root, "log", f"{n:010d}.seg")
 
 
-def loose(log, oid):
-    return log.store.backend.loose_path(oid)
+def fresh(root):
+    return RunLog(Store.open(root))
 
 
-def rewrite(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
+def lines(root):
+    return [p.line() for p in verify(fresh(root))]
 
 
-def the_pack(log):
-    d = os.path.join(log.store.root, "packs")
-    (name,) = os.listdir(d)
-    return os.path.join(d, name)
+def cli_lines(root):
+    code, out, err = run_cli("verify", store=root)
+    return code, out.splitlines(), err
+
+
+def flip(path, off, bit=0x20):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ bit]))
+
+
+def assert_writer_refuses(root, why):
+    """A writer that reads through damage must not cut or append anything: CorruptLog (exit 6), files
+    untouched. Opening starts from the checkpoint and never re-reads sealed segments (that is what
+    keeps open O(1)); so the writer here has no checkpoint and replays the log from the start.
+    Damage behind a checkpoint is verify's to find (the lines asserted above)."""
+    ckpt = os.path.join(root, "log", "checkpoint")
+    if os.path.exists(ckpt):
+        os.unlink(ckpt)
+    before = snapshot_tree(root)
+    with pytest.raises(CorruptLog) as ei:
+        fresh(root).start_run("r2")
+    assert why in str(ei.value)
+    code, out, err = run_cli("refs", store=root)
+    assert code == 6 and out == "" and len(err.splitlines()) == 1 and why in err and "Traceback" not in err
+    assert snapshot_tree(root) == before
+
+
+# -- clean ------------------------------------------------------------------------------------
 
 
 def test_clean_store_verifies_clean_cli(built):
-    log = built[0]
-    code, out, err = run_cli("verify", store=log.store.root)
-    assert (code, out) == (0, "")
-    assert "verify: ok" in err
+    n_objects = sum(len(e.objs) for e in built.entries.values())
+    assert n_objects == 1 + 1 + 8 + BATCH + 1 + 3
+    code, out, err = run_cli("verify", store=built.root)
+    assert (code, out, err) == (0, "", f"verify: ok (15 entries, {n_objects} objects)\n")
+    code, out, err = run_cli("verify", "--json", store=built.root)
+    assert (code, json.loads(out), err) == (0, [], "")
 
 
-def test_flipped_byte_in_loose_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, rec.id)
-    data = bytearray(open(p, "rb").read())
-    assert data[4] == 0  # stored raw
-    data[-5] ^= 0x20
-    rewrite(p, bytes(data))
-    # The packed records after it name it as parent: it is damaged, not missing, so one line says it all.
-    assert lines(log) == [f"corrupt-object {rec.id.hex()}: hash mismatch (content does not match id) [{p}]"]
+def test_verify_json_lists_problems(built):
+    e = built.entries[3]
+    flip(seg(built.root, 1), e.data_off + 20)
+    code, out, err = run_cli("verify", "--json", store=built.root)
+    assert code == 1 and err == ""
+    assert json.loads(out) == [{"code": "corrupt-object", "subject": built.singles[0].id.hex(), "where": seg(built.root, 1),
+                                "detail": "hash mismatch (content does not match id)"}]
 
 
-def test_flipped_byte_in_compressed_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, blob)
-    data = bytearray(open(p, "rb").read())
-    assert data[4] == 1  # zstd
-    data[-5] ^= 0x20
-    rewrite(p, bytes(data))
-    assert lines(log) == [f"corrupt-object {blob.hex()}: zstd data corrupt: zstd decompressor error: Data corruption detected [{p}]"]
+# -- damaged bytes inside sealed entries ------------------------------------------------------
 
 
-def test_truncated_loose_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, rec.id)
+def test_flipped_byte_in_sealed_entry_meta(built):
+    """The chain checksum covers the meta: a flipped byte there is a damaged entry, named with its
+    number, segment file and offset. Complete entries follow it, so it is never taken for a torn tail."""
+    e = built.entries[3]
+    p = seg(built.root, 1)
+    with open(p, "rb") as f:
+        meta = f.read()[e.offset + E.ENTRY_HEAD.size : e.data_off]
+    flip(p, e.offset + E.ENTRY_HEAD.size + meta.index(b"run/r1/branch/0") + 7)  # 'branch' -> 'brAnch': still decodes
+    expect = [f"corrupt-entry {p}: entry 3 at offset {e.offset}: checksum mismatch"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    assert_writer_refuses(built.root, p)
+
+
+def test_flipped_byte_in_a_sealed_entry_meta_key(built):
+    e = built.entries[3]
+    p = seg(built.root, 1)
+    with open(p, "rb") as f:
+        meta = f.read()[e.offset + E.ENTRY_HEAD.size : e.data_off]
+    flip(p, e.offset + E.ENTRY_HEAD.size + meta.index(b"blocks"))  # the key 'blocks' -> 'Blocks'
+    expect = [f"corrupt-entry {p}: entry 3 at offset {e.offset}: undecodable entry meta: no field 'blocks'"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_rewritten_trailer_checksum_in_sealed_segment(built):
+    e = built.entries[5]
+    p = seg(built.root, 1)
+    with open(p, "r+b") as f:
+        f.seek(e.offset + e.length - 32)
+        f.write(blake3.blake3(b"forged").digest())
+    expect = [f"corrupt-entry {p}: entry 5 at offset {e.offset}: checksum mismatch"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_rewritten_entry_breaks_the_next_entrys_chain(built):
+    """Entry 5 replaced by a different entry that is valid on its own (its own checksum chains to
+    entry 4): entry 6 no longer chains to it."""
+    e4, e5, e6 = built.entries[4], built.entries[5], built.entries[6]
+    p = seg(built.root, 1)
     data = open(p, "rb").read()
-    assert data[4] == 0  # stored raw, so the canonical header can tell the truncation
-    rewrite(p, data[:-7])
-    payload_len = len(data) - 5 - data[5:].index(b"\x00") - 1
-    assert lines(log) == [
-        f"corrupt-object {rec.id.hex()}: truncated object ({payload_len - 7} of {payload_len} payload bytes) [{p}]",
+    forged, _ = E.encode_entry(e4.checksum, 5, e5.time + 1, [], [["note/forged", None, built.blob, "forged"]], None)
+    with open(p, "wb") as f:
+        f.write(data[: e5.offset] + forged + data[e5.offset + e5.length :])
+    expect = [f"corrupt-entry {p}: entry 6 at offset {e5.offset + len(forged)}: checksum mismatch"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    assert e6.n == 6
+
+
+def test_flipped_byte_in_sealed_record_bytes(built):
+    """Object bytes are outside the chain checksum (it covers ids, not compressed bytes): the damaged
+    record is named by its id and file, once. The records that follow it on the chain name it as
+    their parent: it is damaged, not missing, so they add no lines."""
+    e = built.entries[3]
+    rec = built.singles[0]
+    assert e.objs[0][0] == rec.id and e.blocks[0][0] == E.COMP_RAW
+    p = seg(built.root, 1)
+    flip(p, e.data_off + e.objs[0][2] // 2)
+    expect = [f"corrupt-object {rec.id.hex()}: hash mismatch (content does not match id) [{p}]"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    code, out, err = run_cli("show", rec.id.hex(), store=built.root)
+    assert (code, out) == (6, "")
+    assert err == f"objstore: error: integrity error: object {rec.id.hex()} ({p}): hash mismatch (content does not match id)\n"
+
+
+def test_flipped_byte_in_zstd_frame_header(built):
+    """A zstd block that no longer decompresses: every object in it is named, with zstd's error."""
+    e = built.entries[built.batch_n]
+    p = seg(built.root, e.seg)
+    flip(p, e.data_off)  # the frame's magic number
+    why = "zstd data corrupt: error determining content size from frame header"
+    expect = [f"corrupt-object {r.id.hex()}: {why} [{p}]" for r in built.batch]
+    assert lines(built.root) == expect
+    code, out, _ = cli_lines(built.root)
+    assert (code, out) == (1, expect)
+
+
+def test_flipped_byte_inside_zstd_block(built):
+    """A flip in the middle of a compressed block: either zstd notices (every object of the block is
+    named with its error) or the block decompresses to other bytes (frames carry no checksum of their
+    own) and exactly the objects whose bytes changed are named by their hash mismatch."""
+    e = built.entries[built.batch_n]
+    p = seg(built.root, e.seg)
+    comp, raw_len, stored_len = e.blocks[0]
+    with open(p, "rb") as f:
+        f.seek(e.data_off)
+        good = f.read(stored_len)
+    raw = zstandard.ZstdDecompressor().decompress(good)
+    flip(p, e.data_off + stored_len // 2)
+    with open(p, "rb") as f:
+        f.seek(e.data_off)
+        bad = f.read(stored_len)
+    try:
+        damaged_raw = zstandard.ZstdDecompressor().decompress(bad, max_output_size=raw_len)
+        assert len(damaged_raw) == raw_len
+    except zstandard.ZstdError as err:
+        expect = [f"corrupt-object {r.id.hex()}: zstd data corrupt: {err} [{p}]" for r in built.batch]
+    else:
+        changed = [oid for oid, _t, length, _b, off in e.objs if damaged_raw[off : off + length] != raw[off : off + length]]
+        assert changed, "the flip must change something"
+        expect = [f"corrupt-object {oid.hex()}: hash mismatch (content does not match id) [{p}]" for oid in changed]
+    assert lines(built.root) == expect
+
+
+# -- damaged segment files ----------------------------------------------------------------------
+
+
+def test_truncated_sealed_segment(built):
+    e = built.entries[built.last1]
+    p = seg(built.root, 1)
+    assert os.path.getsize(p) == e.offset + e.length
+    os.truncate(p, os.path.getsize(p) - 100)
+    expect = [f"corrupt-entry {p}: entry {e.n} at offset {e.offset}: truncated ({e.length - 100} of {e.length} bytes)"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    assert_writer_refuses(built.root, p)
+
+
+def test_sealed_segment_truncated_at_an_entry_boundary(built):
+    """A whole entry gone from the end of a sealed segment: the next segment no longer continues it."""
+    n = built.last1
+    os.truncate(seg(built.root, 1), built.entries[n].offset)
+    expect = [f"broken-log-chain {seg(built.root, 2)}: segment 2 does not continue the log at entry {n} "
+              f"(its header says segment 2, first entry {n + 1})"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_garbage_after_last_entry_of_sealed_segment(built):
+    """Garbage in a sealed segment is damage, never a torn tail: sealed segments are complete."""
+    p = seg(built.root, 1)
+    with open(p, "ab") as f:
+        f.write(b"garbage!" * 4)
+    expect = [f"garbage-after-entry {p}: 32 bytes after the last entry of sealed segment 1"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    assert_writer_refuses(built.root, p)
+
+
+def test_missing_middle_segment(built):
+    os.unlink(seg(built.root, 2))
+    expect = [f"missing-segment {seg(built.root, 2)}: segment 2 is missing; the log ends at entry {built.last1}"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    # The writer must not take segment 1 for the active one and append to it.
+    assert_writer_refuses(built.root, seg(built.root, 2))
+
+
+def test_swapped_segments(built):
+    p1, p2 = seg(built.root, 1), seg(built.root, 2)
+    d1, d2 = open(p1, "rb").read(), open(p2, "rb").read()
+    open(p1, "wb").write(d2)
+    open(p2, "wb").write(d1)
+    expect = [f"broken-log-chain {p1}: segment 1 does not continue the log at entry 1 (its header says segment 2, first entry {built.last1 + 1})"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_earlier_sealed_segment_copied_over_a_later_one(built):
+    shutil.copyfile(seg(built.root, 1), seg(built.root, 2))
+    expect = [f"broken-log-chain {seg(built.root, 2)}: segment 2 does not continue the log at entry {built.last1 + 1} "
+              f"(its header says segment 1, first entry 1)"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_sealed_segment_replaced_by_one_from_an_identical_store(built, tmp_path):
+    """Segment 1 from a store built the same way at other times: the same numbers and sizes, entries
+    that chain among themselves, but segment 2's header chains to the checksum of the real last entry of segment 1."""
+    other = build(str(tmp_path / "other"), t0=1_800_000_000.0)
+    assert os.path.getsize(seg(other.root, 1)) == os.path.getsize(seg(built.root, 1))
+    shutil.copyfile(seg(other.root, 1), seg(built.root, 1))
+    n = built.last1
+    assert max(k for k in other.entries if other.entries[k].seg == 1) == n
+    expect = [f"broken-log-chain {seg(built.root, 2)}: segment 2 does not continue the log at entry {n + 1} "
+              f"(its header chains to checksum {built.entries[n].checksum.hex()}, entry {n} has {other.entries[n].checksum.hex()})"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+# -- objects that cannot come through the API: entries written by hand --------------------------
+
+
+def append_entry(root, objects, moves=()):
+    """Append a well-formed commit entry (correct chain checksum) holding ``objects`` =
+    [(id, type, canonical bytes)] to the active segment, as a foreign writer could."""
+    store = Store.open(root)
+    pos = store.engine.position()
+    entry, _ = E.encode_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), [list(m) for m in moves], None)
+    path = store.engine.seg_path(store.engine._seg)
+    with open(path, "ab") as f:
+        f.write(entry)
+    return path
+
+
+def test_unknown_object_type(built):
+    canon = b"tree 3\x00abc"
+    oid = blake3.blake3(canon).digest()
+    p = append_entry(built.root, [(oid, "tree", canon)])
+    assert p == seg(built.root, built.active)
+    log = fresh(built.root)
+    assert log.store.has(oid)  # the entry itself is sound: the engine takes it
+    expect = [f"unknown-type {oid.hex()}: unknown object type 'tree' [{p}]"]
+    assert [x.line() for x in verify(log)] == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    code, out, err = run_cli("show", oid.hex(), store=built.root)
+    assert (code, out) == (6, "") and "unknown object type 'tree'" in err
+
+
+def test_malformed_but_hashed_record(built):
+    """A record whose bytes hash to its id and decode canonically, but has no body."""
+    head = built.tail[-1]
+    payload = msgspec.msgpack.Encoder(order="sorted").encode(
+        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": head.id, "kind": "attempt", "time": 1.0})
+    canon = b"record %d\x00" % len(payload) + payload
+    oid = blake3.blake3(canon).digest()
+    p = append_entry(built.root, [(oid, "record", canon)])
+    expect = [f"malformed-object {oid.hex()}: missing field 'body' [{p}]"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+
+
+def test_ref_moved_to_an_object_never_stored(built):
+    ghost = blake3.blake3(b"never stored").digest()
+    p = append_entry(built.root, [], [("note/ghost", None, ghost, "forged")])
+    assert lines(built.root) == [
+        f"dangling-ref note/ghost: entry 16 points it at {ghost.hex()}, not stored in or before that entry [{p}]",
+        f"dangling-ref note/ghost: points to missing object {ghost.hex()}",
     ]
 
 
-def test_truncated_compressed_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, blob)
+# -- derived files: segment indexes and the checkpoint ------------------------------------------
+#
+# Everything but OBJSTORE and log/*.seg is derived from the log: log/<segment>.idx (the index of a
+# sealed segment, see objstore/segindex.py) and log/checkpoint (the tables at some position). A
+# damaged derived file must never change what a reader sees: it is rebuilt or ignored.
+
+
+_AUDIT = {"on": False, "events": []}
+
+
+def _audit(event, args):
+    if _AUDIT["on"] and event in ("open", "sqlite3.connect", "os.rename", "os.replace", "os.remove", "os.truncate"):
+        _AUDIT["events"].append((event, args[0] if args else None))
+
+
+_hook_installed = []
+
+
+def _files_touched(fn):
+    """(event, path) of every file opened (and renamed/removed/truncated) while ``fn`` runs."""
+    if not _hook_installed:
+        import sys
+
+        sys.addaudithook(_audit)  # inert unless _AUDIT["on"]
+        _hook_installed.append(True)
+    _AUDIT["events"] = []
+    _AUDIT["on"] = True
+    try:
+        fn()
+    finally:
+        _AUDIT["on"] = False
+    return list(_AUDIT["events"])
+
+
+def _derived(name):
+    return name == "log/checkpoint" or (name.startswith("log/") and name.endswith(".idx"))
+
+
+def test_open_and_read_touch_only_marker_segments_and_derived_indexes(built):
+    """What a reader trusts is the marker and the log, plus derived files rebuilt from the log
+    (segment indexes, checkpoint). No other file — no SQLite state cache — is opened by opening a
+    store, reading every object and ref and walking a run; a write adds only ``lock``."""
+    root = built.root
+    ids = [oid for e in built.entries.values() for oid, *_ in e.objs]
+
+    def read_everything():
+        log = fresh(root)
+        assert len(list(log.store.list_refs())) == 2
+        for oid in ids:
+            log.store.get(oid)
+        assert [r.id for r in log.records("r1")][-1] == built.tail[-1].id
+
+    def write_one():
+        fresh(root).record_attempt("r1", 4, 0, "failed")
+
+    def rel(path):
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        return os.path.relpath(path, root) if isinstance(path, str) and os.path.isabs(path) else path
+
+    segs = {f"log/{n:010d}.seg" for n in range(1, built.active + 1)}
+    for fn, allowed in ((read_everything, set()), (write_one, {"lock"})):
+        touched = [(ev, rel(p)) for ev, p in _files_touched(fn)]
+        files = {p for ev, p in touched if ev == "open" and isinstance(p, str) and not p.startswith("..")}
+        assert {f for f in files - segs - allowed if not _derived(f)} == {"OBJSTORE"}, touched
+        assert not [t for t in touched if t[0] == "sqlite3.connect"], touched
+        assert not [t for t in touched if t[0] in ("os.remove", "os.truncate") and not _derived(str(t[1]))], touched
+    names = sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+    assert [n for n in names if not _derived(n)] == ["OBJSTORE", "lock"] + sorted(segs)
+
+
+def _reader_view(root, built):
+    """Everything a reader can see: every object's bytes, the refs, the run's records and the
+    chain index at every LSN."""
+    log = fresh(root)
+    objs = {oid: log.store.get_raw(oid) for e in built.entries.values() for oid, *_ in e.objs}
+    refs = dict(log.store.list_refs())
+    recs = [r.id for r in log.records("r1")]
+    chain = [log.store.indexed_record("r1", 0, lsn) for lsn in range(len(recs) + 1)]
+    return objs, refs, recs, chain
+
+
+def _flip_idx(off_from_rows):
+    """Flip a bit ``off_from_rows`` bytes into the object rows of segment 1's index."""
+    from objstore import segindex
+
+    def damage(root):
+        flip(os.path.join(root, "log", "0000000001.idx"), segindex.HEAD.size + segindex.FANOUT.size + off_from_rows, bit=0x01)
+    return damage
+
+
+def _flip_last(name, back):
+    def damage(root):
+        p = os.path.join(root, "log", name)
+        flip(p, os.path.getsize(p) - back, bit=0x01)
+    return damage
+
+
+INDEX_DAMAGE = {
+    "idx-deleted": lambda root: os.unlink(os.path.join(root, "log", "0000000001.idx")),
+    "idx-truncated": lambda root: os.truncate(os.path.join(root, "log", "0000000001.idx"), 100),
+    "idx-flipped-object-id": _flip_idx(31),  # last byte of the first object row's id
+    "idx-flipped-block-offset": _flip_idx(40),  # the first object row's block offset
+    "idx-flipped-chain-row": _flip_last("0000000001.idx", 32 + 5),  # inside the last chain row's record id
+    "idx-flipped-trailer": _flip_last("0000000001.idx", 1),
+    "checkpoint-garbage": lambda root: open(os.path.join(root, "log", "checkpoint"), "wb").write(b"garbage"),
+    "checkpoint-flipped-ref": lambda root: _flip_checkpoint_ref(root),
+}
+
+
+def _flip_checkpoint_ref(root):
+    """Flip a bit of a branch head recorded in the checkpoint (the map still decodes; its trailing
+    BLAKE3 no longer matches, so the checkpoint is ignored and the log replayed)."""
+    p = os.path.join(root, "log", "checkpoint")
     data = open(p, "rb").read()
-    assert data[4] == 1
-    rewrite(p, data[:-3])
-    assert lines(log) == [f"corrupt-object {blob.hex()}: truncated zstd frame [{p}]"]
+    refs = dict(msgspec.msgpack.decode(data[:-32])["refs"])
+    head = refs["run/r1/branch/0"]
+    assert data.count(head) >= 1
+    flip(p, data.index(head) + 31, bit=0x01)
 
 
-def test_garbage_after_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, rec.id)
-    rewrite(p, open(p, "rb").read() + b"JUNK")
-    assert lines(log) == [f"corrupt-object {rec.id.hex()}: garbage after object (4 extra bytes) [{p}]"]
+@pytest.mark.parametrize("damage", sorted(INDEX_DAMAGE))
+def test_damaged_derived_file_never_changes_what_readers_see(built, damage):
+    root = built.root
+    assert os.path.exists(os.path.join(root, "log", "0000000001.idx"))
+    want = _reader_view(root, built)
+    assert all(x is not None for x in want[3][:-1]) and want[3][-1] is None
+    INDEX_DAMAGE[damage](root)
+    assert _reader_view(root, built) == want
+    # A reader rebuilds a damaged index it notices; if verify gets to it first it may name it, but
+    # nothing else.
+    idx = os.path.join(root, "log", "0000000001.idx")
+    assert [x for x in lines(root) if not x.startswith(f"damaged-index {idx}: ")] == []
 
 
-def test_garbage_after_compressed_object(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, blob)
-    rewrite(p, open(p, "rb").read() + b"JUNK")
-    assert lines(log) == [f"corrupt-object {blob.hex()}: garbage after object (4 extra bytes) [{p}]"]
+@pytest.mark.parametrize("damage", ["idx-flipped-object-id", "idx-flipped-block-offset", "idx-truncated"])
+def test_index_loaded_on_demand_is_checked_too(built, damage):
+    """White-box: an engine that did not replay a sealed segment itself (one started from a
+    checkpoint) loads the segment's index file on first lookup; a damaged one is rebuilt there too."""
+    root = built.root
+    want = _reader_view(root, built)
+    log = fresh(root)
+    log.store.engine._idx.clear()  # as if the open had started past segment 1
+    INDEX_DAMAGE[damage](root)
+    for oid, data in want[0].items():
+        assert log.store.get_raw(oid) == data
 
 
-def _plant(log, canonical):
-    oid = codec.object_id(canonical)
-    p = loose(log, oid)
-    os.makedirs(os.path.dirname(p), exist_ok=True)
-    rewrite(p, LOOSE_MAGIC + b"\x00" + canonical)
-    return oid, p
+def test_index_and_checkpoint_from_an_identical_store_are_not_trusted(built, tmp_path):
+    """Derived files copied from a store built the same way at other times (same sizes, same
+    layout, other ids and checksums) are recognised as not this log's."""
+    other = build(str(tmp_path / "other"), t0=1_800_000_000.0)
+    want = _reader_view(built.root, built)
+    for name in os.listdir(os.path.join(other.root, "log")):
+        if _derived(f"log/{name}"):
+            shutil.copyfile(os.path.join(other.root, "log", name), os.path.join(built.root, "log", name))
+    assert _reader_view(built.root, built) == want
+    assert [x for x in lines(built.root) if not x.startswith("damaged-index ")] == []
 
 
-def test_unknown_type(built):
-    log = built[0]
-    oid, p = _plant(log, b"tree 3\x00abc")
-    assert lines(log) == [f"unknown-type {oid.hex()}: unknown object type 'tree' [{p}]"]
+def test_self_consistent_but_wrong_segment_index(built):
+    """An index whose own checksum is right but whose rows are not what its segment says (what a
+    buggy indexer would write): the loader cannot tell, so a reader asking for the object gets an
+    error — never other bytes, objects are hash-checked — and verify names the index file."""
+    from objstore import segindex
 
-
-def test_bad_object_header(built):
-    log = built[0]
-    oid, p = _plant(log, b"blob\x00abc")
-    assert lines(log) == [f"corrupt-object {oid.hex()}: bad header [{p}]"]
-
-
-def test_bad_stored_header(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, blob)
-    data = open(p, "rb").read()
-    rewrite(p, b"XXXX" + data[4:])
-    assert lines(log) == [f"corrupt-object {blob.hex()}: bad stored header (magic/format version) [{p}]"]
-
-
-def test_non_canonical_object(built):
-    log = built[0]
-    payload = b"\x82\xa1b\x01\xa1a\x02"  # keys out of order
-    oid, p = _plant(log, codec.header("record", len(payload)) + payload)
-    assert lines(log) == [f"corrupt-object {oid.hex()}: non-canonical payload encoding [{p}]"]
-
-
-def test_missing_object_referenced_by_another(built):
-    log, run, blob, rec, _ = built
-    os.unlink(loose(log, blob))
-    assert lines(log) == [f"missing-object {blob.hex()}: referenced by record {rec.id.hex()} (prompt) but not stored"]
-
-
-def test_wrong_type_reference(built):
-    log, run, blob, rec, _ = built
-    # A record whose prompt names a record, not a blob.
-    bad = log.append(run, "attempt", {"step": 9, "attempt": 0, "state": "running", "prompt": rec.id})
-    assert lines(log) == [f"wrong-type {rec.id.hex()}: prompt of record {bad.id.hex()} should be a blob, is a record [{loose(log, rec.id)}]"]
-
-
-def test_dangling_ref(built):
-    log = built[0]
-    ghost = bytes([7]) * 32
-    log.store.set_ref("tags/x", None, ghost, "test")
-    assert lines(log) == [f"dangling-ref tags/x: points to missing object {ghost.hex()} [{log.store.refs.path('tags/x')}]"]
-
-
-def test_dangling_symbolic_ref(built):
-    log = built[0]
-    log.store.set_ref("tags/y", None, "ref: tags/nowhere", "test")
-    assert lines(log) == [f"dangling-ref tags/y: symbolic ref to missing ref tags/nowhere [{log.store.refs.path('tags/y')}]"]
-
-
-def test_corrupt_ref_file(built):
-    log, run = built[0], built[1]
-    p = log.store.refs.path(f"run/{run}/branch/0")
-    rewrite(p, b"not an id\n")
-    assert lines(log) == [f"corrupt-ref run/{run}/branch/0: corrupt ref file: 'not an id' [{p}]"]
-
-
-def test_flipped_byte_in_pack_block(built):
-    log, run, blob, rec, packed = built
-    p = the_pack(log)
-    pack = PackFile(p)
-    pos = pack.block_pos[0]
+    p = os.path.join(built.root, "log", "0000000001.idx")
     data = bytearray(open(p, "rb").read())
-    comp, raw_len, stored = struct.unpack_from("<BII", data, pos)
-    data[pos + 9 + stored // 2] ^= 0x01  # the middle of block 0's stored bytes
-    rewrite(p, bytes(data))
-    ref = f"run/{run}/branch/0"
-    got = lines(log)
-    assert got[0] == f"corrupt-pack {p}: checksum mismatch (pack bytes damaged) [{p}]"
-    # Which objects of the (compressed) block the flip reaches depends on zstd's layout;
-    # every one reported is one of the packed records, named with its pack path and block.
-    named = got[1:-1]
-    assert named
-    ids = {r.id.hex() for r in packed}
-    for line in named:
-        code, rest = line.split(" ", 1)
-        assert code in ("corrupt-object", "unknown-type")
-        assert rest.split(":")[0] in ids and line.endswith(f"[{p} block 0]")
-    assert got[-1] == f"damaged-ref {ref}: points to damaged object {packed[-1].id.hex()} [{log.store.refs.path(ref)}]" \
-        or got[-1].startswith(("corrupt-object", "unknown-type"))
-
-
-def test_corrupt_pack_index(built):
-    log, run, blob, rec, packed = built
-    p = the_pack(log)
-    data = bytearray(open(p, "rb").read())
-    data[-60] ^= 0x01  # inside the index entries, before the 44-byte trailer
-    rewrite(p, bytes(data))
-    got = lines(log)
-    assert got[0] == f"corrupt-pack {p}: checksum mismatch (pack bytes damaged) [{p}]"
-
-
-def test_truncated_pack(built):
-    log, run, blob, rec, packed = built
-    p = the_pack(log)
-    rewrite(p, open(p, "rb").read()[:-20])
-    got = lines(log)
-    assert got[0] == f"corrupt-pack {p}: bad or missing trailer (truncated or garbage appended) [{p}]"
-    assert got[1] == f"dangling-ref run/{run}/branch/0: points to missing object {packed[-1].id.hex()} [{log.store.refs.path(f'run/{run}/branch/0')}]"
-
-
-def test_garbage_after_pack(built):
-    log = built[0]
-    p = the_pack(log)
-    rewrite(p, open(p, "rb").read() + b"garbage")
-    assert lines(log)[0] == f"corrupt-pack {p}: bad or missing trailer (truncated or garbage appended) [{p}]"
-
-
-def test_stray_file_in_objects(built):
-    log = built[0]
-    p = os.path.join(log.store.root, "objects", "zz", "notanid")
-    os.makedirs(os.path.dirname(p))
-    rewrite(p, b"x")
-    assert lines(log) == [f"corrupt-object notanid: stray file in object directory (not an object id) [{p}]"]
-
-
-def test_cli_reports_and_exits_1(built):
-    log, run, blob, rec, _ = built
-    p = loose(log, rec.id)
-    data = bytearray(open(p, "rb").read())
-    data[-5] ^= 0x20
-    rewrite(p, bytes(data))
-    code, out, err = run_cli("verify", store=log.store.root)
-    assert code == 1
-    assert out.splitlines() == [f"corrupt-object {rec.id.hex()}: hash mismatch (content does not match id) [{p}]"]
-    assert "Traceback" not in err
-    code, out, err = run_cli("verify", "--json", store=log.store.root)
-    assert code == 1
-    assert json.loads(out) == [{"code": "corrupt-object", "subject": rec.id.hex(), "where": p, "detail": "hash mismatch (content does not match id)"}]
-
-
-def test_run_ref_naming_the_wrong_type(built):
-    log, run, blob, rec, packed = built
-    log.store.set_ref(f"run/{run}/journal", None, rec.id, "forged")
-    assert lines(log) == [f"wrong-type {rec.id.hex()}: run/{run}/journal should name a journal of run {run}, names a record of run {run} [run/{run}/journal]"]
+    row0 = segindex.HEAD.size + segindex.FANOUT.size
+    oid = bytes(data[row0 : row0 + 32])
+    data[row0 + 40] ^= 0x01  # the first object row's block offset
+    data[-32:] = blake3.blake3(bytes(data[:-32])).digest()
+    open(p, "wb").write(bytes(data))
+    log = fresh(built.root)
+    with pytest.raises(IntegrityError):
+        log.store.get_raw(oid)
+    expect = [f"damaged-index {p}: index of segment 1 does not match its entries (rebuild: delete the file)"]
+    assert lines(built.root) == expect
+    assert cli_lines(built.root)[:2] == (1, expect)
+    # The advice works: without the file, it is rebuilt from the segment.
+    os.unlink(p)
+    assert fresh(built.root).store.get_raw(oid)
+    assert lines(built.root) == []
