@@ -64,6 +64,7 @@ CHECKPOINT_ENTRIES = 1000  # a writer checkpoints the tables after this many ent
 CHECKPOINT_BYTES = 1 << 20  # ...or this many bytes of log since the last checkpoint
 OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
+TAIL_WINDOW = 4 << 20  # readers take in the log's tail this many bytes at a time
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
 ZSTD_LEVEL = 3
 COMP_RAW, COMP_ZSTD = 0, 1
@@ -131,6 +132,27 @@ def logical_checksum(prev: bytes, n: int, t: float, objs, moves, cut) -> bytes:
     return blake3.blake3(prev + logical).digest()
 
 
+class LargeBlob:
+    """A blob too large to hold in memory: its canonical bytes already zstd-compressed, as one
+    frame, into a spill file (``Store.put_blob_stream``). It becomes a block of its own."""
+
+    def __init__(self, path: str, raw_len: int, stored_len: int):
+        self.path, self.raw_len, self.stored_len = path, raw_len, stored_len
+
+    def __len__(self) -> int:
+        return self.raw_len
+
+    def read_all(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return _decompressor().decompress(f.read(), max_output_size=self.raw_len)
+
+    def discard(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
 def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, bytes]:
     """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]."""
     data, entry = build_entry(prev, n, t, objects, moves, cut, compress)
@@ -148,6 +170,11 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, 
         for oid, otype, canon in objects:
             if (otype == codec.BLOB) != blobs:
                 continue
+            if isinstance(canon, LargeBlob):  # a block of its own, streamed from its spill file
+                objs.append([oid, otype, canon.raw_len, len(blocks), 0])
+                blocks.append([COMP_ZSTD, canon.raw_len, canon.stored_len])
+                data.append(canon)
+                continue
             cur.append((oid, otype, canon))
             cur_len += len(canon)
             if cur_len >= BLOCK_BYTES:
@@ -157,10 +184,14 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, 
             _block(cur, objs, blocks, data, compress)
     checksum = logical_checksum(prev, n, t, objs, moves, cut)
     meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut})
-    body = b"".join(data)
-    length = ENTRY_HEAD.size + len(meta) + len(body) + ENTRY_TRAILER.size
-    raw = b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(body)), meta, body, ENTRY_TRAILER.pack(length, checksum)))
-    return raw, Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum)
+    dlen = sum(b[2] for b in blocks)
+    length = ENTRY_HEAD.size + len(meta) + dlen + ENTRY_TRAILER.size
+    head = ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), dlen) + meta
+    trailer = ENTRY_TRAILER.pack(length, checksum)
+    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum)
+    if any(isinstance(d, LargeBlob) for d in data):
+        return [head, *data, trailer], e  # parts: written one after another (LargeBlob from its file)
+    return b"".join((head, *data, trailer)), e
 
 
 MIN_COMPRESS = 512  # smaller blocks are stored raw: zstd saves little there and costs a commit's worth of CPU
@@ -333,6 +364,7 @@ class Txn:
         self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
         self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
+        self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
 
     def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
         if oid not in self.objects and not self.engine.has(oid):
@@ -596,26 +628,47 @@ class LogEngine(Engine):
         if size <= self._off:
             self.torn = None
             return
-        buf = os.pread(fd, size - self._off, self._off)
-        pos = 0
         t = self.tables
-        while pos < len(buf):
-            e = parse_entry(buf, pos, len(buf), t.pos.checksum, self._seg, t.pos.entry + 1)
+        while self._off < size:
+            off = self._off
+            # Read in windows of up to 4 MiB; an entry larger than that (a large blob) is read as
+            # its meta and trailer only: the tables need no block.
+            head = os.pread(fd, ENTRY_HEAD.size, off)
+            e = None
+            window = TAIL_WINDOW
+            if len(head) == ENTRY_HEAD.size and head[:4] == ENTRY_MAGIC:
+                _, mlen, dlen = ENTRY_HEAD.unpack(head)
+                length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+                if mlen <= MAX_META and length <= 2 * TAIL_WINDOW:
+                    window = max(window, length)  # the first entry always fits its window
+                if dlen > TAIL_WINDOW and mlen <= MAX_META and off + length <= size:
+                    e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
+                                     dlen, off, t.pos.checksum, self._seg, t.pos.entry + 1)
+            if e is None:
+                buf = os.pread(fd, min(size - off, window), off)
+                pos = 0
+                while pos < len(buf):
+                    e = parse_entry(buf, pos, len(buf), t.pos.checksum, self._seg, t.pos.entry + 1)
+                    if isinstance(e, str):
+                        break
+                    self._apply(e._replace(offset=off + pos, data_off=off + e.data_off))
+                    pos += e.length
+                self._off = off + pos
+                if pos == len(buf) or (pos > 0 and self._off < size):
+                    continue  # the window ended inside an entry: read on from there
             if isinstance(e, str):
-                if has_entry_after(buf, pos + 1):
+                rest = os.pread(fd, size - self._off, self._off)
+                if has_entry_after(rest, 1):
                     # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
                     # the log must never be cut away; readers stop here and writers refuse.
                     self.torn = None
-                    self.damaged = (self._seg, self._off + pos, e)
+                    self.damaged = (self._seg, self._off, e)
                 else:
-                    self.torn = (self._seg, self._off + pos, len(buf) - pos, e)
-                break
-            e = e._replace(offset=self._off + pos, data_off=self._off + e.data_off)
+                    self.torn = (self._seg, self._off, len(rest), e)
+                return
             self._apply(e)
-            pos += e.length
-        else:
-            self.torn = None
-        self._off += pos
+            self._off = off + e.length
+        self.torn = None
 
     def _apply(self, e: Entry, decoded: dict | None = None) -> None:
         """Fold one entry into the tables."""
@@ -884,6 +937,28 @@ class LogEngine(Engine):
             return
         self._ckpt_at = at
 
+    def copy_blob(self, oid: bytes, out) -> int | None:
+        """Stream a large blob's body to ``out``, hash-checked at the end; None if not large."""
+        loc = self.loc(oid)
+        if loc is None or loc.otype != codec.BLOB or loc.block_raw <= LARGE_BLOB or loc.comp != COMP_ZSTD:
+            return None
+        h = blake3.blake3()
+        skip = None
+        n = 0
+        try:
+            for chunk in stream_block(self._fd(loc.seg), loc.block_off, loc.stored_len, loc.block_raw):
+                h.update(chunk)
+                if skip is None:  # the canonical header "blob <n>\0" is not the body
+                    nul = chunk.find(b"\x00")
+                    skip, chunk = nul + 1, chunk[nul + 1 :]
+                out.write(chunk)
+                n += len(chunk)
+        except IntegrityError as e:
+            raise IntegrityError(oid.hex(), self.seg_path(loc.seg), e.args[2]) from None
+        if h.digest() != oid:
+            raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "hash mismatch (content does not match id); the bytes already written are not that blob")
+        return n
+
     def read_block_of(self, oid: bytes):
         loc = self.loc(oid)
         if loc is None or loc.otype == codec.BLOB:
@@ -906,10 +981,14 @@ class LogEngine(Engine):
                     raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}) with entries after it; "
                                      "refusing to write (run 'objstore verify')")
                 txn = Txn(self)
-                yield txn
-                moves = txn.ref_moves()
-                if txn.objects or moves:
-                    self._commit(txn, moves)
+                try:
+                    yield txn
+                    moves = txn.ref_moves()
+                    if txn.objects or moves:
+                        self._commit(txn, moves)
+                finally:
+                    for spill in txn.spills:
+                        spill.discard()
             finally:
                 fcntl.flock(self._lfd, fcntl.LOCK_UN)
         finally:
@@ -965,9 +1044,12 @@ class LogEngine(Engine):
         when = time.time() if txn.when is None else float(txn.when)
         raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut)
         try:
-            written = os.pwrite(wfd, raw, off)
-            if written != len(raw):
-                raise OSError(28, f"short write ({written} of {len(raw)} bytes)")
+            if isinstance(raw, list):
+                _write_parts(wfd, raw, off)
+            else:
+                written = os.pwrite(wfd, raw, off)
+                if written != len(raw):
+                    raise OSError(28, f"short write ({written} of {len(raw)} bytes)")
             if self.policy.enabled:
                 os.fdatasync(wfd)
         except OSError as err:
@@ -979,7 +1061,7 @@ class LogEngine(Engine):
         with self._mu:
             # Our own entry: applied from what we hold, never read back.
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), decoded=txn.decoded)
-            self._off = off + len(raw)
+            self._off = off + e.length
         if self._off >= SEAL_BYTES:
             self._seal()
         elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
@@ -1003,6 +1085,54 @@ class LogEngine(Engine):
             self._retire_active()
             self._seg, self._off = seg + 1, SEG_HEADER.size
         self._checkpoint()
+
+
+def _write_parts(fd: int, parts: list, off: int) -> None:
+    """Write an entry given as parts (bytes, or LargeBlob spill files copied in chunks)."""
+    for part in parts:
+        if isinstance(part, LargeBlob):
+            with open(part.path, "rb") as f:
+                while True:
+                    chunk = f.read(1 << 20)
+                    if not chunk:
+                        break
+                    written = os.pwrite(fd, chunk, off)
+                    if written != len(chunk):
+                        raise OSError(28, f"short write ({written} of {len(chunk)} bytes)")
+                    off += written
+        else:
+            written = os.pwrite(fd, part, off)
+            if written != len(part):
+                raise OSError(28, f"short write ({written} of {len(part)} bytes)")
+            off += written
+
+
+def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: int = 1 << 20):
+    """The decompressed bytes of one zstd block, in chunks, never all in memory (large blobs);
+    stops at ``raw_len`` bytes whatever the frame claims."""
+    class _Region:
+        def __init__(self):
+            self.pos, self.end = block_off, block_off + stored_len
+
+        def read(self, n=-1):
+            n = self.end - self.pos if n < 0 else min(n, self.end - self.pos)
+            data = os.pread(fd, n, self.pos) if n > 0 else b""
+            self.pos += len(data)
+            return data
+
+    reader = zstandard.ZstdDecompressor().stream_reader(_Region(), read_across_frames=False)
+    left = raw_len
+    try:
+        while left > 0:
+            data = reader.read(min(chunk, left))
+            if not data:
+                break
+            left -= len(data)
+            yield data
+    except zstandard.ZstdError as e:
+        raise IntegrityError("?", "", f"zstd data corrupt: {e}") from None
+    if left:
+        raise IntegrityError("?", "", f"block decompresses to {raw_len - left} of {raw_len} bytes")
 
 
 def _loc_of(row, seg: int) -> Loc:
@@ -1113,13 +1243,19 @@ def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem
                 if mlen > MAX_META or off + length > size:
                     yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: truncated ({size - off} of {length} bytes)")
                     return
-                buf = os.pread(fd, length, off)
-                e = parse_entry(buf, 0, len(buf), prev, seg, n)
+                if dlen > LARGE_BLOB:  # a large blob: read meta and trailer, stream the blocks
+                    e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
+                                     dlen, off, prev, seg, n)
+                    buf = None
+                else:
+                    buf = os.pread(fd, length, off)
+                    e = parse_entry(buf, 0, len(buf), prev, seg, n)
                 if isinstance(e, str):
                     yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: {e}")
                     return
-                e = e._replace(offset=off, data_off=off + e.data_off)
-                yield ScanEntry(e, _entry_objects(buf, e, off, dec), path)
+                if buf is not None:
+                    e = e._replace(offset=off, data_off=off + e.data_off)
+                yield ScanEntry(e, _entry_objects(buf, e, off, dec, fd), path)
                 prev, n = e.checksum, n + 1
                 off += length
             if n > upto:
@@ -1134,7 +1270,14 @@ def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem
             os.close(fd)
 
 
-def _entry_objects(buf: bytes, e: Entry, base: int, dec) -> list:
+class HashedLarge(NamedTuple):
+    """What verify gets for a large blob's block: its BLAKE3, computed while streaming it."""
+
+    digest: bytes
+    length: int
+
+
+def _entry_objects(buf: bytes | None, e: Entry, base: int, dec, fd: int) -> list:
     out = []
     starts = []
     pos = e.data_off - base
@@ -1143,7 +1286,16 @@ def _entry_objects(buf: bytes, e: Entry, base: int, dec) -> list:
         pos += stored_len
     raws: dict[int, Any] = {}
     for bi, (comp, raw_len, stored_len) in enumerate(e.blocks):
-        stored = buf[starts[bi] : starts[bi] + stored_len]
+        if comp == COMP_ZSTD and raw_len > LARGE_BLOB:
+            h = blake3.blake3()
+            try:
+                for chunk in stream_block(fd, base + starts[bi], stored_len, raw_len):
+                    h.update(chunk)
+                raws[bi] = HashedLarge(h.digest(), raw_len)
+            except IntegrityError as err:
+                raws[bi] = err.args[2]
+            continue
+        stored = buf[starts[bi] : starts[bi] + stored_len] if buf is not None else os.pread(fd, stored_len, base + starts[bi])
         if comp == COMP_ZSTD:
             try:
                 raw = dec.decompress(stored, max_output_size=raw_len)
@@ -1163,6 +1315,6 @@ def _entry_objects(buf: bytes, e: Entry, base: int, dec) -> list:
         if raw is None or isinstance(raw, str):
             out.append((oid, otype, IntegrityError(oid.hex(), "", raw or "block missing")))
             continue
-        data = raw[off : off + length]
+        data = raw if isinstance(raw, HashedLarge) else raw[off : off + length]
         out.append((oid, otype, data))
     return out

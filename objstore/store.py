@@ -24,9 +24,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import blake3
+import zstandard
 
 from . import codec
-from .engine import LogEngine, MemoryEngine, Txn
+from .engine import LARGE_BLOB, LargeBlob, LogEngine, MemoryEngine, Txn
 from .errors import (
     InvalidInput,
     LimitExceeded,
@@ -37,7 +38,7 @@ from .errors import (
     StoreNeedsUpgrade,
     StoreNotFound,
 )
-from .fileutil import FsyncPolicy, atomic_file
+from .fileutil import FsyncPolicy, atomic_file, tmp_name
 
 _hash = blake3.blake3
 _encode = codec._enc.encode
@@ -46,7 +47,8 @@ _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 MARKER = "OBJSTORE"
 FORMAT_VERSION = 2
 DEFAULT_DIR = ".objstore"
-MAX_BLOB = 1 << 30  # one blob is held in memory whole; larger inputs are refused
+MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
+MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
 
 
 def default_path() -> str:
@@ -206,19 +208,72 @@ class Store:
             txn.put(oid, codec.BLOB, canon)
         return oid
 
-    def put_blob_stream(self, f, limit: int = MAX_BLOB) -> bytes:
-        """Store what a binary stream yields, read once: the id is the hash of the bytes stored."""
-        buf = io.BytesIO()
-        total = 0
-        while True:
+    def put_blob_stream(self, f, limit: int = MAX_STREAMED_BLOB) -> bytes:
+        """Store what a binary stream yields, read once: the id is the hash of exactly the bytes
+        stored. Up to LARGE_BLOB bytes are held in memory; a larger input is spilled to a file
+        under ``tmp/``, compressed as it is hashed, and copied into the log in chunks."""
+        buf = bytearray()
+        while len(buf) <= LARGE_BLOB:
             chunk = f.read(1 << 20)
             if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise LimitExceeded(f"blob input is over the {limit}-byte limit")
-            buf.write(chunk)
-        return self.put_blob(buf.getvalue())
+                return self.put_blob(bytes(buf))
+            buf += chunk
+        if self.root is None:  # a memory store holds everything anyway
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return self.put_blob(bytes(buf))
+                buf += chunk
+                if len(buf) > MAX_BLOB:
+                    raise LimitExceeded(f"blob input is over the {MAX_BLOB}-byte limit of a memory store")
+        return self._put_large(buf, f, limit)
+
+    def _put_large(self, first: bytearray, f, limit: int) -> bytes:
+        tmpdir = os.path.join(self.root, "tmp")
+        raw_path = tmp_name(tmpdir, "blob")
+        z_path = raw_path + ".zst"
+        keep = None  # the spill file an open batch still needs (it discards it when it ends)
+        try:
+            total = 0
+            with open(raw_path, "wb") as raw:  # the input, read once: what is hashed is what is stored
+                chunk = bytes(first)
+                while chunk:
+                    total += len(chunk)
+                    if total > limit:
+                        raise LimitExceeded(f"blob input is over the {limit}-byte limit")
+                    raw.write(chunk)
+                    chunk = f.read(1 << 20)
+            head = codec.header(codec.BLOB, total)
+            h = _hash(head)
+            with open(raw_path, "rb") as src, open(z_path, "wb") as dst:
+                with zstandard.ZstdCompressor(level=3).stream_writer(dst, size=len(head) + total, closefd=False) as zw:
+                    zw.write(head)
+                    while True:
+                        chunk = src.read(1 << 20)
+                        if not chunk:
+                            break
+                        h.update(chunk)
+                        zw.write(chunk)
+            oid = h.digest()
+            large = LargeBlob(z_path, len(head) + total, os.path.getsize(z_path))
+            txn = self._txn.get()
+            if txn is None:
+                with self.batch() as t:
+                    t.put(oid, codec.BLOB, large)
+            else:
+                txn.put(oid, codec.BLOB, large)
+                txn.spills.append(large)
+                keep = z_path
+            return oid
+        except OSError as e:
+            raise StorageOSError("spill a large blob", e) from None
+        finally:
+            for p in (raw_path, z_path):
+                if p != keep:
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
 
     def put_blob_file(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -277,7 +332,11 @@ class Store:
         return self.get_typed(oid, codec.BLOB)
 
     def copy_blob_to(self, oid: bytes, out) -> int:
-        """Write a blob's body to a binary file object (hash checked before anything is written)."""
+        """Write a blob's body to a binary file object. Small blobs are hash-checked before anything
+        is written; large ones stream, hash-checked at the end (IntegrityError after the bytes)."""
+        streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
+        if streamed is not None:
+            return streamed
         data = self.get_blob(oid)
         out.write(data)
         return len(data)

@@ -36,7 +36,7 @@ import blake3
 
 from . import codec
 from . import records as R
-from .engine import ScanProblem, ZERO
+from .engine import HashedLarge, ScanProblem, ZERO
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
@@ -220,6 +220,11 @@ class _Verifier:
         if isinstance(data, IntegrityError):
             self.add("corrupt-object", h, where, data.args[2])
             self.damaged.add(oid)
+            return
+        if isinstance(data, HashedLarge):  # a large blob, hashed while streamed (never held whole)
+            if data.digest != oid:
+                self.add("corrupt-object", h, where, "hash mismatch (content does not match id)")
+                self.damaged.add(oid)
             return
         if _hash(data).digest() != oid:
             self.add("corrupt-object", h, where, "hash mismatch (content does not match id)")

@@ -1,0 +1,131 @@
+"""Large blobs (> 8 MiB) stream in and out: read once, hashed from the bytes stored, never held whole.
+
+The bodies here are 12 MiB of seeded bytes; memory is checked in a child process (peak RSS well
+below what holding the body twice would take), corruption by flipping a byte inside the stored block.
+"""
+
+import hashlib
+import io
+import os
+import random
+import sys
+
+import pytest
+
+from objstore import RunLog, Store, codec
+from objstore.engine import LARGE_BLOB
+from objstore.errors import IntegrityError
+from objstore.verify import verify
+
+from helpers import run_cli
+
+SIZE = 12 << 20
+
+
+class Source:
+    """A stream that can be read once (like a pipe), of seeded bytes half random, half text."""
+
+    def __init__(self, size, seed=7):
+        self.left, self.rnd, self.sha = size, random.Random(seed), hashlib.sha256()
+
+    def read(self, n=-1):
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        b = self.rnd.randbytes(n // 2) + b"objstore " * ((n - n // 2) // 9) + b"." * ((n - n // 2) % 9)
+        self.sha.update(b)
+        return b
+
+
+class Sink:
+    def __init__(self):
+        self.sha, self.n = hashlib.sha256(), 0
+
+    def write(self, b):
+        self.sha.update(b)
+        self.n += len(b)
+
+
+def test_stream_in_and_out_with_the_id_of_the_bytes_stored(tmp_path):
+    log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
+    src = Source(SIZE)
+    oid = log.store.put_blob_stream(src)
+    assert SIZE > LARGE_BLOB
+    log2 = RunLog(Store.open(log.store.root))
+    out = Sink()
+    assert log2.store.copy_blob_to(oid, out) == SIZE
+    assert out.sha.digest() == src.sha.digest()
+    # the id is BLAKE3 of exactly those canonical bytes
+    assert codec.object_id(codec.header("blob", SIZE) + log2.get_blob(oid)) == oid
+    assert os.listdir(os.path.join(log.store.root, "tmp")) == [], "spill files are removed"
+    assert verify(log2) == []
+    # stored once: a second put of the same bytes adds no entry
+    before = log2.store.engine.position()
+    assert log2.store.put_blob_stream(Source(SIZE)) == oid
+    assert log2.store.engine.position() == before
+
+
+def test_a_large_blob_in_a_failed_batch_lands_nowhere(tmp_path):
+    log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
+    with pytest.raises(RuntimeError):
+        with log.store.batch():
+            oid = log.store.put_blob_stream(Source(SIZE))
+            raise RuntimeError("abandon the batch")
+    assert not log.store.has(oid)
+    assert os.listdir(os.path.join(log.store.root, "tmp")) == []
+
+
+def test_flipped_byte_in_a_large_blob_is_named(tmp_path):
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    oid = log.store.put_blob_stream(Source(SIZE))
+    loc = log.store.engine.loc(oid)
+    seg = log.store.engine.seg_path(loc.seg)
+    with open(seg, "r+b") as f:
+        f.seek(loc.block_off + loc.stored_len // 2)
+        b = f.read(1)
+        f.seek(loc.block_off + loc.stored_len // 2)
+        f.write(bytes([b[0] ^ 0x40]))
+    log2 = RunLog(Store.open(root))
+    with pytest.raises(IntegrityError):
+        log2.store.copy_blob_to(oid, Sink())
+    lines = [p.line() for p in verify(log2)]
+    assert len(lines) == 1 and lines[0].startswith(f"corrupt-object {oid.hex()}: ") and lines[0].endswith(f"[{seg}]"), lines
+
+
+def test_cli_put_blob_from_a_pipe_and_cat_body_in_bounded_memory(tmp_path):
+    root = str(tmp_path / "s")
+    Store.init(root, fsync="off")
+    data = Source(SIZE).read()
+    code, out, err = run_cli("put-blob", "-", store=root, input=data)
+    assert code == 0, err
+    oid = out.strip()
+    assert oid == codec.object_id(codec.header("blob", len(data)) + data).hex()
+    # cat --body streams: its peak RSS stays within half the body of a command that reads no blob
+    base, _ = _peak_rss_kb([sys.executable, "-m", "objstore", "--store", root, "runs"])
+    peak, digest = _peak_rss_kb([sys.executable, "-m", "objstore", "--store", root, "cat", "--body", oid])
+    assert digest == hashlib.sha256(data).hexdigest()
+    assert (peak - base) * 1024 < SIZE // 2, f"cat --body held the body: peak RSS {peak} KiB vs {base} KiB for runs"
+    assert verify(RunLog(Store.open(root))) == []
+
+
+def _peak_rss_kb(argv):
+    """(peak RSS in KiB of exactly this child, sha256 of its stdout), via wait4's rusage."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(w, 1)
+        os.close(r)
+        os.execv(argv[0], argv)
+    os.close(w)
+    sha = hashlib.sha256()
+    with os.fdopen(r, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    _, status, usage = os.wait4(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return usage.ru_maxrss, sha.hexdigest()
+
+
+def test_small_stream_is_stored_like_put_blob(tmp_path):
+    log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
+    assert log.store.put_blob_stream(io.BytesIO(b"hello")) == log.put_blob(b"hello")
