@@ -464,6 +464,56 @@ class Engine:
     def entries(self) -> Iterator[Entry]:
         raise NotImplementedError
 
+    # -- the contract every engine keeps (tests/test_engine_contract.py) ----------------------
+    def commit(self, objects=(), ref_moves=(), expectations=(), when: float | None = None) -> Position:
+        """One commit: ``objects`` [(id, type, canonical bytes)], ``ref_moves`` [(name, old, new,
+        reason)] as compare-and-swaps, ``expectations`` [(name, value)]; all or nothing. Returns
+        the log position after it (unchanged if there was nothing to write)."""
+        with self.transaction() as txn:
+            txn.when = when
+            for name, value in expectations:
+                txn.expect(name, value)
+            for oid, otype, canonical in objects:
+                if blake3.blake3(canonical).digest() != oid:
+                    raise IntegrityError(oid.hex(), "commit", "hash mismatch (content does not match id)")
+                txn.put(oid, otype, canonical)
+            for name, old, new, reason in ref_moves:
+                txn.set_ref(name, old, new, reason)
+        return self.position()
+
+    def snapshot(self) -> Position:
+        """The newest complete position (a reader's snapshot; taking it locks nothing)."""
+        return self.refresh()
+
+    def read_at(self, oid: bytes, snapshot: Position) -> bytes:
+        """An object's canonical bytes as of ``snapshot``: not found if committed after it."""
+        entry = self.loc_entry(oid)
+        if entry is None or entry > snapshot.entry:
+            raise ObjectNotFound(oid.hex())
+        return self.read(oid)
+
+    def refs_at(self, prefix: str = "", snapshot: Position | None = None) -> dict:
+        """The ref table (names starting with ``prefix``) as of ``snapshot`` (default: now). An
+        older snapshot is rebuilt from the entries' ref moves up to it."""
+        if snapshot is None or snapshot == self.position():
+            return {k: v for k, v in list(self.tables.refs.items()) if k.startswith(prefix)}
+        refs: dict = {}
+        for e in self.entries():
+            if e.n > snapshot.entry:
+                break
+            for name, _old, new, _reason in e.moves:
+                if new is None:
+                    refs.pop(name, None)
+                else:
+                    refs[name] = new
+            if e.n == snapshot.entry and e.checksum != snapshot.checksum:
+                raise CorruptLog("log", f"entry {e.n} is not the one the snapshot names")
+        return {k: v for k, v in refs.items() if k.startswith(prefix)}
+
+    def anchor(self) -> Position:
+        """The head of the log's hash chain (what 'objstore anchor' prints)."""
+        return self.refresh()
+
 
 class MemoryEngine(Engine):
     """The same tables over dicts: commits are atomic and in order, nothing is on disk."""
