@@ -282,13 +282,19 @@ def schema_problem(otype: str, value: dict) -> str | None:
 
     The one place each stored type's shape is declared; verify checks every object with it."""
     if otype == "record":
-        for name, types, what in _RECORD_FIELDS:
-            bad = _field(value, name, types, what)
-            if bad:
-                return bad
-        if value["parent"] is not None and len(value["parent"]) != 32:
+        g = value.get
+        run, branch, lsn, parent, kind, t, body = g("run"), g("branch"), g("lsn"), g("parent"), g("kind"), g("time"), g("body")
+        # the common case in one line; anything off is named by the field loop below
+        if not (type(run) is str and type(branch) is int and type(lsn) is int and type(kind) is str and type(body) is dict
+                and (parent is None or type(parent) is bytes) and (t is None or type(t) is float or type(t) is int)
+                and "parent" in value and "time" in value):
+            for name, types, what in _RECORD_FIELDS:
+                bad = _field(value, name, types, what)
+                if bad:
+                    return bad
+        if parent is not None and len(parent) != 32:
             return "field 'parent' must be a 32-byte id"
-        if value["branch"] < 0 or value["lsn"] < 0:
+        if branch < 0 or lsn < 0:
             return "branch and lsn must not be negative"
         try:
             check_body(value["kind"], value["body"])
