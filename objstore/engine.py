@@ -367,10 +367,17 @@ class Txn:
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
 
     def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
-        if oid not in self.objects and not self.engine.has(oid):
-            self.objects[oid] = (otype, canonical)
-            if value is not None:
-                self.decoded[oid] = value
+        if oid in self.objects:
+            return
+        # A record names its parent and LSN, so a new one is new: only the active segment is
+        # checked for it, while other objects are looked up everywhere (which may search every
+        # sealed segment's index). Were a record ever stored twice, both copies are the same bytes
+        # and the chain index keeps the first.
+        if oid in self.engine.tables.locs or (otype != codec.RECORD and self.engine.has(oid)):
+            return
+        self.objects[oid] = (otype, canonical)
+        if value is not None:
+            self.decoded[oid] = value
 
     def has(self, oid: bytes) -> bool:
         return oid in self.objects or self.engine.has(oid)
