@@ -146,6 +146,7 @@ class _Verifier:
         self.log_broken = False
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
+        self.known_blobs: set[bytes] = set()  # blobs already found stored and good
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
@@ -298,8 +299,13 @@ class _Verifier:
         body = p["body"]
         for f in R.BLOB_FIELDS:
             ref = body.get(f)
-            if type(ref) is bytes and self._type(ref) != codec.BLOB:
-                self.later_refs.append((codec.RECORD, oid, f, ref))  # missing or mistyped: named at the end
+            if type(ref) is bytes and ref not in self.known_blobs:
+                if self.entry_types.get(ref) == codec.BLOB and ref not in self.damaged or self._type(ref) == codec.BLOB:
+                    if len(self.known_blobs) > 65536:
+                        self.known_blobs.clear()  # a bounded memo: prompts shared by many records stay cheap
+                    self.known_blobs.add(ref)
+                else:
+                    self.later_refs.append((codec.RECORD, oid, f, ref))  # missing or mistyped: named at the end
         last = self.last.get(key)
         if parent in self.damaged and lsn > (last[1] + 1 if last else 0):
             # Its parent is damaged (reported already): let it stand in for LSN lsn - 1, so one damaged
