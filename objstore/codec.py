@@ -195,3 +195,39 @@ def iter_objects(raw: bytes):
             return
         yield bytes(mv[pos:stop])
         pos = stop
+
+
+_ARRAY = b"\xdd"  # msgpack array32: the payloads of a block, framed as one array, decode in one call
+
+
+def decode_block(raw: bytes) -> dict:
+    """{id: (type, value)} of the structured objects of a decompressed block, each hash-checked;
+    one msgspec call decodes them all (not strict: bytes that hash to their id are what was
+    written). A damaged object is left out, to be reported if and when it is asked for."""
+    ids, types, payloads = [], [], []
+    for data in iter_objects(raw):
+        nul = data.find(b"\x00", 0, _MAX_HEADER)
+        otype = _TYPES_B.get(data[: data.find(b" ", 0, nul)])
+        if otype is None or otype == BLOB:
+            continue
+        ids.append(hash_bytes(data))
+        types.append(otype)
+        payloads.append(data[nul + 1 :])
+    out = {}
+    try:
+        values = _dec.decode(_ARRAY + len(payloads).to_bytes(4, "big") + b"".join(payloads))
+    except msgspec.DecodeError:
+        values = None
+    if values is None or len(values) != len(ids):
+        for oid, otype, p in zip(ids, types, payloads):
+            try:
+                v = _dec.decode(p)
+            except msgspec.DecodeError:
+                continue
+            if isinstance(v, dict):
+                out[oid] = (otype, v)
+        return out
+    for oid, otype, v in zip(ids, types, values):
+        if type(v) is dict:
+            out[oid] = (otype, v)
+    return out

@@ -231,7 +231,10 @@ class RunLog:
     def refold(self, view: View, branch: int) -> dict:
         """Cold re-fold of a branch from raw objects, ignoring the state cache."""
         with no_gc():
-            return fold(self.lineage(view, branch))
+            try:
+                return fold(self.iter_lineage(view, branch))
+            finally:
+                self.store.forget_decoded()
 
     # -- refs and views ----------------------------------------------------------
     def runs(self) -> list[str]:

@@ -300,15 +300,8 @@ class Store:
         if got is None:
             return codec.decode(self.get_raw(oid), oid, False)
         raw, _ = got
-        decoded = {}
-        decode = codec.decode
-        for data in codec.iter_objects(raw):
-            m = _hash(data).digest()
-            try:
-                decoded[m] = decode(data, m, False)
-            except ObjstoreError:
-                pass  # a damaged neighbour is reported if and when it is asked for
-        self._decoded = decoded
+        self._decoded = decoded = codec.decode_block(raw)
+        codec.STATS["objects_decoded"] += len(decoded)
         hit = decoded.get(oid)
         if hit is None:  # damaged: let the ordinary path raise the precise error
             return codec.decode(self.get_raw(oid), oid, False)
