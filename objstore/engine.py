@@ -278,6 +278,7 @@ class Tables:
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
         self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
+        self.frozen = None  # the active segment's rows as of the checkpoint (a SegmentIndex over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, body, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
@@ -319,20 +320,30 @@ class Tables:
             self.intents.setdefault(run, []).append((branch, lsn, kind, value.get("body"), oid))
 
     # -- checkpoints ------------------------------------------------------------------
-    def dump(self, seg: int, off: int) -> bytes:
+    def active_rows(self) -> tuple[list, list]:
+        """(object rows, chain rows) of the active segment, in segindex.build's form."""
+        objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
+        chain = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
+        if self.frozen is not None:
+            objects.extend(self.frozen.object_rows())
+            chain.extend(self.frozen.chain_rows())
+        return objects, chain
+
+    def dump(self, seg: int, off: int, first: int) -> bytes:
+        objects, chain = self.active_rows()
         return _enc.encode({
-            "v": 1, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
+            "v": 2, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
             "refs": [[k, v] for k, v in self.refs.items()],
             "tips": [[r, b, lsn, oid] for (r, b), (lsn, oid) in self.tips.items()],
             "intents": self.intents, "starts": self.starts,
-            "locs": [[oid, *loc] for oid, loc in self.locs.items()],
-            "chain": [[r, b, lsn, oid] for (r, b, lsn), oid in self.chain.items()],
+            # the active segment's rows in the index layout: looked up in place, never unpacked
+            "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
         })
 
     @classmethod
     def load(cls, data: bytes) -> tuple["Tables", int, int]:
         m = _dec.decode(data)
-        if m.get("v") != 1:
+        if m.get("v") != 2:
             raise ValueError("checkpoint version")
         t = cls()
         t.pos = Position(m["entry"], m["checksum"])
@@ -342,8 +353,7 @@ class Tables:
         t.tips = {(r, b): (lsn, oid) for r, b, lsn, oid in m["tips"]}
         t.intents = {r: [tuple(x) for x in v] for r, v in m["intents"].items()}
         t.starts = m["starts"]
-        t.locs = {row[0]: Loc(*row[1:]) for row in m["locs"]}
-        t.chain = {(r, b, lsn): oid for r, b, lsn, oid in m["chain"]}
+        t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
 
 
@@ -743,13 +753,21 @@ class LogEngine(Engine):
             if otype == codec.RECORD:
                 records.append(oid)
         if records:
+            blocks: dict = {}  # block offset -> {id: (type, value)}: each block read and decoded once
             for oid in records:
                 v = decoded.get(oid) if decoded else None
                 if v is None:
-                    try:
-                        v = codec.decode(self._read_loc(oid, t.locs[oid]), oid, False)[1]
-                    except IntegrityError:
+                    loc = t.locs[oid]
+                    got = blocks.get(loc.block_off)
+                    if got is None:
+                        try:
+                            got = blocks[loc.block_off] = codec.decode_block(self._read_block(loc))
+                        except IntegrityError:
+                            got = blocks[loc.block_off] = {}
+                    hit = got.get(oid)
+                    if hit is None:
                         continue  # damaged: verify reports it; the index skips it
+                    v = hit[1]
                 t.index_record(oid, v, e.n)
         for name, _old, new, _reason in e.moves:
             t.set_ref(name, new)
@@ -832,9 +850,14 @@ class LogEngine(Engine):
 
     # -- sealed segments' indexes and the checkpoint -------------------------------------
     def loc(self, oid: bytes):
-        loc = self.tables.locs.get(oid)
+        t = self.tables
+        loc = t.locs.get(oid)
         if loc is not None:
             return loc
+        if t.frozen is not None:
+            row = t.frozen.find(oid)
+            if row is not None:
+                return _loc_of(row, self._seg)
         hint = self._hint  # walks and folds read neighbours: try the segment of the last hit first
         if 0 < hint < self._seg and hint in self._idx:
             row = self._idx[hint].find(oid)
@@ -864,16 +887,28 @@ class LogEngine(Engine):
                 self._hint = seg
                 yield l, oid
                 lsn += 1
+        frozen = self.tables.frozen
+        if frozen is not None:
+            for l, oid in frozen.chain_from(key, lsn):
+                if l != lsn:
+                    return
+                yield l, oid
+                lsn += 1
         yield from Engine.iter_chain(self, run, branch, lsn)
 
     def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
-        oid = self.tables.chain.get((run, branch, lsn))
-        if oid is not None or self._seg == 1:
+        t = self.tables
+        oid = t.chain.get((run, branch, lsn))
+        if oid is not None:
             return oid
-        tip = self.tables.tips.get((run, branch))
+        tip = t.tips.get((run, branch))
         if tip is None or lsn > tip[0]:
             return None
         key = segindex.chain_key(run, branch)
+        if t.frozen is not None:
+            oid = t.frozen.record_at(key, lsn)
+            if oid is not None:
+                return oid
         for seg in range(self._seg - 1, 0, -1):
             oid = self._index(seg).record_at(key, lsn)
             if oid is not None:
@@ -883,6 +918,9 @@ class LogEngine(Engine):
     def iter_ids(self) -> Iterator[bytes]:
         for seg in range(1, self._seg):
             for row in self._index(seg).objects():
+                yield row[0]
+        if self.tables.frozen is not None:
+            for row in self.tables.frozen.objects():
                 yield row[0]
         yield from list(self.tables.locs)
 
@@ -923,8 +961,7 @@ class LogEngine(Engine):
         return segindex.load(self.idx_path(seg), seg)
 
     def _index_bytes(self, seg: int, first: int, t: "Tables", all_records: bool = False) -> bytes:
-        objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in t.locs.items()]
-        chain = [(r, b, lsn, oid) for (r, b, lsn), oid in t.chain.items()]
+        objects, chain = t.active_rows()
         if all_records:
             chain = [(r, b, lsn, oid) for r, b, lsn, oid in self._records_of(t)]
         return segindex.build(seg, first, t.pos.entry, t.pos.checksum, objects, chain)
@@ -953,6 +990,7 @@ class LogEngine(Engine):
         self._idx[seg] = idx
         t.locs = {}
         t.chain = {}
+        t.frozen = None
 
     def _load_checkpoint(self) -> None:
         """Start from the checkpoint if it matches the log (its entry's trailer is where it says);
@@ -980,7 +1018,8 @@ class LogEngine(Engine):
         tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
             with self._mu:
-                data = self.tables.dump(self._seg, self._off)
+                first = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))[2]
+                data = self.tables.dump(self._seg, self._off, first)
                 at = (self.tables.pos.entry, self._off)
             data += blake3.blake3(data).digest()
             with open(tmp, "wb") as f:

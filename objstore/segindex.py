@@ -43,9 +43,9 @@ def chain_key(run: str, branch: int) -> bytes:
 
 def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tuple], chain: Iterable[tuple]) -> bytes:
     """Index bytes. ``objects``: (id, entry, block_off, stored, raw, off, length, comp, type);
-    ``chain``: (run, branch, lsn, id)."""
+    ``chain``: (run, branch, lsn, id), or (key, lsn, id) rows taken from another index."""
     rows = sorted(objects, key=lambda r: r[0])
-    crow = sorted((chain_key(run, b), lsn, oid) for run, b, lsn, oid in chain)
+    crow = sorted((c if len(c) == 3 else (chain_key(c[0], c[1]), c[2], c[3])) for c in chain)
     fan = [0] * 256
     for r in rows:
         fan[r[0][0]] += 1
@@ -142,6 +142,15 @@ class SegmentIndex:
     def objects(self):
         for i in range(self.nobj):
             yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)
+
+    def object_rows(self):
+        """Rows as ``build`` takes them (type names, not codes)."""
+        for oid, e, bo, st, raw, off, ln, comp, tc in self.objects():
+            yield oid, e, bo, st, raw, off, ln, comp, TYPES[tc]
+
+    def chain_rows(self):
+        for i in range(self.nchain):
+            yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
 
 
 def load(path: str, seg: int) -> SegmentIndex:

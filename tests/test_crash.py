@@ -18,6 +18,8 @@ import time
 from objstore import RunLog, Store, codec
 from objstore.verify import verify_report
 
+from helpers import raw_objects
+
 HERE = os.path.dirname(__file__)
 RUN = "crash"
 
@@ -68,7 +70,7 @@ def test_kill9_writer_50_times(tmp_path):
             fk = log.fork_object(view, branch)
             assert fk is not None and fk["id"] == fid, f"round {round_}: branch {branch} is not rooted at its fork {fid.hex()}"
         # No half-made rewind: every fork object the log holds is the root of its branch.
-        fork_ids = [oid for oid, loc in list(log.store.engine.tables.locs.items()) if loc.otype == codec.FORK]
+        fork_ids = [oid for oid, otype, _ in raw_objects(log.store) if otype == codec.FORK]
         for fid in fork_ids:
             _, payload = log.store.get(fid)
             assert payload["run"] == RUN

@@ -1,0 +1,845 @@
+"""Verify and cold re-fold throughput: objstore against git fsck and a SQLite peer, same run, interleaved.
+
+Run (from the repository root, with the project venv):
+
+    .venv/bin/python benchmarks/bench_verify.py                         # defaults below, 5 repetitions
+    .venv/bin/python benchmarks/bench_verify.py --scale 0.1 --reps 3    # quick check (10x smaller)
+    .venv/bin/python benchmarks/bench_verify.py --parts fsck,refold     # only some parts (fsck, refold, state)
+    BENCH_DIR=/mnt/slowdisk .venv/bin/python benchmarks/bench_verify.py
+
+Options (each also read from the environment): --reps / BENCH_REPS (5); --scale / BENCH_SCALE (1.0) multiplies every
+size below; --records / BENCH_RECORDS (100000) records of the fsck part; --blob-every (3) a fresh prompt blob on every
+k-th record (0: none); --blob-size (1024) bytes per blob; --group (1000) records per commit while building;
+--refold-records (100000) records of the one run re-folded; --state-runs (1000) x --state-records (100) for the
+state-check part; --timeout (1800) seconds per child process; --parts (fsck,refold,state); --seed (1).
+Every store is built with fsync="off" (a build is not what is measured; its durability is irrelevant to reads).
+Scratch directories come from tempfile.mkdtemp(dir=$BENCH_DIR) and are removed at the end.
+
+What it measures
+----------------
+1. verify vs git fsck. A store of R records (~300 B canonical: attempt records with usage/context maps, runs of 1000
+   records, one commit per ``--group`` records) with a fresh ~1 KB text prompt blob on every third record, so
+   R + R/3 + runs objects. A bare git repository holds the SAME canonical bytes as git blobs: every id from
+   ``store.engine.iter_ids()``, its bytes from ``store.get_raw(oid)``, streamed into ``git fast-import`` (one commit
+   whose tree holds them all, fanned out as ab/cdef...), then ``git repack -adf``. Timed as process wall time of
+   ``python -m objstore --store S verify --no-state`` and ``git fsck --full --no-dangling`` (plus, for context, the
+   bare interpreter start ``python -c 'import objstore_cli.main'``), interleaved, order rotated each repetition.
+   Reported: objects/s of both (each over its own object count), per-repetition ratio objstore rate / git rate
+   (min/median/max), peak RSS of each process (``os.wait4`` rusage of that child: ru_maxrss). One extra verify
+   under cProfile: the top 15 functions by tottime and the time split into phases (log scan / decompress / entry
+   checksums, object hashing, decode, schema checks, chain checks, ref checks, state, store open, startup/imports;
+   time of C functions is charged to the phase of the Python function that called them).
+2. cold re-fold vs SQLite. One run of F records (same record shape and blobs). Each system in a fresh process:
+   objstore opens the store and runs ``log.refold(log.view(run), 0)`` (the pure fold over the chain walked back from
+   the head); the SQLite peer opens a table ``rec(rowid, h, body)`` holding the same records' canonical bytes
+   (header + msgpack payload) in LSN order with ``h`` = BLAKE3 of them, reads every row in order, checks the BLAKE3
+   and the header, decodes the msgpack payload with msgspec and applies ``objstore.fold.apply`` to
+   ``Record.from_payload``. Timed inside the child from before opening the store / database to the folded state
+   (imports excluded; both import the same modules), and as process wall time. Both folded states must be equal
+   (checked by digest). ``episode(log, run, source="refold")`` is timed the same way, for the record.
+3. verify with its state check vs without. 1000 runs x 100 records, ``python -m objstore --store S rebuild`` first
+   (so every branch has a cached row), then ``verify`` and ``verify --no-state`` interleaved; ratio of wall times.
+
+Targets (from the issue); a target is "met" when the MEDIAN per-repetition figure meets it:
+
+* verify: objstore >= 1.0x git fsck --full (objects/s)  and  >= 300 000 objects/s
+* cold re-fold: >= 1.0x the SQLite peer  and  >= 200 000 records/s
+* verify with the state check on 1 000 runs x 100 records <= 1.5x verify --no-state (after rebuild)
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import pstats
+import random
+import re
+import resource
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import NamedTuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import dir_bytes  # noqa: E402
+
+
+from objstore import RunLog, Store  # noqa: E402
+
+PY = sys.executable
+BASELINE = [PY, "-c", "import objstore_cli.main"]
+
+VOCAB = (
+    "the a of to and in is for on with that this as by from at be are was it or an not which have has were will "
+    "agent model tool call result error retry step order customer ticket refund shipping invoice account email search "
+    "query answer summary context prompt output token request response status pending failed succeeded timeout "
+    "database table row column value update insert select delete check verify approve reject escalate user assistant "
+    "system message reply draft send fetch parse json field missing invalid expected returned found total amount date "
+    "address product item quantity price discount policy rule note because however therefore then next first last "
+    "please thanks sorry confirm cancel resolve issue problem solution plan action observation thought final"
+).split()
+TOOLS = ["search", "fetch_order", "send_email", "sql", "python"]
+
+
+# -- helpers shared with bench_scale.py ------------------------------------------------------------------------
+def env(name, default, cast=int):
+    v = os.environ.get(name)
+    return cast(v) if v not in (None, "") else default
+
+
+def mmm(xs):
+    return min(xs), statistics.median(xs), max(xs)
+
+
+def verdict(ok):
+    return "met" if ok else "NOT MET"
+
+
+def say(msg):
+    print(msg, flush=True)
+
+
+def progress(msg):
+    print(f"  .. {time.strftime('%H:%M:%S')} {msg}", flush=True)
+
+
+def mkscratch(prefix):
+    return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("BENCH_DIR"))
+
+
+class Child(NamedTuple):
+    rc: int
+    wall: float  # seconds, fork to exit (measured here)
+    maxrss: int  # bytes: peak RSS of the command's process, as /usr/bin/time reports it (-1: unknown)
+    cpu: float  # user + system seconds of the command
+    out: str
+    err: str
+    killed: str | None  # why the watchdog killed it, or None
+    procs: int = 0  # most processes seen at once in its tree (the launcher and the command: 2), when watched
+
+
+TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
+# Fallback launcher when /usr/bin/time is missing: a small Python parent reporting RUSAGE_CHILDREN (the command's
+# figure then includes the ~10 MB high-water mark it inherits from that parent through fork+exec).
+_PYTIME = ("import resource, subprocess, sys\n"
+           "r = subprocess.run(sys.argv[2:])\n"
+           "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+           "open(sys.argv[1], 'w').write(f'{u.ru_maxrss} 0 {u.ru_utime} {u.ru_stime}\\n')\n"
+           "sys.exit(r.returncode if r.returncode >= 0 else 128 - r.returncode)\n")
+_CHILD_ENV: dict | None = None
+
+
+def child_env(scratch):
+    """The children's environment: bytecode caching on, into a scratch prefix (this environment sets
+    PYTHONDONTWRITEBYTECODE=1, which would make every child recompile objstore and its dependencies at start)."""
+    global _CHILD_ENV
+    e = dict(os.environ)
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    e["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pycache")
+    _CHILD_ENV = e
+    return e
+
+
+def _tree_rss(pid, page):
+    """(RSS in bytes, process count) of pid and all its descendants."""
+    total = count = 0
+    todo = [pid]
+    while todo:
+        q = todo.pop()
+        try:
+            with open(f"/proc/{q}/statm") as f:
+                total += int(f.read().split()[1]) * page
+            count += 1
+            with open(f"/proc/{q}/task/{q}/children") as f:
+                todo.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError, IndexError):
+            pass
+    return total, count
+
+
+def run_child(cmd, *, timeout=None, rss_cap=None, env_=None) -> Child:
+    """Run ``cmd`` to completion under /usr/bin/time (peak RSS of the command itself: a child forked from this
+    driver would inherit the driver's RSS high-water mark through fork+exec). Wall time is measured here. A
+    watchdog kills the whole process group past ``timeout`` seconds or ``rss_cap`` bytes of RSS."""
+    fd, tfile = tempfile.mkstemp(prefix="bench-time-", dir=os.environ.get("BENCH_DIR"))
+    os.close(fd)
+    launcher = [TIME, "-f", "%M %e %U %S", "-o", tfile] if TIME else [PY, "-c", _PYTIME, tfile]
+    try:
+        with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+            t0 = time.perf_counter()
+            p = subprocess.Popen(launcher + list(cmd), stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                                 env=env_ if env_ is not None else _CHILD_ENV, start_new_session=True)
+            done = threading.Event()
+            killed = [None]
+            procs = [0]
+
+            def watch():
+                page = os.sysconf("SC_PAGE_SIZE")
+                while not done.wait(0.25):
+                    why = None
+                    rss, n = _tree_rss(p.pid, page)
+                    procs[0] = max(procs[0], n)
+                    if timeout is not None and time.perf_counter() - t0 > timeout:
+                        why = f"timeout after {timeout:.0f} s"
+                    elif rss_cap is not None:
+                        if rss > rss_cap:
+                            why = f"RSS {rss / 2**20:.0f} MiB over the cap of {rss_cap / 2**20:.0f} MiB"
+                    if why is not None and not done.is_set():
+                        killed[0] = why
+                        os.killpg(p.pid, signal.SIGKILL)  # our own new session; the leader is not reaped yet
+                        return
+
+            w = None
+            if timeout is not None or rss_cap is not None:
+                w = threading.Thread(target=watch, daemon=True)
+                w.start()
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+            wall = time.perf_counter() - t0
+            done.set()
+            if w is not None:
+                w.join()
+            p.wait()
+            rc = p.returncode
+            fo.seek(0)
+            fe.seek(0)
+            out = fo.read().decode("utf-8", "replace")
+            err = fe.read().decode("utf-8", "replace")
+        maxrss, cpu = -1, 0.0
+        with open(tfile) as f:
+            for ln in f.read().splitlines():
+                parts = ln.split()
+                if len(parts) == 4:
+                    try:
+                        maxrss = int(float(parts[0])) * 1024
+                        cpu = float(parts[2]) + float(parts[3])
+                    except ValueError:
+                        pass
+    finally:
+        os.unlink(tfile)
+    return Child(rc, wall, maxrss, cpu, out, err, killed[0], procs[0])
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def code_fingerprint():
+    """What code is being measured: git HEAD, how many library files differ from it, and a BLAKE3 over the
+    working tree's objstore/*.py and cli/*.py (others may be editing the library while this runs)."""
+    import blake3
+
+    h = blake3.blake3()
+    for sub in ("objstore", "cli"):
+        d = os.path.join(REPO, sub)
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".py"):
+                with open(os.path.join(d, name), "rb") as f:
+                    h.update(name.encode() + b"\0" + f.read())
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "objstore", "cli"], capture_output=True,
+                               text=True).stdout.strip().splitlines()
+    except OSError:
+        head, dirty = "?", []
+    return f"HEAD {head or '?'}, {len(dirty)} library file(s) modified, working tree objstore+cli blake3 {h.hexdigest()[:16]}"
+
+
+def objstore_cmd(store, *args):
+    return [PY, "-m", "objstore", "--store", store, *args]
+
+
+def check_ok(res: Child, what: str) -> bool:
+    if res.killed or res.rc != 0:
+        why = res.killed or f"exit code {res.rc}"
+        tail = (res.err.strip() or res.out.strip())[-2000:]
+        say(f"  !! {what} failed: {why}\n{tail}")
+        return False
+    return True
+
+
+# -- building stores through the public API -------------------------------------------------------------------
+class Workload:
+    """Deterministic, cheap record bodies: a pool of contexts/usages cycled, fresh text blobs on request."""
+
+    def __init__(self, seed=1, blob_size=1024, pool=997):
+        rnd = random.Random(seed)
+        self.rnd = random.Random(seed + 1)
+        self.blob_size = blob_size
+        self.ctx = [{"ticket": f"T-{rnd.randint(10000, 99999)}", "path": rnd.choice("ABC"), "tool": rnd.choice(TOOLS),
+                     "trace": rnd.randbytes(16).hex()} for _ in range(pool)]
+        self.usage = [{"input_tokens": rnd.randint(50, 4000), "output_tokens": rnd.randint(5, 800)} for _ in range(pool)]
+        self.pool = pool
+
+    def blob(self, tag: str) -> bytes:
+        words = self.rnd.choices(VOCAB, k=self.blob_size // 5)
+        return (f"#{tag} " + " ".join(words)).encode()[: self.blob_size]
+
+
+def build_store(path, *, runs, per_run, per_commit, steps=50, blob_every=3, blob_size=1024, round_robin=False,
+                shared_prompts=0, seed=1, fsync="off", label="store", run_fmt="r{:05d}"):
+    """Build a store through the public API (RunLog / Store.batch / record_attempt / put_blob).
+
+    ``runs`` runs of ``per_run`` attempt records each; every commit holds ``per_commit`` records of one run.
+    round_robin: commits visit the runs in turn (run 0's first commit, run 1's first, ...); otherwise each run is
+    written whole before the next. Step of record j = j * steps // per_run (so ``steps`` steps per run), attempt =
+    its index within the step; every fifth attempt failed. A fresh text blob on every ``blob_every``-th record
+    (0: none); with ``shared_prompts`` > 0 the other records point at one of that many shared prompt blobs.
+    Returns a dict of facts (run names, counts, build time)."""
+    w = Workload(seed, blob_size)
+    t0 = time.perf_counter()
+    log = RunLog(Store.init(path, fsync=fsync))
+    names = [run_fmt.format(i) for i in range(runs)]
+    shared = []
+    with log.store.batch():
+        for i in range(shared_prompts):
+            shared.append(log.put_blob(w.blob(f"shared-{i}")))
+        for r in names:
+            log.start_run(r)
+    record_attempt, put_blob, batch = log.record_attempt, log.put_blob, log.store.batch
+    ctx, usage, pool = w.ctx, w.usage, w.pool
+    nblobs = 0
+    commits = 0
+    per_commit = max(1, min(per_commit, per_run))
+    chunks = [(c, min(c + per_commit, per_run)) for c in range(0, per_run, per_commit)]
+    order = ([(ri, ch) for ch in chunks for ri in range(runs)] if round_robin
+             else [(ri, ch) for ri in range(runs) for ch in chunks])
+    total = runs * per_run
+    done = 0
+    next_report = time.perf_counter() + 15
+    for ri, (lo, hi) in order:
+        run = names[ri]
+        with batch():
+            for j in range(lo, hi):
+                step = j * steps // per_run
+                attempt = j - (-(-step * per_run // steps))
+                k = ri * per_run + j
+                prompt = None
+                if blob_every and j % blob_every == 0:
+                    prompt = put_blob(w.blob(f"{run}-{j}"))
+                    nblobs += 1
+                elif shared:
+                    prompt = shared[step % len(shared)]
+                record_attempt(run, step=step, attempt=attempt, state="failed" if j % 5 == 4 else "succeeded",
+                               prompt=prompt, usage=usage[k % pool], context=ctx[(k * 7) % pool])
+        commits += 1
+        done += hi - lo
+        if time.perf_counter() > next_report:
+            el = time.perf_counter() - t0
+            progress(f"building {label}: {done:,}/{total:,} records ({done / el:,.0f} rec/s)")
+            next_report = time.perf_counter() + 15
+    dt = time.perf_counter() - t0
+    log.store.engine.close()
+    return {"log": None, "runs": names, "records": total, "blobs": nblobs + len(shared), "commits": commits,
+            "seconds": dt, "rate": total / dt, "objects": total + runs + nblobs + len(shared)}
+
+
+def canonical_bytes(path):
+    """(objects, canonical bytes) of every object in the store, read sequentially from the log."""
+    store = Store.open(path)
+    eng = store.engine
+    n = size = 0
+    for item in eng.scan(eng.refresh().entry):
+        for _, _, data in getattr(item, "objects", ()):
+            n += 1
+            size += len(data)
+    eng.close()
+    return n, size
+
+
+def mib(b):
+    return b / 2**20
+
+
+# -- profiles -------------------------------------------------------------------------------------------------
+_PHASES = [
+    # (file suffix, function names or None for any, phase)
+    ("objstore/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
+     "log scan: read, decompress, entry checksums"),
+    ("objstore/verify.py", {"_object"}, "object checks (dispatch)"),
+    ("objstore/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
+    ("objstore/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
+    ("objstore/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
+     "state check"),
+    ("objstore/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
+                            "_retire_active", "set_ref"}, "store open: checkpoint + log catch-up"),
+    ("objstore/codec.py", None, "decode (codec)"),
+    ("objstore/records.py", None, "schema checks (records)"),
+    ("objstore/state.py", None, "state cache / fold"),
+    ("objstore/fold.py", None, "state cache / fold"),
+    ("objstore/runlog.py", None, "chain walks (runlog)"),
+    ("objstore/store.py", None, "object reads (store)"),
+    ("objstore/engine.py", None, "object reads (engine)"),
+    ("objstore/segindex.py", None, "sealed segment indexes (segindex)"),
+    ("objstore/verify.py", None, "verify driver"),
+]
+
+
+def _phase_of(key, caller=None):
+    fname, _, func = key
+    if fname == "~":  # a C function: charged to its caller's phase, hashing split out
+        if caller is not None:
+            if "blake3" in func and caller[2] == "_object":
+                return "hashing objects (BLAKE3)"
+            return _phase_of(caller)
+        return "other"
+    if "importlib" in fname or fname.startswith("<"):
+        return "startup / imports"
+    for suffix, funcs, phase in _PHASES:
+        if fname.endswith(suffix) and (funcs is None or func in funcs):
+            return phase
+    if "site-packages" in fname or "/lib/python" in fname:
+        return "startup / imports / CLI (click, stdlib)"
+    return "other"
+
+
+def profile_report(prof_path, top=15, title=""):
+    """Top functions by tottime and the time per phase."""
+    st = pstats.Stats(prof_path)
+    total = st.total_tt
+    buf = io.StringIO()
+    pstats.Stats(prof_path, stream=buf).sort_stats("tottime").print_stats(top)
+    lines = buf.getvalue().splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("ncalls")), 0)
+    say(f"  cProfile {title}(total {total:.2f} s profiled; profiler overhead inflates Python-call-heavy phases)")
+    for ln in lines[start:]:
+        if ln.strip():
+            say("    " + ln.replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/", ""))
+    phases: dict[str, float] = {}
+    for key, (cc, nc, tt, ct, callers) in st.stats.items():
+        if key[0] == "~" and callers:
+            parts = {ck: (v[2] if isinstance(v, tuple) else 0.0) for ck, v in callers.items()}
+            s = sum(parts.values())
+            for ck, t in parts.items():
+                share = tt * (t / s) if s > 0 else tt / len(parts)
+                ph = _phase_of(key, ck)
+                phases[ph] = phases.get(ph, 0.0) + share
+        else:
+            ph = _phase_of(key)
+            phases[ph] = phases.get(ph, 0.0) + tt
+    say("  time by phase (tottime, C functions charged to their caller):")
+    for ph, t in sorted(phases.items(), key=lambda kv: -kv[1]):
+        if t >= 0.0005:
+            say(f"    {ph:<46} {t:8.3f} s  {100 * t / total:5.1f} %")
+    return phases
+
+
+_STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the main steps
+    ("cli/main.py", "verify", "CLI verify command (everything after imports)"),
+    ("objstore/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
+    ("objstore/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
+    ("objstore/engine.py", "_entry_objects", "    decompress + slice objects"),
+    ("objstore/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
+    ("objstore/codec.py", "decode", "    codec.decode (all callers)"),
+    ("objstore/records.py", "schema_problem", "    records.schema_problem"),
+    ("objstore/verify.py", "_record", "    chain checks (_record)"),
+    ("objstore/verify.py", "_moves", "  ref moves"),
+    ("objstore/verify.py", "_references", "  references between objects"),
+    ("objstore/verify.py", "_refs", "  final refs"),
+    ("objstore/verify.py", "_chains_end", "  forks / chain ends"),
+    ("objstore/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
+    ("objstore/state.py", "refold_branch", "    refold_branch"),
+    ("objstore/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
+    ("objstore/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
+    ("objstore/codec.py", "canonical_json", "    codec.canonical_json"),
+    ("objstore/runlog.py", "refold", "log.refold"),
+    ("objstore/runlog.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
+    ("objstore/store.py", "get_decoded", "    store.get_decoded"),
+    ("objstore/engine.py", "read_block_of", "      engine.read_block_of"),
+    ("objstore/fold.py", "fold", "  fold.fold"),
+    ("objstore/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
+    ("objstore/engine.py", "iter_chain", "      engine.iter_chain"),
+    ("objstore/codec.py", "decode_block", "      codec.decode_block"),
+    ("objstore/query.py", "episode", "query.episode"),
+    ("objstore/state.py", "rebuild", "StateCache.rebuild"),
+    ("objstore/state.py", "_refresh", "  StateCache._refresh (per branch)"),
+]
+
+
+def profile_steps(prof_path):
+    st = pstats.Stats(prof_path)
+    best: dict = {}
+    for key, (cc, nc, tt, ct, callers) in st.stats.items():
+        for i, (suffix, func, label) in enumerate(_STEPS):
+            if key[0].endswith(suffix) and key[2] == func:
+                if i not in best or ct > best[i][1]:
+                    best[i] = (nc, ct)
+    if best:
+        say("  inclusive time of the main steps (cumtime):")
+        for i, (suffix, func, label) in enumerate(_STEPS):
+            if i in best:
+                say(f"    {label:<56} {best[i][1]:8.3f} s  ({best[i][0]:,} calls)")
+
+
+def profile_child(cmd_tail, scratch, title, timeout, code=None):
+    """Run one child under cProfile (``code``: Python source run as a script with ``cmd_tail`` as its argv)."""
+    prof = os.path.join(scratch, f"prof-{os.getpid()}-{time.monotonic_ns()}.out")
+    if code is not None:
+        script = prof[:-4] + ".py"
+        with open(script, "w") as f:
+            f.write(code)
+        cmd_tail = [script, *cmd_tail]
+    res = run_child([PY, "-m", "cProfile", "-o", prof, *cmd_tail], timeout=timeout)
+    if res.killed or res.rc not in (0, 1):
+        say(f"  !! profiled run: {res.killed or f'exit code {res.rc}'} {res.err.strip()[-500:]}")
+    if os.path.exists(prof):
+        profile_report(prof, title=title)
+        profile_steps(prof)
+        os.unlink(prof)
+    return res
+
+
+# -- part 1: verify vs git fsck -------------------------------------------------------------------------------
+def export_to_git(store_path, repo):
+    """Every object's canonical bytes as a git blob (one commit, a tree fanned out by id), then repack -adf."""
+    store = Store.open(store_path)
+    eng = store.engine
+    t0 = time.perf_counter()
+    ids = list(eng.iter_ids())
+    # Read in log order (so consecutive reads of one record block hit the engine's one-block cache);
+    # in iter_ids order (by id) every record read decompresses its whole block again.
+    locs = {oid: eng.loc(oid) for oid in ids}
+    ids.sort(key=lambda o: (locs[o].seg, locs[o].block_off, locs[o].off))
+    subprocess.run(["git", "init", "-q", "--bare", repo], check=True)
+    p = subprocess.Popen(["git", "-C", repo, "fast-import", "--quiet"], stdin=subprocess.PIPE)
+    out = p.stdin
+    nbytes = 0
+    for i, oid in enumerate(ids, 1):
+        data = store.get_raw(oid)
+        nbytes += len(data)
+        out.write(b"blob\nmark :%d\ndata %d\n" % (i, len(data)))
+        out.write(data)
+        out.write(b"\n")
+    out.write(b"commit refs/heads/main\nmark :%d\ncommitter bench <bench@example.com> 1764400000 +0000\ndata 6\nbench\n"
+              % (len(ids) + 1))
+    for i, oid in enumerate(ids, 1):
+        h = oid.hex()
+        out.write(b"M 100644 :%d %s/%s\n" % (i, h[:2].encode(), h[2:].encode()))
+    out.write(b"\n")
+    out.close()
+    if p.wait() != 0:
+        raise RuntimeError("git fast-import failed")
+    t1 = time.perf_counter()
+    subprocess.run(["git", "-C", repo, "repack", "-adf", "-q"], check=True)
+    t2 = time.perf_counter()
+    eng.close()
+    cnt = subprocess.run(["git", "-C", repo, "count-objects", "-v"], check=True, capture_output=True, text=True).stdout
+    info = dict(ln.split(": ", 1) for ln in cnt.splitlines() if ": " in ln)
+    return {"objects": len(ids), "git_objects": int(info.get("in-pack", 0)) + int(info.get("count", 0)),
+            "bytes": nbytes, "pack_kib": int(info.get("size-pack", 0)), "fast_import_s": t1 - t0, "repack_s": t2 - t1}
+
+
+def part_fsck(a, scratch, targets):
+    n = max(1000, int(a.records * a.scale))
+    say(f"\n[1] verify vs git fsck: {n:,} records (~300 B), a fresh {a.blob_size} B prompt blob on every "
+        f"{a.blob_every}{'rd' if a.blob_every == 3 else 'th'} record, runs of 1000, {a.group} records per commit; "
+        f"built with fsync=off")
+    d = os.path.join(scratch, "fsck")
+    os.makedirs(d)
+    spath, repo = os.path.join(d, "store"), os.path.join(d, "git")
+    per_run = min(1000, n)
+    b = build_store(spath, runs=max(1, n // per_run), per_run=per_run, per_commit=a.group, blob_every=a.blob_every,
+                    blob_size=a.blob_size, seed=a.seed, label="fsck store")
+    progress(f"built: {b['records']:,} records, {b['blobs']:,} blobs, {b['commits']:,} commits in {b['seconds']:.1f} s "
+             f"({b['rate']:,.0f} rec/s)")
+    nobj, canon = canonical_bytes(spath)
+    g = export_to_git(spath, repo)
+    progress(f"git repo: {g['git_objects']:,} objects ({g['objects']:,} blobs + trees + commit), pack {g['pack_kib']:,} KiB; "
+             f"fast-import {g['fast_import_s']:.1f} s, repack -adf {g['repack_s']:.1f} s")
+    store_disk = dir_bytes(spath)
+    say(f"  objects: {nobj:,}; canonical bytes {canon:,} (avg {canon / nobj:.0f} B); objstore on disk {store_disk:,} B "
+        f"({store_disk / canon:.3f}x canonical); git pack {g['pack_kib'] * 1024:,} B ({g['pack_kib'] * 1024 / canon:.3f}x)")
+    if g["bytes"] != canon or g["objects"] != nobj:
+        say(f"  !! export mismatch: {g['objects']} ids / {g['bytes']} bytes via get_raw vs {nobj} / {canon} via scan")
+
+    verify_cmd = objstore_cmd(spath, "verify", "--no-state")
+    fsck_cmd = ["git", "-C", repo, "fsck", "--full", "--no-dangling"]
+    systems = [("objstore verify --no-state", verify_cmd), ("git fsck --full", fsck_cmd), ("python import baseline", BASELINE)]
+    # warm-up (page cache, .pyc): once each, not counted
+    for name, cmd in systems:
+        res = run_child(cmd, timeout=a.timeout)
+        if not check_ok(res, name):
+            return
+    walls = {name: [] for name, _ in systems}
+    rss = {name: [] for name, _ in systems}
+    for r in range(a.reps):
+        k = r % len(systems)
+        for name, cmd in systems[k:] + systems[:k]:
+            res = run_child(cmd, timeout=a.timeout)
+            if not check_ok(res, name):
+                return
+            if name.startswith("objstore"):
+                m = re.search(r"verify: ok \((\d+) entries, (\d+) objects\)", res.err)
+                if not m or int(m.group(2)) != nobj:
+                    say(f"  !! verify output unexpected: {res.err.strip()[-300:]}")
+            walls[name].append(res.wall)
+            rss[name].append(res.maxrss)
+        progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {walls[nm][-1]:.3f} s" for nm, _ in systems))
+    o_rate = [nobj / t for t in walls["objstore verify --no-state"]]
+    g_rate = [g["git_objects"] / t for t in walls["git fsck --full"]]
+    ratio = [x / y for x, y in zip(o_rate, g_rate)]
+    say(f"  {'':<44} {'min':>12} {'median':>12} {'max':>12}")
+    for name, _ in systems:
+        lo, md, hi = mmm(walls[name])
+        say(f"  {name + ' wall s':<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
+    for label, xs in (("objstore verify objects/s", o_rate), ("git fsck --full objects/s", g_rate)):
+        lo, md, hi = mmm(xs)
+        say(f"  {label:<44} {lo:>12,.0f} {md:>12,.0f} {hi:>12,.0f}")
+    lo, md, hi = mmm(ratio)
+    say(f"  {'ratio objstore / git (objects/s)':<44} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x")
+    base = statistics.median(walls["python import baseline"])
+    ex = [nobj / max(1e-9, t - base) for t in walls["objstore verify --no-state"]]
+    lo, md, hi = mmm(ex)
+    say(f"  {'(objstore objects/s net of import baseline)':<44} {lo:>12,.0f} {md:>12,.0f} {hi:>12,.0f}")
+    for name in ("objstore verify --no-state", "git fsck --full"):
+        lo, md, hi = mmm(rss[name])
+        say(f"  peak RSS {name:<35} {mib(lo):>10.1f} MiB {mib(md):>8.1f} MiB {mib(hi):>8.1f} MiB")
+    md_rate, md_ratio = statistics.median(o_rate), statistics.median(ratio)
+    targets.append(("verify: objstore >= 1.0x git fsck --full", f"{mmm(ratio)[0]:.2f}x / {md_ratio:.2f}x / {mmm(ratio)[2]:.2f}x",
+                     md_ratio >= 1.0))
+    targets.append(("verify: >= 300 000 objects/s", "{:,.0f} / {:,.0f} / {:,.0f}".format(*mmm(o_rate)), md_rate >= 300_000))
+    say(f"  target objstore >= 1.0x git fsck (median): {verdict(md_ratio >= 1.0)};  >= 300 000 objects/s (median): "
+        f"{verdict(md_rate >= 300_000)}")
+    say("  profile of one verify --no-state run:")
+    profile_child(["-m", "objstore", "--store", spath, "verify", "--no-state"], d, "objstore verify --no-state ", a.timeout)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# -- part 2: cold re-fold vs SQLite ---------------------------------------------------------------------------
+OBJ_CHILD = r"""
+import json, sys, time
+import blake3
+from objstore import RunLog, Store, codec
+from objstore.query import episode
+path, run, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+t0 = time.perf_counter()
+log = RunLog(Store.open(path))
+view = log.view(run)
+if mode == "refold":
+    state = log.refold(view, 0)
+    n = state["records"]
+else:  # episode from a cold re-fold: the state plus every attempt's view, sorted
+    ep = episode(log, run, source="refold")
+    t1 = time.perf_counter()
+    br = ep.branches[0]
+    state = {"attempts": br.attempts_total, "views": len(br.attempts)}
+    n = br.attempts_total + 1  # + run_started: the records folded
+t1 = t1 if mode != "refold" else time.perf_counter()
+print(json.dumps({"seconds": t1 - t0, "records": n, "digest": blake3.blake3(codec.canonical_json(state)).hexdigest()}))
+"""
+
+PEER_CHILD = r"""
+import json, sys, time
+import blake3, msgspec, sqlite3
+from objstore import codec
+from objstore.fold import apply, empty_state
+from objstore.records import Record
+path = sys.argv[1]
+t0 = time.perf_counter()
+db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+dec = msgspec.msgpack.Decoder()
+h3 = blake3.blake3
+from_payload = Record.from_payload
+state = empty_state()
+n = 0
+for h, body in db.execute("SELECT h, body FROM rec ORDER BY rowid"):
+    if h3(body).digest() != h:
+        raise SystemExit(f"row {n}: hash mismatch")
+    nul = body.find(b"\x00", 0, 40)
+    if body[:7] != b"record " or int(body[7:nul]) != len(body) - nul - 1:
+        raise SystemExit(f"row {n}: bad header")
+    apply(state, from_payload(h, dec.decode(memoryview(body)[nul + 1:])))
+    n += 1
+t1 = time.perf_counter()
+db.close()
+print(json.dumps({"seconds": t1 - t0, "records": n, "digest": blake3.blake3(codec.canonical_json(state)).hexdigest()}))
+"""
+
+
+def build_peer_db(store_path, run, db_path):
+    """The SQLite peer: the run's records' canonical bytes, in LSN order, keyed by rowid, with their BLAKE3."""
+    log = RunLog(Store.open(store_path))
+    recs = log.records(run)
+    db = sqlite3.connect(db_path)
+    db.execute("CREATE TABLE rec(id INTEGER PRIMARY KEY, h BLOB NOT NULL, body BLOB NOT NULL)")
+    get_raw = log.store.get_raw
+    with db:
+        db.executemany("INSERT INTO rec(h, body) VALUES(?, ?)", ((r.id, get_raw(r.id)) for r in recs))
+    db.execute("VACUUM")
+    db.close()
+    log.store.engine.close()
+    return len(recs)
+
+
+def part_refold(a, scratch, targets):
+    n = max(1000, int(a.refold_records * a.scale))
+    say(f"\n[2] cold re-fold vs SQLite: one run of {n:,} records (same shapes, blob on every {a.blob_every}rd), "
+        f"{a.group} per commit; built with fsync=off")
+    d = os.path.join(scratch, "refold")
+    os.makedirs(d)
+    spath, dbp = os.path.join(d, "store"), os.path.join(d, "peer.sqlite")
+    b = build_store(spath, runs=1, per_run=n, per_commit=a.group, steps=500, blob_every=a.blob_every,
+                    blob_size=a.blob_size, seed=a.seed, label="refold store", run_fmt="r{:05d}")
+    run = b["runs"][0]
+    progress(f"built: {b['records']:,} records in {b['seconds']:.1f} s ({b['rate']:,.0f} rec/s)")
+    nrec = build_peer_db(spath, run, dbp)
+    progress(f"peer db: {nrec:,} rows, {os.path.getsize(dbp):,} B")
+    systems = [("objstore log.refold", [PY, "-c", OBJ_CHILD, spath, run, "refold"]),
+               ("SQLite peer fold", [PY, "-c", PEER_CHILD, dbp]),
+               ("objstore episode(refold)", [PY, "-c", OBJ_CHILD, spath, run, "episode"])]
+    for name, cmd in systems:  # warm-up
+        if not check_ok(run_child(cmd, timeout=a.timeout), name):
+            return
+    inner = {nm: [] for nm, _ in systems}
+    walls = {nm: [] for nm, _ in systems}
+    rss = {nm: [] for nm, _ in systems}
+    digests = {}
+    for r in range(a.reps):
+        k = r % len(systems)
+        for name, cmd in systems[k:] + systems[:k]:
+            res = run_child(cmd, timeout=a.timeout)
+            if not check_ok(res, name):
+                return
+            out = json.loads(res.out.strip().splitlines()[-1])
+            inner[name].append(out["records"] / out["seconds"])
+            walls[name].append(res.wall)
+            rss[name].append(res.maxrss)
+            digests.setdefault(name, set()).add(out["digest"])
+        progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {inner[nm][-1]:,.0f} rec/s" for nm, _ in systems))
+    same = digests["objstore log.refold"] == digests["SQLite peer fold"] and len(digests["SQLite peer fold"]) == 1
+    say(f"  folded states equal (objstore vs peer, by digest): {'yes' if same else 'NO'}")
+    say(f"  {'':<44} {'min':>12} {'median':>12} {'max':>12}")
+    for name, _ in systems:
+        lo, md, hi = mmm(inner[name])
+        say(f"  {name + ' rec/s (in child)':<44} {lo:>12,.0f} {md:>12,.0f} {hi:>12,.0f}")
+    for name, _ in systems:
+        lo, md, hi = mmm(walls[name])
+        say(f"  {name + ' process wall s':<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
+    ratio = [x / y for x, y in zip(inner["objstore log.refold"], inner["SQLite peer fold"])]
+    wratio = [y / x for x, y in zip(walls["objstore log.refold"], walls["SQLite peer fold"])]
+    lo, md, hi = mmm(ratio)
+    say(f"  {'ratio objstore / SQLite (rec/s in child)':<44} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x")
+    lo2, md2, hi2 = mmm(wratio)
+    say(f"  {'ratio objstore / SQLite (process wall)':<44} {lo2:>11.2f}x {md2:>11.2f}x {hi2:>11.2f}x")
+    for name, _ in systems:
+        lo3, md3, hi3 = mmm(rss[name])
+        say(f"  peak RSS {name:<35} {mib(lo3):>10.1f} MiB {mib(md3):>8.1f} MiB {mib(hi3):>8.1f} MiB")
+    rate = statistics.median(inner["objstore log.refold"])
+    targets.append(("cold re-fold: objstore >= 1.0x SQLite peer", f"{lo:.2f}x / {md:.2f}x / {hi:.2f}x", md >= 1.0))
+    targets.append(("cold re-fold: >= 200 000 records/s", "{:,.0f} / {:,.0f} / {:,.0f}".format(*mmm(inner["objstore log.refold"])),
+                    rate >= 200_000))
+    say(f"  target >= 1.0x SQLite (median, in child): {verdict(md >= 1.0)};  >= 200 000 rec/s (median): {verdict(rate >= 200_000)}")
+    say("  profile of one cold re-fold child:")
+    profile_child([spath, run, "refold"], d, "objstore cold re-fold ", a.timeout, code=OBJ_CHILD)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# -- part 3: verify's state check -----------------------------------------------------------------------------
+def part_state(a, scratch, targets):
+    runs = max(10, int(a.state_runs * a.scale))
+    per = a.state_records
+    say(f"\n[3] verify with vs without its state check: {runs:,} runs x {per} records ({runs * per:,} records), "
+        f"one commit per run; built with fsync=off; then 'objstore rebuild'")
+    d = os.path.join(scratch, "state")
+    os.makedirs(d)
+    spath = os.path.join(d, "store")
+    b = build_store(spath, runs=runs, per_run=per, per_commit=per, blob_every=a.blob_every, blob_size=a.blob_size,
+                    seed=a.seed, label="state store")
+    progress(f"built: {b['records']:,} records in {b['seconds']:.1f} s ({b['rate']:,.0f} rec/s)")
+    res = run_child(objstore_cmd(spath, "rebuild"), timeout=a.timeout)
+    if not check_ok(res, "rebuild"):
+        return
+    progress(f"rebuild: {res.wall:.2f} s, peak RSS {mib(res.maxrss):.0f} MiB ({res.out.strip()}); "
+             f"state.db {dir_bytes(spath) - dir_bytes(os.path.join(spath, 'log')):,} B outside log/")
+    systems = [("verify (with state check)", objstore_cmd(spath, "verify")),
+               ("verify --no-state", objstore_cmd(spath, "verify", "--no-state"))]
+    for name, cmd in systems:
+        if not check_ok(run_child(cmd, timeout=a.timeout), name):
+            return
+    walls = {nm: [] for nm, _ in systems}
+    rss = {nm: [] for nm, _ in systems}
+    for r in range(a.reps):
+        for name, cmd in systems[:: (1 if r % 2 == 0 else -1)]:
+            res = run_child(cmd, timeout=a.timeout)
+            if not check_ok(res, name):
+                return
+            walls[name].append(res.wall)
+            rss[name].append(res.maxrss)
+        progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {walls[nm][-1]:.3f} s" for nm, _ in systems))
+    ratio = [x / y for x, y in zip(walls["verify (with state check)"], walls["verify --no-state"])]
+    say(f"  {'':<44} {'min':>12} {'median':>12} {'max':>12}")
+    for name, _ in systems:
+        lo, md, hi = mmm(walls[name])
+        say(f"  {name + ' wall s':<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
+    lo, md, hi = mmm(ratio)
+    say(f"  {'ratio with / without state check':<44} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x")
+    for name, _ in systems:
+        lo3, md3, hi3 = mmm(rss[name])
+        say(f"  peak RSS {name:<35} {mib(lo3):>10.1f} MiB {mib(md3):>8.1f} MiB {mib(hi3):>8.1f} MiB")
+    targets.append((f"verify with state check ({runs} runs x {per}) <= 1.5x without", f"{lo:.2f}x / {md:.2f}x / {hi:.2f}x", md <= 1.5))
+    say(f"  target <= 1.5x (median): {verdict(md <= 1.5)}")
+    say("  profile of one verify run with the state check:")
+    profile_child(["-m", "objstore", "--store", spath, "verify"], d, "objstore verify (state check) ", a.timeout)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=env("BENCH_REPS", 5))
+    p.add_argument("--scale", type=float, default=env("BENCH_SCALE", 1.0, float))
+    p.add_argument("--records", type=int, default=env("BENCH_RECORDS", 100_000))
+    p.add_argument("--blob-every", type=int, default=3)
+    p.add_argument("--blob-size", type=int, default=1024)
+    p.add_argument("--group", type=int, default=1000)
+    p.add_argument("--refold-records", type=int, default=100_000)
+    p.add_argument("--state-runs", type=int, default=1000)
+    p.add_argument("--state-records", type=int, default=100)
+    p.add_argument("--timeout", type=float, default=1800)
+    p.add_argument("--parts", default="fsck,refold,state")
+    p.add_argument("--seed", type=int, default=env("BENCH_SEED", 1))
+    return p.parse_args(argv)
+
+
+def main(argv):
+    a = parse_args(argv)
+    parts = [x.strip() for x in a.parts.split(",") if x.strip()]
+    t_all = time.perf_counter()
+    git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+    say(f"bench_verify: {a.reps} interleaved repetitions, scale {a.scale}; {git}; python {sys.version.split()[0]}; "
+        f"{os.cpu_count()} CPUs; scratch in {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
+    code0 = code_fingerprint()
+    say(f"  code: {code0}")
+    scratch = mkscratch("bench-verify-")
+    child_env(scratch)
+    say(f"  children run under {TIME or 'a Python rusage wrapper'}; bytecode cached under {_CHILD_ENV['PYTHONPYCACHEPREFIX']}")
+    targets: list = []
+    try:
+        for part, fn in (("fsck", part_fsck), ("refold", part_refold), ("state", part_state)):
+            if part in parts:
+                try:
+                    fn(a, scratch, targets)
+                except Exception as e:  # one broken part must not hide the others' figures
+                    import traceback
+
+                    say(f"  !! part {part} failed: {e!r}")
+                    traceback.print_exc()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    say("\nTargets (min / median / max over repetitions; verdict on the median):")
+    for label, shown, ok in targets:
+        say(f"  {label:<58} {shown:<32} {verdict(ok)}")
+    code1 = code_fingerprint()
+    if code1.rsplit(" ", 1)[1] != code0.rsplit(" ", 1)[1]:
+        say(f"\n  !! the library changed during this run: now {code1}; figures mix versions")
+    say(f"\npeak RSS of this driver process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
+        f"total wall time {time.perf_counter() - t_all:.0f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
