@@ -60,6 +60,31 @@ def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tu
     return body + blake3.blake3(body).digest()
 
 
+def obj_row(oid: bytes, entry: int, block_off: int, stored: int, raw: int, off: int, length: int, comp: int, otype: str) -> bytes:
+    return OBJ.pack(oid, entry, block_off, stored, raw, off, length, comp, TYPE_CODE[otype])
+
+
+def chain_row(key: bytes, lsn: int, oid: bytes) -> bytes:
+    return CHAIN.pack(key, lsn, oid)
+
+
+def build_packed(seg: int, first: int, last: int, checksum: bytes, obj_rows: list, chain_rows: list) -> bytes:
+    """``build`` from rows already packed (obj_row / chain_row): what verify uses, so that a
+    segment's expected index costs a few bytes per object rather than a tuple of Python objects."""
+    obj_rows.sort()
+    chain_rows.sort()
+    fan = [0] * 256
+    for r in obj_rows:
+        fan[r[0]] += 1
+    acc = 0
+    for i in range(256):
+        acc += fan[i]
+        fan[i] = acc
+    body = b"".join((HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(obj_rows), len(chain_rows)), FANOUT.pack(*fan),
+                     b"".join(obj_rows), b"".join(chain_rows)))
+    return body + blake3.blake3(body).digest()
+
+
 class IndexError_(Exception):
     """An index file that cannot be used (the caller rebuilds it)."""
 
@@ -153,15 +178,28 @@ class SegmentIndex:
             yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
 
 
-def load(path: str, seg: int) -> SegmentIndex:
+def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
+    """Map an index file; with ``check``, its trailing BLAKE3 is verified first by reading the file
+    (not through the map, so only the pages lookups touch count towards the reader's memory)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         raise IndexError_("missing") from None
     try:
         size = os.fstat(fd).st_size
-        if size == 0:
+        if size <= 32:
             raise IndexError_("empty")
+        if check:
+            h = blake3.blake3()
+            off = 0
+            while off < size - 32:
+                chunk = os.pread(fd, min(1 << 20, size - 32 - off), off)
+                if not chunk:
+                    raise IndexError_("truncated")
+                h.update(chunk)
+                off += len(chunk)
+            if h.digest() != os.pread(fd, 32, size - 32):
+                raise IndexError_("checksum mismatch")
         data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
     finally:
         os.close(fd)

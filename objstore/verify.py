@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple
 
 import blake3
 
-from . import codec
+from . import codec, segindex
 from . import records as R
 from .engine import HashedLarge, ScanProblem, ZERO
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
@@ -132,7 +132,6 @@ class _Verifier:
         self.damaged: set[bytes] = set()
         self.refs: dict = {}
         self.last: dict[tuple, tuple] = {}  # (run, branch) -> (id, lsn) of the chain's newest record
-        self.ids: dict[tuple, bytearray] = {}  # (run, branch) -> record ids by LSN
         self.forks: dict[tuple, tuple[bytes, dict, str]] = {}  # (run, branch) -> (fork id, payload, where)
         self.facts: dict[str, list] = {}  # run -> intent facts
         self.later_refs: list = []  # (referrer type, referrer id, field, id) checked once every object is known
@@ -147,6 +146,7 @@ class _Verifier:
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
+        self.chain_keys: dict[tuple, bytes] = {}  # (run, branch) -> its chain key in index files
 
     def add(self, code, subject, where, detail):
         self.problems.append(Problem(code, subject, where, detail))
@@ -310,8 +310,6 @@ class _Verifier:
         if parent in self.damaged and lsn > (last[1] + 1 if last else 0):
             # Its parent is damaged (reported already): let it stand in for LSN lsn - 1, so one damaged
             # record or block is one report, not one more for every record after it.
-            ids = self.ids.setdefault(key, bytearray())
-            ids.extend(bytes(32 * (lsn - 1 - len(ids) // 32)) + parent)
             last = self.last[key] = (parent, lsn - 1)
         if last is None:
             if lsn != 0:
@@ -342,10 +340,12 @@ class _Verifier:
                 self.rejected.add(oid)
                 return
         self.last[key] = (oid, lsn)
-        self.ids.setdefault(key, bytearray()).extend(oid)
         if self.folding:
             self._fold(key, oid, p)
-        self.seg_rows[3].append((run, branch, lsn, oid))
+        ck = self.chain_keys.get(key)
+        if ck is None:
+            ck = self.chain_keys[key] = segindex.chain_key(run, branch)
+        self.seg_rows[3].append(segindex.chain_row(ck, lsn, oid))
         if p["kind"] in (R.INTENT, R.INTENT_COMMITTED):
             self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
 
@@ -404,9 +404,11 @@ class _Verifier:
             starts.append(off)
             off += stored
         rows = self.seg_rows[2]
+        pack = segindex.obj_row
         for oid, otype, length, bi, boff in e.objs:
             comp, raw, stored = e.blocks[bi]
-            rows.append((oid, e.n, starts[bi], stored, raw, boff, length, comp, otype))
+            if otype in segindex.TYPE_CODE:
+                rows.append(pack(oid, e.n, starts[bi], stored, raw, boff, length, comp, otype))
         self.seg_end = (e.n, e.checksum)
 
     def _check_index(self, last: bool = False) -> None:
@@ -425,9 +427,7 @@ class _Verifier:
         except FileNotFoundError:
             self.notes.append(Problem("index-missing", path, "", f"segment {seg} has no index file; it is rebuilt when needed"))
             return
-        from . import segindex
-
-        want = segindex.build(seg, first, self.seg_end[0], self.seg_end[1], rows, chain)
+        want = segindex.build_packed(seg, first, self.seg_end[0], self.seg_end[1], rows, chain)
         if have != want:
             self.add("damaged-index", path, "", f"index of segment {seg} does not match its entries (rebuild: delete the file)")
 
@@ -500,30 +500,40 @@ class _Verifier:
             subject = fid.hex()
             ref = f"run/{run}/branch/{b}"
             pb, pl = fk["parent_branch"], fk["parent_lsn"]
-            ids = self.ids.get((run, pb))
             if b == 0:
                 self.add("bad-fork", subject, ref, "branch 0 cannot start at a fork object")
                 continue
-            if ids is None:
+            last = self.last.get((run, pb))
+            if last is None:
                 self.add("bad-fork", subject, ref, f"parent branch {pb} does not exist")
                 continue
-            at = bytes(ids[32 * pl : 32 * pl + 32]) if 0 <= pl < len(ids) // 32 else None
+            # LSN -> id from the log's chain index (its files are compared with the entries above)
+            at = self.engine.record_at(run, pb, pl) if 0 <= pl <= last[1] else None
             if at != fk["parent_record"]:
                 self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
                 continue
             head = fk["parent_head"]
-            try:
-                hl = bytes(ids).index(head) if len(head) == 32 else -1
-            except ValueError:
-                hl = -1
-            if hl < 0 or hl % 32 or hl // 32 < pl:
+            hl = self._lsn_on(run, pb, head)
+            if hl is None or hl < pl:
                 self.add("bad-fork", subject, ref, f"parent record (branch {pb} LSN {pl}) is not an ancestor of the recorded parent head")
                 continue
             forks = {bb: (f[1]["parent_branch"], f[1]["parent_lsn"]) for (r, bb), f in self.forks.items() if r == run}
-            want = R.compensation_for(self.facts.get(run, []), forks, pb, pl, hl // 32)
+            want = R.compensation_for(self.facts.get(run, []), forks, pb, pl, hl)
             if codec.canonical_json(want) != codec.canonical_json(fk["compensation"]):
                 self.add("bad-fork", subject, ref, f"compensation flags disagree with the committed non-idempotent intents of branch {pb} "
                          f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
+
+    def _lsn_on(self, run: str, branch: int, oid: bytes) -> int | None:
+        """The LSN of ``oid`` if it is a record on (run, branch)'s chain, else None."""
+        if self._type(oid) != codec.RECORD:
+            return None
+        try:
+            p = self.store.get(oid)[1]
+        except ObjstoreError:
+            return None
+        if p.get("run") != run or p.get("branch") != branch or type(p.get("lsn")) is not int:
+            return None
+        return p["lsn"] if self.engine.record_at(run, branch, p["lsn"]) == oid else None
 
     def _describe(self, oid: bytes) -> str:
         t = self._type(oid)
