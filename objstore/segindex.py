@@ -71,8 +71,8 @@ def chain_row(key: bytes, lsn: int, oid: bytes) -> bytes:
 def build_packed(seg: int, first: int, last: int, checksum: bytes, obj_rows: list, chain_rows: list) -> bytes:
     """``build`` from rows already packed (obj_row / chain_row): what verify uses, so that a
     segment's expected index costs a few bytes per object rather than a tuple of Python objects."""
-    obj_rows.sort()
-    chain_rows.sort()
+    obj_rows.sort()  # ids lead each row: byte order is id order
+    chain_rows.sort(key=lambda r: (r[:16], int.from_bytes(r[16:24], "little")))  # LSNs are little-endian
     fan = [0] * 256
     for r in obj_rows:
         fan[r[0]] += 1

@@ -10,6 +10,7 @@ import itertools
 
 from objstore import RunLog, Store, engine
 from objstore.query import episode
+from objstore.verify import verify
 
 from helpers import FileReadSpy
 
@@ -50,6 +51,8 @@ def test_fork_at_head_minus_3_costs_the_same_on_100_and_100000_records(tmp_path)
         head_lsn = log.own_records(view, 0)[-1].lsn if n == 100 else n
         log = RunLog(Store.open(root))  # fresh: nothing cached from the walk above
         got[n] = count(lambda: log.fork(run, 0, head_lsn - 3, reason="back 3")), log.store.engine._seg - 1
+        if n == 100_000:  # and the sealed segments' indexes are exactly what verify rebuilds
+            assert verify(RunLog(Store.open(root)), check_state=False) == []
     (small, _), (big, sealed) = got[100], got[100_000]
     assert small[:2] == big[:2], got  # entries decoded, blocks read
     # preads: the same, plus at most one per sealed segment (its index is mapped on first use)
