@@ -914,6 +914,7 @@ class LogEngine(Engine):
                 self._hint = seg
                 yield l, oid
                 lsn += 1
+            idx.release()  # done with this segment's rows: its pages leave our resident set
         frozen = self.tables.frozen
         if frozen is not None:
             for l, oid in frozen.chain_from(key, lsn):

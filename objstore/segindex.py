@@ -146,6 +146,15 @@ class SegmentIndex:
         del target
         return None
 
+    def release(self) -> None:
+        """Drop the mapped pages from this process's resident set (they stay in the page cache):
+        a long walk over many segments then holds one segment's index at a time, not all."""
+        if isinstance(self.data, mmap.mmap):
+            try:
+                self.data.madvise(mmap.MADV_DONTNEED)
+            except (OSError, AttributeError, ValueError):
+                pass
+
     def chain_from(self, key: bytes, lsn: int):
         """(lsn, id) of the rows of one chain from ``lsn`` on, in LSN order."""
         lo, hi = 0, self.nchain
