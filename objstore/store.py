@@ -185,13 +185,18 @@ class Store:
         else:
             data = codec.encode(otype, value)
         oid = _hash(data).digest()
+        self._put(oid, otype, data, value)
+        return oid
+
+    def _put(self, oid: bytes, otype: str, data, value=None) -> Txn | None:
+        """Into the open batch (returned), or as a commit of its own (None returned)."""
         txn = self._txn.get()
         if txn is None:
             with self.batch() as t:
                 t.put(oid, otype, data, value)
-        else:
-            txn.put(oid, otype, data, value)
-        return oid
+            return None
+        txn.put(oid, otype, data, value)
+        return txn
 
     def put_blob(self, data: bytes) -> bytes:
         """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
@@ -200,12 +205,7 @@ class Store:
             raise LimitExceeded(f"blob of {len(data)} bytes is over the {MAX_BLOB}-byte limit")
         canon = codec.header(codec.BLOB, len(data)) + data
         oid = _hash(canon).digest()
-        txn = self._txn.get()
-        if txn is None:
-            with self.batch() as t:
-                t.put(oid, codec.BLOB, canon)
-        else:
-            txn.put(oid, codec.BLOB, canon)
+        self._put(oid, codec.BLOB, canon)
         return oid
 
     def put_blob_stream(self, f, limit: int = MAX_STREAMED_BLOB) -> bytes:
@@ -256,12 +256,8 @@ class Store:
                         zw.write(chunk)
             oid = h.digest()
             large = LargeBlob(z_path, len(head) + total, os.path.getsize(z_path))
-            txn = self._txn.get()
-            if txn is None:
-                with self.batch() as t:
-                    t.put(oid, codec.BLOB, large)
-            else:
-                txn.put(oid, codec.BLOB, large)
+            txn = self._put(oid, codec.BLOB, large)
+            if txn is not None:  # the open batch writes the spill file at its commit, then removes it
                 txn.spills.append(large)
                 keep = z_path
             return oid
