@@ -62,7 +62,8 @@ ZERO = b"\x00" * 32
 SEAL_BYTES = 8 << 20  # a segment is sealed once it passes this size
 CHECKPOINT_ENTRIES = 1000  # a writer checkpoints the tables after this many entries...
 CHECKPOINT_BYTES = 1 << 20  # ...or this many bytes of log since the last checkpoint
-OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind
+OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind...
+OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
 TAIL_WINDOW = 4 << 20  # readers take in the log's tail this many bytes at a time
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
@@ -623,12 +624,14 @@ class LogEngine(Engine):
         except OSError:
             self._top = 1
         self._load_checkpoint()
+        ckpt_seg = self._seg
         try:
             self.refresh()
         except CorruptLog:
             pass  # damage before the log's end: the store opens (verify names it), every later refresh raises it again
         else:
-            if self.tables.pos.entry - self._ckpt_at[0] >= OPEN_CHECKPOINT:
+            entries = self.tables.pos.entry - self._ckpt_at[0]
+            if entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES)):
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
 
     # -- files --------------------------------------------------------------------------
