@@ -45,7 +45,17 @@ def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tu
     """Index bytes. ``objects``: (id, entry, block_off, stored, raw, off, length, comp, type);
     ``chain``: (run, branch, lsn, id), or (key, lsn, id) rows taken from another index."""
     rows = sorted(objects, key=lambda r: r[0])
-    crow = sorted((c if len(c) == 3 else (chain_key(c[0], c[1]), c[2], c[3])) for c in chain)
+    keys: dict = {}  # (run, branch) -> chain key, computed once per branch
+
+    def keyed(c):
+        if len(c) == 3:
+            return c
+        k = keys.get((c[0], c[1]))
+        if k is None:
+            k = keys[(c[0], c[1])] = chain_key(c[0], c[1])
+        return k, c[2], c[3]
+
+    crow = sorted(map(keyed, chain))
     fan = [0] * 256
     for r in rows:
         fan[r[0][0]] += 1
