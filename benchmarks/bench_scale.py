@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -58,7 +57,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_verify import (  # noqa: E402
     BASELINE, PY, TIME, build_store, canonical_bytes, check_ok, child_env, code_fingerprint, env, mib, mkscratch, mmm,
-    objstore_cmd,
+    finish, objstore_cmd,
     profile_child, progress, run_child, say, verdict,
 )
 from common import dir_bytes  # noqa: E402
@@ -320,14 +319,7 @@ def main(argv):
                 traceback.print_exc()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    say("\nTargets (verdict on the figure shown; log: min / ratio of medians / max):")
-    for label, shown, ok in targets:
-        say(f"  {label:<58} {shown:<34} {verdict(ok)}")
-    code1 = code_fingerprint()
-    if code1.rsplit(" ", 1)[1] != code0.rsplit(" ", 1)[1]:
-        say(f"\n  !! the library changed during this run: now {code1}; figures mix versions")
-    say(f"\npeak RSS of this driver process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB; "
-        f"total wall time {time.perf_counter() - t_all:.0f} s")
+    finish(targets, code0, t_all, "Targets (verdict on the figure shown; log: min / ratio of medians / max):", 34)
 
 
 if __name__ == "__main__":

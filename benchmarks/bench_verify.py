@@ -831,9 +831,14 @@ def main(argv):
                     traceback.print_exc()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    say("\nTargets (min / median / max over repetitions; verdict on the median):")
+    finish(targets, code0, t_all, "Targets (min / median / max over repetitions; verdict on the median):", 32)
+
+
+def finish(targets, code0, t_all, heading, width):
+    """The closing lines every benchmark script prints: targets, a library-changed warning, totals."""
+    say("\n" + heading)
     for label, shown, ok in targets:
-        say(f"  {label:<58} {shown:<32} {verdict(ok)}")
+        say(f"  {label:<58} {shown:<{width}} {verdict(ok)}")
     code1 = code_fingerprint()
     if code1.rsplit(" ", 1)[1] != code0.rsplit(" ", 1)[1]:
         say(f"\n  !! the library changed during this run: now {code1}; figures mix versions")
