@@ -48,10 +48,8 @@ import argparse
 import importlib.util
 import os
 import random
-import re
 import resource
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys

@@ -16,7 +16,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import sqlite_peer, row, timed  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
-from objstore.fold import fold  # noqa: E402
 
 GROUP = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
 

@@ -16,7 +16,6 @@ instead of waiting forever. Readers never wait for it.
 from __future__ import annotations
 
 import contextvars
-import io
 import json
 import os
 import threading
@@ -31,7 +30,6 @@ from .engine import LARGE_BLOB, LargeBlob, LogEngine, MemoryEngine, Txn
 from .errors import (
     InvalidInput,
     LimitExceeded,
-    ObjstoreError,
     ObjectNotFound,
     StorageOSError,
     StoreFormatError,
