@@ -67,7 +67,7 @@ OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
 TAIL_WINDOW = 4 << 20  # readers take in the log's tail this many bytes at a time
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 1
 COMP_RAW, COMP_ZSTD = 0, 1
 SYMREF = "ref: "
 
