@@ -617,8 +617,6 @@ class LogEngine(Engine):
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
-        self.decoded_entries = 0  # entries whose meta was decoded: what 'counted, not timed' tests count
-        self.blob_block_reads = 0  # blob blocks read from files: what 'zero blob reads' tests count
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
             self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
         except OSError:
@@ -742,7 +740,6 @@ class LogEngine(Engine):
 
     def _apply(self, e: Entry, decoded: dict | None = None) -> None:
         """Fold one entry into the tables."""
-        self.decoded_entries += 1
         t = self.tables
         bstarts = []
         off = e.data_off
@@ -777,7 +774,7 @@ class LogEngine(Engine):
         t.pos = Position(e.n, e.checksum)
         t.last_time = e.time
 
-    def entries(self, start_seg: int = 1) -> Iterator[Entry]:
+    def entries(self) -> Iterator[Entry]:
         """Every complete entry in log order (verify, ref log). Stops at a torn tail."""
         prev, n, seg = ZERO, 1, 1
         while os.path.exists(self.seg_path(seg)):
@@ -813,8 +810,6 @@ class LogEngine(Engine):
         stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
         if len(stored) != loc.stored_len:
             raise IntegrityError("?", self.seg_path(loc.seg), f"block at offset {loc.block_off} truncated")
-        if loc.otype == codec.BLOB:
-            self.blob_block_reads += 1
         if loc.comp == COMP_ZSTD:
             try:
                 raw = _decompressor().decompress(stored, max_output_size=loc.block_raw)
