@@ -172,6 +172,7 @@ class _Verifier:
             e = item.entry
             if e.seg != self.seg_rows[0]:
                 self._check_index()
+                self.engine.release_indexes()
                 self.seg_rows = (e.seg, e.n, [], [])
                 self.seg_problems = len(self.problems)
             self._index_rows(e)
