@@ -48,6 +48,7 @@ from .errors import (
     IntegrityError,
     LockTimeout,
     ObjectNotFound,
+    ObjstoreError,
     StorageOSError,
 )
 
@@ -214,18 +215,25 @@ def _block(members: list, objs: list, blocks: list, data: list, compress: bool) 
     data.append(stored)
 
 
-def has_entry_after(buf, start: int) -> bool:
-    """Whether a plausible complete entry (magic, sizes, matching trailer length) starts at or after ``start``."""
+def has_entry_after(buf, start: int, min_n: int = 0) -> bool:
+    """Whether a complete entry starts at or after ``start``: magic, sizes, a trailer length that
+    agrees, and a meta that decodes with an entry number of at least ``min_n``."""
     i = start
+    buf = bytes(buf)
     while True:
-        i = buf.find(ENTRY_MAGIC, i) if isinstance(buf, bytes) else bytes(buf).find(ENTRY_MAGIC, i)
+        i = buf.find(ENTRY_MAGIC, i)
         if i < 0 or len(buf) - i < ENTRY_HEAD.size:
             return False
         _, mlen, dlen = ENTRY_HEAD.unpack_from(buf, i)
         length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
         if mlen <= MAX_META and length <= len(buf) - i:
             if ENTRY_TRAILER.unpack_from(buf, i + length - ENTRY_TRAILER.size)[0] == length:
-                return True
+                try:
+                    n = _dec.decode(buf[i + ENTRY_HEAD.size : i + ENTRY_HEAD.size + mlen])["n"]
+                    if type(n) is int and n >= min_n:
+                        return True
+                except (msgspec.DecodeError, KeyError, TypeError):
+                    pass
         i += 1
 
 
@@ -715,7 +723,7 @@ class LogEngine(Engine):
                 length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
                 if mlen <= MAX_META and length <= 2 * TAIL_WINDOW:
                     window = max(window, length)  # the first entry always fits its window
-                if dlen > TAIL_WINDOW and mlen <= MAX_META and off + length <= size:
+                if (dlen > TAIL_WINDOW or length > 2 * TAIL_WINDOW) and mlen <= MAX_META and off + length <= size:
                     e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
                                      dlen, off, t.pos.checksum, self._seg, t.pos.entry + 1)
             if e is None:
@@ -732,7 +740,14 @@ class LogEngine(Engine):
                     continue  # the window ended inside an entry: read on from there
             if isinstance(e, str):
                 rest = os.pread(fd, size - self._off, self._off)
-                if has_entry_after(rest, 1):
+                # Look for a complete entry only past what the bad entry's own header claims: a
+                # torn write can hold anything inside its range, an entry-shaped blob included.
+                start = 1
+                if len(rest) >= ENTRY_HEAD.size and rest[:4] == ENTRY_MAGIC:
+                    _, bad_mlen, bad_dlen = ENTRY_HEAD.unpack_from(rest, 0)
+                    if bad_mlen <= MAX_META:
+                        start = ENTRY_HEAD.size + bad_mlen + bad_dlen + ENTRY_TRAILER.size
+                if start < len(rest) and has_entry_after(rest, start, t.pos.entry + 2):
                     # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
                     # the log must never be cut away; readers stop here and writers refuse.
                     self.torn = None
@@ -991,8 +1006,8 @@ class LogEngine(Engine):
         # Chain rows need each record's predecessor on its chain, which may sit in an earlier
         # segment: index_record would reject them, so take every well-formed record instead.
         data = self._index_bytes(seg, hdr[2], scratch.tables, all_records=True)
-        segindex.write(self.idx_path(seg), data)
-        return segindex.load(self.idx_path(seg), seg)
+        _write_index(self.idx_path(seg), data)
+        return segindex.SegmentIndex(data, seg)
 
     def _index_bytes(self, seg: int, first: int, t: "Tables", all_records: bool = False) -> bytes:
         objects, chain = t.active_rows()
@@ -1019,8 +1034,9 @@ class LogEngine(Engine):
             if idx.last != t.pos.entry or idx.checksum != t.pos.checksum:
                 raise segindex.IndexError_("stale")
         except segindex.IndexError_:
-            segindex.write(self.idx_path(seg), self._index_bytes(seg, hdr[2], t))
-            idx = segindex.load(self.idx_path(seg), seg)
+            data = self._index_bytes(seg, hdr[2], t)
+            _write_index(self.idx_path(seg), data)
+            idx = segindex.SegmentIndex(data, seg)
         self._idx[seg] = idx
         t.locs = {}
         t.chain = {}
@@ -1193,7 +1209,10 @@ class LogEngine(Engine):
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), decoded=txn.decoded)
             self._off = off + e.length
         if self._off >= SEAL_BYTES:
-            self._seal()
+            try:
+                self._seal()
+            except (ObjstoreError, OSError, segindex.IndexError_):
+                pass  # the commit is durable already; sealing is retried after the next commit
         elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
             self._checkpoint()
 
@@ -1263,6 +1282,15 @@ def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: 
         raise IntegrityError("?", "", f"zstd data corrupt: {e}") from None
     if left:
         raise IntegrityError("?", "", f"block decompresses to {raw_len - left} of {raw_len} bytes")
+
+
+def _write_index(path: str, data: bytes) -> None:
+    """Best effort: an index is derived data, and the caller keeps the bytes it built (a read-only
+    store, or a concurrent writer of the same file, only means it is built again next time)."""
+    try:
+        segindex.write(path, data)
+    except OSError:
+        pass
 
 
 def _loc_of(row, seg: int) -> Loc:

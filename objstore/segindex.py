@@ -24,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from typing import Iterable
 
 import blake3
@@ -227,7 +228,14 @@ def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
 
 def write(path: str, data: bytes) -> None:
     """Atomic replace; no fsync: an index lost in a crash is rebuilt from its segment."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

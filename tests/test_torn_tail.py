@@ -295,3 +295,43 @@ def test_crash_while_sealing_leaves_a_readable_store(tmp_path):
     nxt = rl.record_attempt(run, 10, 0, "succeeded")
     assert RunLog(Store.open(root)).view(run).heads[0] == nxt.id
     assert verify_report(RunLog(Store.open(root))).problems == []
+
+
+def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path):
+    """A crash while writing an entry that carries bytes shaped like an entry must not pass for
+    damage: the next writer cuts it and verify stays clean."""
+    from objstore import engine as E
+
+    root = str(tmp_path / "s")
+    s = Store.init(root, fsync="off")
+    s.set_ref("refs/a", None, s.put_blob(b"a"), "a")
+    fake, _ = E.encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
+    with s.batch():
+        s.set_ref("refs/b", None, s.put_blob(fake), "b")
+    seg = s.engine.seg_path(1)
+    os.truncate(seg, os.path.getsize(seg) - 20)  # the trailer of that entry never reached the disk
+    r = Store.open(root, fsync="off")
+    assert r.engine.torn is not None and r.engine.damaged is None
+    r.set_ref("refs/c", None, r.put_blob(b"c"), "c")
+    assert r.read_ref("refs/b") is None and r.read_ref("refs/c") is not None
+    report = verify_report(RunLog(Store.open(root)))
+    assert report.problems == [] and [n.code for n in report.notes] == ["past-cut"]
+
+
+def test_an_entry_larger_than_the_read_window_is_read_whole(tmp_path, monkeypatch):
+    """A complete entry whose meta alone exceeds the tail window (many ref moves in one commit) is
+    taken in, never mistaken for a torn tail (which the next writer would cut)."""
+    from objstore import engine as E
+
+    monkeypatch.setattr(E, "TAIL_WINDOW", 4096)
+    root = str(tmp_path / "s")
+    s = Store.init(root, fsync="off")
+    b = s.put_blob(b"v")
+    with s.batch():
+        for i in range(400):
+            s.set_ref(f"refs/bulk/{i:04d}", None, b, "bulk import of a ref namespace")
+    r = Store.open(root, fsync="off")
+    assert r.engine.torn is None and r.engine.damaged is None
+    assert r.engine.position() == s.engine.position()
+    r.set_ref("refs/after", None, b, "one more")
+    assert Store.open(root, fsync="off").read_ref("refs/bulk/0399") == b
