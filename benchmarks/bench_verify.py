@@ -71,21 +71,12 @@ from typing import NamedTuple
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import dir_bytes  # noqa: E402
 
-
 from objstore import RunLog, Store  # noqa: E402
 
 PY = sys.executable
 BASELINE = [PY, "-c", "import objstore_cli.main"]
 
-VOCAB = (
-    "the a of to and in is for on with that this as by from at be are was it or an not which have has were will "
-    "agent model tool call result error retry step order customer ticket refund shipping invoice account email search "
-    "query answer summary context prompt output token request response status pending failed succeeded timeout "
-    "database table row column value update insert select delete check verify approve reject escalate user assistant "
-    "system message reply draft send fetch parse json field missing invalid expected returned found total amount date "
-    "address product item quantity price discount policy rule note because however therefore then next first last "
-    "please thanks sorry confirm cancel resolve issue problem solution plan action observation thought final"
-).split()
+from bench_commit import VOCAB  # noqa: E402  (one text vocabulary for every benchmark's blobs)
 TOOLS = ["search", "fetch_order", "send_email", "sql", "python"]
 
 

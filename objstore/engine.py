@@ -42,6 +42,7 @@ import msgspec
 import zstandard
 
 from . import codec, segindex
+from .fileutil import write_derived
 from .errors import (
     Conflict,
     CorruptLog,
@@ -237,6 +238,27 @@ def has_entry_after(buf, start: int, min_n: int = 0) -> bool:
         i += 1
 
 
+def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int):
+    """(n, t, moves, objs, blocks, cut) of an entry's meta, checked against its trailer's chain
+    checksum, the expected entry number and the data length; or the reason it is not valid."""
+    STATS["entries_decoded"] += 1
+    try:
+        m = _dec.decode(meta)
+        n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
+    except (msgspec.DecodeError, KeyError, TypeError) as e:
+        return f"undecodable entry meta: {'no field ' if isinstance(e, KeyError) else ''}{e}"
+    try:
+        if logical_checksum(prev, n, t, objs, moves, cut) != checksum:
+            return "checksum mismatch"
+        if sum(b[2] for b in blocks) != dlen:
+            return "block sizes disagree with the entry length"
+    except (TypeError, IndexError, msgspec.EncodeError) as e:
+        return f"malformed entry meta: {e}"
+    if expect_n is not None and n != expect_n:
+        return f"entry number {n} where {expect_n} was expected"
+    return n, t, moves, objs, blocks, cut
+
+
 def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
     """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
     if end - pos < ENTRY_HEAD.size:
@@ -252,21 +274,10 @@ def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | 
     tlen, checksum = ENTRY_TRAILER.unpack_from(buf, pos + length - ENTRY_TRAILER.size)
     if tlen != length:
         return "trailer length disagrees"
-    STATS["entries_decoded"] += 1
-    try:
-        m = _dec.decode(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]))
-        n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
-    except (msgspec.DecodeError, KeyError, TypeError) as e:
-        return f"undecodable entry meta: {'no field ' if isinstance(e, KeyError) else ''}{e}"
-    try:
-        if logical_checksum(prev, n, t, objs, moves, cut) != checksum:
-            return "checksum mismatch"
-    except (TypeError, IndexError, msgspec.EncodeError) as e:
-        return f"malformed entry meta: {e}"
-    if expect_n is not None and n != expect_n:
-        return f"entry number {n} where {expect_n} was expected"
-    if sum(b[2] for b in blocks) != dlen:
-        return "block sizes disagree with the entry length"
+    got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen)
+    if isinstance(got, str):
+        return got
+    n, t, moves, objs, blocks, cut = got
     return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum)
 
 
@@ -552,7 +563,7 @@ class MemoryEngine(Engine):
 
     def __init__(self):
         self.tables = Tables()
-        self._lock = threading.RLock()
+        self._lock = self._mu = threading.RLock()  # _mu: the tables' lock, as in LogEngine
         self._entries: list[Entry] = []
         self._objects: dict[bytes, bytes] = {}
         self.root = None
@@ -1065,21 +1076,13 @@ class LogEngine(Engine):
     def _checkpoint(self) -> None:
         """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
         path = os.path.join(self.dir, "checkpoint")
-        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
         try:
             with self._mu:
                 first = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))[2]
                 data = self.tables.dump(self._seg, self._off, first)
                 at = (self.tables.pos.entry, self._off)
-            data += blake3.blake3(data).digest()
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            write_derived(path, data + blake3.blake3(data).digest())
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
             return
         self._ckpt_at = at
 
@@ -1307,16 +1310,10 @@ def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, 
     tlen, checksum = ENTRY_TRAILER.unpack(trailer)
     if tlen != length:
         return "trailer length disagrees"
-    STATS["entries_decoded"] += 1
-    try:
-        m = _dec.decode(meta[ENTRY_HEAD.size :])
-        e_n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
-        if logical_checksum(prev, e_n, t, objs, moves, cut) != checksum:
-            return "checksum mismatch"
-    except (msgspec.DecodeError, KeyError, TypeError, IndexError, msgspec.EncodeError) as e:
-        return f"undecodable entry meta: {e}"
-    if e_n != n:
-        return f"entry number {e_n} where {n} was expected"
+    got = _check_meta(meta[ENTRY_HEAD.size :], checksum, prev, n, dlen)
+    if isinstance(got, str):
+        return got
+    e_n, t, moves, objs, blocks, cut = got
     return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum)
 
 

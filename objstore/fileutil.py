@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import secrets
+import threading
 from contextlib import contextmanager
 
 FSYNC_FULL = "full"
@@ -81,6 +82,22 @@ def atomic_file(path: str, tmpdir: str, policy: FsyncPolicy, *, replace: bool = 
         try:
             os.unlink(tmp)
         except FileNotFoundError:
+            pass
+        raise
+
+
+def write_derived(path: str, data: bytes) -> None:
+    """Replace a derived file (an index, the checkpoint) atomically, without fsync: one lost in a
+    crash is rebuilt from the log. The temp name is per process and thread; raises OSError."""
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
             pass
         raise
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 from typing import Iterable
 
 import blake3
+
+from .fileutil import write_derived
 
 IDX_MAGIC = b"OSIX\x01\x00\x00\x00"
 HEAD = struct.Struct("<8sQQQ32sII")
@@ -228,14 +229,4 @@ def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
 
 def write(path: str, data: bytes) -> None:
     """Atomic replace; no fsync: an index lost in a crash is rebuilt from its segment."""
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_derived(path, data)

@@ -490,7 +490,7 @@ def _show(v):
 
 
 def _tables_lock(engine):
-    return getattr(engine, "_mu", None) or getattr(engine, "_lock")
+    return engine._mu
 
 
 def _rmtree(path: str) -> None:
