@@ -42,6 +42,7 @@ import msgspec
 import zstandard
 
 from . import codec, segindex
+from .refs import _NOT_A_CHAIN, check_move, forward_only
 from .fileutil import write_derived
 from .errors import (
     Conflict,
@@ -395,6 +396,7 @@ class Txn:
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
         self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
+        self.replay = False  # upgrade replays format-1 ref moves as they were (forward-only rules off)
 
     def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
         if oid in self.objects:
@@ -422,11 +424,30 @@ class Txn:
         cur = self.read_ref(name)
         if cur != old:
             raise Conflict(name, _show(old), _show(cur))
+        if not self.replay and forward_only(name):
+            check_move(name, old, new, self._previous_of)
         m = self.moves.get(name)
         if m is None:
             self.moves[name] = [cur, new, reason]
         else:
             m[1], m[2] = new, reason
+
+    def _previous_of(self, oid: bytes):
+        v = self.decoded.get(oid)
+        if v is None:
+            ent = self.objects.get(oid)
+            try:
+                if ent is not None:
+                    if isinstance(ent[1], LargeBlob):
+                        return _NOT_A_CHAIN
+                    v = codec.decode(bytes(ent[1]), oid)[1]
+                elif self.engine.has(oid):
+                    v = codec.decode(self.engine.read(oid), oid)[1]
+            except Exception:
+                return _NOT_A_CHAIN
+        if not isinstance(v, dict) or "previous" not in v:
+            return _NOT_A_CHAIN
+        return v["previous"]
 
     def expect(self, name: str, value) -> None:
         """Raise Conflict unless ``name`` currently holds ``value``; writes nothing."""

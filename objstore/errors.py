@@ -144,6 +144,14 @@ class WriterRevoked(Refused):
     msg = "refused: writer {!r} has no live grant on run {}: {}"
 
 
+class StaleRequest(Refused):
+    msg = "refused: request time is {:.0f} s from the Host's clock (limit {:.0f} s)"
+
+
+class ReplayedRequest(Refused):
+    msg = "refused: request nonce {} was already used (a replayed request)"
+
+
 class LimitExceeded(ObjstoreError):
     exit_code = 9
     msg = "limit exceeded: {}"

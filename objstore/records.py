@@ -27,7 +27,9 @@ INTENT = "intent"
 INTENT_COMMITTED = "intent_committed"
 RUN_FINISHED = "run_finished"
 TURN = "turn"
-KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN)
+TASK_OPENED = "task_opened"  # the TaskStore (T-745 C6): a session's open tasks are the fold of its lineage
+TASK_CLOSED = "task_closed"
+KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN, TASK_OPENED, TASK_CLOSED)
 
 ATTEMPT_STATES = ("running", "succeeded", "failed")
 _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
@@ -177,6 +179,12 @@ def check_body(kind: str, body: dict) -> dict:
             "generation": b.get("generation"),
         }
         _jsonlike(out["generation"], "generation")
+    elif kind == TASK_OPENED:
+        out = {"task": _str(b.get("task"), "task"), "title": b.get("title", "")}
+        if not isinstance(out["title"], str):
+            raise InvalidRecord("title must be a string")
+    elif kind == TASK_CLOSED:
+        out = {"task": _str(b.get("task"), "task"), "outcome": _str(b.get("outcome", "done"), "outcome")}
     else:
         raise InvalidRecord(f"unknown record kind {kind!r} (known: {', '.join(KINDS)})")
     return out

@@ -7,13 +7,19 @@ A value is a 32-byte object id, or ``ref: <other name>`` for a symbolic ref (a
 run's live ref names its live branch that way, like git's HEAD).
 
 Names follow git's check-ref-format rules.
+
+Some refs only ever move forward (``check_move``): the owner key ref is written
+once, and a journal, segment or grant ref moves only to an object whose
+``previous`` is the value it holds. A caller with the whole public API can
+therefore append to those chains but never roll one back or replace it: a
+revoked grant stays revoked, an earlier segment is never replaced.
 """
 
 from __future__ import annotations
 
 import re
 
-from .errors import InvalidRefName
+from .errors import InvalidRefName, Refused
 
 _BAD_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 SYMREF_PREFIX = "ref: "
@@ -43,3 +49,29 @@ def check_ref_name(name: str) -> str:
     if len(name) > 1024:
         raise InvalidRefName(name[:40] + "...", "longer than 1024 characters")
     return name
+
+
+_NOT_A_CHAIN = object()
+
+
+def forward_only(name: str) -> bool:
+    """Whether ``name`` is a write-once or forward-only ref (cheap: called on every move)."""
+    if name.startswith("keys/"):
+        return True
+    if name.startswith("run/"):
+        return name.endswith("/journal") or name.endswith("/segments") or "/grant/" in name
+    return name.startswith("subjects/") and "/grant/" in name
+
+
+def check_move(name: str, old, new, previous_of) -> None:
+    """Refuse a move that would roll back or replace a forward-only ref. ``previous_of(id)`` gives
+    the object's ``previous`` field (or ``_NOT_A_CHAIN``)."""
+    if name.startswith("keys/"):
+        if old is not None or not isinstance(new, bytes):
+            raise Refused(f"ref {name} is written once and never moved or deleted")
+        return
+    if not isinstance(new, bytes):
+        raise Refused(f"ref {name} only moves forward; it is never deleted or made symbolic")
+    prev = previous_of(new)
+    if prev is _NOT_A_CHAIN or prev != old:
+        raise Refused(f"ref {name} only moves forward: the new object must name the current one as its previous")

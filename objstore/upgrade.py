@@ -275,6 +275,7 @@ def _commit(store: Store, when, objs: list, moves: list) -> None:
         return
     with store.batch() as txn:
         txn.when = when
+        txn.replay = True  # format-1 moves as they were, reconcile moves included
         for oid, otype, canon, value in objs:
             txn.put(oid, otype, canon, value if otype == codec.RECORD else None)
         for m in moves:

@@ -13,6 +13,13 @@ import pytest
 from objstore import RunLog, Store
 
 
+@pytest.fixture(autouse=True)
+def _keys(tmp_path, monkeypatch):
+    """Private keys of each test live in its own directory (never the user's ~/.config)."""
+    monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
+    monkeypatch.delenv("OBJSTORE_KEY", raising=False)
+
+
 @pytest.fixture
 def store_path(tmp_path):
     return str(tmp_path / "store")

@@ -18,6 +18,7 @@ import shutil
 import pytest
 
 from objstore import RunLog, Store
+from objstore import identity
 from objstore import journal as J
 
 from helpers import run_cli, snapshot_tree
@@ -137,17 +138,19 @@ def test_truncating_away_a_revocation(built):
     """A writer's grant is revoked (the last commit); the log is truncated to before the revocation,
     which brings the revoked writer back. Only the anchor notices."""
     root, log, run = built
-    owner = J.owner(log, run)
-    J.grant_writer(log, run, "w1", owner)
+    owner, _ = identity.ensure_owner_key(log.store)
+    w1 = identity.generate()
+    J.grant(log, owner, run, w1.public, name="w1")
     path = seg_path(log)
     before = os.path.getsize(path)
     n_before = log.store.engine.position().entry
-    J.revoke_writer(log, run, "w1", owner, reason="compromised")
-    assert J.current_grant(log, run, "w1")["action"] == "revoke"
+    J.revoke(log, owner, run, w1.public, reason="compromised")
+    subject = log.subject(run)
+    assert J.LocalJournalHost(log).grant_state(w1.public, run, subject)["action"] == "revoke"
     token = anchor(root)
     os.truncate(path, before)
     rl = RunLog(Store.open(root))
-    assert J.current_grant(rl, run, "w1")["action"] == "grant"  # the revoked writer is back
+    assert J.LocalJournalHost(rl).grant_state(w1.public, run, subject)["action"] == "grant"  # the revoked writer is back
     assert run_cli("verify", store=root)[0] == 0
     code, out, err = verify_anchor(root, token)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry {n_before}"])

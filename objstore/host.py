@@ -1,0 +1,435 @@
+"""Journal Hosts: the one place that selects a journal, authorizes a caller and reads (seed T-745).
+
+The seed's division of labour: **the Host selects and authorizes; the compaction
+core neither selects nor decides.** A Host answers a signed ``Request``
+(``objstore.identity``):
+
+- ``read`` (purpose ``startup`` or ``compaction``) selects the journal — at
+  startup the predecessor session's, at compaction the current session's; if
+  that one is absent, disabled or unavailable, the newest journal (by log
+  position) of another session of the same subject; else none — and returns one
+  *answer*: a JSON object with the outcome (``present``, ``absent``,
+  ``disabled``, ``unavailable``, ``over_budget``), what was tried, and a
+  **bounded projection** of the body (``project``).
+- ``update`` writes the next journal version, compare-and-swap on the expected
+  head the request was signed over.
+
+Authorization is decided from the log: the request's signature, its time and
+nonce, and the owner-signed grant objects in the Host's snapshot. Unsigned
+requests are refused with ``Unauthenticated`` (the seed's 401), job identities
+with ``JobCaller`` (its 403), another session or subject, a revoked, superseded
+or never-granted key with their own typed errors. A journal version is itself
+checked when read: its writer's signed request must verify and the writer must
+have held a write grant when the version was committed, so a version written
+around the Host (through the raw store API) is reported ``unavailable``, never
+served.
+
+``LocalJournalHost`` runs in the caller's process; ``objstore.backend`` serves
+the same Host over a Unix socket (``objstore journal-serve``) as its own process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+
+from . import codec, identity
+from .errors import (Conflict, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
+                     Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from .identity import Request
+
+PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
+OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
+PURPOSES = ("startup", "compaction")
+ANSWER_SCHEMA = 1
+
+
+class HostUnavailable(Exception):
+    """Raised by a host that cannot answer (socket gone, process dead, read failed)."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    key: str
+    owner: bool
+    role: str
+    subject: str
+    session: str | None
+    name: str
+
+
+# -- bounded projection ----------------------------------------------------------------------------
+
+def omitted_line(ids: list[str], nbytes: int, full_sha: str) -> str:
+    return f"omitted: entries {', '.join(ids) if ids else '(none)'} ({nbytes} bytes; sha256 {full_sha} of the full body)"
+
+
+def project(body: bytes, budget: int) -> tuple[str, dict | None]:
+    """The bounded projection of a canonical-JSON journal body: (text, omitted or None).
+
+    Within budget, the text is the body itself. Otherwise whole entries are kept — open ones
+    first, then the newest — while the projection (canonical JSON of the body with only the kept
+    entries, a newline, and the ``omitted:`` line naming the rest) fits ``budget`` UTF-8 bytes;
+    the kept entries stay in their original order. Nothing is ever cut inside an entry. Should
+    the body's other fields alone not fit, they are omitted too (named in the line)."""
+    if len(body) <= budget:
+        return body.decode("utf-8"), None
+    full_sha = hashlib.sha256(body).hexdigest()
+    doc = json.loads(body)
+    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
+    ids = [e["id"] if isinstance(e, dict) and isinstance(e.get("id"), str) else f"#{i}" for i, e in enumerate(entries)]
+    order = [i for i in reversed(range(len(entries))) if _is_open(entries[i])] + \
+            [i for i in reversed(range(len(entries))) if not _is_open(entries[i])]
+
+    def text_of(kept: set[int], keep_fields: bool = True) -> tuple[str, list[str]]:
+        base = {k: v for k, v in doc.items() if k != "entries"} if keep_fields else {}
+        if "entries" in doc or kept:
+            base["entries"] = [entries[i] for i in sorted(kept)]
+        proj = codec.canonical_json(base)
+        gone = [ids[i] for i in range(len(entries)) if i not in kept]
+        fields = [] if keep_fields else sorted(k for k in doc if k != "entries")
+        line = omitted_line(gone + [f"field:{f}" for f in fields], len(body) - len(proj), full_sha)
+        return proj.decode("utf-8") + "\n" + line, gone
+
+    kept: set[int] = set()
+    text, gone = text_of(kept)
+    if len(text.encode("utf-8")) > budget:
+        text, gone = text_of(kept, keep_fields=False)
+        return text, {"entries": gone, "fields": sorted(k for k in doc if k != "entries"), "bytes": len(body), "body_sha256": full_sha}
+    for i in order:
+        t2, g2 = text_of(kept | {i})
+        if len(t2.encode("utf-8")) > budget:
+            break
+        kept.add(i)
+        text, gone = t2, g2
+    proj_len = len(text.encode("utf-8")) - len(text.rsplit("\n", 1)[1].encode("utf-8")) - 1
+    return text, {"entries": gone, "fields": [], "bytes": len(body) - proj_len, "body_sha256": full_sha}
+
+
+def _is_open(e) -> bool:
+    return isinstance(e, dict) and e.get("status", "open") == "open"
+
+
+# -- the in-process Host ---------------------------------------------------------------------------
+
+class LocalJournalHost:
+    """The Host in the caller's process, over a ``RunLog``. ``reads`` counts journal reads
+    (a read changes nothing in the store)."""
+
+    name = "local"
+
+    def __init__(self, log, *, max_skew: float = identity.MAX_SKEW, clock=time.time):
+        self.log = log
+        self.reads = 0
+        self.max_skew = max_skew
+        self.clock = clock
+        self._nonces: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    # -- authorization ---------------------------------------------------------------------------
+    def authorize(self, req: Request, body: bytes = b"", *, write: bool = False) -> Principal:
+        if not isinstance(req, Request):
+            raise Unauthenticated("the request is not a signed request")
+        if not req.sig or not req.key:
+            raise Unauthenticated("the request is not signed")
+        try:
+            identity.check_public(req.key)
+        except InvalidInput:
+            raise Unauthenticated("the request's key is not an ed25519 public key") from None
+        if not isinstance(req.params, dict) or identity.body_hash(req.params, body) != req.body_sha256:
+            raise Unauthenticated("the request's parameters or body do not match the hash it was signed over")
+        if not identity.verify_sig(req.key, req.sig, req.message()):
+            raise Unauthenticated(f"the signature of key {req.key[:16]}… does not verify")
+        now = self.clock()
+        if not isinstance(req.time, (int, float)) or abs(now - req.time) > self.max_skew:
+            raise StaleRequest(abs(now - req.time) if isinstance(req.time, (int, float)) else float("inf"), self.max_skew)
+        with self._lock:
+            if req.nonce in self._nonces:
+                raise ReplayedRequest(req.nonce)
+            self._nonces[req.nonce] = req.time
+            if len(self._nonces) > 4096:  # forget nonces whose requests would be stale anyway
+                cutoff = now - 2 * self.max_skew
+                self._nonces = {n: t for n, t in self._nonces.items() if t >= cutoff}
+        run = req.run
+        if run is not None:
+            subject = self.log.subject(run)
+            if req.subject is not None and req.subject != subject:
+                raise WrongSubject(req.subject, run, subject)
+        elif isinstance(req.subject, str) and req.subject:
+            subject = req.subject
+        else:
+            raise InvalidInput("a request names a run or a subject")
+        if req.key == identity.owner_public(self.log.store):
+            return Principal(req.key, True, "owner", subject, None, "owner")
+        return self._granted(req.key, run, subject, write=write)
+
+    def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None) -> dict | None:
+        """The newest owner-signed grant object of a chain (committed at or before ``at_entry``)."""
+        from .journal import grant_chain
+
+        store = self.log.store
+        for gid, g in reversed(grant_chain(self.log, ref)):
+            if owner is None or not identity.object_signed_by(g, owner):
+                continue  # unsigned (legacy) or forged objects grant nothing
+            if at_entry is not None:
+                e = store.engine.loc_entry(gid)
+                if e is None or e > at_entry:
+                    continue
+            return g
+        return None
+
+    def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None) -> dict | None:
+        from .journal import grant_ref, subject_grant_ref
+
+        owner = identity.owner_public(self.log.store)
+        g = self._chain_state(grant_ref(run, key), owner, at_entry) if run is not None else None
+        if g is None:
+            g = self._chain_state(subject_grant_ref(subject, key), owner, at_entry)
+        return g
+
+    def _granted(self, key: str, run: str | None, subject: str, *, write: bool) -> Principal:
+        g = self.grant_state(key, run, subject)
+        label = (g or {}).get("name") or f"{key[:16]}…"
+        where = run or f"subject {subject}"
+        if g is not None and g.get("role") == "job":
+            raise JobCaller(label)
+        if g is None:
+            self._elsewhere(key, run, subject)
+            raise WriterRevoked(label, where, "never granted")
+        if g["action"] != "grant":
+            raise WriterRevoked(label, where, g.get("reason") or "revoked")
+        need = "write" if write else "read"
+        if need not in g["rights"]:
+            raise WriterRevoked(label, where, f"the grant does not include {need}")
+        return Principal(key, False, g["role"], subject, g.get("run"), label)
+
+    def _elsewhere(self, key: str, run: str | None, subject: str) -> None:
+        """A key without a grant here: if it holds one on another session or subject, say so."""
+        owner = identity.owner_public(self.log.store)
+        for name, _ in self.log.store.list_refs():
+            if not name.endswith(f"/grant/{key}"):
+                continue
+            g = self._chain_state(name, owner)
+            if g is None:
+                continue
+            if g.get("role") == "job":
+                raise JobCaller(g.get("name") or f"{key[:16]}…")
+            if g["subject"] != subject:
+                raise WrongSubject(g["subject"], run or "(new session)", subject)
+            if g.get("run") is not None and g["run"] != run:
+                raise WrongSession(g["run"], run or f"a new session of {subject}")
+
+    # -- reading -----------------------------------------------------------------------------------
+    def trusted(self, session: str, jid: bytes, j: dict, body: bytes) -> tuple[bool, str]:
+        """Whether a journal version was written through a Host by a key allowed to write it then."""
+        store = self.log.store
+        entry = store.engine.loc_entry(jid)
+        owner = identity.owner_public(store)
+        if j.get("v") != 2:
+            if owner is None:
+                return True, "legacy version (store without an owner key)"
+            okey = store.read_ref(identity.OWNER_REF)
+            oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
+            if entry is not None and oe is not None and entry < oe:
+                return True, "legacy version written before the store had an owner key"
+            return False, f"version {j.get('version')} is unsigned and was written after the owner key"
+        try:
+            req = Request.from_json(j.get("request"))
+        except ObjstoreError as e:
+            return False, str(e)
+        params = {"reflects_through": _hex(j.get("reflects_through")), "checkpoint": _hex(j.get("checkpoint")),
+                  "enabled": req.params.get("enabled") if isinstance(req.params, dict) else None}
+        if (req.op != "update" or req.run != session or req.key != j.get("writer") or req.params != params
+                or req.expect_head != _hex(j.get("previous")) or identity.body_hash(params, body) != req.body_sha256
+                or not req.sig or not identity.verify_sig(req.key, req.sig, req.message())):
+            return False, f"version {j.get('version')} does not carry a valid signed request for its content"
+        if req.key == owner:
+            return True, "written by the owner"
+        g = self.grant_state(req.key, session, self.log.subject(session), at_entry=entry)
+        if g is None or g["action"] != "grant" or "write" not in g["rights"] or g.get("role") != "worker":
+            return False, f"version {j.get('version')} was written by a key without a write grant at the time"
+        return True, "written by a granted worker"
+
+    def _read_journal(self, session: str, budget: int) -> dict:
+        from .journal import current_journal
+
+        cur = current_journal(self.log, session)
+        base = {"session": session, "journal": None, "version": None, "legacy": False, "writer": None,
+                "written_entry": None, "reflects_through": None, "checkpoint": None, "source_end": None,
+                "body_sha256": None, "body_bytes": None, "projection": None, "text": None, "omitted": None,
+                "prompt_source": None}
+        if cur is None:
+            return dict(base, outcome=ABSENT, reason="no journal version recorded")
+        jid, j = cur
+        legacy = j.get("v") != 2
+        base.update(journal=jid.hex(), version=j.get("version"), legacy=legacy, writer=j.get("writer"),
+                    written_entry=self.log.store.engine.loc_entry(jid),
+                    reflects_through=None if legacy else _hex(j.get("reflects_through")),
+                    checkpoint=_hex(j.get("checkpoint")) if isinstance(j.get("checkpoint"), bytes) else None,
+                    source_end=j.get("source_end") if legacy else None,
+                    prompt_source=f"journal:{session}@v{j.get('version')} via host {self.name}")
+        try:
+            body = self.log.store.get_blob(j["body"])
+        except ObjstoreError as e:
+            return dict(base, outcome=UNAVAILABLE, reason=f"read_failed: {e}")
+        ok, why = self.trusted(session, jid, j, body)
+        if not ok:
+            return dict(base, outcome=UNAVAILABLE, reason=f"read_failed: untrusted: {why}")
+        if not j.get("enabled", True):
+            return dict(base, outcome=DISABLED, reason="journal disabled for this session")
+        text, omitted = project(body, budget)
+        base.update(body_sha256=hashlib.sha256(body).hexdigest(), body_bytes=len(body), text=text, omitted=omitted,
+                    projection="full" if omitted is None else "bounded")
+        if omitted is None:
+            return dict(base, outcome=PRESENT, reason=None)
+        return dict(base, outcome=OVER_BUDGET,
+                    reason=f"journal body is {len(body)} bytes, budget {budget}: bounded projection, {len(omitted['entries'])} entries omitted")
+
+    def _same_subject_newest(self, subject: str, exclude: set) -> list[str]:
+        """Other sessions of ``subject`` with a journal, newest journal version (by log position) first."""
+        store = self.log.store
+        found = []
+        for name, val in store.list_refs("run/"):
+            if not name.endswith("/journal") or not isinstance(val, bytes):
+                continue
+            run = name[4:-8]
+            if run in exclude or "/" in run:
+                continue
+            try:
+                if self.log.subject(run) != subject:
+                    continue
+            except ObjstoreError:
+                continue
+            found.append((store.engine.loc_entry(val) or -1, run))
+        return [r for _, r in sorted(found, reverse=True)]
+
+    def read(self, req: Request) -> dict:
+        """Select, authorize and read once; returns the answer (a JSON object)."""
+        self.reads += 1
+        if not isinstance(req, Request) or req.op != "read":
+            raise InvalidInput("a journal read is a signed request with op 'read'")
+        p = req.params if isinstance(req.params, dict) else {}
+        purpose, budget, pred = p.get("purpose"), p.get("budget"), p.get("predecessor")
+        if purpose not in PURPOSES:
+            raise InvalidInput(f"read purpose must be one of {', '.join(PURPOSES)}")
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise InvalidInput("budget must be a non-negative integer (bytes)")
+        principal = self.authorize(req)
+        subject = principal.subject
+        runs = set(self.log.runs())
+        if purpose == "compaction":
+            if req.run is None:
+                raise InvalidInput("a compaction read names its session")
+            prefer = [("current", req.run)]
+        else:
+            if req.run is not None:
+                raise InvalidInput("a startup read names the subject, not a session (the session does not exist yet)")
+            prefer = [("predecessor", pred)] if pred is not None else []
+        tried = []
+        for rule, sess in prefer:
+            if not isinstance(sess, str) or sess not in runs:
+                tried.append({"session": sess, "rule": rule, "outcome": ABSENT, "reason": "no such session"})
+                continue
+            if self.log.subject(sess) != subject:
+                tried.append({"session": sess, "rule": rule, "outcome": UNAVAILABLE, "reason": "another subject: not read"})
+                continue
+            got = self._read_journal(sess, budget)
+            tried.append({"session": sess, "rule": rule, "outcome": got["outcome"], "reason": got["reason"]})
+            if got["outcome"] in (PRESENT, OVER_BUDGET):
+                return self._answer(req, purpose, subject, budget, rule, tried, got)
+        exclude = {s for _, s in prefer} | ({req.run} if req.run else set())
+        for sess in self._same_subject_newest(subject, exclude):
+            got = self._read_journal(sess, budget)
+            tried.append({"session": sess, "rule": "same_subject_newest", "outcome": got["outcome"], "reason": got["reason"]})
+            if got["outcome"] in (PRESENT, OVER_BUDGET):
+                return self._answer(req, purpose, subject, budget, "same_subject_newest", tried, got)
+        first = tried[0] if tried else {"session": None, "outcome": ABSENT, "reason": f"no journal of subject {subject}"}
+        got = {"session": None, "outcome": first["outcome"], "reason": first["reason"]}
+        return self._answer(req, purpose, subject, budget, "none", tried, got)
+
+    def _answer(self, req, purpose, subject, budget, rule, tried, got) -> dict:
+        out = {"v": ANSWER_SCHEMA, "host": self.name, "purpose": purpose, "requested": req.run, "subject": subject,
+               "budget": budget, "selection": {"rule": rule, "tried": tried}}
+        for k in ("outcome", "reason", "session", "journal", "version", "legacy", "writer", "written_entry",
+                  "reflects_through", "checkpoint", "source_end", "body_sha256", "body_bytes", "projection", "text",
+                  "omitted", "prompt_source"):
+            out[k] = got.get(k)
+        return out
+
+    # -- writing -----------------------------------------------------------------------------------
+    def update(self, req: Request, body: bytes) -> dict:
+        """Write the next journal version of ``req.run``; CAS on the head the request names."""
+        from .journal import JOURNAL_SCHEMA, check_body, journal_ref
+
+        if not isinstance(req, Request) or req.op != "update":
+            raise InvalidInput("a journal update is a signed request with op 'update'")
+        principal = self.authorize(req, body, write=True)
+        run = req.run
+        if run is None:
+            raise InvalidInput("a journal update names its session")
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InvalidInput(f"journal body is not JSON: {e}") from None
+        check_body(doc)
+        if codec.canonical_json(doc) != body:
+            raise InvalidInput("journal body must be sent as canonical JSON (sorted keys, ',' ':' separators, UTF-8)")
+        p = req.params
+        if set(p) != {"reflects_through", "checkpoint", "enabled"} or p["enabled"] not in (None, True, False):
+            raise InvalidInput("update parameters are reflects_through, checkpoint and enabled")
+        rt, cp = self._own_record(run, p["reflects_through"], "reflects_through"), self._own_record(run, p["checkpoint"], "checkpoint")
+        store = self.log.store
+        with store.batch():
+            cur = store.read_ref(journal_ref(run))
+            cur = cur if isinstance(cur, bytes) else None
+            if _hex(cur) != req.expect_head:
+                raise Conflict(journal_ref(run), req.expect_head or "(none)", _hex(cur) or "(none)")
+            old = store.get_typed(cur, codec.JOURNAL) if cur else None
+            enabled = p["enabled"] if p["enabled"] is not None else (old.get("enabled", True) if old else True)
+            obj = {"v": JOURNAL_SCHEMA, "run": run, "version": (old["version"] + 1) if old else 1,
+                   "body": store.put_blob(body), "body_sha256": hashlib.sha256(body).hexdigest(),
+                   "reflects_through": rt, "checkpoint": cp, "enabled": enabled, "previous": cur,
+                   "writer": req.key, "request": req.to_json(), "time": time.time()}
+            jid = store.put(codec.JOURNAL, obj)
+            store.set_ref(journal_ref(run), cur, jid, f"journal v{obj['version']} by {principal.name}")
+        return {"journal": jid.hex(), "version": obj["version"]}
+
+    def _own_record(self, run: str, h, what: str) -> bytes | None:
+        if h is None:
+            return None
+        try:
+            oid = codec.parse_id(h)
+            rec = self.log.record(oid)
+        except ObjstoreError:
+            raise InvalidInput(f"{what} {str(h)[:16]} is not a record of run {run}") from None
+        if rec.run != run:
+            raise InvalidInput(f"{what} {h[:12]} is a record of run {rec.run}, not {run}")
+        return oid
+
+
+class FailingHost:
+    """A host whose reads fail (tests of the ``unavailable`` outcome)."""
+
+    name = "failing"
+
+    def __init__(self, message: str = "journal host did not answer"):
+        self.message = message
+        self.reads = 0
+
+    def read(self, req):
+        self.reads += 1
+        raise HostUnavailable(self.message)
+
+    def update(self, req, body):
+        raise HostUnavailable(self.message)
+
+
+def _hex(v) -> str | None:
+    return v.hex() if isinstance(v, bytes) else None
+
+
+__all__ = ["ABSENT", "DISABLED", "OUTCOMES", "OVER_BUDGET", "PRESENT", "UNAVAILABLE", "FailingHost", "HostUnavailable",
+           "LocalJournalHost", "Principal", "project", "RunNotFound"]
