@@ -21,8 +21,10 @@ from objstore.store import Store, default_path
 
 EXIT_CODES_HELP = """\b
 Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
-4 not found; 5 invalid input; 6 integrity error; 7 conflict;
-8 refused; 9 limit exceeded; 10 operating-system error."""
+4 not found; 5 invalid input (incl. a bad key file); 6 integrity error;
+7 conflict; 8 refused (not the owner key, unauthenticated, job,
+revoked, never granted, stale or replayed request); 9 limit exceeded;
+10 operating-system error (incl. a journal host that cannot be reached)."""
 
 
 def _echo_json(value) -> None:
@@ -58,6 +60,14 @@ class Group(click.Group):
         except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
             click.echo(f"objstore: error: state cache: {e} (try 'objstore rebuild')", err=True)
             sys.exit(10)
+        except Exception as e:  # last, so the handlers above keep their cases
+            from objstore.host import HostUnavailable  # imported late: most commands never talk to a Host
+
+            if not isinstance(e, HostUnavailable):
+                raise
+            # a journal update through a Backend Host that does not answer (reads record 'unavailable')
+            click.echo(f"objstore: error: journal host unavailable: {e}", err=True)
+            sys.exit(10)
 
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP)
@@ -75,11 +85,30 @@ def cli(ctx, store):
 
 # -- core --------------------------------------------------------------------------
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Store path, owner key path and public key as JSON.")
 @pass_ctx
-def init(c):
-    """Create an empty store (no-op if one is already there)."""
+def init(c, as_json):
+    """Create an empty store and the owner key (both kept if already there).
+
+    The owner key pair is made outside the store, at $OBJSTORE_KEYS/owner.key
+    (default ~/.config/objstore/keys/owner.key, mode 0600); the store keeps only
+    its public key (write-once ref keys/owner). The owner key signs grants and is
+    the default --key. Running init again is fine while that key matches.
+
+    \b
+    Example:
+      objstore --store ./runs init
+    """
+    from objstore import identity
+
     s = Store.init(c.path or default_path())
+    key, created = identity.ensure_owner_key(s)
+    path = identity.owner_key_path()
+    if as_json:
+        _echo_json({"store": s.root, "owner_key": path, "owner_public": key.public, "created": created})
+        return
     click.echo(f"initialised objstore store in {s.root}")
+    click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
 
 
 @cli.command()
@@ -467,163 +496,601 @@ def episode(c, run, all_branches, as_json, source):
 
 
 # -- sessions and journals (T-745) ---------------------------------------------------------
+# Every command here signs as the caller's key (--key, env OBJSTORE_KEY, default the owner key
+# made by `objstore init`) and goes through a journal Host: the in-process one, or with --socket
+# the Backend Host served by `objstore journal-serve`. The Host decides; these commands only print.
+
+def _key_option(f):
+    return click.option(
+        "--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
+        help="Private key (PEM) that signs the request (env OBJSTORE_KEY; default: the owner key 'objstore init' made).")(f)
+
+
+def _socket_option(f):
+    return click.option(
+        "--socket", "socket_path", metavar="PATH", default=None,
+        help="Go through the Backend Host listening on this Unix socket ('objstore journal-serve'); default: the in-process Host.")(f)
+
+
+def _json_option(f):
+    return click.option("--json", "as_json", is_flag=True, help="Print canonical JSON.")(f)
+
+
+def _caller_key(key_file):
+    from objstore import identity
+
+    return identity.default_key(key_file)
+
+
+def _host(log, socket_path):
+    """The Host a command talks to: the Backend over --socket, else the in-process one."""
+    if socket_path:
+        from objstore.backend import BackendHost
+
+        return BackendHost(socket_path)
+    from objstore.host import LocalJournalHost
+
+    return LocalJournalHost(log)
+
+
+def _short(h) -> str:
+    return h.hex()[:12] if isinstance(h, bytes) else str(h)
+
+
+def _record_arg(value):
+    """--reflects-through / --checkpoint: 'none' is None; anything else goes to J.resolve_record."""
+    return None if value is None or value.lower() == "none" else value
+
+
+def _scope_args(run, subject):
+    if (run is None) == (subject is None):
+        raise click.UsageError("name exactly one of RUN or --subject SUBJECT")
+    return run, subject
+
+
+def _scope_text(run, subject):
+    return f"run {run}" if run is not None else f"subject {subject}"
+
+
+# -- keys --------------------------------------------------------------------------------------
+@cli.group("key")
+def key_group():
+    """ed25519 keys: make a worker's or job's key pair, show a key's public half.
+
+    Private keys live outside the store; the store only ever holds public keys
+    (the owner's, and the grantees' named in grants).
+    """
+
+
+@key_group.command("new")
+@click.argument("path", metavar="FILE")
+@_json_option
+def key_new(path, as_json):
+    """Generate an ed25519 key: FILE (private, mode 0600) and FILE.pub; print the public key.
+
+    \b
+    Example:
+      objstore key new ./worker.key     # then: journal grant RUN --pubkey ./worker.key.pub
+    """
+    import os
+
+    from objstore import identity
+
+    k = identity.generate()
+    identity.save_key(path, k)
+    full = os.path.abspath(path)
+    if as_json:
+        _echo_json({"private_key": full, "public_key_file": full + ".pub", "public": k.public})
+        return
+    click.echo(k.public)
+
+
+@key_group.command("show")
+@click.argument("path", metavar="FILE")
+@_json_option
+def key_show(path, as_json):
+    """Print the public key (64 hex digits) of a private or public key FILE.
+
+    \b
+    Example:
+      objstore key show ~/.config/objstore/keys/owner.key
+    """
+    import os
+
+    from objstore import identity
+
+    public = identity.load_public(path)
+    if as_json:
+        _echo_json({"file": os.path.abspath(path), "public": public})
+        return
+    click.echo(public)
+
+
+# -- journal -------------------------------------------------------------------------------------
 @cli.group()
 def journal():
-    """A session's journal: show, update, enable/disable, and writer grants.
+    """A session's journal: show, update, enable/disable, grants.
 
-    The CLI acts as the run's owner (its subject); updates name a --writer that
-    must hold a grant (see `journal grant`).
+    Writes are signed requests to a journal Host: --key FILE (env OBJSTORE_KEY,
+    default the owner key) and, with --socket PATH, the Backend Host of
+    'objstore journal-serve'. The Host decides from the signature and the
+    owner-signed grants; a key without a live write grant is refused (exit 8).
+
+    \b
+    Example:
+      objstore key new w.key
+      objstore journal grant RUN --pubkey w.key.pub --name w1
+      echo '{"entries": []}' | objstore journal update RUN - --reflects-through latest --key w.key
     """
+
+
+def _journal_view(log, jid, j) -> dict:
+    from objstore import journal as J
+
+    legacy = j.get("v") != J.JOURNAL_SCHEMA
+    out = {"id": jid, "run": j.get("run"), "version": j.get("version"), "schema": j.get("v", 1),
+           "enabled": j.get("enabled", True), "writer": j.get("writer"), "previous": j.get("previous"),
+           "reflects_through": None if legacy else j.get("reflects_through"), "checkpoint": j.get("checkpoint"),
+           "body_sha256": j.get("body_sha256") or J.sha256_hex(log.store.get_blob(j["body"])),
+           "body": J.journal_body(log, j)}
+    if legacy:
+        out["source_end"] = j.get("source_end")
+    return out
 
 
 @journal.command("show")
 @click.argument("run")
-@click.option("--json", "as_json", is_flag=True)
+@_json_option
 @pass_ctx
 def journal_show(c, run, as_json):
-    """Show the newest journal version of RUN."""
+    """Show the newest journal version of RUN (reads the store; no Host, no key).
+
+    \b
+    Example:
+      objstore journal show RUN --json
+    """
     from objstore import journal as J
-
-    log = c.log()
-    J.authorize(log, J.owner(log, run), run)
-    cur = J.current_journal(log, run)
-    if cur is None:
-        raise_absent(run)
-    jid, j = cur
-    body = log.store.get_blob(j["body"])
-    if as_json:
-        _echo_json({"id": jid, **{k: v for k, v in j.items() if k != "body"}, "body": json.loads(body)})
-        return
-    click.echo(f"journal {jid.hex()}  version {j['version']}  {'enabled' if j['enabled'] else 'DISABLED'}")
-    click.echo(f"source_end {j['source_end']}  checkpoint {j['checkpoint']}  writer {j['writer']}")
-    click.echo(json.dumps(json.loads(body), indent=2, sort_keys=True))
-
-
-def raise_absent(run):
     from objstore.errors import NotFound
 
-    raise NotFound(f"journal of run {run} (no version recorded)")
+    log = c.log()
+    log.subject(run)  # the run exists (RunNotFound, exit 4)
+    cur = J.current_journal(log, run)
+    if cur is None:
+        raise NotFound(f"journal of run {run} (no version recorded)")
+    v = _journal_view(log, *cur)
+    if as_json:
+        _echo_json(v)
+        return
+    click.echo(f"journal {v['id'].hex()}  version {v['version']}  {'enabled' if v['enabled'] else 'DISABLED'}")
+    if "source_end" in v:
+        click.echo(f"legacy version: source_end {v['source_end']}  checkpoint {v['checkpoint']}  writer {v['writer']}")
+    else:
+        rt = v["reflects_through"].hex() if v["reflects_through"] else "none"
+        cp = v["checkpoint"].hex() if isinstance(v["checkpoint"], bytes) else "none"
+        click.echo(f"reflects_through {rt}  checkpoint {cp}")
+        click.echo(f"writer {v['writer']}")
+    click.echo(f"body sha256 {v['body_sha256']}")
+    click.echo(json.dumps(v["body"], indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _print_version(run, jid, ver, as_json, what="is now"):
+    if as_json:
+        _echo_json({"run": run, "journal": jid, "version": ver})
+    else:
+        click.echo(f"journal of {run} {what} version {ver} ({jid.hex()[:12]})")
 
 
 @journal.command("update")
 @click.argument("run")
-@click.argument("source", type=click.File("rb"))
-@click.option("--source-end", type=int, required=True, help="LSN of the last turn this version reflects.")
-@click.option("--checkpoint", type=int, required=True, help="Processing checkpoint (LSN).")
-@click.option("--writer", default=None, help="Writer identity (must hold a grant); default: the owner.")
+@click.argument("source", metavar="FILE|-", type=click.File("rb"))
+@click.option("--reflects-through", "reflects_through", required=True, metavar="ID|latest|none",
+              help="The record this version reflects through (with its ancestors): a record id or unique prefix, "
+                   "'latest' (the live head), or 'none'.")
+@click.option("--checkpoint", metavar="ID|latest", default=None, help="Processing checkpoint record (id, prefix or 'latest'); default none.")
+@_key_option
+@_socket_option
+@_json_option
 @pass_ctx
-def journal_update(c, run, source, source_end, checkpoint, writer):
-    """Write the next journal version from a JSON object in SOURCE (a file or -)."""
+def journal_update(c, run, source, reflects_through, checkpoint, key_file, socket_path, as_json):
+    """Write the next journal version of RUN from a JSON object in FILE (or - for stdin).
+
+    The request is signed by --key over the body and the journal head seen now;
+    if another version lands first the update is a conflict (exit 7).
+
+    \b
+    Example:
+      objstore journal update RUN notes.json --reflects-through latest --key w.key
+    """
     from objstore import journal as J
     from objstore.errors import InvalidInput
 
-    log = c.log()
+    data = source.read()
     try:
-        body = json.loads(source.read())
+        body = json.loads(data)
     except ValueError as e:
         raise InvalidInput(f"journal body is not JSON: {e}") from None
-    boss = J.owner(log, run)
-    caller = boss if writer is None else J.Caller(writer, boss.subject)
-    jid, ver = J.update_journal(log, run, caller, body, source_end=source_end, checkpoint=checkpoint)
-    click.echo(f"journal of {run} is now version {ver} ({jid.hex()[:12]})")
+    log = c.log()
+    key = _caller_key(key_file)
+    jid, ver = J.update_journal(log, run, key, body, reflects_through=_record_arg(reflects_through),
+                                checkpoint=_record_arg(checkpoint), host=_host(log, socket_path))
+    _print_version(run, jid, ver, as_json)
 
 
-def _grant_cmd(c, run, writer, reason, granting):
+def _enable_cmd(c, run, enabled, key_file, socket_path, as_json):
     from objstore import journal as J
 
     log = c.log()
-    (J.grant_writer if granting else J.revoke_writer)(log, run, writer, J.owner(log, run), reason)
-    click.echo(f"{'granted' if granting else 'revoked'} {writer} on {run}")
-
-
-@journal.command("grant")
-@click.argument("run")
-@click.argument("writer")
-@click.option("--reason", default="")
-@pass_ctx
-def journal_grant(c, run, writer, reason):
-    """Grant WRITER the right to update RUN's journal."""
-    _grant_cmd(c, run, writer, reason, True)
-
-
-@journal.command("revoke")
-@click.argument("run")
-@click.argument("writer")
-@click.option("--reason", default="")
-@pass_ctx
-def journal_revoke(c, run, writer, reason):
-    """Revoke WRITER's grant on RUN (recorded, never erased)."""
-    _grant_cmd(c, run, writer, reason, False)
-
-
-def _enable_cmd(c, run, enabled):
-    from objstore import journal as J
-
-    log = c.log()
-    J.set_journal_enabled(log, run, J.owner(log, run), enabled)
-    click.echo(f"journal of {run} {'enabled' if enabled else 'disabled'}")
+    key = _caller_key(key_file)
+    jid, ver = J.set_journal_enabled(log, run, key, enabled, host=_host(log, socket_path))
+    if as_json:
+        _echo_json({"run": run, "journal": jid, "version": ver, "enabled": enabled})
+    else:
+        click.echo(f"journal of {run} {'enabled' if enabled else 'disabled'} (version {ver}, {jid.hex()[:12]})")
 
 
 @journal.command("enable")
 @click.argument("run")
+@_key_option
+@_socket_option
+@_json_option
 @pass_ctx
-def journal_enable(c, run):
-    """Enable the journal of RUN for compaction."""
-    _enable_cmd(c, run, True)
+def journal_enable(c, run, key_file, socket_path, as_json):
+    """Enable RUN's journal: a new version with the same body and reflection.
+
+    \b
+    Example:
+      objstore journal enable RUN
+    """
+    _enable_cmd(c, run, True, key_file, socket_path, as_json)
 
 
 @journal.command("disable")
 @click.argument("run")
+@_key_option
+@_socket_option
+@_json_option
 @pass_ctx
-def journal_disable(c, run):
-    """Disable the journal of RUN (compaction then records outcome 'disabled')."""
-    _enable_cmd(c, run, False)
+def journal_disable(c, run, key_file, socket_path, as_json):
+    """Disable RUN's journal (reads then answer outcome 'disabled').
+
+    \b
+    Example:
+      objstore journal disable RUN --key w.key
+    """
+    _enable_cmd(c, run, False, key_file, socket_path, as_json)
 
 
+@journal.command("grant")
+@click.argument("run", required=False)
+@click.option("--subject", default=None, help="Grant on every session of SUBJECT instead of one RUN.")
+@click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits; a private key file gives its public half).")
+@click.option("--role", type=click.Choice(["worker", "job"]), default=None, help="worker (default) or job; jobs are refused every journal read and write.")
+@click.option("--read-only", is_flag=True, help="Grant read only (default read and write).")
+@click.option("--name", default="", help="A label for the grantee in messages (never used to decide anything).")
+@click.option("--reason", default="", help="Why; recorded in the grant.")
+@click.option("--supersedes", "supersedes_file", metavar="OLDPUBFILE", default=None,
+              help="A new worker takes over: revoke this old key and grant --pubkey, in one commit.")
+@_key_option
+@_json_option
+@pass_ctx
+def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, supersedes_file, key_file, as_json):
+    """Grant a key rights on RUN's journal (or, with --subject, on every session of a subject).
+
+    Grants are objects signed by the owner key (--key must be it; default it
+    is) and only ever appended: a revocation or supersession is a new grant.
+
+    \b
+    Examples:
+      objstore journal grant RUN --pubkey w.key.pub --name w1
+      objstore journal grant --subject alice --pubkey w.key.pub --read-only
+      objstore journal grant RUN --pubkey w2.key.pub --supersedes w.key.pub
+    """
+    from objstore import identity
+    from objstore import journal as J
+
+    run, subject = _scope_args(run, subject)
+    if supersedes_file is not None and (role is not None or read_only):
+        raise click.UsageError("--supersedes grants the new key as a read-write worker; drop --role/--read-only")
+    log = c.log()
+    public = identity.load_public(pubkey_file)
+    owner = _caller_key(key_file)
+    if supersedes_file is not None:
+        old = identity.load_public(supersedes_file)
+        rid, gid = J.supersede(log, owner, run, old, public, subject=subject, name=name, reason=reason)
+        if as_json:
+            _echo_json({"run": run, "subject": subject, "grantee": public, "grant": gid, "superseded": old, "revocation": rid})
+        else:
+            click.echo(f"{name or public[:16] + '…'} supersedes {old[:16]}… on {_scope_text(run, subject)} "
+                       f"(grant {gid.hex()[:12]}, revocation {rid.hex()[:12]})")
+        return
+    role = role or "worker"
+    rights = ("read",) if read_only else ("read", "write")
+    gid = J.grant(log, owner, run, public, subject=subject, role=role, rights=rights, name=name, reason=reason)
+    if as_json:
+        _echo_json({"run": run, "subject": subject, "grantee": public, "grant": gid, "role": role, "rights": list(rights)})
+    else:
+        click.echo(f"granted {name or public[:16] + '…'} {','.join(rights)} as {role} on {_scope_text(run, subject)} (grant {gid.hex()[:12]})")
+
+
+@journal.command("revoke")
+@click.argument("run", required=False)
+@click.option("--subject", default=None, help="Revoke a subject-wide grant instead of a RUN's.")
+@click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits).")
+@click.option("--reason", default="revoked", show_default=True)
+@_key_option
+@_json_option
+@pass_ctx
+def journal_revoke(c, run, subject, pubkey_file, reason, key_file, as_json):
+    """Revoke a key's grant on RUN (or --subject): a new signed grant; the old one stays.
+
+    \b
+    Example:
+      objstore journal revoke RUN --pubkey w.key.pub --reason "worker retired"
+    """
+    from objstore import identity
+    from objstore import journal as J
+
+    run, subject = _scope_args(run, subject)
+    log = c.log()
+    public = identity.load_public(pubkey_file)
+    gid = J.revoke(log, _caller_key(key_file), run, public, subject=subject, reason=reason)
+    if as_json:
+        _echo_json({"run": run, "subject": subject, "grantee": public, "grant": gid, "action": "revoke", "reason": reason})
+    else:
+        click.echo(f"revoked {public[:16]}… on {_scope_text(run, subject)} (grant {gid.hex()[:12]})")
+
+
+@journal.command("grants")
+@click.argument("run")
+@_json_option
+@pass_ctx
+def journal_grants(c, run, as_json):
+    """List the grants on RUN and on its subject, each key with its whole chain (oldest first).
+
+    'signed' says whether the owner key signed that grant object; unsigned ones grant nothing.
+
+    \b
+    Example:
+      objstore journal grants RUN --json
+    """
+    from objstore import identity
+    from objstore import journal as J
+
+    log = c.log()
+    subject = log.subject(run)
+    owner = identity.owner_public(log.store)
+    rows = []
+    for scope, prefix in (("run", f"run/{run}/grant/"), ("subject", f"subjects/{subject}/grant/")):
+        for ref, _ in log.store.list_refs(prefix):
+            chain = [{"id": gid, "seq": g.get("seq"), "action": g.get("action"), "role": g.get("role"),
+                      "rights": g.get("rights"), "name": g.get("name"), "reason": g.get("reason"),
+                      "supersedes": g.get("supersedes"), "time": g.get("time"),
+                      "signed": owner is not None and identity.object_signed_by(g, owner)}
+                     for gid, g in J.grant_chain(log, ref)]
+            rows.append({"ref": ref, "scope": scope, "grantee": ref.rsplit("/", 1)[1], "chain": chain})
+    if as_json:
+        _echo_json(rows)
+        return
+    if not rows:
+        click.echo(f"no grants on run {run} or subject {subject}")
+    for r in rows:
+        last = r["chain"][-1] if r["chain"] else {}
+        click.echo(f"{r['grantee']}  ({r['scope']})  now: {last.get('action')} {last.get('role')} {','.join(last.get('rights') or [])}")
+        for g in r["chain"]:
+            click.echo(f"  seq {g['seq']}  {g['action']:<6} {g['role']:<6} {','.join(g['rights'] or []):<10}  "
+                       f"name {g['name']!r}  reason {g['reason']!r}  {g['id'].hex()[:12]}"
+                       + ("" if g["signed"] else "  UNSIGNED (grants nothing)"))
+
+
+# -- compaction ------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("run")
 @click.option("--keep", type=int, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
-@click.option("--budget", type=int, default=65536, show_default=True, help="Journal byte budget; larger is outcome over_budget.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--budget", type=int, default=65536, show_default=True,
+              help="Journal byte budget; a larger journal comes as the Host's bounded projection (outcome over_budget).")
+@_socket_option
+@_key_option
+@_json_option
 @pass_ctx
-def compact(c, run, keep, budget, as_json):
-    """Compact a session: one journal read, one rendering, one new segment.
+def compact(c, run, keep, budget, socket_path, key_file, as_json):
+    """Compact a session: one signed journal read, frozen, rendered once, one new segment.
 
-    Uses the deterministic stub compactor (no model here) and the local journal host.
+    The compactor is the deterministic stub (no model here): it proves
+    transport and storage, not summary quality. A Host that cannot be reached
+    is recorded as outcome 'unavailable'; a refusal (exit 8) writes nothing.
+
+    \b
+    Examples:
+      objstore compact RUN --keep 2
+      objstore compact RUN --socket /tmp/journal.sock --key w.key --json
     """
     from objstore import journal as J
 
     log = c.log()
-    res = J.compact(log, run, J.StubCompactor(), host=J.LocalJournalHost(log), caller=J.owner(log, run), keep_tail=keep, budget_bytes=budget)
+    key = _caller_key(key_file)
+    res = J.compact(log, run, J.StubCompactor(), host=_host(log, socket_path), key=key, keep_tail=keep, budget_bytes=budget)
+    snap = res.snapshot
     if as_json:
-        _echo_json({"segment": res.segment_id, "seq": res.segment["seq"], "journal_outcome": res.snapshot.outcome,
-                    "journal_reason": res.snapshot.reason, "summary": res.summary})
+        _echo_json({"run": run, "segment": res.segment_id, "seq": res.segment["seq"], "journal_outcome": snap.outcome,
+                    "journal_reason": snap.reason, "journal_host": snap.answer.get("host"), "answer_sha256": snap.sha256,
+                    "retained": len(res.segment["retained"]), "summary": res.summary})
         return
-    click.echo(f"segment {res.segment['seq']} {res.segment_id.hex()[:12]}: journal {res.snapshot.outcome}"
-               + (f" ({res.snapshot.reason})" if res.snapshot.reason else "")
-               + f", {len(res.segment['retained'])} turn(s) retained")
+    click.echo(f"segment {res.segment['seq']} {res.segment_id.hex()[:12]}: journal {snap.outcome}"
+               + (f" ({snap.reason})" if snap.reason else "")
+               + f", {len(res.segment['retained'])} turn(s) retained, answer sha256 {snap.sha256}")
     click.echo(res.summary)
 
 
 @cli.command("segments")
 @click.argument("run")
-@click.option("--json", "as_json", is_flag=True)
+@_json_option
 @pass_ctx
 def segments_cmd(c, run, as_json):
-    """List a session's compaction segments, oldest first."""
+    """List a session's compaction segments, oldest first, with each one's frozen journal snapshot.
+
+    \b
+    Example:
+      objstore segments RUN --json
+    """
+    from objstore import compaction as C
     from objstore import journal as J
 
     log = c.log()
-    log.view(run)
-    rows = J.segments(log, run)
+    log.subject(run)
+    rows = []
+    for sid, seg in J.segments(log, run):
+        f = C.frozen_of(log, seg)
+        rows.append({"id": sid, "seq": seg["seq"], "schema": seg.get("v", 1), "branch": seg["branch"],
+                     "covered_through": seg.get("covered_through"), "outcome": f["outcome"], "session": f["session"],
+                     "version": f["version"], "body_sha256": f["body_sha256"], "answer_sha256": f["answer_sha256"],
+                     "projection": f["projection"], "retained": len(seg.get("retained", [])),
+                     "open_tasks": len(seg.get("tasks", [])), "compactor": seg.get("compactor")})
     if as_json:
-        _echo_json([{"id": sid, **seg} for sid, seg in rows])
+        _echo_json(rows)
         return
-    for sid, seg in rows:
-        j = seg["journal"]
-        click.echo(f"segment {seg['seq']} {sid.hex()[:12]}  branch {seg['branch']}  journal {j['outcome']}"
-                   + (f" v{j['version']} sha256 {j['sha256'][:12]}" if j["sha256"] else "")
-                   + f"  retained {len(seg['retained'])}")
+    if not rows:
+        click.echo(f"run {run} has no segments")
+    for r in rows:
+        click.echo(f"segment {r['seq']} {r['id'].hex()[:12]}  branch {r['branch']}  journal {r['outcome']}"
+                   + (f" v{r['version']}" if r["version"] is not None else "")
+                   + (f" body sha256 {r['body_sha256'][:12]}" if r["body_sha256"] else "")
+                   + f"  retained {r['retained']}  open tasks {r['open_tasks']}")
+
+
+# -- sessions and tasks ------------------------------------------------------------------------------
+@cli.group()
+def session():
+    """Sessions: runs of conversation turns, with a typed startup journal event."""
+
+
+@session.command("start")
+@click.option("--subject", required=True, help="The subject (owner) of the session.")
+@click.option("--predecessor", metavar="RUN", default=None, help="The session this one continues; its journal is preferred at startup.")
+@click.option("--run", "run_id", metavar="ID", default=None, help="Run id to use (default: a new one).")
+@click.option("--budget", type=int, default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
+@_socket_option
+@_key_option
+@_json_option
+@pass_ctx
+def session_start(c, subject, predecessor, run_id, budget, socket_path, key_file, as_json):
+    """Start a session; the Host selects the startup journal and its frozen answer is stored once.
+
+    The Host prefers the predecessor's journal, else the newest of another
+    session of the subject. Add turns with 'objstore ingest' (type "turn").
+
+    \b
+    Example:
+      objstore session start --subject alice --predecessor RUN --json
+    """
+    from objstore import compaction as C
+    from objstore import journal as J
+
+    log = c.log()
+    key = _caller_key(key_file)
+    run = J.start_session(log, subject, predecessor, run=run_id, host=_host(log, socket_path), key=key, budget_bytes=budget)
+    ev = C.startup_event(log, run)
+    a = json.loads(ev["answer"])
+    startup = {"outcome": a["outcome"], "reason": a.get("reason"), "host": a.get("host"), "session": a.get("session"),
+               "version": a.get("version"),
+               "selection": (a.get("selection") or {}).get("rule"), "answer_sha256": ev["answer_sha256"]}
+    if as_json:
+        _echo_json({"run": run, "subject": subject, "predecessor": predecessor, "startup": startup})
+        return
+    click.echo(run)
+    click.echo(f"startup journal: {startup['outcome']}"
+               + (f" from session {startup['session']} v{startup['version']}" if startup["session"] else "")
+               + (f" ({startup['reason']})" if startup["reason"] else "")
+               + f", answer sha256 {startup['answer_sha256']}")
+
+
+@cli.group()
+def task():
+    """The TaskStore: a session's open tasks (task records; kept across compactions)."""
+
+
+@task.command("open")
+@click.argument("run")
+@click.argument("task_id", metavar="TASK")
+@click.option("--title", default="", help="What the task is.")
+@_json_option
+@pass_ctx
+def task_open(c, run, task_id, title, as_json):
+    """Open TASK in RUN (exit 5 if it is open already).
+
+    \b
+    Example:
+      objstore task open RUN t1 --title "write the report"
+    """
+    from objstore import journal as J
+
+    r = J.open_task(c.log(), run, task_id, title)
+    if as_json:
+        _echo_json({"run": run, "task": task_id, "title": title, "record": r.id, "branch": r.branch, "lsn": r.lsn})
+    else:
+        click.echo(f"opened task {task_id} in {run} (lsn {r.lsn}, {r.id.hex()[:12]})")
+
+
+@task.command("close")
+@click.argument("run")
+@click.argument("task_id", metavar="TASK")
+@click.option("--outcome", default="done", show_default=True)
+@_json_option
+@pass_ctx
+def task_close(c, run, task_id, outcome, as_json):
+    """Close an open TASK of RUN (exit 5 if it is not open).
+
+    \b
+    Example:
+      objstore task close RUN t1 --outcome done
+    """
+    from objstore import journal as J
+
+    r = J.close_task(c.log(), run, task_id, outcome)
+    if as_json:
+        _echo_json({"run": run, "task": task_id, "outcome": outcome, "record": r.id, "branch": r.branch, "lsn": r.lsn})
+    else:
+        click.echo(f"closed task {task_id} in {run}: {outcome} (lsn {r.lsn}, {r.id.hex()[:12]})")
+
+
+@task.command("list")
+@click.argument("run")
+@_json_option
+@pass_ctx
+def task_list(c, run, as_json):
+    """List the open tasks of RUN's live branch, in opening order.
+
+    \b
+    Example:
+      objstore task list RUN --json
+    """
+    from objstore import journal as J
+
+    tasks = J.open_tasks(c.log(), run)
+    if as_json:
+        _echo_json(tasks)
+        return
+    for t in tasks:
+        click.echo(f"{t['task']}  {t['title']}")
+
+
+# -- the Backend Host ------------------------------------------------------------------------------
+@cli.command("journal-serve")
+@click.option("--socket", "socket_path", required=True, metavar="PATH", help="Unix socket to listen on.")
+@pass_ctx
+def journal_serve(c, socket_path):
+    """Serve the store's journal Host on a Unix socket, in the foreground, until SIGTERM/SIGINT.
+
+    Answers signed read/update requests (compact, session start, journal
+    update with --socket PATH); unsigned ones are refused (401), jobs too (403).
+
+    \b
+    Example:
+      objstore journal-serve --socket /tmp/journal.sock &
+      objstore compact RUN --socket /tmp/journal.sock
+    """
+    from objstore.backend import main_serve
+
+    main_serve(c.path or default_path(), socket_path)
 
 
 @cli.command()

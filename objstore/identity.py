@@ -217,6 +217,9 @@ def ensure_owner_key(store, path: str | None = None) -> tuple[Key, bool]:
     key in the store. Returns (key, created)."""
     path = path or owner_key_path()
     created = False
+    cur = owner_public(store)
+    if cur is not None and not os.path.exists(path):
+        raise Refused(f"this store's owner key is {cur[:16]}…, and there is no key at {path} (set OBJSTORE_KEYS or --key)")
     if not os.path.exists(path):
         try:
             save_key(path, generate())

@@ -121,8 +121,9 @@ def revoke(log, owner: Key, run: str | None, public: str, *, subject: str | None
     ref_run, subj = _scope(log, run, subject)
     ref = grant_ref(ref_run, public) if ref_run is not None else subject_grant_ref(subj, public)
     cur = log.store.read_ref(ref)
-    role = log.store.get_typed(cur, codec.GRANT).get("role", "worker") if cur else "worker"
-    return _write_grant(log, owner, run, subject, public, "revoke", role=role, rights=("read",), reason=reason)
+    g = log.store.get_typed(cur, codec.GRANT) if isinstance(cur, bytes) else {}
+    return _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
+                        name=g.get("name") or "", reason=reason)
 
 
 def supersede(log, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
@@ -130,9 +131,13 @@ def supersede(log, owner: Key, run: str | None, old_public: str, new_public: str
     """A new worker takes over: in one commit the old key's grant is revoked ("superseded by …")
     and the new key granted ("supersedes …")."""
     old_public, new_public = identity.check_public(old_public), identity.check_public(new_public)
+    ref_run, subj = _scope(log, run, subject)
+    old_ref = grant_ref(ref_run, old_public) if ref_run is not None else subject_grant_ref(subj, old_public)
+    cur = log.store.read_ref(old_ref)
+    old_name = log.store.get_typed(cur, codec.GRANT).get("name") or "" if isinstance(cur, bytes) else ""
     with log.store.batch():
-        r = _write_grant(log, owner, run, subject, old_public, "revoke", reason=reason or f"superseded by {new_public[:16]}…",
-                         supersedes=None)
+        r = _write_grant(log, owner, run, subject, old_public, "revoke", name=old_name,
+                         reason=reason or f"superseded by {name or new_public[:16] + '…'}", supersedes=None)
         g = _write_grant(log, owner, run, subject, new_public, "grant", name=name, reason=reason or "supersedes a worker",
                          supersedes=old_public)
     return r, g
