@@ -167,13 +167,19 @@ class LocalJournalHost:
         return self._granted(req.key, run, subject, write=write)
 
     def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None) -> dict | None:
-        """The newest owner-signed grant object of a chain (committed at or before ``at_entry``)."""
+        """The newest owner-signed grant object of a chain (committed at or before ``at_entry``)
+        that is about the key, run and subject the ref names."""
         from .journal import grant_chain
 
         store = self.log.store
+        scope, _, key = ref.rpartition("/grant/")
+        kind, _, name = scope.partition("/")
         for gid, g in reversed(grant_chain(self.log, ref)):
             if owner is None or not identity.object_signed_by(g, owner):
                 continue  # unsigned (legacy) or forged objects grant nothing
+            # a genuine grant copied behind another key's, run's or subject's ref grants nothing there
+            if g.get("grantee") != key or (g.get("run") != name if kind == "run" else (g.get("run") is not None or g.get("subject") != name)):
+                continue
             if at_entry is not None:
                 e = store.engine.loc_entry(gid)
                 if e is None or e > at_entry:

@@ -750,3 +750,21 @@ def test_concurrent_compaction_loses_cleanly(env):
     with pytest.raises(Conflict):
         J.compact(log, run, J.StubCompactor(on_call=race), host=env.host, key=env.w1, keep_tail=1)
     assert [s[1]["seq"] for s in J.segments(log, run)] == [1]
+
+
+def test_c8_a_genuine_grant_copied_behind_another_ref_grants_nothing(env):
+    log, run, owner = env.log, env.run, env.owner
+    other = J.start_session(log, "alice", run="s-other")
+    w2, _ = new_key(env.tmp, "w2")
+    gid = J.grant(log, owner, other, w2.public, name="w2")  # owner-signed, for the other session
+    # w2 places that very object (previous None) behind run s1's ref for its own key, through the raw API
+    log.store.set_ref(J.grant_ref(run, w2.public), None, gid, "copied grant")
+    params = {"purpose": "compaction", "budget": 4096, "predecessor": None}
+    with pytest.raises(WrongSession):
+        env.host.read(identity.sign_request(w2, "read", run, params=params))
+    # and a grant of w1 copied behind w2's ref on s1 does not make w2 a writer either
+    w3, _ = new_key(env.tmp, "w3")
+    g1 = J.grant_chain(log, J.grant_ref(run, env.w1.public))[0][0]
+    log.store.set_ref(J.grant_ref(run, w3.public), None, g1, "copied grant")
+    with pytest.raises(WriterRevoked, match="never granted"):
+        J.update_journal(log, run, w3, {"x": 1})
