@@ -326,8 +326,8 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
         raise LimitExceeded(f"compactor input is {len(request_bytes)} bytes, over its hard limit of {compactor.max_input_bytes}; "
                             "nothing was truncated and nothing was written")
     reply = compactor(request, request_bytes)
-    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str):
-        raise InvalidInput("the compactor must answer {'role', 'text'}; nothing was written")
+    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str) or not isinstance(reply.get("role"), (str, type(None))):
+        raise InvalidInput("the compactor must answer {'role': str, 'text': str}; nothing was written")
     summary = reply["text"]
 
     store = log.store

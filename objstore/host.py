@@ -97,8 +97,12 @@ def project(body: bytes, budget: int) -> tuple[str, dict | None]:
     kept: set[int] = set()
     text, gone = text_of(kept)
     if len(text.encode("utf-8")) > budget:
+        # the other fields alone do not fit: they go too (a budget below the omitted line itself
+        # still gets that line: an answer that says what is missing is never silence)
         text, gone = text_of(kept, keep_fields=False)
-        return text, {"entries": gone, "fields": sorted(k for k in doc if k != "entries"), "bytes": len(body), "body_sha256": full_sha}
+        proj_len = len(text.encode("utf-8")) - len(text.rsplit("\n", 1)[1].encode("utf-8")) - 1
+        return text, {"entries": gone, "fields": sorted(k for k in doc if k != "entries"), "bytes": len(body) - proj_len,
+                      "body_sha256": full_sha}
     for i in order:
         t2, g2 = text_of(kept | {i})
         if len(t2.encode("utf-8")) > budget:
@@ -133,6 +137,7 @@ class LocalJournalHost:
     def authorize(self, req: Request, body: bytes = b"", *, write: bool = False) -> Principal:
         if not isinstance(req, Request):
             raise Unauthenticated("the request is not a signed request")
+        req.check()
         if not req.sig or not req.key:
             raise Unauthenticated("the request is not signed")
         try:

@@ -270,13 +270,35 @@ class Request:
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
+    def check(self) -> "Request":
+        """Field types, before anything is hashed or stored (a malformed request is unauthenticated)."""
+        def bad(what):
+            raise Unauthenticated(f"malformed request: {what}")
+
+        if not isinstance(self.op, str) or not self.op:
+            bad("op must be a non-empty string")
+        for name in ("run", "subject", "expect_head", "sig"):
+            if not isinstance(getattr(self, name), (str, type(None))):
+                bad(f"{name} must be a string or null")
+        if not isinstance(self.body_sha256, str) or len(self.body_sha256) != 64:
+            bad("body_sha256 must be 64 hex digits")
+        if isinstance(self.time, bool) or not isinstance(self.time, (int, float)) or self.time != self.time:
+            bad("time must be a number")
+        if not isinstance(self.nonce, str) or not 16 <= len(self.nonce) <= 128:
+            bad("nonce must be a string of 16 to 128 characters")
+        if not isinstance(self.key, str):
+            bad("key must be a string")
+        if not isinstance(self.params, dict):
+            bad("params must be an object")
+        return self
+
     @classmethod
     def from_json(cls, d) -> "Request":
         if not isinstance(d, dict):
             raise Unauthenticated("the request is not a signed request object")
         try:
             names = {f.name for f in dataclasses.fields(cls)}
-            return cls(**{k: v for k, v in d.items() if k in names})
+            return cls(**{k: v for k, v in d.items() if k in names}).check()
         except TypeError as e:
             raise Unauthenticated(f"malformed request: {e}") from None
 

@@ -316,7 +316,226 @@ def schema_problem(otype: str, value: dict) -> str | None:
         for c in value["compensation"]:
             if type(c) is not dict or type(c.get("intent")) is not str or type(c.get("committed_record")) is not bytes:
                 return "compensation entries must be maps with intent and committed_record"
-    else:
-        if type(value.get("run", "")) is not str:
-            return "field 'run' must be a string"
+    elif otype == "journal":
+        return _journal_problem(value)
+    elif otype == "grant":
+        return _grant_problem(value)
+    elif otype == "segment":
+        return _segment_problem(value)
+    elif type(value.get("run", "")) is not str:
+        return "field 'run' must be a string"
     return None
+
+
+# -- journal, grant and segment objects (T-745; docs/FORMAT.md) ----------------------------------------
+#
+# Each has a schema version in its ``v`` field: 2 now; an object without ``v`` is schema 1 (legacy,
+# still read). Field specs are (name, predicate, what it must be); extra fields are allowed.
+
+_HEXDIGITS = frozenset("0123456789abcdef")
+_ANYHEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_id(v) -> bool:
+    return type(v) is bytes and len(v) == 32
+
+
+def _is_opt_id(v) -> bool:
+    return v is None or (type(v) is bytes and len(v) == 32)
+
+
+def _is_hex(n: int, digits=_HEXDIGITS):
+    return lambda v: type(v) is str and len(v) == n and digits.issuperset(v)
+
+
+_HEX64 = _is_hex(64)  # sha256 digests, public keys: lowercase, as written
+_SIG = _is_hex(128, _ANYHEX)  # an ed25519 signature (a request's as its signer sent it: either case)
+
+
+def _opt(pred):
+    return lambda v: v is None or pred(v)
+
+
+def _is_int(lo: int):
+    return lambda v: type(v) is int and v >= lo
+
+
+def _is_str(v) -> bool:
+    return type(v) is str
+
+
+def _is_name(v) -> bool:
+    return type(v) is str and v != ""
+
+
+def _is_num(v) -> bool:
+    return type(v) is float or type(v) is int
+
+
+def _is_bool(v) -> bool:
+    return type(v) is bool
+
+
+def _one_of(*choices):
+    return lambda v: type(v) is str and v in choices
+
+
+def _ids(v) -> bool:
+    return type(v) is list and all(type(x) is bytes and len(x) == 32 for x in v)
+
+
+def _show(v) -> str:
+    if v is None or type(v) in (bool, int, float):
+        return repr(v)
+    if type(v) is str:
+        return repr(v) if len(v) <= 40 else repr(v[:37]) + "…"
+    if type(v) is bytes:
+        return f"{len(v)} bytes"
+    return type(v).__name__
+
+
+def _spec_problem(value: dict, spec, prefix: str = "") -> str | None:
+    for name, ok, what in spec:
+        if name not in value:
+            return f"missing field '{prefix}{name}'"
+        v = value[name]
+        if not ok(v):
+            return f"field '{prefix}{name}' must be {what}, is {_show(v)}"
+    return None
+
+
+def _schema_version(otype: str, value: dict, current: int) -> int | str:
+    """1 (no ``v``: legacy), ``current``, or the problem with ``v``."""
+    if "v" not in value:
+        return 1
+    v = value["v"]
+    if type(v) is int and v == current:
+        return v
+    return f"unknown {otype} schema version {_show(v)} (known: 1, written without 'v', and {current})"
+
+
+_T745 = None
+
+
+def _t745():
+    """(OUTCOMES, ROLES, RIGHTS, journal, grant, segment schema versions), from the modules that
+    write them (imported on first use: they import this module)."""
+    global _T745
+    if _T745 is None:
+        from .compaction import SEGMENT_SCHEMA
+        from .host import OUTCOMES
+        from .journal import GRANT_SCHEMA, JOURNAL_SCHEMA, RIGHTS, ROLES
+        _T745 = (OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA)
+    return _T745
+
+
+_AN_ID, _OPT_ID = "a 32-byte id", "a 32-byte id or nil"
+_NUM = "a number"
+_REQUEST_FIELDS = (
+    ("op", _one_of("update"), "'update'"), ("run", _is_name, "a non-empty string"),
+    ("subject", _opt(_is_str), "a string or nil"), ("body_sha256", _HEX64, "64 lowercase hex digits"),
+    ("expect_head", _opt(_HEX64), "64 lowercase hex digits or nil"), ("time", _is_num, _NUM),
+    ("nonce", _is_name, "a non-empty string"), ("key", _HEX64, "64 lowercase hex digits (an ed25519 public key)"),
+    ("sig", _SIG, "128 hex digits (an ed25519 signature)"), ("params", lambda v: type(v) is dict, "a map"))
+_UPDATE_PARAMS = (("reflects_through", _opt(_HEX64), "64 lowercase hex digits or nil"),
+                  ("checkpoint", _opt(_HEX64), "64 lowercase hex digits or nil"),
+                  ("enabled", _opt(_is_bool), "true, false or nil"))
+
+
+def _journal_problem(value: dict) -> str | None:
+    _o, _r, _ri, current, _g, _s = _t745()
+    v = _schema_version("journal", value, current)
+    if type(v) is str:
+        return v
+    common = (("run", _is_name, "a non-empty string"), ("version", _is_int(1), "an integer >= 1"),
+              ("body", _is_id, _AN_ID))
+    if v == 1:  # legacy: LSNs, a writer's name, no signature
+        spec = common + (("source_end", _is_int(-1), "an integer >= -1"), ("checkpoint", _is_int(-1), "an integer >= -1"),
+                         ("enabled", _is_bool, "true or false"), ("previous", _is_opt_id, _OPT_ID),
+                         ("writer", _is_str, "a string"), ("time", _is_num, _NUM))
+        return _spec_problem(value, spec)
+    spec = common + (("body_sha256", _HEX64, "64 lowercase hex digits"), ("reflects_through", _is_opt_id, _OPT_ID),
+                     ("checkpoint", _is_opt_id, _OPT_ID), ("enabled", _is_bool, "true or false"),
+                     ("previous", _is_opt_id, _OPT_ID), ("writer", _HEX64, "64 lowercase hex digits (an ed25519 public key)"),
+                     ("request", lambda x: type(x) is dict, "a map (the signed request)"), ("time", _is_num, _NUM))
+    bad = _spec_problem(value, spec)
+    if bad is None and (value["previous"] is None) != (value["version"] == 1):
+        bad = "version 1 and only version 1 has no previous version"
+    if bad is None:
+        bad = _spec_problem(value["request"], _REQUEST_FIELDS, "request.")
+    if bad is None:
+        params = value["request"]["params"]
+        bad = _spec_problem(params, _UPDATE_PARAMS, "request.params.")
+        if bad is None and len(params) != len(_UPDATE_PARAMS):
+            bad = "field 'request.params' must hold reflects_through, checkpoint and enabled only"
+    return bad
+
+
+def _grant_problem(value: dict) -> str | None:
+    _o, roles, rights, _j, current, _s = _t745()
+    v = _schema_version("grant", value, current)
+    if type(v) is str:
+        return v
+    if v == 1:  # legacy: names, unsigned (grants nothing)
+        spec = (("run", _is_name, "a non-empty string"), ("writer", _is_str, "a string"),
+                ("action", _one_of("grant", "revoke"), "'grant' or 'revoke'"), ("previous", _is_opt_id, _OPT_ID),
+                ("by", _is_str, "a string"), ("reason", _is_str, "a string"), ("time", _is_num, _NUM))
+        return _spec_problem(value, spec)
+
+    def rights_ok(x):
+        return type(x) is list and x != [] and all(type(r) is str and r in rights for r in x) and x == sorted(set(x))
+
+    spec = (("run", _opt(_is_name), "a non-empty string or nil"), ("subject", _is_name, "a non-empty string"),
+            ("grantee", _HEX64, "64 lowercase hex digits (an ed25519 public key)"), ("name", _is_str, "a string"),
+            ("action", _one_of("grant", "revoke"), "'grant' or 'revoke'"),
+            ("role", _one_of(*roles), "one of " + ", ".join(roles)),
+            ("rights", rights_ok, "a sorted, non-empty list of distinct rights from " + ", ".join(rights)),
+            ("supersedes", _opt(_HEX64), "64 lowercase hex digits or nil"), ("previous", _is_opt_id, _OPT_ID),
+            ("seq", _is_int(1), "an integer >= 1"), ("reason", _is_str, "a string"), ("time", _is_num, _NUM),
+            ("signer", _HEX64, "64 lowercase hex digits (an ed25519 public key)"),
+            ("sig", _is_hex(128), "128 lowercase hex digits (an ed25519 signature)"))
+    return _spec_problem(value, spec)
+
+
+_SEGMENT_COMMON = (
+    ("run", _is_name, "a non-empty string"), ("seq", _is_int(1), "an integer >= 1"), ("previous", _is_opt_id, _OPT_ID),
+    ("branch", _is_int(0), "an integer >= 0"), ("covered_through", _is_opt_id, _OPT_ID), ("summary", _is_id, _AN_ID),
+    ("summary_role", _opt(_is_str), "a string or nil"), ("origin", _one_of(ORIGIN_DERIVED), f"'{ORIGIN_DERIVED}'"),
+    ("retained", _ids, "a list of 32-byte ids"), ("unreflected", _ids, "a list of 32-byte ids"), ("input", _is_id, _AN_ID),
+    ("input_sha256", _HEX64, "64 lowercase hex digits"), ("compactor", _is_str, "a string"), ("time", _is_num, _NUM))
+
+
+def _tasks_ok(v) -> bool:
+    return type(v) is list and all(type(t) is dict and _is_name(t.get("task")) and _is_str(t.get("title")) for t in v)
+
+
+def _segment_problem(value: dict) -> str | None:
+    outcomes, _r, _ri, _j, _g, current = _t745()
+    v = _schema_version("segment", value, current)
+    if type(v) is str:
+        return v
+    outcome = ("outcome", _one_of(*outcomes), "one of " + ", ".join(outcomes))
+    version = ("version", _opt(_is_int(1)), "an integer >= 1 or nil")
+    session = ("session", _opt(_is_str), "a string or nil")
+    if v == 1:  # legacy: the frozen read in a 'journal' map
+        bad = _spec_problem(value, _SEGMENT_COMMON + (("journal", lambda x: type(x) is dict, "a map"),))
+        if bad is None:
+            bad = _spec_problem(value["journal"], (
+                outcome, ("reason", _opt(_is_str), "a string or nil"), session, ("journal_id", _is_opt_id, _OPT_ID),
+                version, ("body", _is_opt_id, _OPT_ID), ("sha256", _opt(_HEX64), "64 lowercase hex digits or nil"),
+                ("source_end", _opt(_is_int(-1)), "an integer >= -1 or nil"),
+                ("checkpoint", _opt(_is_int(-1)), "an integer >= -1 or nil"),
+                ("provenance", lambda x: type(x) is dict, "a map"), ("rendered", _is_id, _AN_ID)), "journal.")
+        return bad
+    bad = _spec_problem(value, _SEGMENT_COMMON + (
+        ("through", _is_id, _AN_ID), ("snapshot", lambda x: type(x) is dict, "a map"),
+        ("tasks", _tasks_ok, "a list of maps {task: non-empty string, title: string}")))
+    if bad is None and (value["previous"] is None) != (value["seq"] == 1):
+        bad = "seq 1 and only seq 1 has no previous segment"
+    if bad is None:
+        bad = _spec_problem(value["snapshot"], (
+            ("answer", _is_id, _AN_ID), ("answer_sha256", _HEX64, "64 lowercase hex digits"), ("rendered", _is_id, _AN_ID),
+            outcome, session, version, ("body_sha256", _opt(_HEX64), "64 lowercase hex digits or nil"),
+            ("projection", _opt(_one_of("full", "bounded")), "'full', 'bounded' or nil"),
+            ("identical_to", _is_opt_id, _OPT_ID)), "snapshot.")
+    return bad
