@@ -704,11 +704,7 @@ def journal_update(c, run, source, reflects_through, checkpoint, key_file, socke
     from objstore import journal as J
     from objstore.errors import InvalidInput
 
-    data = source.read()
-    try:
-        body = json.loads(data)
-    except ValueError as e:
-        raise InvalidInput(f"journal body is not JSON: {e}") from None
+    body = J.parse_body(source.read())
     log = c.log()
     key = _caller_key(key_file)
     jid, ver = J.update_journal(log, run, key, body, reflects_through=_record_arg(reflects_through),

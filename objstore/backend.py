@@ -79,7 +79,7 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
                     raise InvalidInput("request too long")
                 try:
                     msg = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # a deeply nested line was a 500
                     raise InvalidInput("a request is one JSON line") from None
                 if not isinstance(msg, dict):
                     raise InvalidInput("a request is a JSON object")
@@ -91,7 +91,7 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
                 elif op == "update":
                     try:
                         body = base64.b64decode(msg.get("body") or "", validate=True)
-                    except ValueError:
+                    except (ValueError, TypeError):  # TypeError: a body that is not a string was a 500
                         raise InvalidInput("update body must be base64") from None
                     out = {"ok": True, "result": host.update(Request.from_json(msg.get("request")), body)}
                 else:

@@ -425,27 +425,30 @@ class Txn:
         if cur != old:
             raise Conflict(name, _show(old), _show(cur))
         if not self.replay and forward_only(name):
-            check_move(name, old, new, self._previous_of)
+            check_move(name, old, new, self._previous_of, lambda oid: oid in self.objects)
         m = self.moves.get(name)
         if m is None:
             self.moves[name] = [cur, new, reason]
         else:
             m[1], m[2] = new, reason
 
-    def _previous_of(self, oid: bytes):
-        v = self.decoded.get(oid)
-        if v is None:
-            ent = self.objects.get(oid)
-            try:
-                if ent is not None:
+    def _previous_of(self, oid: bytes, otype: str | None = None):
+        """The ``previous`` field of an object of type ``otype`` (any type if None), else _NOT_A_CHAIN."""
+        ent = self.objects.get(oid)
+        try:
+            if ent is not None:
+                t, v = ent[0], self.decoded.get(oid)
+                if v is None:
                     if isinstance(ent[1], LargeBlob):
                         return _NOT_A_CHAIN
                     v = codec.decode(bytes(ent[1]), oid)[1]
-                elif self.engine.has(oid):
-                    v = codec.decode(self.engine.read(oid), oid)[1]
-            except Exception:
+            elif self.engine.has(oid):
+                t, v = codec.decode(self.engine.read(oid), oid)
+            else:
                 return _NOT_A_CHAIN
-        if not isinstance(v, dict) or "previous" not in v:
+        except Exception:
+            return _NOT_A_CHAIN
+        if (otype is not None and t != otype) or not isinstance(v, dict) or "previous" not in v:
             return _NOT_A_CHAIN
         return v["previous"]
 

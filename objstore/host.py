@@ -74,43 +74,60 @@ def project(body: bytes, budget: int) -> tuple[str, dict | None]:
     first, then the newest — while the projection (canonical JSON of the body with only the kept
     entries, a newline, and the ``omitted:`` line naming the rest) fits ``budget`` UTF-8 bytes;
     the kept entries stay in their original order. Nothing is ever cut inside an entry. Should
-    the body's other fields alone not fit, they are omitted too (named in the line)."""
+    the body's other fields alone not fit, they are omitted too (named in the line), and entries
+    are still kept as they fit. Should not even that fit, the text is the ``omitted:`` line alone
+    (over the budget only when the line itself does not fit: an answer that says what is missing
+    is never silence). ``omitted["bytes"]`` is the number of body bytes not in the projection."""
     if len(body) <= budget:
-        return body.decode("utf-8"), None
+        try:
+            return body.decode("utf-8"), None
+        except UnicodeDecodeError:
+            pass  # (a legacy body) bytes that are not text: named as omitted below
     full_sha = hashlib.sha256(body).hexdigest()
-    doc = json.loads(body)
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict):
+        # only a legacy version can hold one (the Host writes and serves JSON objects): nothing of
+        # it can be kept whole (this used to raise out of the read)
+        return omitted_line(["(the whole body: not a JSON object)"], len(body), full_sha), \
+            {"entries": [], "fields": ["(body)"], "bytes": len(body), "body_sha256": full_sha}
     entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
     ids = [e["id"] if isinstance(e, dict) and isinstance(e.get("id"), str) else f"#{i}" for i, e in enumerate(entries)]
     order = [i for i in reversed(range(len(entries))) if _is_open(entries[i])] + \
             [i for i in reversed(range(len(entries))) if not _is_open(entries[i])]
+    fields = sorted(k for k in doc if k != "entries")
 
-    def text_of(kept: set[int], keep_fields: bool = True) -> tuple[str, list[str]]:
+    def text_of(kept: set[int], keep_fields: bool) -> tuple[str, list[str], int]:
         base = {k: v for k, v in doc.items() if k != "entries"} if keep_fields else {}
         if "entries" in doc or kept:
             base["entries"] = [entries[i] for i in sorted(kept)]
         proj = codec.canonical_json(base)
         gone = [ids[i] for i in range(len(entries)) if i not in kept]
-        fields = [] if keep_fields else sorted(k for k in doc if k != "entries")
-        line = omitted_line(gone + [f"field:{f}" for f in fields], len(body) - len(proj), full_sha)
-        return proj.decode("utf-8") + "\n" + line, gone
+        named = gone + ([] if keep_fields else [f"field:{f}" for f in fields])
+        line = omitted_line(named, len(body) - len(proj), full_sha)
+        return proj.decode("utf-8") + "\n" + line, gone, len(proj)
 
-    kept: set[int] = set()
-    text, gone = text_of(kept)
+    # The other fields go only when they alone do not fit; entries are then kept as they fit
+    # (they were all dropped at once, even an open entry that fit). The projection's length is
+    # counted, not parsed back out of the text (an entry id may hold a newline).
+    keep_fields = True
+    text, gone, plen = text_of(set(), keep_fields)
     if len(text.encode("utf-8")) > budget:
-        # the other fields alone do not fit: they go too (a budget below the omitted line itself
-        # still gets that line: an answer that says what is missing is never silence)
-        text, gone = text_of(kept, keep_fields=False)
-        proj_len = len(text.encode("utf-8")) - len(text.rsplit("\n", 1)[1].encode("utf-8")) - 1
-        return text, {"entries": gone, "fields": sorted(k for k in doc if k != "entries"), "bytes": len(body) - proj_len,
-                      "body_sha256": full_sha}
+        keep_fields = False
+        text, gone, plen = text_of(set(), keep_fields)
+        if len(text.encode("utf-8")) > budget:  # not even "{}": the line alone (was "{}\n" + line, over a budget the line fit)
+            return omitted_line(ids + [f"field:{f}" for f in fields], len(body), full_sha), \
+                {"entries": ids, "fields": fields, "bytes": len(body), "body_sha256": full_sha}
+    kept: set[int] = set()
     for i in order:
-        t2, g2 = text_of(kept | {i})
+        t2, g2, p2 = text_of(kept | {i}, keep_fields)
         if len(t2.encode("utf-8")) > budget:
             break
         kept.add(i)
-        text, gone = t2, g2
-    proj_len = len(text.encode("utf-8")) - len(text.rsplit("\n", 1)[1].encode("utf-8")) - 1
-    return text, {"entries": gone, "fields": [], "bytes": len(body) - proj_len, "body_sha256": full_sha}
+        text, gone, plen = t2, g2, p2
+    return text, {"entries": gone, "fields": [] if keep_fields else fields, "bytes": len(body) - plen, "body_sha256": full_sha}
 
 
 def _is_open(e) -> bool:
@@ -149,8 +166,12 @@ class LocalJournalHost:
         if not identity.verify_sig(req.key, req.sig, req.message()):
             raise Unauthenticated(f"the signature of key {req.key[:16]}… does not verify")
         now = self.clock()
-        if not isinstance(req.time, (int, float)) or abs(now - req.time) > self.max_skew:
-            raise StaleRequest(abs(now - req.time) if isinstance(req.time, (int, float)) else float("inf"), self.max_skew)
+        try:
+            skew = abs(now - req.time)
+        except (TypeError, OverflowError):  # not a number, or an integer beyond any float (10**400) — was a crash
+            skew = float("inf")
+        if not skew <= self.max_skew:  # written so that a NaN is refused too
+            raise StaleRequest(skew, self.max_skew)
         with self._lock:
             if req.nonce in self._nonces:
                 raise ReplayedRequest(req.nonce)
@@ -257,6 +278,10 @@ class LocalJournalHost:
                 or req.expect_head != _hex(j.get("previous")) or identity.body_hash(params, body) != req.body_sha256
                 or not req.sig or not identity.verify_sig(req.key, req.sig, req.message())):
             return False, f"version {j.get('version')} does not carry a valid signed request for its content"
+        # A writer can sign any bytes and store the version itself: what the Host would never have
+        # written (not JSON, not canonical, not an object) is not served (it crashed project).
+        if _body_problem(body) is not None:
+            return False, f"version {j.get('version')} does not hold a canonical journal body"
         if req.key == owner:
             return True, "written by the owner"
         g = self.grant_state(req.key, session, self.log.subject(session), at_entry=entry)
@@ -383,13 +408,15 @@ class LocalJournalHost:
             raise InvalidInput("a journal update names its session")
         try:
             doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise InvalidInput(f"journal body is not JSON: {e}") from None
         check_body(doc)
         if codec.canonical_json(doc) != body:
             raise InvalidInput("journal body must be sent as canonical JSON (sorted keys, ',' ':' separators, UTF-8)")
         p = req.params
-        if set(p) != {"reflects_through", "checkpoint", "enabled"} or p["enabled"] not in (None, True, False):
+        # ``enabled`` by type, not by equality: 1 and 0 equal True and False, and a version holding
+        # ``enabled: 1`` is one verify calls malformed
+        if set(p) != {"reflects_through", "checkpoint", "enabled"} or not (p["enabled"] is None or isinstance(p["enabled"], bool)):
             raise InvalidInput("update parameters are reflects_through, checkpoint and enabled")
         rt, cp = self._own_record(run, p["reflects_through"], "reflects_through"), self._own_record(run, p["checkpoint"], "checkpoint")
         store = self.log.store
@@ -440,6 +467,18 @@ class FailingHost:
 
 def _hex(v) -> str | None:
     return v.hex() if isinstance(v, bytes) else None
+
+
+def _body_problem(body: bytes) -> str | None:
+    """Why ``body`` is not what the Host writes (the canonical JSON of an object), or None. Not the
+    whole ``check_body``: versions the Host wrote before a rule was added stay readable."""
+    try:
+        doc = json.loads(body)
+        if not isinstance(doc, dict):
+            return "not a JSON object"
+        return None if codec.canonical_json(doc) == body else "not canonical JSON"
+    except (ValueError, RecursionError) as e:
+        return str(e)
 
 
 __all__ = ["ABSENT", "DISABLED", "OUTCOMES", "OVER_BUDGET", "PRESENT", "UNAVAILABLE", "FailingHost", "HostUnavailable",

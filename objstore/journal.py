@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 
 from . import codec, identity
@@ -40,6 +41,7 @@ JOURNAL_SCHEMA = 2
 GRANT_SCHEMA = 2
 ROLES = ("worker", "job")
 RIGHTS = ("read", "write")
+MAX_BODY_DEPTH = 200  # nesting levels of a journal body (deeper ones hit Python's recursion limit)
 
 
 def journal_ref(run: str) -> str:
@@ -171,6 +173,17 @@ def check_body(body) -> dict:
     whole) are an ordered list of objects with unique string ids and an optional ``status``."""
     if not isinstance(body, dict):
         raise InvalidInput("a journal body is a JSON object")
+    # Before anything recursive: a body nested ~500 deep raised RecursionError (a traceback) from
+    # the encoder, and NaN / Infinity were stored as null without a word.
+    stack = [(body, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InvalidInput("journal body: NaN and Infinity are not JSON numbers")
+        if isinstance(v, (dict, list, tuple)):
+            if depth > MAX_BODY_DEPTH:
+                raise InvalidInput(f"journal body nests deeper than {MAX_BODY_DEPTH} levels")
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
     R._jsonlike(body, "journal body")
     entries = body.get("entries")
     if entries is not None:
@@ -180,12 +193,40 @@ def check_body(body) -> dict:
         for i, e in enumerate(entries):
             if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not e["id"]:
                 raise InvalidInput(f"journal body: entries[{i}] must be an object with a non-empty string id")
+            if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in e["id"]):  # the omitted: line is one line
+                raise InvalidInput(f"journal body: entries[{i}].id must not hold control characters")
             if e["id"] in seen:
                 raise InvalidInput(f"journal body: entry id {e['id']!r} appears twice")
             seen.add(e["id"])
             if "status" in e and not isinstance(e["status"], str):
                 raise InvalidInput(f"journal body: entries[{i}].status must be a string")
     return body
+
+
+def parse_body(data: bytes) -> dict:
+    """A journal body from JSON text (a file, stdin): one object, no duplicate keys, finite
+    numbers, nesting within bounds; then ``check_body``."""
+    def pairs(items):
+        out = {}
+        for k, v in items:
+            if k in out:
+                raise InvalidInput(f"journal body: key {k!r} appears twice in one object")
+            out[k] = v
+        return out
+
+    def nonfinite(name):
+        raise InvalidInput(f"journal body: {name} is not a JSON number")
+
+    try:
+        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+        body = json.loads(text, object_pairs_hook=pairs, parse_constant=nonfinite)
+    except UnicodeDecodeError as e:
+        raise InvalidInput(f"journal body is not UTF-8: {e.reason} at byte {e.start}") from None
+    except RecursionError:
+        raise InvalidInput("journal body is nested too deeply") from None
+    except ValueError as e:
+        raise InvalidInput(f"journal body is not JSON: {e}") from None
+    return check_body(body)
 
 
 def current_journal(log, run: str) -> tuple[bytes, dict] | None:
@@ -329,7 +370,7 @@ __all__ = [
     "LocalJournalHost", "project", "INSTRUCTIONS", "CompactionResult", "Snapshot", "StubCompactor", "classify",
     "compact", "context", "freeze", "render", "segments", "start_session",
     "journal_ref", "segments_ref", "grant_ref", "subject_grant_ref", "grant", "revoke", "supersede", "grant_chain",
-    "grant_history", "journal_body_bytes", "check_body", "current_journal", "journal_body", "resolve_record",
+    "grant_history", "journal_body_bytes", "check_body", "parse_body", "current_journal", "journal_body", "resolve_record",
     "update_journal", "set_journal_enabled", "reflected_ids", "reflected_through", "record_turn", "source_material",
     "fold_tasks", "open_tasks", "open_task", "close_task",
 ]

@@ -63,15 +63,32 @@ def forward_only(name: str) -> bool:
     return name.startswith("subjects/") and "/grant/" in name
 
 
-def check_move(name: str, old, new, previous_of) -> None:
-    """Refuse a move that would roll back or replace a forward-only ref. ``previous_of(id)`` gives
-    the object's ``previous`` field (or ``_NOT_A_CHAIN``)."""
+def chain_type(name: str) -> str:
+    """The object type a forward-only chain ref holds: ``grant``, ``journal`` or ``segment``."""
+    if "/grant/" in name:
+        return "grant"
+    return "journal" if name.endswith("/journal") else "segment"
+
+
+def check_move(name: str, old, new, previous_of, is_new=None) -> None:
+    """Refuse a move that would roll back or replace a forward-only ref. ``previous_of(id, type)``
+    gives the object's ``previous`` field if it is an object of that type (else ``_NOT_A_CHAIN``);
+    ``is_new(id)`` says whether the object is stored by the commit making the move."""
     if name.startswith("keys/"):
         if old is not None or not isinstance(new, bytes):
             raise Refused(f"ref {name} is written once and never moved or deleted")
         return
     if not isinstance(new, bytes):
         raise Refused(f"ref {name} only moves forward; it is never deleted or made symbolic")
-    prev = previous_of(new)
+    # The type too: any object naming the head as its ``previous`` (a grant behind a journal ref)
+    # used to pass, and wedged the chain for good (every later read or update of it failed).
+    want = chain_type(name)
+    prev = previous_of(new, want)
     if prev is _NOT_A_CHAIN or prev != old:
-        raise Refused(f"ref {name} only moves forward: the new object must name the current one as its previous")
+        raise Refused(f"ref {name} only moves forward: the new object must be a {want} naming the current one as its previous")
+    # The Host dates a journal version by the log position of its object (was its writer granted
+    # then?). A version stored earlier and published later — say by a worker revoked in between —
+    # would be dated before its publication; so a journal ref moves only to a version stored by
+    # the same commit.
+    if want == "journal" and is_new is not None and not is_new(new):
+        raise Refused(f"ref {name} moves only to a journal version stored in the same commit")
