@@ -200,15 +200,23 @@ def startup_event(log, run: str) -> dict | None:
 
 # -- segments ----------------------------------------------------------------------------------------
 
-def segments(log, run: str) -> list[tuple[bytes, dict]]:
-    """The run's segments, oldest first, by following ``previous`` from the ref."""
+def segments(log, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, dict]]:
+    """The run's segments, oldest first, by following ``previous`` from the ref. ``trusted_only``:
+    only those signed by a compacting key allowed to read the session then (what restore and
+    later compactions build on; ``host.LocalJournalHost.segment_trusted``)."""
+    from .host import LocalJournalHost
+
     out = []
     sid = log.store.read_ref(segments_ref(run))
     while isinstance(sid, bytes):
         seg = log.store.get_typed(sid, codec.SEGMENT)
         out.append((sid, seg))
         sid = seg["previous"]
-    return list(reversed(out))
+    out.reverse()
+    if trusted_only:
+        check = LocalJournalHost(log).segment_trusted
+        out = [(sid, seg) for sid, seg in out if check(run, sid, seg)[0]]
+    return out
 
 
 def segments_ref(run: str) -> str:
@@ -237,7 +245,7 @@ def _timeline(log, run: str, view):
 
 def _applicable(log, run: str, idx: dict) -> tuple[bytes, dict] | None:
     """The newest segment whose covered turns are on the live timeline (after a rewind, an older one)."""
-    for sid, seg in reversed(segments(log, run)):
+    for sid, seg in reversed(segments(log, run, trusted_only=True)):
         if seg["covered_through"] is None or seg["covered_through"] in idx:
             return sid, seg
     return None
@@ -274,6 +282,8 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
 
     if not isinstance(keep_tail, int) or keep_tail < 0:
         raise InvalidInput("keep_tail must be a non-negative integer")
+    if key is None:
+        raise InvalidInput("a compaction is signed by its key (the segment and the Host read): pass key=")
     head = log.store.read_ref(segments_ref(run))  # the segment this compaction builds on; CAS from it at the end
     head = head if isinstance(head, bytes) else None
     view = log.view(run)
@@ -283,8 +293,6 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     if host is None:
         answer = unavailable("no_host: no journal host configured", "compaction", run)
     else:
-        if key is None:
-            raise InvalidInput("a compaction read is a signed request: pass key=")
         req = identity.sign_request(key, "read", run, params={"purpose": "compaction", "budget": budget_bytes, "predecessor": None})
         try:
             answer = host.read(req)
@@ -360,6 +368,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
             "compactor": compactor.name,
             "time": time.time(),
         }
+        seg = identity.sign_object(key, seg)  # restore trusts only segments of keys allowed to compact
         sid = store.put(codec.SEGMENT, seg)
         store.set_ref(segments_ref(run), head, sid, f"compaction {seg['seq']}")
     return CompactionResult(sid, seg, snap, snap.rendered, request_bytes, summary)
@@ -383,7 +392,7 @@ def _historical(log, run: str, a: dict, include: bool) -> tuple[list[dict], byte
             sources.append((None, {"outcome": sa["outcome"], "body_sha256": sa.get("body_sha256"),
                                    "projection": sa.get("projection"), "version": sa.get("version"),
                                    "session": sa.get("session"), "rendered": ev["rendered"]}))
-    for sid, seg in segments(log, run):
+    for sid, seg in segments(log, run, trusted_only=True):
         sources.append((sid, frozen_of(log, seg)))
     full_match = None
     for sid, f in sources:

@@ -261,11 +261,7 @@ class LocalJournalHost:
         entry = store.engine.loc_entry(jid)
         owner = identity.owner_public(store)
         if j.get("v") != 2:
-            if owner is None:
-                return True, "legacy version (store without an owner key)"
-            okey = store.read_ref(identity.OWNER_REF)
-            oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
-            if entry is not None and oe is not None and entry < oe:
+            if self._legacy_ok(jid):
                 return True, "legacy version written before the store had an owner key"
             return False, f"version {j.get('version')} is unsigned and was written after the owner key"
         try:
@@ -288,6 +284,32 @@ class LocalJournalHost:
         if g is None or g["action"] != "grant" or "write" not in g["rights"] or g.get("role") != "worker":
             return False, f"version {j.get('version')} was written by a key without a write grant at the time"
         return True, "written by a granted worker"
+
+    def _legacy_ok(self, oid: bytes) -> bool:
+        """An unsigned (schema-1) object counts only if it predates the store's owner key."""
+        store = self.log.store
+        if identity.owner_public(store) is None:
+            return True
+        okey = store.read_ref(identity.OWNER_REF)
+        oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
+        e = store.engine.loc_entry(oid)
+        return e is not None and oe is not None and e < oe
+
+    def segment_trusted(self, session: str, sid: bytes, seg: dict) -> tuple[bool, str]:
+        """Whether a segment was written by a compaction of a key allowed to read the session then:
+        signed by its compacting key (the owner, or a key granted read on it at the segment's log
+        position). A segment appended through the raw store API by anyone else is not restored."""
+        if seg.get("v") != 2:
+            return (True, "legacy segment") if self._legacy_ok(sid) else (False, "unsigned segment written after the owner key")
+        signer = seg.get("signer")
+        if seg.get("run") != session or not isinstance(signer, str) or not identity.object_signed_by(seg, signer):
+            return False, "segment is not signed by its compacting key"
+        if signer == identity.owner_public(self.log.store):
+            return True, "compacted by the owner"
+        g = self.grant_state(signer, session, self.log.subject(session), at_entry=self.log.store.engine.loc_entry(sid))
+        if g is None or g["action"] != "grant" or "read" not in g["rights"] or g.get("role") != "worker":
+            return False, "segment was signed by a key without a grant at the time"
+        return True, "compacted by a granted worker"
 
     def _read_journal(self, session: str, budget: int) -> dict:
         from .journal import current_journal

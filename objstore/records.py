@@ -529,7 +529,9 @@ def _segment_problem(value: dict) -> str | None:
         return bad
     bad = _spec_problem(value, _SEGMENT_COMMON + (
         ("through", _is_id, _AN_ID), ("snapshot", lambda x: type(x) is dict, "a map"),
-        ("tasks", _tasks_ok, "a list of maps {task: non-empty string, title: string}")))
+        ("tasks", _tasks_ok, "a list of maps {task: non-empty string, title: string}"),
+        ("signer", _HEX64, "64 lowercase hex digits (the compacting key)"),
+        ("sig", _is_hex(128), "128 lowercase hex digits (an ed25519 signature)")))
     if bad is None and (value["previous"] is None) != (value["seq"] == 1):
         bad = "seq 1 and only seq 1 has no previous segment"
     if bad is None:

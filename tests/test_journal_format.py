@@ -302,7 +302,7 @@ def test_verify_accepts_every_object_the_code_writes(tmp_path):
     J.grant(log, owner, None, worker.public, subject="alice", rights=("read",))
     J.update_journal(log, run, worker, {"entries": [{"id": "a"}]}, reflects_through="latest", host=host)
     J.compact(log, run, J.StubCompactor(), host=host, key=owner, keep_tail=1)
-    J.compact(log, run, J.StubCompactor(), host=None, key=None, keep_tail=0)
+    J.compact(log, run, J.StubCompactor(), host=None, key=owner, keep_tail=0)
     J.set_journal_enabled(log, run, owner, False, host=host)
     J.supersede(log, owner, run, worker.public, G.key(bytes(range(64, 96))).public)
     J.start_session(log, "alice", run, run="s2", host=host, key=owner)
