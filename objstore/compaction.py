@@ -311,7 +311,8 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     tasks = _tasks_at(log, lineage, idx, None)
 
     prev_summary = log.store.get_blob(prev[1]["summary"]).decode("utf-8") if prev else ""
-    hist, identical_to = _historical(log, run, a, prev is not None and historical)
+    # the startup snapshot too: before the first segment it is the only old journal the compactor can see
+    hist, identical_to = _historical(log, run, a, historical)
 
     def turn_item(r):
         return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body["role"],
@@ -333,7 +334,8 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     if len(request_bytes) > compactor.max_input_bytes:
         raise LimitExceeded(f"compactor input is {len(request_bytes)} bytes, over its hard limit of {compactor.max_input_bytes}; "
                             "nothing was truncated and nothing was written")
-    reply = compactor(request, request_bytes)
+    # a copy: the segment below shares lists with ``request`` (tasks), and a compactor may mutate its input
+    reply = compactor(json.loads(request_bytes), request_bytes)
     if not isinstance(reply, dict) or not isinstance(reply.get("text"), str) or not isinstance(reply.get("role"), (str, type(None))):
         raise InvalidInput("the compactor must answer {'role': str, 'text': str}; nothing was written")
     summary = reply["text"]

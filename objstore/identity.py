@@ -105,29 +105,21 @@ def save_key(path: str, key: Key) -> None:
         raise StorageOSError(f"write key {path}", e) from None
 
 
-def load_key(path: str) -> Key:
+def _read_key_file(path: str, what: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read()
     except OSError as e:
-        raise InvalidInput(f"cannot read key {path}: {e.strerror or e}") from None
-    try:
-        k = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as e:
-        raise InvalidInput(f"{path} is not a PEM private key: {e}") from None
-    if not isinstance(k, Ed25519PrivateKey):
-        raise InvalidInput(f"{path} is not an ed25519 private key")
-    return Key(k)
+        raise InvalidInput(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+def load_key(path: str) -> Key:
+    return load_key_bytes(_read_key_file(path, "key"), path)
 
 
 def load_public(path: str) -> str:
     """A public key file (PEM, or 64 hex digits) as 64 hex digits. A private key file gives its public key."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InvalidInput(f"cannot read public key {path}: {e.strerror or e}") from None
-    return parse_public(data, path)
+    return parse_public(_read_key_file(path, "public key"), path)
 
 
 def parse_public(data: bytes, where: str = "public key") -> str:
@@ -138,9 +130,9 @@ def parse_public(data: bytes, where: str = "public key") -> str:
             return text.decode("ascii").lower()
         except (ValueError, UnicodeDecodeError):
             pass
+    if b"PRIVATE KEY" in text:
+        return load_key_bytes(text, where).public
     try:
-        if b"PRIVATE KEY" in text:
-            return load_key_bytes(text).public
         pub = serialization.load_pem_public_key(text)
     except (ValueError, TypeError) as e:
         raise InvalidInput(f"{where} is not an ed25519 public key (PEM or 64 hex digits): {e}") from None
@@ -149,10 +141,13 @@ def parse_public(data: bytes, where: str = "public key") -> str:
     return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
 
 
-def load_key_bytes(data: bytes) -> Key:
-    k = serialization.load_pem_private_key(data, password=None)
+def load_key_bytes(data: bytes, where: str = "key") -> Key:
+    try:
+        k = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as e:  # TypeError: an encrypted key (no password is ever asked for)
+        raise InvalidInput(f"{where} is not a PEM private key: {e}") from None
     if not isinstance(k, Ed25519PrivateKey):
-        raise InvalidInput("not an ed25519 private key")
+        raise InvalidInput(f"{where} is not an ed25519 private key")
     return Key(k)
 
 

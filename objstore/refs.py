@@ -86,9 +86,9 @@ def check_move(name: str, old, new, previous_of, is_new=None) -> None:
     prev = previous_of(new, want)
     if prev is _NOT_A_CHAIN or prev != old:
         raise Refused(f"ref {name} only moves forward: the new object must be a {want} naming the current one as its previous")
-    # The Host dates a journal version by the log position of its object (was its writer granted
-    # then?). A version stored earlier and published later — say by a worker revoked in between —
-    # would be dated before its publication; so a journal ref moves only to a version stored by
-    # the same commit.
-    if want == "journal" and is_new is not None and not is_new(new):
-        raise Refused(f"ref {name} moves only to a journal version stored in the same commit")
+    # The Host dates a journal version, and restore a segment, by the log position of its object
+    # (was its writer / compacting key granted then?). One stored earlier and published later — say
+    # by a worker revoked in between — would be dated before its publication; so these refs move
+    # only to an object stored by the same commit.
+    if want in ("journal", "segment") and is_new is not None and not is_new(new):
+        raise Refused(f"ref {name} moves only to a {want} stored in the same commit")
