@@ -60,14 +60,6 @@ class Group(click.Group):
         except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
             click.echo(f"objstore: error: state cache: {e} (try 'objstore rebuild')", err=True)
             sys.exit(10)
-        except Exception as e:  # last, so the handlers above keep their cases
-            from objstore.host import HostUnavailable  # imported late: most commands never talk to a Host
-
-            if not isinstance(e, HostUnavailable):
-                raise
-            # a journal update through a Backend Host that does not answer (reads record 'unavailable')
-            click.echo(f"objstore: error: journal host unavailable: {e}", err=True)
-            sys.exit(10)
 
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP)
@@ -843,39 +835,30 @@ def journal_revoke(c, run, subject, pubkey_file, reason, key_file, as_json):
 def journal_grants(c, run, as_json):
     """List the grants on RUN and on its subject, each key with its whole chain (oldest first).
 
-    'signed' says whether the owner key signed that grant object; unsigned ones grant nothing.
+    'signed' says whether the owner key signed a grant object, 'counts' whether the Host counts it
+    (owner-signed and about this key and scope); 'effective' is the chain's state as the Host judges it.
 
     \b
     Example:
       objstore journal grants RUN --json
     """
-    from objstore import identity
     from objstore import journal as J
 
     log = c.log()
-    subject = log.subject(run)
-    owner = identity.owner_public(log.store)
-    rows = []
-    for scope, prefix in (("run", f"run/{run}/grant/"), ("subject", f"subjects/{subject}/grant/")):
-        for ref, _ in log.store.list_refs(prefix):
-            chain = [{"id": gid, "seq": g.get("seq"), "action": g.get("action"), "role": g.get("role"),
-                      "rights": g.get("rights"), "name": g.get("name"), "reason": g.get("reason"),
-                      "supersedes": g.get("supersedes"), "time": g.get("time"),
-                      "signed": owner is not None and identity.object_signed_by(g, owner)}
-                     for gid, g in J.grant_chain(log, ref)]
-            rows.append({"ref": ref, "scope": scope, "grantee": ref.rsplit("/", 1)[1], "chain": chain})
+    rows = J.LocalJournalHost(log).grant_table(run)
     if as_json:
         _echo_json(rows)
         return
     if not rows:
-        click.echo(f"no grants on run {run} or subject {subject}")
+        click.echo(f"no grants on run {run} or subject {log.subject(run)}")
     for r in rows:
-        last = r["chain"][-1] if r["chain"] else {}
-        click.echo(f"{r['grantee']}  ({r['scope']})  now: {last.get('action')} {last.get('role')} {','.join(last.get('rights') or [])}")
+        eff = r["effective"]
+        now = f"{eff['action']} {eff['role']} {','.join(eff['rights'] or [])}" if eff else "nothing (no counting grant)"
+        click.echo(f"{r['grantee']}  ({r['scope']})  now: {now}")
         for g in r["chain"]:
             click.echo(f"  seq {g['seq']}  {g['action']:<6} {g['role']:<6} {','.join(g['rights'] or []):<10}  "
                        f"name {g['name']!r}  reason {g['reason']!r}  {g['id'].hex()[:12]}"
-                       + ("" if g["signed"] else "  UNSIGNED (grants nothing)"))
+                       + ("" if g["counts"] else "  DOES NOT COUNT (not owner-signed, or not about this key/scope)"))
 
 
 # -- compaction ------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def start_session(log, subject: str | None = None, predecessor: str | None = Non
         try:
             answer = host.read(req)
         except HostUnavailable as e:
-            answer = unavailable(f"read_failed: {e}", "startup", None)
+            answer = unavailable(f"read_failed: {e.reason}", "startup", None)
     snap = freeze(answer)
     event = {"type": STARTUP_EVENT, "answer": snap.answer_json.decode("utf-8"), "answer_sha256": snap.sha256,
              "rendered": snap.rendered}
@@ -297,7 +297,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
         try:
             answer = host.read(req)
         except HostUnavailable as e:
-            answer = unavailable(f"read_failed: {e}", "compaction", run)
+            answer = unavailable(f"read_failed: {e.reason}", "compaction", run)
     snap = freeze(answer)
     a = json.loads(snap.answer_json)
 

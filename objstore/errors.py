@@ -19,7 +19,8 @@ Exit codes (also in README.md):
 8     refused: the operation is not allowed (retained branch,
       authorization, revoked writer)
 9     limit exceeded (object too large, compactor input too long, lock timeout)
-10    operating-system error (disk full, short write, permissions)
+10    operating-system error (disk full, short write, permissions; a
+      journal Host that cannot be reached)
 ====  ==========================================================
 """
 
@@ -164,6 +165,18 @@ class LockTimeout(ObjstoreError):
 
 class CorruptLog(IntegrityError):
     msg = "integrity error: log {}: {}"
+
+
+class HostUnavailable(ObjstoreError):
+    """A journal Host that does not answer (socket gone, process dead). Compaction and startup
+    record it as the outcome ``unavailable (read_failed: …)``; only a write fails with it."""
+
+    exit_code = 10
+    msg = "journal host unavailable: {}"
+
+    @property
+    def reason(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class StorageOSError(ObjstoreError):

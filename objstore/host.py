@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 
 from . import codec, identity
-from .errors import (Conflict, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
+from .errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
                      Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
 from .identity import Request
 
@@ -45,10 +45,6 @@ PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disa
 OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
 PURPOSES = ("startup", "compaction")
 ANSWER_SCHEMA = 1
-
-
-class HostUnavailable(Exception):
-    """Raised by a host that cannot answer (socket gone, process dead, read failed)."""
 
 
 @dataclass(frozen=True)
@@ -192,19 +188,25 @@ class LocalJournalHost:
             return Principal(req.key, True, "owner", subject, None, "owner")
         return self._granted(req.key, run, subject, write=write)
 
+    @staticmethod
+    def grant_counts(ref: str, g: dict, owner: str | None) -> bool:
+        """Whether a grant object counts behind ``ref``: signed by the owner key and about the key,
+        run and subject the ref names (a genuine grant copied behind another ref grants nothing)."""
+        if owner is None or not identity.object_signed_by(g, owner):
+            return False  # unsigned (legacy) or forged objects grant nothing
+        scope, _, key = ref.rpartition("/grant/")
+        kind, _, name = scope.partition("/")
+        if g.get("grantee") != key:
+            return False
+        return g.get("run") == name if kind == "run" else (g.get("run") is None and g.get("subject") == name)
+
     def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None) -> dict | None:
-        """The newest owner-signed grant object of a chain (committed at or before ``at_entry``)
-        that is about the key, run and subject the ref names."""
+        """The newest counting grant object of a chain (committed at or before ``at_entry``)."""
         from .journal import grant_chain
 
         store = self.log.store
-        scope, _, key = ref.rpartition("/grant/")
-        kind, _, name = scope.partition("/")
         for gid, g in reversed(grant_chain(self.log, ref)):
-            if owner is None or not identity.object_signed_by(g, owner):
-                continue  # unsigned (legacy) or forged objects grant nothing
-            # a genuine grant copied behind another key's, run's or subject's ref grants nothing there
-            if g.get("grantee") != key or (g.get("run") != name if kind == "run" else (g.get("run") is not None or g.get("subject") != name)):
+            if not self.grant_counts(ref, g, owner):
                 continue
             if at_entry is not None:
                 e = store.engine.loc_entry(gid)
@@ -212,6 +214,27 @@ class LocalJournalHost:
                     continue
             return g
         return None
+
+    def grant_table(self, run: str) -> list[dict]:
+        """Every grant chain on ``run`` and on its subject: each object with whether it counts, and
+        the chain's effective state as the Host judges it (what ``objstore journal grants`` shows)."""
+        from .journal import grant_chain
+
+        subject = self.log.subject(run)
+        owner = identity.owner_public(self.log.store)
+        rows = []
+        for scope, prefix in (("run", f"run/{run}/grant/"), ("subject", f"subjects/{subject}/grant/")):
+            for ref, _ in self.log.store.list_refs(prefix):
+                chain = [{"id": gid, "seq": g.get("seq"), "action": g.get("action"), "role": g.get("role"),
+                          "rights": g.get("rights"), "name": g.get("name"), "reason": g.get("reason"),
+                          "supersedes": g.get("supersedes"), "time": g.get("time"),
+                          "signed": owner is not None and identity.object_signed_by(g, owner),
+                          "counts": self.grant_counts(ref, g, owner)}
+                         for gid, g in grant_chain(self.log, ref)]
+                eff = self._chain_state(ref, owner)
+                rows.append({"ref": ref, "scope": scope, "grantee": ref.rsplit("/", 1)[1], "chain": chain,
+                             "effective": None if eff is None else {k: eff.get(k) for k in ("action", "role", "rights", "name", "seq")}})
+        return rows
 
     def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None) -> dict | None:
         from .journal import grant_ref, subject_grant_ref
@@ -270,7 +293,9 @@ class LocalJournalHost:
             return False, str(e)
         params = {"reflects_through": _hex(j.get("reflects_through")), "checkpoint": _hex(j.get("checkpoint")),
                   "enabled": req.params.get("enabled") if isinstance(req.params, dict) else None}
-        if (req.op != "update" or req.run != session or req.key != j.get("writer") or req.params != params
+        if (req.op != "update" or req.run != session or j.get("run") != session or req.key != j.get("writer") or req.params != params
+                or (params["enabled"] is not None and j.get("enabled") is not params["enabled"])
+                or j.get("body_sha256") != hashlib.sha256(body).hexdigest()
                 or req.expect_head != _hex(j.get("previous")) or identity.body_hash(params, body) != req.body_sha256
                 or not req.sig or not identity.verify_sig(req.key, req.sig, req.message())):
             return False, f"version {j.get('version')} does not carry a valid signed request for its content"

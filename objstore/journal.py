@@ -85,9 +85,9 @@ def _scope(log, run: str | None, subject: str | None) -> tuple[str | None, str]:
         if subject is not None and subject != s:
             raise InvalidInput(f"run {run} belongs to subject {s!r}, not {subject!r}")
         return run, s
-    if not subject:
-        raise InvalidInput("a grant names a run (session) or a subject")
-    R.check_run_id(subject)
+    if not isinstance(subject, str) or not subject or "/" in subject:
+        raise InvalidInput("a grant names a run (session) or a subject (without '/')")
+    check_ref_name(subject_grant_ref(subject, "0" * 64))  # the subject must fit in a ref name
     return None, subject
 
 

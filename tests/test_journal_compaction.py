@@ -768,6 +768,10 @@ def test_c8_a_genuine_grant_copied_behind_another_ref_grants_nothing(env):
     log.store.set_ref(J.grant_ref(run, w3.public), None, g1, "copied grant")
     with pytest.raises(WriterRevoked, match="never granted"):
         J.update_journal(log, run, w3, {"x": 1})
+    # what `objstore journal grants` shows is the Host's judgement: signed, but counting for nothing
+    rows = {r["grantee"]: r for r in env.host.grant_table(run)}
+    assert rows[w3.public]["chain"][0]["signed"] is True and rows[w3.public]["chain"][0]["counts"] is False
+    assert rows[w3.public]["effective"] is None and rows[env.w1.public]["effective"]["action"] == "grant"
 
 
 def test_c8_a_segment_appended_around_the_compaction_is_never_restored(env):
