@@ -95,3 +95,13 @@ class FileReadSpy:
 
     def blob_reads(self):
         return [(p, o, n) for p, o, n in self.reads for bp, s, e in self.blob_ranges if p == bp and o < e and o + n > s]
+
+
+def new_key(tmp, name):
+    """An ed25519 key saved as ``<tmp>/<name>.key`` (and ``.pub``): (key, path)."""
+    from objstore import identity
+
+    k = identity.generate()
+    path = os.path.join(str(tmp), f"{name}.key")
+    identity.save_key(path, k)
+    return k, path

@@ -33,20 +33,13 @@ from objstore.errors import (Conflict, InvalidInput, JobCaller, ObjstoreError, R
 from objstore.host import omitted_line, project
 from objstore.verify import verify
 
-from helpers import run_cli
+from helpers import run_cli, new_key
 
 READ = {"purpose": "compaction", "budget": 1 << 16, "predecessor": None}
 NO_PARAMS = {"reflects_through": None, "checkpoint": None, "enabled": None}
 
 
 # -- fixtures and helpers ----------------------------------------------------------------------------
-
-def new_key(tmp, name):
-    k = identity.generate()
-    path = os.path.join(str(tmp), f"{name}.key")
-    identity.save_key(path, k)
-    return k, path
-
 
 @pytest.fixture
 def env(tmp_path):

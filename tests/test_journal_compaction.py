@@ -27,17 +27,10 @@ from objstore.errors import (Conflict, InvalidRecord, JobCaller, LimitExceeded, 
 from objstore.export import export
 from objstore.verify import verify
 
-from helpers import assert_prefix_kept, snapshot_tree
+from helpers import assert_prefix_kept, snapshot_tree, new_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITER = os.path.join(HERE, "journal_writer.py")
-
-
-def new_key(tmp, name):
-    k = identity.generate()
-    path = os.path.join(str(tmp), f"{name}.key")
-    identity.save_key(path, k)
-    return k, path
 
 
 @pytest.fixture
