@@ -85,7 +85,9 @@ def init(c, as_json):
     The owner key pair is made outside the store, at $OBJSTORE_KEYS/owner.key
     (default ~/.config/objstore/keys/owner.key, mode 0600); the store keeps only
     its public key (write-once ref keys/owner). The owner key signs grants and is
-    the default --key. Running init again is fine while that key matches.
+    the default --key. Running init again is fine while that key matches. A store
+    made another way (a library call, ingest) adopts the default owner key the
+    first time a signing command runs on it without --key, as init would.
 
     \b
     Example:
@@ -508,10 +510,10 @@ def _json_option(f):
     return click.option("--json", "as_json", is_flag=True, help="Print canonical JSON.")(f)
 
 
-def _caller_key(key_file):
+def _caller_key(key_file, log):
     from objstore import identity
 
-    return identity.default_key(key_file)
+    return identity.default_key(key_file, store=log.store)
 
 
 def _host(log, socket_path):
@@ -698,7 +700,7 @@ def journal_update(c, run, source, reflects_through, checkpoint, key_file, socke
 
     body = J.parse_body(source.read())
     log = c.log()
-    key = _caller_key(key_file)
+    key = _caller_key(key_file, log)
     jid, ver = J.update_journal(log, run, key, body, reflects_through=_record_arg(reflects_through),
                                 checkpoint=_record_arg(checkpoint), host=_host(log, socket_path))
     _print_version(run, jid, ver, as_json)
@@ -708,7 +710,7 @@ def _enable_cmd(c, run, enabled, key_file, socket_path, as_json):
     from objstore import journal as J
 
     log = c.log()
-    key = _caller_key(key_file)
+    key = _caller_key(key_file, log)
     jid, ver = J.set_journal_enabled(log, run, key, enabled, host=_host(log, socket_path))
     if as_json:
         _echo_json({"run": run, "journal": jid, "version": ver, "enabled": enabled})
@@ -781,7 +783,7 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
         raise click.UsageError("--supersedes grants the new key as a read-write worker; drop --role/--read-only")
     log = c.log()
     public = identity.load_public(pubkey_file)
-    owner = _caller_key(key_file)
+    owner = _caller_key(key_file, log)
     if supersedes_file is not None:
         old = identity.load_public(supersedes_file)
         rid, gid = J.supersede(log, owner, run, old, public, subject=subject, name=name, reason=reason)
@@ -821,7 +823,7 @@ def journal_revoke(c, run, subject, pubkey_file, reason, key_file, as_json):
     run, subject = _scope_args(run, subject)
     log = c.log()
     public = identity.load_public(pubkey_file)
-    gid = J.revoke(log, _caller_key(key_file), run, public, subject=subject, reason=reason)
+    gid = J.revoke(log, _caller_key(key_file, log), run, public, subject=subject, reason=reason)
     if as_json:
         _echo_json({"run": run, "subject": subject, "grantee": public, "grant": gid, "action": "revoke", "reason": reason})
     else:
@@ -886,7 +888,7 @@ def compact(c, run, keep, budget, socket_path, key_file, as_json):
     from objstore import journal as J
 
     log = c.log()
-    key = _caller_key(key_file)
+    key = _caller_key(key_file, log)
     res = J.compact(log, run, J.StubCompactor(), host=_host(log, socket_path), key=key, keep_tail=keep, budget_bytes=budget)
     snap = res.snapshot
     if as_json:
@@ -965,7 +967,7 @@ def session_start(c, subject, predecessor, run_id, budget, socket_path, key_file
     from objstore import journal as J
 
     log = c.log()
-    key = _caller_key(key_file)
+    key = _caller_key(key_file, log)
     run = J.start_session(log, subject, predecessor, run=run_id, host=_host(log, socket_path), key=key, budget_bytes=budget)
     ev = C.startup_event(log, run)
     a = json.loads(ev["answer"])

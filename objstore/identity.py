@@ -231,9 +231,15 @@ def ensure_owner_key(store, path: str | None = None) -> tuple[Key, bool]:
     return key, created
 
 
-def default_key(path: str | None = None) -> Key:
-    """The caller's key: ``path``, else ``$OBJSTORE_KEY``, else the owner key under ``$OBJSTORE_KEYS``."""
-    path = path or os.environ.get("OBJSTORE_KEY") or owner_key_path()
+def default_key(path: str | None = None, store=None) -> Key:
+    """The caller's key: ``path``, else ``$OBJSTORE_KEY``, else the owner key under ``$OBJSTORE_KEYS``.
+
+    With ``store``: a store that has no owner key yet (made by a library call or by ``ingest``)
+    adopts the default owner key, exactly as ``objstore init`` would, when that is the key in use."""
+    explicit = path or os.environ.get("OBJSTORE_KEY")
+    if explicit is None and store is not None and owner_public(store) is None:
+        return ensure_owner_key(store)[0]
+    path = explicit or owner_key_path()
     if not os.path.exists(path):
         raise Unauthenticated(f"no private key at {path} (run 'objstore init' to create the owner key, or pass --key)")
     return load_key(path)

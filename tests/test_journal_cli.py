@@ -334,3 +334,19 @@ def test_help_of_new_commands_has_an_example():
     out = ok(run_cli("compact", "--help"))
     assert "deterministic stub" in out and "--key FILE" in out and "--socket PATH" in out
     assert "8 refused (not the owner key, unauthenticated, job" in ok(run_cli("--help"))
+
+
+def test_a_store_made_without_init_adopts_the_default_owner_key_on_first_signing_command(tmp_path):
+    root = str(tmp_path / "s")
+    events = "\n".join(json.dumps(e) for e in [
+        {"v": 1, "type": "run_started", "run": "sess", "subject": "alice", "meta": {"session": True}},
+        {"v": 1, "type": "turn", "run": "sess", "role": "user", "content": "hello"},
+        {"v": 1, "type": "turn", "run": "sess", "role": "model", "content": "hi"},
+    ]) + "\n"
+    assert run_cli("ingest", "-", store=root, input=events.encode())[0] == 0  # creates the store, no key yet
+    rc, out, err = run_cli("journal", "update", "sess", "-", "--reflects-through", "latest", "--json", store=root, input=b'{"n": 1}')
+    assert rc == 0, err
+    assert os.path.exists(os.path.join(os.environ["OBJSTORE_KEYS"], "owner.key"))
+    rc, out, err = run_cli("compact", "sess", "--keep", "1", "--json", store=root)
+    assert rc == 0 and json.loads(out)["journal_outcome"] == "present", err
+    assert run_cli("verify", store=root)[0] == 0
