@@ -790,3 +790,20 @@ def test_c8_a_segment_appended_around_the_compaction_is_never_restored(env):
     comp = J.StubCompactor()
     J.compact(log, run, comp, host=env.host, key=env.w1, keep_tail=1)
     assert b"FORGED" not in comp.requests[0] and json.loads(comp.requests[0])["previous_summary"] == real.summary
+
+
+def test_c7_a_cold_restart_restores_the_same_context_without_a_host(env):
+    """The seed did not run a cold Runtime restart; here a fresh OS process restores the context
+    from the store alone (no Host given to it) and gets exactly what the running process sees."""
+    log, run = env.log, env.run
+    talk(log, run, 6)
+    J.update_journal(log, run, env.w1, entries(("e1", "open", "keep going")), reflects_through="latest")
+    J.compact(log, run, J.StubCompactor(), host=env.host, key=env.w1, keep_tail=2)
+    J.open_task(log, run, "t1", "after the compaction")
+    talk(log, run, 2, prefix="later")
+    here = codec.canonical_json(J.context(log, run))
+    code = ("import sys; from objstore import RunLog, Store, codec; from objstore import journal as J; "
+            "sys.stdout.buffer.write(codec.canonical_json(J.context(RunLog(Store.open(sys.argv[1])), sys.argv[2])))")
+    out = subprocess.run([sys.executable, "-c", code, env.root, run], capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout == here
