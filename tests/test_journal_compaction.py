@@ -807,3 +807,56 @@ def test_c7_a_cold_restart_restores_the_same_context_without_a_host(env):
     out = subprocess.run([sys.executable, "-c", code, env.root, run], capture_output=True, timeout=60)
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout == here
+
+
+def test_threads_append_update_and_compact_together(env):
+    """Agent loops are threads too: turns, journal updates and compactions from several threads of
+    one process (one shared in-process Host) lose nothing and keep every chain whole."""
+    import threading
+
+    log, run = env.log, env.run
+    talk(log, run, 4)
+    errors, done = [], []
+
+    def turns(k):
+        try:
+            for i in range(25):
+                J.record_turn(log, run, "user", f"thread {k} turn {i}")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def updates():
+        try:
+            n = 0
+            while n < 10:
+                try:
+                    J.update_journal(log, run, env.w1, {"n": n}, reflects_through="latest", host=env.host)
+                    n += 1
+                except Conflict:
+                    continue
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    def compactions():
+        try:
+            while len(done) < 5:
+                try:
+                    done.append(J.compact(log, run, J.StubCompactor(), host=env.host, key=env.w1, keep_tail=2))
+                except Conflict:
+                    continue
+        except Exception as e:  # pragma: no cover
+            errors.append(e)
+
+    ts = [threading.Thread(target=turns, args=(k,)) for k in range(3)] + [threading.Thread(target=updates),
+                                                                           threading.Thread(target=compactions)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert errors == []
+    texts = [log.store.get_blob(r.body["content"]).decode() for r in J.source_material(log, run)]
+    assert all(texts.count(f"thread {k} turn {i}") == 1 for k in range(3) for i in range(25))
+    assert J.current_journal(log, run)[1]["version"] == 10
+    chain = J.segments(log, run)
+    assert [s["seq"] for _, s in chain] == [1, 2, 3, 4, 5] and [s["previous"] for _, s in chain][1:] == [sid for sid, _ in chain][:-1]
+    assert verify(log) == []
