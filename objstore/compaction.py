@@ -37,7 +37,7 @@ from .errors import Conflict, InvalidInput, LimitExceeded
 from .host import ABSENT, OVER_BUDGET, PRESENT, UNAVAILABLE, HostUnavailable
 
 SEGMENT_SCHEMA = 2
-STARTUP_EVENT = "journal_startup"
+STARTUP_EVENT = R.STARTUP_EVENT
 
 INSTRUCTIONS = (
     "Summarize the conversation turns below for continuing the work. Fill gaps, do not copy the journal: "
@@ -193,9 +193,7 @@ def start_session(log, subject: str | None = None, predecessor: str | None = Non
 
 def startup_event(log, run: str) -> dict | None:
     """The session's typed startup event, recognised by its type only (never by body text)."""
-    meta = log.run_started(run).body.get("meta")
-    ev = meta.get("startup") if isinstance(meta, dict) else None
-    return ev if isinstance(ev, dict) and ev.get("type") == STARTUP_EVENT else None
+    return R.startup_of(log.run_started(run).body)
 
 
 # -- segments ----------------------------------------------------------------------------------------

@@ -39,6 +39,12 @@ def build_entry(view, obj: R.Record | dict) -> dict:
         raise Refused(f"export of branch {obj.branch} of run {view.run}: only the live branch ({view.live}) is exported")
     if obj.kind == R.TURN and obj.body.get("origin") != R.ORIGIN_SOURCE:
         raise Refused(f"record {obj.id.hex()} is derived material and is never exported")
+    body = obj.body
+    if obj.kind == R.RUN_STARTED and R.startup_of(body) is not None:
+        # the startup journal context is derived material: consumers learn it existed, not its text
+        ev = R.startup_of(body)
+        body = dict(body, meta=dict(body["meta"], startup={"type": R.STARTUP_EVENT, "answer_sha256": ev.get("answer_sha256"),
+                                                            "exported": False}))
     return {
         "schema": EXPORT_SCHEMA,
         "id": obj.id.hex(),
@@ -46,7 +52,7 @@ def build_entry(view, obj: R.Record | dict) -> dict:
         "branch": obj.branch,
         "lsn": obj.lsn,
         "kind": obj.kind,
-        "body": codec.to_jsonable(obj.body),
+        "body": codec.to_jsonable(body),
     }
 
 

@@ -39,6 +39,15 @@ RUN_STATUSES = ("succeeded", "failed")
 SOURCE_ROLES = ("user", "model", "tool", "system")
 ORIGIN_SOURCE = "source"
 ORIGIN_DERIVED = "derived"
+# The typed startup event in a session's run_started meta (T-745): derived material, known by its type.
+STARTUP_EVENT = "journal_startup"
+
+
+def startup_of(body: dict) -> dict | None:
+    """A run_started body's typed startup event, recognised by its ``type`` only (never by text)."""
+    meta = body.get("meta") if isinstance(body, dict) else None
+    ev = meta.get("startup") if isinstance(meta, dict) else None
+    return ev if isinstance(ev, dict) and ev.get("type") == STARTUP_EVENT else None
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 

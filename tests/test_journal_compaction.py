@@ -619,6 +619,14 @@ def test_c8_derived_never_becomes_source_even_as_user(env):
     assert next(c for c in ctx if c["kind"] == "summary")["origin"] == "derived"
     exported = json.dumps(export(log, run))
     assert "SUMMARY" not in exported and res.segment_id.hex() not in exported
+    # the startup journal context (derived, in the run_started body) is not public material either
+    J.update_journal(log, run, env.w1, {"secret plan": "STARTUP-CONTEXT-TEXT"})
+    s2 = J.start_session(log, "alice", predecessor=run, run="s2", host=env.host, key=env.owner)
+    assert "STARTUP-CONTEXT-TEXT" in C.startup_event(log, s2)["rendered"]
+    out = export(log, s2)
+    assert "STARTUP-CONTEXT-TEXT" not in json.dumps(out) and "journal context" not in json.dumps(out)
+    assert out[0]["body"]["meta"]["startup"] == {"type": "journal_startup", "answer_sha256": C.startup_event(log, s2)["answer_sha256"],
+                                                 "exported": False}
     with pytest.raises(InvalidRecord):
         log.append(run, "turn", {"role": "user", "content": log.put_blob(b"x"), "origin": "derived"})
 
