@@ -33,6 +33,7 @@ from .host import HostUnavailable, LocalJournalHost
 from .identity import Request
 
 MAX_LINE = 64 << 20  # a journal update carries its body; anything longer is refused
+IDLE_TIMEOUT = 30.0  # seconds a connection may take to send its request line
 
 
 def _status(e: ObjstoreError) -> int:
@@ -72,8 +73,13 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
     host.name = "backend"
 
     class Handler(socketserver.StreamRequestHandler):
+        timeout = IDLE_TIMEOUT  # a client that connects and sends nothing does not hold a thread forever
+
         def handle(self):
-            line = self.rfile.readline(MAX_LINE + 1)
+            try:
+                line = self.rfile.readline(MAX_LINE + 1)
+            except OSError:  # timed out or reset before a whole line came: nothing to answer
+                return
             try:
                 if len(line) > MAX_LINE:
                     raise InvalidInput("request too long")
