@@ -380,43 +380,45 @@ def _historical(log, run: str, a: dict, include: bool) -> tuple[list[dict], byte
     A text identical (same body hash) to the current journal is not repeated when the current
     answer carries the full body; when the current answer is a bounded projection, the earlier
     full text goes in once, labelled ``historical — identical to the current journal``, so the
-    continuation it held is neither lost nor doubled. Returns (items, segment id it is identical to)."""
+    continuation it held is neither lost nor doubled. Returns (items, the id of the object holding
+    the identical frozen text: a segment, or the ``run_started`` record of the startup event)."""
     cur_sha = a.get("body_sha256") if a["outcome"] in (PRESENT, OVER_BUDGET) else None
     cur_full = a["outcome"] == PRESENT
     items, seen, identical_to = [], set(), None
-    sources = []
+    sources = []  # (id of the object holding the frozen text, is the startup event, frozen fields)
     ev = startup_event(log, run)
     if ev is not None:
         sa = json.loads(ev["answer"])
         if sa["outcome"] in (PRESENT, OVER_BUDGET):
-            sources.append((None, {"outcome": sa["outcome"], "body_sha256": sa.get("body_sha256"),
-                                   "projection": sa.get("projection"), "version": sa.get("version"),
-                                   "session": sa.get("session"), "rendered": ev["rendered"]}))
+            sources.append((log.run_started(run).id, True, {
+                "outcome": sa["outcome"], "body_sha256": sa.get("body_sha256"), "projection": sa.get("projection"),
+                "version": sa.get("version"), "session": sa.get("session"), "rendered": ev["rendered"]}))
     for sid, seg in segments(log, run, trusted_only=True):
-        sources.append((sid, frozen_of(log, seg)))
+        sources.append((sid, False, frozen_of(log, seg)))
+
+    def item(label, oid, startup, f):
+        return {"label": label, "segment": None if startup else oid.hex(), "startup": startup,
+                "record": oid.hex() if startup else None, "session": f["session"], "version": f["version"],
+                "body_sha256": f["body_sha256"], "text": f["rendered"]}
+
     full_match = None
-    for sid, f in sources:
+    for oid, startup, f in sources:
         if f["outcome"] not in (PRESENT, OVER_BUDGET) or not f["body_sha256"]:
             continue
         if cur_sha and f["body_sha256"] == cur_sha:
-            if identical_to is None and sid is not None:
-                identical_to = sid
+            identical_to = identical_to or oid
             if f["projection"] == "full" and full_match is None:
-                full_match = (sid, f)
+                full_match = (oid, startup, f)
             continue
         if f["body_sha256"] in seen:
             continue
         seen.add(f["body_sha256"])
         if include:
-            items.append({"label": "historical journal text (material of its own time; its retention notes applied to its own boundary)",
-                          "segment": sid.hex() if sid else None, "startup": sid is None, "session": f["session"],
-                          "version": f["version"], "body_sha256": f["body_sha256"], "text": f["rendered"]})
+            items.append(item("historical journal text (material of its own time; its retention notes applied to its own boundary)",
+                              oid, startup, f))
     if full_match is not None and not cur_full:
-        sid, f = full_match
-        identical_to = sid if sid is not None else identical_to
-        items.append({"label": f"historical — identical to the current journal (sha256 {cur_sha})",
-                      "segment": sid.hex() if sid else None, "startup": sid is None, "session": f["session"],
-                      "version": f["version"], "body_sha256": f["body_sha256"], "text": f["rendered"]})
+        identical_to = full_match[0]
+        items.append(item(f"historical — identical to the current journal (sha256 {cur_sha})", *full_match))
     return items, identical_to
 
 

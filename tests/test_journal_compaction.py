@@ -868,3 +868,20 @@ def test_threads_append_update_and_compact_together(env):
     chain = J.segments(log, run)
     assert [s["seq"] for _, s in chain] == [1, 2, 3, 4, 5] and [s["previous"] for _, s in chain][1:] == [sid for sid, _ in chain][:-1]
     assert verify(log) == []
+
+
+def test_c6_the_startup_journal_back_over_budget_is_given_once_and_referenced(env):
+    log, run, owner = env.log, env.run, env.owner
+    marker = "STARTUP-CONTINUATION"
+    body = entries(("e1", "done", marker + " " + "q" * 400), ("e2", "done", "r" * 400))
+    J.update_journal(log, run, env.w1, body)
+    s2 = J.start_session(log, "alice", predecessor=run, run="s2", host=env.host, key=owner)  # full text frozen at startup
+    talk(log, s2, 4)
+    comp = J.StubCompactor()
+    res = J.compact(log, s2, comp, host=env.host, key=owner, keep_tail=1, budget_bytes=300)  # same body, over budget now
+    assert res.snapshot.outcome == "over_budget" and res.snapshot.session == run
+    req = comp.requests[0].decode()
+    assert req.count(marker) == 1
+    ident = [h for h in json.loads(req)["historical_journals"] if h["label"].startswith("historical — identical")]
+    assert len(ident) == 1 and ident[0]["startup"] is True and ident[0]["record"] == log.run_started(s2).id.hex()
+    assert res.segment["snapshot"]["identical_to"] == log.run_started(s2).id
