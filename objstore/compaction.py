@@ -24,6 +24,7 @@ transport and storage, not summary quality.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -59,21 +60,29 @@ class Snapshot:
     sha256: str
     rendered: str
 
+    def _doc(self) -> dict:
+        """The answer parsed from the frozen bytes, once (what callers get are copies)."""
+        d = self.__dict__.get("_parsed")
+        if d is None:
+            d = json.loads(self.answer_json)
+            object.__setattr__(self, "_parsed", d)
+        return d
+
     @property
     def answer(self) -> types.MappingProxyType:
-        return types.MappingProxyType(json.loads(self.answer_json))
+        return types.MappingProxyType(copy.deepcopy(self._doc()))
 
     def __getattr__(self, name: str) -> Any:  # outcome, reason, session, version, text, … from the frozen bytes
         if name.startswith("_"):
             raise AttributeError(name)
-        a = json.loads(object.__getattribute__(self, "answer_json"))
+        a = self._doc()
         if name in a:
-            return a[name]
+            return copy.deepcopy(a[name])
         raise AttributeError(name)
 
     @property
     def provenance(self) -> dict:
-        a = json.loads(self.answer_json)
+        a = self._doc()
         return {"origin": R.ORIGIN_DERIVED, "kind": "journal_context", "host": a.get("host"), "purpose": a.get("purpose"),
                 "prompt_source": a.get("prompt_source"), "projection": a.get("projection"),
                 "selection": a.get("selection", {}).get("rule"), "answer_sha256": self.sha256}
@@ -234,16 +243,26 @@ def frozen_of(log, seg: dict) -> dict:
             "rendered": log.store.get_blob(j["rendered"]).decode("utf-8"), "identical_to": None}
 
 
+def frozen_of_startup(ev: dict) -> dict:
+    """A startup event's frozen snapshot, in ``frozen_of``'s shape."""
+    sa = json.loads(ev["answer"])
+    return {"outcome": sa["outcome"], "body_sha256": sa.get("body_sha256"), "projection": sa.get("projection"),
+            "answer_sha256": ev["answer_sha256"], "version": sa.get("version"), "session": sa.get("session"),
+            "rendered": ev["rendered"], "identical_to": None}
+
+
 def _timeline(log, run: str, view):
-    """(live lineage, id -> position, applicable segment) shared by compaction and restore."""
+    """(live lineage, id -> position, trusted segments oldest first, applicable segment), shared by
+    compaction and restore: the segment chain is walked and its signatures checked once."""
     lineage = log.lineage(view, view.live)
     idx = {r.id: i for i, r in enumerate(lineage)}
-    return lineage, idx, _applicable(log, run, idx)
+    segs = segments(log, run, trusted_only=True)
+    return lineage, idx, segs, _applicable(segs, idx)
 
 
-def _applicable(log, run: str, idx: dict) -> tuple[bytes, dict] | None:
+def _applicable(segs: list, idx: dict) -> tuple[bytes, dict] | None:
     """The newest segment whose covered turns are on the live timeline (after a rewind, an older one)."""
-    for sid, seg in reversed(segments(log, run, trusted_only=True)):
+    for sid, seg in reversed(segs):
         if seg["covered_through"] is None or seg["covered_through"] in idx:
             return sid, seg
     return None
@@ -285,7 +304,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     head = log.store.read_ref(segments_ref(run))  # the segment this compaction builds on; CAS from it at the end
     head = head if isinstance(head, bytes) else None
     view = log.view(run)
-    lineage, idx, prev = _timeline(log, run, view)
+    lineage, idx, segs, prev = _timeline(log, run, view)
 
     # The one read; the answer is frozen before anything is built from it.
     if host is None:
@@ -310,7 +329,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
 
     prev_summary = log.store.get_blob(prev[1]["summary"]).decode("utf-8") if prev else ""
     # the startup snapshot too: before the first segment it is the only old journal the compactor can see
-    hist, identical_to = _historical(log, run, a, historical)
+    hist, identical_to = _historical(log, run, a, historical, segs)
 
     def turn_item(r):
         return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body["role"],
@@ -374,7 +393,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     return CompactionResult(sid, seg, snap, snap.rendered, request_bytes, summary)
 
 
-def _historical(log, run: str, a: dict, include: bool) -> tuple[list[dict], bytes | None]:
+def _historical(log, run: str, a: dict, include: bool, segs: list) -> tuple[list[dict], bytes | None]:
     """Earlier frozen journal texts for the compactor, each body once, labelled historical.
 
     A text identical (same body hash) to the current journal is not repeated when the current
@@ -388,12 +407,8 @@ def _historical(log, run: str, a: dict, include: bool) -> tuple[list[dict], byte
     sources = []  # (id of the object holding the frozen text, is the startup event, frozen fields)
     ev = startup_event(log, run)
     if ev is not None:
-        sa = json.loads(ev["answer"])
-        if sa["outcome"] in (PRESENT, OVER_BUDGET):
-            sources.append((log.run_started(run).id, True, {
-                "outcome": sa["outcome"], "body_sha256": sa.get("body_sha256"), "projection": sa.get("projection"),
-                "version": sa.get("version"), "session": sa.get("session"), "rendered": ev["rendered"]}))
-    for sid, seg in segments(log, run, trusted_only=True):
+        sources.append((log.run_started(run).id, True, frozen_of_startup(ev)))
+    for sid, seg in segs:
         sources.append((sid, False, frozen_of(log, seg)))
 
     def item(label, oid, startup, f):
@@ -429,7 +444,7 @@ def context(log, run: str, view=None) -> list[dict]:
     labelled) — or, before any, the session's startup event — the open tasks, the retained tail,
     then later turns (source). Never calls a Host."""
     view = view or log.view(run)
-    lineage, idx, app = _timeline(log, run, view)
+    lineage, idx, _, app = _timeline(log, run, view)
     items = []
     start = 0
     retained: set = set()
@@ -450,10 +465,11 @@ def context(log, run: str, view=None) -> list[dict]:
     else:
         ev = startup_event(log, run)
         if ev is not None:
-            sa = json.loads(ev["answer"])
+            f = frozen_of_startup(ev)
+            prov = Snapshot(ev["answer"].encode("utf-8"), f["answer_sha256"], f["rendered"]).provenance
             items.append({"origin": R.ORIGIN_DERIVED, "kind": "journal_startup", "role": None, "segment": None,
-                          "outcome": sa["outcome"], "sha256": ev["answer_sha256"], "body_sha256": sa.get("body_sha256"),
-                          "provenance": freeze(ev["answer"].encode()).provenance, "text": ev["rendered"]})
+                          "outcome": f["outcome"], "sha256": f["answer_sha256"], "body_sha256": f["body_sha256"],
+                          "provenance": prov, "text": f["rendered"]})
         tasks = _tasks_at(log, lineage, idx, None)
     items.append({"origin": R.ORIGIN_SOURCE, "kind": "tasks", "role": None, "open": tasks})
     if app:

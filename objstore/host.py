@@ -145,6 +145,15 @@ class LocalJournalHost:
         self.clock = clock
         self._nonces: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._owner: str | None = None
+
+    @property
+    def owner(self) -> str | None:
+        """The store's owner public key. ``keys/owner`` is written once, so once found it is kept
+        (it was read and parsed from its blob several times per request)."""
+        if self._owner is None:
+            self._owner = identity.owner_public(self.log.store)
+        return self._owner
 
     # -- authorization ---------------------------------------------------------------------------
     def authorize(self, req: Request, body: bytes = b"", *, write: bool = False) -> Principal:
@@ -184,7 +193,7 @@ class LocalJournalHost:
             subject = req.subject
         else:
             raise InvalidInput("a request names a run or a subject")
-        if req.key == identity.owner_public(self.log.store):
+        if req.key == self.owner:
             return Principal(req.key, True, "owner", subject, None, "owner")
         return self._granted(req.key, run, subject, write=write)
 
@@ -221,7 +230,7 @@ class LocalJournalHost:
         from .journal import grant_chain
 
         subject = self.log.subject(run)
-        owner = identity.owner_public(self.log.store)
+        owner = self.owner
         rows = []
         for scope, prefix in (("run", f"run/{run}/grant/"), ("subject", f"subjects/{subject}/grant/")):
             for ref, _ in self.log.store.list_refs(prefix):
@@ -239,7 +248,7 @@ class LocalJournalHost:
     def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None) -> dict | None:
         from .journal import grant_ref, subject_grant_ref
 
-        owner = identity.owner_public(self.log.store)
+        owner = self.owner
         g = self._chain_state(grant_ref(run, key), owner, at_entry) if run is not None else None
         if g is None:
             g = self._chain_state(subject_grant_ref(subject, key), owner, at_entry)
@@ -263,7 +272,7 @@ class LocalJournalHost:
 
     def _elsewhere(self, key: str, run: str | None, subject: str) -> None:
         """A key without a grant here: if it holds one on another session or subject, say so."""
-        owner = identity.owner_public(self.log.store)
+        owner = self.owner
         for name, _ in self.log.store.list_refs():
             if not name.endswith(f"/grant/{key}"):
                 continue
@@ -282,7 +291,6 @@ class LocalJournalHost:
         """Whether a journal version was written through a Host by a key allowed to write it then."""
         store = self.log.store
         entry = store.engine.loc_entry(jid)
-        owner = identity.owner_public(store)
         if j.get("v") != 2:
             if self._legacy_ok(jid):
                 return True, "legacy version written before the store had an owner key"
@@ -303,17 +311,21 @@ class LocalJournalHost:
         # written (not JSON, not canonical, not an object) is not served (it crashed project).
         if _body_problem(body) is not None:
             return False, f"version {j.get('version')} does not hold a canonical journal body"
-        if req.key == owner:
-            return True, "written by the owner"
-        g = self.grant_state(req.key, session, self.log.subject(session), at_entry=entry)
-        if g is None or g["action"] != "grant" or "write" not in g["rights"] or g.get("role") != "worker":
+        if not self._allowed_at(req.key, session, entry, "write"):
             return False, f"version {j.get('version')} was written by a key without a write grant at the time"
-        return True, "written by a granted worker"
+        return True, "written by the owner or a granted worker"
+
+    def _allowed_at(self, key: str, session: str, entry: int | None, right: str) -> bool:
+        """Whether ``key`` was the owner, or a worker granted ``right`` on ``session``, at log entry ``entry``."""
+        if key == self.owner:
+            return True
+        g = self.grant_state(key, session, self.log.subject(session), at_entry=entry)
+        return g is not None and g["action"] == "grant" and right in g["rights"] and g.get("role") == "worker"
 
     def _legacy_ok(self, oid: bytes) -> bool:
         """An unsigned (schema-1) object counts only if it predates the store's owner key."""
         store = self.log.store
-        if identity.owner_public(store) is None:
+        if self.owner is None:
             return True
         okey = store.read_ref(identity.OWNER_REF)
         oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
@@ -329,12 +341,9 @@ class LocalJournalHost:
         signer = seg.get("signer")
         if seg.get("run") != session or not isinstance(signer, str) or not identity.object_signed_by(seg, signer):
             return False, "segment is not signed by its compacting key"
-        if signer == identity.owner_public(self.log.store):
-            return True, "compacted by the owner"
-        g = self.grant_state(signer, session, self.log.subject(session), at_entry=self.log.store.engine.loc_entry(sid))
-        if g is None or g["action"] != "grant" or "read" not in g["rights"] or g.get("role") != "worker":
+        if not self._allowed_at(signer, session, self.log.store.engine.loc_entry(sid), "read"):
             return False, "segment was signed by a key without a grant at the time"
-        return True, "compacted by a granted worker"
+        return True, "compacted by the owner or a granted worker"
 
     def _read_journal(self, session: str, budget: int) -> dict:
         from .journal import current_journal
