@@ -21,10 +21,23 @@ Exit codes (also in README.md):
 9     limit exceeded (object too large, compactor input too long, lock timeout)
 10    operating-system error (disk full, short write, permissions; a
       journal Host that cannot be reached)
+11    state cache error: the derived SQLite cache cannot be read or
+      written (``objstore rebuild`` remakes it from the objects)
+130   interrupted (Ctrl-C)
 ====  ==========================================================
+
+Every error has a stable kebab-case ``code`` (``RunNotFound`` → ``run-not-found``)
+and ``to_json()`` gives the one JSON shape the CLI prints under ``--json``.
 """
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def _kebab(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "-", name).lower()
 
 
 class ObjstoreError(Exception):
@@ -33,9 +46,17 @@ class ObjstoreError(Exception):
     exit_code = 2
     msg = "objstore error: {}"
 
-    def __init__(self, *args):
+    def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         self.args = args
+
+    @property
+    def code(self) -> str:
+        """Stable machine name of the error: the class name in kebab case."""
+        return _kebab(type(self).__name__)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.code, "message": str(self), "exit": self.exit_code}
 
     def __str__(self) -> str:
         try:
@@ -189,3 +210,24 @@ class StorageOSError(ObjstoreError):
 class StoreNeedsUpgrade(ObjstoreError):
     exit_code = 5
     msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 2"
+
+
+class StateCacheError(ObjstoreError):
+    """The derived SQLite state cache failed (locked, damaged, wrong column type). Nothing in
+    the objects is lost: ``objstore rebuild`` remakes the cache from them."""
+
+    exit_code = 11
+    msg = "state cache error while trying to {}: {} (run 'objstore rebuild' to remake it from the objects)"
+
+
+class AmbiguousRun(InvalidInput):
+    """A run prefix that names more than one run."""
+
+    msg = "ambiguous run {!r}: it matches {}"
+
+
+class Interrupted(ObjstoreError):
+    """Ctrl-C (SIGINT). Everything committed before it stays; nothing is half-written."""
+
+    exit_code = 130
+    msg = "interrupted"
