@@ -16,8 +16,10 @@ def snapshot_tree(root):
     return out
 
 
-def run_cli(*args, store=None, input=None, cwd=None, env_extra=None):
-    """Run the real `objstore` CLI in a subprocess: exit code, stdout, stderr."""
+def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=None):
+    """Run the real `objstore` CLI in a subprocess: exit code, stdout, stderr.
+
+    ``exit_code=N`` asserts the exit code (borg's ``cmd(..., exit_code=N)``), showing stderr when it differs."""
     env = dict(os.environ)
     env.pop("OBJSTORE_DIR", None)
     if env_extra:
@@ -27,7 +29,10 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None):
         cmd += ["--store", store]
     cmd += list(args)
     p = subprocess.run(cmd, input=input, capture_output=True, cwd=cwd, env=env, timeout=120)
-    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    if exit_code is not None:
+        assert p.returncode == exit_code, f"objstore {' '.join(map(str, args))}: exit {p.returncode}, expected {exit_code}\nstderr: {err}"
+    return p.returncode, out, err
 
 
 def raw_objects(store):
