@@ -20,12 +20,20 @@ import os
 import sqlite3
 import time
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
 import msgspec
 
 from . import codec
 from . import records as R
+from .errors import StateCacheError
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
+
+if TYPE_CHECKING:
+    from .chain import ChainReader, View
+    from .store import Store
 
 SCHEMA_VERSION = "3"
 
@@ -52,6 +60,26 @@ _OLD_TABLES = ("rec", "intent", "commit_")  # schema 2's, dropped on sight
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
 
+# What a damaged or foreign cache row raises when read: a query then answers from the log.
+_ROW_DAMAGE = (sqlite3.Error, OSError, msgspec.DecodeError, TypeError, ValueError, KeyError, IndexError)
+
+
+def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Turn the SQLite and OS failures of a cache operation into ``StateCacheError`` (exit 11):
+    no ``sqlite3.Error`` leaves the library."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def op(*args: Any, **kw: Any) -> Any:
+            try:
+                return fn(*args, **kw)
+            except (sqlite3.Error, OSError) as e:
+                raise StateCacheError(operation, e) from e
+
+        op.__name__, op.__doc__, op.__qualname__ = fn.__name__, fn.__doc__, fn.__qualname__
+        return op
+
+    return wrap
+
 
 def attempt_view(rec: R.Record, run_workflow_version) -> dict:
     """The seed's AttemptView, exactly its fields; blob refs as hex, never bodies."""
@@ -69,24 +97,24 @@ def attempt_view(rec: R.Record, run_workflow_version) -> dict:
     }
 
 
-def refold_branch(log, view, branch: int) -> tuple[dict, dict | None, list[dict]]:
+def refold_branch(chains, view, branch: int) -> tuple[dict, dict | None, list[dict]]:
     """Cold re-fold from raw objects: (folded state, fork object, attempt views in query order).
 
     The oracle the cache is checked against; it never looks at the cache.
     """
     with no_gc():
-        return _refold_branch(log, view, branch)
+        return _refold_branch(chains, view, branch)
 
 
-def _refold_branch(log, view, branch):
-    fk = log.fork_object(view, branch)
+def _refold_branch(chains, view, branch):
+    fk = chains.fork_object(view, branch)
     state = empty_state()
     atts = []
-    for r in log.iter_lineage(view, branch):
+    for r in chains.iter_lineage(view, branch):
         apply(state, r)  # workflow_version as folded at each record, as the cache sees it
         if r.branch == branch and r.kind == R.ATTEMPT:
             atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
-    log.store.forget_decoded()
+    chains.store.forget_decoded()
     atts.sort(key=lambda t: t[:3])
     return state, fk, [a[3] for a in atts]
 
@@ -96,14 +124,15 @@ class StateCache:
         self.path = path
         self._db = None
 
-    def rebuild(self, log, run: str | None = None) -> list[str]:
+    @_cache_op("rebuild the state cache")
+    def rebuild(self, chains: ChainReader, run: str | None = None) -> list[str]:
         """Drop the cache (of one run, or all) and fold it again from the raw objects; returns the runs."""
-        runs = [run] if run else log.runs()
+        runs = [run] if run else chains.runs()
         for r in runs:
-            log.view(r)  # an unknown run fails before anything is dropped
+            chains.view(r)  # an unknown run fails before anything is dropped
         self.drop(run)
         for r in runs:
-            self.refresh(log, log.view(r))
+            self.refresh(chains, chains.view(r))
         return runs
 
     def exists(self) -> bool:
@@ -153,6 +182,7 @@ class StateCache:
         return cls(os.path.join(store.root, "state.db"))
 
     # -- maintenance ---------------------------------------------------------
+    @_cache_op("drop cached state")
     def drop(self, run: str | None = None) -> None:
         """Forget cached state (all runs, or one): the next query rebuilds or re-folds."""
         with self._tx():
@@ -174,28 +204,30 @@ class StateCache:
 
         return _T()
 
+    @_cache_op("read cached state")
     def cached(self, run: str) -> dict:
         """branch -> (head it reflects, tip LSN, state dict) as stored."""
         rows = self.db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
         return {b: (bytes(h), t, _dec.decode(s)) for b, h, t, s in rows}
 
     # -- refresh ---------------------------------------------------------------
-    def refresh(self, log, view, branches=None) -> None:
+    @_cache_op("refresh the state cache")
+    def refresh(self, chains: ChainReader, view: View, branches: list[int] | None = None) -> None:
         for b in sorted(view.heads) if branches is None else branches:
-            self._refresh_branch(log, view, b)
+            self._refresh_branch(chains, view, b)
 
-    def read_branch(self, log, view, branch: int):
+    def read_branch(self, chains, view, branch: int):
         """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
         one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds):
         behind a pinned view, busy, read-only or unreadable — a cache never makes a query fail."""
         try:
-            return self._read_branch(log, view, branch)
-        except (sqlite3.Error, OSError):
+            return self._read_branch(chains, view, branch)
+        except _ROW_DAMAGE:
             self._db = None
             return None
 
-    def _read_branch(self, log, view, branch: int):
-        if not self.try_refresh(log, view, branch):
+    def _read_branch(self, chains, view, branch: int):
+        if not self.try_refresh(chains, view, branch):
             return None
         db = self.db
         db.execute("BEGIN")
@@ -208,61 +240,74 @@ class StateCache:
             db.execute("COMMIT")
         return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags
 
-    def summary(self, log, view, branch: int) -> dict:
+    def summary(self, chains, view, branch: int) -> dict:
         """``summary_of`` the branch's folded state at the view's head, without loading the whole state."""
-        return self._at_head(log, view, branch, "summary", lambda st: summary_of(st))
+        return self._at_head(chains, view, branch, "summary", lambda st: summary_of(st))
 
-    def state(self, log, view, branch: int) -> dict:
+    def state(self, chains, view, branch: int) -> dict:
         """The folded state of ``branch`` at the view's head."""
-        return self._at_head(log, view, branch, "state", lambda st: st)
+        return self._at_head(chains, view, branch, "state", lambda st: st)
 
-    def _at_head(self, log, view, branch, column, from_refold):
+    def _at_head(self, chains, view, branch, column, from_refold):
         try:
-            if self.try_refresh(log, view, branch):
+            if self.try_refresh(chains, view, branch):
                 row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
                 if row is not None and bytes(row[0]) == view.head(branch):
                     return _dec.decode(row[1])
-        except (sqlite3.Error, OSError):
+        except _ROW_DAMAGE:
             self._db = None
         # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
-        return from_refold(refold_branch(log, view, branch)[0])
+        return from_refold(refold_branch(chains, view, branch)[0])
 
-    def attempt_rows(self, run: str, branch: int):
+    @_cache_op("read cached attempts")
+    def attempt_rows(self, run: str, branch: int) -> Iterator[tuple[int, int, int, bytes]]:
         """(step, attempt, lsn, canonical JSON of the view) of a branch's cached attempts, streamed."""
         return self.db.execute("SELECT step, attempt, lsn, view FROM attempt WHERE run=? AND branch=?", (run, branch))
 
+    @_cache_op("read cached attempts")
     def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
         rows = self.db.execute(
             "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)
         ).fetchall()
         return [r[0] for r in rows]
 
-    def _ahead_of(self, log, view, branch: int, tip: int) -> bool:
+    def _ahead_of(self, chains, view, branch: int, tip: int) -> bool:
         """True if the cached row (at ``tip``) is newer than the view's head (an older pinned
         view): the log's chain index holds the view's head at an LSN below the row's."""
         head = view.head(branch)
-        head_lsn = log._next_of(head)[0] - 1
+        head_lsn = chains.next_of(head)[0] - 1
         if tip <= head_lsn:
             return False
-        return head_lsn < 0 or log.store.indexed_record(view.run, branch, head_lsn) == head
+        return head_lsn < 0 or chains.store.indexed_record(view.run, branch, head_lsn) == head
 
-    def try_refresh(self, log, view, branch: int) -> bool:
+    @staticmethod
+    def _valid_row(row: tuple | None) -> bool:
+        """Whether a ``branch`` row has the types this code wrote (a cache edited by hand, or by
+        another version, may not): a row that does not is thrown away and folded again."""
+        if row is None:
+            return False
+        head, tip = row[0], row[1]
+        return isinstance(head, bytes) and len(head) == 32 and type(tip) is int and all(
+            v is None or isinstance(v, bytes) for v in row[2:4]) and all(v is None or type(v) is int for v in row[4:6])
+
+    def try_refresh(self, chains, view, branch: int) -> bool:
         """Bring ``branch`` up to the view's head; False if the cache is already past it
         (an older pinned view), in which case the caller answers by re-folding."""
-        row = self.db.execute("SELECT head, tip_lsn FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-        if row is not None and bytes(row[0]) != view.head(branch) and self._ahead_of(log, view, branch, row[1]):
+        row = self.db.execute("SELECT head, tip_lsn, NULL, NULL, NULL, NULL FROM branch WHERE run=? AND branch=?",
+                              (view.run, branch)).fetchone()
+        if self._valid_row(row) and row[0] != view.head(branch) and self._ahead_of(chains, view, branch, row[1]):
             return False
-        self._refresh_branch(log, view, branch)
+        self._refresh_branch(chains, view, branch)
         return True
 
-    def _refresh_branch(self, log, view, branch: int) -> None:
+    def _refresh_branch(self, chains, view, branch: int) -> None:
         with no_gc():
             try:
-                self._refresh(log, view, branch)
+                self._refresh(chains, view, branch)
             finally:
-                log.store.forget_decoded()
+                chains.store.forget_decoded()
 
-    def _refresh(self, log, view, branch: int) -> None:
+    def _refresh(self, chains, view, branch: int) -> None:
         """Catch one branch's row up to the view's head in one transaction, streaming the records
         it lacks from the log's chain index (memory does not grow with history)."""
         run = view.run
@@ -272,35 +317,50 @@ class StateCache:
         try:
             row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?",
                              (run, branch)).fetchone()
+            if row is not None and not self._valid_row(row):
+                db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
+                db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                row = None
             if row is not None and bytes(row[0]) == head:
                 db.execute("COMMIT")
                 return
-            if row is not None and self._ahead_of(log, view, branch, row[1]):
+            if row is not None and self._ahead_of(chains, view, branch, row[1]):
                 db.execute("COMMIT")
                 return  # an older view must not wind the cache back; readers of it re-fold
             if row is not None:
                 cached, tip = bytes(row[0]), row[1]
                 on_chain = (tip < 0 and row[3] is not None and bytes(row[3]) == cached) or (
-                    tip >= 0 and log.store.indexed_record(run, branch, tip) == cached)
+                    tip >= 0 and chains.store.indexed_record(run, branch, tip) == cached)
                 if not on_chain:  # the cached head is not on the chain: the cache is wrong, not merely behind
                     db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
                     db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
                     row = None
             if row is None:
-                fk = log.fork_object(view, branch)
+                fk = chains.fork_object(view, branch)
                 if fk is not None:
-                    state = fold(log.iter_lineage(view, fk["parent_branch"], upto=fk["parent_lsn"]))
+                    state = fold(chains.iter_lineage(view, fk["parent_branch"], upto=fk["parent_lsn"]))
                     fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
                 else:
                     state, fork_id, pb, pl = empty_state(), None, None, None
                 start = 0
             else:
-                state, fork_id, pb, pl = _dec.decode(row[2]), row[3], row[4], row[5]
+                try:
+                    state = _dec.decode(row[2])
+                    if not isinstance(state, dict) or set(state) != set(empty_state()):
+                        raise ValueError("not a folded state")
+                except (msgspec.DecodeError, ValueError):  # a damaged row: fold the branch again
+                    db.execute("ROLLBACK")
+                    db.execute("BEGIN IMMEDIATE")
+                    db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
+                    db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                    db.execute("COMMIT")
+                    return self._refresh(chains, view, branch)
+                fork_id, pb, pl = row[3], row[4], row[5]
                 start = row[1] + 1
             tip = start - 1
             att_rows = []
             jenc = codec.canonical_json_plain
-            for r in log.iter_own(view, branch, start=start):
+            for r in chains.iter_own(view, branch, start=start):
                 apply(state, r)
                 tip = r.lsn
                 if r.kind == R.ATTEMPT:

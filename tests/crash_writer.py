@@ -31,7 +31,7 @@ def rewind():
     head = view.heads[view.live]
     if log.store.get(head)[0] == codec.FORK:
         return None
-    nxt = log._next_of(head)[0]
+    nxt = log.next_of(head)[0]
     return log.rewind(run, rnd.randrange(nxt), reason=f"crash round {seed}")
 
 
