@@ -35,6 +35,7 @@ from typing import Any, Callable, Protocol
 from . import codec, identity
 from . import records as R
 from .errors import Conflict, InvalidInput, LimitExceeded
+from .runrefs import segments_ref
 from .host import ABSENT, OVER_BUDGET, PRESENT, UNAVAILABLE, HostUnavailable
 
 SEGMENT_SCHEMA = 2
@@ -224,10 +225,6 @@ def segments(log, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, 
         check = LocalJournalHost(log).segment_trusted
         out = [(sid, seg) for sid, seg in out if check(run, sid, seg)[0]]
     return out
-
-
-def segments_ref(run: str) -> str:
-    return f"run/{run}/segments"
 
 
 def frozen_of(log, seg: dict) -> dict:

@@ -42,6 +42,7 @@ import msgspec
 import zstandard
 
 from . import codec, segindex
+from .runrefs import run_of as _run_of
 from .refs import _NOT_A_CHAIN, check_move, forward_only
 from .fileutil import write_derived
 from .errors import (
@@ -72,7 +73,6 @@ TAIL_WINDOW = 4 << 20  # readers take in the log's tail this many bytes at a tim
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
 ZSTD_LEVEL = 1
 COMP_RAW, COMP_ZSTD = 0, 1
-SYMREF = "ref: "
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -376,14 +376,6 @@ class Tables:
         t.starts = m["starts"]
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
-
-
-def _run_of(name: str) -> str | None:
-    if name.startswith("run/"):
-        i = name.find("/", 4)
-        if i > 4:
-            return name[4:i]
-    return None
 
 
 class Txn:

@@ -30,7 +30,7 @@ from typing import Iterator, NamedTuple
 import blake3
 import zstandard
 
-from . import codec
+from . import codec, runrefs
 from .errors import CorruptPack, IntegrityError, ObjectNotFound, StoreFormatError, StoreNotFound
 
 LOOSE_MAGIC = b"OSO\x01"
@@ -42,7 +42,7 @@ _TRAILER = struct.Struct("<Q32s4s")  # index offset, blake3 of all bytes before,
 _BLOCK = struct.Struct("<BII")  # compression, raw length, stored length
 _ENTRY = struct.Struct("<32sIII")  # id, block number, offset in block, length
 MAX_INMEMORY = 1 << 30  # a frame claiming more than this is corrupt (format 1's own limit)
-SYMREF = "ref: "
+SYMREF = runrefs.SYMREF_PREFIX
 
 
 class Move(NamedTuple):

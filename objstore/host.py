@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import codec, identity
+from . import codec, identity, runrefs
 from .errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
                      Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
 from .identity import Request
@@ -232,7 +232,7 @@ class LocalJournalHost:
         subject = self.log.subject(run)
         owner = self.owner
         rows = []
-        for scope, prefix in (("run", f"run/{run}/grant/"), ("subject", f"subjects/{subject}/grant/")):
+        for scope, prefix in (("run", runrefs.run_grant_prefix(run)), ("subject", runrefs.subject_grant_prefix(subject))):
             for ref, _ in self.log.store.list_refs(prefix):
                 chain = [{"id": gid, "seq": g.get("seq"), "action": g.get("action"), "role": g.get("role"),
                           "rights": g.get("rights"), "name": g.get("name"), "reason": g.get("reason"),
@@ -246,12 +246,11 @@ class LocalJournalHost:
         return rows
 
     def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None) -> dict | None:
-        from .journal import grant_ref, subject_grant_ref
 
         owner = self.owner
-        g = self._chain_state(grant_ref(run, key), owner, at_entry) if run is not None else None
+        g = self._chain_state(runrefs.run_grant_ref(run, key), owner, at_entry) if run is not None else None
         if g is None:
-            g = self._chain_state(subject_grant_ref(subject, key), owner, at_entry)
+            g = self._chain_state(runrefs.subject_grant_ref(subject, key), owner, at_entry)
         return g
 
     def _granted(self, key: str, run: str | None, subject: str, *, write: bool) -> Principal:
@@ -384,11 +383,9 @@ class LocalJournalHost:
         """Other sessions of ``subject`` with a journal, newest journal version (by log position) first."""
         store = self.log.store
         found = []
-        for name, val in store.list_refs("run/"):
-            if not name.endswith("/journal") or not isinstance(val, bytes):
-                continue
-            run = name[4:-8]
-            if run in exclude or "/" in run:
+        for name, val in store.list_refs(runrefs.RUN_PREFIX):
+            run = runrefs.journal_run(name)
+            if run is None or not isinstance(val, bytes) or run in exclude:
                 continue
             try:
                 if self.log.subject(run) != subject:
@@ -454,7 +451,7 @@ class LocalJournalHost:
     # -- writing -----------------------------------------------------------------------------------
     def update(self, req: Request, body: bytes) -> dict:
         """Write the next journal version of ``req.run``; CAS on the head the request names."""
-        from .journal import JOURNAL_SCHEMA, check_body, journal_ref
+        from .journal import JOURNAL_SCHEMA, check_body
 
         if not isinstance(req, Request) or req.op != "update":
             raise InvalidInput("a journal update is a signed request with op 'update'")
@@ -462,10 +459,7 @@ class LocalJournalHost:
         run = req.run
         if run is None:
             raise InvalidInput("a journal update names its session")
-        try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise InvalidInput(f"journal body is not JSON: {e}") from None
+        doc = codec.parse_json(body, "journal body")  # the one input parser: the body came over a wire
         check_body(doc)
         if codec.canonical_json(doc) != body:
             raise InvalidInput("journal body must be sent as canonical JSON (sorted keys, ',' ':' separators, UTF-8)")
@@ -477,10 +471,10 @@ class LocalJournalHost:
         rt, cp = self._own_record(run, p["reflects_through"], "reflects_through"), self._own_record(run, p["checkpoint"], "checkpoint")
         store = self.log.store
         with store.batch():
-            cur = store.read_ref(journal_ref(run))
+            cur = store.read_ref(runrefs.journal_ref(run))
             cur = cur if isinstance(cur, bytes) else None
             if _hex(cur) != req.expect_head:
-                raise Conflict(journal_ref(run), req.expect_head or "(none)", _hex(cur) or "(none)")
+                raise Conflict(runrefs.journal_ref(run), req.expect_head or "(none)", _hex(cur) or "(none)")
             old = store.get_typed(cur, codec.JOURNAL) if cur else None
             enabled = p["enabled"] if p["enabled"] is not None else (old.get("enabled", True) if old else True)
             obj = {"v": JOURNAL_SCHEMA, "run": run, "version": (old["version"] + 1) if old else 1,
@@ -488,7 +482,7 @@ class LocalJournalHost:
                    "reflects_through": rt, "checkpoint": cp, "enabled": enabled, "previous": cur,
                    "writer": req.key, "request": req.to_json(), "time": time.time()}
             jid = store.put(codec.JOURNAL, obj)
-            store.set_ref(journal_ref(run), cur, jid, f"journal v{obj['version']} by {principal.name}")
+            store.set_ref(runrefs.journal_ref(run), cur, jid, f"journal v{obj['version']} by {principal.name}")
         return {"journal": jid.hex(), "version": obj["version"]}
 
     def _own_record(self, run: str, h, what: str) -> bytes | None:

@@ -29,10 +29,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from . import codec
+from . import codec, runrefs
 from .errors import InvalidInput, Refused, StorageOSError, Unauthenticated
 
-OWNER_REF = "keys/owner"
+OWNER_REF = runrefs.OWNER_REF
 MAX_SKEW = 300.0  # seconds a signed request may be old (or ahead) when the Host checks it
 _REQ_DOMAIN = b"objstore-request-v1\x00"
 _OBJ_DOMAIN = b"objstore-signed-object-v1\x00"

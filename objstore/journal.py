@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 
 from . import codec, identity
@@ -36,28 +35,16 @@ from . import records as R
 from .errors import InvalidInput, Refused
 from .identity import Key
 from .refs import check_ref_name
+from .runrefs import journal_ref, run_grant_ref, segments_ref, subject_grant_ref
 
 JOURNAL_SCHEMA = 2
 GRANT_SCHEMA = 2
 ROLES = ("worker", "job")
 RIGHTS = ("read", "write")
-MAX_BODY_DEPTH = 200  # nesting levels of a journal body (deeper ones hit Python's recursion limit)
+MAX_BODY_DEPTH = codec.MAX_JSON_DEPTH  # nesting levels of a journal body: the limit of every JSON input
 
 
-def journal_ref(run: str) -> str:
-    return f"run/{run}/journal"
-
-
-def segments_ref(run: str) -> str:
-    return f"run/{run}/segments"
-
-
-def grant_ref(run: str, public: str) -> str:
-    return f"run/{run}/grant/{public}"
-
-
-def subject_grant_ref(subject: str, public: str) -> str:
-    return f"subjects/{subject}/grant/{public}"
+grant_ref = run_grant_ref  # the name the T-745 surface has always used
 
 
 # -- grants: objects signed by the owner key -------------------------------------------------------
@@ -173,18 +160,10 @@ def check_body(body) -> dict:
     whole) are an ordered list of objects with unique string ids and an optional ``status``."""
     if not isinstance(body, dict):
         raise InvalidInput("a journal body is a JSON object")
-    # Before anything recursive: a body nested ~500 deep raised RecursionError (a traceback) from
-    # the encoder, and NaN / Infinity were stored as null without a word.
-    stack = [(body, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, float) and not math.isfinite(v):
-            raise InvalidInput("journal body: NaN and Infinity are not JSON numbers")
-        if isinstance(v, (dict, list, tuple)):
-            if depth > MAX_BODY_DEPTH:
-                raise InvalidInput(f"journal body nests deeper than {MAX_BODY_DEPTH} levels")
-            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    R._jsonlike(body, "journal body")
+    # The one rule set of every JSON input (codec.check_json_value): iterative, so a body nested
+    # ~500 deep is refused rather than a RecursionError; NaN / Infinity, integers outside
+    # int64/uint64 and lone surrogates are refused, not stored as null or crashing the encoder.
+    codec.check_json_value(body, "journal body", InvalidInput, MAX_BODY_DEPTH)
     entries = body.get("entries")
     if entries is not None:
         if not isinstance(entries, list):
@@ -204,28 +183,10 @@ def check_body(body) -> dict:
 
 
 def parse_body(data: bytes) -> dict:
-    """A journal body from JSON text (a file, stdin): one object, no duplicate keys, finite
-    numbers, nesting within bounds; then ``check_body``."""
-    def pairs(items):
-        out = {}
-        for k, v in items:
-            if k in out:
-                raise InvalidInput(f"journal body: key {k!r} appears twice in one object")
-            out[k] = v
-        return out
-
-    def nonfinite(name):
-        raise InvalidInput(f"journal body: {name} is not a JSON number")
-
-    try:
-        text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-        body = json.loads(text, object_pairs_hook=pairs, parse_constant=nonfinite)
-    except UnicodeDecodeError as e:
-        raise InvalidInput(f"journal body is not UTF-8: {e.reason} at byte {e.start}") from None
-    except RecursionError:
-        raise InvalidInput("journal body is nested too deeply") from None
-    except ValueError as e:
-        raise InvalidInput(f"journal body is not JSON: {e}") from None
+    """A journal body from JSON text (a file, stdin) through the one input parser
+    (``codec.parse_json``: no duplicate keys, finite numbers, int64/uint64, nesting within
+    bounds); then ``check_body``."""
+    body = codec.parse_json(data, "journal body", InvalidInput, MAX_BODY_DEPTH)
     return check_body(body)
 
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import re
 
+from . import runrefs
 from .errors import InvalidRefName, Refused
 
 _BAD_CHARS = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
-SYMREF_PREFIX = "ref: "
+SYMREF_PREFIX = runrefs.SYMREF_PREFIX
 
 
 def check_ref_name(name: str) -> str:
@@ -56,25 +57,23 @@ _NOT_A_CHAIN = object()
 
 def forward_only(name: str) -> bool:
     """Whether ``name`` is a write-once or forward-only ref (cheap: called on every move)."""
-    if name.startswith("keys/"):
+    if name.startswith(runrefs.KEYS_PREFIX):
         return True
-    if name.startswith("run/"):
-        return name.endswith("/journal") or name.endswith("/segments") or "/grant/" in name
-    return name.startswith("subjects/") and "/grant/" in name
+    return runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name) or runrefs.is_grant_ref(name)
 
 
 def chain_type(name: str) -> str:
     """The object type a forward-only chain ref holds: ``grant``, ``journal`` or ``segment``."""
-    if "/grant/" in name:
+    if runrefs.is_grant_ref(name):
         return "grant"
-    return "journal" if name.endswith("/journal") else "segment"
+    return "journal" if runrefs.is_journal_ref(name) else "segment"
 
 
 def check_move(name: str, old, new, previous_of, is_new=None) -> None:
     """Refuse a move that would roll back or replace a forward-only ref. ``previous_of(id, type)``
     gives the object's ``previous`` field if it is an object of that type (else ``_NOT_A_CHAIN``);
     ``is_new(id)`` says whether the object is stored by the commit making the move."""
-    if name.startswith("keys/"):
+    if name.startswith(runrefs.KEYS_PREFIX):
         if old is not None or not isinstance(new, bytes):
             raise Refused(f"ref {name} is written once and never moved or deleted")
         return

@@ -23,9 +23,10 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import blake3
+import msgspec
 import zstandard
 
-from . import codec
+from . import codec, runrefs
 from .engine import LARGE_BLOB, LargeBlob, LogEngine, MemoryEngine, Txn
 from .errors import (
     InvalidInput,
@@ -51,6 +52,33 @@ MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE)
 
 def default_path() -> str:
     return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
+
+
+def discover(start: str | None = None) -> str:
+    """The store a command uses when none is named, found like git finds ``.git``: a ``.objstore``
+    directory holding an OBJSTORE marker in ``start`` (default: the current directory), else in
+    its parent, and so on up to ``/`` — stopping before a filesystem boundary (the parent's
+    ``st_dev`` differs). Returns its absolute path; raises StoreNotFound naming where it looked."""
+    here = os.path.abspath(start or os.getcwd())
+    first = here
+    try:
+        dev = os.stat(here).st_dev
+        while True:
+            cand = os.path.join(here, DEFAULT_DIR)
+            if os.path.isfile(os.path.join(cand, MARKER)):
+                return cand
+            parent = os.path.dirname(here)
+            if parent == here:
+                stop = "/"
+                break
+            pdev = os.stat(parent).st_dev
+            if pdev != dev:
+                stop = f"{here} (filesystem boundary)"
+                break
+            here = parent
+    except OSError as e:
+        raise StorageOSError(f"look for {DEFAULT_DIR} from {first}", e) from None
+    raise StoreNotFound(f"no {DEFAULT_DIR} in {first} or any parent up to {stop}")
 
 
 def read_marker(path: str) -> int:
@@ -164,7 +192,7 @@ class Store:
 
     def put_in(self, txn: Txn, otype: str, value: dict) -> bytes:
         """``put`` of a structured object into an open batch (the hot path of appends)."""
-        payload = _encode(value)
+        payload = _encode_input(value)
         data = _HEADS[otype] % len(payload) + payload
         oid = _hash(data).digest()
         txn.put(oid, otype, data, value)
@@ -178,7 +206,7 @@ class Store:
         if otype == codec.BLOB:
             return self.put_blob(value)
         if type(value) is dict and otype in _HEADS:  # the hot path: codec.encode, inlined
-            payload = _encode(value)
+            payload = _encode_input(value)
             data = _HEADS[otype] % len(payload) + payload
         else:
             data = codec.encode(otype, value)
@@ -389,7 +417,7 @@ class Store:
         with _tables_lock(self.engine):
             out = dict(t.run_refs.get(run, {}))
         if txn is not None:
-            prefix = f"run/{run}/"
+            prefix = runrefs.run_prefix(run)
             for name, (_, new, _) in txn.moves.items():
                 if name.startswith(prefix):
                     if new is None:
@@ -402,7 +430,7 @@ class Store:
         """Every run (a run exists once its branch 0 ref does)."""
         self.engine.refresh()
         with _tables_lock(self.engine):
-            return sorted(r for r, d in self.engine.tables.run_refs.items() if f"run/{r}/branch/0" in d)
+            return sorted(r for r, d in self.engine.tables.run_refs.items() if runrefs.branch_ref(r, 0) in d)
 
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number) of a run's ``run_started`` record."""
@@ -435,8 +463,8 @@ class Store:
         return out
 
     def list_refs(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
-        if prefix.startswith("run/") and prefix.count("/") >= 2:
-            run = prefix[4:].split("/", 1)[0]
+        run = runrefs.run_of(prefix)
+        if run is not None:
             items = self.run_refs(run)
         else:
             txn = self._txn.get()
@@ -481,6 +509,17 @@ class _BatchVar:
 
     def reset(self, token) -> None:
         self._var.reset(token)
+
+
+def _encode_input(value: dict) -> bytes:
+    """The canonical payload of a structured object, or InvalidInput for a value MessagePack cannot
+    hold (an integer outside int64/uint64, a lone surrogate, nesting past the encoder's limit). The
+    input checks (records.check_body, codec.check_json_value) refuse these first; this is the net
+    under every other path, so that none of them is a traceback, and nothing is written."""
+    try:
+        return _encode(value)
+    except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, msgspec.EncodeError) as e:
+        raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _show(v):

@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple
 
 import blake3
 
-from . import codec, segindex
+from . import codec, runrefs, segindex
 from . import records as R
 from .engine import HashedLarge, ScanProblem, ZERO
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
@@ -460,35 +460,37 @@ class _Verifier:
         runs: dict[str, dict] = {}
         for name, value in refs.items():
             if isinstance(value, str):
-                if not value.startswith("ref: ") or value[5:] not in refs:
-                    self.add("dangling-ref", name, "", f"symbolic ref to missing ref {value[5:] if value.startswith('ref: ') else value!r}")
+                target = runrefs.parse_symref_value(value)
+                if target is None or target not in refs:
+                    self.add("dangling-ref", name, "", f"symbolic ref to missing ref {target if target is not None else value!r}")
             elif value in self.damaged:
                 self.add("damaged-ref", name, self._where(value), f"points to damaged object {value.hex()}")
             elif self._type(value) is None:
                 self.add("dangling-ref", name, "", f"points to missing object {value.hex()}")
-            parts = name.split("/")
-            if len(parts) >= 3 and parts[0] == "run":
-                runs.setdefault(parts[1], {})[name] = value
+            run = runrefs.run_of(name)
+            if run is not None:
+                runs.setdefault(run, {})[name] = value
         for run, rr in sorted(runs.items()):
             self._run_refs(run, rr)
 
     def _run_refs(self, run: str, rr: dict) -> None:
-        prefix = f"run/{run}/"
-        if prefix + "branch/0" not in rr:
+        prefix = runrefs.run_prefix(run)
+        if runrefs.branch_ref(run, 0) not in rr:
             self.add("broken-run", run, "", "run has refs but no branch 0")
-        live = rr.get(prefix + "live")
-        if live is not None and not (isinstance(live, str) and live.startswith("ref: " + prefix + "branch/") and live[5:] in rr):
+        live = rr.get(runrefs.live_ref(run))
+        target = runrefs.parse_symref_value(live)
+        if live is not None and not (target is not None and runrefs.branch_of(run, target) is not None and target in rr):
             self.add("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}")
         for name, value in rr.items():
             rest = name[len(prefix):]
-            want = {"journal": codec.JOURNAL, "segments": codec.SEGMENT}.get(rest)
+            want = {runrefs.JOURNAL: codec.JOURNAL, runrefs.SEGMENTS: codec.SEGMENT}.get(rest)
             if rest.startswith("grant/"):
                 want = codec.GRANT
             vt = self._type(value) if isinstance(value, bytes) else None
             if want is not None and vt is not None and vt != want:
                 self.add("wrong-type", value.hex(), name, f"{name} should name a {want} of run {run}, names a {vt}")
-            if rest.startswith("branch/") and rest[7:].isdigit() and vt is not None:
-                b = int(rest[7:])
+            b = runrefs.branch_of(run, name)
+            if b is not None and vt is not None:
                 key = (run, b)
                 last = self.last.get(key)
                 fk = self.forks.get(key)
@@ -499,7 +501,7 @@ class _Verifier:
     def _chains_end(self) -> None:
         for (run, b), (fid, fk, where) in sorted(self.forks.items()):
             subject = fid.hex()
-            ref = f"run/{run}/branch/{b}"
+            ref = runrefs.branch_ref(run, b)
             pb, pl = fk["parent_branch"], fk["parent_lsn"]
             if b == 0:
                 self.add("bad-fork", subject, ref, "branch 0 cannot start at a fork object")
