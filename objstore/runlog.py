@@ -8,6 +8,7 @@ lock. The ref names come from ``runrefs``; the record shapes from ``records``.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -15,6 +16,7 @@ from . import codec
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
 from .errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
+from .resolve import check_new_run_id
 from .runrefs import branch_ref, live_ref, symref
 from .state import StateCache
 from .store import Store
@@ -62,6 +64,7 @@ class RunLog(ChainReader):
         if run is None:
             run = new_run_id()
         R.check_run_id(run)
+        check_new_run_id(run)
         body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
         payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": _now(when), "body": body}
         store = self.store
@@ -219,10 +222,22 @@ class RunLog(ChainReader):
             self.store.set_ref(name, self.store.read_ref(name), symref(branch_ref(run, branch)), reason)
 
 
+_id_lock = threading.Lock()
+_last_us = 0  # the time part of the newest id this process made (µs since the epoch)
+
+
 def new_run_id() -> str:
-    """Unique and time-sortable: UTC time to the millisecond, then 48 random bits."""
-    ms = int(time.time() * 1000)
-    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime(ms / 1000)) + f"{ms % 1000:03d}-" + secrets.token_hex(6)
+    """Unique and time-sortable, like a ULID: ``r20261201-052011123456-9f3c2a7b1e04`` is the UTC time
+    to the microsecond, then 48 random bits (the short id ``runs`` shows).
+
+    The time part never repeats nor goes back within a process (a clock step or two ids in one µs
+    take the last one plus 1 µs), so ids made here sort by creation and never collide; ids of other
+    processes differ by their random suffix. Ids made before (``r…-HHMMSSmmm-…``, milliseconds) stay
+    valid: any id ``records.check_run_id`` accepts is a run id."""
+    global _last_us
+    with _id_lock:
+        us = _last_us = max(time.time_ns() // 1000, _last_us + 1)
+    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime(us // 1_000_000)) + f"{us % 1_000_000:06d}-" + secrets.token_hex(6)
 
 
 def _now(when: float | None) -> float:
