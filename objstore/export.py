@@ -3,10 +3,12 @@
 The live-branch rule is enforced where an entry is built (``build_entry``), not
 by filtering at the relay: asking it to build an entry for a record of any other
 branch raises ``Refused``. A forked live branch exports its fork object first
-(``kind: "fork"``: a consumer that saw the parent learns where the timeline
+(``kind: "fork"``, the same fork shape ``objstore log --json`` prints,
+``objstore.views.fork``: a consumer that saw the parent learns where the timeline
 turned), then its own records; never the parent's records again.
 
-Each entry's ``id`` is the id of the object it describes, so entries are stable
+Each entry is ``{"schema": 1}`` plus the record or fork view of
+``objstore.views`` (the layout of ``log --json``). Each entry's ``id`` is the id of the object it describes, so entries are stable
 across calls and relaying one twice is recognisably the same entry. Derived
 material (summaries, journal context: T-745) is never public: such records
 are not exported.
@@ -14,8 +16,8 @@ are not exported.
 
 from __future__ import annotations
 
-from . import codec
 from . import records as R
+from . import views
 from .errors import Refused
 
 EXPORT_SCHEMA = 1
@@ -26,15 +28,7 @@ def build_entry(view, obj: R.Record | dict) -> dict:
     if isinstance(obj, dict):  # a fork object
         if obj["branch"] != view.live:
             raise Refused(f"export of branch {obj['branch']} of run {view.run}: only the live branch ({view.live}) is exported")
-        return {
-            "schema": EXPORT_SCHEMA,
-            "id": obj["id"].hex(),
-            "run": view.run,
-            "branch": obj["branch"],
-            "lsn": None,
-            "kind": "fork",
-            "body": codec.to_jsonable({k: obj[k] for k in ("parent_branch", "parent_lsn", "parent_record", "reason", "compensation")}),
-        }
+        return views.export_entry(EXPORT_SCHEMA, views.fork(obj))
     if obj.branch != view.live:
         raise Refused(f"export of branch {obj.branch} of run {view.run}: only the live branch ({view.live}) is exported")
     if obj.kind == R.TURN and obj.body.get("origin") != R.ORIGIN_SOURCE:
@@ -45,15 +39,7 @@ def build_entry(view, obj: R.Record | dict) -> dict:
         ev = R.startup_of(body)
         body = dict(body, meta=dict(body["meta"], startup={"type": R.STARTUP_EVENT, "answer_sha256": ev.get("answer_sha256"),
                                                             "exported": False}))
-    return {
-        "schema": EXPORT_SCHEMA,
-        "id": obj.id.hex(),
-        "run": obj.run,
-        "branch": obj.branch,
-        "lsn": obj.lsn,
-        "kind": obj.kind,
-        "body": codec.to_jsonable(body),
-    }
+    return views.export_entry(EXPORT_SCHEMA, views.record(obj, body))
 
 
 def export(log, run: str, view=None) -> list[dict]:

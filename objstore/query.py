@@ -20,6 +20,7 @@ import msgspec
 
 from . import codec
 from . import records as R
+from . import views
 from .fold import fold
 from .state import refold_branch
 
@@ -161,13 +162,9 @@ def diff(log, run: str, a: int, b: int, view=None) -> dict:
         "run": run,
         "a": a,
         "b": b,
-        "forks": {str(x): [codec.to_jsonable(f) for _, _, f in segs if f] for x, segs in ((a, sa), (b, sb))},
+        "forks": {str(x): [views.fork(f) for _, _, f in segs if f] for x, segs in ((a, sa), (b, sb))},
         "common": {"branch": common_branch, "lsn": common_lsn},
-        "only_a": [_rec_summary(r) for r in la if r.id not in ids_b],
-        "only_b": [_rec_summary(r) for r in lb if r.id not in ids_a],
+        "only_a": [views.record(r) for r in la if r.id not in ids_b],
+        "only_b": [views.record(r) for r in lb if r.id not in ids_a],
         "state": changes,
     }
-
-
-def _rec_summary(r: R.Record) -> dict:
-    return {"id": r.id.hex(), "branch": r.branch, "lsn": r.lsn, "kind": r.kind, "body": codec.to_jsonable(r.body)}

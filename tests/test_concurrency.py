@@ -215,7 +215,7 @@ def test_eight_processes_append_while_verify_loops_then_concurrent_demos(tmp_pat
     assert rc == 0, err
     rows = json.loads(out)
     assert len(rows) == 8, rows
-    assert all(r["live"] == 1 and r["branches"] == 2 for r in rows), rows
+    assert all(r["live_branch"] == 1 and r["branch_count"] == 2 for r in rows), rows
     rc, out, err = run_cli("runs", store=demo_root)
     assert rc == 0 and len(out.splitlines()) == 8
     elapsed = time.monotonic() - t_start

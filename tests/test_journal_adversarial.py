@@ -912,7 +912,7 @@ def test_cli_big_numbers_fork_ids_and_a_predecessor_of_another_subject(cli_sess)
     # a fork object's id is not a record
     rc, out, err = run_cli("rewind", run, "--to-lsn", "1", "--json", store=root)
     assert rc == 0, err
-    fork_id = json.loads(out)["fork_id"]
+    fork_id = json.loads(out)["id"]
     one_line_error(update(b"{}", rt=fork_id)(), 5)
     # a predecessor of another subject: the session starts, and the other subject's journal is never read
     assert update(b'{"secret": "alice only"}', rt="none")()[0] == 0

@@ -269,7 +269,7 @@ def test_rewind_expect_branch_against_a_concurrent_live_move_creates_nothing(tmp
     # Process B reads its view (live branch 0) ...
     rc, out, err = run_cli("runs", "--json", store=root)
     assert rc == 0, err
-    old_live = json.loads(out)[0]["live"]
+    old_live = json.loads(out)[0]["live_branch"]
     assert old_live == 0
     # ... process A moves the live branch ...
     rc, out, err = run_cli("rewind", run, "--to-lsn", "2", "--json", store=root)
@@ -277,7 +277,7 @@ def test_rewind_expect_branch_against_a_concurrent_live_move_creates_nothing(tmp
     assert json.loads(out)["branch"] == 1
     for i in range(3):
         log.record_attempt(run, step=10 + i, attempt=0, state="succeeded")  # plain: lands on branch 1
-    assert log.view(run).heads[1] != bytes.fromhex(json.loads(out)["fork_id"])
+    assert log.view(run).heads[1] != bytes.fromhex(json.loads(out)["id"])
     forks_before = _fork_objects(Store.open(root), run)
     before = _log_files(root)
     # ... then B rewinds with the view it had: exit 7, and no branch, no fork object, no byte.
@@ -302,7 +302,7 @@ def test_rewind_expect_branch_against_a_concurrent_live_move_creates_nothing(tmp
     view = fresh.view(run)
     assert sorted(view.heads) == [0, 1, 2] and view.live == 2 and wins[0]["branch"] == 2
     forks = _assert_no_half_made_branch(fresh, run)
-    assert len(forks) == 2 and bytes.fromhex(wins[0]["fork_id"]) in forks
+    assert len(forks) == 2 and bytes.fromhex(wins[0]["id"]) in forks
     assert verify(fresh) == []
 
 
