@@ -29,7 +29,7 @@ a view never changes under its reader, whatever writers do.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import codec
 from . import records as R

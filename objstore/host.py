@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from . import codec, identity, runrefs
 from .errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
                      Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from .grants import grant_chain
 from .identity import Request
 
 PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
@@ -211,8 +212,6 @@ class LocalJournalHost:
 
     def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None) -> dict | None:
         """The newest counting grant object of a chain (committed at or before ``at_entry``)."""
-        from .journal import grant_chain
-
         store = self.log.store
         for gid, g in reversed(grant_chain(self.log, ref)):
             if not self.grant_counts(ref, g, owner):
@@ -227,8 +226,6 @@ class LocalJournalHost:
     def grant_table(self, run: str) -> list[dict]:
         """Every grant chain on ``run`` and on its subject: each object with whether it counts, and
         the chain's effective state as the Host judges it (what ``objstore journal grants`` shows)."""
-        from .journal import grant_chain
-
         subject = self.log.subject(run)
         owner = self.owner
         rows = []

@@ -1,151 +1,31 @@
-"""Sessions, journal versions, signed grants and the TaskStore (seed T-745).
+"""Journal versions (seed T-745): the versioned document about a session's work.
 
-A *session* is a run whose records are conversation ``turn``s. Its *journal* is a
-versioned document about the work: each version an immutable ``journal`` object
-(schema 2) behind the forward-only ref ``run/<run>/journal``. A version names the
-record it reflects through (``reflects_through``: a turn is reflected when it is
-that record or one of its ancestors, following parent links through fork
-objects), carries the canonical-JSON body as a blob and, as its proof of
-authorship, the writer's signed request.
+Each version is an immutable ``journal`` object (schema 2) behind the forward-only ref
+``run/<run>/journal``. A version names the record it reflects through (``reflects_through``:
+a turn is reflected when it is that record or one of its ancestors, following parent links
+through fork objects), carries the canonical-JSON body as a blob and, as its proof of
+authorship, the writer's signed request. Writes go through a Host (``objstore.host``), which
+decides from signed grants (``objstore.grants``) whether the key may write.
 
-*Grants* (schema 2) are objects signed by the store's owner key naming a
-grantee's public key, chained behind ``run/<run>/grant/<public key>`` (or
-``subjects/<subject>/grant/<public key>`` for a subject-wide grant); a
-revocation or supersession is a new signed grant object, never an erasure.
-Whether a key may do something is decided by the Host (``objstore.host``) from
-these signed objects, never from a name the caller gives itself.
-
-Tasks (the TaskStore) are records ``task_opened {task, title}`` and
-``task_closed {task, outcome}``; a branch's open tasks are the fold of its
-lineage.
-
-This module also re-exports the compaction core (``objstore.compaction``) and
-the Hosts (``objstore.host``), so ``from objstore import journal as J`` reaches
-the whole T-745 surface.
+The T-745 surface is split by concept — ``identity`` (keys, signed requests), ``grants``,
+``sessions`` (startup read, turns, tasks), this module (versions), ``host`` (selection,
+authorization, bounded projection), ``snapshot`` (freeze, render), ``compactor``,
+``compaction`` and ``segments`` (segment chain, restore) — and this module re-exports it all,
+so ``from objstore import journal as J`` still reaches the whole of it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 
 from . import codec, identity
-from . import records as R
-from .errors import InvalidInput, Refused
+from .errors import InvalidInput
 from .identity import Key
-from .refs import check_ref_name
-from .runrefs import journal_ref, run_grant_ref, segments_ref, subject_grant_ref
+from .runrefs import journal_ref, segments_ref, subject_grant_ref
 
 JOURNAL_SCHEMA = 2
-GRANT_SCHEMA = 2
-ROLES = ("worker", "job")
-RIGHTS = ("read", "write")
 MAX_BODY_DEPTH = codec.MAX_JSON_DEPTH  # nesting levels of a journal body: the limit of every JSON input
-
-
-grant_ref = run_grant_ref  # the name the T-745 surface has always used
-
-
-# -- grants: objects signed by the owner key -------------------------------------------------------
-
-def _check_owner(log, key: Key) -> None:
-    owner = identity.owner_public(log.store)
-    if owner is None:
-        raise Refused("this store has no owner key yet (run 'objstore init', which creates one)")
-    if key.public != owner:
-        raise Refused(f"only the store's owner key signs grants (this key is {key.public[:16]}…, the owner is {owner[:16]}…)")
-
-
-def _grant_obj(log, ref: str, *, run, subject, grantee, action, role, rights, name, reason, supersedes, owner: Key) -> dict:
-    old = log.store.read_ref(ref)
-    seq = log.store.get_typed(old, codec.GRANT).get("seq", 0) + 1 if old else 1
-    obj = {"v": GRANT_SCHEMA, "run": run, "subject": subject, "grantee": grantee, "name": name, "action": action,
-           "role": role, "rights": list(rights), "supersedes": supersedes, "previous": old, "seq": seq,
-           "reason": reason, "time": time.time()}
-    return identity.sign_object(owner, obj)
-
-
-def _scope(log, run: str | None, subject: str | None) -> tuple[str | None, str]:
-    if run is not None:
-        s = log.subject(run)  # raises RunNotFound
-        if subject is not None and subject != s:
-            raise InvalidInput(f"run {run} belongs to subject {s!r}, not {subject!r}")
-        return run, s
-    if not isinstance(subject, str) or not subject or "/" in subject:
-        raise InvalidInput("a grant names a run (session) or a subject (without '/')")
-    check_ref_name(subject_grant_ref(subject, "0" * 64))  # the subject must fit in a ref name
-    return None, subject
-
-
-def _write_grant(log, owner: Key, run, subject, public, action, *, role="worker", rights=RIGHTS, name="", reason="",
-                 supersedes=None) -> bytes:
-    _check_owner(log, owner)
-    public = identity.check_public(public)
-    if role not in ROLES:
-        raise InvalidInput(f"role must be one of {', '.join(ROLES)}")
-    rights = sorted(set(rights))
-    if not rights or any(r not in RIGHTS for r in rights):
-        raise InvalidInput(f"rights must be some of {', '.join(RIGHTS)}")
-    run, subject = _scope(log, run, subject)
-    ref = grant_ref(run, public) if run is not None else subject_grant_ref(subject, public)
-    check_ref_name(ref)
-    with log.store.batch():
-        obj = _grant_obj(log, ref, run=run, subject=subject, grantee=public, action=action, role=role, rights=rights,
-                         name=name, reason=reason, supersedes=supersedes, owner=owner)
-        gid = log.store.put(codec.GRANT, obj)
-        log.store.set_ref(ref, obj["previous"], gid, f"{action} {name or public[:16]}")
-    return gid
-
-
-def grant(log, owner: Key, run: str | None, public: str, *, subject: str | None = None, role: str = "worker",
-          rights=RIGHTS, name: str = "", reason: str = "") -> bytes:
-    """Grant ``public`` (a worker's or job's key) rights on a session (``run``) or, with ``run=None``,
-    on every session of ``subject``. Signed by the owner key; returns the grant object's id."""
-    return _write_grant(log, owner, run, subject, public, "grant", role=role, rights=rights, name=name, reason=reason)
-
-
-def revoke(log, owner: Key, run: str | None, public: str, *, subject: str | None = None, reason: str = "revoked") -> bytes:
-    """Revoke a key's grant (a new signed grant object; the old one stays in the chain)."""
-    ref_run, subj = _scope(log, run, subject)
-    ref = grant_ref(ref_run, public) if ref_run is not None else subject_grant_ref(subj, public)
-    cur = log.store.read_ref(ref)
-    g = log.store.get_typed(cur, codec.GRANT) if isinstance(cur, bytes) else {}
-    return _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
-                        name=g.get("name") or "", reason=reason)
-
-
-def supersede(log, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
-              name: str = "", reason: str = "") -> tuple[bytes, bytes]:
-    """A new worker takes over: in one commit the old key's grant is revoked ("superseded by …")
-    and the new key granted ("supersedes …")."""
-    old_public, new_public = identity.check_public(old_public), identity.check_public(new_public)
-    ref_run, subj = _scope(log, run, subject)
-    old_ref = grant_ref(ref_run, old_public) if ref_run is not None else subject_grant_ref(subj, old_public)
-    cur = log.store.read_ref(old_ref)
-    old_name = log.store.get_typed(cur, codec.GRANT).get("name") or "" if isinstance(cur, bytes) else ""
-    with log.store.batch():
-        r = _write_grant(log, owner, run, subject, old_public, "revoke", name=old_name,
-                         reason=reason or f"superseded by {name or new_public[:16] + '…'}", supersedes=None)
-        g = _write_grant(log, owner, run, subject, new_public, "grant", name=name, reason=reason or "supersedes a worker",
-                         supersedes=old_public)
-    return r, g
-
-
-def grant_chain(log, ref: str) -> list[tuple[bytes, dict]]:
-    """(id, grant) of a grant ref's chain, oldest first."""
-    out = []
-    gid = log.store.read_ref(ref)
-    while isinstance(gid, bytes):
-        g = log.store.get_typed(gid, codec.GRANT)
-        out.append((gid, g))
-        gid = g.get("previous")
-    out.reverse()
-    return out
-
-
-def grant_history(log, run: str, public: str) -> list[dict]:
-    return [g for _, g in grant_chain(log, grant_ref(run, public))]
 
 
 # -- journal versions --------------------------------------------------------------------------------
@@ -272,64 +152,34 @@ def reflected_through(log, rid: bytes | None) -> set[bytes]:
     return {r.id for r in log.lineage_from(rid)}
 
 
-# -- sessions, turns, tasks ---------------------------------------------------------------------------
-
-def record_turn(log, run: str, role: str, text: str, *, generation: dict | None = None) -> R.Record:
-    """A conversation turn: source material, content stored as a blob."""
-    return log.append(run, R.TURN, {"role": role, "content": log.put_blob(text.encode("utf-8")), "origin": R.ORIGIN_SOURCE, "generation": generation})
-
-
-def source_material(log, run: str, view=None) -> list[R.Record]:
-    """Source material of the live timeline: turn records only, classified by record type."""
-    view = view or log.view(run)
-    return [r for r in log.lineage(view, view.live) if r.kind == R.TURN]
-
-
-def fold_tasks(recs, tasks: list | None = None) -> list[dict]:
-    """Open tasks after folding task records (oldest first) onto ``tasks``: opened order kept."""
-    out = {t["task"]: dict(t) for t in (tasks or [])}
-    for r in recs:
-        if r.kind == R.TASK_OPENED:
-            out.setdefault(r.body["task"], {"task": r.body["task"], "title": r.body["title"]})
-        elif r.kind == R.TASK_CLOSED:
-            out.pop(r.body["task"], None)
-    return list(out.values())
-
-
-def open_tasks(log, run: str, view=None) -> list[dict]:
-    """The live branch's open tasks: the fold of its lineage."""
-    view = view or log.view(run)
-    return fold_tasks(log.iter_lineage(view, view.live))
-
-
-def open_task(log, run: str, task: str, title: str = "") -> R.Record:
-    with log.store.batch():
-        if any(t["task"] == task for t in open_tasks(log, run)):
-            raise InvalidInput(f"task {task!r} is already open in run {run}")
-        return log.append(run, R.TASK_OPENED, {"task": task, "title": title})
-
-
-def close_task(log, run: str, task: str, outcome: str = "done") -> R.Record:
-    with log.store.batch():
-        if not any(t["task"] == task for t in open_tasks(log, run)):
-            raise InvalidInput(f"task {task!r} is not open in run {run}")
-        return log.append(run, R.TASK_CLOSED, {"task": task, "outcome": outcome})
-
-
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 # The rest of the T-745 surface, under one name.
-from .host import (ABSENT, DISABLED, OUTCOMES, OVER_BUDGET, PRESENT, UNAVAILABLE, FailingHost,  # noqa: E402
-                   HostUnavailable, LocalJournalHost, project)
-from .compaction import (INSTRUCTIONS, CompactionResult, Snapshot, StubCompactor, classify, compact, context,  # noqa: E402
-                         freeze, render, segments, start_session)
+from .compaction import CompactionResult, compact  # noqa: E402
+from .compactor import INSTRUCTIONS, StubCompactor  # noqa: E402
+from .grants import GRANT_SCHEMA, RIGHTS, ROLES, grant, grant_chain, grant_history, grant_ref, revoke, supersede  # noqa: E402
+from .host import (  # noqa: E402
+    ABSENT,
+    DISABLED,
+    OUTCOMES,
+    OVER_BUDGET,
+    PRESENT,
+    UNAVAILABLE,
+    FailingHost,
+    HostUnavailable,
+    LocalJournalHost,
+    project,
+)
+from .segments import classify, context, segments  # noqa: E402
+from .sessions import close_task, fold_tasks, open_task, open_tasks, record_turn, source_material, start_session  # noqa: E402
+from .snapshot import Snapshot, freeze, render  # noqa: E402
 
 __all__ = [
     "ABSENT", "DISABLED", "OUTCOMES", "OVER_BUDGET", "PRESENT", "UNAVAILABLE", "FailingHost", "HostUnavailable",
     "LocalJournalHost", "project", "INSTRUCTIONS", "CompactionResult", "Snapshot", "StubCompactor", "classify",
-    "compact", "context", "freeze", "render", "segments", "start_session",
+    "compact", "context", "freeze", "render", "segments", "start_session", "GRANT_SCHEMA", "RIGHTS", "ROLES",
     "journal_ref", "segments_ref", "grant_ref", "subject_grant_ref", "grant", "revoke", "supersede", "grant_chain",
     "grant_history", "journal_body_bytes", "check_body", "parse_body", "current_journal", "journal_body", "resolve_record",
     "update_journal", "set_journal_enabled", "reflected_ids", "reflected_through", "record_turn", "source_material",

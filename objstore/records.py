@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
+from . import codec
 from .errors import InvalidRecord
 
 RUN_STARTED = "run_started"
@@ -76,26 +77,17 @@ def check_run_id(run: str) -> str:
     return run
 
 
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
 def _jsonlike(value: Any, where: str) -> None:
-    t = type(value)
-    if t in _SCALARS:
-        return
-    if t is dict:
-        for k, v in value.items():
-            if type(k) is not str:
-                raise InvalidRecord(f"{where}: map keys must be strings, got {k!r}")
-            if type(v) not in _SCALARS:
-                _jsonlike(v, where)
-        return
-    if t is list or t is tuple:
-        for v in value:
-            if type(v) not in _SCALARS:
-                _jsonlike(v, where)
-        return
-    raise InvalidRecord(f"{where}: {t.__name__} is not JSON-like")
+    """A user-supplied map or value is JSON-like: the one rule set of ``codec.check_json_value``
+    (str keys, finite numbers, int64/uint64 integers, Unicode text, at most 64 levels)."""
+    codec.check_json_value(value, where, InvalidRecord)
+
+
+def _text(value, where):
+    """A string field's value can be stored (UTF-8: no lone surrogate)."""
+    if type(value) is str and not value.isascii():
+        codec.check_text(value, where, InvalidRecord)
+    return value
 
 
 def _jsonmap(value, where) -> None:
@@ -114,7 +106,9 @@ def _opt_id(value, where):
 
 def _int(value, where, lo=0):
     if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise InvalidRecord(f"{where} must be an integer >= {lo}, got {value!r}")
+        raise InvalidRecord(f"{where} must be an integer >= {lo}, got {value if type(value) is not int or value.bit_length() < 100 else 'a huge integer'!r}")
+    if value > codec.INT_MAX:
+        raise InvalidRecord(f"{where} must be within the uint64 range")
     return value
 
 
@@ -123,7 +117,7 @@ def _str(value, where, choices=None):
         raise InvalidRecord(f"{where} must be a non-empty string, got {value!r}")
     if choices and value not in choices:
         raise InvalidRecord(f"{where} must be one of {', '.join(choices)}, got {value!r}")
-    return value
+    return _text(value, where)
 
 
 def check_body(kind: str, body: dict) -> dict:
@@ -163,6 +157,10 @@ def check_body(kind: str, body: dict) -> dict:
             _jsonmap(usage, "usage")
         if err is not None and type(err) is not str:
             raise InvalidRecord("error must be a string or None")
+        if type(step) is int and step > codec.INT_MAX or type(attempt) is int and attempt > codec.INT_MAX:
+            raise InvalidRecord("step and attempt must be within the uint64 range")
+        if err is not None and not err.isascii():
+            _text(err, "error")
         out = {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
                "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
     elif kind == INTENT:
@@ -180,6 +178,7 @@ def check_body(kind: str, body: dict) -> dict:
         out = {"status": _str(b.get("status"), "status", RUN_STATUSES), "error": b.get("error")}
         if out["error"] is not None and not isinstance(out["error"], str):
             raise InvalidRecord("error must be a string or None")
+        _text(out["error"], "error")
     elif kind == TURN:
         out = {
             "role": _str(b.get("role"), "role"),
@@ -192,6 +191,7 @@ def check_body(kind: str, body: dict) -> dict:
         out = {"task": _str(b.get("task"), "task"), "title": b.get("title", "")}
         if not isinstance(out["title"], str):
             raise InvalidRecord("title must be a string")
+        _text(out["title"], "title")
     elif kind == TASK_CLOSED:
         out = {"task": _str(b.get("task"), "task"), "outcome": _str(b.get("outcome", "done"), "outcome")}
     else:
@@ -431,9 +431,10 @@ def _t745():
     write them (imported on first use: they import this module)."""
     global _T745
     if _T745 is None:
-        from .compaction import SEGMENT_SCHEMA
+        from .segments import SEGMENT_SCHEMA
         from .host import OUTCOMES
-        from .journal import GRANT_SCHEMA, JOURNAL_SCHEMA, RIGHTS, ROLES
+        from .grants import GRANT_SCHEMA, RIGHTS, ROLES
+        from .journal import JOURNAL_SCHEMA
         _T745 = (OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA)
     return _T745
 

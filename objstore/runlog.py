@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from . import codec
 from . import records as R

@@ -33,7 +33,6 @@ from .fold import apply, empty_state, fold
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View
-    from .store import Store
 
 SCHEMA_VERSION = "3"
 

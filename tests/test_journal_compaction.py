@@ -20,6 +20,7 @@ import pytest
 
 from objstore import RunLog, Store, codec, identity
 from objstore import compaction as C
+from objstore import snapshot as S
 from objstore import journal as J
 from objstore.backend import BackendHost
 from objstore.errors import (Conflict, InvalidRecord, JobCaller, LimitExceeded, Refused, ReplayedRequest, StaleRequest,
@@ -391,8 +392,8 @@ def test_c5_the_core_neither_selects_nor_authorizes(env, monkeypatch):
 
     counting = Counting(env.host)
     renders = []
-    real_render = C.render
-    monkeypatch.setattr(C, "render", lambda *a: renders.append(1) or real_render(*a))
+    real_render = S.render
+    monkeypatch.setattr(S, "render", lambda *a: renders.append(1) or real_render(*a))
     res = J.compact(log, run, J.StubCompactor(), host=counting, key=env.w1, keep_tail=1)
     # one read (the Host fell back to the other session itself), one rendering
     assert len(counting.calls) == 1 and counting.calls[0].run == run and renders == [1]

@@ -19,7 +19,7 @@ import pytest
 from objstore import RunLog, Store, codec, identity
 from objstore import journal as J
 from objstore import records as R
-from objstore.compaction import frozen_of
+from objstore.segments import frozen_of
 from objstore.errors import WriterRevoked
 from objstore.verify import verify
 
