@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sqlite3
 import sys
 
 import click
 
-from objstore import codec
-from objstore.errors import ObjstoreError
+from objstore import codec, views
+from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
 from objstore.runlog import RunLog
-from objstore.store import Store, default_path
+from objstore.resolve import resolve_run, short_ids
+from objstore.store import DEFAULT_DIR, Store, discover
 
 EXIT_CODES_HELP = """\b
 Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
@@ -36,33 +38,113 @@ class Ctx:
         self.path = path
         self._log = None
 
+    def store_path(self, create: bool = False) -> str:
+        """--store / OBJSTORE_DIR, else the .objstore found in the current directory or a parent
+        (``store.discover``); with ``create``, ./.objstore when none is found."""
+        if self.path:
+            return self.path
+        try:
+            return discover()
+        except StoreNotFound:
+            if create:
+                return os.path.abspath(DEFAULT_DIR)
+            raise
+
     def log(self, create: bool = False) -> RunLog:
         if self._log is None:
-            self._log = RunLog(Store.open(self.path or default_path(), create=create))
+            self._log = RunLog(Store.open(self.store_path(create), create=create))
         return self._log
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
+class RunType(click.ParamType):
+    """A RUN argument: an exact id, a unique prefix of an id or of its short id, 'latest' or
+    'latest~N' (``objstore.resolve.resolve_run``); the command receives the full run id."""
+
+    name = "run"
+
+    def convert(self, value, param, ctx):
+        if value is None:
+            return None
+        c = ctx.find_object(Ctx) if ctx is not None else None
+        if c is None:  # no store context (e.g. completion): leave it as given
+            return value
+        return resolve_run(c.log(), value)
+
+
+RUN = RunType()
+
+
+def _json_wanted(args) -> bool:
+    """--json anywhere on the command line (before a '--' that ends the options)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
+
+
+def _fail(payload: dict, line: str, as_json: bool):
+    """Report one error on stderr (one line, or one JSON object under --json) and exit with its code."""
+    if as_json:
+        click.echo(codec.canonical_json(payload).decode(), err=True)
+    else:
+        click.echo(f"objstore: error: {line}", err=True)
+    sys.exit(payload["exit"])
+
+
+def _usage_message(e: click.UsageError) -> str:
+    path = e.ctx.command_path if e.ctx is not None else "objstore"
+    return f"{e.format_message()} (see '{path} --help')"
+
+
 class Group(click.Group):
+    """The root group: every error becomes one line on stderr (one JSON object under --json)
+    and its documented exit code; Ctrl-C is exit 130; never a traceback for bad input."""
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except ObjstoreError as e:
-            click.echo(f"objstore: error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except BrokenPipeError:
+        except KeyboardInterrupt:
+            raise Interrupted() from None  # before click turns it into Abort (and a blank line)
+        except BrokenPipeError:  # the reader went away (| head): not an error
+            try:
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - swallow the final flush
+            except OSError:
+                pass
             sys.exit(0)
-        except OSError as e:
-            click.echo(f"objstore: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), err=True)
-            sys.exit(10)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = _json_wanted(argv)
+        try:
+            rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except ObjstoreError as e:
+            _fail(views.error(e), str(e), as_json)
+        except (KeyboardInterrupt, click.Abort):
+            e = Interrupted()
+            _fail(views.error(e), str(e), as_json)
+        except click.UsageError as e:
+            msg = _usage_message(e)
+            _fail(views.usage_error(msg), msg, as_json)
+        except click.ClickException as e:
+            msg = e.format_message()
+            _fail({"error": "usage-error" if e.exit_code == 2 else "error", "message": msg, "exit": e.exit_code}, msg, as_json)
         except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
-            click.echo(f"objstore: error: state cache: {e} (try 'objstore rebuild')", err=True)
-            sys.exit(10)
+            err = StateCacheError("use it", e)
+            _fail(views.error(err), str(err), as_json)
+        except OSError as e:
+            msg = f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
+            _fail({"error": StorageOSError().code, "message": msg, "exit": StorageOSError.exit_code}, msg, as_json)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
-@click.group(cls=Group, epilog=EXIT_CODES_HELP)
+@click.group(cls=Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (default ./.objstore; env OBJSTORE_DIR).")
 @click.version_option(package_name="objstore")
 @click.pass_context
@@ -95,25 +177,39 @@ def init(c, as_json):
     """
     from objstore import identity
 
-    s = Store.init(c.path or default_path())
+    target = os.path.abspath(c.path or DEFAULT_DIR)  # never a parent's store: init makes ./.objstore
+    existed = os.path.isfile(os.path.join(target, "OBJSTORE"))
+    s = Store.init(target)
     key, created = identity.ensure_owner_key(s)
     path = identity.owner_key_path()
     if as_json:
         _echo_json({"store": s.root, "owner_key": path, "owner_public": key.public, "created": created})
         return
-    click.echo(f"initialised objstore store in {s.root}")
+    click.echo(f"{'already initialised' if existed else 'initialised'} objstore store in {s.root}")
     click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
+
+
+def _raw_option(f):
+    return click.option("--raw", is_flag=True,
+                        help="Write binary bytes even to a terminal (by default a terminal gets a one-line summary instead).")(f)
 
 
 @cli.command()
 @click.argument("oid")
 @click.option("--body", is_flag=True, help="A blob's body only (streamed; how callers fetch what a view refers to).")
+@_raw_option
 @pass_ctx
-def cat(c, oid, body):
+def cat(c, oid, body, raw):
     """Write an object's raw canonical bytes (header included) to stdout."""
     store = c.log().store
     key = store.resolve_id(oid)
-    if body:
+    if not raw and sys.stdout.isatty():  # never dump binary bytes on a terminal
+        data = store.get_blob(key) if body else store.get_raw(key)
+        if views.text_or_none(data) is None:
+            click.echo(views.binary_line(store.get(key)[0] if not body else codec.BLOB, len(data)))
+            return
+        sys.stdout.buffer.write(data)
+    elif body:
         store.copy_blob_to(key, sys.stdout.buffer)
     else:
         sys.stdout.buffer.write(store.get_raw(key))
@@ -123,21 +219,26 @@ def cat(c, oid, body):
 @cli.command()
 @click.argument("oid")
 @click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the decoded object.")
+@_raw_option
 @pass_ctx
-def show(c, oid, as_json):
+def show(c, oid, as_json, raw):
     """Show one object: its type, id and fields (blobs: their text)."""
     store = c.log().store
     key = store.resolve_id(oid)
     otype, value = store.get(key)
     if as_json:
-        body = {"utf8": value.decode("utf-8", "replace"), "size": len(value)} if otype == codec.BLOB else value
-        _echo_json({"id": key, "type": otype, "value": body})
+        _echo_json(views.object_(key, otype, value))
         return
     click.echo(f"{otype} {key.hex()}")
     if otype == codec.BLOB:
         click.echo(f"size {len(value)}")
         click.echo("")
-        click.echo(value.decode("utf-8", "replace"))
+        if views.text_or_none(value) is None and not raw and sys.stdout.isatty():
+            click.echo(views.binary_line(otype, len(value)))
+        else:  # text, or bytes going to a pipe (or --raw): as they are
+            sys.stdout.flush()
+            sys.stdout.buffer.write(value + b"\n")
+            sys.stdout.buffer.flush()
     else:
         click.echo(json.dumps(codec.to_jsonable(value), indent=2, sort_keys=True))
 
@@ -212,7 +313,7 @@ def verify(c, as_json, no_state, anchor):
             bar.stop()
     problems = report.problems
     if as_json:
-        _echo_json([p.as_dict() for p in problems])
+        _echo_json([views.problem(p) for p in problems])
     else:
         for p in problems:
             click.echo(p.line())
@@ -247,7 +348,7 @@ def upgrade(c):
     """Convert a format-1 store in place to format 2, keeping the old one as PATH.format1."""
     from objstore.upgrade import upgrade as run_upgrade
 
-    summary = run_upgrade(c.path or default_path())
+    summary = run_upgrade(c.store_path())
     click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
@@ -258,15 +359,15 @@ def upgrade(c):
 def runs(c, as_json):
     """List runs with their live branch and branch count."""
     log = c.log()
-    rows = []
-    for run in log.runs():
-        v = log.view(run)
-        rows.append({"run": run, "live": v.live, "branches": len(v.heads)})
+    rows = [views.run(log.view(run)) for run in log.runs()]
     if as_json:
         _echo_json(rows)
         return
+    short = short_ids(r["run"] for r in rows)
     for r in rows:
-        click.echo(f"{r['run']}  live branch {r['live']}  ({r['branches']} branch{'es' if r['branches'] != 1 else ''})")
+        n = r["branch_count"]
+        name = r["run"] if short[r["run"]] == r["run"] else f"{short[r['run']]}  {r['run']}"
+        click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''})")
 
 
 def _fork_line(fk) -> str:
@@ -297,7 +398,7 @@ def _rec_line(r) -> str:
 
 
 @cli.command("log")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
 @click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
 @click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries.")
@@ -314,13 +415,7 @@ def log_cmd(c, run, branch, all_branches, max_count, as_json):
     first = view.live if branch is None else branch
     entries = list(itertools.islice(log.log_entries(view, branch, all_branches=all_branches), max_count))
     if as_json:
-        out = []
-        for b, r, fk in entries:
-            if r is not None:
-                out.append({"id": r.id, "branch": r.branch, "lsn": r.lsn, "kind": r.kind, "parent": r.parent, "time": r.time, "body": r.body})
-            else:
-                out.append({"id": fk["id"], "branch": fk["branch"], "kind": "fork", **{k: fk[k] for k in ("parent_branch", "parent_lsn", "parent_record", "parent_head", "reason", "compensation")}})
-        _echo_json(out)
+        _echo_json([views.log_entry(r, fk) for _b, r, fk in entries])
         return
     shown = None
     for b, r, fk in entries:
@@ -333,13 +428,13 @@ def log_cmd(c, run, branch, all_branches, max_count, as_json):
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--json", "as_json", is_flag=True)
 @pass_ctx
 def branches(c, run, as_json):
     """List a run's branches with fork points read from the fork objects."""
     log = c.log()
-    rows = log.branches(log.view(run))
+    rows = [views.branch(row) for row in log.branches(log.view(run))]
     if as_json:
         _echo_json(rows)
         return
@@ -347,12 +442,12 @@ def branches(c, run, as_json):
         fk = r["fork"]
         where = f"forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}" if fk else "root"
         comp = "  COMPENSATION REQUIRED" if fk and fk["compensation"] else ""
-        click.echo(f"{'*' if r['live'] else ' '} branch {r['branch']}  head {r['head'].hex()[:12]}  {where}{comp}")
+        click.echo(f"{'*' if r['live'] else ' '} branch {r['branch']}  head {r['head'][:12]}  {where}{comp}")
 
 
-def _print_fork(fr, as_json):
+def _print_fork(log, fr, as_json):
     if as_json:
-        _echo_json(fr.as_dict())
+        _echo_json(views.fork_result(log, fr))
         return
     click.echo(f"branch {fr.branch} forked from branch {fr.parent_branch} at lsn {fr.parent_lsn} (fork {fr.fork_id.hex()[:12]})")
     for x in fr.compensation:
@@ -360,7 +455,7 @@ def _print_fork(fr, as_json):
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--to-lsn", type=int, required=True, help="Last LSN of the live branch to keep in the new branch's history.")
 @click.option("--reason", default="rewind", show_default=True)
 @click.option("--expect-branch", type=int, default=None, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
@@ -372,11 +467,12 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
     Nothing is deleted: the old branch stays, byte-identical. Rewinding past a
     committed non-idempotent intent flags compensation on the fork and warns.
     """
-    _print_fork(c.log().rewind(run, to_lsn, reason=reason, expect_live=expect_branch), as_json)
+    log = c.log()
+    _print_fork(log, log.rewind(run, to_lsn, reason=reason, expect_live=expect_branch), as_json)
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--from-branch", type=int, required=True)
 @click.option("--at-lsn", type=int, required=True)
 @click.option("--reason", default="fork", show_default=True)
@@ -385,11 +481,12 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
 @pass_ctx
 def fork(c, run, from_branch, at_lsn, reason, live, as_json):
     """Fork a new branch from any branch at any LSN."""
-    _print_fork(c.log().fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
+    log = c.log()
+    _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.argument("a", type=int)
 @click.argument("b", type=int)
 @click.option("--json", "as_json", is_flag=True)
@@ -414,7 +511,7 @@ def diff(c, run, a, b, as_json):
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @pass_ctx
 def export(c, run):
     """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported)."""
@@ -425,7 +522,7 @@ def export(c, run):
 
 
 @cli.command()
-@click.argument("run", required=False)
+@click.argument("run", type=RUN, required=False)
 @pass_ctx
 def rebuild(c, run):
     """Drop and rebuild the materialized state cache from the raw objects."""
@@ -445,9 +542,10 @@ def ingest(c, source, as_json):
     """
     from objstore.ingest import ingest as run_ingest
 
-    summary = run_ingest(c.log(create=True), source)
+    log = c.log(create=True)
+    summary = run_ingest(log, source)
     if as_json:
-        _echo_json(summary)
+        _echo_json(views.ingest_summary(log, summary))
         return
     click.echo(f"ingested {summary['events']} event(s): {summary['records']} record(s), {len(summary['runs'])} new run(s), {len(summary['forks'])} fork(s)")
     for f in summary["forks"]:
@@ -456,7 +554,7 @@ def ingest(c, source, as_json):
 
 
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
 @click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the EpisodeView.")
 @click.option("--source", type=click.Choice(["state", "refold"]), default="state", show_default=True, help="Materialized state, or a cold re-fold of the raw log.")
@@ -633,7 +731,7 @@ def _journal_view(log, jid, j) -> dict:
 
 
 @journal.command("show")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_json_option
 @pass_ctx
 def journal_show(c, run, as_json):
@@ -675,7 +773,7 @@ def _print_version(run, jid, ver, as_json, what="is now"):
 
 
 @journal.command("update")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.argument("source", metavar="FILE|-", type=click.File("rb"))
 @click.option("--reflects-through", "reflects_through", required=True, metavar="ID|latest|none",
               help="The record this version reflects through (with its ancestors): a record id or unique prefix, "
@@ -719,7 +817,7 @@ def _enable_cmd(c, run, enabled, key_file, socket_path, as_json):
 
 
 @journal.command("enable")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_key_option
 @_socket_option
 @_json_option
@@ -735,7 +833,7 @@ def journal_enable(c, run, key_file, socket_path, as_json):
 
 
 @journal.command("disable")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_key_option
 @_socket_option
 @_json_option
@@ -751,7 +849,7 @@ def journal_disable(c, run, key_file, socket_path, as_json):
 
 
 @journal.command("grant")
-@click.argument("run", required=False)
+@click.argument("run", type=RUN, required=False)
 @click.option("--subject", default=None, help="Grant on every session of SUBJECT instead of one RUN.")
 @click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits; a private key file gives its public half).")
 @click.option("--role", type=click.Choice(["worker", "job"]), default=None, help="worker (default) or job; jobs are refused every journal read and write.")
@@ -803,7 +901,7 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
 
 
 @journal.command("revoke")
-@click.argument("run", required=False)
+@click.argument("run", type=RUN, required=False)
 @click.option("--subject", default=None, help="Revoke a subject-wide grant instead of a RUN's.")
 @click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits).")
 @click.option("--reason", default="revoked", show_default=True)
@@ -831,7 +929,7 @@ def journal_revoke(c, run, subject, pubkey_file, reason, key_file, as_json):
 
 
 @journal.command("grants")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_json_option
 @pass_ctx
 def journal_grants(c, run, as_json):
@@ -865,7 +963,7 @@ def journal_grants(c, run, as_json):
 
 # -- compaction ------------------------------------------------------------------------------------
 @cli.command()
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.option("--keep", type=int, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
 @click.option("--budget", type=int, default=65536, show_default=True,
               help="Journal byte budget; a larger journal comes as the Host's bounded projection (outcome over_budget).")
@@ -903,7 +1001,7 @@ def compact(c, run, keep, budget, socket_path, key_file, as_json):
 
 
 @cli.command("segments")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_json_option
 @pass_ctx
 def segments_cmd(c, run, as_json):
@@ -946,7 +1044,7 @@ def session():
 
 @session.command("start")
 @click.option("--subject", required=True, help="The subject (owner) of the session.")
-@click.option("--predecessor", metavar="RUN", default=None, help="The session this one continues; its journal is preferred at startup.")
+@click.option("--predecessor", metavar="RUN", type=RUN, default=None, help="The session this one continues; its journal is preferred at startup.")
 @click.option("--run", "run_id", metavar="ID", default=None, help="Run id to use (default: a new one).")
 @click.option("--budget", type=int, default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
 @_socket_option
@@ -990,7 +1088,7 @@ def task():
 
 
 @task.command("open")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.argument("task_id", metavar="TASK")
 @click.option("--title", default="", help="What the task is.")
 @_json_option
@@ -1012,7 +1110,7 @@ def task_open(c, run, task_id, title, as_json):
 
 
 @task.command("close")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @click.argument("task_id", metavar="TASK")
 @click.option("--outcome", default="done", show_default=True)
 @_json_option
@@ -1034,7 +1132,7 @@ def task_close(c, run, task_id, outcome, as_json):
 
 
 @task.command("list")
-@click.argument("run")
+@click.argument("run", type=RUN)
 @_json_option
 @pass_ctx
 def task_list(c, run, as_json):
@@ -1071,7 +1169,7 @@ def journal_serve(c, socket_path):
     """
     from objstore.backend import main_serve
 
-    main_serve(c.path or default_path(), socket_path)
+    main_serve(c.store_path(), socket_path)
 
 
 @cli.command()

@@ -180,3 +180,8 @@ def ingest_summary(log, summary: dict) -> dict:
         "runs": list(summary["runs"]),
         "forks": [{"line": f["line"], "fork": fork_by_id(log.store, bytes.fromhex(f["fork_id"]))} for f in summary["forks"]],
     }
+
+
+def binary_line(otype: str, size: int) -> str:
+    """The one line ``cat``/``show`` print on a terminal instead of binary bytes."""
+    return f"{otype} {size} bytes, binary (use --raw or a pipe to get the bytes)"
