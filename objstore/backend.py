@@ -26,11 +26,15 @@ import socket
 import socketserver
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from . import codec, errors
 from .errors import InvalidInput, ObjstoreError
 from .host import HostUnavailable, LocalJournalHost
 from .identity import Request
+
+if TYPE_CHECKING:
+    from .runlog import RunLog
 
 MAX_LINE = 64 << 20  # a journal update carries its body; anything longer is refused
 IDLE_TIMEOUT = 30.0  # seconds a connection may take to send its request line
@@ -208,3 +212,10 @@ class BackendHost:
 
 def main_serve(store_path: str, socket_path: str) -> None:
     serve(store_path, socket_path, ready=lambda p: print(f"objstore: journal host listening on {p}", file=sys.stderr, flush=True))
+
+
+def connect(log: RunLog, socket_path: str | None = None) -> BackendHost | LocalJournalHost:
+    """The Host a caller talks to: the Backend Host serving ``socket_path``, else the in-process one."""
+    if socket_path:
+        return BackendHost(socket_path)
+    return LocalJournalHost(log)

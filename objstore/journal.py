@@ -20,7 +20,7 @@ import hashlib
 import json
 
 from . import codec, identity
-from .errors import InvalidInput
+from .errors import InvalidInput, NotFound
 from .identity import Key
 from .runrefs import journal_ref, segments_ref, subject_grant_ref
 
@@ -77,6 +77,30 @@ def current_journal(log, run: str) -> tuple[bytes, dict] | None:
 
 def journal_body(log, j: dict) -> dict:
     return json.loads(log.store.get_blob(j["body"]))
+
+
+def version_view(log, jid: bytes, j: dict) -> dict:
+    """A journal version as ``objstore journal show`` prints it: its fields, the body parsed, and —
+    for a legacy (schema 1) version — its bare ``source_end`` in place of ``reflects_through``."""
+    legacy = j.get("v") != JOURNAL_SCHEMA
+    out = {"id": jid, "run": j.get("run"), "version": j.get("version"), "schema": j.get("v", 1),
+           "enabled": j.get("enabled", True), "writer": j.get("writer"), "previous": j.get("previous"),
+           "reflects_through": None if legacy else j.get("reflects_through"), "checkpoint": j.get("checkpoint"),
+           "body_sha256": j.get("body_sha256") or sha256_hex(log.store.get_blob(j["body"])),
+           "body": journal_body(log, j)}
+    if legacy:
+        out["source_end"] = j.get("source_end")
+    return out
+
+
+def show(log, run: str) -> dict:
+    """The newest journal version of ``run``, read from the store (no Host, no key): ``version_view``.
+    ``RunNotFound`` for an unknown run, ``NotFound`` when it has no journal yet."""
+    log.subject(run)  # the run exists
+    cur = current_journal(log, run)
+    if cur is None:
+        raise NotFound(f"journal of run {run} (no version recorded)")
+    return version_view(log, *cur)
 
 
 def resolve_record(log, run: str, ref) -> bytes | None:
