@@ -1,12 +1,22 @@
 """objstore: a git-style, content-addressed, append-only store for AI-agent run histories.
 
-Layers, one module each: ``codec`` (canonical bytes, ids), ``objects`` (backends:
-loose files + packs, memory), ``refs`` (names, compare-and-swap, ref log),
-``store`` (typed objects, group commit), ``records`` (the record model),
-``fold`` (the pure fold), ``state`` (the materialized cache), ``runlog``
-(chains, fork/rewind, views), ``query`` (episodes), ``export`` (outbox),
-``ingest`` (JSON Lines), ``verify`` (fsck), ``journal`` (T-745 compaction),
-``demo`` (the stub model and the demo run).
+Layers, one module each, lowest first:
+
+* ``errors`` (the typed error hierarchy), ``codec`` (canonical bytes, ids, the one JSON input
+  parser), ``fileutil`` (fsync, atomic rename);
+* ``runrefs`` (the ref namespace of runs), ``refs`` (ref-name rules, forward-only refs);
+* ``segindex``, ``engine`` (format 2: the log of commits), ``format1`` (the old layout, read
+  for ``upgrade``), ``store`` (typed objects, batches, discovery), ``upgrade``;
+* ``records`` (the record model), ``fold`` (the pure fold), ``chain`` (reading runs as chains),
+  ``state`` (the materialized cache), ``runlog`` (``RunLog``: writing, fork and rewind);
+* ``resolve`` (run ids from prefixes and ``latest~N``), ``views`` (the JSON shapes), ``query``
+  (episodes), ``export`` (outbox), ``ingest`` (JSON Lines), ``verify`` (fsck);
+* T-745: ``identity``, ``grants``, ``journal``, ``sessions``, ``host``, ``backend``,
+  ``snapshot``, ``compactor``, ``compaction``, ``segments``;
+* ``history`` (what ``objstore log`` shows: lazy entries, time filters, the branch graph);
+* ``demo`` (the stub model and the demo run).
+
+The command line (``objstore_cli``) is thin click commands over these.
 """
 
 from .errors import ObjstoreError
