@@ -15,6 +15,7 @@ import sys
 
 import click
 
+import objstore
 from objstore import codec, views
 from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
 from objstore.runlog import RunLog
@@ -146,7 +147,7 @@ class Group(click.Group):
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (default ./.objstore; env OBJSTORE_DIR).")
-@click.version_option(package_name="objstore")
+@click.version_option(objstore.__version__, package_name="objstore")
 @click.pass_context
 def cli(ctx, store):
     """objstore: a content-addressed, append-only store for AI-agent run histories.
@@ -370,61 +371,77 @@ def runs(c, as_json):
         click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''})")
 
 
-def _fork_line(fk) -> str:
-    s = f"fork   {fk['id'].hex()[:12]}  branch {fk['branch']} forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}"
-    if fk.get("reason"):
-        s += f" ({fk['reason']})"
-    if fk.get("compensation"):
-        items = ", ".join(f"{x['intent']}:{x['effect']}" for x in fk["compensation"])
-        s += f"  [COMPENSATION REQUIRED: {items}]"
-    return s
-
-
-def _rec_line(r) -> str:
-    b = r.body
-    if r.kind == "attempt":
-        what = f"step {b['step']} attempt {b['attempt']} {b['state']}"
-    elif r.kind == "intent":
-        what = f"{b['intent']} {b['effect']} ({'idempotent' if b['idempotent'] else 'NOT idempotent'})"
-    elif r.kind == "intent_committed":
-        what = b["intent"]
-    elif r.kind == "run_finished":
-        what = b["status"] + (f": {b['error']}" if b.get("error") else "")
-    elif r.kind == "run_started":
-        what = f"subject {b['subject']} workflow {b['workflow_version']}"
-    else:
-        what = b.get("role", "")
-    return f"lsn {r.lsn:<4} {r.kind:<16} {r.id.hex()[:12]}  {what}"
-
-
-@cli.command("log")
-@click.argument("run", type=RUN)
-@click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
-@click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
-@click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries.")
-@click.option("--json", "as_json", is_flag=True)
-@pass_ctx
-def log_cmd(c, run, branch, all_branches, max_count, as_json):
-    """Show a run's history, newest first, like git log.
-
-    By default the live branch: its own records, its fork point, then the
-    parent's records up to the fork point.
-    """
-    log = c.log()
-    view = log.view(run)
-    first = view.live if branch is None else branch
-    entries = list(itertools.islice(log.log_entries(view, branch, all_branches=all_branches), max_count))
-    if as_json:
-        _echo_json([views.log_entry(r, fk) for _b, r, fk in entries])
+def _out(lines, no_pager: bool) -> None:
+    """Print lines; through a pager ($PAGER, default 'less -FRX') only when stdout is a terminal."""
+    if not no_pager and sys.stdout.isatty():
+        os.environ.setdefault("PAGER", "less -FRX")
+        click.echo_via_pager(line + "\n" for line in lines)
         return
+    for line in lines:
+        click.echo(line)
+
+
+def _grouped(run, view, first, all_branches, entries):
+    """The default layout: a header per branch group, one line per record or fork."""
+    from objstore import history
+
     shown = None
     for b, r, fk in entries:
         if b != shown:
             shown = b
             tag = " (live)" if b == view.live else ""
             upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
-            click.echo(f"== run {run} branch {b}{tag}{upto}")
-        click.echo(_rec_line(r) if r is not None else _fork_line(fk))
+            yield f"== run {run} branch {b}{tag}{upto}"
+        yield history.record_line(r) if r is not None else history.fork_line(fk)
+
+
+@cli.command("log")
+@click.argument("run", type=RUN)
+@click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
+@click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
+@click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries (reads only those).")
+@click.option("--since", metavar="WHEN", default=None,
+              help="Only entries at or after WHEN: 2026-12-01, '2026-12-01 05:20', @EPOCH, today, yesterday, 2h, 3d, 1w, '2 hours ago'.")
+@click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")
+@click.option("--format", "fmt", type=click.Choice(["oneline", "full", "json"]), default=None,
+              help="oneline: one short line per entry; full: every field; json: one JSON object per line.")
+@click.option("--graph", is_flag=True, help="Draw every branch as a tree with fork points, reasons and compensation flags.")
+@click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
+@click.option("--json", "as_json", is_flag=True, help="The entries as one JSON list.")
+@pass_ctx
+def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, no_pager, as_json):
+    """Show a run's history, newest first, like git log.
+
+    By default the live branch: its own records, its fork point, then the
+    parent's records up to the fork point.
+    """
+    from objstore import history
+
+    log = c.log()
+    view = log.view(run)
+    if graph:
+        if as_json or fmt or since or until or branch is not None or all_branches:
+            raise click.UsageError("--graph draws every branch whole; it takes only -n and --no-pager")
+        _out(itertools.islice(history.graph(log, view), max_count), no_pager)
+        return
+    t0 = history.parse_time(since) if since is not None else None
+    t1 = history.parse_time(until) if until is not None else None
+    first = view.live if branch is None else branch
+    entries = itertools.islice(history.entries(log, view, branch, all_branches=all_branches, since=t0, until=t1), max_count)
+    if as_json:
+        _echo_json([views.log_entry(r, fk) for _b, r, fk in entries])
+        return
+    if fmt == "json":
+        for _b, r, fk in entries:
+            _echo_json(views.log_entry(r, fk))
+        return
+    if fmt == "oneline":
+        lines = (history.oneline(e) for e in entries)
+    elif fmt == "full":
+        lines = (line for e in entries for line in history.full_lines(e, view.live))
+    else:
+        lines = _grouped(run, view, first, all_branches, entries)
+    _out(lines, no_pager)
 
 
 @cli.command()
@@ -615,14 +632,9 @@ def _caller_key(key_file, log):
 
 
 def _host(log, socket_path):
-    """The Host a command talks to: the Backend over --socket, else the in-process one."""
-    if socket_path:
-        from objstore.backend import BackendHost
+    from objstore.backend import connect
 
-        return BackendHost(socket_path)
-    from objstore.host import LocalJournalHost
-
-    return LocalJournalHost(log)
+    return connect(log, socket_path)
 
 
 def _short(h) -> str:
@@ -716,20 +728,6 @@ def journal():
     """
 
 
-def _journal_view(log, jid, j) -> dict:
-    from objstore import journal as J
-
-    legacy = j.get("v") != J.JOURNAL_SCHEMA
-    out = {"id": jid, "run": j.get("run"), "version": j.get("version"), "schema": j.get("v", 1),
-           "enabled": j.get("enabled", True), "writer": j.get("writer"), "previous": j.get("previous"),
-           "reflects_through": None if legacy else j.get("reflects_through"), "checkpoint": j.get("checkpoint"),
-           "body_sha256": j.get("body_sha256") or J.sha256_hex(log.store.get_blob(j["body"])),
-           "body": J.journal_body(log, j)}
-    if legacy:
-        out["source_end"] = j.get("source_end")
-    return out
-
-
 @journal.command("show")
 @click.argument("run", type=RUN)
 @_json_option
@@ -742,14 +740,8 @@ def journal_show(c, run, as_json):
       objstore journal show RUN --json
     """
     from objstore import journal as J
-    from objstore.errors import NotFound
 
-    log = c.log()
-    log.subject(run)  # the run exists (RunNotFound, exit 4)
-    cur = J.current_journal(log, run)
-    if cur is None:
-        raise NotFound(f"journal of run {run} (no version recorded)")
-    v = _journal_view(log, *cur)
+    v = J.show(c.log(), run)
     if as_json:
         _echo_json(v)
         return
@@ -1173,23 +1165,26 @@ def journal_serve(c, socket_path):
 
 
 @cli.command()
+@click.option("--run", "run_id", metavar="ID", default=None, help="Record the demo under this run id (default: a new one).")
+@click.option("--at", "at", metavar="EPOCH", type=float, default=None,
+              help="Record with a fixed clock from EPOCH (1 s per record), so every id is reproducible.")
 @pass_ctx
-def demo(c):
+def demo(c, run_id, at):
     """Record the seed T2.3 run with a stub model, rewind it, and show the result.
 
     Creates the store if absent; each call records a new run.
     """
-    from objstore.demo import six_step_run
+    from objstore.demo import fixed_clock, six_step_run
     from objstore.verify import verify as run_verify
 
     log = c.log(create=True)
     click.echo(f"store: {log.store.root}")
-    res = six_step_run(log)
+    res = six_step_run(log, run_id, clock=fixed_clock(at) if at is not None else None)
     run = res["run"]
     click.echo(f"recorded run {run}: 6 steps on branch 0 (step 2 retried, step 6 failed), rewound to lsn 3, new path on branch 1\n")
-    click.echo("$ objstore log --all-branches " + run)
+    click.echo("$ objstore log --graph " + run)
     ctx = click.get_current_context()
-    ctx.invoke(log_cmd, run=run, branch=None, all_branches=True, as_json=False)
+    ctx.invoke(log_cmd, run=run, graph=True, no_pager=True)
     click.echo("\n$ objstore branches " + run)
     ctx.invoke(branches, run=run, as_json=False)
     fr = res["fork"]
