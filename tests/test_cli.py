@@ -1,5 +1,6 @@
 """The CLI on bad input: typed error → one line, documented exit code, no traceback, nothing written."""
 
+import json
 import os
 
 import pytest
@@ -12,8 +13,8 @@ def demo_store(tmp_path):
     root = str(tmp_path / "s")
     code, out, err = run_cli("demo", store=root)
     assert code == 0, err
-    code, out, err = run_cli("runs", store=root)
-    run = out.split()[0]
+    code, out, err = run_cli("runs", "--json", store=root, exit_code=0)
+    run = json.loads(out)[0]["run"]
     return root, run
 
 
