@@ -29,7 +29,7 @@ a view never changes under its reader, whatever writers do.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from . import codec
 from . import records as R
@@ -297,7 +297,7 @@ class ChainReader:
         if all_branches:
             return [(b, *self.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
         b = view.live if branch is None else branch
-        return self.groups_from(view.head(b), b)
+        return cast("list[tuple[int, list, dict | None]]", self.groups_from(view.head(b), b))  # b given: every branch is an int
 
     def log_entries(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> Iterator[tuple[int, R.Record | None, dict | None]]:
         """``objstore log``'s entries, newest first, lazily: ``(branch, record, None)`` or

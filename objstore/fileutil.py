@@ -18,7 +18,9 @@ import gc
 import os
 import secrets
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import BinaryIO
 
 FSYNC_FULL = "full"
 FSYNC_OFF = "off"
@@ -56,7 +58,7 @@ def tmp_name(tmpdir: str, prefix: str = "w") -> str:
 
 
 @contextmanager
-def atomic_file(path: str, tmpdir: str, policy: FsyncPolicy, *, replace: bool = True):
+def atomic_file(path: str, tmpdir: str, policy: FsyncPolicy, *, replace: bool = True) -> Iterator[BinaryIO]:
     """Yield a binary file; on clean exit it appears at ``path`` whole or not at all.
 
     ``replace=False`` uses link(2), which fails with FileExistsError instead of
@@ -103,7 +105,7 @@ def write_derived(path: str, data: bytes) -> None:
 
 
 @contextmanager
-def no_gc():
+def no_gc() -> Iterator[None]:
     """Pause the cyclic GC while building large acyclic structures (chains, folds, scans).
 
     Without this, every few hundred allocations the collector rescans all the

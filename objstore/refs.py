@@ -18,6 +18,7 @@ revoked grant stays revoked, an earlier segment is never replaced.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from . import runrefs
 from .errors import InvalidRefName, Refused
@@ -69,7 +70,8 @@ def chain_type(name: str) -> str:
     return "journal" if runrefs.is_journal_ref(name) else "segment"
 
 
-def check_move(name: str, old, new, previous_of, is_new=None) -> None:
+def check_move(name: str, old: bytes | str | None, new: bytes | str | None, previous_of: Callable[[bytes, str], object],
+               is_new: Callable[[bytes], bool] | None = None) -> None:
     """Refuse a move that would roll back or replace a forward-only ref. ``previous_of(id, type)``
     gives the object's ``previous`` field if it is an object of that type (else ``_NOT_A_CHAIN``);
     ``is_new(id)`` says whether the object is stored by the commit making the move."""

@@ -10,11 +10,12 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import codec
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
+from .engine import Txn
 from .errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
 from .resolve import check_new_run_id
 from .runrefs import branch_ref, live_ref, symref
@@ -108,7 +109,8 @@ class RunLog(ChainReader):
         nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
         return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
 
-    def _append_in(self, txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch):
+    def _append_in(self, txn: Txn, run: str, kind: str, body: dict[str, Any], t: float, branch: int | None, allow_retained: bool,
+                   expect_head: bytes | None, expect_branch: int | None) -> tuple[bytes, int, int, bytes]:
         """The body of ``append``, under the writer lock (the names it builds are valid ref names:
         an existing run's id passed check_run_id when it started)."""
         live_name = txn.read_ref(live_ref(run))
@@ -149,13 +151,13 @@ class RunLog(ChainReader):
         return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when,
                            expect_head=expect_head, expect_branch=expect_branch)
 
-    def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts) -> R.Record:
+    def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts: Any) -> R.Record:
         return self.append(run, R.INTENT, {"intent": intent, "step": step, "effect": effect, "idempotent": idempotent}, **opts)
 
-    def commit_intent(self, run: str, intent: str, **opts) -> R.Record:
+    def commit_intent(self, run: str, intent: str, **opts: Any) -> R.Record:
         return self.append(run, R.INTENT_COMMITTED, {"intent": intent}, **opts)
 
-    def finish_run(self, run: str, status: str = "succeeded", error: str | None = None, **opts) -> R.Record:
+    def finish_run(self, run: str, status: str = "succeeded", error: str | None = None, **opts: Any) -> R.Record:
         return self.append(run, R.RUN_FINISHED, {"status": status, "error": error}, **opts)
 
     def put_blob(self, data: bytes) -> bytes:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -33,6 +34,7 @@ from .fold import apply, empty_state, fold
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View
+    from .store import Store
 
 SCHEMA_VERSION = "3"
 
@@ -80,7 +82,7 @@ def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., An
     return wrap
 
 
-def attempt_view(rec: R.Record, run_workflow_version) -> dict:
+def attempt_view(rec: R.Record, run_workflow_version: str | None) -> dict:
     """The seed's AttemptView, exactly its fields; blob refs as hex, never bodies."""
     b = rec.body
     return {
@@ -96,7 +98,7 @@ def attempt_view(rec: R.Record, run_workflow_version) -> dict:
     }
 
 
-def refold_branch(chains, view, branch: int) -> tuple[dict, dict | None, list[dict]]:
+def refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, list[dict]]:
     """Cold re-fold from raw objects: (folded state, fork object, attempt views in query order).
 
     The oracle the cache is checked against; it never looks at the cache.
@@ -105,7 +107,7 @@ def refold_branch(chains, view, branch: int) -> tuple[dict, dict | None, list[di
         return _refold_branch(chains, view, branch)
 
 
-def _refold_branch(chains, view, branch):
+def _refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, list[dict]]:
     fk = chains.fork_object(view, branch)
     state = empty_state()
     atts = []
@@ -121,7 +123,7 @@ def _refold_branch(chains, view, branch):
 class StateCache:
     def __init__(self, path: str):
         self.path = path
-        self._db = None
+        self._db: sqlite3.Connection | None = None
 
     @_cache_op("rebuild the state cache")
     def rebuild(self, chains: ChainReader, run: str | None = None) -> list[str]:
@@ -175,7 +177,7 @@ class StateCache:
         return db
 
     @classmethod
-    def for_store(cls, store) -> "StateCache":
+    def for_store(cls, store: Store) -> StateCache:
         if store.root is None:
             return cls(":memory:")
         return cls(os.path.join(store.root, "state.db"))
@@ -191,14 +193,14 @@ class StateCache:
                 else:
                     self.db.execute(f"DELETE FROM {t} WHERE run=?", (run,))
 
-    def _tx(self):
+    def _tx(self) -> AbstractContextManager[None]:
         db = self.db
 
         class _T:
-            def __enter__(s):
+            def __enter__(s) -> None:
                 db.execute("BEGIN IMMEDIATE")
 
-            def __exit__(s, et, ev, tb):
+            def __exit__(s, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
                 db.execute("COMMIT" if et is None else "ROLLBACK")
 
         return _T()
@@ -215,7 +217,7 @@ class StateCache:
         for b in sorted(view.heads) if branches is None else branches:
             self._refresh_branch(chains, view, b)
 
-    def read_branch(self, chains, view, branch: int):
+    def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
         """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
         one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds):
         behind a pinned view, busy, read-only or unreadable — a cache never makes a query fail."""
@@ -225,7 +227,7 @@ class StateCache:
             self._db = None
             return None
 
-    def _read_branch(self, chains, view, branch: int):
+    def _read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
         if not self.try_refresh(chains, view, branch):
             return None
         db = self.db
@@ -239,15 +241,15 @@ class StateCache:
             db.execute("COMMIT")
         return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags
 
-    def summary(self, chains, view, branch: int) -> dict:
+    def summary(self, chains: ChainReader, view: View, branch: int) -> dict:
         """``summary_of`` the branch's folded state at the view's head, without loading the whole state."""
         return self._at_head(chains, view, branch, "summary", lambda st: summary_of(st))
 
-    def state(self, chains, view, branch: int) -> dict:
+    def state(self, chains: ChainReader, view: View, branch: int) -> dict:
         """The folded state of ``branch`` at the view's head."""
         return self._at_head(chains, view, branch, "state", lambda st: st)
 
-    def _at_head(self, chains, view, branch, column, from_refold):
+    def _at_head(self, chains: ChainReader, view: View, branch: int, column: str, from_refold: Callable[[dict], dict]) -> dict:
         try:
             if self.try_refresh(chains, view, branch):
                 row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
@@ -270,7 +272,7 @@ class StateCache:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def _ahead_of(self, chains, view, branch: int, tip: int) -> bool:
+    def _ahead_of(self, chains: ChainReader, view: View, branch: int, tip: int) -> bool:
         """True if the cached row (at ``tip``) is newer than the view's head (an older pinned
         view): the log's chain index holds the view's head at an LSN below the row's."""
         head = view.head(branch)
@@ -289,7 +291,7 @@ class StateCache:
         return isinstance(head, bytes) and len(head) == 32 and type(tip) is int and all(
             v is None or isinstance(v, bytes) for v in row[2:4]) and all(v is None or type(v) is int for v in row[4:6])
 
-    def try_refresh(self, chains, view, branch: int) -> bool:
+    def try_refresh(self, chains: ChainReader, view: View, branch: int) -> bool:
         """Bring ``branch`` up to the view's head; False if the cache is already past it
         (an older pinned view), in which case the caller answers by re-folding."""
         row = self.db.execute("SELECT head, tip_lsn, NULL, NULL, NULL, NULL FROM branch WHERE run=? AND branch=?",
@@ -299,14 +301,14 @@ class StateCache:
         self._refresh_branch(chains, view, branch)
         return True
 
-    def _refresh_branch(self, chains, view, branch: int) -> None:
+    def _refresh_branch(self, chains: ChainReader, view: View, branch: int) -> None:
         with no_gc():
             try:
                 self._refresh(chains, view, branch)
             finally:
                 chains.store.forget_decoded()
 
-    def _refresh(self, chains, view, branch: int) -> None:
+    def _refresh(self, chains: ChainReader, view: View, branch: int) -> None:
         """Catch one branch's row up to the view's head in one transaction, streaming the records
         it lacks from the log's chain index (memory does not grow with history)."""
         run = view.run
