@@ -17,12 +17,15 @@ docs/FORMAT.md; fixtures/golden.json pins it.
 
 from __future__ import annotations
 
+import json as _stdjson
+import math
+import re
 from typing import Any
 
 import blake3
 import msgspec
 
-from .errors import IntegrityError, InvalidId, UnknownObjectType
+from .errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
 
 ID_LEN = 32
 HEX_LEN = 64
@@ -175,6 +178,167 @@ def canonical_json_plain(value: Any) -> bytes:
     """``canonical_json`` of a value that holds no bytes (folded states, attempt views, whose
     ids are hex already): the same bytes, without the conversion pass."""
     return _json.encode(value)
+
+
+# -- input JSON: the one parser and value check every input path uses ---------------------------
+#
+# What a JSON value from outside (an ingest line, a journal body, a library caller's map) may be:
+# objects with string keys (each key once), arrays, strings of Unicode scalar values (no lone
+# surrogates: they cannot be UTF-8), finite numbers, integers that MessagePack can hold
+# (int64 / uint64), true, false, null, nested at most MAX_JSON_DEPTH levels. Anything else is
+# InvalidInput (exit 5), found before anything is written.
+
+MAX_JSON_DEPTH = 64
+INT_MIN = -(1 << 63)
+INT_MAX = (1 << 64) - 1
+
+
+def _no_constant(name: str):
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise _Refused(f"number {text[:40]} is out of the float64 range")
+    return v
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 21:  # longer than any int64/uint64 in decimal: refuse before converting
+        raise _Refused(f"integer {text[:24]}... is outside the int64/uint64 range")
+    v = int(text)
+    if not INT_MIN <= v <= INT_MAX:
+        raise _Refused(f"integer {text} is outside the int64/uint64 range")
+    return v
+
+
+def _pairs(items: list) -> dict:
+    out = dict(items)
+    if len(out) != len(items):
+        seen: set = set()
+        for k, _ in items:
+            if k in seen:
+                raise _Refused(f"key {k[:60]!r} appears twice in one object")
+            seen.add(k)
+    return out
+
+
+class _Refused(ValueError):
+    """Raised inside the stdlib parser's hooks; becomes InvalidInput."""
+
+
+_strict_json = _stdjson.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no_constant,
+                                    parse_float=_finite_float, parse_int=_bounded_int)
+
+
+def parse_json(data: bytes | str, what: str = "input", error=InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """One JSON value from outside: UTF-8 text, nothing after it, no duplicate keys, no NaN or
+    Infinity (nor a number that overflows float64), integers within int64/uint64, no lone
+    surrogate escapes, at most ``max_depth`` levels deep. Raises ``error(message)`` (InvalidInput,
+    exit 5, by default), the message starting with ``what`` when it is given."""
+    def fail(phrase: str, sep: str = " "):
+        return error(f"{what}{sep}{phrase}" if what else phrase)
+
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise fail(f"is not UTF-8: {e.reason} at byte {e.start}" if what else f"not UTF-8: {e.reason} at byte {e.start}") from None
+    elif isinstance(data, str):
+        text = data
+    else:
+        raise fail("must be JSON text" if what else "not JSON text")
+    if _max_depth_of(text) > max_depth:
+        raise fail(f"nests deeper than {max_depth} levels")
+    try:
+        value = _strict_json.decode(text)
+    except _Refused as e:
+        raise fail(str(e), ": ") from None
+    except RecursionError:  # cannot happen after the depth scan; kept so that it is never a traceback
+        raise fail(f"nests deeper than {max_depth} levels") from None
+    except ValueError as e:
+        raise fail(f"is not JSON: {e}" if what else f"not JSON: {e}") from None
+    if isinstance(data, str) or _SURROGATE_ESCAPE.search(text):
+        # text decoded from UTF-8 holds no surrogate; a backslash-u escape (or a str handed over) can
+        check_json_value(value, what, error, max_depth)
+    return value
+
+
+_DEPTH_TABLE = str.maketrans({c: None for c in map(chr, range(128)) if c not in "[]{}"})
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_RUNS = re.compile(r"[\[{]+|[\]}]+")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _max_depth_of(text: str) -> int:
+    """The deepest bracket nesting of JSON text outside its strings, in a few C-level passes
+    (before parsing: the stdlib parser recurses once per level)."""
+    if "[" not in text and "{" not in text:
+        return 0
+    bare = (_STRINGS.sub("", text) if '"' in text else text).translate(_DEPTH_TABLE)
+    level = deepest = 0
+    for run in _RUNS.finditer(bare):
+        chunk = run.group()
+        if chunk[0] in "[{":
+            level += len(chunk)
+            deepest = max(deepest, level)
+        else:
+            level -= len(chunk)
+    return deepest
+
+
+def check_json_value(value: Any, what: str = "value", error: type = InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """The rules of ``parse_json`` for a value built in Python (a library caller's map): str keys,
+    JSON-like types only (tuples count as arrays), finite floats, int64/uint64 integers, strings
+    without lone surrogates, containers at most ``max_depth`` levels deep. Iterative: a value
+    nested a million deep is refused, not a RecursionError."""
+    what = what or "value"
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                _check_text(v, what, error)
+        elif t is dict:
+            if depth > max_depth:
+                raise error(f"{what} nests deeper than {max_depth} levels")
+            for k, x in v.items():
+                if type(k) is not str:
+                    raise error(f"{what}: map keys must be strings, got {type(k).__name__}")
+                if not k.isascii():
+                    _check_text(k, what, error)
+                push((x, depth + 1))
+        elif t is list or t is tuple:
+            if depth > max_depth:
+                raise error(f"{what} nests deeper than {max_depth} levels")
+            for x in v:
+                push((x, depth + 1))
+        elif t is int:
+            if not INT_MIN <= v <= INT_MAX:
+                shown = v if v.bit_length() <= 100 else f"of {v.bit_length()} bits"
+                raise error(f"{what}: integer {shown} is outside the int64/uint64 range")
+        elif t is float:
+            if not math.isfinite(v):
+                raise error(f"{what}: {v!r} is not a JSON number (NaN and Infinity are refused)")
+        elif t is not bool and v is not None:
+            raise error(f"{what}: {t.__name__} is not JSON-like")
+
+
+def _check_text(v: str, what: str, error: type) -> None:
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise error(f"{what}: a string holds a lone surrogate (U+{ord(v[e.start]):04X}), which is not Unicode text") from None
+
+
+def check_text(v: str, what: str, error: type = InvalidInput) -> str:
+    """A string that can be stored: UTF-8-encodable (no lone surrogates)."""
+    if not v.isascii():
+        _check_text(v, what, error)
+    return v
 
 
 def iter_objects(raw: bytes):

@@ -23,16 +23,115 @@ it land either, and the error names line N.
 
 from __future__ import annotations
 
-import json
-from typing import IO
+from typing import IO, Annotated, Any, Union
+
+import msgspec
 
 from . import codec
 from . import records as R
-from .errors import IngestError, ObjstoreError
+from .errors import Conflict, IngestError, IntegrityError, LimitExceeded, NotFound, ObjstoreError, Refused, StorageOSError
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = (R.RUN_STARTED, R.ATTEMPT, R.INTENT, R.INTENT_COMMITTED, R.RUN_FINISHED, R.TURN, "rewind", "fork")
 _COMMON = {"v", "type", "run", "time", "branch"}
+MAX_LINE = 64 << 20  # bytes of one event line (its blobs included)
+
+# -- the schema of an event, declared once --------------------------------------------------------
+# msgspec checks types strictly: a bool is not an integer (``to_lsn: true``), a string is not a bool
+# (``live: "no"``), integers stay within the store's range, unknown fields are errors. The values
+# were already parsed by codec.parse_json (no duplicate keys, NaN, lone surrogates, deep nesting).
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # msgspec bounds are int64
+Time = Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)]  # seconds since the epoch, within ±31 700 years
+
+
+class BlobRef(msgspec.Struct, forbid_unknown_fields=True):
+    blob: str
+
+
+Text = Union[str, BlobRef, None]
+JsonMap = Union[dict[str, Any], None]
+
+
+class _Event(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    v: int
+    type: str
+    run: str
+    time: Union[Time, None] = None
+    branch: Union[Count, None] = None
+
+
+class RunStartedEvent(_Event):
+    subject: str = "default"
+    workflow_version: Union[str, int, float] = "1"
+    meta: JsonMap = None
+
+
+class AttemptEvent(_Event):
+    step: Count
+    attempt: Count
+    state: str
+    prompt: Text = None
+    output: Text = None
+    context: JsonMap = None
+    tools: JsonMap = None
+    usage: JsonMap = None
+    error: Union[str, None] = None
+    workflow_version: Union[str, int, float, None] = None
+
+
+class IntentEvent(_Event):
+    intent: str
+    step: Count
+    effect: str
+    idempotent: bool
+
+
+class IntentCommittedEvent(_Event):
+    intent: str
+
+
+class RunFinishedEvent(_Event):
+    status: str
+    error: Union[str, None] = None
+
+
+class TurnEvent(_Event):
+    role: str
+    content: Text = None
+    generation: Any = None
+
+
+class RewindEvent(_Event):
+    to_lsn: Count
+    reason: str = "rewind"
+
+
+class ForkEvent(_Event):
+    from_branch: Count
+    at_lsn: Count
+    reason: str = ""
+    live: bool = True
+
+
+SCHEMAS: dict[str, type[_Event]] = {
+    R.RUN_STARTED: RunStartedEvent, R.ATTEMPT: AttemptEvent, R.INTENT: IntentEvent,
+    R.INTENT_COMMITTED: IntentCommittedEvent, R.RUN_FINISHED: RunFinishedEvent, R.TURN: TurnEvent,
+    "rewind": RewindEvent, "fork": ForkEvent,
+}
+
+
+def _schema_error(t: str, e: msgspec.ValidationError) -> str:
+    text = str(e)
+    if text.startswith("Object contains unknown field "):
+        return f"unknown field(s) for {t}: {text.removeprefix('Object contains unknown field ').strip('`')}"
+    if text.startswith("Object missing required field "):
+        return f"{t} needs {text.removeprefix('Object missing required field ').strip('`')}"
+    msg, _, where = text.partition(" - at `$.")
+    field = where.rstrip("`")
+    if field:
+        return f"{field}: {msg[:1].lower()}{msg[1:]}".replace("`", "")
+    return msg.replace("`", "")
 
 
 def _blob_field(value, lineno, field):
@@ -47,34 +146,29 @@ def _blob_field(value, lineno, field):
 
 
 def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
-    """Parse and check every line into (line number, event, normalised body, blob refs as ids);
-    raises IngestError naming the first bad line."""
+    """Parse and check every line into (line number, event, normalised body with blob refs as ids);
+    raises IngestError naming the first bad line. Nothing is written."""
     events = []
     for lineno, raw in enumerate(lines, start):
-        if isinstance(raw, bytes):
-            try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise IngestError(lineno, "not UTF-8") from None
+        if len(raw) > MAX_LINE:
+            raise IngestError(lineno, f"line is longer than {MAX_LINE} bytes")
         if not raw.strip():
             continue
-        try:
-            ev = json.loads(raw)
-        except ValueError as e:
-            raise IngestError(lineno, f"not JSON: {e}") from None
+        ev = codec.parse_json(raw, "", lambda m, n=lineno: IngestError(n, m))
         if not isinstance(ev, dict):
             raise IngestError(lineno, "an event must be a JSON object")
-        if ev.get("v") != SCHEMA_VERSION:
-            raise IngestError(lineno, f"schema version must be {SCHEMA_VERSION}, got {ev.get('v')!r}")
+        v = ev.get("v")
+        if type(v) is not int or v != SCHEMA_VERSION:
+            raise IngestError(lineno, f"schema version must be {SCHEMA_VERSION}, got {v!r}")
         t = ev.get("type")
         if t not in EVENT_TYPES:
             raise IngestError(lineno, f"unknown event type {t!r} (known: {', '.join(EVENT_TYPES)})")
         try:
             R.check_run_id(ev.get("run"))
-            if ev.get("time") is not None and not isinstance(ev["time"], (int, float)):
-                raise IngestError(lineno, "time must be a number")
-            if ev.get("branch") is not None and (not isinstance(ev["branch"], int) or ev["branch"] < 0):
-                raise IngestError(lineno, "branch must be a non-negative integer")
+            try:
+                msgspec.convert(ev, SCHEMAS[t])
+            except msgspec.ValidationError as e:
+                raise IngestError(lineno, _schema_error(t, e)) from None
             body = {k: v for k, v in ev.items() if k not in _COMMON}
             if t in (R.ATTEMPT, R.TURN):
                 for f in R.BLOB_FIELDS:
@@ -82,18 +176,8 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
                         body[f] = _blob_field(body[f], lineno, f)
                 probe = {f: (b"\0" * 32 if f in R.BLOB_FIELDS and isinstance(v, str) else v) for f, v in body.items()}
                 R.check_body(t, probe)
-            elif t == "rewind":
-                if not isinstance(body.get("to_lsn"), int) or body["to_lsn"] < 0:
-                    raise IngestError(lineno, "rewind needs to_lsn, a non-negative integer")
-            elif t == "fork":
-                for f in ("from_branch", "at_lsn"):
-                    if not isinstance(body.get(f), int) or body[f] < 0:
-                        raise IngestError(lineno, f"fork needs {f}, a non-negative integer")
-            else:
+            elif t not in ("rewind", "fork"):
                 R.check_body(t, body)
-            unknown = set(body) - _allowed(t)
-            if unknown:
-                raise IngestError(lineno, f"unknown field(s) for {t}: {', '.join(sorted(unknown))}")
         except IngestError:
             raise
         except ObjstoreError as e:
@@ -103,21 +187,66 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
 
 
 def _allowed(t: str) -> set:
-    return {
-        R.RUN_STARTED: {"subject", "workflow_version", "meta"},
-        R.ATTEMPT: {"step", "attempt", "state", "workflow_version", "context", "prompt", "output", "tools", "usage", "error"},
-        R.INTENT: {"intent", "step", "effect", "idempotent"},
-        R.INTENT_COMMITTED: {"intent"},
-        R.RUN_FINISHED: {"status", "error"},
-        R.TURN: {"role", "content", "generation"},
-        "rewind": {"to_lsn", "reason"},
-        "fork": {"from_branch", "at_lsn", "reason", "live"},
-    }[t]
+    return set(SCHEMAS[t].__struct_fields__) - _COMMON
+
+
+# Errors met while applying a line keep their class (their exit code) and name the line.
+class IngestConflict(Conflict):
+    msg = "ingest: line {}: {}"
+
+
+class IngestRefused(Refused):
+    msg = "ingest: line {}: {}"
+
+
+class IngestLimit(LimitExceeded):
+    msg = "ingest: line {}: {}"
+
+
+class IngestIntegrity(IntegrityError):
+    msg = "ingest: line {}: {}"
+
+
+class IngestOSError(StorageOSError):
+    msg = "ingest: line {}: {}"
+
+
+_KEEP = ((Conflict, IngestConflict), (Refused, IngestRefused), (LimitExceeded, IngestLimit),
+         (IntegrityError, IngestIntegrity), (StorageOSError, IngestOSError))
+
+
+def _at_line(lineno: int, e: ObjstoreError) -> ObjstoreError:
+    """An error met applying line ``lineno``: invalid input and not-found (an unknown run, a rewind
+    past the end) are the line's fault, IngestError (exit 5); a conflict, refusal, limit, damage or
+    OS error keeps its own exit code."""
+    if isinstance(e, IngestError):
+        return e
+    for base, cls in _KEEP:
+        if isinstance(e, base):
+            return cls(lineno, str(e))
+    return IngestError(lineno, str(e))
+
+
+def _lines(stream):
+    """The lines of a stream, each read with a bound (a newline-free gigabyte is refused at
+    MAX_LINE bytes, not held); any other iterable of lines as it is."""
+    readline = getattr(stream, "readline", None)
+    if readline is None:
+        yield from stream
+        return
+    while True:
+        try:
+            line = readline(MAX_LINE + 1)
+        except OSError as e:
+            raise StorageOSError("read the ingest input", e) from None
+        if not line:
+            return
+        yield line
 
 
 def ingest(log, stream: IO) -> dict:
     """Apply a JSON Lines stream all-or-nothing; returns a summary."""
-    events = parse(stream)
+    events = parse(_lines(stream))
     summary = {"events": len(events), "records": 0, "runs": [], "forks": []}
     store = log.store
     with store.batch():
@@ -144,9 +273,7 @@ def ingest(log, stream: IO) -> dict:
                         elif isinstance(v, bytes) and not store.has(v):
                             raise IngestError(lineno, f"{f}: blob {v.hex()} is not in the store")
                     log.append(run, t, body, branch=ev.get("branch"), allow_retained=ev.get("branch") is not None, when=when)
-            except IngestError:
-                raise
             except ObjstoreError as e:
-                raise IngestError(lineno, str(e)) from None
+                raise _at_line(lineno, e) from None
             summary["records"] += 1
     return summary
