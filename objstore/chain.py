@@ -31,9 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple, cast
 
-from . import codec
+from . import codec, runrefs
 from . import records as R
-from . import runrefs
 from .errors import InvalidInput
 from .fileutil import no_gc
 from .fold import fold

@@ -16,14 +16,19 @@ are not exported.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import records as R
 from . import views
 from .errors import Refused
 
+if TYPE_CHECKING:
+    from .chain import ChainReader, View
+
 EXPORT_SCHEMA = 1
 
 
-def build_entry(view, obj: R.Record | dict) -> dict:
+def build_entry(view: View, obj: R.Record | dict) -> dict:
     """One outbox entry; refuses anything not on the view's live branch."""
     if isinstance(obj, dict):  # a fork object
         if obj["branch"] != view.live:
@@ -37,12 +42,13 @@ def build_entry(view, obj: R.Record | dict) -> dict:
     if obj.kind == R.RUN_STARTED and R.startup_of(body) is not None:
         # the startup journal context is derived material: consumers learn it existed, not its text
         ev = R.startup_of(body)
+        assert ev is not None
         body = dict(body, meta=dict(body["meta"], startup={"type": R.STARTUP_EVENT, "answer_sha256": ev.get("answer_sha256"),
                                                             "exported": False}))
     return views.export_entry(EXPORT_SCHEMA, views.record(obj, body))
 
 
-def export(log, run: str, view=None) -> list[dict]:
+def export(log: ChainReader, run: str, view: View | None = None) -> list[dict]:
     """Outbox entries of the live branch, oldest first."""
     view = view or log.view(run)
     own, fk = log.chain(view.head(view.live))

@@ -14,15 +14,17 @@ Views carry blob refs (hex ids) and never blob bodies; neither path reads a blob
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from . import codec
-from . import records as R
-from . import views
+from . import codec, views
 from .fold import fold
 from .state import refold_branch
+
+if TYPE_CHECKING:
+    from .chain import ChainReader, View
+    from .runlog import RunLog
 
 SOURCES = ("state", "refold")
 
@@ -69,7 +71,7 @@ class EpisodeView(msgspec.Struct):
         return out
 
 
-def _branch_view(view, b, fk, state, attempts) -> BranchView:
+def _branch_view(view: View, b: int, fk: dict | None, state: dict, attempts: Any) -> BranchView:
     comp = fk["compensation"] if fk else []
     return BranchView(
         branch=b,
@@ -89,13 +91,14 @@ def _branch_view(view, b, fk, state, attempts) -> BranchView:
     )
 
 
-def episode(log, run: str, *, all_branches: bool = False, source: str = "state", view=None) -> EpisodeView:
+def episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = "state", view: View | None = None) -> EpisodeView:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}")
     view = view or log.view(run)
     wanted = sorted(view.heads) if all_branches else [view.live]
     branches = []
     root_state = None
+    attempts: msgspec.Raw | list[dict]
     for b in wanted:
         got = log.state.read_branch(log, view, b) if source == "state" else None
         if got is not None:
@@ -107,6 +110,7 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
         if root_state is None or b == 0:
             root_state = state
         branches.append(_branch_view(view, b, fk, state, attempts))
+    assert root_state is not None  # wanted is never empty: a run has a live branch
     return EpisodeView(
         run=run,
         subject=root_state["subject"],
@@ -118,9 +122,10 @@ def episode(log, run: str, *, all_branches: bool = False, source: str = "state",
     )
 
 
-def _segments(groups) -> list[tuple[int, int | None, dict | None]]:
+def _segments(groups: list[tuple[int, list, dict | None]]) -> list[tuple[int, int | None, dict | None]]:
     """(branch, last LSN — None for the branch's own head —, fork object), root first, from history groups."""
-    segs, upto = [], None
+    segs: list[tuple[int, int | None, dict | None]] = []
+    upto = None
     for b, _, fk in groups:
         segs.append((b, upto, fk))
         upto = fk["parent_lsn"] if fk else None  # the cut-off is read from the fork object
@@ -136,7 +141,7 @@ def _state_diff(a: Any, b: Any, path: str, out: list) -> None:
         out.append({"path": path, "a": a, "b": b})
 
 
-def diff(log, run: str, a: int, b: int, view=None) -> dict:
+def diff(log: ChainReader, run: str, a: int, b: int, view: View | None = None) -> dict:
     """Compare two branches: where they part (read from their fork objects), the
     records unique to each side, and the difference of their folded states."""
     view = view or log.view(run)
@@ -145,7 +150,7 @@ def diff(log, run: str, a: int, b: int, view=None) -> dict:
     # Root-first, the lineages share whole segments until the first branch where
     # their cut-offs differ; there the shared history ends at the smaller cut-off.
     common_branch, common_lsn = None, None
-    for (ba, ua, _), (bb, ub, _) in zip(sa, sb):
+    for (ba, ua, _), (bb, ub, _) in zip(sa, sb, strict=False):
         if ba != bb:
             break
         common_branch = ba

@@ -30,17 +30,23 @@ Torn tails and past cuts are *notes*: a crash verifies clean.
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
 
 from . import codec, runrefs, segindex
 from . import records as R
-from .engine import HashedLarge, ScanProblem, ZERO
+from .engine import ZERO, Entry, HashedLarge, ScanProblem
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
 from .state import attempt_view, refold_branch
+
+if TYPE_CHECKING:
+    from .chain import View
+    from .runlog import RunLog
+    from .store import Store
 
 ANCHOR_PREFIX = "objstore-anchor:1:"
 
@@ -81,12 +87,14 @@ _EXPECT = {"parent": (codec.RECORD, codec.FORK), "prompt": (codec.BLOB,), "outpu
 _hash = blake3.blake3
 
 
-def verify(log, *, check_state: bool = True, anchor: str | None = None, progress: Callable[[int], None] | None = None) -> list[Problem]:
+def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
+           progress: Callable[[int], None] | None = None) -> list[Problem]:
     """The problems found (empty: the store is sound)."""
     return verify_report(log, check_state=check_state, anchor=anchor, progress=progress).problems
 
 
-def verify_report(log, *, check_state: bool = True, anchor: str | None = None, progress: Callable[[int], None] | None = None) -> Report:
+def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
+                  progress: Callable[[int], None] | None = None) -> Report:
     want = parse_anchor(anchor) if anchor is not None else None
     with no_gc():
         return _Verifier(log, progress).run(check_state, want)
@@ -109,7 +117,7 @@ def anchor_token(entry: int, checksum: bytes) -> str:
     return f"{ANCHOR_PREFIX}{entry}:{checksum.hex()}"
 
 
-def anchor_info(store) -> dict:
+def anchor_info(store: Store) -> dict:
     """The anchor of the log's current head (an empty store has the genesis anchor, entry 0)."""
     engine = store.engine
     pos = engine.refresh()
@@ -120,7 +128,7 @@ def anchor_info(store) -> dict:
 
 
 class _Verifier:
-    def __init__(self, log, progress):
+    def __init__(self, log: RunLog, progress: Callable[[int], None] | None) -> None:
         self.log = log
         self.store = log.store
         self.engine = log.store.engine
@@ -148,16 +156,16 @@ class _Verifier:
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
         self.chain_keys: dict[tuple, bytes] = {}  # (run, branch) -> its chain key in index files
 
-    def add(self, code, subject, where, detail):
+    def add(self, code: str, subject: str, where: str, detail: str) -> None:
         self.problems.append(Problem(code, subject, where, detail))
 
-    def run(self, check_state: bool, want) -> Report:
+    def run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
         self.folding = check_state and self.log.state.exists()
         engine = self.engine
         try:
             pos, broken = engine.refresh(), None
-        except CorruptLog as e:  # damage before the log's end (readers stop there): scan one entry on to name it
-            pos, broken = engine.position(), e
+        except CorruptLog as err:  # damage before the log's end (readers stop there): scan one entry on to name it
+            pos, broken = engine.position(), err
         upto = self.upto = pos.entry + (broken is not None)
         upto = pos.entry
         checksum = ZERO
@@ -217,7 +225,7 @@ class _Verifier:
         return Report(self.problems, self.notes, count, n_objects, checksum)
 
     # -- objects ----------------------------------------------------------------------
-    def _object(self, oid: bytes, otype: str, data, where: str) -> None:
+    def _object(self, oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, where: str) -> None:
         h = oid.hex()
         if isinstance(data, IntegrityError):
             self.add("corrupt-object", h, where, data.args[2])
@@ -351,7 +359,7 @@ class _Verifier:
             self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
 
     # -- the state cache, checked against the fold verify makes as it reads -------------------
-    def _fold(self, key, oid: bytes, p: dict) -> None:
+    def _fold(self, key: tuple[str, int], oid: bytes, p: dict) -> None:
         """Fold each record into its branch's state in log order (a branch's records arrive in
         LSN order), and add its attempt view to an order-free digest of the branch's views."""
         st = self.states.get(key)
@@ -363,7 +371,7 @@ class _Verifier:
             view = codec.canonical_json_plain(attempt_view(rec, st[0]["workflow_version"]))
             st[1] = (st[1] + _digest(rec.body["step"], rec.body["attempt"], rec.lsn, view)) % _MOD
 
-    def _initial_state(self, key) -> dict:
+    def _initial_state(self, key: tuple[str, int]) -> dict:
         """Empty for branch 0; for a fork, the fold of its parent up to the fork point (those
         records are all earlier in the log than the fork object, so they can be read now)."""
         fk = self.forks.get(key)
@@ -389,17 +397,23 @@ class _Verifier:
                 mine = last[0] if last else (self.forks[key][0] if key in self.forks else None)
                 if head != mine:
                     continue
+                if state is None:
+                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state is damaged (not a folded state)")
+                    continue
                 st = self.states.get(key) or [self._initial_state(key), 0]
                 if codec.canonical_json_plain(st[0]) != codec.canonical_json_plain(state):
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state differs from the cold re-fold")
                     continue
                 digest = 0
                 for step, attempt, lsn, view in cache.attempt_rows(run, b):
+                    if not (type(step) is int and type(attempt) is int and type(lsn) is int and isinstance(view, bytes)):
+                        digest = -1  # a damaged row (wrong column types): it cannot match
+                        break
                     digest = (digest + _digest(step, attempt, lsn, view)) % _MOD
                 if digest != st[1]:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
 
-    def _index_rows(self, e) -> None:
+    def _index_rows(self, e: Entry) -> None:
         starts, off = [], e.data_off
         for _comp, _raw, stored in e.blocks:
             starts.append(off)
@@ -432,8 +446,8 @@ class _Verifier:
         if have != want:
             self.add("damaged-index", path, "", f"index of segment {seg} does not match its entries (rebuild: delete the file)")
 
-    def _moves(self, e, where: str) -> None:
-        for name, old, new, reason in e.moves:
+    def _moves(self, e: Entry, where: str) -> None:
+        for name, old, new, _reason in e.moves:
             cur = self.refs.get(name)
             if cur != old:
                 self.add("ref-log-mismatch", name, where, f"entry {e.n} moves it from {_show(old)}, but it held {_show(cur)}")
@@ -499,7 +513,7 @@ class _Verifier:
                     self.add("broken-chain", name, "", f"head {value.hex()} is not the newest record of run {run} branch {b}")
 
     def _chains_end(self) -> None:
-        for (run, b), (fid, fk, where) in sorted(self.forks.items()):
+        for (run, b), (fid, fk, _where) in sorted(self.forks.items()):
             subject = fid.hex()
             ref = runrefs.branch_ref(run, b)
             pb, pl = fk["parent_branch"], fk["parent_lsn"]
@@ -548,7 +562,7 @@ class _Verifier:
             return "unreadable"
         return f"{p.get('run')} branch {p.get('branch')} LSN {p.get('lsn')}"
 
-    def _anchor(self, want, count: int) -> None:
+    def _anchor(self, want: tuple[int, bytes], count: int) -> None:
         n, checksum = want
         token = anchor_token(n, checksum)
         if n == 0:
@@ -561,15 +575,15 @@ class _Verifier:
             self.add("anchor-mismatch", token, "", f"entry {n} has checksum {self.entry_sums.get(n, b'').hex()}: the history before it was rewritten or rolled back")
 
 
-def _show(v) -> str:
+def _show(v: bytes | str | None) -> str:
     if v is None:
         return "(absent)"
     return v.hex() if isinstance(v, bytes) else str(v)
 
 
-def check_state_cache(log, runs: list[str] | None = None) -> list[Problem]:
+def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Problem]:
     """Cached branches that claim the head verify sees must serialize like a cold re-fold."""
-    out = []
+    out: list[Problem] = []
     if not log.state.exists():
         return out  # no cache: nothing can disagree with the log
     for run in runs if runs is not None else log.runs():
@@ -578,9 +592,12 @@ def check_state_cache(log, runs: list[str] | None = None) -> list[Problem]:
             cached = log.state.cached(run)
         except ObjstoreError:
             continue
-        for b, (head, tip, state) in cached.items():
+        for b, (head, _tip, state) in cached.items():
             if view.heads.get(b) != head:
                 continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
+            if state is None:
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state is damaged (not a folded state)"))
+                continue
             cold = _cold(log, view, b)
             if codec.canonical_json(cold[0]) != codec.canonical_json(state):
                 out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state differs from the cold re-fold"))
@@ -589,12 +606,12 @@ def check_state_cache(log, runs: list[str] | None = None) -> list[Problem]:
     return out
 
 
-def _cold(log, view, b):
+def _cold(log: RunLog, view: View, b: int) -> tuple[dict, list[bytes]]:
     state, _, views = refold_branch(log, view, b)
     return state, [codec.canonical_json(v) for v in views]
 
 
-def assert_refold_identical(log, run: str, branches=None) -> None:
+def assert_refold_identical(log: RunLog, run: str, branches: list[int] | None = None) -> None:
     """Raise AssertionError unless the cached state of each branch equals a cold re-fold."""
     view = log.view(run)
     log.state.refresh(log, view, branches)
