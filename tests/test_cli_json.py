@@ -1,0 +1,314 @@
+"""One JSON vocabulary: the real ``--json`` output of every command validates against the JSON Schemas
+embedded in docs/CLI.md (strict: no unknown field, every required field), errors under ``--json`` are
+one JSON object on stderr, and an entity (fork, record, branch, run) has one shape wherever it appears.
+
+The schemas are read from the page itself, so the documentation and the program cannot drift apart: a
+field added to a view without the doc, or a doc change without the code, fails here.
+"""
+
+import copy
+import json
+import os
+import re
+
+import click
+import jsonschema
+import pytest
+
+from cli.main import cli
+from objstore import RunLog, Store, views
+from objstore.export import export as lib_export
+
+from helpers import run_cli
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md")
+_BLOCK = re.compile(r"^### (Entity `(?P<entity>[^`]+)`|`objstore (?P<cmd>[a-z -]+?)(?P<flag> --json)?`)\n(?P<text>.*?)```json\n(?P<schema>.*?)```",
+                    re.S | re.M)
+
+
+def doc_schemas():
+    """({entity: schema}, {command path: schema}) from docs/CLI.md."""
+    entities, commands = {}, {}
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    for m in _BLOCK.finditer(text):
+        schema = json.loads(m["schema"])
+        if m["entity"]:
+            entities[m["entity"]] = schema
+        else:
+            commands[m["cmd"] + (" --json" if m["flag"] else "")] = schema
+    return entities, commands
+
+
+ENTITIES, COMMANDS = doc_schemas()
+
+
+def validator(name_or_schema):
+    """A draft 2020-12 validator of a command's schema (or an entity's), the entities as its $defs."""
+    schema = COMMANDS[name_or_schema] if isinstance(name_or_schema, str) else name_or_schema
+    schema = dict(schema, **{"$defs": ENTITIES})
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def entity_validator(name):
+    return validator({"$ref": f"#/$defs/{name}"})
+
+
+def walk(group, prefix=()):
+    """(path tuple, command) of every command in the click tree, groups included."""
+    for name, cmd in sorted(group.commands.items()):
+        yield prefix + (name,), cmd
+        if isinstance(cmd, click.Group):
+            yield from walk(cmd, prefix + (name,))
+
+
+def json_commands():
+    return sorted(" ".join(p) for p, c in walk(cli) if any("--json" in getattr(o, "opts", ()) for o in c.params))
+
+
+# -- one store holding every kind of thing ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Run every --json command once (some twice, for their variants) on a real store; keep what they print."""
+    tmp = tmp_path_factory.mktemp("json")
+    root = str(tmp / "s")
+    env = {"OBJSTORE_KEYS": str(tmp / "keys")}
+    outs: dict = {}
+
+    def cli_json(path, *args, input=None, exit_code=0):
+        rc, out, err = run_cli(*path.split(), *args, "--json", store=root, input=input, env_extra=env, exit_code=exit_code)
+        outs.setdefault(path, []).append(json.loads(out))
+        return outs[path][-1]
+
+    cli_json("init")
+    run_cli("demo", store=root, env_extra=env, exit_code=0)
+    run = cli_json("runs")[0]["run"]
+    cli_json("log", run)
+    cli_json("log", run, "--all-branches")
+    cli_json("branches", run)
+    cli_json("diff", run, "0", "1")
+    cli_json("episode", run)
+    cli_json("episode", run, "--all-branches", "--source", "refold")
+    cli_json("fork", run, "--from-branch", "0", "--at-lsn", "5", "--no-live")
+    cli_json("rewind", run, "--to-lsn", "1")
+    cli_json("refs")
+    cli_json("refs", "run/", "--log")
+    cli_json("anchor")
+    cli_json("verify")
+    branches = outs["branches"][0]
+    rc, out, err = run_cli("put-blob", "-", store=root, input=b"hello\n", env_extra=env, exit_code=0)
+    text_blob = out.strip()
+    rc, out, err = run_cli("put-blob", "-", store=root, input=bytes(range(256)), env_extra=env, exit_code=0)
+    binary_blob = out.strip()
+    for oid in (branches[0]["head"], branches[1]["fork"]["id"], text_blob, binary_blob):
+        cli_json("show", oid)
+    # sessions, journals, grants, tasks, compaction
+    s = cli_json("session start", "--subject", "alice")["run"]
+    turns = "".join(json.dumps({"v": 1, "type": "turn", "run": s, "role": r, "content": f"turn {i}"}) + "\n"
+                    for i, r in enumerate(["user", "model", "user", "model"]))
+    fork_line = json.dumps({"v": 1, "type": "rewind", "run": s, "to_lsn": 2, "reason": "ingested rewind"}) + "\n"
+    cli_json("ingest", "-", input=(turns + fork_line + turns).encode())
+    cli_json("journal update", s, "-", "--reflects-through", "latest", input=b'{"entries": [{"id": "e1", "text": "x"}]}')
+    cli_json("journal show", s)
+    cli_json("journal disable", s)
+    cli_json("journal enable", s)
+    for name in ("w1", "w2"):
+        cli_json("key new", str(tmp / f"{name}.key"))
+    cli_json("key show", str(tmp / "w1.key"))
+    cli_json("journal grant", s, "--pubkey", str(tmp / "w1.key.pub"), "--name", "w1")
+    cli_json("journal grant", s, "--pubkey", str(tmp / "w2.key.pub"), "--supersedes", str(tmp / "w1.key.pub"))
+    cli_json("journal revoke", s, "--pubkey", str(tmp / "w2.key.pub"))
+    cli_json("journal grants", s)
+    cli_json("task open", s, "t1", "--title", "write the report")
+    cli_json("task open", s, "t2")
+    cli_json("task close", s, "t2")
+    cli_json("task list", s)
+    cli_json("compact", s, "--keep", "1")
+    cli_json("segments", s)
+    cli_json("show", outs["segments"][0][0]["id"])  # a type with its stored fields
+    cli_json("show", outs["journal show"][0]["id"])
+    rc, out, err = run_cli("export", run, store=root, env_extra=env, exit_code=0)
+    outs["export"] = [[json.loads(line) for line in out.splitlines()]]
+    return {"root": root, "env": env, "run": run, "session": s, "outs": outs, "binary_blob": binary_blob}
+
+
+# -- the doc covers every command, and the tests exercise every command ---------------------------------------
+def test_every_json_command_is_documented_and_exercised(world):
+    documented = {c[: -len(" --json")] for c in COMMANDS if c.endswith(" --json")}
+    have = set(json_commands())
+    assert have, "the click walk found no --json command"
+    assert have == documented, f"--json commands without a schema in docs/CLI.md: {sorted(have - documented)}; " \
+                               f"schemas for commands without --json: {sorted(documented - have)}"
+    assert have <= set(world["outs"]), f"--json commands this test never ran: {sorted(have - set(world['outs']))}"
+    assert "export" in COMMANDS, "export's JSON Lines are documented"
+
+
+def test_schemas_are_valid_draft_2020_12_and_strict():
+    for name, schema in {**{f"entity {k}": v for k, v in ENTITIES.items()}, **COMMANDS}.items():
+        jsonschema.Draft202012Validator.check_schema(dict(schema, **{"$defs": ENTITIES}))
+    for name in ("run", "branch", "fork", "record", "attempt", "problem", "error", "blob", "object", "export-entry"):
+        assert name in ENTITIES, f"docs/CLI.md has no schema for the entity {name}"
+
+    def objects(s):
+        if isinstance(s, dict):
+            if s.get("type") == "object" and "properties" in s:
+                yield s
+            for v in s.values():
+                yield from objects(v)
+        elif isinstance(s, list):
+            for v in s:
+                yield from objects(v)
+
+    for s in objects([ENTITIES, COMMANDS]):
+        assert s.get("additionalProperties") is False, f"not strict: {sorted(s['properties'])}"
+        assert s.get("required"), f"nothing required: {sorted(s['properties'])}"
+
+
+@pytest.mark.parametrize("path", json_commands() + ["export"])
+def test_output_matches_the_documented_schema(world, path):
+    v = validator(path if path == "export" else path + " --json")
+    if path == "export":
+        v = entity_validator("export-entry")
+        outputs = world["outs"]["export"][0]
+        assert outputs, "export printed nothing"
+    else:
+        outputs = world["outs"][path]
+    for out in outputs:
+        errors = sorted(v.iter_errors(out), key=lambda e: list(e.absolute_path))
+        assert not errors, f"objstore {path} --json: " + "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors[:5])
+
+
+def test_a_drift_fails_validation(world):
+    """The schemas are strict: one extra field, or one missing, anywhere in an entity is refused."""
+    branches = copy.deepcopy(world["outs"]["branches"][0])
+    v = validator("branches --json")
+    assert v.is_valid(branches)
+    branches[1]["fork"]["extra"] = 1
+    assert not v.is_valid(branches)
+    runs = copy.deepcopy(world["outs"]["runs"][0])
+    del runs[0]["live_branch"]
+    assert not validator("runs --json").is_valid(runs)
+    log = copy.deepcopy(world["outs"]["log"][0])
+    log[0]["live"] = 1
+    assert not validator("log --json").is_valid(log)
+
+
+def test_verify_problems_match_the_schema(tmp_path):
+    """A damaged store: verify --json lists problem entities (exit 1)."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    run = log.start_run("r1")
+    for i in range(20):
+        log.record_attempt(run, step=i, attempt=0, state="succeeded")
+    log.store.close() if hasattr(log.store, "close") else None
+    seg = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs if f.endswith(".seg"))[0]
+    with open(seg, "r+b") as f:
+        data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    rc, out, err = run_cli("verify", "--json", store=root, exit_code=1)
+    problems = json.loads(out)
+    assert problems and validator("verify --json").is_valid(problems), problems
+
+
+# -- one shape everywhere ---------------------------------------------------------------------------------------
+def test_one_fork_shape_everywhere(world):
+    o = world["outs"]
+    from_branches = o["branches"][0][1]["fork"]
+    from_log = next(e for e in o["log"][0] if e["kind"] == "fork")
+    from_diff = o["diff"][0]["forks"]["1"][0]
+    from_show = next(x["value"] for x in o["show"] if x["type"] == "fork")
+    from_export = {k: v for k, v in o["export"][0][0].items() if k != "schema"}
+    assert from_branches == from_log == from_diff == from_show
+    assert from_export == o["rewind"][0], "export starts with the live branch's fork (made by the rewind)"
+    assert from_branches["compensation_required"] is True and from_branches["kind"] == "fork"
+    assert set(o["rewind"][0]) == set(o["fork"][0]) == set(from_branches)
+    assert set(o["ingest"][0]["forks"][0]["fork"]) == set(from_branches)
+    # episode references the fork by id (documented)
+    ep_b1 = o["episode"][0]["branches"][0]
+    assert ep_b1["fork"] == from_branches["id"] and ep_b1["parent_lsn"] == from_branches["parent_lsn"]
+
+
+def test_one_record_shape_and_live_is_a_bool(world):
+    o = world["outs"]
+    log_records = {e["id"]: e for e in o["log"][1] if e["kind"] != "fork"}
+    for r in o["diff"][0]["only_a"] + o["diff"][0]["only_b"]:
+        assert log_records[r["id"]] == r
+    shown = next(x["value"] for x in o["show"] if x["type"] == "record")
+    assert log_records[shown["id"]] == shown
+    for b in o["branches"][0]:
+        assert isinstance(b["live"], bool)
+    for b in o["episode"][1]["branches"]:
+        assert isinstance(b["live"], bool)
+    run = o["runs"][0][0]
+    assert isinstance(run["live_branch"], int) and not isinstance(run["live_branch"], bool)
+    # export entries are log's records plus the export schema number
+    for e in o["export"][0][1:]:
+        assert {k: v for k, v in e.items() if k != "schema"} == log_records[e["id"]]
+
+
+def test_show_describes_binary_blobs(world):
+    blobs = [x["value"] for x in world["outs"]["show"] if x["type"] == "blob"]
+    assert {"size": 6, "binary": False, "text": "hello\n"} in blobs
+    assert {"size": 256, "binary": True, "text": None} in blobs
+
+
+def test_library_gives_the_cli_shapes(world):
+    """A Python caller gets the same JSON through objstore.views as the CLI prints."""
+    log = RunLog(Store.open(world["root"]))
+    run = world["run"]
+    view = log.view(run)
+    rc, out, err = run_cli("log", run, "--json", store=world["root"], env_extra=world["env"], exit_code=0)
+    assert [views.log_entry(r, fk) for _, r, fk in log.log_entries(view)] == json.loads(out)
+    rc, out, err = run_cli("branches", run, "--json", store=world["root"], env_extra=world["env"], exit_code=0)
+    assert [views.branch(b) for b in log.branches(view)] == json.loads(out)
+    rc, out, err = run_cli("export", run, store=world["root"], env_extra=world["env"], exit_code=0)
+    assert lib_export(log, run) == [json.loads(line) for line in out.splitlines()]
+    assert views.run(view) == next(r for r in json.loads(run_cli("runs", "--json", store=world["root"], env_extra=world["env"],
+                                                                  exit_code=0)[1]) if r["run"] == run)
+
+
+# -- errors under --json -------------------------------------------------------------------------------------------
+ERROR_CASES = [
+    (["log", "nope"], 4, "run-not-found"),
+    (["show", "zz" * 32], 5, "invalid-id"),
+    (["show", "ab" * 32], 4, "object-not-found"),
+    (["rewind", "RUN", "--to-lsn", "99"], 5, None),
+    (["diff", "RUN", "0", "9"], 4, "branch-not-found"),
+    (["rewind"], 2, "usage-error"),
+    (["rewind", "RUN", "--to-lsn", "x"], 2, "usage-error"),
+    (["no-such-command"], 2, "usage-error"),
+    (["log", "RUN", "--no-such-option"], 2, "usage-error"),
+]
+
+
+@pytest.mark.parametrize("args,code,name", ERROR_CASES)
+def test_errors_are_one_json_object_under_json(world, args, code, name):
+    args = [world["run"] if a == "RUN" else a for a in args]
+    rc, out, err = run_cli(*args, "--json", store=world["root"], env_extra=world["env"], exit_code=code)
+    assert out == "" and "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    e = json.loads(lines[0])
+    assert entity_validator("error").is_valid(e), e
+    assert e["exit"] == code and (name is None or e["error"] == name), e
+    # without --json: exactly one plain line, the same message
+    rc, out, err = run_cli(*args, store=world["root"], env_extra=world["env"], exit_code=code)
+    assert err.splitlines() == [f"objstore: error: {e['message']}"], err
+
+
+def test_usage_errors_name_the_help_to_read(world):
+    rc, out, err = run_cli("rewind", world["run"], store=world["root"], env_extra=world["env"], exit_code=2)
+    assert err.splitlines() == ["objstore: error: Missing option '--to-lsn'. (see 'objstore rewind --help')"]
+    rc, out, err = run_cli("journal", "show", store=world["root"], env_extra=world["env"], exit_code=2)
+    assert err.splitlines() == ["objstore: error: Missing argument 'RUN'. (see 'objstore journal show --help')"]
+
+
+def test_json_anywhere_on_the_line(world):
+    rc, out, err = run_cli("--json", "log", "nope", store=world["root"], env_extra=world["env"], exit_code=2)
+    # '--json' before the command is not an option of the root group: a usage error, still as JSON
+    assert json.loads(err)["error"] == "usage-error"
+    rc, out, err = run_cli("log", "--json", "nope", store=world["root"], env_extra=world["env"], exit_code=4)
+    assert json.loads(err)["error"] == "run-not-found"
