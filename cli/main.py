@@ -284,6 +284,39 @@ def put_blob(c, path):
     click.echo(oid.hex())
 
 
+class _VerifyBar:
+    """verify's progress on stderr (a terminal only): objects and bytes done of the total, a rate."""
+
+    def __init__(self, store):
+        from rich.console import Console
+        from rich.filesize import decimal
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        from objstore.verify import progress_totals
+
+        self.objects, self.bytes = progress_totals(store)
+        self._size = decimal
+        self.bar = Progress(TextColumn("verify"), BarColumn(), TextColumn("{task.fields[what]}"), TransferSpeedColumn(),
+                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self.task = self.bar.add_task("verify", total=self.bytes, what=self._what(0, 0))
+        self.bar.start()
+
+    def _what(self, n: int, b: int) -> str:
+        tot_o = "?" if self.objects is None else f"{self.objects:,}"
+        tot_b = "?" if self.bytes is None else self._size(self.bytes)
+        return f"objects {min(n, self.objects or n):,}/{tot_o}  bytes {self._size(b)}/{tot_b}"
+
+    def update(self, objects_done: int, bytes_done: int) -> None:
+        self.bar.update(self.task, completed=bytes_done, what=self._what(objects_done, bytes_done))
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _verify_bar(store):
+    return _VerifyBar(store)
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Problems as a JSON list (no progress bar).")
 @click.option("--no-state", is_flag=True, help="Skip the state-cache-versus-re-fold check.")
@@ -299,18 +332,11 @@ def verify(c, as_json, no_state, anchor):
     from objstore.verify import verify_report
 
     log = c.log()
-    progress = None
-    if not as_json and sys.stderr.isatty():
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        task = bar.add_task("verifying objects", total=None)
-        bar.start()
-        progress = lambda n: bar.update(task, completed=n)  # noqa: E731
+    bar = _verify_bar(log.store) if not as_json and sys.stderr.isatty() else None
     try:
-        report = verify_report(log, check_state=not no_state, anchor=anchor, progress=progress)
+        report = verify_report(log, check_state=not no_state, anchor=anchor, progress=bar.update if bar else None)
     finally:
-        if progress:
+        if bar:
             bar.stop()
     problems = report.problems
     if as_json:

@@ -88,16 +88,35 @@ _hash = blake3.blake3
 
 
 def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
-           progress: Callable[[int], None] | None = None) -> list[Problem]:
+           progress: Callable[[int, int], None] | None = None) -> list[Problem]:
     """The problems found (empty: the store is sound)."""
     return verify_report(log, check_state=check_state, anchor=anchor, progress=progress).problems
 
 
 def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
-                  progress: Callable[[int], None] | None = None) -> Report:
+                  progress: Callable[[int, int], None] | None = None) -> Report:
     want = parse_anchor(anchor) if anchor is not None else None
     with no_gc():
         return _Verifier(log, progress).run(check_state, want)
+
+
+def progress_totals(store) -> tuple[int | None, int | None]:
+    """(objects, bytes) a full ``verify`` will read, for a progress bar; None where unknown (an
+    in-memory store). ``verify_report(progress=f)`` calls ``f(objects_done, bytes_done)`` after
+    each entry, bytes being the entries' lengths in the segment files."""
+    engine = store.engine
+    engine.refresh()
+    seg_path = getattr(engine, "seg_path", None)
+    top, off = getattr(engine, "_seg", None), getattr(engine, "_off", None)
+    if seg_path is None or top is None or off is None:
+        return None, None
+    total = off
+    for n in range(1, top):
+        try:
+            total += os.path.getsize(seg_path(n))
+        except OSError:
+            pass
+    return sum(1 for _ in engine.iter_ids()), total
 
 
 def parse_anchor(token: str) -> tuple[int, bytes]:
@@ -128,7 +147,7 @@ def anchor_info(store: Store) -> dict:
 
 
 class _Verifier:
-    def __init__(self, log: RunLog, progress: Callable[[int], None] | None) -> None:
+    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None) -> None:
         self.log = log
         self.store = log.store
         self.engine = log.store.engine
@@ -170,6 +189,7 @@ class _Verifier:
         upto = pos.entry
         checksum = ZERO
         n_objects = 0
+        n_bytes = 0  # of the entries read (what progress_totals' bytes counts)
         count = 0
         for item in engine.scan(upto + (broken is not None)):
             if isinstance(item, ScanProblem):
@@ -198,8 +218,9 @@ class _Verifier:
                 n_objects += 1
                 self._object(oid, otype, data, item.where)
             self._moves(e, item.where)
+            n_bytes += e.length
             if self.progress:
-                self.progress(n_objects)
+                self.progress(n_objects, n_bytes)
         self._check_index(last=True)
         if broken is not None and not self.problems:
             self.add("corrupt-log", broken.args[0], "", broken.args[1])
