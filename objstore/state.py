@@ -207,9 +207,19 @@ class StateCache:
 
     @_cache_op("read cached state")
     def cached(self, run: str) -> dict:
-        """branch -> (head it reflects, tip LSN, state dict) as stored."""
+        """branch -> (head it reflects, tip LSN, state dict) as stored; the state is None when the
+        row is damaged (not the types this code writes, or not a decodable folded state)."""
         rows = self.db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
-        return {b: (bytes(h), t, _dec.decode(s)) for b, h, t, s in rows}
+        out = {}
+        for b, h, t, s in rows:
+            try:
+                state = _dec.decode(s) if isinstance(s, bytes) else None
+            except msgspec.DecodeError:
+                state = None
+            if not isinstance(state, dict):
+                state = None
+            out[b] = (bytes(h) if isinstance(h, bytes) else h, t, state)
+        return out
 
     # -- refresh ---------------------------------------------------------------
     @_cache_op("refresh the state cache")
@@ -224,7 +234,7 @@ class StateCache:
         try:
             return self._read_branch(chains, view, branch)
         except _ROW_DAMAGE:
-            self._db = None
+            self._heal(view.run, branch)
             return None
 
     def _read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
@@ -237,6 +247,8 @@ class StateCache:
             if row is None or bytes(row[0]) != view.head(branch):
                 return None  # another process moved the cache on between refresh and read
             frags = self.attempt_fragments(view.run, branch)
+            if not all(isinstance(f, bytes) for f in frags):
+                raise TypeError("an attempt row's view is not canonical JSON bytes")
         finally:
             db.execute("COMMIT")
         return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags
@@ -256,7 +268,7 @@ class StateCache:
                 if row is not None and bytes(row[0]) == view.head(branch):
                     return _dec.decode(row[1])
         except _ROW_DAMAGE:
-            self._db = None
+            self._heal(view.run, branch)
         # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
         return from_refold(refold_branch(chains, view, branch)[0])
 
@@ -280,6 +292,17 @@ class StateCache:
         if tip <= head_lsn:
             return False
         return head_lsn < 0 or chains.store.indexed_record(view.run, branch, head_lsn) == head
+
+    def _heal(self, run: str, branch: int) -> None:
+        """Forget a branch's rows after they failed to read, so the next refresh folds them again;
+        best effort (a busy or read-only cache stays as it is, and queries answer from the log)."""
+        self._db = None
+        try:
+            with self._tx():
+                self.db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
+                self.db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+        except (sqlite3.Error, OSError):
+            self._db = None
 
     @staticmethod
     def _valid_row(row: tuple | None) -> bool:
