@@ -27,7 +27,9 @@ Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
 4 not found; 5 invalid input (incl. a bad key file); 6 integrity error;
 7 conflict; 8 refused (not the owner key, unauthenticated, job,
 revoked, never granted, stale or replayed request); 9 limit exceeded;
-10 operating-system error (incl. a journal host that cannot be reached)."""
+10 operating-system error (incl. a journal host that cannot be reached);
+11 state cache error (run 'objstore rebuild'); 130 interrupted (Ctrl-C).
+Under --json an error is one JSON object on stderr: {"error", "message", "exit"}."""
 
 
 def _echo_json(value) -> None:
@@ -154,6 +156,23 @@ def cli(ctx, store):
 
     Every record is an immutable object named by its BLAKE3 hash; rewinds fork
     a new branch and delete nothing; `verify` proves the history by hashing.
+
+    \b
+    Words used in this help:
+      run          one agent run; its records form numbered branches (0, 1, ...)
+      LSN          a record's position on its branch: 0, 1, 2, ...
+      live branch  the branch that queries, appends and export use by default
+      fork         the object at the root of a new branch: where it left its parent
+      compensation a committed side effect that is not idempotent (a refund, an
+                   email) that a rewind went back past: flagged on the fork,
+                   because it happened and may need undoing by hand
+
+    \b
+    Examples:
+      objstore demo
+      objstore runs
+      objstore log latest
+      objstore --store ./runs verify --json
     """
     ctx.obj = Ctx(store)
 
@@ -173,8 +192,9 @@ def init(c, as_json):
     first time a signing command runs on it without --key, as init would.
 
     \b
-    Example:
+    Examples:
       objstore --store ./runs init
+      objstore init --json
     """
     from objstore import identity
 
@@ -197,11 +217,24 @@ def _raw_option(f):
 
 @cli.command()
 @click.argument("oid")
-@click.option("--body", is_flag=True, help="A blob's body only (streamed; how callers fetch what a view refers to).")
+@click.option("--body", is_flag=True, help="A blob's body only, without the object header (streamed; how callers fetch the prompt or output a view refers to).")
 @_raw_option
 @pass_ctx
 def cat(c, oid, body, raw):
-    """Write an object's raw canonical bytes (header included) to stdout."""
+    """Write an object's raw canonical bytes (header included) to stdout.
+
+    On a terminal, bytes that are not text print a one-line summary instead
+    (--raw overrides); into a pipe or a file they go out as they are.
+
+    \b
+    Arguments:
+      OID  an object id (64 hex digits) or a unique prefix of one
+
+    \b
+    Examples:
+      objstore cat ID > object.bin
+      objstore cat --body ID | less
+    """
     store = c.log().store
     key = store.resolve_id(oid)
     if not raw and sys.stdout.isatty():  # never dump binary bytes on a terminal
@@ -219,11 +252,23 @@ def cat(c, oid, body, raw):
 
 @cli.command()
 @click.argument("oid")
-@click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the decoded object.")
+@click.option("--json", "as_json", is_flag=True, help="Print the object as JSON (docs/CLI.md, 'object').")
 @_raw_option
 @pass_ctx
 def show(c, oid, as_json, raw):
-    """Show one object: its type, id and fields (blobs: their text)."""
+    """Show one object: its type, id and fields (blobs: their text).
+
+    A binary blob shows a one-line summary on a terminal (--raw overrides).
+
+    \b
+    Arguments:
+      OID  an object id (64 hex digits) or a unique prefix of one
+
+    \b
+    Examples:
+      objstore show ID
+      objstore show ID --json
+    """
     store = c.log().store
     key = store.resolve_id(oid)
     otype, value = store.get(key)
@@ -246,11 +291,24 @@ def show(c, oid, as_json, raw):
 
 @cli.command()
 @click.argument("prefix", required=False, default="")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON (docs/CLI.md, 'ref').")
 @click.option("--log", "with_log", is_flag=True, help="Also print each ref's moves, read from the log's commit entries.")
 @pass_ctx
 def refs(c, prefix, as_json, with_log):
-    """List refs (optionally under PREFIX) with their values."""
+    """List refs (optionally under PREFIX) with their values.
+
+    Refs are the named pointers of the store: run/RUN/branch/N (a branch's head
+    record), run/RUN/live (which branch is live), journals, grants, keys.
+
+    \b
+    Arguments:
+      PREFIX  only refs whose name starts with it (default: all)
+
+    \b
+    Examples:
+      objstore refs run/
+      objstore refs --log --json
+    """
     store = c.log().store
     rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in store.list_refs(prefix)]
     if with_log:
@@ -275,7 +333,17 @@ def refs(c, prefix, as_json, with_log):
 def put_blob(c, path):
     """Store a file (or - for stdin) as a blob and print its id.
 
-    The input is read once and the id is the hash of exactly the bytes stored."""
+    The input is read once and the id is the hash of exactly the bytes stored.
+
+    \b
+    Arguments:
+      PATH  the file to store, or - to read standard input
+
+    \b
+    Examples:
+      objstore put-blob prompt.txt
+      echo hello | objstore put-blob -
+    """
     store = c.log().store
     if path == "-":
         oid = store.put_blob_stream(sys.stdin.buffer)
@@ -318,8 +386,8 @@ def _verify_bar(store):
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="Problems as a JSON list (no progress bar).")
-@click.option("--no-state", is_flag=True, help="Skip the state-cache-versus-re-fold check.")
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list (docs/CLI.md, 'problem'); no progress bar.")
+@click.option("--no-state", is_flag=True, help="Skip comparing the state cache (derived SQLite tables) with a re-fold of the records.")
 @click.option("--anchor", "anchor", metavar="TOKEN", help="Also prove the log still holds the history this anchor (from 'objstore anchor') names.")
 @pass_ctx
 def verify(c, as_json, no_state, anchor):
@@ -328,6 +396,12 @@ def verify(c, as_json, no_state, anchor):
     Prints one line per problem (code, object or ref, detail, path) and exits 1
     if any were found, 0 if the store is clean. Torn tails left by a crash and
     past cuts of them are printed as notes on stderr: they do not fail verify.
+
+    \b
+    Examples:
+      objstore verify
+      objstore verify --json
+      objstore verify --anchor TOKEN
     """
     from objstore.verify import verify_report
 
@@ -352,13 +426,18 @@ def verify(c, as_json, no_state, anchor):
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="version, entry, segment, offset, checksum and time as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the token with its version, entry, segment, offset, checksum and time as JSON.")
 @pass_ctx
 def anchor(c, as_json):
     """Print an anchor of the log's current head; writes nothing.
 
     Keep the token elsewhere; 'objstore verify --anchor TOKEN' later proves the
     log still holds that exact history (no truncation, rollback or rewrite).
+
+    \b
+    Examples:
+      objstore anchor > anchor.txt
+      objstore anchor --json
     """
     from objstore.verify import anchor_info
 
@@ -372,7 +451,12 @@ def anchor(c, as_json):
 @cli.command()
 @pass_ctx
 def upgrade(c):
-    """Convert a format-1 store in place to format 2, keeping the old one as PATH.format1."""
+    """Convert a format-1 store in place to format 2, keeping the old one as PATH.format1.
+
+    \b
+    Examples:
+      objstore --store ./old-store upgrade
+    """
     from objstore.upgrade import upgrade as run_upgrade
 
     summary = run_upgrade(c.store_path())
@@ -381,10 +465,20 @@ def upgrade(c):
 
 # -- runs ----------------------------------------------------------------------------
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (docs/CLI.md, 'run').")
 @pass_ctx
 def runs(c, as_json):
-    """List runs with their live branch and branch count."""
+    """List runs with their live branch and branch count.
+
+    The live branch is the one queries, appends and export use by default (a
+    rewind makes its new branch live). A unique prefix of a run id, or its
+    short id, works wherever a RUN is asked for.
+
+    \b
+    Examples:
+      objstore runs
+      objstore runs --json
+    """
     log = c.log()
     rows = [views.run(log.view(run)) for run in log.runs()]
     if as_json:
@@ -438,8 +532,24 @@ def _grouped(run, view, first, all_branches, entries):
 def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, no_pager, as_json):
     """Show a run's history, newest first, like git log.
 
-    By default the live branch: its own records, its fork point, then the
-    parent's records up to the fork point.
+    By default the live branch (the one queries and appends use): its own
+    records, its fork point, then the parent's records up to the fork point.
+    Each record shows its LSN (its position on its branch: 0, 1, 2, ...), kind
+    and id; a fork line shows where a branch left its parent and any
+    COMPENSATION REQUIRED flag (a committed side effect, such as a refund,
+    that the fork went back past).
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore log latest
+      objstore log RUN --all-branches -n 20
+      objstore log RUN --format oneline --since yesterday
+      objstore log RUN --graph
+      objstore log RUN --json
     """
     from objstore import history
 
@@ -472,10 +582,25 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the branches as JSON (docs/CLI.md, 'branch').")
 @pass_ctx
 def branches(c, run, as_json):
-    """List a run's branches with fork points read from the fork objects."""
+    """List a run's branches with fork points read from the fork objects.
+
+    '*' marks the live branch (the one used by default). A fork point is the
+    parent branch and LSN (position on that branch) the branch starts after;
+    COMPENSATION REQUIRED means the fork went back past a committed side effect
+    that is not idempotent, which may need undoing by hand.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore branches RUN
+      objstore branches latest --json
+    """
     log = c.log()
     rows = [views.branch(row) for row in log.branches(log.view(run))]
     if as_json:
@@ -499,16 +624,28 @@ def _print_fork(log, fr, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--to-lsn", type=int, required=True, help="Last LSN of the live branch to keep in the new branch's history.")
-@click.option("--reason", default="rewind", show_default=True)
+@click.option("--to-lsn", type=int, required=True,
+              help="Last LSN (position on the live branch, from 0) to keep in the new branch's history.")
+@click.option("--reason", default="rewind", show_default=True, help="Why; recorded in the fork object.")
 @click.option("--expect-branch", type=int, default=None, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
 @pass_ctx
 def rewind(c, run, to_lsn, reason, expect_branch, as_json):
     """Rewind the live branch: fork it at --to-lsn; the new branch becomes live.
 
     Nothing is deleted: the old branch stays, byte-identical. Rewinding past a
-    committed non-idempotent intent flags compensation on the fork and warns.
+    committed non-idempotent intent (a side effect that must not happen twice,
+    such as a refund) flags compensation on the fork and warns: it happened
+    and may need undoing by hand.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore rewind RUN --to-lsn 3 --reason "step 6 failed"
+      objstore rewind RUN --to-lsn 3 --expect-branch 0 --json
     """
     log = c.log()
     _print_fork(log, log.rewind(run, to_lsn, reason=reason, expect_live=expect_branch), as_json)
@@ -516,14 +653,27 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--from-branch", type=int, required=True)
-@click.option("--at-lsn", type=int, required=True)
-@click.option("--reason", default="fork", show_default=True)
-@click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--from-branch", type=int, required=True, help="The branch (number) to fork from.")
+@click.option("--at-lsn", type=int, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
+@click.option("--reason", default="fork", show_default=True, help="Why; recorded in the fork object.")
+@click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live (the default branch of queries and appends).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
 @pass_ctx
 def fork(c, run, from_branch, at_lsn, reason, live, as_json):
-    """Fork a new branch from any branch at any LSN."""
+    """Fork a new branch from any branch at any LSN.
+
+    Like rewind, but from any branch, and optionally without making the new
+    branch live. Compensation is flagged the same way.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore fork RUN --from-branch 0 --at-lsn 4 --no-live
+      objstore fork RUN --from-branch 1 --at-lsn 2 --json
+    """
     log = c.log()
     _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
 
@@ -532,10 +682,22 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
 @click.argument("run", type=RUN)
 @click.argument("a", type=int)
 @click.argument("b", type=int)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
 @pass_ctx
 def diff(c, run, a, b, as_json):
-    """Compare branches A and B: fork point, records unique to each, state difference."""
+    """Compare branches A and B: fork point, records unique to each, state difference.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+      A    one branch number
+      B    the other branch number
+
+    \b
+    Examples:
+      objstore diff RUN 0 1
+      objstore diff latest 0 1 --json
+    """
     from objstore.query import diff as run_diff
 
     d = run_diff(c.log(), run, a, b)
@@ -557,7 +719,20 @@ def diff(c, run, a, b, as_json):
 @click.argument("run", type=RUN)
 @pass_ctx
 def export(c, run):
-    """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported)."""
+    """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported).
+
+    A forked live branch exports its fork object first, then its own records
+    (docs/CLI.md, 'export-entry').
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore export RUN > outbox.jsonl
+      objstore export latest
+    """
     from objstore.export import export as run_export
 
     for e in run_export(c.log(), run):
@@ -568,7 +743,20 @@ def export(c, run):
 @click.argument("run", type=RUN, required=False)
 @pass_ctx
 def rebuild(c, run):
-    """Drop and rebuild the materialized state cache from the raw objects."""
+    """Drop and rebuild the materialized state cache from the raw objects.
+
+    The state cache (SQLite tables derived from the records) only speeds reads
+    up; rebuilding it loses nothing. Use it after exit 11 (state cache error).
+
+    \b
+    Arguments:
+      RUN  rebuild only this run (default: every run); id, prefix or 'latest'
+
+    \b
+    Examples:
+      objstore rebuild
+      objstore rebuild RUN
+    """
     log = c.log()
     runs_ = log.state.rebuild(log, run)
     click.echo(f"rebuilt state for {len(runs_)} run(s)")
@@ -576,12 +764,22 @@ def rebuild(c, run):
 
 @cli.command()
 @click.argument("source", type=click.File("rb"))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON (docs/CLI.md, 'ingest').")
 @pass_ctx
 def ingest(c, source, as_json):
     """Ingest JSON Lines events (schema v1, docs/INGEST.md) from FILE or - (stdin).
 
     All or nothing: a bad line is reported with its number and no line lands.
+    Creates the store if absent.
+
+    \b
+    Arguments:
+      SOURCE  the JSON Lines file, or - to read standard input
+
+    \b
+    Examples:
+      objstore ingest events.jsonl
+      cat events.jsonl | objstore ingest - --json
     """
     from objstore.ingest import ingest as run_ingest
 
@@ -599,11 +797,25 @@ def ingest(c, source, as_json):
 @cli.command()
 @click.argument("run", type=RUN)
 @click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
-@click.option("--json", "as_json", is_flag=True, help="Canonical JSON of the EpisodeView.")
+@click.option("--json", "as_json", is_flag=True, help="Print the EpisodeView as canonical JSON (docs/CLI.md, 'episode').")
 @click.option("--source", type=click.Choice(["state", "refold"]), default="state", show_default=True, help="Materialized state, or a cold re-fold of the raw log.")
 @pass_ctx
 def episode(c, run, all_branches, as_json, source):
-    """Every attempt of a run (failed ones included) with blob refs, never bodies."""
+    """Every attempt of a run (failed ones included) with blob refs, never bodies.
+
+    An attempt is one try of one step; its prompt and output are blob ids
+    (fetch a body with 'objstore cat --body ID').
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore episode RUN
+      objstore episode RUN --all-branches --json
+      objstore episode RUN --source refold --json
+    """
     from objstore.query import episode as run_episode
 
     ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
@@ -689,6 +901,11 @@ def key_group():
 
     Private keys live outside the store; the store only ever holds public keys
     (the owner's, and the grantees' named in grants).
+
+    \b
+    Examples:
+      objstore key new ./worker.key
+      objstore key show ./worker.key
     """
 
 
@@ -699,7 +916,11 @@ def key_new(path, as_json):
     """Generate an ed25519 key: FILE (private, mode 0600) and FILE.pub; print the public key.
 
     \b
-    Example:
+    Arguments:
+      FILE  where to write the private key (FILE.pub gets the public key)
+
+    \b
+    Examples:
       objstore key new ./worker.key     # then: journal grant RUN --pubkey ./worker.key.pub
     """
     import os
@@ -722,7 +943,11 @@ def key_show(path, as_json):
     """Print the public key (64 hex digits) of a private or public key FILE.
 
     \b
-    Example:
+    Arguments:
+      FILE  a private key (PEM) or a public key file
+
+    \b
+    Examples:
       objstore key show ~/.config/objstore/keys/owner.key
     """
     import os
@@ -747,7 +972,7 @@ def journal():
     owner-signed grants; a key without a live write grant is refused (exit 8).
 
     \b
-    Example:
+    Examples:
       objstore key new w.key
       objstore journal grant RUN --pubkey w.key.pub --name w1
       echo '{"entries": []}' | objstore journal update RUN - --reflects-through latest --key w.key
@@ -762,7 +987,11 @@ def journal_show(c, run, as_json):
     """Show the newest journal version of RUN (reads the store; no Host, no key).
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore journal show RUN --json
     """
     from objstore import journal as J
@@ -808,7 +1037,12 @@ def journal_update(c, run, source, reflects_through, checkpoint, key_file, socke
     if another version lands first the update is a conflict (exit 7).
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+      FILE|-  the JSON object of the new body, or - to read standard input
+
+    \b
+    Examples:
       objstore journal update RUN notes.json --reflects-through latest --key w.key
     """
     from objstore import journal as J
@@ -844,7 +1078,11 @@ def journal_enable(c, run, key_file, socket_path, as_json):
     """Enable RUN's journal: a new version with the same body and reflection.
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore journal enable RUN
     """
     _enable_cmd(c, run, True, key_file, socket_path, as_json)
@@ -860,7 +1098,11 @@ def journal_disable(c, run, key_file, socket_path, as_json):
     """Disable RUN's journal (reads then answer outcome 'disabled').
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore journal disable RUN --key w.key
     """
     _enable_cmd(c, run, False, key_file, socket_path, as_json)
@@ -884,6 +1126,10 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
 
     Grants are objects signed by the owner key (--key must be it; default it
     is) and only ever appended: a revocation or supersession is a new grant.
+
+    \b
+    Arguments:
+      RUN  the session (a run) to grant on; omit it with --subject
 
     \b
     Examples:
@@ -922,7 +1168,7 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
 @click.argument("run", type=RUN, required=False)
 @click.option("--subject", default=None, help="Revoke a subject-wide grant instead of a RUN's.")
 @click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits).")
-@click.option("--reason", default="revoked", show_default=True)
+@click.option("--reason", default="revoked", show_default=True, help="Why; recorded in the revocation.")
 @_key_option
 @_json_option
 @pass_ctx
@@ -930,7 +1176,11 @@ def journal_revoke(c, run, subject, pubkey_file, reason, key_file, as_json):
     """Revoke a key's grant on RUN (or --subject): a new signed grant; the old one stays.
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run) whose grant to revoke; omit it with --subject
+
+    \b
+    Examples:
       objstore journal revoke RUN --pubkey w.key.pub --reason "worker retired"
     """
     from objstore import identity
@@ -957,7 +1207,11 @@ def journal_grants(c, run, as_json):
     (owner-signed and about this key and scope); 'effective' is the chain's state as the Host judges it.
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore journal grants RUN --json
     """
     from objstore import journal as J
@@ -997,6 +1251,10 @@ def compact(c, run, keep, budget, socket_path, key_file, as_json):
     is recorded as outcome 'unavailable'; a refusal (exit 8) writes nothing.
 
     \b
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
     Examples:
       objstore compact RUN --keep 2
       objstore compact RUN --socket /tmp/journal.sock --key w.key --json
@@ -1026,7 +1284,11 @@ def segments_cmd(c, run, as_json):
     """List a session's compaction segments, oldest first, with each one's frozen journal snapshot.
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore segments RUN --json
     """
     from objstore import compaction as C
@@ -1057,7 +1319,12 @@ def segments_cmd(c, run, as_json):
 # -- sessions and tasks ------------------------------------------------------------------------------
 @cli.group()
 def session():
-    """Sessions: runs of conversation turns, with a typed startup journal event."""
+    """Sessions: runs of conversation turns, with a typed startup journal event.
+
+    \b
+    Examples:
+      objstore session start --subject alice --json
+    """
 
 
 @session.command("start")
@@ -1076,7 +1343,7 @@ def session_start(c, subject, predecessor, run_id, budget, socket_path, key_file
     session of the subject. Add turns with 'objstore ingest' (type "turn").
 
     \b
-    Example:
+    Examples:
       objstore session start --subject alice --predecessor RUN --json
     """
     from objstore import compaction as C
@@ -1102,7 +1369,13 @@ def session_start(c, subject, predecessor, run_id, budget, socket_path, key_file
 
 @cli.group()
 def task():
-    """The TaskStore: a session's open tasks (task records; kept across compactions)."""
+    """The TaskStore: a session's open tasks (task records; kept across compactions).
+
+    \b
+    Examples:
+      objstore task open RUN t1 --title "write the report"
+      objstore task list RUN
+    """
 
 
 @task.command("open")
@@ -1115,7 +1388,12 @@ def task_open(c, run, task_id, title, as_json):
     """Open TASK in RUN (exit 5 if it is open already).
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+      TASK  the task's id (any string, unique among the session's open tasks)
+
+    \b
+    Examples:
       objstore task open RUN t1 --title "write the report"
     """
     from objstore import journal as J
@@ -1130,14 +1408,19 @@ def task_open(c, run, task_id, title, as_json):
 @task.command("close")
 @click.argument("run", type=RUN)
 @click.argument("task_id", metavar="TASK")
-@click.option("--outcome", default="done", show_default=True)
+@click.option("--outcome", default="done", show_default=True, help="How the task ended; recorded in the task record.")
 @_json_option
 @pass_ctx
 def task_close(c, run, task_id, outcome, as_json):
     """Close an open TASK of RUN (exit 5 if it is not open).
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+      TASK  the task's id (any string, unique among the session's open tasks)
+
+    \b
+    Examples:
       objstore task close RUN t1 --outcome done
     """
     from objstore import journal as J
@@ -1157,7 +1440,11 @@ def task_list(c, run, as_json):
     """List the open tasks of RUN's live branch, in opening order.
 
     \b
-    Example:
+    Arguments:
+      RUN  the session (a run): id, unique prefix or 'latest'
+
+    \b
+    Examples:
       objstore task list RUN --json
     """
     from objstore import journal as J
@@ -1181,7 +1468,7 @@ def journal_serve(c, socket_path):
     update with --socket PATH); unsigned ones are refused (401), jobs too (403).
 
     \b
-    Example:
+    Examples:
       objstore journal-serve --socket /tmp/journal.sock &
       objstore compact RUN --socket /tmp/journal.sock
     """
@@ -1198,7 +1485,13 @@ def journal_serve(c, socket_path):
 def demo(c, run_id, at):
     """Record the seed T2.3 run with a stub model, rewind it, and show the result.
 
-    Creates the store if absent; each call records a new run.
+    Creates the store if absent; each call records a new run. The model is a
+    deterministic stub: the run is the same every time (but for ids and times).
+
+    \b
+    Examples:
+      objstore demo
+      objstore --store /tmp/demo-store demo
     """
     from objstore.demo import fixed_clock, six_step_run
     from objstore.verify import verify as run_verify
