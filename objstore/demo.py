@@ -13,8 +13,12 @@ then a rewind to LSN 3 and a different path on branch 1.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runlog import RunLog
 
 
 def _wall() -> float:
@@ -55,7 +59,8 @@ class StubModel:
         return StubReply(ok=err is None, text=text, usage={"input_tokens": len(prompt.split()), "output_tokens": len(text.split())})
 
 
-def run_step(log, run: str, model: StubModel, path: str, step: int, task: str, max_attempts: int = 3, clock=None):
+def run_step(log: RunLog, run: str, model: StubModel, path: str, step: int, task: str, max_attempts: int = 3,
+             clock: Callable[[], float] | None = None) -> bool:
     """One agent step: call the model, record every attempt (failed ones too); retry on failure.
 
     ``clock``: a callable giving each record's time (default: the wall clock)."""
@@ -81,7 +86,7 @@ def run_step(log, run: str, model: StubModel, path: str, step: int, task: str, m
     return False
 
 
-def six_step_run(log, run: str | None = None, subject: str = "demo", clock=None) -> dict:
+def six_step_run(log: RunLog, run: str | None = None, subject: str = "demo", clock: Callable[[], float] | None = None) -> dict:
     """The seed T2.3 run; returns what happened (run id, fork result, heads).
 
     With a fixed ``run`` id and a deterministic ``clock`` (``fixed_clock``) every object id is

@@ -19,11 +19,16 @@ import datetime as _dt
 import json
 import re
 import time
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import codec
 from . import records as R
 from .errors import InvalidInput
+
+if TYPE_CHECKING:
+    from .chain import ChainReader, View
+    from .store import Store
 
 EAGER = 64  # entries read object by object before a walk switches to decoding whole blocks
 
@@ -45,11 +50,11 @@ class _Reader:
     """Reads chain objects: one at a time for the first ``EAGER``, then through the store's
     block decoding (which decodes a whole block of records at once)."""
 
-    def __init__(self, store):
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.n = 0
 
-    def get(self, oid: bytes):
+    def get(self, oid: bytes) -> tuple[str, Any]:
         self.n += 1
         if self.n <= EAGER:
             return codec.decode(self.store.get_raw(oid), oid, False)
@@ -75,7 +80,7 @@ def _walk(reader: _Reader, head: bytes) -> Iterator[R.Record | dict]:
         oid = p["parent"]
 
 
-def entries(log, view, branch: int | None = None, *, all_branches: bool = False,
+def entries(log: ChainReader, view: View, branch: int | None = None, *, all_branches: bool = False,
             since: float | None = None, until: float | None = None) -> Iterator[Entry]:
     """``objstore log``'s entries newest first, read only as far as the caller consumes.
 
@@ -209,7 +214,8 @@ def oneline(e: Entry) -> str:
         r = e.record
         return f"{r.id.hex()[:12]} b{r.branch}/{r.lsn} {r.kind} {summary(r)}".rstrip()
     fk = e.fork
-    return f"{fk['id'].hex()[:12]} b{fk['branch']} fork {fork_text(fk)}"  # type: ignore[index]
+    assert fk is not None
+    return f"{fk['id'].hex()[:12]} b{fk['branch']} fork {fork_text(fk)}"
 
 
 def full_lines(e: Entry, live: int) -> list[str]:
@@ -243,7 +249,7 @@ def full_lines(e: Entry, live: int) -> list[str]:
 
 
 # -- graph --------------------------------------------------------------------------------
-def graph(log, view) -> Iterator[str]:
+def graph(log: ChainReader, view: View) -> Iterator[str]:
     """``log --graph``: every branch of the run as a tree, newest first, one line per record or fork.
 
     The live lineage is the leftmost column; at each fork point the branch that was left (its
@@ -287,8 +293,8 @@ def graph(log, view) -> Iterator[str]:
             seq.append(oid)
             continue
         stack.append((oid, True))
-        for k in reversed(order(children.get(oid, []))):
-            stack.append((k, False))
+        for kid in reversed(order(children.get(oid, []))):
+            stack.append((kid, False))
 
     lanes: list[bytes | None] = []  # what each column waits for: the parent of its last node
     for oid in seq:
@@ -320,7 +326,7 @@ def _collapse(n: int, k: int) -> str:
     return "".join(chars).rstrip()
 
 
-def _node_text(it, head_of: int | None, live: int) -> str:
+def _node_text(it: R.Record | dict, head_of: int | None, live: int) -> str:
     mark = ""
     if head_of is not None:
         mark = f"  <- branch {head_of} " + ("(LIVE)" if head_of == live else "(retained, not live)")

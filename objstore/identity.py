@@ -24,6 +24,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -31,6 +32,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from . import codec, runrefs
 from .errors import InvalidInput, Refused, StorageOSError, Unauthenticated
+
+if TYPE_CHECKING:
+    from .store import Store
 
 OWNER_REF = runrefs.OWNER_REF
 MAX_SKEW = 300.0  # seconds a signed request may be old (or ahead) when the Host checks it
@@ -151,7 +155,7 @@ def load_key_bytes(data: bytes, where: str = "key") -> Key:
     return Key(k)
 
 
-def check_public(public) -> str:
+def check_public(public: object) -> str:
     if not isinstance(public, str) or len(public) != 64:
         raise InvalidInput("a public key is 64 hex digits")
     try:
@@ -161,7 +165,7 @@ def check_public(public) -> str:
     return public.lower()
 
 
-def verify_sig(public: str, signature, message: bytes) -> bool:
+def verify_sig(public: str, signature: str, message: bytes) -> bool:
     try:
         Ed25519PublicKey.from_public_bytes(bytes.fromhex(public)).verify(bytes.fromhex(signature), message)
         return True
@@ -188,7 +192,7 @@ def object_signed_by(value: dict, public: str) -> bool:
 
 # -- the owner key ------------------------------------------------------------------------------------
 
-def owner_public(store) -> str | None:
+def owner_public(store: Store) -> str | None:
     """The store's owner public key (hex), from the write-once ref ``keys/owner``."""
     oid = store.read_ref(OWNER_REF)
     if not isinstance(oid, bytes):
@@ -196,7 +200,7 @@ def owner_public(store) -> str | None:
     return parse_public(store.get_blob(oid), OWNER_REF)
 
 
-def set_owner(store, public: str) -> None:
+def set_owner(store: Store, public: str) -> None:
     """Record the owner public key once (the ref is write-once: see refs.check_move)."""
     public = check_public(public)
     cur = owner_public(store)
@@ -207,7 +211,7 @@ def set_owner(store, public: str) -> None:
     store.set_ref(OWNER_REF, None, store.put_blob(public.encode("ascii")), "owner public key")
 
 
-def ensure_owner_key(store, path: str | None = None) -> tuple[Key, bool]:
+def ensure_owner_key(store: Store, path: str | None = None) -> tuple[Key, bool]:
     """``init``'s part: the owner key pair outside the store (created if missing) and its public
     key in the store. Returns (key, created)."""
     path = path or owner_key_path()
@@ -231,7 +235,7 @@ def ensure_owner_key(store, path: str | None = None) -> tuple[Key, bool]:
     return key, created
 
 
-def default_key(path: str | None = None, store=None) -> Key:
+def default_key(path: str | None = None, store: Store | None = None) -> Key:
     """The caller's key: ``path``, else ``$OBJSTORE_KEY``, else the owner key under ``$OBJSTORE_KEYS``.
 
     With ``store``: a store that has no owner key yet (made by a library call or by ``ingest``)
@@ -271,9 +275,9 @@ class Request:
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
-    def check(self) -> "Request":
+    def check(self) -> Request:
         """Field types, before anything is hashed or stored (a malformed request is unauthenticated)."""
-        def bad(what):
+        def bad(what: str) -> NoReturn:
             raise Unauthenticated(f"malformed request: {what}")
 
         if not isinstance(self.op, str) or not self.op:
@@ -294,7 +298,7 @@ class Request:
         return self
 
     @classmethod
-    def from_json(cls, d) -> "Request":
+    def from_json(cls, d: object) -> Request:
         if not isinstance(d, dict):
             raise Unauthenticated("the request is not a signed request object")
         try:
@@ -321,7 +325,7 @@ def sign_request(key: Key, op: str, run: str | None, *, params: dict | None = No
     return dataclasses.replace(req, sig=key.sign(req.message()))
 
 
-def unsigned_request(op: str, run: str | None, *, params: dict | None = None, body: bytes = b"", subject=None) -> Request:
+def unsigned_request(op: str, run: str | None, *, params: dict | None = None, body: bytes = b"", subject: str | None = None) -> Request:
     """A request without a signature (what an unauthenticated caller sends; the Host refuses it)."""
     params = dict(params or {})
     return Request(op=op, run=run, subject=subject, body_sha256=body_hash(params, body), expect_head=None,

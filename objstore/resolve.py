@@ -19,10 +19,14 @@ only: never a record.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from . import records as R
 from .errors import AmbiguousRun, InvalidInput, RunNotFound
+
+if TYPE_CHECKING:
+    from .chain import ChainReader
 
 LATEST = "latest"
 MAX_CANDIDATES = 10
@@ -51,16 +55,16 @@ def check_new_run_id(run: str) -> str:
     return run
 
 
-def _runs(log) -> list[str]:
+def _runs(log: ChainReader) -> list[str]:
     return log.store.run_names()
 
 
-def _exists(log, run: str) -> bool:
+def _exists(log: ChainReader, run: str) -> bool:
     refs = log.store.run_refs(run)
     return isinstance(refs.get(f"run/{run}/branch/0"), bytes)
 
 
-def runs_by_start(log) -> list[str]:
+def runs_by_start(log: ChainReader) -> list[str]:
     """Every run, oldest first by the log position of its ``run_started`` record (ties — runs
     started in one commit — by id). Runs whose start is not indexed (damaged) come first."""
     store = log.store
@@ -69,7 +73,7 @@ def runs_by_start(log) -> list[str]:
     return sorted(runs, key=lambda r: (-1 if pos[r] is None else pos[r], r))
 
 
-def _latest(log, spec: str, back: str | None) -> str:
+def _latest(log: ChainReader, spec: str, back: str | None) -> str:
     if back is None or back == "":
         n = 0
         if back == "":
@@ -104,7 +108,7 @@ def ambiguity_text(cands: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def resolve_run(log, spec: str) -> str:
+def resolve_run(log: ChainReader, spec: str) -> str:
     """The run id ``spec`` names (see the module docstring); raises RunNotFound, AmbiguousRun or
     InvalidInput."""
     if not isinstance(spec, str) or not spec.strip():

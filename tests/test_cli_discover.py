@@ -6,8 +6,8 @@ import os
 
 import pytest
 from click.testing import CliRunner
-
 from helpers import run_cli
+
 from objstore.errors import StoreNotFound
 from objstore.store import discover
 

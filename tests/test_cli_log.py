@@ -15,12 +15,11 @@ import re
 import select
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
-
 from helpers import run_cli
+
 from objstore import RunLog, Store, codec, views
 from objstore import history as H
 from objstore.errors import InvalidInput

@@ -9,10 +9,10 @@ import time
 
 import click
 import pytest
+from helpers import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import run_cli
 from objstore import RunLog, Store
 from objstore import records as R
 from objstore.errors import AmbiguousRun, InvalidInput, RunNotFound
@@ -123,7 +123,7 @@ def test_runs_shows_short_ids_that_resolve(tmp_path):
     rc, out, err = run_cli("runs", store=root, exit_code=0)
     lines = out.strip().splitlines()
     assert len(lines) == 3
-    for rid, line in zip(sorted(ids), lines):
+    for rid, line in zip(sorted(ids), lines, strict=True):
         short = line.split()[0]
         assert short == suffix_of(rid)[:8] and line.split()[1] == rid
         rc, o, e = run_cli("log", short, "--json", "-n", "1", store=root, exit_code=0)

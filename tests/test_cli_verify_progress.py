@@ -4,9 +4,10 @@ piped, never (not even escape codes)."""
 import re
 
 from helpers import run_cli
+from test_cli_log import _run_in_pty
+
 from objstore import RunLog, Store
 from objstore.verify import progress_totals, verify_report
-from test_cli_log import _run_in_pty
 
 
 def _store(tmp_path):
