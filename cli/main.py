@@ -16,7 +16,7 @@ import sys
 import click
 
 import objstore
-from objstore import codec, views
+from objstore import codec, completion, views
 from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
 from objstore.runlog import RunLog
 from objstore.resolve import resolve_run, short_ids
@@ -76,8 +76,45 @@ class RunType(click.ParamType):
             return value
         return resolve_run(c.log(), value)
 
+    def shell_complete(self, ctx, param, incomplete):
+        """Run ids of the store the command line names (and 'latest'): objstore.completion."""
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(r) for r in completion.runs(_completion_store(ctx), incomplete)]
+
 
 RUN = RunType()
+
+
+def _completion_store(ctx):
+    """The store a command line being completed would use (--store, OBJSTORE_DIR, discovery), or None."""
+    return completion.open_store(ctx.find_root().params.get("store"))
+
+
+def _completing_run(ctx):
+    """The RUN given earlier on the line being completed. click leaves the params empty while an
+    option still waits for its value ('log RUN --branch <TAB>'), so the words before it are parsed
+    again without that option."""
+    run = ctx.params.get("run")
+    if run is not None:
+        return run
+    import shlex
+
+    try:
+        words = shlex.split(os.environ.get("COMP_WORDS", ""))
+        words = words[: int(os.environ.get("COMP_CWORD", len(words)))]
+        at = len(words) - 1 - words[::-1].index(ctx.info_name)
+        rest = words[at + 1:]
+        if rest and rest[-1].startswith("-"):
+            rest = rest[:-1]
+        return ctx.command.make_context(ctx.info_name, rest, parent=ctx.parent, resilient_parsing=True).params.get("run")
+    except Exception:  # completion never fails loudly
+        return None
+
+
+def _complete_branch(ctx, param, incomplete):
+    """Branch numbers of the RUN given earlier on the line being completed."""
+    return completion.branches(_completion_store(ctx), _completing_run(ctx), incomplete)
 
 
 def _json_wanted(args) -> bool:
@@ -517,7 +554,7 @@ def _grouped(run, view, first, all_branches, entries):
 
 @cli.command("log")
 @click.argument("run", type=RUN)
-@click.option("--branch", type=int, default=None, help="Show this branch instead of the live one.")
+@click.option("--branch", type=int, default=None, shell_complete=_complete_branch, help="Show this branch instead of the live one.")
 @click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
 @click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries (reads only those).")
 @click.option("--since", metavar="WHEN", default=None,
@@ -627,7 +664,7 @@ def _print_fork(log, fr, as_json):
 @click.option("--to-lsn", type=int, required=True,
               help="Last LSN (position on the live branch, from 0) to keep in the new branch's history.")
 @click.option("--reason", default="rewind", show_default=True, help="Why; recorded in the fork object.")
-@click.option("--expect-branch", type=int, default=None, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
+@click.option("--expect-branch", type=int, default=None, shell_complete=_complete_branch, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
 @pass_ctx
 def rewind(c, run, to_lsn, reason, expect_branch, as_json):
@@ -653,7 +690,7 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--from-branch", type=int, required=True, help="The branch (number) to fork from.")
+@click.option("--from-branch", type=int, required=True, shell_complete=_complete_branch, help="The branch (number) to fork from.")
 @click.option("--at-lsn", type=int, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
 @click.option("--reason", default="fork", show_default=True, help="Why; recorded in the fork object.")
 @click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live (the default branch of queries and appends).")
@@ -680,8 +717,8 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.argument("a", type=int)
-@click.argument("b", type=int)
+@click.argument("a", type=int, shell_complete=_complete_branch)
+@click.argument("b", type=int, shell_complete=_complete_branch)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
 @pass_ctx
 def diff(c, run, a, b, as_json):
