@@ -38,7 +38,10 @@ from .sessions import startup_event
 from .snapshot import Snapshot, freeze, unavailable
 
 if TYPE_CHECKING:
-    pass
+    from .chain import ChainReader
+    from .compactor import Compactor
+    from .host import JournalHost
+    from .runlog import RunLog
 
 
 @dataclass
@@ -51,8 +54,8 @@ class CompactionResult:
     summary: str
 
 
-def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_tail: int = 4, budget_bytes: int = 64 * 1024,
-            historical: bool = True) -> CompactionResult:
+def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | None, key: identity.Key | None, keep_tail: int = 4,
+            budget_bytes: int = 64 * 1024, historical: bool = True) -> CompactionResult:
     """Compact the live timeline of a session: one signed Host read, one frozen answer, one rendering,
     one new segment (compare-and-swap on the segments ref; earlier segments are never rewritten)."""
     from .journal import reflected_through
@@ -67,6 +70,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     lineage, idx, segs, prev = _timeline(log, run, view)
 
     # The one read; the answer is frozen before anything is built from it.
+    answer: dict | bytes
     if host is None:
         answer = unavailable("no_host: no journal host configured", "compaction", run)
     else:
@@ -91,7 +95,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     # the startup snapshot too: before the first segment it is the only old journal the compactor can see
     hist, identical_to = _historical(log, run, a, historical, segs)
 
-    def turn_item(r):
+    def turn_item(r: R.Record) -> dict:
         return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body["role"],
                 "reflected_in_journal": r.id in reflected, "text": _turn_text(log, r)}
 
@@ -153,7 +157,7 @@ def compact(log, run: str, compactor, *, host, key: identity.Key | None, keep_ta
     return CompactionResult(sid, seg, snap, snap.rendered, request_bytes, summary)
 
 
-def _historical(log, run: str, a: dict, include: bool, segs: list) -> tuple[list[dict], bytes | None]:
+def _historical(log: ChainReader, run: str, a: dict, include: bool, segs: list) -> tuple[list[dict], bytes | None]:
     """Earlier frozen journal texts for the compactor, each body once, labelled historical.
 
     A text identical (same body hash) to the current journal is not repeated when the current
@@ -171,7 +175,7 @@ def _historical(log, run: str, a: dict, include: bool, segs: list) -> tuple[list
     for sid, seg in segs:
         sources.append((sid, False, frozen_of(log, seg)))
 
-    def item(label, oid, startup, f):
+    def item(label: str, oid: bytes, startup: bool, f: dict) -> dict:
         return {"label": label, "segment": None if startup else oid.hex(), "startup": startup,
                 "record": oid.hex() if startup else None, "session": f["session"], "version": f["version"],
                 "body_sha256": f["body_sha256"], "text": f["rendered"]}

@@ -11,6 +11,7 @@ objects, never from a name the caller gives itself.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import codec, identity
@@ -20,7 +21,8 @@ from .refs import check_ref_name
 from .runrefs import run_grant_ref, subject_grant_ref
 
 if TYPE_CHECKING:
-    pass
+    from .chain import ChainReader
+    from .runlog import RunLog
 
 GRANT_SCHEMA = 2
 ROLES = ("worker", "job")
@@ -28,7 +30,7 @@ RIGHTS = ("read", "write")
 grant_ref = run_grant_ref  # the name the T-745 surface has always used
 
 
-def _check_owner(log, key: Key) -> None:
+def _check_owner(log: ChainReader, key: Key) -> None:
     owner = identity.owner_public(log.store)
     if owner is None:
         raise Refused("this store has no owner key yet (run 'objstore init', which creates one)")
@@ -36,7 +38,8 @@ def _check_owner(log, key: Key) -> None:
         raise Refused(f"only the store's owner key signs grants (this key is {key.public[:16]}…, the owner is {owner[:16]}…)")
 
 
-def _grant_obj(log, ref: str, *, run, subject, grantee, action, role, rights, name, reason, supersedes, owner: Key) -> dict:
+def _grant_obj(log: ChainReader, ref: str, *, run: str | None, subject: str, grantee: str, action: str, role: str, rights: Iterable[str],
+               name: str, reason: str, supersedes: str | None, owner: Key) -> dict:
     old = log.store.read_ref(ref)
     seq = log.store.get_typed(old, codec.GRANT).get("seq", 0) + 1 if old else 1
     obj = {"v": GRANT_SCHEMA, "run": run, "subject": subject, "grantee": grantee, "name": name, "action": action,
@@ -45,7 +48,7 @@ def _grant_obj(log, ref: str, *, run, subject, grantee, action, role, rights, na
     return identity.sign_object(owner, obj)
 
 
-def _scope(log, run: str | None, subject: str | None) -> tuple[str | None, str]:
+def _scope(log: ChainReader, run: str | None, subject: str | None) -> tuple[str | None, str]:
     if run is not None:
         s = log.subject(run)  # raises RunNotFound
         if subject is not None and subject != s:
@@ -57,8 +60,8 @@ def _scope(log, run: str | None, subject: str | None) -> tuple[str | None, str]:
     return None, subject
 
 
-def _write_grant(log, owner: Key, run, subject, public, action, *, role="worker", rights=RIGHTS, name="", reason="",
-                 supersedes=None) -> bytes:
+def _write_grant(log: RunLog, owner: Key, run: str | None, subject: str | None, public: str, action: str, *, role: str = "worker",
+                 rights: Iterable[str] = RIGHTS, name: str = "", reason: str = "", supersedes: str | None = None) -> bytes:
     _check_owner(log, owner)
     public = identity.check_public(public)
     if role not in ROLES:
@@ -77,14 +80,14 @@ def _write_grant(log, owner: Key, run, subject, public, action, *, role="worker"
     return gid
 
 
-def grant(log, owner: Key, run: str | None, public: str, *, subject: str | None = None, role: str = "worker",
-          rights=RIGHTS, name: str = "", reason: str = "") -> bytes:
+def grant(log: RunLog, owner: Key, run: str | None, public: str, *, subject: str | None = None, role: str = "worker",
+          rights: Iterable[str] = RIGHTS, name: str = "", reason: str = "") -> bytes:
     """Grant ``public`` (a worker's or job's key) rights on a session (``run``) or, with ``run=None``,
     on every session of ``subject``. Signed by the owner key; returns the grant object's id."""
     return _write_grant(log, owner, run, subject, public, "grant", role=role, rights=rights, name=name, reason=reason)
 
 
-def revoke(log, owner: Key, run: str | None, public: str, *, subject: str | None = None, reason: str = "revoked") -> bytes:
+def revoke(log: RunLog, owner: Key, run: str | None, public: str, *, subject: str | None = None, reason: str = "revoked") -> bytes:
     """Revoke a key's grant (a new signed grant object; the old one stays in the chain)."""
     ref_run, subj = _scope(log, run, subject)
     ref = grant_ref(ref_run, public) if ref_run is not None else subject_grant_ref(subj, public)
@@ -94,7 +97,7 @@ def revoke(log, owner: Key, run: str | None, public: str, *, subject: str | None
                         name=g.get("name") or "", reason=reason)
 
 
-def supersede(log, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
+def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
               name: str = "", reason: str = "") -> tuple[bytes, bytes]:
     """A new worker takes over: in one commit the old key's grant is revoked ("superseded by …")
     and the new key granted ("supersedes …")."""
@@ -111,7 +114,7 @@ def supersede(log, owner: Key, run: str | None, old_public: str, new_public: str
     return r, g
 
 
-def grant_chain(log, ref: str) -> list[tuple[bytes, dict]]:
+def grant_chain(log: ChainReader, ref: str) -> list[tuple[bytes, dict]]:
     """(id, grant) of a grant ref's chain, oldest first."""
     out = []
     gid = log.store.read_ref(ref)
@@ -123,7 +126,7 @@ def grant_chain(log, ref: str) -> list[tuple[bytes, dict]]:
     return out
 
 
-def grant_history(log, run: str, public: str) -> list[dict]:
+def grant_history(log: ChainReader, run: str, public: str) -> list[dict]:
     return [g for _, g in grant_chain(log, grant_ref(run, public))]
 
 

@@ -34,18 +34,43 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from . import codec, identity, runrefs
-from .errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjstoreError, ReplayedRequest, RunNotFound, StaleRequest,
-                     Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from .errors import (
+    Conflict,
+    HostUnavailable,
+    InvalidInput,
+    JobCaller,
+    ObjstoreError,
+    ReplayedRequest,
+    RunNotFound,
+    StaleRequest,
+    Unauthenticated,
+    WriterRevoked,
+    WrongSession,
+    WrongSubject,
+)
 from .grants import grant_chain
 from .identity import Request
+
+if TYPE_CHECKING:
+    from .runlog import RunLog
 
 PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
 OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
 PURPOSES = ("startup", "compaction")
 ANSWER_SCHEMA = 1
+
+
+class JournalHost(Protocol):
+    """What a caller talks to: ``LocalJournalHost``, ``backend.BackendHost`` (an answer's bytes), ``FailingHost``."""
+
+    def read(self, req: Request) -> dict | bytes: ...
+
+    def update(self, req: Request, body: bytes) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -90,7 +115,7 @@ def project(body: bytes, budget: int) -> tuple[str, dict | None]:
         # it can be kept whole (this used to raise out of the read)
         return omitted_line(["(the whole body: not a JSON object)"], len(body), full_sha), \
             {"entries": [], "fields": ["(body)"], "bytes": len(body), "body_sha256": full_sha}
-    entries = doc.get("entries") if isinstance(doc.get("entries"), list) else []
+    entries: list = doc["entries"] if isinstance(doc.get("entries"), list) else []
     ids = [e["id"] if isinstance(e, dict) and isinstance(e.get("id"), str) else f"#{i}" for i, e in enumerate(entries)]
     order = [i for i in reversed(range(len(entries))) if _is_open(entries[i])] + \
             [i for i in reversed(range(len(entries))) if not _is_open(entries[i])]
@@ -127,7 +152,7 @@ def project(body: bytes, budget: int) -> tuple[str, dict | None]:
     return text, {"entries": gone, "fields": [] if keep_fields else fields, "bytes": len(body) - plen, "body_sha256": full_sha}
 
 
-def _is_open(e) -> bool:
+def _is_open(e: object) -> bool:
     return isinstance(e, dict) and e.get("status", "open") == "open"
 
 
@@ -139,7 +164,7 @@ class LocalJournalHost:
 
     name = "local"
 
-    def __init__(self, log, *, max_skew: float = identity.MAX_SKEW, clock=time.time):
+    def __init__(self, log: RunLog, *, max_skew: float = identity.MAX_SKEW, clock: Callable[[], float] = time.time) -> None:
         self.log = log
         self.reads = 0
         self.max_skew = max_skew
@@ -345,7 +370,7 @@ class LocalJournalHost:
         from .journal import current_journal
 
         cur = current_journal(self.log, session)
-        base = {"session": session, "journal": None, "version": None, "legacy": False, "writer": None,
+        base: dict[str, Any] = {"session": session, "journal": None, "version": None, "legacy": False, "writer": None,
                 "written_entry": None, "reflects_through": None, "checkpoint": None, "source_end": None,
                 "body_sha256": None, "body_bytes": None, "projection": None, "text": None, "omitted": None,
                 "prompt_source": None}
@@ -436,7 +461,7 @@ class LocalJournalHost:
         got = {"session": None, "outcome": first["outcome"], "reason": first["reason"]}
         return self._answer(req, purpose, subject, budget, "none", tried, got)
 
-    def _answer(self, req, purpose, subject, budget, rule, tried, got) -> dict:
+    def _answer(self, req: Request, purpose: str, subject: str, budget: int, rule: str, tried: list[dict], got: dict) -> dict:
         out = {"v": ANSWER_SCHEMA, "host": self.name, "purpose": purpose, "requested": req.run, "subject": subject,
                "budget": budget, "selection": {"rule": rule, "tried": tried}}
         for k in ("outcome", "reason", "session", "journal", "version", "legacy", "writer", "written_entry",
@@ -474,7 +499,7 @@ class LocalJournalHost:
                 raise Conflict(runrefs.journal_ref(run), req.expect_head or "(none)", _hex(cur) or "(none)")
             old = store.get_typed(cur, codec.JOURNAL) if cur else None
             enabled = p["enabled"] if p["enabled"] is not None else (old.get("enabled", True) if old else True)
-            obj = {"v": JOURNAL_SCHEMA, "run": run, "version": (old["version"] + 1) if old else 1,
+            obj: dict[str, Any] = {"v": JOURNAL_SCHEMA, "run": run, "version": (old["version"] + 1) if old else 1,
                    "body": store.put_blob(body), "body_sha256": hashlib.sha256(body).hexdigest(),
                    "reflects_through": rt, "checkpoint": cp, "enabled": enabled, "previous": cur,
                    "writer": req.key, "request": req.to_json(), "time": time.time()}
@@ -482,7 +507,7 @@ class LocalJournalHost:
             store.set_ref(runrefs.journal_ref(run), cur, jid, f"journal v{obj['version']} by {principal.name}")
         return {"journal": jid.hex(), "version": obj["version"]}
 
-    def _own_record(self, run: str, h, what: str) -> bytes | None:
+    def _own_record(self, run: str, h: Any, what: str) -> bytes | None:
         if h is None:
             return None
         try:
@@ -500,19 +525,19 @@ class FailingHost:
 
     name = "failing"
 
-    def __init__(self, message: str = "journal host did not answer"):
+    def __init__(self, message: str = "journal host did not answer") -> None:
         self.message = message
         self.reads = 0
 
-    def read(self, req):
+    def read(self, req: Request) -> NoReturn:
         self.reads += 1
         raise HostUnavailable(self.message)
 
-    def update(self, req, body):
+    def update(self, req: Request, body: bytes) -> NoReturn:
         raise HostUnavailable(self.message)
 
 
-def _hex(v) -> str | None:
+def _hex(v: object) -> str | None:
     return v.hex() if isinstance(v, bytes) else None
 
 

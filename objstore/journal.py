@@ -18,11 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import codec, identity
 from .errors import InvalidInput, NotFound
 from .identity import Key
 from .runrefs import journal_ref, segments_ref, subject_grant_ref
+
+if TYPE_CHECKING:
+    from .chain import ChainReader
+    from .host import JournalHost
+    from .runlog import RunLog
 
 JOURNAL_SCHEMA = 2
 MAX_BODY_DEPTH = codec.MAX_JSON_DEPTH  # nesting levels of a journal body: the limit of every JSON input
@@ -35,7 +41,7 @@ def journal_body_bytes(body: dict) -> bytes:
     return codec.canonical_json(body)
 
 
-def check_body(body) -> dict:
+def check_body(body: object) -> dict:
     """A journal body is a JSON object; its ``entries`` (what a bounded projection keeps or omits
     whole) are an ordered list of objects with unique string ids and an optional ``status``."""
     if not isinstance(body, dict):
@@ -70,16 +76,16 @@ def parse_body(data: bytes) -> dict:
     return check_body(body)
 
 
-def current_journal(log, run: str) -> tuple[bytes, dict] | None:
+def current_journal(log: ChainReader, run: str) -> tuple[bytes, dict] | None:
     jid = log.store.read_ref(journal_ref(run))
     return (jid, log.store.get_typed(jid, codec.JOURNAL)) if isinstance(jid, bytes) else None
 
 
-def journal_body(log, j: dict) -> dict:
+def journal_body(log: ChainReader, j: dict) -> dict:
     return json.loads(log.store.get_blob(j["body"]))
 
 
-def version_view(log, jid: bytes, j: dict) -> dict:
+def version_view(log: ChainReader, jid: bytes, j: dict) -> dict:
     """A journal version as ``objstore journal show`` prints it: its fields, the body parsed, and —
     for a legacy (schema 1) version — its bare ``source_end`` in place of ``reflects_through``."""
     legacy = j.get("v") != JOURNAL_SCHEMA
@@ -93,7 +99,7 @@ def version_view(log, jid: bytes, j: dict) -> dict:
     return out
 
 
-def show(log, run: str) -> dict:
+def show(log: ChainReader, run: str) -> dict:
     """The newest journal version of ``run``, read from the store (no Host, no key): ``version_view``.
     ``RunNotFound`` for an unknown run, ``NotFound`` when it has no journal yet."""
     log.subject(run)  # the run exists
@@ -103,7 +109,7 @@ def show(log, run: str) -> dict:
     return version_view(log, *cur)
 
 
-def resolve_record(log, run: str, ref) -> bytes | None:
+def resolve_record(log: ChainReader, run: str, ref: object) -> bytes | None:
     """``reflects_through`` / ``checkpoint`` as given: None, ``latest`` (the live head record), an
     LSN on the live branch, or a record id (prefix) of this run."""
     if ref is None:
@@ -128,8 +134,9 @@ def resolve_record(log, run: str, ref) -> bytes | None:
     return oid
 
 
-def update_journal(log, run: str, key: Key, body: dict, *, reflects_through=None, checkpoint=None,
-                   enabled: bool | None = None, host=None, expect_head: bytes | None | str = "current") -> tuple[bytes, int]:
+def update_journal(log: RunLog, run: str, key: Key, body: dict, *, reflects_through: Any = None, checkpoint: Any = None,
+                   enabled: bool | None = None, host: JournalHost | None = None,
+                   expect_head: bytes | None | Literal["current"] = "current") -> tuple[bytes, int]:
     """Write the next journal version through a Host (default: the in-process one) as ``key``.
 
     The request is signed over the body hash and the expected head (default: the head now), so a
@@ -151,7 +158,7 @@ def update_journal(log, run: str, key: Key, body: dict, *, reflects_through=None
     return bytes.fromhex(out["journal"]), out["version"]
 
 
-def set_journal_enabled(log, run: str, key: Key, enabled: bool, *, host=None) -> tuple[bytes, int]:
+def set_journal_enabled(log: RunLog, run: str, key: Key, enabled: bool, *, host: JournalHost | None = None) -> tuple[bytes, int]:
     """A new version with the same body and reflection, enabled or disabled."""
     cur = current_journal(log, run)
     if cur is None:
@@ -162,7 +169,7 @@ def set_journal_enabled(log, run: str, key: Key, enabled: bool, *, host=None) ->
     return update_journal(log, run, key, journal_body(log, j), reflects_through=rt, checkpoint=cp, enabled=enabled, host=host)
 
 
-def reflected_ids(log, j: dict | None) -> set[bytes]:
+def reflected_ids(log: ChainReader, j: dict | None) -> set[bytes]:
     """The records a journal version reflects: ``reflects_through`` and its ancestors, through
     fork objects. A legacy version (a bare ``source_end`` LSN) reflects nothing."""
     if not j or j.get("v") != JOURNAL_SCHEMA or not isinstance(j.get("reflects_through"), bytes):
@@ -170,7 +177,7 @@ def reflected_ids(log, j: dict | None) -> set[bytes]:
     return reflected_through(log, j["reflects_through"])
 
 
-def reflected_through(log, rid: bytes | None) -> set[bytes]:
+def reflected_through(log: ChainReader, rid: bytes | None) -> set[bytes]:
     if rid is None:
         return set()
     return {r.id for r in log.lineage_from(rid)}

@@ -19,12 +19,13 @@ from .sessions import fold_tasks, startup_event
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
-    pass
+    from .chain import ChainReader, View
+    from .runlog import RunLog
 
 SEGMENT_SCHEMA = 2
 
 
-def segments(log, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, dict]]:
+def segments(log: RunLog, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, dict]]:
     """The run's segments, oldest first, by following ``previous`` from the ref. ``trusted_only``:
     only those signed by a compacting key allowed to read the session then (what restore and
     later compactions build on; ``host.LocalJournalHost.segment_trusted``)."""
@@ -43,7 +44,7 @@ def segments(log, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, 
     return out
 
 
-def frozen_of(log, seg: dict) -> dict:
+def frozen_of(log: ChainReader, seg: dict) -> dict:
     """A segment's frozen snapshot, whatever its schema: outcome, body hash, projection, rendered text."""
     if seg.get("v") == SEGMENT_SCHEMA:
         s = seg["snapshot"]
@@ -64,7 +65,8 @@ def frozen_of_startup(ev: dict) -> dict:
             "rendered": ev["rendered"], "identical_to": None}
 
 
-def _timeline(log, run: str, view):
+def _timeline(log: RunLog, run: str, view: View
+              ) -> tuple[list[R.Record], dict[bytes, int], list[tuple[bytes, dict]], tuple[bytes, dict] | None]:
     """(live lineage, id -> position, trusted segments oldest first, applicable segment), shared by
     compaction and restore: the segment chain is walked and its signatures checked once."""
     lineage = log.lineage(view, view.live)
@@ -81,18 +83,18 @@ def _applicable(segs: list, idx: dict) -> tuple[bytes, dict] | None:
     return None
 
 
-def _turn_text(log, r: R.Record) -> str:
+def _turn_text(log: ChainReader, r: R.Record) -> str:
     return log.store.get_blob(r.body["content"]).decode("utf-8", "replace") if r.body.get("content") else ""
 
 
-def _tasks_at(log, lineage, idx, seg: dict | None) -> list[dict]:
+def _tasks_at(log: ChainReader, lineage: list[R.Record], idx: dict[bytes, int], seg: dict | None) -> list[dict]:
     """Open tasks: the segment's stored list plus task records after its head, or the whole fold."""
     if seg is not None and seg.get("v") == SEGMENT_SCHEMA and seg.get("through") in idx:
         return fold_tasks(lineage[idx[seg["through"]] + 1:], seg["tasks"])
     return fold_tasks(lineage)
 
 
-def context(log, run: str, view=None) -> list[dict]:
+def context(log: RunLog, run: str, view: View | None = None) -> list[dict]:
     """What the model sees next: the applicable segment's summary and frozen journal (derived,
     labelled) — or, before any, the session's startup event — the open tasks, the retained tail,
     then later turns (source). Never calls a Host."""

@@ -12,7 +12,8 @@ branch's open tasks are the fold of its lineage.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import identity
 from . import records as R
@@ -20,13 +21,15 @@ from .errors import HostUnavailable, InvalidInput
 from .snapshot import freeze, unavailable
 
 if TYPE_CHECKING:
-    pass
+    from .chain import ChainReader, View
+    from .host import JournalHost
+    from .runlog import RunLog
 
 STARTUP_EVENT = R.STARTUP_EVENT
 
 
-def start_session(log, subject: str | None = None, predecessor: str | None = None, *, run: str | None = None,
-                  host=None, key: identity.Key | None = None, budget_bytes: int = 64 * 1024, **kw) -> str:
+def start_session(log: RunLog, subject: str | None = None, predecessor: str | None = None, *, run: str | None = None,
+                  host: JournalHost | None = None, key: identity.Key | None = None, budget_bytes: int = 64 * 1024, **kw: Any) -> str:
     """Start a session of ``subject``. The Host selects the startup journal (the predecessor's, else
     the newest of another session of the subject, else none) and its frozen answer becomes a typed
     ``journal_startup`` event in the ``run_started`` body. Without a Host the event records
@@ -35,6 +38,7 @@ def start_session(log, subject: str | None = None, predecessor: str | None = Non
         raise InvalidInput("a session has a subject")
     if predecessor is not None and predecessor not in log.runs():
         raise InvalidInput(f"predecessor session {predecessor} does not exist")
+    answer: dict | bytes
     if host is None:
         answer = unavailable("no_host: no journal host configured", "startup", None)
     else:
@@ -53,23 +57,23 @@ def start_session(log, subject: str | None = None, predecessor: str | None = Non
     return log.start_run(run, subject=subject, meta=meta, **kw)
 
 
-def startup_event(log, run: str) -> dict | None:
+def startup_event(log: ChainReader, run: str) -> dict | None:
     """The session's typed startup event, recognised by its type only (never by body text)."""
     return R.startup_of(log.run_started(run).body)
 
 
-def record_turn(log, run: str, role: str, text: str, *, generation: dict | None = None) -> R.Record:
+def record_turn(log: RunLog, run: str, role: str, text: str, *, generation: dict | None = None) -> R.Record:
     """A conversation turn: source material, content stored as a blob."""
     return log.append(run, R.TURN, {"role": role, "content": log.put_blob(text.encode("utf-8")), "origin": R.ORIGIN_SOURCE, "generation": generation})
 
 
-def source_material(log, run: str, view=None) -> list[R.Record]:
+def source_material(log: ChainReader, run: str, view: View | None = None) -> list[R.Record]:
     """Source material of the live timeline: turn records only, classified by record type."""
     view = view or log.view(run)
     return [r for r in log.lineage(view, view.live) if r.kind == R.TURN]
 
 
-def fold_tasks(recs, tasks: list | None = None) -> list[dict]:
+def fold_tasks(recs: Iterable[R.Record], tasks: list | None = None) -> list[dict]:
     """Open tasks after folding task records (oldest first) onto ``tasks``: opened order kept."""
     out = {t["task"]: dict(t) for t in (tasks or [])}
     for r in recs:
@@ -80,20 +84,20 @@ def fold_tasks(recs, tasks: list | None = None) -> list[dict]:
     return list(out.values())
 
 
-def open_tasks(log, run: str, view=None) -> list[dict]:
+def open_tasks(log: ChainReader, run: str, view: View | None = None) -> list[dict]:
     """The live branch's open tasks: the fold of its lineage."""
     view = view or log.view(run)
     return fold_tasks(log.iter_lineage(view, view.live))
 
 
-def open_task(log, run: str, task: str, title: str = "") -> R.Record:
+def open_task(log: RunLog, run: str, task: str, title: str = "") -> R.Record:
     with log.store.batch():
         if any(t["task"] == task for t in open_tasks(log, run)):
             raise InvalidInput(f"task {task!r} is already open in run {run}")
         return log.append(run, R.TASK_OPENED, {"task": task, "title": title})
 
 
-def close_task(log, run: str, task: str, outcome: str = "done") -> R.Record:
+def close_task(log: RunLog, run: str, task: str, outcome: str = "done") -> R.Record:
     with log.store.batch():
         if not any(t["task"] == task for t in open_tasks(log, run)):
             raise InvalidInput(f"task {task!r} is not open in run {run}")

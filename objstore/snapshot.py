@@ -57,7 +57,7 @@ class Snapshot:
                 "selection": a.get("selection", {}).get("rule"), "answer_sha256": self.sha256}
 
 
-def freeze(answer) -> Snapshot:
+def freeze(answer: object) -> Snapshot:
     """Freeze a Host's answer (a JSON object, or its bytes) before anything is built from it."""
     if isinstance(answer, (bytes, bytearray, memoryview)):
         doc = json.loads(bytes(answer))
