@@ -26,6 +26,8 @@ import socket
 import socketserver
 import sys
 import threading
+from collections.abc import Callable, Iterable
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from . import codec, errors
@@ -67,7 +69,7 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     allow_reuse_address = True
 
 
-def serve(store_path: str, socket_path: str, *, ready=None) -> None:
+def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] | None = None) -> None:
     """Serve the journal Host of the store at ``store_path`` on ``socket_path`` until SIGTERM/SIGINT."""
     from .runlog import RunLog
     from .store import Store
@@ -79,7 +81,7 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
     class Handler(socketserver.StreamRequestHandler):
         timeout = IDLE_TIMEOUT  # a client that connects and sends nothing does not hold a thread forever
 
-        def handle(self):
+        def handle(self) -> None:
             try:
                 line = self.rfile.readline(MAX_LINE + 1)
             except OSError:  # timed out or reset before a whole line came: nothing to answer
@@ -133,7 +135,7 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
         os.close(d)
     stop = threading.Event()
 
-    def _stop(signum, frame):
+    def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
@@ -151,7 +153,7 @@ def serve(store_path: str, socket_path: str, *, ready=None) -> None:
             pass
 
 
-def _jsonable(args) -> list:
+def _jsonable(args: Iterable[object]) -> list:
     out = []
     for a in args:
         out.append(a if isinstance(a, (str, int, float, bool, type(None))) else str(a))
@@ -163,7 +165,7 @@ class BackendHost:
 
     name = "backend"
 
-    def __init__(self, socket_path: str, timeout: float = 30.0):
+    def __init__(self, socket_path: str, timeout: float = 30.0) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self.reads = 0  # reads this client sent

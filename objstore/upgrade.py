@@ -56,8 +56,9 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, NamedTuple
+from typing import NamedTuple, NoReturn
 
 from . import codec
 from . import records as R
@@ -93,7 +94,7 @@ class Plan(NamedTuple):
         return [m for _, ms in self.groups for m in ms]
 
 
-def applied(lines: list[Move], final) -> tuple[list[Move], int]:
+def applied(lines: list[Move], final: bytes | str | None) -> tuple[list[Move], int]:
     """The lines of one ref's format-1 log that moved it, and how many did not.
 
     Format 1 appended the log line, then renamed the ref file; a crash in between left a line
@@ -144,7 +145,7 @@ def plan(reader: Format1Reader) -> Plan:
     return Plan(groups, replayed, skipped, unapplied, reconciled)
 
 
-def _set(cur: dict, name: str, value) -> None:
+def _set(cur: dict, name: str, value: bytes | str | None) -> None:
     if value is None:
         cur.pop(name, None)
     else:
@@ -198,7 +199,7 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     return {"status": "upgraded", "path": path, **summary, "backup": backup}
 
 
-def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync) -> dict:
+def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: str | None) -> dict:
     """``path`` is missing: finish an upgrade that stopped between its two renames."""
     if not os.path.isdir(backup):
         raise StoreNotFound(path)
@@ -251,7 +252,7 @@ def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
 def _closure(reader: Format1Reader, roots: list, pending: set) -> Iterator[tuple]:
     """(id, type, canonical, value) of every pending object the roots reach, each object after
     everything it names (post-order, iterative: chains can be long). Taken out of ``pending``."""
-    stack = [(r, None) for r in reversed(roots)]
+    stack: list[tuple[bytes, tuple | None]] = [(r, None) for r in reversed(roots)]
     while stack:
         oid, done = stack.pop()
         if done is not None:
@@ -270,7 +271,7 @@ def _closure(reader: Format1Reader, roots: list, pending: set) -> Iterator[tuple
                     stack.append((ref, None))
 
 
-def _commit(store: Store, when, objs: list, moves: list) -> None:
+def _commit(store: Store, when: float | None, objs: list, moves: list) -> None:
     if not objs and not moves:
         return
     with store.batch() as txn:
@@ -285,10 +286,10 @@ def _commit(store: Store, when, objs: list, moves: list) -> None:
 # -- verify ------------------------------------------------------------------------------------
 
 
-def _verify(reader: Format1Reader, p: Plan, staging: str, fsync) -> dict:
+def _verify(reader: Format1Reader, p: Plan, staging: str, fsync: str | None) -> dict:
     """Prove the store at ``staging`` reproduces ``reader``'s store; returns the summary counts."""
 
-    def fail(detail: str):
+    def fail(detail: str) -> NoReturn:
         raise UpgradeMismatch(reader.root, detail)
 
     store = Store.open(staging, fsync=fsync)
@@ -335,7 +336,7 @@ def _verify(reader: Format1Reader, p: Plan, staging: str, fsync) -> dict:
         got = list(store.ref_log())
         if len(got) != len(moves):
             fail(f"ref log has {len(got)} moves, expected {len(moves)}")
-        for i, (g, m) in enumerate(zip(got, moves)):
+        for i, (g, m) in enumerate(zip(got, moves, strict=False)):
             want = {"name": m.name, "old": _show(m.old), "new": _show(m.new), "reason": m.reason}
             if {k: g[k] for k in want} != want or (m.time is not None and g["time"] != m.time):
                 fail(f"ref log move {i + 1} is {g}, expected {want} at time {m.time}")
@@ -350,12 +351,12 @@ def _unchanged(reader: Format1Reader, p: Plan) -> None:
     again = plan(reader)
     if again.moves() != p.moves():
         old, new = p.moves(), again.moves()
-        i = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+        i = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
         name = (new[i] if i < len(new) else old[i]).name
         raise Conflict(name, "the value the upgrade copied", "a newer one: a format-1 writer is running; stop it, then run upgrade again")
 
 
-def _show(v):
+def _show(v: bytes | str | None) -> str | None:
     if v is None:
         return None
     return v.hex() if isinstance(v, bytes) else v
@@ -393,7 +394,7 @@ def _sync_tree(root: str) -> None:
 
 
 @contextmanager
-def _dir_lock(path: str):
+def _dir_lock(path: str) -> Iterator[None]:
     """An exclusive flock on the store directory for the whole upgrade (follows the directory
     through its rename, so a second upgrade waits for nothing and is refused)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -100,7 +100,7 @@ def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None =
         return _Verifier(log, progress).run(check_state, want)
 
 
-def progress_totals(store) -> tuple[int | None, int | None]:
+def progress_totals(store: Store) -> tuple[int | None, int | None]:
     """(objects, bytes) a full ``verify`` will read, for a progress bar; None where unknown (an
     in-memory store). ``verify_report(progress=f)`` calls ``f(objects_done, bytes_done)`` after
     each entry, bytes being the entries' lengths in the segment files."""
