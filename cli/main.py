@@ -236,14 +236,13 @@ def init(c, as_json):
     from objstore import identity
 
     target = os.path.abspath(c.path or DEFAULT_DIR)  # never a parent's store: init makes ./.objstore
-    existed = os.path.isfile(os.path.join(target, "OBJSTORE"))
     s = Store.init(target)
     key, created = identity.ensure_owner_key(s)
     path = identity.owner_key_path()
     if as_json:
         _echo_json({"store": s.root, "owner_key": path, "owner_public": key.public, "created": created})
         return
-    click.echo(f"{'already initialised' if existed else 'initialised'} objstore store in {s.root}")
+    click.echo(f"{'initialised' if s.created else 'already initialised'} objstore store in {s.root}")
     click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
 
 

@@ -341,6 +341,41 @@ def check_text(v: str, what: str, error: type = InvalidInput) -> str:
     return v
 
 
+def check_stream(chunks, raw_len: int, members) -> str | None:
+    """Hash-check objects in a block while it streams, never holding it: ``chunks`` yield the
+    block's decompressed bytes in order, ``members`` are (offset, length, id) of the objects to
+    check. None if every member hashes to its id and the block is exactly ``raw_len`` bytes, else
+    the problem. (How a reader refuses a block that declares a huge size before allocating it.)"""
+    members = sorted(members)
+    for (o1, l1, _), (o2, _, _) in zip(members, members[1:]):
+        if o1 + l1 > o2:
+            return "objects overlap in their block"
+    if members and members[-1][0] + members[-1][1] > raw_len:
+        return f"an object lies past the end of its block ({raw_len} bytes)"
+    i, h, pos = 0, None, 0
+    for chunk in chunks:
+        end = pos + len(chunk)
+        if end > raw_len:
+            return f"block decompresses to more than its declared {raw_len} bytes"
+        view = memoryview(chunk)
+        while i < len(members):
+            off, ln, oid = members[i]
+            if off >= end:
+                break
+            if h is None:
+                h = blake3.blake3()
+            h.update(view[max(off, pos) - pos : min(off + ln, end) - pos])
+            if off + ln > end:
+                break
+            if h.digest() != oid:
+                return f"hash mismatch (content does not match id {oid.hex()})"
+            h, i = None, i + 1
+        pos = end
+    if pos != raw_len:
+        return f"block decompresses to {pos} of its declared {raw_len} bytes"
+    return None
+
+
 def iter_objects(raw: bytes):
     """The canonical objects laid end to end in ``raw`` (a decompressed block), in order.
 

@@ -71,6 +71,8 @@ OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 BLOCK_BYTES = 128 << 10  # objects are laid into blocks of about this many raw bytes
 TAIL_WINDOW = 4 << 20  # readers take in the log's tail this many bytes at a time
 LARGE_BLOB = 8 << 20  # blobs above this stream in and out, each in a block of its own
+PRECHECK_RAW = 16 << 20  # a block declaring more raw bytes is hash-checked while streaming before it is held
+CHECK_SIZE_ABOVE = 1 << 20  # a stored length above this is checked against the segment file's size before reading
 ZSTD_LEVEL = 1
 COMP_RAW, COMP_ZSTD = 0, 1
 
@@ -257,7 +259,34 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         return f"malformed entry meta: {e}"
     if expect_n is not None and n != expect_n:
         return f"entry number {n} where {expect_n} was expected"
+    bad = _meta_shape_problem(n, t, moves, objs, blocks)
+    if bad is not None:
+        return f"malformed entry meta: {bad}"
     return n, t, moves, objs, blocks, cut
+
+
+def _meta_shape_problem(n, t, moves, objs, blocks) -> str | None:
+    """What is wrong with the shape of a checksummed entry's meta, or None. The checksum proves the
+    entry is what its writer wrote, not that the writer was objstore: a crafted entry must not make
+    a reader fail on a field of the wrong type or size later."""
+    if type(n) is not int or type(t) not in (float, int) or type(moves) is not list or type(objs) is not list or type(blocks) is not list:
+        return "n, t, moves, objs and blocks have the wrong types"
+    for b in blocks:
+        if type(b) is not list or len(b) != 3 or b[0] not in (COMP_RAW, COMP_ZSTD) or type(b[1]) is not int or type(b[2]) is not int or b[1] < 0 or b[2] < 0:
+            return f"block {b!r:.60} is not [compression 0|1, raw length, stored length]"
+        if b[0] == COMP_RAW and b[1] != b[2]:
+            return "a raw block's stored and raw lengths differ"
+    nb = len(blocks)
+    for o in objs:
+        if (type(o) is not list or len(o) != 5 or type(o[0]) is not bytes or len(o[0]) != 32 or type(o[1]) is not str
+                or type(o[2]) is not int or type(o[3]) is not int or type(o[4]) is not int or not 0 <= o[3] < nb
+                or o[4] < 0 or o[2] < 0 or o[4] + o[2] > blocks[o[3]][1]):
+            return f"object row {o!r:.80} is not [id, type, length, block, offset] inside its block"
+    for m in moves:
+        if type(m) is not list or len(m) != 4 or type(m[0]) is not str or type(m[3]) is not str or not all(
+                v is None or type(v) is str or (type(v) is bytes and len(v) == 32) for v in (m[1], m[2])):
+            return f"ref move {m!r:.80} is not [name, old, new, reason]"
+    return None
 
 
 def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
@@ -809,6 +838,13 @@ class LogEngine(Engine):
                     got = blocks.get(loc.block_off)
                     if got is None:
                         try:
+                            if loc.comp == COMP_ZSTD and loc.block_raw > PRECHECK_RAW:  # hash-checked before it is held
+                                bi = next(o[3] for o in e.objs if o[0] == oid)
+                                problem = codec.check_stream(
+                                    stream_block(self._fd(loc.seg), loc.block_off, loc.stored_len, loc.block_raw),
+                                    loc.block_raw, [(o[4], o[2], o[0]) for o in e.objs if o[3] == bi])
+                                if problem is not None:
+                                    raise IntegrityError(oid.hex(), self.seg_path(loc.seg), problem)
                             got = blocks[loc.block_off] = codec.decode_block(self._read_block(loc))
                         except IntegrityError:
                             got = blocks[loc.block_off] = {}
@@ -839,6 +875,8 @@ class LogEngine(Engine):
                 _, mlen, dlen = ENTRY_HEAD.unpack(head) if head[:4] == ENTRY_MAGIC else (0, 0, 0)
                 if head[:4] != ENTRY_MAGIC or mlen > MAX_META:
                     return
+                if off + ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size > size:
+                    return  # declares more bytes than the file holds: a torn tail (nothing is read for it)
                 meta = os.pread(fd, ENTRY_HEAD.size + mlen, off)
                 trailer = os.pread(fd, ENTRY_TRAILER.size, off + ENTRY_HEAD.size + mlen + dlen)
                 e = _parse_split(meta, trailer, dlen, off, prev, seg, n)
@@ -871,7 +909,30 @@ class LogEngine(Engine):
             self._block_cache = ((loc.seg, loc.block_off), raw)
         return raw
 
+    def _check_loc(self, oid: bytes, loc: Loc, prehash_above: int = PRECHECK_RAW) -> None:
+        """Refuse a location whose declared sizes cannot be true before reading or allocating for it
+        (a crafted entry or index row may declare gigabytes for a few stored bytes): the object must
+        lie inside its block, the stored bytes inside the segment file, and a block that would
+        decompress to more than PRECHECK_RAW bytes is hash-checked while it streams, before it is
+        ever held whole."""
+        path = self.seg_path(loc.seg)
+        if loc.off < 0 or loc.length < 0 or loc.off + loc.length > loc.block_raw or (loc.comp == COMP_RAW and loc.stored_len != loc.block_raw):
+            raise IntegrityError(oid.hex(), path, f"its location is impossible (object {loc.off}+{loc.length} in a block of {loc.block_raw} bytes, {loc.stored_len} stored)")
+        if loc.comp not in (COMP_RAW, COMP_ZSTD):
+            raise IntegrityError(oid.hex(), path, f"unknown block compression {loc.comp}")
+        if loc.stored_len > CHECK_SIZE_ABOVE and loc.block_off + loc.stored_len > os.fstat(self._fd(loc.seg)).st_size:
+            raise IntegrityError(oid.hex(), path, f"block at offset {loc.block_off} ({loc.stored_len} bytes) lies past the end of the segment file")
+        if loc.comp == COMP_ZSTD and loc.block_raw > prehash_above:
+            try:
+                problem = codec.check_stream(stream_block(self._fd(loc.seg), loc.block_off, loc.stored_len, loc.block_raw),
+                                             loc.block_raw, [(loc.off, loc.length, oid)])
+            except IntegrityError as e:
+                problem = e.args[2]
+            if problem is not None:
+                raise IntegrityError(oid.hex(), path, problem)
+
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
+        self._check_loc(oid, loc)
         try:
             raw = self._read_block(loc)
         except IntegrityError as e:
@@ -1084,8 +1145,8 @@ class LogEngine(Engine):
                 trailer = os.pread(fd, ENTRY_TRAILER.size, off - ENTRY_TRAILER.size)
                 if len(trailer) != ENTRY_TRAILER.size or ENTRY_TRAILER.unpack(trailer)[1] != t.pos.checksum:
                     raise ValueError("checkpoint does not match the log")
-        except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog):
-            return
+        except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog, segindex.IndexError_, struct.error):
+            return  # derived data that does not match (or was crafted): replay the log instead
         self.tables, self._seg, self._off = t, seg, off
         self._ckpt_at = (t.pos.entry, off)
 
@@ -1103,10 +1164,16 @@ class LogEngine(Engine):
         self._ckpt_at = at
 
     def copy_blob(self, oid: bytes, out) -> int | None:
-        """Stream a large blob's body to ``out``, hash-checked at the end; None if not large."""
+        """Stream a large blob's body to ``out``, hash-checked before the first byte is written (and
+        again as it is written: the file could change in between); None if not large."""
         loc = self.loc(oid)
         if loc is None or loc.otype != codec.BLOB or loc.block_raw <= LARGE_BLOB or loc.comp != COMP_ZSTD:
             return None
+        if loc.off != 0 or loc.length != loc.block_raw:
+            raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "a large blob's block holds other bytes than the blob")
+        # Two passes: the body is hash-checked while it streams (nothing held, nothing written), then
+        # written. A damaged or crafted blob (64 KiB that claims gigabytes) fails before one byte goes out.
+        self._check_loc(oid, loc, prehash_above=0)
         h = blake3.blake3()
         skip = None
         n = 0
@@ -1128,6 +1195,7 @@ class LogEngine(Engine):
         loc = self.loc(oid)
         if loc is None or loc.otype == codec.BLOB:
             return None
+        self._check_loc(oid, loc)
         raw = self._read_block(loc)
         return raw, loc
 
@@ -1313,7 +1381,9 @@ def _write_index(path: str, data: bytes) -> None:
 
 
 def _loc_of(row, seg: int) -> Loc:
-    _, entry, bo, st, raw, off, ln, comp, tc = row
+    oid, entry, bo, st, raw, off, ln, comp, tc = row
+    if tc >= len(segindex.TYPES):
+        raise IntegrityError(oid.hex(), f"index of segment {seg}", f"index row names unknown type code {tc}")
     return Loc(entry, seg, bo, comp, st, raw, off, ln, segindex.TYPES[tc])
 
 

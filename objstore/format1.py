@@ -42,6 +42,7 @@ _TRAILER = struct.Struct("<Q32s4s")  # index offset, blake3 of all bytes before,
 _BLOCK = struct.Struct("<BII")  # compression, raw length, stored length
 _ENTRY = struct.Struct("<32sIII")  # id, block number, offset in block, length
 MAX_INMEMORY = 1 << 30  # a frame claiming more than this is corrupt (format 1's own limit)
+PRECHECK_RAW = 16 << 20  # a frame declaring more is hash-checked while streaming before it is held
 SYMREF = runrefs.SYMREF_PREFIX
 
 
@@ -62,13 +63,28 @@ def check_hash(oid: bytes, canonical: bytes, where: str) -> bytes:
     return canonical
 
 
-def _decompress(data: bytes, what: str, where: str) -> bytes:
+def _decompress(data: bytes, what: str, where: str, members=None, expect: int | None = None) -> bytes:
+    """One zstd frame, decompressed. ``members`` ((offset, length, id) of the objects in it) and
+    ``expect`` (the size its container declares) bound what a crafted frame can make a reader
+    hold: a frame that declares more than PRECHECK_RAW bytes is hash-checked while it streams,
+    before it is ever held whole (a 33 KB pack can otherwise decompress to a gigabyte)."""
     try:
         size = zstandard.get_frame_parameters(data).content_size
     except zstandard.ZstdError as e:
         raise IntegrityError(what, where, f"bad zstd frame: {e}") from None
     if size < 0 or size > MAX_INMEMORY:
         raise IntegrityError(what, where, f"zstd frame declares an impossible size ({size})")
+    if expect is not None and size != expect:
+        raise IntegrityError(what, where, f"zstd frame declares {size} bytes, its container {expect}")
+    if size > PRECHECK_RAW:
+        if not members:
+            raise IntegrityError(what, where, f"zstd frame declares {size} bytes and holds no object to check them by")
+        try:
+            problem = codec.check_stream(_stream(data, size), size, members)
+        except zstandard.ZstdError as e:
+            problem = f"zstd data corrupt: {e}"
+        if problem is not None:
+            raise IntegrityError(what, where, problem)
     d = zstandard.ZstdDecompressor().decompressobj()
     try:
         out = d.decompress(data)
@@ -83,6 +99,19 @@ def _decompress(data: bytes, what: str, where: str) -> bytes:
     return out
 
 
+def _stream(data: bytes, limit: int, chunk: int = 1 << 20):
+    """The decompressed bytes of one frame in chunks, stopping at ``limit`` bytes (then one more
+    byte, if the frame holds more: check_stream names that)."""
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=False)
+    left = limit + 1
+    while left > 0:
+        got = reader.read(min(chunk, left))
+        if not got:
+            return
+        left -= len(got)
+        yield got
+
+
 def loose_canonical(oid: bytes, raw: bytes, path: str) -> bytes:
     """The canonical bytes stored in one loose object file (not yet hash-checked)."""
     if len(raw) < 5 or raw[:4] != LOOSE_MAGIC:
@@ -90,7 +119,11 @@ def loose_canonical(oid: bytes, raw: bytes, path: str) -> bytes:
     if raw[4] == COMP_NONE:
         return raw[5:]
     if raw[4] == COMP_ZSTD:
-        return _decompress(raw[5:], oid.hex(), path)
+        try:
+            size = zstandard.get_frame_parameters(raw[5:]).content_size
+        except zstandard.ZstdError:
+            size = -1  # _decompress names it
+        return _decompress(raw[5:], oid.hex(), path, [(0, size, oid)] if size > 0 else None)
     raise IntegrityError(oid.hex(), path, f"unknown compression id {raw[4]}")
 
 
@@ -101,7 +134,7 @@ class Pack:
     def __init__(self, path: str):
         self.path = path
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            self.size = size = os.fstat(f.fileno()).st_size
             if size < len(PACK_MAGIC) + _TRAILER.size:
                 raise CorruptPack(path, "truncated (too short for header and trailer)")
             if f.read(len(PACK_MAGIC)) != PACK_MAGIC:
@@ -146,11 +179,19 @@ class Pack:
             if len(head) != _BLOCK.size:
                 raise CorruptPack(self.path, f"block {n} truncated")
             comp, raw_len, stored = _BLOCK.unpack(head)
+            # the declared sizes are checked before anything is read or allocated for them
+            if self.block_pos[n] + _BLOCK.size + stored > self.size:
+                raise CorruptPack(self.path, f"block {n} declares {stored} stored bytes, past the end of the pack")
+            if raw_len > MAX_INMEMORY or (comp == COMP_NONE and raw_len != stored):
+                raise CorruptPack(self.path, f"block {n} declares an impossible size ({raw_len} bytes)")
+            members = self.members().get(n, [])
+            if any(off + ln > raw_len for off, ln, _ in members):
+                raise CorruptPack(self.path, f"the index places an object past the end of block {n}")
             data = f.read(stored)
         if len(data) != stored:
             raise CorruptPack(self.path, f"block {n} truncated")
         if comp == COMP_ZSTD:
-            data = _decompress(data, f"block {n}", f"{self.path} block {n}")
+            data = _decompress(data, f"block {n}", f"{self.path} block {n}", members, raw_len)
         elif comp != COMP_NONE:
             raise CorruptPack(self.path, f"block {n} has unknown compression {comp}")
         if len(data) != raw_len:
@@ -158,8 +199,11 @@ class Pack:
         return data
 
     def members(self) -> dict[int, list]:
-        """block number -> [(offset, length, id)] in block order."""
-        by: dict[int, list] = {}
+        """block number -> [(offset, length, id)] in block order (computed once: a pack never changes)."""
+        by: dict[int, list] | None = getattr(self, "_members", None)
+        if by is not None:
+            return by
+        by = self._members = {}
         for oid, (blk, off, ln) in self.entries.items():
             by.setdefault(blk, []).append((off, ln, oid))
         for v in by.values():

@@ -203,12 +203,13 @@ def owner_public(store: Store) -> str | None:
 def set_owner(store: Store, public: str) -> None:
     """Record the owner public key once (the ref is write-once: see refs.check_move)."""
     public = check_public(public)
-    cur = owner_public(store)
-    if cur == public:
-        return
-    if cur is not None:
-        raise Refused(f"this store's owner key is already {cur[:16]}…; it is never replaced")
-    store.set_ref(OWNER_REF, None, store.put_blob(public.encode("ascii")), "owner public key")
+    with store.batch():  # looked at and set under the writer lock: two inits at once both succeed
+        cur = owner_public(store)
+        if cur == public:
+            return
+        if cur is not None:
+            raise Refused(f"this store's owner key is already {cur[:16]}…; it is never replaced")
+        store.set_ref(OWNER_REF, None, store.put_blob(public.encode("ascii")), "owner public key")
 
 
 def ensure_owner_key(store: Store, path: str | None = None) -> tuple[Key, bool]:

@@ -117,6 +117,11 @@ class SegmentIndex:
         self.seg, self.first, self.last, self.checksum = seg, first, last, checksum
         self.nobj, self.nchain = nobj, nchain
         self.fan = FANOUT.unpack_from(data, HEAD.size)
+        # a fan-out that is not a non-decreasing count ending at the object count would send a lookup
+        # outside the rows (a crafted or damaged index): unusable, the caller rebuilds it
+        fan = self.fan
+        if fan[255] != nobj or any(fan[i] > fan[i + 1] for i in range(255)):
+            raise IndexError_("fan-out table does not count the object rows")
         self.obj0 = HEAD.size + FANOUT.size
         self.chain0 = self.obj0 + nobj * OBJ.size
 

@@ -106,6 +106,7 @@ class Store:
         self.policy = policy or FsyncPolicy()
         self._txn = _BatchVar(f"objstore-txn-{id(self)}")
         self._decoded: dict = {}  # the last record block decoded by get_decoded
+        self.created = False  # set by ``init`` when it made the store
 
     # -- opening -----------------------------------------------------------
     @classmethod
@@ -114,14 +115,18 @@ class Store:
 
     @classmethod
     def init(cls, path: str | None = None, fsync: str | None = None) -> "Store":
-        """Create a store at ``path`` (or open it if it is one already)."""
+        """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
+        which: two processes creating one new store at once both succeed, one of them created it."""
         path = os.path.abspath(path or default_path())
         policy = FsyncPolicy(fsync)
-        if os.path.exists(os.path.join(path, MARKER)):
+        marker = os.path.join(path, MARKER)
+        if os.path.exists(marker):
             return cls.open(path, fsync=fsync)
         if os.path.exists(path) and not os.path.isdir(path):
             raise InvalidInput(f"{path} exists and is not a directory")
         if os.path.isdir(path) and os.listdir(path):
+            if os.path.exists(marker):  # another process's store appeared (whole) since the first look
+                return cls.open(path, fsync=fsync)
             raise InvalidInput(f"{path} is a non-empty directory that is not a store; refusing to initialise it")
         parent = os.path.dirname(path) or "."
         try:
@@ -140,12 +145,15 @@ class Store:
                 if os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
                     return cls.init(path, fsync)
-                if not os.path.exists(os.path.join(path, MARKER)):
+                if not os.path.exists(marker):
                     raise
+                return cls.open(path, fsync=fsync)  # theirs, whole: not created here
             policy.dir(parent)
         except OSError as e:
             raise StorageOSError(f"create a store at {path}", e) from None
-        return cls.open(path, fsync=fsync)
+        store = cls.open(path, fsync=fsync)
+        store.created = True
+        return store
 
     @classmethod
     def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False) -> "Store":
@@ -347,8 +355,8 @@ class Store:
         return self.get_typed(oid, codec.BLOB)
 
     def copy_blob_to(self, oid: bytes, out) -> int:
-        """Write a blob's body to a binary file object. Small blobs are hash-checked before anything
-        is written; large ones stream, hash-checked at the end (IntegrityError after the bytes)."""
+        """Write a blob's body to a binary file object, hash-checked before anything is written: small
+        blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
         streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
         if streamed is not None:
             return streamed
