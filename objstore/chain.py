@@ -298,29 +298,6 @@ class ChainReader:
         b = view.live if branch is None else branch
         return cast("list[tuple[int, list, dict | None]]", self.groups_from(view.head(b), b))  # b given: every branch is an int
 
-    def log_entries(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> Iterator[tuple[int, R.Record | None, dict | None]]:
-        """``objstore log``'s entries, newest first, lazily: ``(branch, record, None)`` or
-        ``(branch, None, fork object)``. Reads only as far back as the caller consumes, so
-        ``log -n 10`` costs the same in a store of any size."""
-        if all_branches:
-            for b in sorted(view.heads, reverse=True):
-                for item in self.walk(view.head(b)):
-                    yield (b, None, item) if isinstance(item, dict) else (b, item, None)
-            return
-        b = view.live if branch is None else branch
-        head = view.head(b)
-        while head is not None:
-            fk = None
-            for item in self.walk(head):
-                if isinstance(item, dict):
-                    fk = item
-                    yield b, None, item
-                else:
-                    yield b, item, None
-            if fk is None:
-                return
-            b, head = fk["parent_branch"], fk["parent_record"]
-
     def records(self, run: str, branch: int | None = None, *, all_branches: bool = False, view: View | None = None) -> list[R.Record]:
         """Own records of the live branch (default), one branch, or all branches (by branch, LSN)."""
         view = view or self.view(run)

@@ -106,7 +106,7 @@ def record(r: R.Record, body: dict | None = None) -> dict:
 
 
 def log_entry(r: R.Record | None, fk: dict | None) -> dict:
-    """One entry of ``RunLog.log_entries``: the record's view, or the fork's."""
+    """One entry of ``history.entries``: the record's view, or the fork's."""
     return record(r) if r is not None else fork(fk)  # type: ignore[arg-type]
 
 

@@ -14,12 +14,11 @@ import re
 import click
 import jsonschema
 import pytest
+from helpers import run_cli
 
 from cli.main import cli
-from objstore import RunLog, Store, views
+from objstore import RunLog, Store, history, views
 from objstore.export import export as lib_export
-
-from helpers import run_cli
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md")
 _BLOCK = re.compile(r"^### (Entity `(?P<entity>[^`]+)`|`objstore (?P<cmd>[a-z -]+?)(?P<flag> --json)?`)\n(?P<text>.*?)```json\n(?P<schema>.*?)```",
@@ -261,7 +260,7 @@ def test_library_gives_the_cli_shapes(world):
     run = world["run"]
     view = log.view(run)
     rc, out, err = run_cli("log", run, "--json", store=world["root"], env_extra=world["env"], exit_code=0)
-    assert [views.log_entry(r, fk) for _, r, fk in log.log_entries(view)] == json.loads(out)
+    assert [views.log_entry(r, fk) for _, r, fk in history.entries(log, view)] == json.loads(out)
     rc, out, err = run_cli("branches", run, "--json", store=world["root"], env_extra=world["env"], exit_code=0)
     assert [views.branch(b) for b in log.branches(view)] == json.loads(out)
     rc, out, err = run_cli("export", run, store=world["root"], env_extra=world["env"], exit_code=0)

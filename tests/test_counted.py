@@ -8,11 +8,11 @@ are taken around the operation alone; opening itself is counted separately and b
 
 import itertools
 
-from objstore import RunLog, Store, engine
+from helpers import FileReadSpy
+
+from objstore import RunLog, Store, engine, history
 from objstore.query import episode
 from objstore.verify import verify
-
-from helpers import FileReadSpy
 
 
 def count(fn):
@@ -101,7 +101,7 @@ def test_log_fork_and_episode_cost_the_same_in_10_and_10000_runs(tmp_path):
         assert opened == 0, f"opening after a checkpoint replays nothing, replayed {opened}"
         view = log.view(target)
         got[runs] = (
-            count(lambda: list(itertools.islice(log.log_entries(view), 10))),
+            count(lambda: list(itertools.islice(history.entries(log, view), 10))),
             count(lambda: log.fork(target, 0, 5, make_live=False)),
             count(lambda: episode(log, target, source="refold")),
         )

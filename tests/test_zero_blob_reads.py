@@ -7,10 +7,10 @@ path can bypass it; the blob block ranges come from re-reading the entries' meta
 
 import itertools
 
-from objstore import RunLog, Store
-from objstore.query import diff, episode
-
 from helpers import FileReadSpy
+
+from objstore import RunLog, Store, history
+from objstore.query import diff, episode
 
 
 def build(root):
@@ -36,8 +36,8 @@ def test_no_blob_block_is_read(tmp_path):
     assert spy.blob_ranges, "the store has blob blocks"
     with spy:
         view = log.view(run)
-        assert len(list(itertools.islice(log.log_entries(view), 10))) == 10
-        list(log.log_entries(view, all_branches=True))
+        assert len(list(itertools.islice(history.entries(log, view), 10))) == 10
+        list(history.entries(log, view, all_branches=True))
         episode(log, run, all_branches=True, source="refold")
         episode(log, run, all_branches=True, source="state")
         episode(log, run, all_branches=True, source="state")  # from the cache, caught up
