@@ -17,6 +17,7 @@ string in a payload is an object id and ``object_refs`` can name them all.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from . import codec
@@ -67,7 +68,7 @@ class Record(NamedTuple):
     body: dict
 
     @classmethod
-    def from_payload(cls, oid: bytes, p: dict) -> "Record":
+    def from_payload(cls, oid: bytes, p: dict) -> Record:
         return cls(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
 
 
@@ -83,20 +84,20 @@ def _jsonlike(value: Any, where: str) -> None:
     codec.check_json_value(value, where, InvalidRecord)
 
 
-def _text(value, where):
+def _text(value: Any, where: str) -> Any:
     """A string field's value can be stored (UTF-8: no lone surrogate)."""
     if type(value) is str and not value.isascii():
         codec.check_text(value, where, InvalidRecord)
     return value
 
 
-def _jsonmap(value, where) -> None:
+def _jsonmap(value: Any, where: str) -> None:
     if type(value) is not dict:
         raise InvalidRecord(f"{where} must be a map or None")
     _jsonlike(value, where)
 
 
-def _opt_id(value, where):
+def _opt_id(value: object, where: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes) and len(value) == 32:
@@ -104,7 +105,7 @@ def _opt_id(value, where):
     raise InvalidRecord(f"{where} must be a 32-byte blob id or None")
 
 
-def _int(value, where, lo=0):
+def _int(value: Any, where: str, lo: int = 0) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < lo:
         raise InvalidRecord(f"{where} must be an integer >= {lo}, got {value if type(value) is not int or value.bit_length() < 100 else 'a huge integer'!r}")
     if value > codec.INT_MAX:
@@ -112,7 +113,7 @@ def _int(value, where, lo=0):
     return value
 
 
-def _str(value, where, choices=None):
+def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidRecord(f"{where} must be a non-empty string, got {value!r}")
     if choices and value not in choices:
@@ -234,7 +235,7 @@ def object_refs(otype: str, value: dict) -> list[tuple[str, bytes]]:
     return out
 
 
-def compensation_for(facts, forks: dict, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
+def compensation_for(facts: Sequence[tuple], forks: dict, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
     """The compensation flags of rewinding ``branch`` to ``after_lsn``: one per intent committed by
     the branch's own records in (after_lsn, upto_lsn] whose declared effect is not idempotent.
 
@@ -256,7 +257,7 @@ def compensation_for(facts, forks: dict, branch: int, after_lsn: int, upto_lsn: 
     return out
 
 
-def _declaration(decls: dict, forks: dict, branch: int, intent, before: int):
+def _declaration(decls: dict, forks: dict, branch: int | None, intent: object, before: int) -> dict | None:
     """The newest declaration of ``intent`` in ``branch``'s lineage before LSN ``before``."""
     seen = set()
     while branch is not None and branch not in seen:
@@ -277,7 +278,7 @@ def _declaration(decls: dict, forks: dict, branch: int, intent, before: int):
 _ID = (bytes,)
 
 
-def _field(value: dict, name: str, types: tuple, what: str):
+def _field(value: dict, name: str, types: tuple, what: str) -> str | None:
     if name not in value:
         return f"missing field {name!r}"
     v = value[name]
@@ -286,10 +287,11 @@ def _field(value: dict, name: str, types: tuple, what: str):
     return None
 
 
-_RECORD_FIELDS = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("lsn", (int,), "an integer"),
+_Fields = tuple[tuple[str, tuple[type, ...], str], ...]  # (field name, the types it may have, what it must be)
+_RECORD_FIELDS: _Fields = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("lsn", (int,), "an integer"),
                   ("parent", (bytes, type(None)), "an id or nil"), ("kind", (str,), "a string"),
                   ("time", (float, int, type(None)), "a number or nil"), ("body", (dict,), "a map"))
-_FORK_FIELDS = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("parent_branch", (int,), "an integer"),
+_FORK_FIELDS: _Fields = (("run", (str,), "a string"), ("branch", (int,), "an integer"), ("parent_branch", (int,), "an integer"),
                 ("parent_lsn", (int,), "an integer"), ("parent_record", _ID, "a 32-byte id"), ("parent_head", _ID, "a 32-byte id"),
                 ("reason", (str,), "a string"), ("compensation", (list,), "a list"), ("time", (float, int), "a number"))
 
@@ -311,6 +313,7 @@ def schema_problem(otype: str, value: dict) -> str | None:
                     return bad
         if parent is not None and len(parent) != 32:
             return "field 'parent' must be a 32-byte id"
+        assert branch is not None and lsn is not None  # ints: the field loop above returned otherwise
         if branch < 0 or lsn < 0:
             return "branch and lsn must not be negative"
         try:
@@ -345,15 +348,15 @@ _HEXDIGITS = frozenset("0123456789abcdef")
 _ANYHEX = frozenset("0123456789abcdefABCDEF")
 
 
-def _is_id(v) -> bool:
+def _is_id(v: object) -> bool:
     return type(v) is bytes and len(v) == 32
 
 
-def _is_opt_id(v) -> bool:
+def _is_opt_id(v: object) -> bool:
     return v is None or (type(v) is bytes and len(v) == 32)
 
 
-def _is_hex(n: int, digits=_HEXDIGITS):
+def _is_hex(n: int, digits: frozenset[str] = _HEXDIGITS) -> Callable[[Any], bool]:
     return lambda v: type(v) is str and len(v) == n and digits.issuperset(v)
 
 
@@ -361,39 +364,39 @@ _HEX64 = _is_hex(64)  # sha256 digests, public keys: lowercase, as written
 _SIG = _is_hex(128, _ANYHEX)  # an ed25519 signature (a request's as its signer sent it: either case)
 
 
-def _opt(pred):
+def _opt(pred: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or pred(v)
 
 
-def _is_int(lo: int):
+def _is_int(lo: int) -> Callable[[Any], bool]:
     return lambda v: type(v) is int and v >= lo
 
 
-def _is_str(v) -> bool:
+def _is_str(v: object) -> bool:
     return type(v) is str
 
 
-def _is_name(v) -> bool:
+def _is_name(v: object) -> bool:
     return type(v) is str and v != ""
 
 
-def _is_num(v) -> bool:
+def _is_num(v: object) -> bool:
     return type(v) is float or type(v) is int
 
 
-def _is_bool(v) -> bool:
+def _is_bool(v: object) -> bool:
     return type(v) is bool
 
 
-def _one_of(*choices):
+def _one_of(*choices: str) -> Callable[[Any], bool]:
     return lambda v: type(v) is str and v in choices
 
 
-def _ids(v) -> bool:
+def _ids(v: object) -> bool:
     return type(v) is list and all(type(x) is bytes and len(x) == 32 for x in v)
 
 
-def _show(v) -> str:
+def _show(v: object) -> str:
     if v is None or type(v) in (bool, int, float):
         return repr(v)
     if type(v) is str:
@@ -403,7 +406,10 @@ def _show(v) -> str:
     return type(v).__name__
 
 
-def _spec_problem(value: dict, spec, prefix: str = "") -> str | None:
+_Spec = tuple[tuple[str, Callable[[Any], bool], str], ...]  # (field name, predicate, what it must be)
+
+
+def _spec_problem(value: dict, spec: _Spec, prefix: str = "") -> str | None:
     for name, ok, what in spec:
         if name not in value:
             return f"missing field '{prefix}{name}'"
@@ -423,18 +429,18 @@ def _schema_version(otype: str, value: dict, current: int) -> int | str:
     return f"unknown {otype} schema version {_show(v)} (known: 1, written without 'v', and {current})"
 
 
-_T745 = None
+_T745: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int] | None = None
 
 
-def _t745():
+def _t745() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int]:
     """(OUTCOMES, ROLES, RIGHTS, journal, grant, segment schema versions), from the modules that
     write them (imported on first use: they import this module)."""
     global _T745
     if _T745 is None:
-        from .segments import SEGMENT_SCHEMA
-        from .host import OUTCOMES
         from .grants import GRANT_SCHEMA, RIGHTS, ROLES
+        from .host import OUTCOMES
         from .journal import JOURNAL_SCHEMA
+        from .segments import SEGMENT_SCHEMA
         _T745 = (OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA)
     return _T745
 
@@ -460,7 +466,7 @@ def _journal_problem(value: dict) -> str | None:
     common = (("run", _is_name, "a non-empty string"), ("version", _is_int(1), "an integer >= 1"),
               ("body", _is_id, _AN_ID))
     if v == 1:  # legacy: LSNs, a writer's name, no signature
-        spec = common + (("source_end", _is_int(-1), "an integer >= -1"), ("checkpoint", _is_int(-1), "an integer >= -1"),
+        spec: _Spec = common + (("source_end", _is_int(-1), "an integer >= -1"), ("checkpoint", _is_int(-1), "an integer >= -1"),
                          ("enabled", _is_bool, "true or false"), ("previous", _is_opt_id, _OPT_ID),
                          ("writer", _is_str, "a string"), ("time", _is_num, _NUM))
         return _spec_problem(value, spec)
@@ -487,12 +493,12 @@ def _grant_problem(value: dict) -> str | None:
     if type(v) is str:
         return v
     if v == 1:  # legacy: names, unsigned (grants nothing)
-        spec = (("run", _is_name, "a non-empty string"), ("writer", _is_str, "a string"),
+        spec: _Spec = (("run", _is_name, "a non-empty string"), ("writer", _is_str, "a string"),
                 ("action", _one_of("grant", "revoke"), "'grant' or 'revoke'"), ("previous", _is_opt_id, _OPT_ID),
                 ("by", _is_str, "a string"), ("reason", _is_str, "a string"), ("time", _is_num, _NUM))
         return _spec_problem(value, spec)
 
-    def rights_ok(x):
+    def rights_ok(x: Any) -> bool:
         return type(x) is list and x != [] and all(type(r) is str and r in rights for r in x) and x == sorted(set(x))
 
     spec = (("run", _opt(_is_name), "a non-empty string or nil"), ("subject", _is_name, "a non-empty string"),
@@ -515,7 +521,7 @@ _SEGMENT_COMMON = (
     ("input_sha256", _HEX64, "64 lowercase hex digits"), ("compactor", _is_str, "a string"), ("time", _is_num, _NUM))
 
 
-def _tasks_ok(v) -> bool:
+def _tasks_ok(v: object) -> bool:
     return type(v) is list and all(type(t) is dict and _is_name(t.get("task")) and _is_str(t.get("title")) for t in v)
 
 
