@@ -20,7 +20,8 @@ from __future__ import annotations
 import json as _stdjson
 import math
 import re
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn
 
 import blake3
 import msgspec
@@ -193,7 +194,7 @@ INT_MIN = -(1 << 63)
 INT_MAX = (1 << 64) - 1
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise _Refused(f"{name} is not a JSON number")
 
 
@@ -232,12 +233,12 @@ _strict_json = _stdjson.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no
                                     parse_float=_finite_float, parse_int=_bounded_int)
 
 
-def parse_json(data: bytes | str, what: str = "input", error=InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def parse_json(data: bytes | str, what: str = "input", error: type = InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """One JSON value from outside: UTF-8 text, nothing after it, no duplicate keys, no NaN or
     Infinity (nor a number that overflows float64), integers within int64/uint64, no lone
     surrogate escapes, at most ``max_depth`` levels deep. Raises ``error(message)`` (InvalidInput,
     exit 5, by default), the message starting with ``what`` when it is given."""
-    def fail(phrase: str, sep: str = " "):
+    def fail(phrase: str, sep: str = " ") -> Exception:
         return error(f"{what}{sep}{phrase}" if what else phrase)
 
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -341,13 +342,13 @@ def check_text(v: str, what: str, error: type = InvalidInput) -> str:
     return v
 
 
-def check_stream(chunks, raw_len: int, members) -> str | None:
+def check_stream(chunks: Iterable[bytes], raw_len: int, members: Iterable[tuple[int, int, bytes]]) -> str | None:
     """Hash-check objects in a block while it streams, never holding it: ``chunks`` yield the
     block's decompressed bytes in order, ``members`` are (offset, length, id) of the objects to
     check. None if every member hashes to its id and the block is exactly ``raw_len`` bytes, else
     the problem. (How a reader refuses a block that declares a huge size before allocating it.)"""
     members = sorted(members)
-    for (o1, l1, _), (o2, _, _) in zip(members, members[1:]):
+    for (o1, l1, _), (o2, _, _) in zip(members, members[1:], strict=False):
         if o1 + l1 > o2:
             return "objects overlap in their block"
     if members and members[-1][0] + members[-1][1] > raw_len:
@@ -376,7 +377,7 @@ def check_stream(chunks, raw_len: int, members) -> str | None:
     return None
 
 
-def iter_objects(raw: bytes):
+def iter_objects(raw: bytes) -> Iterator[bytes]:
     """The canonical objects laid end to end in ``raw`` (a decompressed block), in order.
 
     Stops quietly at anything that does not parse: callers hash-check what they get."""
@@ -418,7 +419,7 @@ def decode_block(raw: bytes) -> dict:
     except msgspec.DecodeError:
         values = None
     if values is None or len(values) != len(ids):
-        for oid, otype, p in zip(ids, types, payloads):
+        for oid, otype, p in zip(ids, types, payloads, strict=False):
             try:
                 v = _dec.decode(p)
             except msgspec.DecodeError:
@@ -426,7 +427,7 @@ def decode_block(raw: bytes) -> dict:
             if isinstance(v, dict):
                 out[oid] = (otype, v)
         return out
-    for oid, otype, v in zip(ids, types, values):
+    for oid, otype, v in zip(ids, types, values, strict=False):
         if type(v) is dict:
             out[oid] = (otype, v)
     return out
