@@ -39,10 +39,16 @@ The shapes (field: JSON type):
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import codec
 from . import records as R
+
+if TYPE_CHECKING:
+    from .chain import View
+    from .errors import ObjstoreError
+    from .store import Store
+    from .verify import Problem
 
 FORK_KIND = "fork"
 
@@ -51,7 +57,7 @@ def _hex(v: Any) -> Any:
     return v.hex() if isinstance(v, bytes) else v
 
 
-def run(view) -> dict:
+def run(view: View) -> dict:
     """A run: its id, its live branch number and how many branches it has."""
     return {"run": view.run, "live_branch": view.live, "branch_count": len(view.heads)}
 
@@ -75,12 +81,12 @@ def fork(fk: dict) -> dict:
     }
 
 
-def fork_by_id(store, fork_id: bytes) -> dict:
+def fork_by_id(store: Store, fork_id: bytes) -> dict:
     """The fork view of the fork object ``fork_id`` (read from the store)."""
     return fork(dict(store.get_typed(fork_id, codec.FORK), id=fork_id))
 
 
-def fork_result(log, fr) -> dict:
+def fork_result(log: Any, fr: Any) -> dict:
     """The fork view of what ``RunLog.fork``/``rewind`` returned (the fork object is re-read)."""
     return fork_by_id(log.store, fr.fork_id)
 
@@ -122,12 +128,12 @@ def attempt(rec: R.Record, run_workflow_version: Any = None) -> dict:
     return attempt_view(rec, run_workflow_version)
 
 
-def problem(p) -> dict:
+def problem(p: Problem) -> dict:
     """A verify finding (or note): code, what it is about, the file path (or ""), the detail."""
     return {"code": p.code, "subject": p.subject, "where": p.where, "detail": p.detail}
 
 
-def error(e) -> dict:
+def error(e: ObjstoreError) -> dict:
     """An ``ObjstoreError`` as the CLI prints it under ``--json`` (on stderr)."""
     return e.to_json()
 
@@ -171,7 +177,7 @@ def object_(oid: bytes, otype: str, value: Any) -> dict:
     return {"id": oid.hex(), "type": otype, "value": v}
 
 
-def ingest_summary(log, summary: dict) -> dict:
+def ingest_summary(log: Any, summary: dict) -> dict:
     """What ``ingest`` did: events read, records written, new runs, and each fork it made
     (``{"line": n, "fork": <fork view>}``, the fork object re-read)."""
     return {

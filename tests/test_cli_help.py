@@ -14,10 +14,9 @@ import shlex
 
 import click
 import pytest
+from helpers import run_cli, snapshot_tree
 
 from cli.main import EXIT_CODES_HELP, cli
-
-from helpers import run_cli, snapshot_tree
 
 
 def walk(group, prefix=()):
@@ -132,7 +131,7 @@ def test_jargon_is_explained():
 
 
 def test_dash_h_is_help_everywhere():
-    for path, cmd in TREE:
+    for path, _cmd in TREE:
         rc, out, err = run_cli(*path, "-h", exit_code=0)
         assert out.startswith(" ".join(("Usage: objstore",) + path)), (path, out[:200])
         assert "-h, --help" in out and "Examples:" in out, path
@@ -160,7 +159,7 @@ def demo(tmp_path_factory):
 
 def test_read_only_examples_run(demo):
     ran = 0
-    for path, cmd in TREE:
+    for _path, cmd in TREE:
         for line in examples(cmd):
             for inv in invocations(line):
                 if "--store" in inv:

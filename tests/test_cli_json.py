@@ -129,6 +129,8 @@ def world(tmp_path_factory):
     cli_json("show", outs["journal show"][0]["id"])
     rc, out, err = run_cli("export", run, store=root, env_extra=env, exit_code=0)
     outs["export"] = [[json.loads(line) for line in out.splitlines()]]
+    rc, out, err = run_cli("log", run, "--all-branches", "--format", "json", "--no-pager", store=root, env_extra=env, exit_code=0)
+    outs["log --format json"] = [[json.loads(line) for line in out.splitlines()]]
     return {"root": root, "env": env, "run": run, "session": s, "outs": outs, "binary_blob": binary_blob}
 
 
@@ -140,12 +142,15 @@ def test_every_json_command_is_documented_and_exercised(world):
     assert have == documented, f"--json commands without a schema in docs/CLI.md: {sorted(have - documented)}; " \
                                f"schemas for commands without --json: {sorted(documented - have)}"
     assert have <= set(world["outs"]), f"--json commands this test never ran: {sorted(have - set(world['outs']))}"
-    assert "export" in COMMANDS, "export's JSON Lines are documented"
+    assert "export" in COMMANDS and "log --format json" in COMMANDS, "the JSON Lines outputs are documented"
 
 
 def test_schemas_are_valid_draft_2020_12_and_strict():
     for name, schema in {**{f"entity {k}": v for k, v in ENTITIES.items()}, **COMMANDS}.items():
-        jsonschema.Draft202012Validator.check_schema(dict(schema, **{"$defs": ENTITIES}))
+        try:
+            jsonschema.Draft202012Validator.check_schema(dict(schema, **{"$defs": ENTITIES}))
+        except jsonschema.SchemaError as e:
+            pytest.fail(f"docs/CLI.md: the schema of {name} is not valid draft 2020-12: {e.message}")
     for name in ("run", "branch", "fork", "record", "attempt", "problem", "error", "blob", "object", "export-entry"):
         assert name in ENTITIES, f"docs/CLI.md has no schema for the entity {name}"
 
@@ -164,14 +169,14 @@ def test_schemas_are_valid_draft_2020_12_and_strict():
         assert s.get("required"), f"nothing required: {sorted(s['properties'])}"
 
 
-@pytest.mark.parametrize("path", json_commands() + ["export"])
+@pytest.mark.parametrize("path", json_commands() + ["export", "log --format json"])
 def test_output_matches_the_documented_schema(world, path):
-    v = validator(path if path == "export" else path + " --json")
-    if path == "export":
-        v = entity_validator("export-entry")
-        outputs = world["outs"]["export"][0]
-        assert outputs, "export printed nothing"
+    if path in ("export", "log --format json"):  # JSON Lines: each line against the schema
+        v = validator(path)
+        outputs = world["outs"][path][0]
+        assert outputs, f"{path} printed nothing"
     else:
+        v = validator(path + " --json")
         outputs = world["outs"][path]
     for out in outputs:
         errors = sorted(v.iter_errors(out), key=lambda e: list(e.absolute_path))
@@ -243,6 +248,8 @@ def test_one_record_shape_and_live_is_a_bool(world):
         assert isinstance(b["live"], bool)
     run = o["runs"][0][0]
     assert isinstance(run["live_branch"], int) and not isinstance(run["live_branch"], bool)
+    # log --format json streams the entries in log --json's shapes
+    assert all(e in o["log --format json"][0] for e in o["log"][1] if e["branch"] in (0, 1))
     # export entries are log's records plus the export schema number
     for e in o["export"][0][1:]:
         assert {k: v for k, v in e.items() if k != "schema"} == log_records[e["id"]]

@@ -12,10 +12,9 @@ import time
 import tty
 
 import pytest
+from helpers import run_cli
 
 from objstore import RunLog, Store
-
-from helpers import run_cli
 
 BINARY = bytes(range(256)) * 4
 
