@@ -25,7 +25,8 @@ import json
 import os
 import struct
 from collections import OrderedDict
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple, cast
 
 import blake3
 import zstandard
@@ -63,7 +64,8 @@ def check_hash(oid: bytes, canonical: bytes, where: str) -> bytes:
     return canonical
 
 
-def _decompress(data: bytes, what: str, where: str, members=None, expect: int | None = None) -> bytes:
+def _decompress(data: bytes, what: str, where: str, members: list[tuple[int, int, bytes]] | None = None,
+                expect: int | None = None) -> bytes:
     """One zstd frame, decompressed. ``members`` ((offset, length, id) of the objects in it) and
     ``expect`` (the size its container declares) bound what a crafted frame can make a reader
     hold: a frame that declares more than PRECHECK_RAW bytes is hash-checked while it streams,
@@ -99,7 +101,7 @@ def _decompress(data: bytes, what: str, where: str, members=None, expect: int | 
     return out
 
 
-def _stream(data: bytes, limit: int, chunk: int = 1 << 20):
+def _stream(data: bytes, limit: int, chunk: int = 1 << 20) -> Iterator[bytes]:
     """The decompressed bytes of one frame in chunks, stopping at ``limit`` bytes (then one more
     byte, if the frame holds more: check_stream names that)."""
     reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=False)
@@ -130,6 +132,8 @@ def loose_canonical(oid: bytes, raw: bytes, path: str) -> bytes:
 class Pack:
     """One pack file: its index (id -> block, offset, length) and block reads. The whole
     file's checksum is checked when it is opened."""
+
+    _members: dict[int, list]  # block number -> its members, once ``members`` computed them
 
     def __init__(self, path: str):
         self.path = path
@@ -211,7 +215,7 @@ class Pack:
         return by
 
 
-def parse_value(text: str, name: str, where: str):
+def parse_value(text: str, name: str, where: str) -> bytes | str:
     """A stored ref value: 64 hex -> bytes, 'ref: x' as is; anything else is damage."""
     text = text.rstrip("\n")
     if text.startswith(SYMREF):
@@ -326,7 +330,7 @@ class Format1Reader:
         for name, path in _walk_names(os.path.join(self.root, "refs")):
             if name.endswith(".lock"):
                 continue
-            with open(path, "r", encoding="ascii", errors="replace") as f:
+            with open(path, encoding="ascii", errors="replace") as f:
                 out[name] = parse_value(f.read(), name, path)
         return out
 
@@ -356,7 +360,7 @@ class Format1Reader:
         return out
 
     @staticmethod
-    def _log_value(v, name: str, path: str):
+    def _log_value(v: object, name: str, path: str) -> bytes | str | None:
         if v is None:
             return None
         if not isinstance(v, str):
@@ -375,4 +379,4 @@ class Format1Reader:
 def merge(logs: dict[str, list[Move]]) -> list[Move]:
     """Per-ref move lists merged in time order. Each list keeps its own order (even where its
     clock went backwards); equal times go in ref name order."""
-    return list(heapq.merge(*(logs[n] for n in sorted(logs)), key=lambda m: m.time))
+    return list(heapq.merge(*(logs[n] for n in sorted(logs)), key=lambda m: cast(float, m.time)))  # a logged line has a time

@@ -24,7 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from typing import Iterable
+from collections.abc import Iterable, Iterator
 
 import blake3
 
@@ -49,7 +49,7 @@ def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tu
     rows = sorted(objects, key=lambda r: r[0])
     keys: dict = {}  # (run, branch) -> chain key, computed once per branch
 
-    def keyed(c):
+    def keyed(c: tuple) -> tuple:
         if len(c) == 3:
             return c
         k = keys.get((c[0], c[1]))
@@ -104,7 +104,7 @@ class IndexError_(Exception):
 class SegmentIndex:
     """Read-only view of one index file."""
 
-    def __init__(self, data, seg: int):
+    def __init__(self, data: bytes | mmap.mmap, seg: int) -> None:
         if len(data) < HEAD.size + FANOUT.size + 32:
             raise IndexError_("too short")
         magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(data, 0)
@@ -128,7 +128,7 @@ class SegmentIndex:
     def check_sum(self) -> bool:
         return blake3.blake3(self.data[:-32]).digest() == bytes(self.data[-32:])
 
-    def find(self, oid: bytes):
+    def find(self, oid: bytes) -> tuple | None:
         """The object row (id, entry, block_off, stored, raw, off, length, comp, type code) or None."""
         b = oid[0]
         lo = self.fan[b - 1] if b else 0
@@ -172,7 +172,7 @@ class SegmentIndex:
             except (OSError, AttributeError, ValueError):
                 pass
 
-    def chain_from(self, key: bytes, lsn: int):
+    def chain_from(self, key: bytes, lsn: int) -> Iterator[tuple[int, bytes]]:
         """(lsn, id) of the rows of one chain from ``lsn`` on, in LSN order."""
         lo, hi = 0, self.nchain
         data, base, size = self.data, self.chain0, CHAIN.size
@@ -190,16 +190,16 @@ class SegmentIndex:
             yield l, oid
             lo += 1
 
-    def objects(self):
+    def objects(self) -> Iterator[tuple]:
         for i in range(self.nobj):
             yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)
 
-    def object_rows(self):
+    def object_rows(self) -> Iterator[tuple]:
         """Rows as ``build`` takes them (type names, not codes)."""
         for oid, e, bo, st, raw, off, ln, comp, tc in self.objects():
             yield oid, e, bo, st, raw, off, ln, comp, TYPES[tc]
 
-    def chain_rows(self):
+    def chain_rows(self) -> Iterator[tuple]:
         for i in range(self.nchain):
             yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
 
