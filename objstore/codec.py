@@ -20,7 +20,7 @@ from __future__ import annotations
 import json as _stdjson
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 import blake3
@@ -233,7 +233,8 @@ _strict_json = _stdjson.JSONDecoder(object_pairs_hook=_pairs, parse_constant=_no
                                     parse_float=_finite_float, parse_int=_bounded_int)
 
 
-def parse_json(data: bytes | str, what: str = "input", error: type = InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def parse_json(data: bytes | str, what: str = "input", error: Callable[[str], Exception] = InvalidInput,
+               max_depth: int = MAX_JSON_DEPTH) -> Any:
     """One JSON value from outside: UTF-8 text, nothing after it, no duplicate keys, no NaN or
     Infinity (nor a number that overflows float64), integers within int64/uint64, no lone
     surrogate escapes, at most ``max_depth`` levels deep. Raises ``error(message)`` (InvalidInput,
@@ -289,7 +290,8 @@ def _max_depth_of(text: str) -> int:
     return deepest
 
 
-def check_json_value(value: Any, what: str = "value", error: type = InvalidInput, max_depth: int = MAX_JSON_DEPTH) -> None:
+def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exception] = InvalidInput,
+                     max_depth: int = MAX_JSON_DEPTH) -> None:
     """The rules of ``parse_json`` for a value built in Python (a library caller's map): str keys,
     JSON-like types only (tuples count as arrays), finite floats, int64/uint64 integers, strings
     without lone surrogates, containers at most ``max_depth`` levels deep. Iterative: a value
@@ -328,14 +330,14 @@ def check_json_value(value: Any, what: str = "value", error: type = InvalidInput
             raise error(f"{what}: {t.__name__} is not JSON-like")
 
 
-def _check_text(v: str, what: str, error: type) -> None:
+def _check_text(v: str, what: str, error: Callable[[str], Exception]) -> None:
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as e:
         raise error(f"{what}: a string holds a lone surrogate (U+{ord(v[e.start]):04X}), which is not Unicode text") from None
 
 
-def check_text(v: str, what: str, error: type = InvalidInput) -> str:
+def check_text(v: str, what: str, error: Callable[[str], Exception] = InvalidInput) -> str:
     """A string that can be stored: UTF-8-encodable (no lone surrogates)."""
     if not v.isascii():
         _check_text(v, what, error)

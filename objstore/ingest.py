@@ -23,13 +23,18 @@ it land either, and the error names line N.
 
 from __future__ import annotations
 
-from typing import IO, Annotated, Any, Union
+from collections.abc import Iterable, Iterator
+from functools import partial
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
 from . import codec
 from . import records as R
-from .errors import Conflict, IngestError, IntegrityError, LimitExceeded, NotFound, ObjstoreError, Refused, StorageOSError
+from .errors import Conflict, IngestError, IntegrityError, LimitExceeded, ObjstoreError, Refused, StorageOSError
+
+if TYPE_CHECKING:
+    from .runlog import RunLog
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = (R.RUN_STARTED, R.ATTEMPT, R.INTENT, R.INTENT_COMMITTED, R.RUN_FINISHED, R.TURN, "rewind", "fork")
@@ -49,21 +54,21 @@ class BlobRef(msgspec.Struct, forbid_unknown_fields=True):
     blob: str
 
 
-Text = Union[str, BlobRef, None]
-JsonMap = Union[dict[str, Any], None]
+Text = str | BlobRef | None
+JsonMap = dict[str, Any] | None
 
 
 class _Event(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     v: int
     type: str
     run: str
-    time: Union[Time, None] = None
-    branch: Union[Count, None] = None
+    time: Time | None = None
+    branch: Count | None = None
 
 
 class RunStartedEvent(_Event):
     subject: str = "default"
-    workflow_version: Union[str, int, float] = "1"
+    workflow_version: str | int | float = "1"
     meta: JsonMap = None
 
 
@@ -76,8 +81,8 @@ class AttemptEvent(_Event):
     context: JsonMap = None
     tools: JsonMap = None
     usage: JsonMap = None
-    error: Union[str, None] = None
-    workflow_version: Union[str, int, float, None] = None
+    error: str | None = None
+    workflow_version: str | int | float | None = None
 
 
 class IntentEvent(_Event):
@@ -93,7 +98,7 @@ class IntentCommittedEvent(_Event):
 
 class RunFinishedEvent(_Event):
     status: str
-    error: Union[str, None] = None
+    error: str | None = None
 
 
 class TurnEvent(_Event):
@@ -134,7 +139,7 @@ def _schema_error(t: str, e: msgspec.ValidationError) -> str:
     return msg.replace("`", "")
 
 
-def _blob_field(value, lineno, field):
+def _blob_field(value: Any, lineno: int, field: str) -> str | bytes | None:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, dict) and set(value) == {"blob"}:
@@ -145,7 +150,7 @@ def _blob_field(value, lineno, field):
     raise IngestError(lineno, f"{field} must be a string or {{\"blob\": \"<hex id>\"}}")
 
 
-def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
+def parse(lines: Iterable[str | bytes], *, start: int = 1) -> list[tuple[int, dict, dict]]:
     """Parse and check every line into (line number, event, normalised body with blob refs as ids);
     raises IngestError naming the first bad line. Nothing is written."""
     events = []
@@ -154,7 +159,7 @@ def parse(lines, *, start: int = 1) -> list[tuple[int, dict, dict]]:
             raise IngestError(lineno, f"line is longer than {MAX_LINE} bytes")
         if not raw.strip():
             continue
-        ev = codec.parse_json(raw, "", lambda m, n=lineno: IngestError(n, m))
+        ev = codec.parse_json(raw, "", partial(IngestError, lineno))
         if not isinstance(ev, dict):
             raise IngestError(lineno, "an event must be a JSON object")
         v = ev.get("v")
@@ -227,7 +232,7 @@ def _at_line(lineno: int, e: ObjstoreError) -> ObjstoreError:
     return IngestError(lineno, str(e))
 
 
-def _lines(stream):
+def _lines(stream: IO | Iterable[str | bytes]) -> Iterator[str | bytes]:
     """The lines of a stream, each read with a bound (a newline-free gigabyte is refused at
     MAX_LINE bytes, not held); any other iterable of lines as it is."""
     readline = getattr(stream, "readline", None)
@@ -244,10 +249,10 @@ def _lines(stream):
         yield line
 
 
-def ingest(log, stream: IO) -> dict:
+def ingest(log: RunLog, stream: IO) -> dict:
     """Apply a JSON Lines stream all-or-nothing; returns a summary."""
     events = parse(_lines(stream))
-    summary = {"events": len(events), "records": 0, "runs": [], "forks": []}
+    summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": []}
     store = log.store
     with store.batch():
         for lineno, ev, body in events:

@@ -72,7 +72,7 @@ class Record(NamedTuple):
         return cls(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
 
 
-def check_run_id(run: str) -> str:
+def check_run_id(run: object) -> str:
     if not isinstance(run, str) or not _RUN_ID.match(run) or ".." in run or run.endswith(".lock"):
         raise InvalidRecord(f"run id {run!r} must be 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'")
     return run
