@@ -28,7 +28,7 @@ TOKEN = re.compile(r"objstore-anchor:1:(\d+):([0-9a-f]{64})")
 
 
 def anchor(root):
-    code, out, err = run_cli("anchor", store=root)
+    code, out, err = run_cli("anchor", store=root, exit_code=0)
     assert (code, err) == (0, "")
     assert out.endswith("\n") and out.count("\n") == 1  # the token and nothing else
     token = out[:-1]
@@ -36,8 +36,8 @@ def anchor(root):
     return token
 
 
-def verify_anchor(root, token):
-    code, out, err = run_cli("verify", "--anchor", token, store=root)
+def verify_anchor(root, token, *, exit_code):
+    code, out, err = run_cli("verify", "--anchor", token, store=root, exit_code=exit_code)
     return code, out.splitlines(), err
 
 
@@ -60,7 +60,7 @@ def test_anchor_token_and_json(built):
     root, log, run = built
     before = snapshot_tree(root)
     token = anchor(root)
-    code, out, err = run_cli("anchor", "--json", store=root)
+    code, out, err = run_cli("anchor", "--json", store=root, exit_code=0)
     assert (code, err) == (0, "")
     info = json.loads(out)
     engine = RunLog(Store.open(root)).store.engine
@@ -77,24 +77,24 @@ def test_empty_store_has_the_genesis_anchor(tmp_path):
     root = str(tmp_path / "s")
     Store.init(root)
     assert anchor(root) == GENESIS
-    code, out, err = run_cli("anchor", "--json", store=root)
+    code, out, err = run_cli("anchor", "--json", store=root, exit_code=0)
     info = json.loads(out)
     assert {k: info[k] for k in ("token", "version", "entry", "checksum", "time")} == {
         "token": GENESIS, "version": 1, "entry": 0, "checksum": "0" * 64, "time": None}
-    assert verify_anchor(root, GENESIS)[:2] == (0, [])
+    assert verify_anchor(root, GENESIS, exit_code=0)[:2] == (0, [])
 
 
 def test_clean_log_proves_its_anchor(built):
     root, log, run = built
     token = anchor(root)
-    code, out, err = verify_anchor(root, token)
+    code, out, err = verify_anchor(root, token, exit_code=0)
     assert (code, out) == (0, [])
     assert err == "verify: ok (3 entries, 3 objects)\n"
     # Later commits keep it proven: the anchored history is a prefix.
     log.record_attempt(run, 2, 0, "failed")
-    assert verify_anchor(root, token)[:2] == (0, [])
+    assert verify_anchor(root, token, exit_code=0)[:2] == (0, [])
     # And the genesis anchor is a prefix of every log.
-    assert verify_anchor(root, GENESIS)[:2] == (0, [])
+    assert verify_anchor(root, GENESIS, exit_code=0)[:2] == (0, [])
 
 
 def test_dropping_the_last_commit(built):
@@ -104,8 +104,8 @@ def test_dropping_the_last_commit(built):
     log.record_attempt(run, 2, 0, "failed")
     token = anchor(root)
     os.truncate(path, before)
-    assert run_cli("verify", store=root)[0] == 0  # sound on its own
-    code, out, err = verify_anchor(root, token)
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0  # sound on its own
+    code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry 3"])
 
 
@@ -127,8 +127,8 @@ def test_restoring_an_older_copy_of_the_active_segment(built, new_commits):
     pos = rl.store.engine.position()
     assert pos.entry == n + new_commits - 1
     entry_n = [e for e in rl.store.engine.entries() if e.n == n][0]
-    assert run_cli("verify", store=root)[0] == 0  # sound on its own
-    code, out, err = verify_anchor(root, token)
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0  # sound on its own
+    code, out, err = verify_anchor(root, token, exit_code=1)
     assert code == 1
     assert out == [f"anchor-mismatch {token}: entry {n} has checksum {entry_n.checksum.hex()}: "
                    "the history before it was rewritten or rolled back"]
@@ -151,8 +151,8 @@ def test_truncating_away_a_revocation(built):
     os.truncate(path, before)
     rl = RunLog(Store.open(root))
     assert J.LocalJournalHost(rl).grant_state(w1.public, run, subject)["action"] == "grant"  # the revoked writer is back
-    assert run_cli("verify", store=root)[0] == 0
-    code, out, err = verify_anchor(root, token)
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0
+    code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry {n_before}"])
 
 
@@ -167,7 +167,7 @@ def test_truncating_away_a_ref_deletion(built):
     token = anchor(root)
     os.truncate(path, before)
     assert RunLog(Store.open(root)).store.read_ref(name) == head
-    code, out, err = verify_anchor(root, token)
+    code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry {int(TOKEN.fullmatch(token).group(1)) - 1}"])
 
 
@@ -183,7 +183,7 @@ def test_anchor_of_another_store(built, tmp_path):
     engine = RunLog(Store.open(root)).store.engine
     mine = engine.position()
     assert mine.entry == 3
-    code, out, err = verify_anchor(root, token)
+    code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-mismatch {token}: entry 3 has checksum {mine.checksum.hex()}: "
                                 "the history before it was rewritten or rolled back"])
 
@@ -197,7 +197,7 @@ def test_anchor_of_another_store(built, tmp_path):
 ])
 def test_malformed_token(built, bad):
     root, log, run = built
-    code, out, err = verify_anchor(root, bad)
+    code, out, err = verify_anchor(root, bad, exit_code=5)
     assert (code, out) == (5, [])
     assert len(err.splitlines()) == 1 and err.startswith("objstore: error: invalid input: ") and "Traceback" not in err
 
@@ -209,7 +209,7 @@ def test_verify_anchor_json(built):
     log.record_attempt(run, 2, 0, "failed")
     token = anchor(root)
     os.truncate(path, before)
-    code, out, err = run_cli("verify", "--json", "--anchor", token, store=root)
+    code, out, err = run_cli("verify", "--json", "--anchor", token, store=root, exit_code=1)
     assert code == 1
     assert json.loads(out) == [{"code": "anchor-missing", "subject": token, "where": "", "detail": "log ends at entry 3"}]
 
@@ -224,8 +224,8 @@ def test_restored_backup_of_the_whole_store(built, tmp_path):
     token = anchor(root)
     shutil.rmtree(root)
     shutil.copytree(backup, root)
-    assert run_cli("verify", store=root)[0] == 0
-    assert verify_anchor(root, token)[:2] == (1, [f"anchor-missing {token}: log ends at entry 3"])
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0
+    assert verify_anchor(root, token, exit_code=1)[:2] == (1, [f"anchor-missing {token}: log ends at entry 3"])
 
 
 def test_anchor_in_a_segment_sealed_since(built):
@@ -242,8 +242,8 @@ def test_anchor_in_a_segment_sealed_since(built):
     finally:
         mp.undo()
     assert log.store.engine._seg >= 3
-    code, out, err = run_cli("anchor", "--json", store=root)
+    code, out, err = run_cli("anchor", "--json", store=root, exit_code=0)
     info = json.loads(out)
     assert info["segment"] == log.store.engine._seg and info["entry"] == 11
-    assert verify_anchor(root, token)[:2] == (0, [])
-    assert verify_anchor(root, info["token"])[:2] == (0, [])
+    assert verify_anchor(root, token, exit_code=0)[:2] == (0, [])
+    assert verify_anchor(root, info["token"], exit_code=0)[:2] == (0, [])

@@ -75,13 +75,13 @@ def test_bad_line_named_and_nothing_lands(tmp_path, bad, msg):
 
 def test_ingest_cli_stdin_and_error_exit(tmp_path):
     root = str(tmp_path / "s")
-    rc, out, err = run_cli("ingest", "-", store=root, input=jl(*GOOD).encode())
+    rc, out, err = run_cli("ingest", "-", store=root, input=jl(*GOOD).encode(), exit_code=0)
     assert rc == 0, err
     assert out.startswith("ingested 8 event(s): 7 record(s), 1 new run(s), 1 fork(s)")
     assert "COMPENSATION REQUIRED" in err
-    rc, out, err = run_cli("ingest", "-", store=root, input=(jl(GOOD[0] | {"run": "two"}) + "oops\n").encode())
+    rc, out, err = run_cli("ingest", "-", store=root, input=(jl(GOOD[0] | {"run": "two"}) + "oops\n").encode(), exit_code=5)
     assert rc == 5 and err.strip() == "objstore: error: ingest: line 2: not JSON: Expecting value: line 1 column 1 (char 0)"
-    rc, out, err = run_cli("runs", store=root)
+    rc, out, err = run_cli("runs", store=root, exit_code=0)
     assert "two" not in out
 
 

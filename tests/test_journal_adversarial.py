@@ -28,8 +28,8 @@ import pytest
 from objstore import RunLog, Store, codec, identity
 from objstore import journal as J
 from objstore.backend import MAX_LINE, BackendHost
-from objstore.errors import (Conflict, InvalidInput, JobCaller, ObjstoreError, Refused, ReplayedRequest, StaleRequest,
-                             Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from objstore.errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjectNotFound, Refused, ReplayedRequest,
+                             StaleRequest, Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
 from objstore.host import omitted_line, project
 from objstore.verify import verify
 
@@ -118,7 +118,7 @@ def serve(root, sock):
             try:
                 BackendHost(sock, timeout=2).stats()
                 return p
-            except Exception:
+            except HostUnavailable:  # listening, not yet accepting
                 pass
         assert time.monotonic() < deadline, "journal-serve did not come up"
         time.sleep(0.02)
@@ -129,9 +129,9 @@ def backend(env):
     sock = os.path.join(str(env.tmp), "j.sock")
     p = serve(env.root, sock)
     yield types.SimpleNamespace(sock=sock, proc=p, host=BackendHost(sock, timeout=10))
-    if p.poll() is None:
+    if p.poll() is None:  # (a test may have killed it)
         p.terminate()
-        p.wait(10)
+        assert p.wait(10) == 0, "journal-serve stops cleanly on SIGTERM"
 
 
 def raw_call(sock, data: bytes, timeout=10.0) -> dict:
@@ -519,14 +519,19 @@ def test_library_journal_bodies_are_validated(env):
         with pytest.raises(InvalidInput):
             J.update_journal(log, a, w1, body)
     assert J.current_journal(log, a) is None
-    # the nesting limit, exactly: 200 levels (the body itself is level 1) go through, 201 do not
-    with pytest.raises(InvalidInput, match="deeper than 200"):
-        J.update_journal(log, a, w1, nested(201))
-    J.update_journal(log, a, w1, nested(200))
-    assert J.journal_body(log, J.current_journal(log, a)[1]) == nested(200)
+    # the nesting limit of every JSON input (codec.MAX_JSON_DEPTH), exactly: 64 levels (the body
+    # itself is level 1) go through, 65 do not
+    with pytest.raises(InvalidInput, match="deeper than 64"):
+        J.update_journal(log, a, w1, nested(65))
+    J.update_journal(log, a, w1, nested(64))
+    assert J.journal_body(log, J.current_journal(log, a)[1]) == nested(64)
     assert outcome(env, a)["outcome"] == "present"
-    # big integers and unicode go through exactly
-    body = {"big": 10 ** 40, "neg": -(10 ** 30), "text": "café ✓ 続き \U0001F600", "entries": [{"id": "ü-1", "status": "open"}]}
+    # integers outside int64/uint64 are refused like everywhere else
+    for big in (10 ** 40, -(10 ** 30), 2 ** 64, -(2 ** 63) - 1):
+        with pytest.raises(InvalidInput, match="int64/uint64"):
+            J.update_journal(log, a, w1, {"big": big})
+    # integers at the edges of the range and unicode go through exactly
+    body = {"big": 2 ** 64 - 1, "neg": -(2 ** 63), "text": "café ✓ 続き \U0001F600", "entries": [{"id": "ü-1", "status": "open"}]}
     jid, _ = J.update_journal(log, a, w1, body)
     assert J.journal_body(log, J.current_journal(log, a)[1]) == body
     assert verify(log) == []
@@ -538,8 +543,8 @@ def test_reflects_through_must_be_a_record_of_this_run(env):
     fork_id = log.view(a).head(log.view(a).live)
     assert log.store.get(fork_id)[0] == codec.FORK
     other = log.view(b).heads[0]
-    for rt, exc in ((other, InvalidInput), (other.hex(), InvalidInput), (fork_id, InvalidInput), (b"\x01" * 32, ObjstoreError),
-                    ("f" * 64, ObjstoreError), (10 ** 6, InvalidInput), ("nonsense", InvalidInput)):
+    for rt, exc in ((other, InvalidInput), (other.hex(), InvalidInput), (fork_id, InvalidInput), (b"\x01" * 32, ObjectNotFound),
+                    ("f" * 64, ObjectNotFound), (10 ** 6, InvalidInput), ("nonsense", InvalidInput)):
         with pytest.raises(exc):
             J.update_journal(log, a, w1, {"n": 1}, reflects_through=rt)
     assert J.current_journal(log, a) is None
@@ -579,10 +584,10 @@ def test_backend_answers_malformed_input_with_a_typed_error_and_stays_up(env, ba
     assert json.loads(backend.host.read(read_req(w1, a)))["outcome"] == "absent"
     assert backend.proc.poll() is None and J.current_journal(env.log, a) is None
     # the deepest body allowed goes through the Backend's threads both ways
-    assert J.update_journal(env.log, a, w1, nested(200), host=backend.host)[1] == 1
-    assert json.loads(json.loads(backend.host.read(read_req(w1, a)))["text"]) == nested(200)
+    assert J.update_journal(env.log, a, w1, nested(64), host=backend.host)[1] == 1
+    assert json.loads(json.loads(backend.host.read(read_req(w1, a)))["text"]) == nested(64)
     with pytest.raises(InvalidInput):
-        J.update_journal(env.log, a, w1, nested(201), host=backend.host)
+        J.update_journal(env.log, a, w1, nested(65), host=backend.host)
     assert verify(env.log) == []
 
 
@@ -835,16 +840,16 @@ def test_kill_9_in_the_middle_of_compact_or_update_leaves_a_clean_store(env, wha
 @pytest.fixture
 def cli_sess(tmp_path):
     root = str(tmp_path / "cs")
-    rc, out, err = run_cli("init", store=root)
+    rc, out, err = run_cli("init", store=root, exit_code=0)
     assert rc == 0, err
     runs = []
     for subject in ("alice", "bob"):
-        rc, out, err = run_cli("session", "start", "--subject", subject, "--json", store=root)
+        rc, out, err = run_cli("session", "start", "--subject", subject, "--json", store=root, exit_code=0)
         assert rc == 0, err
         runs.append(json.loads(out)["run"])
     lines = "".join(json.dumps({"v": 1, "type": "turn", "run": r, "role": "user", "content": f"hi {i}"}) + "\n"
                     for r in runs for i in range(3))
-    assert run_cli("ingest", "-", store=root, input=lines.encode())[0] == 0
+    assert run_cli("ingest", "-", store=root, input=lines.encode(), exit_code=0)[0] == 0
     return root, runs[0], runs[1], tmp_path
 
 
@@ -861,12 +866,13 @@ def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli
     root, run, other, tmp = cli_sess
 
     def update(body: bytes, *extra, rt="latest"):
-        return lambda: run_cli("journal", "update", run, "-", "--reflects-through", rt, *extra, store=root, input=body)
+        return lambda exit_code: run_cli("journal", "update", run, "-", "--reflects-through", rt, *extra, store=root, input=body,
+                                         exit_code=exit_code)
 
     def cli(*args):
-        return lambda: run_cli(*args, store=root)
+        return lambda exit_code: run_cli(*args, store=root, exit_code=exit_code)
 
-    other_head = json.loads(run_cli("log", other, "-n", "1", "--json", store=root)[1])[0]["id"]
+    other_head = json.loads(run_cli("log", other, "-n", "1", "--json", store=root, exit_code=0)[1])[0]["id"]
     cases = [
         (update(b"[1, 2]"), 5), (update(b'"a string"'), 5), (update(b"null"), 5), (update(b"{not json"), 5),
         (update(b"\xff\xfe"), 5), (update(b""), 5),
@@ -892,49 +898,52 @@ def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(8) as pool:  # separate processes; none of them writes anything
-        results = list(pool.map(lambda c: c[0](), cases))
+        results = list(pool.map(lambda c: c[0](c[1]), cases))
     for result, (_, code) in zip(results, cases):
         one_line_error(result, code)
-    assert run_cli("journal", "show", run, store=root)[0] == 4, "no version was written"
-    assert run_cli("verify", store=root)[0] == 0
+    assert run_cli("journal", "show", run, store=root, exit_code=4)[0] == 4, "no version was written"
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0
 
 
 def test_cli_big_numbers_fork_ids_and_a_predecessor_of_another_subject(cli_sess):
     root, run, other, tmp = cli_sess
 
     def update(body: bytes, *extra, rt="latest"):
-        return lambda: run_cli("journal", "update", run, "-", "--reflects-through", rt, *extra, store=root, input=body)
+        return lambda exit_code: run_cli("journal", "update", run, "-", "--reflects-through", rt, *extra, store=root, input=body,
+                                         exit_code=exit_code)
 
-    # big numbers are kept exactly
-    big = b'{"big": 123456789012345678901234567890, "neg": -98765432109876543210}'
-    assert update(big)()[0] == 0
-    assert json.loads(run_cli("journal", "show", run, "--json", store=root)[1])["body"] == json.loads(big)
+    # integers outside int64/uint64 are invalid input, as in every JSON input (codec.parse_json);
+    # those at the edges of the range are kept exactly
+    one_line_error(update(b'{"big": 123456789012345678901234567890, "neg": -98765432109876543210}')(5), 5)
+    big = b'{"big": 18446744073709551615, "neg": -9223372036854775808}'
+    assert update(big)(0)[0] == 0
+    assert json.loads(run_cli("journal", "show", run, "--json", store=root, exit_code=0)[1])["body"] == json.loads(big)
     # a fork object's id is not a record
-    rc, out, err = run_cli("rewind", run, "--to-lsn", "1", "--json", store=root)
+    rc, out, err = run_cli("rewind", run, "--to-lsn", "1", "--json", store=root, exit_code=0)
     assert rc == 0, err
     fork_id = json.loads(out)["id"]
-    one_line_error(update(b"{}", rt=fork_id)(), 5)
+    one_line_error(update(b"{}", rt=fork_id)(5), 5)
     # a predecessor of another subject: the session starts, and the other subject's journal is never read
-    assert update(b'{"secret": "alice only"}', rt="none")()[0] == 0
-    rc, out, err = run_cli("session", "start", "--subject", "bob", "--predecessor", run, "--json", store=root)
+    assert update(b'{"secret": "alice only"}', rt="none")(0)[0] == 0
+    rc, out, err = run_cli("session", "start", "--subject", "bob", "--predecessor", run, "--json", store=root, exit_code=0)
     assert rc == 0, err
     s = json.loads(out)
     assert s["startup"]["outcome"] == "unavailable" and s["startup"]["session"] is None
     assert "alice only" not in out
-    assert run_cli("verify", store=root)[0] == 0
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0
 
 
 def test_cli_a_body_nested_beyond_the_recursion_limit_is_invalid_input(cli_sess):
     root, run, _, _ = cli_sess
     one_line_error(run_cli("journal", "update", run, "-", "--reflects-through", "latest", store=root,
-                           input=b"[" * 100000 + b"]" * 100000), 5)
+                           input=b"[" * 100000 + b"]" * 100000, exit_code=5), 5)
 
 
 def test_cli_duplicate_keys_and_nonfinite_numbers_are_invalid_input(cli_sess):
     root, run, _, _ = cli_sess
     for body in (b'{"a": 1, "a": 2}', b'{"a": NaN}', b'{"a": Infinity}', b'\xff\xfe'):
-        one_line_error(run_cli("journal", "update", run, "-", "--reflects-through", "latest", store=root, input=body), 5)
-    assert run_cli("verify", store=root)[0] == 0
+        one_line_error(run_cli("journal", "update", run, "-", "--reflects-through", "latest", store=root, input=body, exit_code=5), 5)
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0
 
 
 # =====================================================================================================

@@ -23,7 +23,7 @@ from objstore import compaction as C
 from objstore import snapshot as S
 from objstore import journal as J
 from objstore.backend import BackendHost
-from objstore.errors import (Conflict, InvalidRecord, JobCaller, LimitExceeded, Refused, ReplayedRequest, StaleRequest,
+from objstore.errors import (Conflict, InvalidInput, InvalidRecord, JobCaller, LimitExceeded, Refused, ReplayedRequest, StaleRequest,
                              Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
 from objstore.export import export
 from objstore.verify import verify
@@ -529,7 +529,7 @@ def test_c6_taskstore_is_kept_across_compactions_and_restore(env):
     assert [t["task"] for t in res.segment["tasks"]] == ["b", "c"]
     tasks = next(c for c in J.context(log, run) if c["kind"] == "tasks")["open"]
     assert [t["task"] for t in tasks] == ["b", "c"] == [t["task"] for t in J.open_tasks(log, run)]
-    with pytest.raises(Exception):
+    with pytest.raises(InvalidInput, match=f"task 'a' is not open in run {run}"):
         J.close_task(log, run, "a")
     # a rewind to before "a" was closed: the new branch's open tasks are the fold of its lineage
     lsn = log.record(mark).lsn

@@ -210,7 +210,7 @@ def test_batch_with_failing_second_expectation_writes_nothing(tmp_path):
     # Another process moves run Y on (the CLI's ingest: one commit of its own).
     src = tmp_path / "one.jsonl"
     src.write_text(json.dumps({"v": 1, "type": "attempt", "run": y, "step": 1, "attempt": 0, "state": "succeeded"}) + "\n")
-    rc, out, err = run_cli("ingest", str(src), store=root)
+    rc, out, err = run_cli("ingest", str(src), store=root, exit_code=0)
     assert rc == 0, err
 
     before = _log_files(root)
@@ -248,10 +248,10 @@ def test_batch_with_failing_second_expectation_writes_nothing(tmp_path):
     assert verify(log) == []
 
     # The CLI: rewind with a stale --expect-branch is exit 7 and writes nothing.
-    rc, out, err = run_cli("rewind", x, "--to-lsn", "1", store=root)
+    rc, out, err = run_cli("rewind", x, "--to-lsn", "1", store=root, exit_code=0)
     assert rc == 0, err
     before = _log_files(root)
-    rc, out, err = run_cli("rewind", x, "--to-lsn", "1", "--expect-branch", "0", store=root)
+    rc, out, err = run_cli("rewind", x, "--to-lsn", "1", "--expect-branch", "0", store=root, exit_code=7)
     assert rc == 7 and "conflict" in err, (rc, err)
     assert _log_files(root) == before
 
@@ -267,12 +267,12 @@ def test_rewind_expect_branch_against_a_concurrent_live_move_creates_nothing(tmp
         log.record_attempt(run, step=i, attempt=0, state="succeeded")
 
     # Process B reads its view (live branch 0) ...
-    rc, out, err = run_cli("runs", "--json", store=root)
+    rc, out, err = run_cli("runs", "--json", store=root, exit_code=0)
     assert rc == 0, err
     old_live = json.loads(out)[0]["live_branch"]
     assert old_live == 0
     # ... process A moves the live branch ...
-    rc, out, err = run_cli("rewind", run, "--to-lsn", "2", "--json", store=root)
+    rc, out, err = run_cli("rewind", run, "--to-lsn", "2", "--json", store=root, exit_code=0)
     assert rc == 0, err
     assert json.loads(out)["branch"] == 1
     for i in range(3):
@@ -281,7 +281,7 @@ def test_rewind_expect_branch_against_a_concurrent_live_move_creates_nothing(tmp
     forks_before = _fork_objects(Store.open(root), run)
     before = _log_files(root)
     # ... then B rewinds with the view it had: exit 7, and no branch, no fork object, no byte.
-    rc, out, err = run_cli("rewind", run, "--to-lsn", "3", "--expect-branch", str(old_live), store=root)
+    rc, out, err = run_cli("rewind", run, "--to-lsn", "3", "--expect-branch", str(old_live), store=root, exit_code=7)
     assert rc == 7, (rc, out, err)
     assert _log_files(root) == before
     fresh = RunLog(Store.open(root))

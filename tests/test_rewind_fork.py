@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from objstore import RunLog, Store, codec, engine
 from objstore.demo import StubModel, run_step, six_step_run
-from objstore.errors import RetainedBranch
+from objstore.errors import InvalidInput, Refused, RetainedBranch
 from objstore.export import build_entry, export
 from objstore.fold import fold
 from objstore.verify import assert_refold_identical, verify
@@ -121,7 +121,7 @@ def test_step7_export_only_live_branch(rewound):
     # The rule is enforced where the entry is built, not by a filter at the relay.
     view = log.view(run)
     b0_rec = log.own_records(view, 0)[2]
-    with pytest.raises(Exception, match="only the live branch"):
+    with pytest.raises(Refused, match="only the live branch"):
         build_entry(view, b0_rec)
 
 
@@ -314,7 +314,7 @@ def test_start_interrupted_between_its_two_ref_writes_is_a_valid_run(tmp_path):
     assert verify(log) == []
     assert log.runs() == ["half"] and log.view(run).live == 0
     log.record_attempt(run, step=1, attempt=0, state="succeeded")
-    with pytest.raises(Exception, match="already exists"):
+    with pytest.raises(InvalidInput, match="run half already exists"):
         log.start_run("half")
     fr = log.rewind(run, 0)
     assert log.view(run).live == fr.branch == 1

@@ -89,7 +89,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
         assert report.problems == [], (off, [p.line() for p in report.problems])
         assert [n.line() for n in report.notes] == [torn_line(path, before, cut_len, total)], off
         if off in cli_offsets:
-            code, out, err = run_cli("verify", store=root)
+            code, out, err = run_cli("verify", store=root, exit_code=0)
             assert (code, out) == (0, ""), (off, out, err)
             assert err == f"note: {torn_line(path, before, cut_len, total)}\nverify: ok ({n_last - 1} entries, {len(recs)} objects)\n"
         # The next write cuts the torn bytes and records the cut in its own entry.
@@ -130,7 +130,7 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
     assert report.problems == []
     assert [n.code for n in report.notes] == ["torn-tail"]
     assert report.notes[0].subject == path and report.notes[0].detail.startswith(f"{len(garbage)} bytes after the last complete entry at offset {after} (")
-    code, out, err = run_cli("verify", store=root)
+    code, out, err = run_cli("verify", store=root, exit_code=0)
     assert (code, out) == (0, "") and err.startswith("note: torn-tail ") and err.endswith(" objects)\n")
     new = rl.record_attempt(run, 4, 0, "failed")
     e = list(rl.store.engine.entries())[-1]
@@ -166,7 +166,7 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     line = f"corrupt-entry {path}: entry {victim.n} at offset {victim.offset}: checksum mismatch; complete entries follow it"
     assert [p.line() for p in report.problems] == [line]
     assert report.notes == []
-    code, out, err = run_cli("verify", store=root)
+    code, out, err = run_cli("verify", store=root, exit_code=1)
     assert (code, out.splitlines()) == (1, [line])
 
     with pytest.raises(CorruptLog) as ei:
@@ -175,7 +175,7 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
                              "with entries after it; refusing to write (run 'objstore verify')")
     blob = tmp_path / "b.txt"
     blob.write_bytes(b"hello")
-    code, out, err = run_cli("put-blob", str(blob), store=root)
+    code, out, err = run_cli("put-blob", str(blob), store=root, exit_code=6)
     assert (code, out) == (6, "")
     assert err == f"objstore: error: {ei.value}\n"
     assert snapshot_tree(root) == files  # nothing cut, nothing appended
@@ -231,12 +231,12 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
     assert (report.problems, report.notes) == ([], [])
 
     # Space returns: the same commit goes through, with nothing to cut.
-    code, out, err = run_cli("put-blob", str(src), store=root)
+    code, out, err = run_cli("put-blob", str(src), store=root, exit_code=0)
     assert (code, out, err) == (0, blob_id.hex() + "\n", "")
     rl = RunLog(Store.open(root))
     assert rl.store.get_blob(blob_id) == payload
     assert list(rl.store.engine.entries())[-1].cut is None
-    code, out, err = run_cli("verify", store=root)
+    code, out, err = run_cli("verify", store=root, exit_code=0)
     assert (code, out) == (0, "") and err.startswith("verify: ok (")
 
 
@@ -286,11 +286,11 @@ def test_crash_while_sealing_leaves_a_readable_store(tmp_path):
     records = rl.records(run)
     assert [r.id for r in records][:2] == [rl.record_at(rl.view(run), 0, 0), first.id]
     assert records[-1].body["error"] == "committed just before the seal"
-    code, out, err = run_cli("refs", store=root)
+    code, out, err = run_cli("refs", store=root, exit_code=0)
     assert code == 0, err
     report = verify_report(rl)
     assert report.problems == [], [x.line() for x in report.problems]
-    code, out, err = run_cli("verify", store=root)
+    code, out, err = run_cli("verify", store=root, exit_code=0)
     assert (code, out) == (0, ""), err
     nxt = rl.record_attempt(run, 10, 0, "succeeded")
     assert RunLog(Store.open(root)).view(run).heads[0] == nxt.id

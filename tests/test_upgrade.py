@@ -197,12 +197,15 @@ def test_reader_names_damage(f1):
         last = f.read(1)
         f.seek(-1, 2)
         f.write(bytes([last[0] ^ 1]))
-    with pytest.raises(IntegrityError, match="hash mismatch"):
+    line = f"integrity error: object {a1} ({path}): hash mismatch (content does not match id)"
+    with pytest.raises(IntegrityError) as ei:
         dict(Format1Reader(f1.root).iter_objects())
+    assert str(ei.value) == line
     with pytest.raises(StoreNeedsUpgrade):
         Store.open(f1.root)
-    with pytest.raises(IntegrityError):
+    with pytest.raises(IntegrityError) as ei:
         U.upgrade(f1.root)
+    assert str(ei.value) == line
     assert not os.path.exists(f1.root + ".format1") and not os.path.exists(f1.root + ".upgrade-tmp")
 
 
@@ -434,10 +437,10 @@ def test_format1_writer_during_upgrade_is_a_conflict(f1, monkeypatch):
 
 
 def test_cli_upgrade(f1):
-    code, out, err = run_cli("runs", store=f1.root)
+    code, out, err = run_cli("runs", store=f1.root, exit_code=5)
     assert code == 5 and "upgrade" in err and len(err.strip().splitlines()) == 1
-    code, out, err = run_cli("upgrade", store=f1.root)
+    code, out, err = run_cli("upgrade", store=f1.root, exit_code=0)
     assert code == 0, err
     assert "status=upgraded" in out
-    code, out, err = run_cli("verify", store=f1.root)
+    code, out, err = run_cli("verify", store=f1.root, exit_code=0)
     assert code == 0, (out, err)
