@@ -115,6 +115,12 @@ GARBAGE = {
     "plausible-header": E.ENTRY_HEAD.pack(E.ENTRY_MAGIC, 40, 1000) + b"\x01" * 30,
     "magic-only": E.ENTRY_MAGIC,
 }
+WHY = {  # what the reader found at the torn tail
+    "zeros": "bad entry magic",
+    "text": "bad entry magic",
+    "plausible-header": "incomplete entry (46 of 1096 bytes)",  # the header's lengths, 46 bytes there
+    "magic-only": "incomplete entry header",
+}
 
 
 @pytest.mark.parametrize("kind", sorted(GARBAGE))
@@ -128,16 +134,19 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
     assert rl.view(run).heads[0] == recs[-1].id
     report = verify_report(rl)
     assert report.problems == []
-    assert [n.code for n in report.notes] == ["torn-tail"]
-    assert report.notes[0].subject == path and report.notes[0].detail.startswith(f"{len(garbage)} bytes after the last complete entry at offset {after} (")
+    note = (f"torn-tail {path}: {len(garbage)} bytes after the last complete entry at offset {after} ({WHY[kind]}); "
+            "invisible to readers, cut by the next commit")
+    assert [n.line() for n in report.notes] == [note]
     code, out, err = run_cli("verify", store=root, exit_code=0)
-    assert (code, out) == (0, "") and err.startswith("note: torn-tail ") and err.endswith(" objects)\n")
+    assert (out, err) == ("", f"note: {note}\nverify: ok (10 entries, 10 objects)\n")
     new = rl.record_attempt(run, 4, 0, "failed")
     e = list(rl.store.engine.entries())[-1]
     assert e.cut == [rl.store.engine._seg, after, len(garbage), blake3.blake3(garbage).hexdigest()]
     assert e.offset == after and os.path.getsize(path) == after + e.length
     report = verify_report(fresh(root))
-    assert report.problems == [] and [n.code for n in report.notes] == ["past-cut"]
+    assert report.problems == [] and [n.line() for n in report.notes] == [
+        f"past-cut entry {e.n}: its writer cut a torn tail of {len(garbage)} bytes at segment {rl.store.engine._seg} offset {after} "
+        f"(blake3 {blake3.blake3(garbage).hexdigest()}) [{path}]"]
     assert fresh(root).view(run).heads[0] == new.id
 
 
@@ -306,16 +315,21 @@ def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path)
     s = Store.init(root, fsync="off")
     s.set_ref("refs/a", None, s.put_blob(b"a"), "a")
     fake, _ = E.encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
+    seg = s.engine.seg_path(1)
+    start = os.path.getsize(seg)
     with s.batch():
         s.set_ref("refs/b", None, s.put_blob(fake), "b")
-    seg = s.engine.seg_path(1)
     os.truncate(seg, os.path.getsize(seg) - 20)  # the trailer of that entry never reached the disk
+    torn = open(seg, "rb").read()[start:]
     r = Store.open(root, fsync="off")
     assert r.engine.torn is not None and r.engine.damaged is None
+    cutter = r.engine.position().entry + 1  # the next commit (the put_blob) cuts the torn bytes
     r.set_ref("refs/c", None, r.put_blob(b"c"), "c")
     assert r.read_ref("refs/b") is None and r.read_ref("refs/c") is not None
     report = verify_report(RunLog(Store.open(root)))
-    assert report.problems == [] and [n.code for n in report.notes] == ["past-cut"]
+    assert report.problems == [] and [n.line() for n in report.notes] == [
+        f"past-cut entry {cutter}: its writer cut a torn tail of {len(torn)} bytes at segment 1 offset {start} "
+        f"(blake3 {blake3.blake3(torn).hexdigest()}) [{seg}]"]
 
 
 def test_an_entry_larger_than_the_read_window_is_read_whole(tmp_path, monkeypatch):
