@@ -16,10 +16,18 @@ def snapshot_tree(root):
     return out
 
 
-def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=None):
+_REQUIRED = object()
+
+
+def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=_REQUIRED):
     """Run the real `objstore` CLI in a subprocess: exit code, stdout, stderr.
 
-    ``exit_code=N`` asserts the exit code (borg's ``cmd(..., exit_code=N)``), showing stderr when it differs."""
+    ``exit_code=N`` is required and asserted (borg's ``cmd(..., exit_code=N)``), showing stderr when
+    it differs: every call says which documented code it expects (tests/test_test_habits.py checks
+    that statically too)."""
+    if exit_code is _REQUIRED or not isinstance(exit_code, int):
+        got = "none" if exit_code is _REQUIRED else repr(exit_code)
+        raise TypeError(f"run_cli{args!r}: pass exit_code=N, the exit code this call expects (got {got})")
     env = dict(os.environ)
     env.pop("OBJSTORE_DIR", None)
     if env_extra:
@@ -30,8 +38,7 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=N
     cmd += list(args)
     p = subprocess.run(cmd, input=input, capture_output=True, cwd=cwd, env=env, timeout=120)
     out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    if exit_code is not None:
-        assert p.returncode == exit_code, f"objstore {' '.join(map(str, args))}: exit {p.returncode}, expected {exit_code}\nstderr: {err}"
+    assert p.returncode == exit_code, f"objstore {' '.join(map(str, args))}: exit {p.returncode}, expected {exit_code}\nstderr: {err}"
     return p.returncode, out, err
 
 
