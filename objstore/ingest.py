@@ -127,16 +127,17 @@ SCHEMAS: dict[str, type[_Event]] = {
 
 
 def _schema_error(t: str, e: msgspec.ValidationError) -> str:
-    text = str(e)
-    if text.startswith("Object contains unknown field "):
-        return f"unknown field(s) for {t}: {text.removeprefix('Object contains unknown field ').strip('`')}"
-    if text.startswith("Object missing required field "):
-        return f"{t} needs {text.removeprefix('Object missing required field ').strip('`')}"
-    msg, _, where = text.partition(" - at `$.")
+    """msgspec's message, in the words of the rest of this module: ``<field>: expected …``."""
+    msg, _, where = str(e).partition(" - at `$.")
     field = where.rstrip("`")
-    if field:
-        return f"{field}: {msg[:1].lower()}{msg[1:]}".replace("`", "")
-    return msg.replace("`", "")
+    msg = msg.replace("`", "")
+    if msg.startswith("Object contains unknown field "):
+        unknown = msg.removeprefix("Object contains unknown field ")
+        return f"{field}: unknown field(s): {unknown}" if field else f"unknown field(s) for {t}: {unknown}"
+    if msg.startswith("Object missing required field "):
+        return f"{t} needs {(field + '.') if field else ''}{msg.removeprefix('Object missing required field ')}"
+    msg = msg[:1].lower() + msg[1:]
+    return f"{field}: {msg}" if field else msg
 
 
 def _blob_field(value: Any, lineno: int, field: str) -> str | bytes | None:
