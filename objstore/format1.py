@@ -32,7 +32,7 @@ import blake3
 import zstandard
 
 from . import codec, runrefs
-from .errors import CorruptPack, IntegrityError, ObjectNotFound, StoreFormatError, StoreNotFound
+from .errors import CorruptPack, IntegrityError, ObjectNotFound, StorageOSError, StoreFormatError, StoreNotFound
 
 LOOSE_MAGIC = b"OSO\x01"
 COMP_NONE = 0
@@ -136,6 +136,12 @@ class Pack:
     _members: dict[int, list]  # block number -> its members, once ``members`` computed them
 
     def __init__(self, path: str):
+        try:
+            self._open(path)
+        except OSError as e:
+            raise StorageOSError(f"read {path}", e) from None
+
+    def _open(self, path: str) -> None:
         self.path = path
         with open(path, "rb") as f:
             self.size = size = os.fstat(f.fileno()).st_size
@@ -175,6 +181,12 @@ class Pack:
             raise CorruptPack(path, "corrupt index: duplicate ids")
 
     def block(self, n: int) -> bytes:
+        try:
+            return self._block(n)
+        except OSError as e:
+            raise StorageOSError(f"read {self.path}", e) from None
+
+    def _block(self, n: int) -> bytes:
         if n >= len(self.block_pos):
             raise CorruptPack(self.path, f"index names block {n}, pack has {len(self.block_pos)}")
         with open(self.path, "rb") as f:
@@ -252,6 +264,8 @@ class Format1Reader:
             raise StoreNotFound(self.root) from None
         except ValueError:
             raise StoreFormatError(self.root, "unreadable OBJSTORE marker") from None
+        except OSError as e:
+            raise StorageOSError(f"read {marker}", e) from None
         if not isinstance(meta, dict) or meta.get("format") != "objstore" or meta.get("version") != 1:
             raise StoreFormatError(self.root, "not a format-1 store")
         self._index: dict | None = None
@@ -302,8 +316,12 @@ class Format1Reader:
         if loc is None:
             raise ObjectNotFound(oid.hex())
         if isinstance(loc, str):
-            with open(loc, "rb") as f:
-                return check_hash(oid, loose_canonical(oid, f.read(), loc), loc)
+            try:
+                with open(loc, "rb") as f:
+                    raw = f.read()
+            except OSError as e:
+                raise StorageOSError(f"read {loc}", e) from None
+            return check_hash(oid, loose_canonical(oid, raw, loc), loc)
         pack, blk, off, ln = loc
         where = f"{pack.path} block {blk}"
         data = self._block(pack, blk)[off : off + ln]
@@ -330,8 +348,12 @@ class Format1Reader:
         for name, path in _walk_names(os.path.join(self.root, "refs")):
             if name.endswith(".lock"):
                 continue
-            with open(path, encoding="ascii", errors="replace") as f:
-                out[name] = parse_value(f.read(), name, path)
+            try:
+                with open(path, encoding="ascii", errors="replace") as f:
+                    text = f.read()
+            except OSError as e:
+                raise StorageOSError(f"read {path}", e) from None
+            out[name] = parse_value(text, name, path)
         return out
 
     def ref_log(self, name: str, path: str | None = None) -> list[Move]:
@@ -342,6 +364,8 @@ class Format1Reader:
                 data = f.read()
         except FileNotFoundError:
             return []
+        except OSError as e:
+            raise StorageOSError(f"read {path}", e) from None
         lines = data.split(b"\n")
         last = len(lines) - 1  # the text after the final newline ('' when the file ends with one)
         out = []
