@@ -34,17 +34,15 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import blake3
 import msgspec
 import zstandard
 
 from . import codec, segindex
-from .runrefs import run_of as _run_of
-from .refs import _NOT_A_CHAIN, check_move, forward_only
-from .fileutil import write_derived
 from .errors import (
     Conflict,
     CorruptLog,
@@ -54,6 +52,9 @@ from .errors import (
     ObjstoreError,
     StorageOSError,
 )
+from .fileutil import FsyncPolicy, write_derived
+from .refs import _NOT_A_CHAIN, check_move, forward_only
+from .runrefs import run_of as _run_of
 
 SEG_MAGIC = b"OSSG\x02\x00\x00\x00"
 SEG_HEADER = struct.Struct("<8sQQ32s")  # magic, segment number, first entry number, previous checksum
@@ -82,7 +83,7 @@ STATS = {"entries_decoded": 0, "blocks_read": 0}  # what 'counted, not timed' te
 _zc = threading.local()
 
 
-def _compressor():
+def _compressor() -> zstandard.ZstdCompressor:
     c = getattr(_zc, "c", None)
     if c is None:
         c = _zc.c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True)
@@ -90,7 +91,7 @@ def _compressor():
     return c
 
 
-def _decompressor():
+def _decompressor() -> zstandard.ZstdDecompressor:
     _compressor()
     return _zc.d
 
@@ -132,7 +133,7 @@ class Entry(NamedTuple):
     checksum: bytes
 
 
-def logical_checksum(prev: bytes, n: int, t: float, objs, moves, cut) -> bytes:
+def logical_checksum(prev: bytes, n: int, t: float, objs: list, moves: list, cut: list | None) -> bytes:
     """The chain checksum: never over compressed bytes, so recompression keeps it."""
     logical = _enc.encode([n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut])
     return blake3.blake3(prev + logical).digest()
@@ -142,7 +143,7 @@ class LargeBlob:
     """A blob too large to hold in memory: its canonical bytes already zstd-compressed, as one
     frame, into a spill file (``Store.put_blob_stream``). It becomes a block of its own."""
 
-    def __init__(self, path: str, raw_len: int, stored_len: int):
+    def __init__(self, path: str, raw_len: int, stored_len: int) -> None:
         self.path, self.raw_len, self.stored_len = path, raw_len, stored_len
 
     def __len__(self) -> int:
@@ -159,17 +160,21 @@ class LargeBlob:
             pass
 
 
-def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, bytes]:
+def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
+                 compress: bool = True) -> tuple[bytes | list, bytes]:
     """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]."""
     data, entry = build_entry(prev, n, t, objects, moves, cut, compress)
     return data, entry.checksum
 
 
-def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut, compress: bool = True) -> tuple[bytes, Entry]:
+def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
+                compress: bool = True) -> tuple[bytes | list, Entry]:
     """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
 
     Records and blob bodies never share a block, so walking chains decompresses no body."""
-    objs, blocks, data = [], [], []
+    objs: list = []
+    blocks: list = []
+    data: list = []
     for blobs in (False, True):
         cur: list = []
         cur_len = 0
@@ -219,7 +224,7 @@ def _block(members: list, objs: list, blocks: list, data: list, compress: bool) 
     data.append(stored)
 
 
-def has_entry_after(buf, start: int, min_n: int = 0) -> bool:
+def has_entry_after(buf: bytes | bytearray | memoryview, start: int, min_n: int = 0) -> bool:
     """Whether a complete entry starts at or after ``start``: magic, sizes, a trailer length that
     agrees, and a meta that decodes with an entry number of at least ``min_n``."""
     i = start
@@ -241,7 +246,7 @@ def has_entry_after(buf, start: int, min_n: int = 0) -> bool:
         i += 1
 
 
-def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int):
+def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int) -> tuple | str:
     """(n, t, moves, objs, blocks, cut) of an entry's meta, checked against its trailer's chain
     checksum, the expected entry number and the data length; or the reason it is not valid."""
     STATS["entries_decoded"] += 1
@@ -265,7 +270,7 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
     return n, t, moves, objs, blocks, cut
 
 
-def _meta_shape_problem(n, t, moves, objs, blocks) -> str | None:
+def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any) -> str | None:
     """What is wrong with the shape of a checksummed entry's meta, or None. The checksum proves the
     entry is what its writer wrote, not that the writer was objstore: a crafted entry must not make
     a reader fail on a field of the wrong type or size later."""
@@ -289,7 +294,7 @@ def _meta_shape_problem(n, t, moves, objs, blocks) -> str | None:
     return None
 
 
-def parse_entry(buf, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
+def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
     """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
     if end - pos < ENTRY_HEAD.size:
         return "incomplete entry header"
@@ -321,19 +326,19 @@ class Tables:
     nothing else. Object locations and chain rows are held here for the active
     segment only; sealed segments have their persistent index files."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pos = Position(0, ZERO)
         self.last_time: float | None = None
         self.refs: dict[str, Any] = {}
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
         self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
-        self.frozen = None  # the active segment's rows as of the checkpoint (a SegmentIndex over bytes)
+        self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, body, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
 
-    def set_ref(self, name: str, value) -> None:
+    def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
         if value is None:
             self.refs.pop(name, None)
@@ -391,7 +396,7 @@ class Tables:
         })
 
     @classmethod
-    def load(cls, data: bytes) -> tuple["Tables", int, int]:
+    def load(cls, data: bytes) -> tuple[Tables, int, int]:
         m = _dec.decode(data)
         if m.get("v") != 2:
             raise ValueError("checkpoint version")
@@ -410,16 +415,16 @@ class Tables:
 class Txn:
     """A commit in the making: objects and ref moves, applied together or not at all."""
 
-    def __init__(self, engine: "Engine"):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.objects: dict[bytes, tuple[str, Any]] = {}  # id -> (type, canonical bytes or a LargeBlob)
+        self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}  # id -> (type, canonical bytes or a LargeBlob)
         self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
         self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
         self.replay = False  # upgrade replays format-1 ref moves as they were (forward-only rules off)
 
-    def put(self, oid: bytes, otype: str, canonical, value: dict | None = None) -> None:
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
         if oid in self.objects:
             return
         # A record names its parent and LSN, so a new one is new: only the active segment is
@@ -435,13 +440,13 @@ class Txn:
     def has(self, oid: bytes) -> bool:
         return oid in self.objects or self.engine.has(oid)
 
-    def read_ref(self, name: str):
+    def read_ref(self, name: str) -> bytes | str | None:
         m = self.moves.get(name)
         if m is not None:
             return m[1]
         return self.engine.tables.refs.get(name)
 
-    def set_ref(self, name: str, old, new, reason: str) -> None:
+    def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         cur = self.read_ref(name)
         if cur != old:
             raise Conflict(name, _show(old), _show(cur))
@@ -453,7 +458,7 @@ class Txn:
         else:
             m[1], m[2] = new, reason
 
-    def _previous_of(self, oid: bytes, otype: str | None = None):
+    def _previous_of(self, oid: bytes, otype: str | None = None) -> object:
         """The ``previous`` field of an object of type ``otype`` (any type if None), else _NOT_A_CHAIN."""
         ent = self.objects.get(oid)
         try:
@@ -473,7 +478,7 @@ class Txn:
             return _NOT_A_CHAIN
         return v["previous"]
 
-    def expect(self, name: str, value) -> None:
+    def expect(self, name: str, value: bytes | str | None) -> None:
         """Raise Conflict unless ``name`` currently holds ``value``; writes nothing."""
         cur = self.read_ref(name)
         if cur != value:
@@ -483,7 +488,7 @@ class Txn:
         return [[n, o, v, r] for n, (o, v, r) in self.moves.items() if o != v]
 
 
-def _show(v) -> str:
+def _show(v: object) -> str:
     if v is None:
         return "(absent)"
     return v.hex() if isinstance(v, bytes) else str(v)
@@ -493,6 +498,7 @@ class Engine:
     """The interface both engines implement; ``Store`` is written against it."""
 
     tables: Tables
+    _mu: threading.RLock  # guards the tables (and a log's tail position) within this process
 
     def refresh(self) -> Position:  # catch up on entries others appended (readers: no lock)
         raise NotImplementedError
@@ -500,7 +506,7 @@ class Engine:
     def position(self) -> Position:
         return self.tables.pos
 
-    def loc(self, oid: bytes):
+    def loc(self, oid: bytes) -> Loc | tuple | None:  # a Loc; MemoryEngine: (entry, type, length)
         return self.tables.locs.get(oid)
 
     def has(self, oid: bytes) -> bool:
@@ -536,7 +542,7 @@ class Engine:
     def read(self, oid: bytes) -> bytes:  # canonical bytes, hash-checked
         raise NotImplementedError
 
-    def read_block_of(self, oid: bytes):  # [(id, canonical)] of the block holding oid, or None
+    def read_block_of(self, oid: bytes) -> tuple[bytes, Loc] | None:  # (raw block, loc) of the block holding oid, or None
         return None
 
     def loc_entry(self, oid: bytes) -> int | None:
@@ -552,8 +558,12 @@ class Engine:
     def entries(self) -> Iterator[Entry]:
         raise NotImplementedError
 
+    def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:  # what verify reads: entries 1..upto with their objects
+        raise NotImplementedError
+
     # -- the contract every engine keeps (tests/test_engine_contract.py) ----------------------
-    def commit(self, objects=(), ref_moves=(), expectations=(), when: float | None = None) -> Position:
+    def commit(self, objects: Iterable[tuple[bytes, str, bytes]] = (), ref_moves: Iterable[tuple] = (), expectations: Iterable[tuple] = (),
+               when: float | None = None) -> Position:
         """One commit: ``objects`` [(id, type, canonical bytes)], ``ref_moves`` [(name, old, new,
         reason)] as compare-and-swaps, ``expectations`` [(name, value)]; all or nothing. Returns
         the log position after it (unchanged if there was nothing to write)."""
@@ -606,7 +616,7 @@ class Engine:
 class MemoryEngine(Engine):
     """The same tables over dicts: commits are atomic and in order, nothing is on disk."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tables = Tables()
         self._lock = self._mu = threading.RLock()  # _mu: the tables' lock, as in LogEngine
         self._entries: list[Entry] = []
@@ -623,7 +633,7 @@ class MemoryEngine(Engine):
         return data
 
     @contextmanager
-    def transaction(self, timeout=None):
+    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
         if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
@@ -652,10 +662,10 @@ class MemoryEngine(Engine):
         finally:
             self._lock.release()
 
-    def entries(self):
+    def entries(self) -> Iterator[Entry]:
         return iter(list(self._entries))
 
-    def scan(self, upto: int):
+    def scan(self, upto: int) -> Iterator[ScanEntry]:
         for e in self._entries[:upto]:
             yield ScanEntry(e, [(o[0], o[1], self._objects[o[0]]) for o in e.objs], "")
 
@@ -668,7 +678,7 @@ def seg_name(n: int) -> str:
 
 
 class LogEngine(Engine):
-    def __init__(self, root: str, policy):
+    def __init__(self, root: str, policy: FsyncPolicy) -> None:
         self.root = root
         self.dir = os.path.join(root, "log")
         self.policy = policy
@@ -723,13 +733,13 @@ class LogEngine(Engine):
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        for fd in (self._lfd, self._wfd[1] if self._wfd else None):
-            if fd is not None:
-                os.close(fd)
+        for extra in (self._lfd, self._wfd[1] if self._wfd else None):
+            if extra is not None:
+                os.close(extra)
         self._lfd = self._wfd = None
 
     @staticmethod
-    def create(root: str, policy) -> None:
+    def create(root: str, policy: FsyncPolicy) -> None:
         d = os.path.join(root, "log")
         os.makedirs(d, exist_ok=True)
         _write_segment_header(os.path.join(d, seg_name(1)), 1, 1, ZERO, policy)
@@ -811,6 +821,7 @@ class LogEngine(Engine):
                 else:
                     self.torn = (self._seg, self._off, len(rest), e)
                 return
+            assert e is not None  # a split entry: a window's entries were applied above, and its end continued or returned
             self._apply(e)
             self._off = off + e.length
         self.torn = None
@@ -820,7 +831,7 @@ class LogEngine(Engine):
         t = self.tables
         bstarts = []
         off = e.data_off
-        for comp, raw, stored in e.blocks:
+        for _comp, _raw, stored in e.blocks:
             bstarts.append(off)
             off += stored
         records = []
@@ -979,7 +990,7 @@ class LogEngine(Engine):
         return self.seg_path(loc.seg) if loc else ""
 
     # -- sealed segments' indexes and the checkpoint -------------------------------------
-    def loc(self, oid: bytes):
+    def loc(self, oid: bytes) -> Loc | None:
         t = self.tables
         loc = t.locs.get(oid)
         if loc is not None:
@@ -1064,7 +1075,7 @@ class LogEngine(Engine):
     def idx_path(self, seg: int) -> str:
         return os.path.join(self.dir, f"{seg:010d}.idx")
 
-    def _index(self, seg: int):
+    def _index(self, seg: int) -> segindex.SegmentIndex:
         idx = self._idx.get(seg)
         if idx is not None:
             return idx
@@ -1078,7 +1089,7 @@ class LogEngine(Engine):
         self._idx[seg] = idx
         return idx
 
-    def _rebuild_index(self, seg: int):
+    def _rebuild_index(self, seg: int) -> segindex.SegmentIndex:
         """Index a sealed segment from its entries (missing or unusable index file)."""
         scratch = LogEngine.__new__(LogEngine)
         scratch.__dict__.update(self.__dict__)
@@ -1097,13 +1108,13 @@ class LogEngine(Engine):
         _write_index(self.idx_path(seg), data)
         return segindex.SegmentIndex(data, seg)
 
-    def _index_bytes(self, seg: int, first: int, t: "Tables", all_records: bool = False) -> bytes:
+    def _index_bytes(self, seg: int, first: int, t: Tables, all_records: bool = False) -> bytes:
         objects, chain = t.active_rows()
         if all_records:
             chain = [(r, b, lsn, oid) for r, b, lsn, oid in self._records_of(t)]
         return segindex.build(seg, first, t.pos.entry, t.pos.checksum, objects, chain)
 
-    def _records_of(self, t: "Tables"):
+    def _records_of(self, t: Tables) -> Iterator[tuple[str, int, int, bytes]]:
         for oid, loc in t.locs.items():
             if loc.otype == codec.RECORD:
                 try:
@@ -1163,7 +1174,7 @@ class LogEngine(Engine):
             return
         self._ckpt_at = at
 
-    def copy_blob(self, oid: bytes, out) -> int | None:
+    def copy_blob(self, oid: bytes, out: IO[bytes]) -> int | None:
         """Stream a large blob's body to ``out``, hash-checked before the first byte is written (and
         again as it is written: the file could change in between); None if not large."""
         loc = self.loc(oid)
@@ -1191,7 +1202,7 @@ class LogEngine(Engine):
             raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "hash mismatch (content does not match id); the bytes already written are not that blob")
         return n
 
-    def read_block_of(self, oid: bytes):
+    def read_block_of(self, oid: bytes) -> tuple[bytes, Loc] | None:
         loc = self.loc(oid)
         if loc is None or loc.otype == codec.BLOB:
             return None
@@ -1223,11 +1234,12 @@ class LogEngine(Engine):
                     for spill in txn.spills:
                         spill.discard()
             finally:
+                assert self._lfd is not None  # _os_lock opened it
                 fcntl.flock(self._lfd, fcntl.LOCK_UN)
         finally:
             self._wlock.release()
 
-    def _os_lock(self, deadline, timeout) -> None:
+    def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
         # One lock file descriptor per engine, kept open: flock excludes other open file
         # descriptions (other processes, other Store objects); threads wait on _wlock first.
         if self._lfd is None:
@@ -1271,8 +1283,8 @@ class LogEngine(Engine):
                 cut = [seg, self.torn[1], len(removed), blake3.blake3(removed).hexdigest()]
                 os.ftruncate(wfd, off)
                 self.torn = None
-        except OSError as e:
-            raise StorageOSError("cut a torn tail", e) from None
+        except OSError as err:
+            raise StorageOSError("cut a torn tail", err) from None
         objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
         when = time.time() if txn.when is None else float(txn.when)
         raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut)
@@ -1303,7 +1315,7 @@ class LogEngine(Engine):
         elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
             self._checkpoint()
 
-    def scan(self, upto: int):
+    def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
 
     def _seal(self) -> None:
@@ -1343,20 +1355,21 @@ def _write_parts(fd: int, parts: list, off: int) -> None:
             off += written
 
 
-def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: int = 1 << 20):
+def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: int = 1 << 20) -> Iterator[bytes]:
     """The decompressed bytes of one zstd block, in chunks, never all in memory (large blobs);
     stops at ``raw_len`` bytes whatever the frame claims."""
     class _Region:
-        def __init__(self):
+        def __init__(self) -> None:
             self.pos, self.end = block_off, block_off + stored_len
 
-        def read(self, n=-1):
+        def read(self, n: int = -1) -> bytes:
             n = self.end - self.pos if n < 0 else min(n, self.end - self.pos)
             data = os.pread(fd, n, self.pos) if n > 0 else b""
             self.pos += len(data)
             return data
 
-    reader = zstandard.ZstdDecompressor().stream_reader(_Region(), read_across_frames=False)
+    # zstandard reads any object with read(); its stubs ask for IO[bytes]
+    reader = zstandard.ZstdDecompressor().stream_reader(_Region(), read_across_frames=False)  # type: ignore[arg-type]
     left = raw_len
     try:
         while left > 0:
@@ -1380,7 +1393,7 @@ def _write_index(path: str, data: bytes) -> None:
         pass
 
 
-def _loc_of(row, seg: int) -> Loc:
+def _loc_of(row: tuple, seg: int) -> Loc:
     oid, entry, bo, st, raw, off, ln, comp, tc = row
     if tc >= len(segindex.TYPES):
         raise IntegrityError(oid.hex(), f"index of segment {seg}", f"index row names unknown type code {tc}")
@@ -1407,7 +1420,7 @@ def segment_header(seg: int, first: int, prev: bytes) -> bytes:
     return SEG_HEADER.pack(SEG_MAGIC, seg, first, prev)
 
 
-def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy) -> None:
+def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy: FsyncPolicy) -> None:
     # Written aside and linked into place: a crash never leaves a segment with a partial header
     # (link, like O_EXCL, refuses a segment that exists already).
     tmp = f"{path}.new.{os.getpid()}.{threading.get_ident()}"
@@ -1445,7 +1458,7 @@ class ScanProblem(NamedTuple):
     detail: str
 
 
-def scan_log(engine: "LogEngine", upto: int) -> Iterator[ScanEntry | ScanProblem]:
+def scan_log(engine: LogEngine, upto: int) -> Iterator[ScanEntry | ScanProblem]:
     """Read entries 1..upto from the segment files, sequentially, independently of the engine's
     tables: each entry's checksum chain, then each block decompressed and each object sliced out.
 
@@ -1518,11 +1531,11 @@ class HashedLarge(NamedTuple):
     length: int
 
 
-def _entry_objects(buf: bytes | None, e: Entry, base: int, dec, fd: int) -> list:
-    out = []
+def _entry_objects(buf: bytes | None, e: Entry, base: int, dec: zstandard.ZstdDecompressor, fd: int) -> list:
+    out: list[tuple] = []
     starts = []
     pos = e.data_off - base
-    for comp, raw_len, stored_len in e.blocks:
+    for _comp, _raw_len, stored_len in e.blocks:
         starts.append(pos)
         pos += stored_len
     raws: dict[int, Any] = {}
@@ -1552,10 +1565,10 @@ def _entry_objects(buf: bytes | None, e: Entry, base: int, dec, fd: int) -> list
             continue
         raws[bi] = raw
     for oid, otype, length, bi, off in e.objs:
-        raw = raws.get(bi)
-        if raw is None or isinstance(raw, str):
-            out.append((oid, otype, IntegrityError(oid.hex(), "", raw or "block missing")))
+        got = raws.get(bi)
+        if got is None or isinstance(got, str):
+            out.append((oid, otype, IntegrityError(oid.hex(), "", got or "block missing")))
             continue
-        data = raw if isinstance(raw, HashedLarge) else raw[off : off + length]
+        data = got if isinstance(got, HashedLarge) else got[off : off + length]
         out.append((oid, otype, data))
     return out

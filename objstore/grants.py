@@ -41,7 +41,7 @@ def _check_owner(log: ChainReader, key: Key) -> None:
 def _grant_obj(log: ChainReader, ref: str, *, run: str | None, subject: str, grantee: str, action: str, role: str, rights: Iterable[str],
                name: str, reason: str, supersedes: str | None, owner: Key) -> dict:
     old = log.store.read_ref(ref)
-    seq = log.store.get_typed(old, codec.GRANT).get("seq", 0) + 1 if old else 1
+    seq = log.store.get_typed(old, codec.GRANT).get("seq", 0) + 1 if isinstance(old, bytes) else 1
     obj = {"v": GRANT_SCHEMA, "run": run, "subject": subject, "grantee": grantee, "name": name, "action": action,
            "role": role, "rights": list(rights), "supersedes": supersedes, "previous": old, "seq": seq,
            "reason": reason, "time": time.time()}

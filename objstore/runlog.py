@@ -18,7 +18,7 @@ from .chain import ChainReader, Record, View, _new_record
 from .engine import Txn
 from .errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
 from .resolve import check_new_run_id
-from .runrefs import branch_ref, live_ref, symref
+from .runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
 from .state import StateCache
 from .store import Store
 
@@ -119,9 +119,15 @@ class RunLog(ChainReader):
             if txn.read_ref(branch_ref(run, 0)) is None:
                 raise RunNotFound(run)
             live_name = symref(branch_ref(run, 0))
+        if not isinstance(live_name, str):  # an id where a symbolic ref belongs: what view() calls malformed
+            raise InvalidInput(f"live ref of run {run} is malformed: {live_name!r}")
         live = self._live_of.get(live_name)
         if live is None:
-            live = self._live_of[live_name] = int(live_name.rsplit("/", 1)[1])
+            target = parse_symref_value(live_name)
+            live = branch_of(run, target) if target is not None else None
+            if live is None:
+                raise InvalidInput(f"live ref of run {run} is malformed: {live_name!r}")
+            self._live_of[live_name] = live
         if expect_branch is not None and expect_branch != live:
             raise Conflict(live_ref(run), symref(branch_ref(run, expect_branch)), live_name)
         if branch is None:
@@ -130,7 +136,7 @@ class RunLog(ChainReader):
             raise RetainedBranch(branch, run, live)
         ref = branch_ref(run, branch)
         head = txn.read_ref(ref)
-        if head is None:
+        if not isinstance(head, bytes):  # absent, or not an id (view() ignores such a branch ref too)
             raise BranchNotFound(branch, run)
         if expect_head is not None and expect_head != head:
             raise Conflict(ref, expect_head.hex(), head.hex() if isinstance(head, bytes) else str(head))

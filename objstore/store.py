@@ -16,18 +16,20 @@ instead of waiting forever. Readers never wait for it.
 from __future__ import annotations
 
 import contextvars
+import errno
 import json
 import os
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import IO, Any
 
 import blake3
 import msgspec
 import zstandard
 
 from . import codec, runrefs
-from .engine import LARGE_BLOB, LargeBlob, LogEngine, MemoryEngine, Txn
+from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
 from .errors import (
     InvalidInput,
     LimitExceeded,
@@ -100,7 +102,7 @@ def read_marker(path: str) -> int:
 
 
 class Store:
-    def __init__(self, engine, root: str | None = None, policy: FsyncPolicy | None = None):
+    def __init__(self, engine: Engine, root: str | None = None, policy: FsyncPolicy | None = None) -> None:
         self.engine = engine
         self.root = root
         self.policy = policy or FsyncPolicy()
@@ -110,11 +112,11 @@ class Store:
 
     # -- opening -----------------------------------------------------------
     @classmethod
-    def memory(cls) -> "Store":
+    def memory(cls) -> Store:
         return cls(MemoryEngine())
 
     @classmethod
-    def init(cls, path: str | None = None, fsync: str | None = None) -> "Store":
+    def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
         """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
         which: two processes creating one new store at once both succeed, one of them created it."""
         path = os.path.abspath(path or default_path())
@@ -150,13 +152,15 @@ class Store:
                 return cls.open(path, fsync=fsync)  # theirs, whole: not created here
             policy.dir(parent)
         except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # the name given is not a path this system can hold: bad input
+                raise InvalidInput(f"cannot create a store at {path}: {e.strerror}") from None
             raise StorageOSError(f"create a store at {path}", e) from None
         store = cls.open(path, fsync=fsync)
         store.created = True
         return store
 
     @classmethod
-    def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False) -> "Store":
+    def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False) -> Store:
         path = os.path.abspath(path or default_path())
         if not os.path.isfile(os.path.join(path, MARKER)):
             if create:
@@ -222,7 +226,7 @@ class Store:
         self._put(oid, otype, data, value)
         return oid
 
-    def _put(self, oid: bytes, otype: str, data, value=None) -> Txn | None:
+    def _put(self, oid: bytes, otype: str, data: bytes | LargeBlob, value: Any = None) -> Txn | None:
         """Into the open batch (returned), or as a commit of its own (None returned)."""
         txn = self._txn.get()
         if txn is None:
@@ -242,7 +246,7 @@ class Store:
         self._put(oid, codec.BLOB, canon)
         return oid
 
-    def put_blob_stream(self, f, limit: int = MAX_STREAMED_BLOB) -> bytes:
+    def put_blob_stream(self, f: IO[bytes], limit: int = MAX_STREAMED_BLOB) -> bytes:
         """Store what a binary stream yields, read once: the id is the hash of exactly the bytes
         stored. Up to LARGE_BLOB bytes are held in memory; a larger input is spilled to a file
         under ``tmp/``, compressed as it is hashed, and copied into the log in chunks."""
@@ -262,7 +266,8 @@ class Store:
                     raise LimitExceeded(f"blob input is over the {MAX_BLOB}-byte limit of a memory store")
         return self._put_large(buf, f, limit)
 
-    def _put_large(self, first: bytearray, f, limit: int) -> bytes:
+    def _put_large(self, first: bytearray, f: IO[bytes], limit: int) -> bytes:
+        assert self.root is not None  # a memory store never spills
         tmpdir = os.path.join(self.root, "tmp")
         raw_path = tmp_name(tmpdir, "blob")
         z_path = raw_path + ".zst"
@@ -313,8 +318,8 @@ class Store:
         txn = self._txn.get()
         if txn is not None:
             pending = txn.objects.get(oid)
-            if pending is not None:
-                return pending[1]
+            if pending is not None:  # a large blob of this batch is still in its spill file
+                return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
         return self.engine.read(oid)
 
     def get_decoded(self, oid: bytes) -> tuple[str, Any]:
@@ -354,7 +359,7 @@ class Store:
         """A blob's body: the only call that reads blob bodies."""
         return self.get_typed(oid, codec.BLOB)
 
-    def copy_blob_to(self, oid: bytes, out) -> int:
+    def copy_blob_to(self, oid: bytes, out: IO[bytes]) -> int:
         """Write a blob's body to a binary file object, hash-checked before anything is written: small
         blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
         streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
@@ -389,7 +394,7 @@ class Store:
         return hits[0]
 
     # -- refs --------------------------------------------------------------
-    def read_ref(self, name: str):
+    def read_ref(self, name: str) -> bytes | str | None:
         txn = self._txn.get()
         if txn is not None:
             return txn.read_ref(name)
@@ -404,7 +409,7 @@ class Store:
             seen += 1
         return value if isinstance(value, bytes) else None
 
-    def set_ref(self, name: str, old, new, reason: str) -> None:
+    def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         """Compare-and-swap a ref, committed with the batch it is in (or alone)."""
         from .refs import check_ref_name
 
@@ -503,7 +508,7 @@ class _BatchVar:
     and a later write commits on its own, instead of landing unlocked in, or vanishing into,
     someone else's commit."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str) -> None:
         self._var: contextvars.ContextVar[list | None] = contextvars.ContextVar(name, default=None)
 
     def get(self) -> Txn | None:
@@ -512,10 +517,10 @@ class _BatchVar:
             return None
         return state[0]
 
-    def set(self, state: list):
+    def set(self, state: list) -> contextvars.Token[list | None]:
         return self._var.set(state)
 
-    def reset(self, token) -> None:
+    def reset(self, token: contextvars.Token[list | None]) -> None:
         self._var.reset(token)
 
 
@@ -530,13 +535,13 @@ def _encode_input(value: dict) -> bytes:
         raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None
 
 
-def _show(v):
+def _show(v: bytes | str | None) -> str | None:
     if v is None:
         return None
     return v.hex() if isinstance(v, bytes) else v
 
 
-def _tables_lock(engine):
+def _tables_lock(engine: Engine) -> AbstractContextManager:
     return engine._mu
 
 

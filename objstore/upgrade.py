@@ -62,6 +62,7 @@ from typing import NamedTuple, NoReturn
 
 from . import codec
 from . import records as R
+from .engine import LogEngine
 from .errors import Conflict, IntegrityError, InvalidInput, Refused, StoreFormatError, StoreNotFound
 from .fileutil import FsyncPolicy, fsync_dir
 from .format1 import Format1Reader, Move, merge
@@ -224,6 +225,7 @@ def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
     # No fsync per entry: until the swap nothing depends on the staging store, and a crash
     # only means building it again. It is synced once, whole, before anything is swapped.
     store = Store.init(staging, fsync="off")
+    assert isinstance(store.engine, LogEngine)  # a store on disk
     try:
         pending = set(reader.index())
         for when, moves in p.groups:
@@ -293,6 +295,7 @@ def _verify(reader: Format1Reader, p: Plan, staging: str, fsync: str | None) -> 
         raise UpgradeMismatch(reader.root, detail)
 
     store = Store.open(staging, fsync=fsync)
+    assert isinstance(store.engine, LogEngine)  # a store on disk
     try:
         new: dict[bytes, str] = {}
         entries = 0

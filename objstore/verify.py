@@ -37,7 +37,7 @@ import blake3
 
 from . import codec, runrefs, segindex
 from . import records as R
-from .engine import ZERO, Entry, HashedLarge, ScanProblem
+from .engine import ZERO, Entry, HashedLarge, LogEngine, ScanProblem
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
@@ -227,12 +227,12 @@ class _Verifier:
         if count < upto and not self.problems:
             self.add("truncated-log", "log", "", f"the log ends at entry {count}, the snapshot holds {upto}")
         torn = getattr(engine, "torn", None) if broken is None else None
-        if torn is not None:
+        if torn is not None and isinstance(engine, LogEngine):  # only a log on disk has a torn tail
             seg, off, length, why = torn
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
         damaged = getattr(engine, "damaged", None) if broken is None else None
-        if damaged is not None:
+        if damaged is not None and isinstance(engine, LogEngine):
             seg, off, why = damaged
             self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}; complete entries follow it")
         if not self.log_broken:  # otherwise refs and chains would only echo the break
@@ -310,7 +310,7 @@ class _Verifier:
             loc = None
         if loc is None and oid in self.entry_ids:
             return self.engine_type_fallback(oid)
-        if loc is None or self.engine.loc_entry(oid) > self.upto:
+        if loc is None or (self.engine.loc_entry(oid) or 0) > self.upto:  # loc found: so is its entry
             return None
         return loc.otype if hasattr(loc, "otype") else loc[1]
 
@@ -454,7 +454,8 @@ class _Verifier:
         path_of = getattr(self.engine, "idx_path", None)
         if len(self.problems) != self.seg_problems:
             return  # damage in the segment is reported already; its index would differ for that reason
-        if not seg or path_of is None or (last and not os.path.exists(self.engine.seg_path(seg + 1))):
+        if not seg or path_of is None or not isinstance(self.engine, LogEngine) or (
+                last and not os.path.exists(self.engine.seg_path(seg + 1))):
             return  # nothing read yet, a memory engine, or the active segment (its tables are checkpointed)
         path = path_of(seg)
         try:
