@@ -364,8 +364,8 @@ class Format1Reader:
                 data = f.read()
         except FileNotFoundError:
             return []
-        except OSError as e:
-            raise StorageOSError(f"read {path}", e) from None
+        except OSError as err:
+            raise StorageOSError(f"read {path}", err) from None
         lines = data.split(b"\n")
         last = len(lines) - 1  # the text after the final newline ('' when the file ends with one)
         out = []
