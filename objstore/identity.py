@@ -19,6 +19,7 @@ audited implementation; writing signatures by hand is not an option.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import os
 import secrets
@@ -106,6 +107,8 @@ def save_key(path: str, key: Key) -> None:
     except FileExistsError:
         raise InvalidInput(f"{path} exists; refusing to overwrite a key") from None
     except OSError as e:
+        if e.errno == errno.ENAMETOOLONG:  # the name given is not a path this system can hold: bad input
+            raise InvalidInput(f"cannot write a key at {path}: {e.strerror}") from None
         raise StorageOSError(f"write key {path}", e) from None
 
 

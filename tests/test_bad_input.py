@@ -240,6 +240,8 @@ CASES = [
     # a key path longer than the system allows is no key at all (unauthenticated, 8), not an OS error (10)
     cli_case("journal-key-path-too-long", ["journal", "update", SESSION, "-", "--reflects-through", "none", "--key", "/tmp/" + "k" * 5000], 8,
              "objstore: error: refused: unauthenticated caller: no private key at /tmp/kkkk…", stdin=b"{}"),
+    cli_case("init-path-too-long", ["--store", "{tmp}/" + "w" * 300, "init"], 5, "objstore: error: invalid input: cannot create a store at {tmp}/www…"),
+    cli_case("key-new-path-too-long", ["key", "new", "{tmp}/" + "w" * 300], 5, "objstore: error: invalid input: cannot write a key at {tmp}/www…"),
     cli_case("grant-pubkey-too-long", ["journal", "grant", SESSION, "--pubkey", "p" * 5000], 5, "objstore: error: invalid input: cannot read public key pppp…"),
     cli_case("session-run-too-long", ["session", "start", "--subject", "alice", "--run", "r" * 5000], 5, "objstore: error: invalid record: run id 'rrrr…"),
 ]
