@@ -19,7 +19,7 @@ State shape (all keys str; serialized canonically with ``codec``)::
 from __future__ import annotations
 
 import copy
-from typing import Iterable
+from collections.abc import Iterable
 
 from . import records as R
 
