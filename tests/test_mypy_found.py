@@ -1,0 +1,52 @@
+"""Bugs that typing objstore/ for mypy found (issue #10): each was a traceback before."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from objstore import RunLog, Store
+from objstore.engine import LARGE_BLOB
+from objstore.errors import BranchNotFound, InvalidInput
+from objstore.runrefs import branch_ref, live_ref, symref
+
+ATTEMPT = {"step": 0, "attempt": 0, "state": "running"}
+
+
+def test_a_large_blob_reads_back_inside_the_batch_that_stored_it(tmp_path):
+    """Store.get_raw handed out the batch's LargeBlob spill object instead of bytes (AttributeError)."""
+    store = Store.init(str(tmp_path / "s"), fsync="off")
+    data = b"x" * (LARGE_BLOB + 1)
+    with store.batch():
+        oid = store.put_blob_stream(io.BytesIO(data))
+        assert store.get_blob(oid) == data
+        out = io.BytesIO()
+        assert store.copy_blob_to(oid, out) == len(data)
+        assert out.getvalue() == data
+    assert store.get_blob(oid) == data
+
+
+@pytest.mark.parametrize("value", [b"\x01" * 32, "ref: nonsense", "ref: run/other/branch/x"])
+def test_append_with_a_malformed_live_ref_is_invalid_input(value):
+    """An id or a symbolic ref naming no branch where the live ref belongs: what view() says (was TypeError / IndexError)."""
+    store = Store.memory()
+    log = RunLog(store)
+    run = log.start_run()
+    store.set_ref(live_ref(run), store.read_ref(live_ref(run)), value, "damage")
+    with pytest.raises(InvalidInput, match="live ref"):
+        log.view(run)
+    with pytest.raises(InvalidInput, match="live ref"):
+        log.append(run, "attempt", ATTEMPT)
+
+
+def test_append_to_a_branch_ref_that_is_not_an_id_is_branch_not_found():
+    """A branch ref holding a symbolic value (was AttributeError on str.hex / a store lookup by str)."""
+    store = Store.memory()
+    log = RunLog(store)
+    run = log.start_run()
+    log.fork(run, 0, 0, make_live=False)
+    store.set_ref(branch_ref(run, 1), store.read_ref(branch_ref(run, 1)), symref(branch_ref(run, 0)), "damage")
+    with pytest.raises(BranchNotFound):
+        log.append(run, "attempt", ATTEMPT, branch=1, allow_retained=True)
+    log.append(run, "attempt", ATTEMPT)  # the live branch is untouched
