@@ -45,8 +45,9 @@ from . import codec
 from . import records as R
 
 if TYPE_CHECKING:
-    from .chain import View
+    from .chain import ChainReader, View
     from .errors import ObjstoreError
+    from .runlog import ForkResult
     from .store import Store
     from .verify import Problem
 
@@ -86,7 +87,7 @@ def fork_by_id(store: Store, fork_id: bytes) -> dict:
     return fork(dict(store.get_typed(fork_id, codec.FORK), id=fork_id))
 
 
-def fork_result(log: Any, fr: Any) -> dict:
+def fork_result(log: ChainReader, fr: ForkResult) -> dict:
     """The fork view of what ``RunLog.fork``/``rewind`` returned (the fork object is re-read)."""
     return fork_by_id(log.store, fr.fork_id)
 
@@ -177,7 +178,7 @@ def object_(oid: bytes, otype: str, value: Any) -> dict:
     return {"id": oid.hex(), "type": otype, "value": v}
 
 
-def ingest_summary(log: Any, summary: dict) -> dict:
+def ingest_summary(log: ChainReader, summary: dict) -> dict:
     """What ``ingest`` did: events read, records written, new runs, and each fork it made
     (``{"line": n, "fork": <fork view>}``, the fork object re-read)."""
     return {
