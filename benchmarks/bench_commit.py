@@ -57,10 +57,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import dir_bytes, sqlite_peer  # noqa: E402
-
 import blake3  # noqa: E402
 import msgspec  # noqa: E402
+from common import dir_bytes, sqlite_peer  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 
@@ -358,7 +357,7 @@ def main(argv):
                 if ex is not None:
                     extra[name] = ex
         results[g] = (n, rates, extra)
-        os_sq = [x / y for x, y in zip(rates["objstore"], rates["sqlite"])]
+        os_sq = [x / y for x, y in zip(rates["objstore"], rates["sqlite"], strict=True)]
         print(f"\ng = {g} record(s) per durable commit: {n:,} records/rep, {n // g:,} commits/rep, {a.reps} reps")
         print(f"  {'':<40} {'min':>12} {'median':>12} {'max':>12}")
         labels = {"objstore": "objstore (public API) rec/s", "sqlite": "SQLite WAL FULL rec/s",
@@ -373,7 +372,7 @@ def main(argv):
             targets.append((f"g={g}: objstore >= {need}x SQLite", md, need))
             print(f"  target objstore/SQLite >= {need}x (median): {verdict(md >= need)}")
         if cp is not None:
-            os_log = [x / y for x, y in zip(rates["objstore"], rates["bare log"])]
+            os_log = [x / y for x, y in zip(rates["objstore"], rates["bare log"], strict=True)]
             lo, md, hi = mmm(os_log)
             print(f"  {'ratio objstore / bare log':<40} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x")
             if g == 1:

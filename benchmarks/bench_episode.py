@@ -33,7 +33,7 @@ def build(log, run, n, branches=5, live_attempts=100):
         with log.store.batch():
             for i in range(count // 10):
                 log.record_attempt(run, step=i, attempt=0, state="failed" if i % 4 == 0 else "succeeded", usage={"t": i})
-                for j in range(4):
+                for _j in range(4):
                     k += 1
                     log.record_intent(run, f"i{k}", step=i, effect="e", idempotent=True)
                     log.commit_intent(run, f"i{k}")

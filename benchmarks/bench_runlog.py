@@ -13,7 +13,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import sqlite_peer, row, timed  # noqa: E402
+from common import row, sqlite_peer, timed  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 
@@ -83,7 +83,7 @@ def main(n):
         v = log.view(name)
         log.state.refresh(log, v)
         ts = []
-        for k in range(20):
+        for _k in range(20):
             t = time.perf_counter()
             log.fork(name, 0, length // 2, reason="bench", make_live=False)
             ts.append(time.perf_counter() - t)

@@ -55,14 +55,29 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_verify  # noqa: E402
 from bench_verify import (  # noqa: E402
-    BASELINE, PY, TIME, build_store, canonical_bytes, check_ok, child_env, code_fingerprint, env, mib, mkscratch, mmm,
-    finish, objstore_cmd,
-    profile_child, progress, run_child, say, verdict,
+    BASELINE,
+    PY,
+    TIME,
+    build_store,
+    canonical_bytes,
+    check_ok,
+    child_env,
+    code_fingerprint,
+    env,
+    finish,
+    mib,
+    mkscratch,
+    mmm,
+    objstore_cmd,
+    profile_child,
+    progress,
+    run_child,
+    say,
+    verdict,
 )
 from common import dir_bytes  # noqa: E402
-
-import bench_verify  # noqa: E402
 
 IN_PROCESS = r"""
 import contextlib, io, sys, time
@@ -137,8 +152,8 @@ def part_log(a, scratch, stores, targets):
         lo, md, hi = mmm(walls[name])
         say(f"  {name + ' wall s':<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
     base = walls["baseline import"]
-    net_a = [x - y for x, y in zip(walls["log -n 10 on A"], base)]
-    net_b = [x - y for x, y in zip(walls["log -n 10 on B"], base)]
+    net_a = [x - y for x, y in zip(walls["log -n 10 on A"], base, strict=True)]
+    net_b = [x - y for x, y in zip(walls["log -n 10 on B"], base, strict=True)]
     for label, xs in (("net A (minus baseline, same rep) s", net_a), ("net B (minus baseline, same rep) s", net_b)):
         lo, md, hi = mmm(xs)
         say(f"  {label:<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
@@ -146,7 +161,7 @@ def part_log(a, scratch, stores, targets):
     na = statistics.median(walls["log -n 10 on A"]) - mb
     nb = statistics.median(walls["log -n 10 on B"]) - mb
     ratio = na / nb if nb > 0 else float("nan")
-    per_rep = [x / y for x, y in zip(net_a, net_b) if y > 0]
+    per_rep = [x / y for x, y in zip(net_a, net_b, strict=True) if y > 0]
     lo, md, hi = mmm(per_rep) if per_rep else (float("nan"),) * 3
     skipped = f" ({len(net_a) - len(per_rep)} rep(s) with net B <= 0 left out)" if len(per_rep) < len(net_a) else ""
     say(f"  {'ratio A / B per repetition':<44} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x{skipped}")
@@ -158,7 +173,7 @@ def part_log(a, scratch, stores, targets):
     for name, _ in inproc:
         lo2, md2, hi2 = mmm(ins[name])
         say(f"  {'in-process log -n 10 on ' + name + ' ms':<44} {lo2 * 1000:>12.1f} {md2 * 1000:>12.1f} {hi2 * 1000:>12.1f}")
-    ir = [x / y for x, y in zip(ins["A"], ins["B"])]
+    ir = [x / y for x, y in zip(ins["A"], ins["B"], strict=True)]
     lo3, md3, hi3 = mmm(ir)
     say(f"  {'in-process ratio A / B':<44} {lo3:>11.2f}x {md3:>11.2f}x {hi3:>11.2f}x")
     how = "ratio of median net times"

@@ -77,6 +77,7 @@ PY = sys.executable
 BASELINE = [PY, "-c", "import objstore_cli.main"]
 
 from bench_commit import VOCAB  # noqa: E402  (one text vocabulary for every benchmark's blobs)
+
 TOOLS = ["search", "fetch_order", "send_email", "sql", "python"]
 
 
@@ -403,7 +404,7 @@ def profile_report(prof_path, top=15, title=""):
         if ln.strip():
             say("    " + ln.replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/", ""))
     phases: dict[str, float] = {}
-    for key, (cc, nc, tt, ct, callers) in st.stats.items():
+    for key, (_cc, _nc, tt, _ct, callers) in st.stats.items():
         if key[0] == "~" and callers:
             parts = {ck: (v[2] if isinstance(v, tuple) else 0.0) for ck, v in callers.items()}
             s = sum(parts.values())
@@ -456,14 +457,14 @@ _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the
 def profile_steps(prof_path):
     st = pstats.Stats(prof_path)
     best: dict = {}
-    for key, (cc, nc, tt, ct, callers) in st.stats.items():
-        for i, (suffix, func, label) in enumerate(_STEPS):
+    for key, (_cc, nc, _tt, ct, _callers) in st.stats.items():
+        for i, (suffix, func, _label) in enumerate(_STEPS):
             if key[0].endswith(suffix) and key[2] == func:
                 if i not in best or ct > best[i][1]:
                     best[i] = (nc, ct)
     if best:
         say("  inclusive time of the main steps (cumtime):")
-        for i, (suffix, func, label) in enumerate(_STEPS):
+        for i, (_suffix, _func, label) in enumerate(_STEPS):
             if i in best:
                 say(f"    {label:<56} {best[i][1]:8.3f} s  ({best[i][0]:,} calls)")
 
@@ -574,7 +575,7 @@ def part_fsck(a, scratch, targets):
         progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {walls[nm][-1]:.3f} s" for nm, _ in systems))
     o_rate = [nobj / t for t in walls["objstore verify --no-state"]]
     g_rate = [g["git_objects"] / t for t in walls["git fsck --full"]]
-    ratio = [x / y for x, y in zip(o_rate, g_rate)]
+    ratio = [x / y for x, y in zip(o_rate, g_rate, strict=True)]
     say(f"  {'':<44} {'min':>12} {'median':>12} {'max':>12}")
     for name, _ in systems:
         lo, md, hi = mmm(walls[name])
@@ -712,8 +713,8 @@ def part_refold(a, scratch, targets):
     for name, _ in systems:
         lo, md, hi = mmm(walls[name])
         say(f"  {name + ' process wall s':<44} {lo:>12.3f} {md:>12.3f} {hi:>12.3f}")
-    ratio = [x / y for x, y in zip(inner["objstore log.refold"], inner["SQLite peer fold"])]
-    wratio = [y / x for x, y in zip(walls["objstore log.refold"], walls["SQLite peer fold"])]
+    ratio = [x / y for x, y in zip(inner["objstore log.refold"], inner["SQLite peer fold"], strict=True)]
+    wratio = [y / x for x, y in zip(walls["objstore log.refold"], walls["SQLite peer fold"], strict=True)]
     lo, md, hi = mmm(ratio)
     say(f"  {'ratio objstore / SQLite (rec/s in child)':<44} {lo:>11.2f}x {md:>11.2f}x {hi:>11.2f}x")
     lo2, md2, hi2 = mmm(wratio)
@@ -763,7 +764,7 @@ def part_state(a, scratch, targets):
             walls[name].append(res.wall)
             rss[name].append(res.maxrss)
         progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {walls[nm][-1]:.3f} s" for nm, _ in systems))
-    ratio = [x / y for x, y in zip(walls["verify (with state check)"], walls["verify --no-state"])]
+    ratio = [x / y for x, y in zip(walls["verify (with state check)"], walls["verify --no-state"], strict=True)]
     say(f"  {'':<44} {'min':>12} {'median':>12} {'max':>12}")
     for name, _ in systems:
         lo, md, hi = mmm(walls[name])
