@@ -296,7 +296,8 @@ def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exc
     JSON-like types only (tuples count as arrays), finite floats, int64/uint64 integers, strings
     without lone surrogates, containers at most ``max_depth`` levels deep. Iterative: a value
     nested a million deep is refused, not a RecursionError."""
-    what = what or "value"
+    pre = f"{what}: " if what else ""
+    deeper = f"{what + ' ' if what else ''}nests deeper than {max_depth} levels"
     stack = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -307,34 +308,34 @@ def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exc
                 _check_text(v, what, error)
         elif t is dict:
             if depth > max_depth:
-                raise error(f"{what} nests deeper than {max_depth} levels")
+                raise error(deeper)
             for k, x in v.items():
                 if type(k) is not str:
-                    raise error(f"{what}: map keys must be strings, got {type(k).__name__}")
+                    raise error(f"{pre}map keys must be strings, got {type(k).__name__}")
                 if not k.isascii():
                     _check_text(k, what, error)
                 push((x, depth + 1))
         elif t is list or t is tuple:
             if depth > max_depth:
-                raise error(f"{what} nests deeper than {max_depth} levels")
+                raise error(deeper)
             for x in v:
                 push((x, depth + 1))
         elif t is int:
             if not INT_MIN <= v <= INT_MAX:
                 shown = v if v.bit_length() <= 100 else f"of {v.bit_length()} bits"
-                raise error(f"{what}: integer {shown} is outside the int64/uint64 range")
+                raise error(f"{pre}integer {shown} is outside the int64/uint64 range")
         elif t is float:
             if not math.isfinite(v):
-                raise error(f"{what}: {v!r} is not a JSON number (NaN and Infinity are refused)")
+                raise error(f"{pre}{v!r} is not a JSON number (NaN and Infinity are refused)")
         elif t is not bool and v is not None:
-            raise error(f"{what}: {t.__name__} is not JSON-like")
+            raise error(f"{pre}{t.__name__} is not JSON-like")
 
 
 def _check_text(v: str, what: str, error: Callable[[str], Exception]) -> None:
     try:
         v.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise error(f"{what}: a string holds a lone surrogate (U+{ord(v[e.start]):04X}), which is not Unicode text") from None
+        raise error(f"{what + ': ' if what else ''}a string holds a lone surrogate (U+{ord(v[e.start]):04X}), which is not Unicode text") from None
 
 
 def check_text(v: str, what: str, error: Callable[[str], Exception] = InvalidInput) -> str:

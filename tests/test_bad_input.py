@@ -154,10 +154,10 @@ CASES = [
     ingest_case("int-2**63-to_lsn", dumps({"v": 1, "type": "rewind", "run": "r1", "to_lsn": 2**63}), 5, I + "to_lsn: expected int <= 9223372036854775807"),
     # lone surrogates: not Unicode text, cannot be UTF-8
     ingest_case("surrogate-prompt", '{"v": 1, "type": "attempt", "run": "r1", "step": 3, "attempt": 0, "state": "failed", "prompt": "\\ud800"}', 5,
-                I + "value: a string holds a lone surrogate (U+D800), which is not Unicode text"),
-    ingest_case("surrogate-low-error", dumps(attempt()).replace('"state"', '"error": "x\\udfff", "state"'), 5, I + "value: a string holds a lone surrogate (U+DFFF)…"),
-    ingest_case("surrogate-key", dumps(attempt()).replace('"state"', '"context": {"\\udbff": 1}, "state"'), 5, I + "value: a string holds a lone surrogate (U+DBFF)…"),
-    ingest_case("surrogate-run-id", '{"v": 1, "type": "run_started", "run": "\\ud83d"}', 5, I + "value: a string holds a lone surrogate (U+D83D)…"),
+                I + "a string holds a lone surrogate (U+D800), which is not Unicode text"),
+    ingest_case("surrogate-low-error", dumps(attempt()).replace('"state"', '"error": "x\\udfff", "state"'), 5, I + "a string holds a lone surrogate (U+DFFF)…"),
+    ingest_case("surrogate-key", dumps(attempt()).replace('"state"', '"context": {"\\udbff": 1}, "state"'), 5, I + "a string holds a lone surrogate (U+DBFF)…"),
+    ingest_case("surrogate-run-id", '{"v": 1, "type": "run_started", "run": "\\ud83d"}', 5, I + "a string holds a lone surrogate (U+D83D)…"),
     # NaN, Infinity and overflowing floats are not JSON numbers
     ingest_case("nan", dumps(attempt()).replace('"state"', '"context": {"x": NaN}, "state"'), 5, I + "NaN is not a JSON number"),
     ingest_case("infinity", dumps(attempt()).replace('"state"', '"usage": {"x": Infinity}, "state"'), 5, I + "Infinity is not a JSON number"),
