@@ -889,7 +889,7 @@ def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli
         (cli("compact", run, "--keep", "-1"), 5),
         (cli("task", "close", run, "never-opened"), 5),
         (cli("task", "close", "no-such-run", "t"), 4),
-        (cli("session", "start", "--subject", "alice", "--predecessor", "no-such-run"), 5),
+        (cli("session", "start", "--subject", "alice", "--predecessor", "no-such-run"), 4),  # a RUN spec: run not found
         (cli("session", "start", "--subject", ""), 5),
         (cli("journal", "show", "no-such-run"), 4),
         (cli("journal", "enable", "no-such-run"), 4),
