@@ -89,10 +89,9 @@ def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] |
             try:
                 if len(line) > MAX_LINE:
                     raise InvalidInput("request too long")
-                try:
-                    msg = json.loads(line)
-                except (ValueError, RecursionError):  # a deeply nested line was a 500
-                    raise InvalidInput("a request is one JSON line") from None
+                # the one input parser (codec.parse_json): a deeply nested line was a 500; NaN, duplicate
+                # keys, huge integers and lone surrogates are a bad request like any malformed line
+                msg = codec.parse_json(line, "a request (one JSON line)")
                 if not isinstance(msg, dict):
                     raise InvalidInput("a request is a JSON object")
                 op = msg.get("op")
