@@ -229,6 +229,13 @@ CASES = [
     journal_case("not-an-object", "[1, 2]", 5, "objstore: error: invalid input: a journal body is a JSON object"),
     journal_case("not-utf8", b"\xff\xfe", 5, JB + " is not UTF-8: invalid start byte at byte 0"),
     journal_case("dup-entry-id", '{"entries": [{"id": "a"}, {"id": "a"}]}', 5, JB + ": entry id 'a' appears twice"),
+    pytest.param(["journal", "update", SESSION, "-", "--reflects-through", GHOST], b'{"a": "a body never stored"}', 4,
+                 f"objstore: error: object not found: {GHOST}", id="journal-ghost-record-no-orphan-blob"),
+    pytest.param(["journal", "update", SESSION, "-", "--reflects-through", "none", "--checkpoint", "nonsense"], b'{"b": 1}', 5,
+                 "objstore: error: invalid input: 'nonsense' is not an object id (64 hex digits, or a unique prefix of 4 or more)",
+                 id="journal-bad-checkpoint-no-orphan-blob"),
+    pytest.param(["journal", "update", "ghost-run", "-", "--reflects-through", "none"], b'{"c": "never stored"}', 4,
+                 "objstore: error: run not found: ghost-run", id="journal-ghost-run-no-orphan-blob"),
     # other commands
     cli_case("cat-not-an-id", ["cat", "xyz"], 5, "objstore: error: invalid input: 'xyz' is not an object id…"),
     cli_case("cat-body-ghost", ["cat", "--body", GHOST], 4, f"objstore: error: object not found: {GHOST}"),
