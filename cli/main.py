@@ -18,8 +18,8 @@ import click
 import objstore
 from objstore import codec, completion, views
 from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
-from objstore.runlog import RunLog
 from objstore.resolve import resolve_run, short_ids
+from objstore.runlog import RunLog
 from objstore.store import DEFAULT_DIR, Store, discover
 
 EXIT_CODES_HELP = """\b
@@ -1082,7 +1082,6 @@ def journal_update(c, run, source, reflects_through, checkpoint, key_file, socke
       objstore journal update RUN notes.json --reflects-through latest --key w.key
     """
     from objstore import journal as J
-    from objstore.errors import InvalidInput
 
     body = J.parse_body(source.read())
     log = c.log()
