@@ -904,7 +904,10 @@ class LogEngine(Engine):
         if c is not None and c[0] == (loc.seg, loc.block_off):
             return c[1]
         STATS["blocks_read"] += 1
-        stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
+        try:
+            stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
+        except OSError as e:
+            raise StorageOSError(f"read {self.seg_path(loc.seg)}", e) from None
         if len(stored) != loc.stored_len:
             raise IntegrityError("?", self.seg_path(loc.seg), f"block at offset {loc.block_off} truncated")
         if loc.comp == COMP_ZSTD:
@@ -1364,7 +1367,10 @@ def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: 
 
         def read(self, n: int = -1) -> bytes:
             n = self.end - self.pos if n < 0 else min(n, self.end - self.pos)
-            data = os.pread(fd, n, self.pos) if n > 0 else b""
+            try:
+                data = os.pread(fd, n, self.pos) if n > 0 else b""
+            except OSError as e:
+                raise StorageOSError("read a segment file", e) from None
             self.pos += len(data)
             return data
 
