@@ -251,43 +251,41 @@ def parse_json(data: bytes | str, what: str = "input", error: Callable[[str], Ex
         text = data
     else:
         raise fail("must be JSON text" if what else "not JSON text")
-    if _max_depth_of(text) > max_depth:
-        raise fail(f"nests deeper than {max_depth} levels")
     try:
         value = _strict_json.decode(text)
     except _Refused as e:
         raise fail(str(e), ": ") from None
-    except RecursionError:  # cannot happen after the depth scan; kept so that it is never a traceback
+    except RecursionError:  # the stdlib parser recurses once per level: far past max_depth
         raise fail(f"nests deeper than {max_depth} levels") from None
     except ValueError as e:
         raise fail(f"is not JSON: {e}" if what else f"not JSON: {e}") from None
+    # fewer brackets than levels allowed cannot nest too deep: the common case costs two counts
+    if text.count("{") + text.count("[") > max_depth and _deeper_than(value, max_depth):
+        raise fail(f"nests deeper than {max_depth} levels")
     if isinstance(data, str) or _SURROGATE_ESCAPE.search(text):
         # text decoded from UTF-8 holds no surrogate; a backslash-u escape (or a str handed over) can
         check_json_value(value, what, error, max_depth)
     return value
 
 
-_DEPTH_TABLE = str.maketrans({c: None for c in map(chr, range(128)) if c not in "[]{}"})
-_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_RUNS = re.compile(r"[\[{]+|[\]}]+")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-def _max_depth_of(text: str) -> int:
-    """The deepest bracket nesting of JSON text outside its strings, in a few C-level passes
-    (before parsing: the stdlib parser recurses once per level)."""
-    if "[" not in text and "{" not in text:
-        return 0
-    bare = (_STRINGS.sub("", text) if '"' in text else text).translate(_DEPTH_TABLE)
-    level = deepest = 0
-    for run in _RUNS.finditer(bare):
-        chunk = run.group()
-        if chunk[0] in "[{":
-            level += len(chunk)
-            deepest = max(deepest, level)
-        else:
-            level -= len(chunk)
-    return deepest
+def _deeper_than(value: Any, max_depth: int) -> bool:
+    """Whether a parsed JSON value nests containers more than ``max_depth`` levels (iterative)."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    stack = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v, depth = pop()
+        if depth > max_depth:
+            return True
+        children = v.values() if type(v) is dict else v
+        for x in children:
+            if type(x) is dict or type(x) is list:
+                push((x, depth + 1))
+    return False
 
 
 def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exception] = InvalidInput,
