@@ -817,10 +817,11 @@ def ingest(c, source, as_json):
       objstore ingest events.jsonl
       cat events.jsonl | objstore ingest - --json
     """
-    from objstore.ingest import ingest as run_ingest
+    from objstore.ingest import apply_events, read_events
 
+    events = read_events(source)  # every line checked before the store is opened, or created
     log = c.log(create=True)
-    summary = run_ingest(log, source)
+    summary = apply_events(log, events)
     if as_json:
         _echo_json(views.ingest_summary(log, summary))
         return

@@ -250,9 +250,19 @@ def _lines(stream: IO | Iterable[str | bytes]) -> Iterator[str | bytes]:
         yield line
 
 
+def read_events(stream: IO) -> list[tuple[int, dict, dict]]:
+    """Every event of a JSON Lines stream, parsed and checked; nothing is written (IngestError
+    names the first bad line). The CLI reads them before it opens, or creates, the store."""
+    return parse(_lines(stream))
+
+
 def ingest(log: RunLog, stream: IO) -> dict:
     """Apply a JSON Lines stream all-or-nothing; returns a summary."""
-    events = parse(_lines(stream))
+    return apply_events(log, read_events(stream))
+
+
+def apply_events(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
+    """Apply events from ``read_events`` in one group commit; returns a summary."""
     summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": []}
     store = log.store
     with store.batch():

@@ -855,3 +855,14 @@ def test_property_ingest_either_lands_or_is_invalid_input_and_changes_nothing(tm
     else:
         for e in events:  # what landed was valid by the rules
             assert e["v"] == 1 and type(e["v"]) is int
+
+
+def test_ingest_of_bad_input_creates_no_store(tmp_path):
+    """ingest creates its store when absent, but only for input that is good: a bad line leaves
+    no directory behind."""
+    root = str(tmp_path / "new")
+    rc, out, err = run_cli("ingest", "-", store=root, input=jl(attempt(step=True)), exit_code=5)
+    assert rc == 5 and one_line(err) == "objstore: error: ingest: line 1: step: expected int, got bool"
+    assert not os.path.exists(root)
+    run_cli("ingest", "-", store=root, input=jl(*GOOD), exit_code=0)
+    assert os.path.isfile(os.path.join(root, "OBJSTORE"))
