@@ -4,9 +4,6 @@ Stores use fsync=full unless a test says otherwise: the durability path is the
 one under test. Hypothesis-heavy tests use fsync=off stores (only CPU paths).
 """
 
-import os
-import subprocess
-import sys
 
 import pytest
 

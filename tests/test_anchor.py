@@ -16,12 +16,10 @@ import re
 import shutil
 
 import pytest
-
-from objstore import RunLog, Store
-from objstore import identity
-from objstore import journal as J
-
 from helpers import run_cli, snapshot_tree
+
+from objstore import RunLog, Store, identity
+from objstore import journal as J
 
 GENESIS = "objstore-anchor:1:0:" + "0" * 64
 TOKEN = re.compile(r"objstore-anchor:1:(\d+):([0-9a-f]{64})")

@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-
 from helpers import run_cli, snapshot_tree
 
 

@@ -5,7 +5,8 @@ import os
 
 import msgspec
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from objstore import codec
 from objstore.errors import IntegrityError, InvalidId, UnknownObjectType

@@ -47,7 +47,7 @@ def _writer(root: str, run: str, proc: int, mode: str, out_path: str) -> None:
                     for seq in range(first, first + BATCH):
                         recs.append(log.record_attempt(run, step=seq, attempt=0, state="succeeded",
                                                        context={"proc": proc, "seq": seq}))
-                for seq, rec in zip(range(first, first + BATCH), recs):
+                for seq, rec in zip(range(first, first + BATCH), recs, strict=True):
                     out.write(f"ack {rec.id.hex()} {seq}\n")
         out.write("done\n")
 

@@ -50,7 +50,7 @@ def test_fork_at_head_minus_3_costs_the_same_on_100_and_100000_records(tmp_path)
         view = log.view(run)
         head_lsn = log.own_records(view, 0)[-1].lsn if n == 100 else n
         log = RunLog(Store.open(root))  # fresh: nothing cached from the walk above
-        got[n] = count(lambda: log.fork(run, 0, head_lsn - 3, reason="back 3")), log.store.engine._seg - 1
+        got[n] = count(lambda log=log, run=run, head_lsn=head_lsn: log.fork(run, 0, head_lsn - 3, reason="back 3")), log.store.engine._seg - 1
         if n == 100_000:  # and the sealed segments' indexes are exactly what verify rebuilds
             assert verify(RunLog(Store.open(root)), check_state=False) == []
     (small, _), (big, sealed) = got[100], got[100_000]
@@ -101,8 +101,8 @@ def test_log_fork_and_episode_cost_the_same_in_10_and_10000_runs(tmp_path):
         assert opened == 0, f"opening after a checkpoint replays nothing, replayed {opened}"
         view = log.view(target)
         got[runs] = (
-            count(lambda: list(itertools.islice(history.entries(log, view), 10))),
-            count(lambda: log.fork(target, 0, 5, make_live=False)),
-            count(lambda: episode(log, target, source="refold")),
+            count(lambda log=log, view=view: list(itertools.islice(history.entries(log, view), 10))),
+            count(lambda log=log, target=target: log.fork(target, 0, 5, make_live=False)),
+            count(lambda log=log, target=target: episode(log, target, source="refold")),
         )
     assert got[10] == got[10_000], got

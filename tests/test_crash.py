@@ -15,10 +15,10 @@ import subprocess
 import sys
 import time
 
+from helpers import raw_objects
+
 from objstore import RunLog, Store, codec
 from objstore.verify import verify_report
-
-from helpers import raw_objects
 
 HERE = os.path.dirname(__file__)
 RUN = "crash"

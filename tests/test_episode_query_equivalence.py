@@ -5,14 +5,12 @@ import os
 import re
 
 import pytest
-
-from helpers import FileReadSpy
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import FileReadSpy, run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from objstore import RunLog, Store, codec
-from objstore.query import EpisodeView, episode
-
-from helpers import run_cli
+from objstore.query import episode
 
 ATTEMPT_FIELDS = ["attempt", "context", "output", "prompt", "state", "step", "tools", "usage", "workflow_version"]
 

@@ -26,13 +26,12 @@ import blake3
 import msgspec
 import pytest
 import zstandard
+from helpers import run_cli, snapshot_tree
 
 import objstore.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog, IntegrityError
-from objstore.verify import verify, verify_report
-
-from helpers import run_cli, snapshot_tree
+from objstore.verify import verify
 
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
 BATCH = 200

@@ -4,13 +4,12 @@ import io
 import json
 
 import pytest
+from helpers import run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import IngestError
 from objstore.ingest import ingest
 from objstore.verify import verify
-
-from helpers import run_cli, snapshot_tree
 
 
 def jl(*events):

@@ -24,16 +24,27 @@ import time
 import types
 
 import pytest
+from helpers import new_key, run_cli
 
 from objstore import RunLog, Store, codec, identity
 from objstore import journal as J
 from objstore.backend import MAX_LINE, BackendHost
-from objstore.errors import (Conflict, HostUnavailable, InvalidInput, JobCaller, ObjectNotFound, Refused, ReplayedRequest,
-                             StaleRequest, Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from objstore.errors import (
+    Conflict,
+    HostUnavailable,
+    InvalidInput,
+    JobCaller,
+    ObjectNotFound,
+    Refused,
+    ReplayedRequest,
+    StaleRequest,
+    Unauthenticated,
+    WriterRevoked,
+    WrongSession,
+    WrongSubject,
+)
 from objstore.host import omitted_line, project
 from objstore.verify import verify
-
-from helpers import run_cli, new_key
 
 READ = {"purpose": "compaction", "budget": 1 << 16, "predecessor": None}
 NO_PARAMS = {"reflects_through": None, "checkpoint": None, "enabled": None}
@@ -259,7 +270,7 @@ def test_forward_only_refs_are_never_rolled_back_deleted_or_made_symbolic(env, v
                 txn.set_ref(name, old, new, "attack")
 
     before = dict(log.store.list_refs())
-    for what, (name, cur, older) in cases.items():
+    for name, cur, older in cases.values():
         for new in (older, None, "ref: run/A/branch/0"):
             with pytest.raises(Refused):
                 move(name, cur, new)
@@ -902,7 +913,7 @@ def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli
 
     with ThreadPoolExecutor(8) as pool:  # separate processes; none of them writes anything
         results = list(pool.map(lambda c: c[0](c[1]), cases))
-    for result, (_, code) in zip(results, cases):
+    for result, (_, code) in zip(results, cases, strict=True):
         one_line_error(result, code)
     assert run_cli("journal", "show", run, store=root, exit_code=4)[0] == 4, "no version was written"
     assert run_cli("verify", store=root, exit_code=0)[0] == 0

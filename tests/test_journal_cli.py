@@ -13,13 +13,11 @@ import sys
 import time
 
 import pytest
-
 from cryptography.hazmat.primitives import serialization
+from helpers import raw_objects, run_cli
 
 from objstore import Store, identity
 from objstore.backend import BackendHost
-
-from helpers import raw_objects, run_cli
 
 
 def ok(result):

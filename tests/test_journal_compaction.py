@@ -17,18 +17,29 @@ import time
 import types
 
 import pytest
+from helpers import assert_prefix_kept, new_key, snapshot_tree
 
 from objstore import RunLog, Store, codec, identity
 from objstore import compaction as C
-from objstore import snapshot as S
 from objstore import journal as J
+from objstore import snapshot as S
 from objstore.backend import BackendHost
-from objstore.errors import (Conflict, InvalidInput, InvalidRecord, JobCaller, LimitExceeded, Refused, ReplayedRequest, StaleRequest,
-                             Unauthenticated, WriterRevoked, WrongSession, WrongSubject)
+from objstore.errors import (
+    Conflict,
+    InvalidInput,
+    InvalidRecord,
+    JobCaller,
+    LimitExceeded,
+    Refused,
+    ReplayedRequest,
+    StaleRequest,
+    Unauthenticated,
+    WriterRevoked,
+    WrongSession,
+    WrongSubject,
+)
 from objstore.export import export
 from objstore.verify import verify
-
-from helpers import assert_prefix_kept, snapshot_tree, new_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITER = os.path.join(HERE, "journal_writer.py")
@@ -705,7 +716,7 @@ def test_c8_backend_refuses_a_superseded_worker(env, backend):
 
 
 def test_requests_are_signed_fresh_and_single_use(env):
-    log, run, w1, host = env.log, env.run, env.w1, env.host
+    run, w1, host = env.run, env.w1, env.host
     params = {"purpose": "compaction", "budget": 4096, "predecessor": None}
     req = identity.sign_request(w1, "read", run, params=params)
     host.read(req)

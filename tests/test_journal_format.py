@@ -19,8 +19,8 @@ import pytest
 from objstore import RunLog, Store, codec, identity
 from objstore import journal as J
 from objstore import records as R
-from objstore.segments import frozen_of
 from objstore.errors import WriterRevoked
+from objstore.segments import frozen_of
 from objstore.verify import verify
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
@@ -58,7 +58,7 @@ def raw(v) -> bytes:
 
 def test_rebuilt_from_code_byte_for_byte(golden, built):
     assert [v["name"] for v in built["vectors"]] == [v["name"] for v in golden["vectors"]]
-    for have, want in zip(built["vectors"], golden["vectors"]):
+    for have, want in zip(built["vectors"], golden["vectors"], strict=True):
         assert have["type"] == want["type"], have["name"]
         assert raw(have).hex() == raw(want).hex(), f"{have['name']}: {CHANGED}"
         if "id" in want:

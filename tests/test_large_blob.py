@@ -12,13 +12,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run_cli
 
 from objstore import RunLog, Store, codec
 from objstore.engine import LARGE_BLOB
 from objstore.errors import IntegrityError
 from objstore.verify import verify
-
-from helpers import run_cli
 
 SIZE = 12 << 20
 

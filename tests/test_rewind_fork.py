@@ -5,10 +5,11 @@ bytes read from the backend and from the files on disk), never through the
 query surface, which defaults to the live branch and would hide damage.
 """
 
-import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from objstore import RunLog, Store, codec, engine
 from objstore.demo import StubModel, run_step, six_step_run
@@ -16,8 +17,6 @@ from objstore.errors import InvalidInput, Refused, RetainedBranch
 from objstore.export import build_entry, export
 from objstore.fold import fold
 from objstore.verify import assert_refold_identical, verify
-
-from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
 
 
 def raw_chain(store, head):
@@ -37,7 +36,7 @@ def raw_chain(store, head):
 def all_records(store):
     """Every record object stored, by scanning the backend (not by walking chains)."""
     recs = []
-    for oid, otype, data in raw_objects(store):
+    for oid, _otype, data in raw_objects(store):
         t, v = codec.decode(data, oid)
         if t == codec.RECORD:
             recs.append((oid, v))
@@ -102,7 +101,7 @@ def test_step6_no_copies_exact_counts(rewound):
     log, run, *_ = rewound
     recs = all_records(log.store)
     per_branch = {}
-    for oid, v in recs:
+    for _oid, v in recs:
         per_branch[v["branch"]] = per_branch.get(v["branch"], 0) + 1
     assert per_branch == {0: 7, 1: 2}, "branch 1 holds only its own two records"
     assert len(log.own_records(log.view(run), 1)) == 2

@@ -19,13 +19,12 @@ import sys
 
 import blake3
 import pytest
+from helpers import run_cli, snapshot_tree
 
 import objstore.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
 from objstore.verify import verify_report
-
-from helpers import run_cli, snapshot_tree
 
 
 def build(root):

@@ -12,12 +12,12 @@ import textwrap
 import blake3
 import pytest
 import zstandard
-
 from helpers import run_cli, snapshot_tree
+
 from objstore import RunLog, Store, codec
 from objstore import records as R
 from objstore import upgrade as U
-from objstore.errors import Conflict, InvalidInput, IntegrityError, Refused, StoreNeedsUpgrade, StoreNotFound
+from objstore.errors import Conflict, IntegrityError, InvalidInput, Refused, StoreNeedsUpgrade, StoreNotFound
 from objstore.format1 import Format1Reader
 from objstore.verify import verify
 
