@@ -22,6 +22,11 @@ from objstore.resolve import resolve_run, short_ids
 from objstore.runlog import RunLog
 from objstore.store import DEFAULT_DIR, Store, discover
 
+# Integer options and arguments take what the store can hold (int64): beyond it is a usage error
+# (exit 2, one line), never a traceback from deeper down.
+INT64_MAX = 2**63 - 1
+INT64 = click.IntRange(min=-(2**63), max=INT64_MAX)
+
 EXIT_CODES_HELP = """\b
 Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
 4 not found; 5 invalid input (incl. a bad key file); 6 integrity error;
@@ -553,9 +558,9 @@ def _grouped(run, view, first, all_branches, entries):
 
 @cli.command("log")
 @click.argument("run", type=RUN)
-@click.option("--branch", type=int, default=None, shell_complete=_complete_branch, help="Show this branch instead of the live one.")
+@click.option("--branch", type=INT64, default=None, shell_complete=_complete_branch, help="Show this branch instead of the live one.")
 @click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
-@click.option("-n", "--max-count", type=click.IntRange(min=1), default=None, help="Show at most N entries (reads only those).")
+@click.option("-n", "--max-count", type=click.IntRange(min=1, max=INT64_MAX), default=None, help="Show at most N entries (reads only those).")
 @click.option("--since", metavar="WHEN", default=None,
               help="Only entries at or after WHEN: 2026-12-01, '2026-12-01 05:20', @EPOCH, today, yesterday, 2h, 3d, 1w, '2 hours ago'.")
 @click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")
@@ -660,10 +665,10 @@ def _print_fork(log, fr, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--to-lsn", type=int, required=True,
+@click.option("--to-lsn", type=INT64, required=True,
               help="Last LSN (position on the live branch, from 0) to keep in the new branch's history.")
 @click.option("--reason", default="rewind", show_default=True, help="Why; recorded in the fork object.")
-@click.option("--expect-branch", type=int, default=None, shell_complete=_complete_branch, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
+@click.option("--expect-branch", type=INT64, default=None, shell_complete=_complete_branch, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
 @pass_ctx
 def rewind(c, run, to_lsn, reason, expect_branch, as_json):
@@ -689,8 +694,8 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--from-branch", type=int, required=True, shell_complete=_complete_branch, help="The branch (number) to fork from.")
-@click.option("--at-lsn", type=int, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
+@click.option("--from-branch", type=INT64, required=True, shell_complete=_complete_branch, help="The branch (number) to fork from.")
+@click.option("--at-lsn", type=INT64, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
 @click.option("--reason", default="fork", show_default=True, help="Why; recorded in the fork object.")
 @click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live (the default branch of queries and appends).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
@@ -716,8 +721,8 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
 
 @cli.command()
 @click.argument("run", type=RUN)
-@click.argument("a", type=int, shell_complete=_complete_branch)
-@click.argument("b", type=int, shell_complete=_complete_branch)
+@click.argument("a", type=INT64, shell_complete=_complete_branch)
+@click.argument("b", type=INT64, shell_complete=_complete_branch)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
 @pass_ctx
 def diff(c, run, a, b, as_json):
@@ -1272,8 +1277,8 @@ def journal_grants(c, run, as_json):
 # -- compaction ------------------------------------------------------------------------------------
 @cli.command()
 @click.argument("run", type=RUN)
-@click.option("--keep", type=int, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
-@click.option("--budget", type=int, default=65536, show_default=True,
+@click.option("--keep", type=INT64, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
+@click.option("--budget", type=INT64, default=65536, show_default=True,
               help="Journal byte budget; a larger journal comes as the Host's bounded projection (outcome over_budget).")
 @_socket_option
 @_key_option
@@ -1367,7 +1372,7 @@ def session():
 @click.option("--subject", required=True, help="The subject (owner) of the session.")
 @click.option("--predecessor", metavar="RUN", type=RUN, default=None, help="The session this one continues; its journal is preferred at startup.")
 @click.option("--run", "run_id", metavar="ID", default=None, help="Run id to use (default: a new one).")
-@click.option("--budget", type=int, default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
+@click.option("--budget", type=INT64, default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
 @_socket_option
 @_key_option
 @_json_option

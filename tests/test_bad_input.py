@@ -866,3 +866,20 @@ def test_ingest_of_bad_input_creates_no_store(tmp_path):
     assert not os.path.exists(root)
     run_cli("ingest", "-", store=root, input=jl(*GOOD), exit_code=0)
     assert os.path.isfile(os.path.join(root, "OBJSTORE"))
+
+
+@pytest.mark.parametrize("args,opt", [
+    (["log", "latest", "-n", str(10**30)], "'-n' / '--max-count'"),
+    (["log", "latest", "--branch", str(10**30)], "'--branch'"),
+    (["rewind", "latest", "--to-lsn", str(10**30)], "'--to-lsn'"),
+    (["fork", "latest", "--from-branch", "0", "--at-lsn", str(-(10**30))], "'--at-lsn'"),
+    (["diff", "latest", "0", str(2**63)], "'B'"),
+])
+def test_integer_options_beyond_int64_are_one_usage_line(tmp_path, args, opt):
+    store = str(tmp_path / "s")
+    run_cli("demo", store=store, exit_code=0)
+    before = snapshot_tree(store)
+    code, out, err = run_cli(*args, store=store, exit_code=2)
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"objstore: error: Invalid value for {opt}: ") and "is not in the range" in err
+    assert snapshot_tree(store) == before
