@@ -28,7 +28,6 @@ import msgspec
 
 from .errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
 
-ID_LEN = 32
 HEX_LEN = 64
 
 BLOB = "blob"

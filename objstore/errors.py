@@ -84,10 +84,6 @@ class ObjectNotFound(NotFound):
     msg = "object not found: {}"
 
 
-class RefNotFound(NotFound):
-    msg = "ref not found: {}"
-
-
 class RunNotFound(NotFound):
     msg = "run not found: {}"
 

@@ -192,10 +192,6 @@ def parse(lines: Iterable[str | bytes], *, start: int = 1) -> list[tuple[int, di
     return events
 
 
-def _allowed(t: str) -> set:
-    return set(SCHEMAS[t].__struct_fields__) - _COMMON
-
-
 # Errors met while applying a line keep their class (their exit code) and name the line.
 class IngestConflict(Conflict):
     msg = "ingest: line {}: {}"

@@ -38,7 +38,6 @@ _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
 RUN_STATUSES = ("succeeded", "failed")
 
 # Material origins (T-745): source material is what happened; derived is made from it.
-SOURCE_ROLES = ("user", "model", "tool", "system")
 ORIGIN_SOURCE = "source"
 ORIGIN_DERIVED = "derived"
 # The typed startup event in a session's run_started meta (T-745): derived material, known by its type.

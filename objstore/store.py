@@ -401,14 +401,6 @@ class Store:
         self.engine.refresh()
         return self.engine.tables.refs.get(name)
 
-    def resolve_ref(self, name: str) -> bytes | None:
-        value = self.read_ref(name)
-        seen = 0
-        while isinstance(value, str) and seen < 8:
-            value = self.read_ref(value[5:])
-            seen += 1
-        return value if isinstance(value, bytes) else None
-
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         """Compare-and-swap a ref, committed with the batch it is in (or alone)."""
         from .refs import check_ref_name
