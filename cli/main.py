@@ -17,15 +17,39 @@ import click
 
 import objstore
 from objstore import codec, completion, views
-from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
+from objstore.errors import Interrupted, InvalidInput, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
 from objstore.resolve import resolve_run, short_ids
 from objstore.runlog import RunLog
 from objstore.store import DEFAULT_DIR, Store, discover
 
-# Integer options and arguments take what the store can hold (int64): beyond it is a usage error
-# (exit 2, one line), never a traceback from deeper down.
 INT64_MAX = 2**63 - 1
-INT64 = click.IntRange(min=-(2**63), max=INT64_MAX)
+
+
+class Int64(click.ParamType):
+    """An integer option or argument: what is not an integer is a usage error (exit 2); an integer
+    the store cannot hold (outside int64) or below ``min`` is invalid input (exit 5), as in JSON
+    input — never a traceback from deeper down."""
+
+    name = "integer"
+
+    def __init__(self, min: int = -(2**63)) -> None:
+        self.min = min
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            try:
+                n = int(str(value).strip(), 10)
+            except ValueError:
+                self.fail(f"{value!r} is not an integer", param, ctx)
+        if not self.min <= n <= INT64_MAX:
+            name = param.get_error_hint(ctx) if param is not None else "value"
+            raise InvalidInput(f"{name} must be an integer in {self.min}..{INT64_MAX}, got {n}")
+        return n
+
+
+INT64 = Int64()
 
 EXIT_CODES_HELP = """\b
 Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
@@ -560,7 +584,7 @@ def _grouped(run, view, first, all_branches, entries):
 @click.argument("run", type=RUN)
 @click.option("--branch", type=INT64, default=None, shell_complete=_complete_branch, help="Show this branch instead of the live one.")
 @click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
-@click.option("-n", "--max-count", type=click.IntRange(min=1, max=INT64_MAX), default=None, help="Show at most N entries (reads only those).")
+@click.option("-n", "--max-count", type=Int64(min=1), default=None, help="Show at most N entries (reads only those).")
 @click.option("--since", metavar="WHEN", default=None,
               help="Only entries at or after WHEN: 2026-12-01, '2026-12-01 05:20', @EPOCH, today, yesterday, 2h, 3d, 1w, '2 hours ago'.")
 @click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")

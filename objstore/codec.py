@@ -63,13 +63,15 @@ def encode(otype: str, value: Any) -> bytes:
     """Canonical bytes of an object; ``value`` is bytes for a blob, a dict otherwise."""
     head = _HEAD.get(otype)
     if head is None:
-        raise ValueError(f"unknown object type {otype!r}")
+        raise InvalidInput(f"unknown object type {otype!r}")
     if otype == BLOB:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise InvalidInput(f"a blob's payload is bytes, not {type(value).__name__}")
         payload = bytes(value)
     elif type(value) is dict:
         payload = _enc.encode(value)
     else:
-        raise TypeError("structured payloads are maps")
+        raise InvalidInput(f"a {otype}'s payload is a map, not {type(value).__name__}")
     return head % len(payload) + payload
 
 

@@ -868,18 +868,20 @@ def test_ingest_of_bad_input_creates_no_store(tmp_path):
     assert os.path.isfile(os.path.join(root, "OBJSTORE"))
 
 
-@pytest.mark.parametrize("args,opt", [
-    (["log", "latest", "-n", str(10**30)], "'-n' / '--max-count'"),
-    (["log", "latest", "--branch", str(10**30)], "'--branch'"),
-    (["rewind", "latest", "--to-lsn", str(10**30)], "'--to-lsn'"),
-    (["fork", "latest", "--from-branch", "0", "--at-lsn", str(-(10**30))], "'--at-lsn'"),
-    (["diff", "latest", "0", str(2**63)], "'B'"),
+@pytest.mark.parametrize("args,opt,lo", [
+    (["log", "latest", "-n", str(10**30)], "'-n' / '--max-count'", 1),
+    (["log", "latest", "-n", "0"], "'-n' / '--max-count'", 1),
+    (["log", "latest", "--branch", str(10**30)], "'--branch'", -(2**63)),
+    (["rewind", "latest", "--to-lsn", str(10**30)], "'--to-lsn'", -(2**63)),
+    (["fork", "latest", "--from-branch", "0", "--at-lsn", str(-(10**30))], "'--at-lsn'", -(2**63)),
+    (["diff", "latest", "0", str(2**63)], "'B'", -(2**63)),
 ])
-def test_integer_options_beyond_int64_are_one_usage_line(tmp_path, args, opt):
+def test_integer_options_beyond_int64_are_invalid_input(tmp_path, args, opt, lo):
     store = str(tmp_path / "s")
     run_cli("demo", store=store, exit_code=0)
     before = snapshot_tree(store)
-    code, out, err = run_cli(*args, store=store, exit_code=2)
-    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"objstore: error: Invalid value for {opt}: ") and "is not in the range" in err
+    code, out, err = run_cli(*args, store=store, exit_code=5)
+    assert (out, err) == ("", f"objstore: error: invalid input: {opt} must be an integer in {lo}..{2**63 - 1}, got {args[-1]}\n")
     assert snapshot_tree(store) == before
+    code, out, err = run_cli(*args[:-1], "ten", store=store, exit_code=2)  # not an integer at all: a usage error
+    assert out == "" and err.count("\n") == 1 and "'ten' is not an integer" in err

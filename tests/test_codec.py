@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from objstore import codec
-from objstore.errors import IntegrityError, InvalidId, UnknownObjectType
+from objstore.errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden.json")
 
@@ -116,9 +116,15 @@ def test_bad_headers_and_payloads(data, exc, msg):
 
 
 def test_unknown_type_is_an_error_not_a_crash():
-    # TODO(lead): codec.encode raises a bare ValueError for an unknown type (objstore/codec.py, encode)
-    with pytest.raises(ValueError, match="unknown object type 'tree'"):
+    with pytest.raises(InvalidInput) as ei:
         codec.encode("tree", {})
+    assert str(ei.value) == "invalid input: unknown object type 'tree'"
+    with pytest.raises(InvalidInput) as ei:
+        codec.encode("record", [1])
+    assert str(ei.value) == "invalid input: a record's payload is a map, not list"
+    with pytest.raises(InvalidInput) as ei:
+        codec.encode("blob", "text")
+    assert str(ei.value) == "invalid input: a blob's payload is bytes, not str"
 
 
 def test_parse_id():

@@ -353,7 +353,7 @@ def test_unknown_object_type(built):
     assert [x.line() for x in verify(log)] == expect
     assert cli_lines(built.root)[:2] == (1, expect)
     code, out, err = run_cli("show", oid.hex(), store=built.root, exit_code=6)
-    # TODO(lead): the error's place is "header", where verify names the segment file
+    # A read names the part of the object that is bad (its header); verify, which scans files, names the file.
     assert (code, out, err) == (6, "", f"objstore: error: integrity error: object {oid.hex()} (header): unknown object type 'tree'\n")
 
 

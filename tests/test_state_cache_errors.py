@@ -12,7 +12,7 @@ import stat
 import pytest
 from helpers import run_cli
 
-from objstore import RunLog, Store, codec
+from objstore import RunLog, Store
 from objstore.errors import StateCacheError
 from objstore.query import episode
 
