@@ -9,18 +9,11 @@ completion on (``eval "$(_OBJSTORE_COMPLETE=bash_source objstore)"``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from . import runrefs
+from .chain import ChainReader
 from .errors import ObjstoreError
 from .resolve import LATEST, candidates, resolve_run
 from .store import Store, discover
-
-
-class _Reader(NamedTuple):
-    """What ``resolve_run`` reads: the store, and nothing that could write (no state cache)."""
-
-    store: Store
 
 
 def open_store(path: str | None) -> Store | None:
@@ -50,7 +43,7 @@ def branches(store: Store | None, run_spec: str | None, incomplete: str) -> list
     if store is None or not run_spec:
         return []
     try:
-        run = resolve_run(_Reader(store), run_spec)  # type: ignore[arg-type]
+        run = resolve_run(ChainReader(store), run_spec)  # reads only: no state cache, nothing that could write
         heads = runrefs.parse_run_refs(run, store.run_refs(run)).heads
     except (ObjstoreError, OSError):
         return []

@@ -42,7 +42,7 @@ class Entry(NamedTuple):
 
     @property
     def time(self) -> float | None:
-        return self.record.time if self.record is not None else self.fork.get("time")  # type: ignore[union-attr]
+        return self.record.time if self.record is not None else (self.fork or {}).get("time")  # one of the two is set
 
 
 # -- walking ------------------------------------------------------------------------------

@@ -114,7 +114,10 @@ def record(r: R.Record, body: dict | None = None) -> dict:
 
 def log_entry(r: R.Record | None, fk: dict | None) -> dict:
     """One entry of ``history.entries``: the record's view, or the fork's."""
-    return record(r) if r is not None else fork(fk)  # type: ignore[arg-type]
+    if r is not None:
+        return record(r)
+    assert fk is not None  # an entry is a record or a fork object
+    return fork(fk)
 
 
 def export_entry(schema: int, entry: dict) -> dict:
