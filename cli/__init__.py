@@ -1,1 +1,23 @@
-"""The objstore command line (installed as the ``objstore_cli`` package)."""
+"""The objstore command line (installed as the ``objstore_cli`` package).
+
+Importing the library takes a few tenths of a second; a Ctrl-C in that window would be a
+KeyboardInterrupt traceback. Until ``main`` takes over (and restores Python's handler, which the
+root group turns into exit 130), SIGINT prints the same one line — or JSON object — and exits 130.
+"""
+
+import os
+import signal
+import sys
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    if any(a == "--json" for a in sys.argv[1:]):
+        sys.stderr.write('{"error":"interrupted","exit":130,"message":"interrupted"}\n')
+    else:
+        sys.stderr.write("objstore: error: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)

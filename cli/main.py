@@ -157,10 +157,12 @@ def _json_wanted(args) -> bool:
 
 
 def _fail(payload: dict, line: str, as_json: bool):
-    """Report one error on stderr (one line, or one JSON object under --json) and exit with its code."""
+    """Report one error on stderr (one line, or one JSON object under --json) and exit with its code.
+    Control characters (a newline in a path, say) are escaped, so the line stays one line."""
     if as_json:
         click.echo(codec.canonical_json(payload).decode(), err=True)
     else:
+        line = "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in line)
         click.echo(f"objstore: error: {line}", err=True)
     sys.exit(payload["exit"])
 
@@ -207,14 +209,14 @@ class Group(click.Group):
         except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
             err = StateCacheError("use it", e)
             _fail(views.error(err), str(err), as_json)
-        except OSError as e:
-            msg = f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")
-            _fail({"error": StorageOSError().code, "message": msg, "exit": StorageOSError.exit_code}, msg, as_json)
+        except OSError as e:  # a net: the library wraps the OS errors it meets as StorageOSError
+            err = StorageOSError(f"run objstore {' '.join(argv[:1])}".rstrip(), e)
+            _fail(views.error(err), str(err), as_json)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (default ./.objstore; env OBJSTORE_DIR).")
+@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (env OBJSTORE_DIR; default: the .objstore in this directory or the nearest parent, like git).")
 @click.version_option(objstore.__version__, package_name="objstore")
 @click.pass_context
 def cli(ctx, store):
@@ -625,6 +627,8 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
             raise click.UsageError("--graph draws every branch whole; it takes only -n and --no-pager")
         _out(itertools.islice(history.graph(log, view), max_count), no_pager)
         return
+    if branch is not None and all_branches:
+        raise click.UsageError("--branch N shows one branch, --all-branches every branch: give one of them")
     t0 = history.parse_time(since) if since is not None else None
     t1 = history.parse_time(until) if until is not None else None
     first = view.live if branch is None else branch
@@ -1586,6 +1590,9 @@ def demo(c, run_id, at):
 
 
 def main():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on the root group reports Ctrl-C
     cli(prog_name="objstore")
 
 

@@ -172,8 +172,13 @@ _json = msgspec.json.Encoder(order="sorted")
 
 
 def canonical_json(value: Any) -> bytes:
-    """Sorted-key compact JSON: the same value always gives the same bytes."""
-    return _json.encode(to_jsonable(value))
+    """Sorted-key compact JSON: the same value always gives the same bytes. A string that cannot
+    be UTF-8 (a lone surrogate, as a non-UTF-8 command-line argument decodes to) is InvalidInput."""
+    try:
+        return _json.encode(to_jsonable(value))
+    except UnicodeEncodeError as e:
+        raise InvalidInput(f"text that is not valid Unicode (a lone surrogate {e.object[e.start:e.end]!r}): "
+                           "objstore stores UTF-8 only") from None
 
 
 def canonical_json_plain(value: Any) -> bytes:

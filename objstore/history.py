@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -128,11 +129,26 @@ _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 
 _AGO = re.compile(r"^(\d+)\s*([a-z]+?)s?(?:\s+ago)?$")
 
 
+_TIME_HELP = ("use an ISO date/time (2026-12-01, 2026-12-01 05:20), @EPOCH, now, today, yesterday, "
+              "or a span ago (90s, 30m, 2h, 3d, 1w)")
+
+
 def parse_time(text: str, now: float | None = None) -> float:
     """Epoch seconds of a ``--since``/``--until`` value (see the module docstring); InvalidInput
-    (exit 5) for anything else."""
-    now = time.time() if now is None else now
-    s = (text or "").strip().lower()
+    (exit 5) for anything else, a time that is not finite or beyond what a clock can show included."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"a time is text ({_TIME_HELP}), got {type(text).__name__}")
+    try:
+        t = _parse_time(text, time.time() if now is None else now)
+    except (ValueError, OverflowError, OSError):
+        t = math.nan
+    if not math.isfinite(t):
+        raise InvalidInput(f"cannot read time {text!r}: {_TIME_HELP}")
+    return t
+
+
+def _parse_time(text: str, now: float) -> float:
+    s = text.strip().lower()
     midnight = _dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
     if s == "now":
         return now
@@ -141,19 +157,12 @@ def parse_time(text: str, now: float | None = None) -> float:
     if s == "yesterday":
         return (midnight - _dt.timedelta(days=1)).timestamp()
     if s.startswith("@"):
-        try:
-            return float(s[1:])
-        except ValueError:
-            pass
+        return float(s[1:])  # ValueError, or nan/inf: refused by the caller
     m = _AGO.match(s)
     if m and m.group(2) in _UNITS:
         return now - int(m.group(1)) * _UNITS[m.group(2)]
-    raw = (text or "").strip()
-    try:
-        d = _dt.datetime.fromisoformat(raw[:-1] + "+00:00" if raw[-1:] in "zZ" and raw[:-1] else raw)
-    except ValueError:
-        raise InvalidInput(f"cannot read time {text!r}: use an ISO date/time (2026-12-01, 2026-12-01 05:20), "
-                           "@EPOCH, now, today, yesterday, or a span ago (90s, 30m, 2h, 3d, 1w)") from None
+    raw = text.strip()
+    d = _dt.datetime.fromisoformat(raw[:-1] + "+00:00" if raw[-1:] in "zZ" and raw[:-1] else raw)
     return d.timestamp()  # naive: local time
 
 

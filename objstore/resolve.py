@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import records as R
+from . import runrefs
 from .errors import AmbiguousRun, InvalidInput, RunNotFound
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def _runs(log: ChainReader) -> list[str]:
 
 def _exists(log: ChainReader, run: str) -> bool:
     refs = log.store.run_refs(run)
-    return isinstance(refs.get(f"run/{run}/branch/0"), bytes)
+    return isinstance(refs.get(runrefs.branch_ref(run, 0)), bytes)
 
 
 def runs_by_start(log: ChainReader) -> list[str]:

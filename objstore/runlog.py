@@ -185,6 +185,9 @@ class RunLog(ChainReader):
             raise InvalidInput(f"fork LSN must be a non-negative integer, got {at_lsn!r}")
         if type(from_branch) is not int or from_branch < 0:
             raise InvalidInput(f"branch must be a non-negative integer, got {from_branch!r}")
+        if not isinstance(reason, str):
+            raise InvalidInput(f"a fork reason is text, got {type(reason).__name__}")
+        codec.check_text(reason, "fork reason")
         store = self.store
         with store.batch():
             view = self.view(run)

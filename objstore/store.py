@@ -31,6 +31,7 @@ import zstandard
 from . import codec, runrefs
 from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
 from .errors import (
+    InvalidId,
     InvalidInput,
     LimitExceeded,
     ObjectNotFound,
@@ -42,6 +43,13 @@ from .errors import (
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
 
 _hash = blake3.blake3
+
+
+def _check_oid(oid: object) -> bytes:
+    """An object id as the API takes it: 32 bytes (``codec.parse_id`` turns hex into one)."""
+    if type(oid) is not bytes or len(oid) != 32:
+        raise InvalidId(oid if isinstance(oid, str) else type(oid).__name__, "an object id is 32 bytes (parse hex with codec.parse_id)")
+    return oid
 _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
@@ -183,6 +191,8 @@ class Store:
     def batch(self, timeout: float | None = None) -> Iterator[Txn]:
         """One commit: everything written inside lands together (one entry, one fdatasync) or not
         at all. Holds the writer lock throughout; nested calls join the outer one."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
+            raise InvalidInput(f"batch timeout must be a non-negative number of seconds, got {timeout!r}")
         txn = self._txn.get()
         if txn is not None:
             yield txn
@@ -238,6 +248,8 @@ class Store:
 
     def put_blob(self, data: bytes) -> bytes:
         """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidInput(f"a blob is bytes, not {type(data).__name__}")
         data = bytes(data)
         if len(data) > MAX_BLOB:
             raise LimitExceeded(f"blob of {len(data)} bytes is over the {MAX_BLOB}-byte limit")
@@ -311,10 +323,15 @@ class Store:
                         pass
 
     def put_blob_file(self, path: str) -> bytes:
-        with open(path, "rb") as f:
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise StorageOSError(f"read {path!r}", e) from None
+        with f:
             return self.put_blob_stream(f)
 
     def get_raw(self, oid: bytes) -> bytes:
+        _check_oid(oid)
         txn = self._txn.get()
         if txn is not None:
             pending = txn.objects.get(oid)
@@ -330,6 +347,7 @@ class Store:
         hit = self._decoded.get(oid)
         if hit is not None:
             return hit
+        _check_oid(oid)
         txn = self._txn.get()
         got = None if (txn is not None and oid in txn.objects) else self.engine.read_block_of(oid)
         if got is None:
@@ -362,6 +380,7 @@ class Store:
     def copy_blob_to(self, oid: bytes, out: IO[bytes]) -> int:
         """Write a blob's body to a binary file object, hash-checked before anything is written: small
         blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
+        _check_oid(oid)
         streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
         if streamed is not None:
             return streamed
@@ -370,6 +389,7 @@ class Store:
         return len(data)
 
     def has(self, oid: bytes) -> bool:
+        _check_oid(oid)
         txn = self._txn.get()
         if txn is not None:
             return txn.has(oid)
