@@ -28,8 +28,8 @@ a view never changes under its reader, whatever writers do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import NamedTuple, cast
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, cast
 
 from . import codec, runrefs
 from . import records as R
@@ -85,13 +85,16 @@ class ChainReader:
         otype, p = get(parent)
         return dict(p, id=parent) if otype == codec.FORK else None
 
-    def walk(self, head: bytes, stop_at: bytes | None = None) -> Iterator[R.Record | dict]:
+    def walk(self, head: bytes, stop_at: bytes | None = None,
+             get: Callable[[bytes], tuple[str, Any]] | None = None) -> Iterator[R.Record | dict]:
         """A branch's own records newest first, then its fork object (a dict) if it has one.
 
-        Stops before ``stop_at`` (a cached head) when it is met.
-        """
-        get = self.store.get_decoded
-        oid = head
+        Stops before ``stop_at`` (a cached head) when it is met. ``get`` reads one object as
+        ``(type, value)``; by default the store's block decoding (``history`` reads the first few
+        objects one at a time, so ``log -n 3`` decodes three objects, not a block)."""
+        if get is None:
+            get = self.store.get_decoded
+        oid: bytes | None = head
         branch = None
         while oid is not None and oid != stop_at:
             otype, p = get(oid)

@@ -62,25 +62,6 @@ class _Reader:
         return self.store.get_decoded(oid)
 
 
-def _walk(reader: _Reader, head: bytes) -> Iterator[R.Record | dict]:
-    """A branch's own records newest first, then its fork object (as ``chain.walk``)."""
-    oid = head
-    branch = None
-    while oid is not None:
-        otype, p = reader.get(oid)
-        if otype == codec.FORK:
-            yield dict(p, id=oid)
-            return
-        if otype != codec.RECORD:
-            raise InvalidInput(f"chain reaches {otype} object {oid.hex()}")
-        if branch is None:
-            branch = p["branch"]
-        elif p["branch"] != branch:
-            raise InvalidInput(f"chain of branch {branch} reaches record {oid.hex()} of branch {p['branch']}")
-        yield R.Record.from_payload(oid, p)
-        oid = p["parent"]
-
-
 def entries(log: ChainReader, view: View, branch: int | None = None, *, all_branches: bool = False,
             since: float | None = None, until: float | None = None) -> Iterator[Entry]:
     """``objstore log``'s entries newest first, read only as far as the caller consumes.
@@ -94,14 +75,14 @@ def entries(log: ChainReader, view: View, branch: int | None = None, *, all_bran
     def raw() -> Iterator[Entry]:
         if all_branches:
             for b in sorted(view.heads, reverse=True):
-                for item in _walk(reader, view.head(b)):
+                for item in log.walk(view.head(b), get=reader.get):
                     yield Entry(b, None, item) if isinstance(item, dict) else Entry(b, item, None)
             return
         b = view.live if branch is None else branch
         head = view.head(b)
         while head is not None:
             fk = None
-            for item in _walk(reader, head):
+            for item in log.walk(head, get=reader.get):
                 if isinstance(item, dict):
                     fk = item
                     yield Entry(b, None, item)
