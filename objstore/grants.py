@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from . import codec, identity
 from .errors import InvalidInput, Refused
 from .identity import Key
+from .records import GRANT_SCHEMA, RIGHTS, ROLES
 from .refs import check_ref_name
 from .runrefs import run_grant_ref, subject_grant_ref
 
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
     from .chain import ChainReader
     from .runlog import RunLog
 
-GRANT_SCHEMA = 2
-ROLES = ("worker", "job")
-RIGHTS = ("read", "write")
+
 grant_ref = run_grant_ref  # the name the T-745 surface has always used
 
 

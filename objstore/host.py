@@ -55,12 +55,12 @@ from .errors import (
 )
 from .grants import grant_chain
 from .identity import Request
+from .records import ABSENT, DISABLED, OUTCOMES, OVER_BUDGET, PRESENT, UNAVAILABLE
 
 if TYPE_CHECKING:
     from .runlog import RunLog
 
-PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
-OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
+
 PURPOSES = ("startup", "compaction")
 ANSWER_SCHEMA = 1
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from . import codec, identity
 from .errors import InvalidInput, NotFound
 from .identity import Key
+from .records import JOURNAL_SCHEMA
 from .runrefs import journal_ref, segments_ref, subject_grant_ref
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from .host import JournalHost
     from .runlog import RunLog
 
-JOURNAL_SCHEMA = 2
+
 MAX_BODY_DEPTH = codec.MAX_JSON_DEPTH  # nesting levels of a journal body: the limit of every JSON input
 
 

@@ -428,20 +428,20 @@ def _schema_version(otype: str, value: dict, current: int) -> int | str:
     return f"unknown {otype} schema version {_show(v)} (known: 1, written without 'v', and {current})"
 
 
-_T745: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int] | None = None
+# The vocabulary of the T-745 objects, defined here (the record model) and imported by the modules
+# that write them (host, grants, journal, segments), so the schema checks below need nothing above.
+PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
+OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
+ROLES = ("worker", "job")
+RIGHTS = ("read", "write")
+JOURNAL_SCHEMA = 2
+GRANT_SCHEMA = 2
+SEGMENT_SCHEMA = 2
 
 
 def _t745() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int]:
-    """(OUTCOMES, ROLES, RIGHTS, journal, grant, segment schema versions), from the modules that
-    write them (imported on first use: they import this module)."""
-    global _T745
-    if _T745 is None:
-        from .grants import GRANT_SCHEMA, RIGHTS, ROLES
-        from .host import OUTCOMES
-        from .journal import JOURNAL_SCHEMA
-        from .segments import SEGMENT_SCHEMA
-        _T745 = (OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA)
-    return _T745
+    """(OUTCOMES, ROLES, RIGHTS, journal, grant, segment schema versions)."""
+    return OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA
 
 
 _AN_ID, _OPT_ID = "a 32-byte id", "a 32-byte id or nil"

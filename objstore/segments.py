@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import codec
 from . import records as R
+from .records import SEGMENT_SCHEMA
 from .runrefs import segments_ref
 from .sessions import fold_tasks, startup_event
 from .snapshot import Snapshot
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from .chain import ChainReader, View
     from .runlog import RunLog
 
-SEGMENT_SCHEMA = 2
 
 
 def segments(log: RunLog, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, dict]]:
