@@ -216,7 +216,7 @@ class Group(click.Group):
 
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (env OBJSTORE_DIR; default: the .objstore in this directory or the nearest parent, like git).")
+@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (env OBJSTORE_DIR; default: the .objstore in this directory or the nearest parent, like git; OBJSTORE_CEILING_DIRECTORIES stops the search).")
 @click.version_option(objstore.__version__, package_name="objstore")
 @click.pass_context
 def cli(ctx, store):

@@ -64,13 +64,22 @@ def default_path() -> str:
     return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
 
 
-def discover(start: str | None = None) -> str:
+CEILING_ENV = "OBJSTORE_CEILING_DIRECTORIES"
+
+
+def discover(start: str | None = None, ceilings: list[str] | None = None) -> str:
     """The store a command uses when none is named, found like git finds ``.git``: a ``.objstore``
     directory holding an OBJSTORE marker in ``start`` (default: the current directory), else in
     its parent, and so on up to ``/`` — stopping before a filesystem boundary (the parent's
-    ``st_dev`` differs). Returns its absolute path; raises StoreNotFound naming where it looked."""
+    ``st_dev`` differs) and, like git's GIT_CEILING_DIRECTORIES, before going up into a ceiling
+    directory (``ceilings``; default: the colon-separated absolute paths in
+    $OBJSTORE_CEILING_DIRECTORIES). Returns its absolute path; raises StoreNotFound naming where it
+    looked."""
     here = os.path.abspath(start or os.getcwd())
     first = here
+    if ceilings is None:
+        ceilings = [c for c in os.environ.get(CEILING_ENV, "").split(":") if os.path.isabs(c)]
+    stops = {os.path.normpath(c) for c in ceilings}
     try:
         dev = os.stat(here).st_dev
         while True:
@@ -80,6 +89,9 @@ def discover(start: str | None = None) -> str:
             parent = os.path.dirname(here)
             if parent == here:
                 stop = "/"
+                break
+            if parent in stops:
+                stop = f"{here} (ceiling {parent} in ${CEILING_ENV})"
                 break
             pdev = os.stat(parent).st_dev
             if pdev != dev:
