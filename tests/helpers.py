@@ -1,6 +1,7 @@
 """Helpers shared by tests (importable as ``helpers``)."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -117,3 +118,40 @@ def new_key(tmp, name):
     path = os.path.join(str(tmp), f"{name}.key")
     identity.save_key(path, k)
     return k, path
+
+
+_RO_SCRIPT = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && shift && exec "$@"'
+
+
+def _read_only_mount_works(root):
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", _RO_SCRIPT + " 2>/dev/null", root, "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def run_read_only(root, *args, env_extra=None):
+    """Run the CLI on the store ``root`` while it cannot be written: exit code, stdout, stderr.
+
+    Not root: ``chmod -R a-w``. Root writes through any file mode, so as root: a read-only bind
+    mount in a private mount namespace (``unshare -m``). Where root has no mount namespace (a
+    container without CAP_SYS_ADMIN) a read-only store cannot be made at all, and the test is
+    skipped with that reason. (Running the command as ``nobody`` instead does not work either:
+    the interpreter usually lives under root's 0700 home.)"""
+    import pytest
+
+    env = dict(os.environ, **(env_extra or {}))
+    env.pop("OBJSTORE_DIR", None)
+    cmd = [sys.executable, "-m", "objstore", "--store", root, *args]
+    if os.geteuid() == 0:
+        if not _read_only_mount_works(root):
+            pytest.skip("running as root without a mount namespace (unshare -m): root writes through file modes, "
+                        "so no read-only store can be made here")
+        p = subprocess.run(["unshare", "-m", "sh", "-c", _RO_SCRIPT, root, "x", *cmd], capture_output=True, env=env, timeout=120)
+        return p.returncode, p.stdout.decode(), p.stderr.decode()
+    subprocess.run(["chmod", "-R", "a-w", root], check=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, env=env, timeout=120)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", root], check=True)
+    return p.returncode, p.stdout.decode(), p.stderr.decode()

@@ -27,7 +27,7 @@ import blake3
 import msgspec
 import pytest
 import zstandard
-from helpers import raw_objects, run_cli, snapshot_tree
+from helpers import raw_objects, run_cli, run_read_only, snapshot_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -448,29 +448,6 @@ def test_two_inits_of_one_new_store_at_once(tmp_path):
 
 
 # -- a read-only store: commands that only read succeed -------------------------------------------
-
-
-def run_read_only(root, *args, env_extra=None):
-    """Run the CLI on ``root`` made read-only: a read-only bind mount in a private mount namespace
-    (root can write through file modes), else ``chmod -R a-w``."""
-    env = dict(os.environ, **(env_extra or {}))
-    env.pop("OBJSTORE_DIR", None)
-    cmd = [sys.executable, "-m", "objstore", "--store", root, *args]
-    if os.geteuid() == 0:
-        if shutil.which("unshare") is None:
-            pytest.skip("root without unshare: cannot make a read-only store")
-        script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && shift && exec "$@"'
-        probe = subprocess.run(["unshare", "-m", "sh", "-c", script + " 2>/dev/null", root, "true"], capture_output=True)
-        if probe.returncode != 0:
-            pytest.skip("cannot make a read-only mount here")
-        p = subprocess.run(["unshare", "-m", "sh", "-c", script, root, "x", *cmd], capture_output=True, env=env, timeout=120)
-    else:
-        subprocess.run(["chmod", "-R", "a-w", root], check=True)
-        try:
-            p = subprocess.run(cmd, capture_output=True, env=env, timeout=120)
-        finally:
-            subprocess.run(["chmod", "-R", "u+w", root], check=True)
-    return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
 @pytest.mark.parametrize("drop", [(), ("state.db",), ("state.db", "log/checkpoint")], ids=["as-is", "no-state-cache", "no-cache-no-checkpoint"])
