@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import blake3
 import msgspec
+import zstandard
 
 from .errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
 
@@ -347,6 +348,20 @@ def check_text(v: str, what: str, error: Callable[[str], Exception] = InvalidInp
     if not v.isascii():
         _check_text(v, what, error)
     return v
+
+
+def zstd_chunks(source: Any, limit: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+    """The decompressed bytes of one zstd frame read from ``source`` (bytes, or any object with
+    ``read``), in chunks of at most ``chunk``, stopping after ``limit`` bytes whatever the frame
+    claims: a large or crafted frame is never held in memory. Raises ``zstandard.ZstdError``."""
+    reader = zstandard.ZstdDecompressor().stream_reader(source, read_across_frames=False)
+    left = limit
+    while left > 0:
+        got = reader.read(min(chunk, left))
+        if not got:
+            return
+        left -= len(got)
+        yield got
 
 
 def check_stream(chunks: Iterable[bytes], raw_len: int, members: Iterable[tuple[int, int, bytes]]) -> str | None:

@@ -1374,14 +1374,9 @@ def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: 
             self.pos += len(data)
             return data
 
-    # zstandard reads any object with read(); its stubs ask for IO[bytes]
-    reader = zstandard.ZstdDecompressor().stream_reader(_Region(), read_across_frames=False)  # type: ignore[arg-type]
     left = raw_len
     try:
-        while left > 0:
-            data = reader.read(min(chunk, left))
-            if not data:
-                break
+        for data in codec.zstd_chunks(_Region(), raw_len, chunk):
             left -= len(data)
             yield data
     except zstandard.ZstdError as e:

@@ -104,14 +104,7 @@ def _decompress(data: bytes, what: str, where: str, members: list[tuple[int, int
 def _stream(data: bytes, limit: int, chunk: int = 1 << 20) -> Iterator[bytes]:
     """The decompressed bytes of one frame in chunks, stopping at ``limit`` bytes (then one more
     byte, if the frame holds more: check_stream names that)."""
-    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=False)
-    left = limit + 1
-    while left > 0:
-        got = reader.read(min(chunk, left))
-        if not got:
-            return
-        left -= len(got)
-        yield got
+    return codec.zstd_chunks(data, limit + 1, chunk)
 
 
 def loose_canonical(oid: bytes, raw: bytes, path: str) -> bytes:
