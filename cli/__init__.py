@@ -19,5 +19,12 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+def _is_the_command() -> bool:
+    """The ``objstore`` console script or ``python -m objstore`` — not a program (a test run, an
+    application) that merely imports the CLI, whose Ctrl-C is its own business."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    return os.path.basename(argv0) == "objstore" or argv0.endswith(os.path.join("objstore", "__main__.py"))
+
+
+if _is_the_command() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)

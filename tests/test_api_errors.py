@@ -109,7 +109,8 @@ def test_a_newline_in_a_path_stays_on_one_error_line(tmp_path):
 @pytest.mark.parametrize("as_json", [False, True])
 def test_ctrl_c_while_the_library_is_imported_is_one_line_and_130(as_json):
     # The console script imports objstore_cli first; its handler covers the library's import time.
-    code = "import sys, time; import objstore_cli; print('ready', flush=True); time.sleep(60)"
+    # (argv[0] as the console script has it: a program that merely imports the CLI keeps its Ctrl-C.)
+    code = "import sys, time; sys.argv[0] = 'objstore'; import objstore_cli; print('ready', flush=True); time.sleep(60)"
     argv = [sys.executable, "-c", code] + (["--json"] if as_json else [])
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout is not None and p.stdout.readline() == b"ready\n"
@@ -120,3 +121,12 @@ def test_ctrl_c_while_the_library_is_imported_is_one_line_and_130(as_json):
         assert json.loads(err) == {"error": "interrupted", "exit": 130, "message": "interrupted"}
     else:
         assert err == b"objstore: error: interrupted\n"
+
+
+def test_a_program_that_imports_the_cli_keeps_its_own_ctrl_c():
+    code = "import time; import objstore_cli; print('ready', flush=True); time.sleep(60)"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGINT and err.endswith(b"KeyboardInterrupt\n")  # Python's own handling
