@@ -8,6 +8,7 @@ object id in it is reproducible. Regenerate it after an intended change with
 review the diff.
 """
 
+import datetime
 import json
 import os
 import pty
@@ -125,7 +126,9 @@ def test_parse_time_forms():
     assert H.parse_time("1w", now) == now - 604800
     assert H.parse_time("now", now) == now
     assert H.parse_time("@123.5", now) == 123.5
-    assert H.parse_time("yesterday", now) == H.parse_time("today", now) - 86400 or True  # DST days differ
+    today = datetime.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    assert H.parse_time("today", now) == today.timestamp()
+    assert H.parse_time("yesterday", now) == (today - datetime.timedelta(days=1)).timestamp()  # local midnight, DST or not
     assert H.parse_time("today", now) <= now < H.parse_time("today", now) + 86400 + 3600
     assert H.parse_time("2027-01-15T08:00:00+00:00") == 1800000000.0
     with pytest.raises(InvalidInput):
