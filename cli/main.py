@@ -3,6 +3,11 @@
 Each command parses arguments, calls one library function and prints. Any
 ``ObjstoreError`` becomes one line on stderr and its documented exit code (see
 ``objstore.errors``); no traceback reaches the user for bad input.
+
+Imports on demand (issue 15): at module level only click, the stdlib and ``objstore.errors``, so
+building the click app (``--help``, completion, a usage error) loads no storage engine, codec,
+zstandard, SQLite, rich, cryptography or T-745 module. Each command imports what it uses in its
+body; tests/test_startup.py pins the list of modules that must stay out.
 """
 
 from __future__ import annotations
@@ -10,17 +15,16 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sqlite3
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 import objstore
-from objstore import codec, completion, views
 from objstore.errors import Interrupted, InvalidInput, ObjstoreError, StateCacheError, StorageOSError, StoreNotFound
-from objstore.resolve import resolve_run, short_ids
-from objstore.runlog import RunLog
-from objstore.store import DEFAULT_DIR, Store, discover
+
+if TYPE_CHECKING:
+    from objstore.runlog import RunLog
 
 INT64_MAX = 2**63 - 1
 
@@ -62,6 +66,8 @@ Under --json an error is one JSON object on stderr: {"error", "message", "exit"}
 
 
 def _echo_json(value) -> None:
+    from objstore import codec
+
     click.echo(codec.canonical_json(value).decode())
 
 
@@ -73,6 +79,8 @@ class Ctx:
     def store_path(self, create: bool = False) -> str:
         """--store / OBJSTORE_DIR, else the .objstore found in the current directory or a parent
         (``store.discover``); with ``create``, ./.objstore when none is found."""
+        from objstore.store import DEFAULT_DIR, discover
+
         if self.path:
             return self.path
         try:
@@ -84,6 +92,9 @@ class Ctx:
 
     def log(self, create: bool = False) -> RunLog:
         if self._log is None:
+            from objstore.runlog import RunLog
+            from objstore.store import Store
+
             self._log = RunLog(Store.open(self.store_path(create), create=create))
         return self._log
 
@@ -103,11 +114,15 @@ class RunType(click.ParamType):
         c = ctx.find_object(Ctx) if ctx is not None else None
         if c is None:  # no store context (e.g. completion): leave it as given
             return value
+        from objstore.resolve import resolve_run
+
         return resolve_run(c.log(), value)
 
     def shell_complete(self, ctx, param, incomplete):
         """Run ids of the store the command line names (and 'latest'): objstore.completion."""
         from click.shell_completion import CompletionItem
+
+        from objstore import completion
 
         return [CompletionItem(r) for r in completion.runs(_completion_store(ctx), incomplete)]
 
@@ -117,6 +132,8 @@ RUN = RunType()
 
 def _completion_store(ctx):
     """The store a command line being completed would use (--store, OBJSTORE_DIR, discovery), or None."""
+    from objstore import completion
+
     return completion.open_store(ctx.find_root().params.get("store"))
 
 
@@ -143,6 +160,8 @@ def _completing_run(ctx):
 
 def _complete_branch(ctx, param, incomplete):
     """Branch numbers of the RUN given earlier on the line being completed."""
+    from objstore import completion
+
     return completion.branches(_completion_store(ctx), _completing_run(ctx), incomplete)
 
 
@@ -160,6 +179,8 @@ def _fail(payload: dict, line: str, as_json: bool):
     """Report one error on stderr (one line, or one JSON object under --json) and exit with its code.
     Control characters (a newline in a path, say) are escaped, so the line stays one line."""
     if as_json:
+        from objstore import codec
+
         click.echo(codec.canonical_json(payload).decode(), err=True)
     else:
         line = "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in line)
@@ -170,6 +191,20 @@ def _fail(payload: dict, line: str, as_json: bool):
 def _usage_message(e: click.UsageError) -> str:
     path = e.ctx.command_path if e.ctx is not None else "objstore"
     return f"{e.format_message()} (see '{path} --help')"
+
+
+def _views():
+    """objstore.views, for the error shapes: imported only when there is an error to report."""
+    from objstore import views
+
+    return views
+
+
+def _is_sqlite_error(e: Exception) -> bool:
+    """A sqlite3 error (from the state cache)? sqlite3 is imported only by commands that open the
+    cache, so where it was never imported no sqlite3 error can have been raised."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(e, sqlite3.Error)
 
 
 class Group(click.Group):
@@ -196,22 +231,24 @@ class Group(click.Group):
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
         except ObjstoreError as e:
-            _fail(views.error(e), str(e), as_json)
+            _fail(_views().error(e), str(e), as_json)
         except (KeyboardInterrupt, click.Abort):
             e = Interrupted()
-            _fail(views.error(e), str(e), as_json)
+            _fail(_views().error(e), str(e), as_json)
         except click.UsageError as e:
             msg = _usage_message(e)
-            _fail(views.usage_error(msg), msg, as_json)
+            _fail(_views().usage_error(msg), msg, as_json)
         except click.ClickException as e:
             msg = e.format_message()
             _fail({"error": "usage-error" if e.exit_code == 2 else "error", "message": msg, "exit": e.exit_code}, msg, as_json)
-        except sqlite3.Error as e:  # the state cache; `objstore rebuild` remakes it from the objects
-            err = StateCacheError("use it", e)
-            _fail(views.error(err), str(err), as_json)
         except OSError as e:  # a net: the library wraps the OS errors it meets as StorageOSError
             err = StorageOSError(f"run objstore {' '.join(argv[:1])}".rstrip(), e)
-            _fail(views.error(err), str(err), as_json)
+            _fail(_views().error(err), str(err), as_json)
+        except Exception as e:
+            if not _is_sqlite_error(e):
+                raise
+            err = StateCacheError("use it", e)  # the state cache; `objstore rebuild` remakes it from the objects
+            _fail(_views().error(err), str(err), as_json)
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -265,6 +302,7 @@ def init(c, as_json):
       objstore init --json
     """
     from objstore import identity
+    from objstore.store import DEFAULT_DIR, Store
 
     target = os.path.abspath(c.path or DEFAULT_DIR)  # never a parent's store: init makes ./.objstore
     s = Store.init(target)
@@ -302,6 +340,8 @@ def cat(c, oid, body, raw):
       objstore cat ID > object.bin
       objstore cat --body ID | less
     """
+    from objstore import codec, views
+
     store = c.log().store
     key = store.resolve_id(oid)
     if not raw and sys.stdout.isatty():  # never dump binary bytes on a terminal
@@ -336,6 +376,8 @@ def show(c, oid, as_json, raw):
       objstore show ID
       objstore show ID --json
     """
+    from objstore import codec, views
+
     store = c.log().store
     key = store.resolve_id(oid)
     otype, value = store.get(key)
@@ -470,6 +512,7 @@ def verify(c, as_json, no_state, anchor):
       objstore verify --json
       objstore verify --anchor TOKEN
     """
+    from objstore import views
     from objstore.verify import verify_report
 
     log = c.log()
@@ -546,6 +589,9 @@ def runs(c, as_json):
       objstore runs
       objstore runs --json
     """
+    from objstore import views
+    from objstore.resolve import short_ids
+
     log = c.log()
     rows = [views.run(log.view(run)) for run in log.runs()]
     if as_json:
@@ -618,7 +664,7 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
       objstore log RUN --graph
       objstore log RUN --json
     """
-    from objstore import history
+    from objstore import history, views
 
     log = c.log()
     view = log.view(run)
@@ -670,6 +716,8 @@ def branches(c, run, as_json):
       objstore branches RUN
       objstore branches latest --json
     """
+    from objstore import views
+
     log = c.log()
     rows = [views.branch(row) for row in log.branches(log.view(run))]
     if as_json:
@@ -683,6 +731,8 @@ def branches(c, run, as_json):
 
 
 def _print_fork(log, fr, as_json):
+    from objstore import views
+
     if as_json:
         _echo_json(views.fork_result(log, fr))
         return
@@ -802,6 +852,7 @@ def export(c, run):
       objstore export RUN > outbox.jsonl
       objstore export latest
     """
+    from objstore import codec
     from objstore.export import export as run_export
 
     for e in run_export(c.log(), run):
@@ -850,6 +901,7 @@ def ingest(c, source, as_json):
       objstore ingest events.jsonl
       cat events.jsonl | objstore ingest - --json
     """
+    from objstore import views
     from objstore.ingest import apply_events, read_events
 
     events = read_events(source)  # every line checked before the store is opened, or created

@@ -1,0 +1,114 @@
+"""Issue 15 benchmark: the CPU a fresh ``objstore`` process spends before it answers.
+
+    python benchmarks/bench_startup.py [--reps 10] [--runs 10000] [--records 10]
+
+Builds once (cached under $BENCH_DIR or /tmp, reused while its marker file is there) a store of
+``--runs`` runs × ``--records`` attempt records each, through the library in batches of 100 runs,
+with OBJSTORE_FSYNC=off while building (durability is not what is measured). Then, interleaved,
+``--reps`` times each, every one a fresh OS process with its output to /dev/null:
+
+* ``python -c pass`` (the baseline: the interpreter and site, the venv's editable finder);
+* ``objstore --help`` (building the click app: imports only);
+* ``objstore --store S log RUN -n 10`` (RUN: the full id of a run in the middle of the store).
+
+It prints min/median/max of each command's user+sys CPU (``os.wait4`` of that one child, so nothing
+else on the machine is counted) minus the median baseline, and the baseline itself. The target
+(issue 15): the median of each ≤ 200 ms above the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def build(root: str, runs: int, records: int) -> str:
+    """The store (made once: a marker file names the run the benchmark reads); returns that run id."""
+    marker = os.path.join(root, "bench-run-id")
+    if os.path.exists(marker):
+        with open(marker, encoding="ascii") as f:
+            return f.read().strip()
+    shutil.rmtree(root, ignore_errors=True)
+    os.environ["OBJSTORE_FSYNC"] = "off"  # building only; read by fileutil when the store opens
+    from objstore import RunLog, Store
+
+    t = time.perf_counter()
+    log = RunLog(Store.open(os.path.join(root, "store"), create=True))
+    ids = []
+    for g in range(0, runs, 100):
+        with log.store.batch():
+            for i in range(g, min(g + 100, runs)):
+                run = log.start_run(f"bench-{i:06d}", subject="bench")
+                ids.append(run)
+                for k in range(records):
+                    log.record_attempt(run, step=k // 2, attempt=k % 2, state="failed" if k % 2 == 0 else "succeeded",
+                                       usage={"input_tokens": 100 + k, "output_tokens": 20}, context={"i": i, "k": k})
+    del os.environ["OBJSTORE_FSYNC"]
+    run = ids[len(ids) // 2]
+    with open(marker, "w", encoding="ascii") as f:
+        f.write(run + "\n")
+    print(f"built {runs:,} runs x {records} records in {time.perf_counter() - t:.1f} s: {root}")
+    return run
+
+
+def cpu_of(argv: list[str]) -> float:
+    """user+sys CPU seconds of one fresh process (its own rusage from wait4), stdout to /dev/null."""
+    err_path = os.path.join(os.environ.get("BENCH_DIR") or "/tmp", f"bench-startup-{os.getpid()}.err")
+    actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+               (os.POSIX_SPAWN_OPEN, 2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)]
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=actions)
+    _, status, ru = os.wait4(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        with open(err_path, encoding="utf-8", errors="replace") as f:
+            raise SystemExit(f"{' '.join(argv)}: exit {os.waitstatus_to_exitcode(status)}: {f.read()[:400]}")
+    os.unlink(err_path)
+    return ru.ru_utime + ru.ru_stime
+
+
+def objstore_command() -> list[str]:
+    """The console script a user runs (next to this interpreter), else ``python -m objstore``."""
+    script = os.path.join(os.path.dirname(sys.executable), "objstore")
+    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "objstore"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--records", type=int, default=10)
+    a = ap.parse_args()
+    root = os.path.join(os.environ.get("BENCH_DIR") or "/tmp", f"objstore-bench-startup-{a.runs}x{a.records}")
+    run = build(root, a.runs, a.records)
+    store = os.path.join(root, "store")
+    cmd = objstore_command()
+    commands = {
+        "python -c pass": [sys.executable, "-c", "pass"],
+        "objstore --help": [*cmd, "--help"],
+        "objstore log RUN -n 10": [*cmd, "--store", store, "log", run, "-n", "10"],
+    }
+    cpu: dict[str, list[float]] = {k: [] for k in commands}
+    for argv in commands.values():  # one warm-up each: the page cache, not the figures
+        cpu_of(argv)
+    for _ in range(a.reps):
+        for name, argv in commands.items():
+            cpu[name].append(cpu_of(argv))
+    base = statistics.median(cpu["python -c pass"])
+    print(f"user+sys CPU of a fresh process, {a.reps} interleaved repetitions, {a.runs:,} runs x {a.records} records")
+    print(f"  {'baseline: python -c pass':<34} min {min(cpu['python -c pass']) * 1e3:6.1f}  median {base * 1e3:6.1f}"
+          f"  max {max(cpu['python -c pass']) * 1e3:6.1f} ms")
+    for name in list(commands)[1:]:
+        xs = [x - base for x in cpu[name]]
+        med = statistics.median(xs)
+        print(f"  {name + ' - baseline':<34} min {min(xs) * 1e3:6.1f}  median {med * 1e3:6.1f}  max {max(xs) * 1e3:6.1f} ms"
+              f"   target <= 200 ms: {'met' if med <= 0.200 else f'missed by {(med - 0.200) * 1e3:.0f} ms'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Imports on demand (issue 15): what a fresh process loads before it answers.
+
+Building the click app (``objstore --help``) must load none of the heavy modules — the storage
+engine and its codecs, SQLite, rich, cryptography, the T-745 journal layer, format-1, upgrade,
+verify, the test-only libraries — and ``objstore log RUN -n 10`` loads the store but not the
+journal, format-1, upgrade or verify modules. Each check runs in a fresh interpreter (this test
+process has imported everything already) and compares module names, never times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Third-party or stdlib modules too heavy for start-up (each costs milliseconds of CPU to import).
+HEAVY = ["cryptography", "rich", "sqlite3", "_sqlite3", "zstandard", "jsonschema", "hypothesis", "blake3", "msgspec"]
+# The T-745 layer (journals, grants, keys) and the modules only a few commands need.
+T745 = ["identity", "grants", "journal", "sessions", "host", "backend", "snapshot", "compactor", "compaction", "segments"]
+ON_DEMAND = ["format1", "upgrade", "verify"]
+NOT_FOR_HELP = HEAVY + [f"objstore.{m}" for m in T745 + ON_DEMAND]
+
+# Run in a fresh interpreter: the command line in argv, then the sorted module names as JSON on
+# the last line of stderr (stdout is the command's own output).
+PROBE = r"""
+import json, sys
+args = json.loads(sys.argv[1])
+if args is None:
+    import objstore_cli.main
+elif args == "library":
+    import objstore
+else:
+    import objstore_cli.main
+    sys.argv = ["objstore", *args]
+    try:
+        objstore_cli.main.main()
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise
+sys.stdout.flush()
+sys.stderr.write("\n" + json.dumps(sorted(sys.modules)) + "\n")
+"""
+
+
+def loaded(args, cwd) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OBJSTORE_")}
+    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return set(json.loads(p.stderr.strip().splitlines()[-1]))
+
+
+def heavy_in(mods: set[str], names) -> list[str]:
+    """The names loaded, a package counting as loaded if any of its submodules is."""
+    return sorted(n for n in names if n in mods or any(m.startswith(n + ".") for m in mods))
+
+
+def test_building_the_click_app_imports_nothing_heavy(tmp_path):
+    mods = loaded(None, tmp_path)
+    assert heavy_in(mods, NOT_FOR_HELP) == []
+    # Of the library, only the package itself and its errors: every command imports the rest.
+    assert sorted(m for m in mods if m.split(".")[0] in ("objstore", "objstore_cli")) == [
+        "objstore", "objstore.errors", "objstore_cli", "objstore_cli.main"]
+
+
+@pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["journal", "--help"], ["--version"]])
+def test_help_imports_nothing_heavy(tmp_path, args):
+    mods = loaded(args, tmp_path)
+    assert heavy_in(mods, NOT_FOR_HELP) == []
+    assert sorted(m for m in mods if m.startswith("objstore.")) == ["objstore.errors"]
+
+
+def test_importing_the_library_loads_only_its_errors(tmp_path):
+    """``import objstore`` is the facade; RunLog, Store and the submodules load on first use."""
+    mods = loaded("library", tmp_path)
+    assert sorted(m for m in mods if m.startswith("objstore")) == ["objstore", "objstore.errors"]
+
+
+def test_the_facade_still_reaches_every_name(tmp_path):
+    code = ("import objstore, objstore.runlog, objstore.store\n"
+            "assert objstore.RunLog is objstore.runlog.RunLog and objstore.Store is objstore.store.Store\n"
+            "assert objstore.View.__name__ == 'View' and objstore.ForkResult.__name__ == 'ForkResult'\n"
+            "import objstore as o2\n"
+            "assert o2.verify.__name__ == 'objstore.verify'  # a submodule as an attribute, loaded on use\n"
+            "try:\n    objstore.no_such_name\nexcept AttributeError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "module 'objstore' has no attribute 'no_such_name'\n"
+
+
+def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_path):
+    from objstore import RunLog, Store
+
+    store = str(tmp_path / "s")
+    log = RunLog(Store.open(store, create=True))
+    run = log.start_run("startup", subject="t")
+    for i in range(12):
+        log.record_attempt(run, step=i, attempt=0, state="succeeded")
+    mods = loaded(["--store", store, "log", run, "-n", "10"], tmp_path)
+    assert "objstore.engine" in mods and "objstore.history" in mods  # it did read the store
+    assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
+    assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
