@@ -2,9 +2,16 @@
 
 Run (from the repository root, with the project venv):
 
-    .venv/bin/python benchmarks/bench_commit.py                      # defaults below, 5 repetitions
-    .venv/bin/python benchmarks/bench_commit.py --reps 3 --scale 0.1 # quick check
+    .venv/bin/python benchmarks/bench_commit.py                       # every mode, 5 repetitions (issue 15's table)
+    .venv/bin/python benchmarks/bench_commit.py --scale 0.05 --reps 2 # smoke
+    .venv/bin/python benchmarks/bench_commit.py --procs 8             # only the 8-writer-process mode
+    .venv/bin/python benchmarks/bench_commit.py --threads 8           # only the 8-thread (group commit) mode
+    .venv/bin/python benchmarks/bench_commit.py --modes groups,syscalls
     BENCH_DIR=/mnt/slowdisk .venv/bin/python benchmarks/bench_commit.py
+
+To measure a library other than the working tree's (e.g. HEAD while others edit): extract it with
+``git archive HEAD objstore cli`` into DIR (cli renamed objstore_cli) and run from outside the repository with
+``PYTHONPATH=DIR`` (children inherit it).
 
 Modes: --modes / BENCH_MODES (default "groups,syscalls,procs,threads"; giving --procs P or --threads T on the command
 line without --modes runs only those modes, e.g. ``bench_commit.py --procs 8`` or ``bench_commit.py --threads 8``).
@@ -289,7 +296,7 @@ def capture_entries(work, g):
                 return
             base = os.path.basename(path)
             kind = re.sub(r"[0-9a-f]{6,}|\d+", "N", base)
-            if path.startswith(logdir) and not any(x in base for x in _NOT_ENTRIES):
+            if path.startswith(logdir) and not any(x in base.lower() for x in _NOT_ENTRIES):
                 cur.append(bytes(data))
                 kept[kind] = kept.get(kind, 0) + len(data)
             elif path.startswith(os.path.realpath(log.store.root)):
