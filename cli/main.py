@@ -71,6 +71,53 @@ def _echo_json(value) -> None:
     click.echo(codec.canonical_json(value).decode())
 
 
+def _table_classes():
+    """(Console, Table): rich's when stdout is a terminal; plain stand-ins otherwise, so rich (some
+    30 ms of imports) loads only when a table goes to a TTY (issue 15) and a pipe gets one line per
+    row that grep and cut can read, instead of rich's boxes wrapped at 80 columns."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        return Console, Table
+    return _PlainConsole, _PlainTable
+
+
+class _PlainTable:
+    """The part of rich.table.Table the commands use: a title, columns, rows (styles ignored)."""
+
+    def __init__(self, title: str | None = None):
+        self.title = title
+        self.columns: list[str] = []
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_column(self, header: str) -> None:
+        self.columns.append(header)
+
+    def add_row(self, *cells: str, style: str | None = None) -> None:
+        self.rows.append(cells)
+
+    def lines(self):
+        """The title, the header and one line per row, columns two spaces apart (the last unpadded)."""
+        # a row has one cell per column (rich's rule too); zip(strict=True) says so if one does not
+        widths = [max(len(r[i]) for r in [self.columns, *self.rows]) for i in range(len(self.columns))]
+        if self.title:
+            yield self.title
+        for r in [self.columns, *self.rows]:
+            yield "  ".join([c.ljust(w) for c, w in zip(r[:-1], widths[:-1], strict=True)] + [r[-1]]).rstrip()
+
+
+class _PlainConsole:
+    """The part of rich.console.Console the commands use: print a line of text or a table."""
+
+    def print(self, what) -> None:
+        if isinstance(what, _PlainTable):
+            for line in what.lines():
+                click.echo(line)
+        else:  # the only markup the commands write: [bold]...[/]
+            click.echo(str(what).replace("[bold]", "").replace("[/]", ""))
+
+
 class Ctx:
     def __init__(self, path: str | None):
         self.path = path
@@ -944,9 +991,7 @@ def episode(c, run, all_branches, as_json, source):
     if as_json:
         click.echo(ep.to_json().decode())
         return
-    from rich.console import Console
-    from rich.table import Table
-
+    Console, Table = _table_classes()  # rich only for a terminal (issue 15)
     con = Console()
     con.print(f"run [bold]{ep.run}[/] subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
     for b in ep.branches:

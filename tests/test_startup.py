@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
 
@@ -47,11 +48,36 @@ sys.stderr.write("\n" + json.dumps(sorted(sys.modules)) + "\n")
 """
 
 
-def loaded(args, cwd) -> set[str]:
+def probe(args, cwd, tty: bool = False) -> tuple[str, set[str]]:
+    """(stdout, modules loaded) of the probe in a fresh interpreter; stdout a pipe, or a pty."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OBJSTORE_")}
-    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return set(json.loads(p.stderr.strip().splitlines()[-1]))
+    argv = [sys.executable, "-c", PROBE, json.dumps(args)]
+    if not tty:
+        p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout, set(json.loads(p.stderr.strip().splitlines()[-1]))
+    master, slave = pty.openpty()
+    child = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd,
+                             env={**env, "COLUMNS": "200", "TERM": "xterm"})
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    err = child.stderr.read().decode()
+    child.stderr.close()
+    assert child.wait(timeout=60) == 0, err
+    return got.decode(), set(json.loads(err.strip().splitlines()[-1]))
+
+
+def loaded(args, cwd) -> set[str]:
+    return probe(args, cwd)[1]
 
 
 def heavy_in(mods: set[str], names) -> list[str]:
@@ -104,3 +130,49 @@ def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_p
     assert "objstore.engine" in mods and "objstore.history" in mods  # it did read the store
     assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
     assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
+
+
+@pytest.fixture
+def two_branches(tmp_path):
+    """A run with a failed and a retried attempt, rewound past them: branch 1 is live."""
+    from objstore import RunLog, Store
+
+    store = str(tmp_path / "s")
+    log = RunLog(Store.open(store, create=True))
+    run = log.start_run("startup", subject="t", workflow_version="w1")
+    prompt, output = log.put_blob(b"the prompt"), log.put_blob(b"the output")
+    log.record_attempt(run, step=1, attempt=0, state="succeeded", prompt=prompt, output=output, usage={"tokens": 7})
+    log.record_attempt(run, step=2, attempt=0, state="failed")
+    log.record_attempt(run, step=2, attempt=1, state="succeeded")
+    log.rewind(run, 1, reason="retry")
+    log.record_attempt(run, step=2, attempt=0, state="succeeded", usage={"tokens": 12345})
+    return store, run, prompt.hex()[:12], output.hex()[:12]
+
+
+def test_episode_into_a_pipe_is_one_line_per_attempt_without_rich(two_branches, tmp_path):
+    store, run, p, o = two_branches
+    out, mods = probe(["--store", store, "episode", run, "--all-branches"], tmp_path)
+    assert heavy_in(mods, ["rich"]) == []
+    lines = out.splitlines()
+    assert lines[0] == f"run {run} subject t workflow w1 live branch 1"
+    cells = [line.split() for line in lines[1:]]
+    # every attempt on one line whose cells are the table's, in order; ids cut to 12 hex digits
+    assert [c[:3] for c in cells] == [
+        ["branch", "0"], ["step", "attempt", "state"], ["1", "0", "succeeded"], ["2", "0", "failed"], ["2", "1", "succeeded"],
+        ["branch", "1", "(live)"], ["step", "attempt", "state"], ["2", "0", "succeeded"]]
+    assert lines[1:6] == ["branch 0",
+                          "step  attempt  state      prompt        output        usage",
+                          f"1     0        succeeded  {p}  {o}  {{\"tokens\": 7}}",
+                          "2     0        failed",  # empty cells at the end of a line: no trailing blanks
+                          "2     1        succeeded"]
+    assert lines[6] == "branch 1 (live) forked from 0@1"
+    # each table is as wide as its own cells: branch 1 has no prompt or output ids
+    assert lines[7:] == ["step  attempt  state      prompt  output  usage",
+                         "2     0        succeeded" + " " * 18 + '{"tokens": 12345}']
+
+
+def test_episode_on_a_terminal_is_rich_table(two_branches, tmp_path):
+    store, run, _p, _o = two_branches
+    out, mods = probe(["--store", store, "episode", run], tmp_path, tty=True)
+    assert "rich.table" in mods
+    assert "┏" in out and "succeeded" in out and '{"tokens": 12345}' in out
