@@ -13,6 +13,8 @@ reply ``{"ok": true, "answer": "<the answer's canonical JSON>"}`` (read),
 The client raises the same typed error the Host raised (``Unauthenticated`` for
 401, ``JobCaller`` and the other refusals for 403); a Host it cannot reach is
 ``HostUnavailable``, which compaction records as ``unavailable (read_failed)``.
+Each request is answered as of one log position (``host.At``), whatever other
+processes commit while it is served.
 A read neither contacts any agent runtime nor waits for jobs or generations.
 """
 
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from . import codec, errors
 from .errors import InvalidInput, ObjstoreError
-from .host import HostUnavailable, LocalJournalHost
+from .host import HostUnavailable, LocalJournalHost, Principal
 from .identity import Request
 
 if TYPE_CHECKING:
@@ -69,14 +71,18 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     allow_reuse_address = True
 
 
-def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] | None = None) -> None:
-    """Serve the journal Host of the store at ``store_path`` on ``socket_path`` until SIGTERM/SIGINT."""
+def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] | None = None,
+          on_authorized: Callable[[Request, Principal], object] | None = None) -> None:
+    """Serve the journal Host of the store at ``store_path`` on ``socket_path`` until SIGTERM/SIGINT.
+    ``on_authorized`` is the Host's hook between a read's authorization and its journal read
+    (``LocalJournalHost.on_authorized``; a test pauses the Backend there)."""
     from .runlog import RunLog
     from .store import Store
 
     log = RunLog(Store.open(store_path))
     host = LocalJournalHost(log)
     host.name = "backend"
+    host.on_authorized = on_authorized
 
     class Handler(socketserver.StreamRequestHandler):
         timeout = IDLE_TIMEOUT  # a client that connects and sends nothing does not hold a thread forever

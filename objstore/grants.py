@@ -115,8 +115,14 @@ def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_pub
 
 def grant_chain(log: ChainReader, ref: str) -> list[tuple[bytes, dict]]:
     """(id, grant) of a grant ref's chain, oldest first."""
+    return grant_chain_from(log, log.store.read_ref(ref))
+
+
+def grant_chain_from(log: ChainReader, head: object) -> list[tuple[bytes, dict]]:
+    """(id, grant) of the chain ending at ``head`` (a grant ref's value, say as of a Host
+    request's position; None: no chain), oldest first."""
     out = []
-    gid = log.store.read_ref(ref)
+    gid = head
     while isinstance(gid, bytes):
         g = log.store.get_typed(gid, codec.GRANT)
         out.append((gid, g))

@@ -24,6 +24,13 @@ have held a write grant when the version was committed, so a version written
 around the Host (through the raw store API) is reported ``unavailable``, never
 served.
 
+**One log position per request** (the seed's "same transaction"): a request captures
+its position once (``At``: the refs it reads, copied together under the engine's tables
+lock) and authorizes, selects and reads the journal as of it; a key revoked, or a journal
+version written, by another process after the capture is not seen by that request. An
+update authorizes inside its batch (the writer lock), so no revocation lands between the
+decision and the write.
+
 ``LocalJournalHost`` runs in the caller's process; ``objstore.backend`` serves
 the same Host over a Unix socket (``objstore journal-serve``) as its own process.
 """
@@ -38,9 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-from . import codec, identity, runrefs
+from . import codec, identity, refs, runrefs
 from .errors import (
     Conflict,
+    CorruptLog,
     HostUnavailable,
     InvalidInput,
     JobCaller,
@@ -53,12 +61,14 @@ from .errors import (
     WrongSession,
     WrongSubject,
 )
-from .grants import grant_chain
+from .grants import grant_chain, grant_chain_from
 from .identity import Request
-from .records import ABSENT, DISABLED, OUTCOMES, OVER_BUDGET, PRESENT, UNAVAILABLE
+from .records import ABSENT, DISABLED, OUTCOMES, OVER_BUDGET, PRESENT, UNAVAILABLE, check_run_id
 
 if TYPE_CHECKING:
+    from .engine import Position
     from .runlog import RunLog
+    from .store import Store
 
 
 PURPOSES = ("startup", "compaction")
@@ -156,13 +166,119 @@ def _is_open(e: object) -> bool:
     return isinstance(e, dict) and e.get("status", "open") == "open"
 
 
+# -- one position per request ---------------------------------------------------------------------
+
+def capture_refs(store: Store, runs: list[str], names: list[str]) -> tuple[Position, dict[str, dict], dict[str, Any]]:
+    """One log position and the refs a request reads at it, taken together under the engine's
+    tables lock (two ``read_ref`` calls may see two positions: each catches up): ``(position,
+    {run: that run's refs}, {name: value or None})``. O(those refs), never O(log) or O(all refs).
+    Inside a batch, the batch's own moves are applied on top (its writer lock holds the log).
+    (The engine primitive this stands for: ``Engine.capture(runs, names)``.)"""
+    engine = store.engine
+    txn = store.current_batch()
+    if txn is None:
+        engine.refresh()
+    with engine._mu:
+        t = engine.tables
+        pos = engine.position()
+        got_runs = {r: dict(t.run_refs.get(r, {})) for r in runs}
+        got_names = {n: t.refs.get(n) for n in names}
+    if txn is not None:
+        for name, (_, new, _) in txn.moves.items():
+            run = runrefs.run_of(name)
+            targets = [got_names] if name in got_names else []
+            if run in got_runs:
+                targets.append(got_runs[run])
+            for d in targets:
+                if new is None:
+                    d.pop(name, None)
+                else:
+                    d[name] = new
+    return pos, got_runs, got_names
+
+
+class At:
+    """One request's log position and the refs it reads there (a Host request reads nothing newer).
+
+    Captured once (``Store.capture_refs``, under the engine's tables lock): every ref of the
+    request's runs (its session and a named predecessor: branches, journal, run grants) and the
+    named refs (the owner key, the caller's subject grant). O(refs of those runs). Any other ref
+    a request reaches (another session's journal on the same-subject fallback; a grant elsewhere
+    named in a refusal) is a forward-only chain ref, read now and walked back along ``previous``
+    to its newest object committed at or before the position — exact for journal refs, which
+    move only to an object stored by the same commit (``refs.check_move``)."""
+
+    def __init__(self, store: Store, runs: list[str], names: list[str]) -> None:
+        self.store = store
+        runs = list(dict.fromkeys(runs))
+        names = list(dict.fromkeys([identity.OWNER_REF, *names]))
+        self.pos, self._runs, self._names = capture_refs(store, runs, names)
+        self.entry: int = self.pos.entry
+
+    def has_run(self, run: str) -> bool:
+        """Whether ``run`` existed at this position (one of the captured runs: its branch 0 ref)."""
+        refs_of = self._runs.get(run)
+        if refs_of is None:
+            at = self.store.run_started_entry(run)
+            return at is not None and at <= self.entry
+        return runrefs.branch_ref(run, 0) in refs_of
+
+    def ref(self, name: str) -> bytes | str | None:
+        """A ref's value at this position."""
+        run = runrefs.run_of(name)
+        if run is not None and run in self._runs:
+            return self._runs[run].get(name)
+        if name in self._names:
+            return self._names[name]
+        if not refs.forward_only(name):
+            raise InvalidInput(f"ref {name} was not captured with the request's position")
+        return self.back(name, self.store.read_ref(name))
+
+    def back(self, name: str, value: bytes | str | None) -> bytes | None:
+        """The value a forward-only ref ``name`` had at this position, from a newer ``value``."""
+        if not isinstance(value, bytes):
+            return None
+        otype = refs.chain_type(name) if not name.startswith(runrefs.KEYS_PREFIX) else None
+        while isinstance(value, bytes):
+            e = self.store.engine.loc_entry(value)
+            if e is None:
+                raise CorruptLog(name, f"ref {name} names object {value.hex()[:16]}…, which the log does not hold")
+            if e <= self.entry or otype is None:
+                return value if e <= self.entry else None
+            prev = self.store.get_typed(value, otype).get("previous")
+            value = prev if isinstance(prev, bytes) else None
+        return None
+
+    def committed(self, oid: bytes) -> int | None:
+        """The entry that stored ``oid``, if at or before this position (else None)."""
+        e = self.store.engine.loc_entry(oid)
+        return e if e is not None and e <= self.entry else None
+
+    def refs_ending(self, prefix: str, suffix: str = "") -> list[tuple[str, bytes]]:
+        """Forward-only refs under ``prefix`` ending in ``suffix`` as of this position: the captured
+        runs' from the capture, the others read now and walked back (a ref made later is absent)."""
+        out = []
+        for name, value in self.store.list_refs(prefix):
+            if not name.endswith(suffix) or not refs.forward_only(name):
+                continue
+            v = self.ref(name) if runrefs.run_of(name) in self._runs else self.back(name, value)
+            if isinstance(v, bytes):
+                out.append((name, v))
+        return out
+
+
 # -- the in-process Host ---------------------------------------------------------------------------
 
 class LocalJournalHost:
     """The Host in the caller's process, over a ``RunLog``. ``reads`` counts journal reads
-    (a read changes nothing in the store)."""
+    (a read changes nothing in the store).
+
+    ``on_authorized(req, principal)``, if set, is called by ``read`` between the authorization
+    and the journal read (a test pauses the Host there while another process revokes the key
+    and writes a newer version: the answer must still be as of the authorization)."""
 
     name = "local"
+    on_authorized: Callable[[Request, Principal], object] | None = None
 
     def __init__(self, log: RunLog, *, max_skew: float = identity.MAX_SKEW, clock: Callable[[], float] = time.time) -> None:
         self.log = log
@@ -181,8 +297,30 @@ class LocalJournalHost:
             self._owner = identity.owner_public(self.log.store)
         return self._owner
 
+    def owner_at(self, at: At) -> str | None:
+        """The owner public key as of ``at`` (None if ``keys/owner`` was written after it)."""
+        return self.owner if isinstance(at.ref(identity.OWNER_REF), bytes) else None
+
+    def capture(self, req: Request, subject: str, *runs: str | None) -> At:
+        """The position a request reads at: its session's refs (and those of ``runs``, say a named
+        predecessor), the owner key and the caller's grant on the subject, captured together."""
+        names = [identity.OWNER_REF]
+        if isinstance(req.key, str) and req.key:
+            names.append(runrefs.subject_grant_ref(subject, req.key))
+        want = [r for r in (req.run, *runs) if isinstance(r, str)]
+        return At(self.log.store, want, names)
+
     # -- authorization ---------------------------------------------------------------------------
-    def authorize(self, req: Request, body: bytes = b"", *, write: bool = False) -> Principal:
+    def authorize(self, req: Request, body: bytes = b"", *, write: bool = False, at: At | None = None) -> Principal:
+        """Authenticate ``req`` and decide, from the grants as of ``at`` (default: a position
+        captured now), whether its key may read (or write) its session or subject."""
+        subject = self._authenticate(req, body)
+        if at is None:
+            at = self.capture(req, subject)
+        return self._decide(req, subject, at, write=write)
+
+    def _authenticate(self, req: Request, body: bytes) -> str:
+        """The request's signature, parameters, time and nonce; returns its subject."""
         if not isinstance(req, Request):
             raise Unauthenticated("the request is not a signed request")
         req.check()
@@ -219,9 +357,12 @@ class LocalJournalHost:
             subject = req.subject
         else:
             raise InvalidInput("a request names a run or a subject")
-        if req.key == self.owner:
+        return subject
+
+    def _decide(self, req: Request, subject: str, at: At, *, write: bool) -> Principal:
+        if req.key == self.owner_at(at):
             return Principal(req.key, True, "owner", subject, None, "owner")
-        return self._granted(req.key, run, subject, write=write)
+        return self._granted(req.key, req.run, subject, write=write, at=at)
 
     @staticmethod
     def grant_counts(ref: str, g: dict, owner: str | None) -> bool:
@@ -235,10 +376,12 @@ class LocalJournalHost:
             return False
         return g.get("run") == name if kind == "run" else (g.get("run") is None and g.get("subject") == name)
 
-    def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None) -> dict | None:
-        """The newest counting grant object of a chain (committed at or before ``at_entry``)."""
+    def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None, at: At | None = None) -> dict | None:
+        """The newest counting grant object of a chain (committed at or before ``at_entry``), the
+        chain as of ``at`` (default: now)."""
         store = self.log.store
-        for gid, g in reversed(grant_chain(self.log, ref)):
+        chain = grant_chain(self.log, ref) if at is None else grant_chain_from(self.log, at.ref(ref))
+        for gid, g in reversed(chain):
             if not self.grant_counts(ref, g, owner):
                 continue
             if at_entry is not None:
@@ -250,39 +393,42 @@ class LocalJournalHost:
 
     def grant_table(self, run: str) -> list[dict]:
         """Every grant chain on ``run`` and on its subject: each object with whether it counts, and
-        the chain's effective state as the Host judges it (what ``objstore journal grants`` shows)."""
+        the chain's effective state as the Host judges it (what ``objstore journal grants`` shows),
+        all as of one position."""
         subject = self.log.subject(run)
-        owner = self.owner
+        at = At(self.log.store, [run], [])
+        owner = self.owner_at(at)
         rows = []
         for scope, prefix in (("run", runrefs.run_grant_prefix(run)), ("subject", runrefs.subject_grant_prefix(subject))):
-            for ref, _ in self.log.store.list_refs(prefix):
+            for ref, head in at.refs_ending(prefix):
                 chain = [{"id": gid, "seq": g.get("seq"), "action": g.get("action"), "role": g.get("role"),
                           "rights": g.get("rights"), "name": g.get("name"), "reason": g.get("reason"),
                           "supersedes": g.get("supersedes"), "time": g.get("time"),
                           "signed": owner is not None and identity.object_signed_by(g, owner),
                           "counts": self.grant_counts(ref, g, owner)}
-                         for gid, g in grant_chain(self.log, ref)]
-                eff = self._chain_state(ref, owner)
+                         for gid, g in grant_chain_from(self.log, head)]
+                eff = self._chain_state(ref, owner, at=at)
                 rows.append({"ref": ref, "scope": scope, "grantee": ref.rsplit("/", 1)[1], "chain": chain,
                              "effective": None if eff is None else {k: eff.get(k) for k in ("action", "role", "rights", "name", "seq")}})
         return rows
 
-    def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None) -> dict | None:
-
-        owner = self.owner
-        g = self._chain_state(runrefs.run_grant_ref(run, key), owner, at_entry) if run is not None else None
+    def grant_state(self, key: str, run: str | None, subject: str, at_entry: int | None = None, at: At | None = None) -> dict | None:
+        """The key's effective grant on ``run`` (else on ``subject``): the newest owner-signed grant
+        object committed at or before ``at_entry``, of the chains as of ``at`` (default: now)."""
+        owner = self.owner if at is None else self.owner_at(at)
+        g = self._chain_state(runrefs.run_grant_ref(run, key), owner, at_entry, at) if run is not None else None
         if g is None:
-            g = self._chain_state(runrefs.subject_grant_ref(subject, key), owner, at_entry)
+            g = self._chain_state(runrefs.subject_grant_ref(subject, key), owner, at_entry, at)
         return g
 
-    def _granted(self, key: str, run: str | None, subject: str, *, write: bool) -> Principal:
-        g = self.grant_state(key, run, subject)
+    def _granted(self, key: str, run: str | None, subject: str, *, write: bool, at: At) -> Principal:
+        g = self.grant_state(key, run, subject, at=at)
         label = (g or {}).get("name") or f"{key[:16]}…"
         where = run or f"subject {subject}"
         if g is not None and g.get("role") == "job":
             raise JobCaller(label)
         if g is None:
-            self._elsewhere(key, run, subject)
+            self._elsewhere(key, run, subject, at)
             raise WriterRevoked(label, where, "never granted")
         if g["action"] != "grant":
             raise WriterRevoked(label, where, g.get("reason") or "revoked")
@@ -291,13 +437,11 @@ class LocalJournalHost:
             raise WriterRevoked(label, where, f"the grant does not include {need}")
         return Principal(key, False, g["role"], subject, g.get("run"), label)
 
-    def _elsewhere(self, key: str, run: str | None, subject: str) -> None:
-        """A key without a grant here: if it holds one on another session or subject, say so."""
-        owner = self.owner
-        for name, _ in self.log.store.list_refs():
-            if not name.endswith(f"/grant/{key}"):
-                continue
-            g = self._chain_state(name, owner)
+    def _elsewhere(self, key: str, run: str | None, subject: str, at: At) -> None:
+        """A key without a grant here: if it held one on another session or subject (as of ``at``), say so."""
+        owner = self.owner_at(at)
+        for name, _ in at.refs_ending("", f"/grant/{key}"):
+            g = self._chain_state(name, owner, at=at)
             if g is None:
                 continue
             if g.get("role") == "job":
@@ -308,12 +452,13 @@ class LocalJournalHost:
                 raise WrongSession(g["run"], run or f"a new session of {subject}")
 
     # -- reading -----------------------------------------------------------------------------------
-    def trusted(self, session: str, jid: bytes, j: dict, body: bytes) -> tuple[bool, str]:
-        """Whether a journal version was written through a Host by a key allowed to write it then."""
+    def trusted(self, session: str, jid: bytes, j: dict, body: bytes, at: At | None = None) -> tuple[bool, str]:
+        """Whether a journal version was written through a Host by a key allowed to write it then
+        (grants read as of ``at``, default now)."""
         store = self.log.store
         entry = store.engine.loc_entry(jid)
         if j.get("v") != 2:
-            if self._legacy_ok(jid):
+            if self._legacy_ok(jid, at):
                 return True, "legacy version written before the store had an owner key"
             return False, f"version {j.get('version')} is unsigned and was written after the owner key"
         try:
@@ -332,23 +477,23 @@ class LocalJournalHost:
         # written (not JSON, not canonical, not an object) is not served (it crashed project).
         if _body_problem(body) is not None:
             return False, f"version {j.get('version')} does not hold a canonical journal body"
-        if not self._allowed_at(req.key, session, entry, "write"):
+        if not self._allowed_at(req.key, session, entry, "write", at):
             return False, f"version {j.get('version')} was written by a key without a write grant at the time"
         return True, "written by the owner or a granted worker"
 
-    def _allowed_at(self, key: str, session: str, entry: int | None, right: str) -> bool:
+    def _allowed_at(self, key: str, session: str, entry: int | None, right: str, at: At | None = None) -> bool:
         """Whether ``key`` was the owner, or a worker granted ``right`` on ``session``, at log entry ``entry``."""
-        if key == self.owner:
+        if key == (self.owner if at is None else self.owner_at(at)):
             return True
-        g = self.grant_state(key, session, self.log.subject(session), at_entry=entry)
+        g = self.grant_state(key, session, self.log.subject(session), at_entry=entry, at=at)
         return g is not None and g["action"] == "grant" and right in g["rights"] and g.get("role") == "worker"
 
-    def _legacy_ok(self, oid: bytes) -> bool:
+    def _legacy_ok(self, oid: bytes, at: At | None = None) -> bool:
         """An unsigned (schema-1) object counts only if it predates the store's owner key."""
         store = self.log.store
-        if self.owner is None:
+        if (self.owner if at is None else self.owner_at(at)) is None:
             return True
-        okey = store.read_ref(identity.OWNER_REF)
+        okey = store.read_ref(identity.OWNER_REF) if at is None else at.ref(identity.OWNER_REF)
         oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
         e = store.engine.loc_entry(oid)
         return e is not None and oe is not None and e < oe
@@ -366,10 +511,10 @@ class LocalJournalHost:
             return False, "segment was signed by a key without a grant at the time"
         return True, "compacted by the owner or a granted worker"
 
-    def _read_journal(self, session: str, budget: int) -> dict:
-        from .journal import current_journal
-
-        cur = current_journal(self.log, session)
+    def _read_journal(self, session: str, budget: int, at: At) -> dict:
+        """The journal of ``session`` as of ``at``: its newest version then, checked and projected."""
+        head = at.ref(runrefs.journal_ref(session))
+        cur = (head, self.log.store.get_typed(head, codec.JOURNAL)) if isinstance(head, bytes) else None
         base: dict[str, Any] = {"session": session, "journal": None, "version": None, "legacy": False, "writer": None,
                 "written_entry": None, "reflects_through": None, "checkpoint": None, "source_end": None,
                 "body_sha256": None, "body_bytes": None, "projection": None, "text": None, "omitted": None,
@@ -388,7 +533,7 @@ class LocalJournalHost:
             body = self.log.store.get_blob(j["body"])
         except ObjstoreError as e:
             return dict(base, outcome=UNAVAILABLE, reason=f"read_failed: {e}")
-        ok, why = self.trusted(session, jid, j, body)
+        ok, why = self.trusted(session, jid, j, body, at)
         if not ok:
             return dict(base, outcome=UNAVAILABLE, reason=f"read_failed: untrusted: {why}")
         if not j.get("enabled", True):
@@ -401,13 +546,13 @@ class LocalJournalHost:
         return dict(base, outcome=OVER_BUDGET,
                     reason=f"journal body is {len(body)} bytes, budget {budget}: bounded projection, {len(omitted['entries'])} entries omitted")
 
-    def _same_subject_newest(self, subject: str, exclude: set) -> list[str]:
-        """Other sessions of ``subject`` with a journal, newest journal version (by log position) first."""
+    def _same_subject_newest(self, subject: str, exclude: set, at: At) -> list[str]:
+        """Other sessions of ``subject`` with a journal as of ``at``, newest journal version (by log position) first."""
         store = self.log.store
         found = []
-        for name, val in store.list_refs(runrefs.RUN_PREFIX):
+        for name, val in at.refs_ending(runrefs.RUN_PREFIX, "/journal"):
             run = runrefs.journal_run(name)
-            if run is None or not isinstance(val, bytes) or run in exclude:
+            if run is None or run in exclude:
                 continue
             try:
                 if self.log.subject(run) != subject:
@@ -428,9 +573,15 @@ class LocalJournalHost:
             raise InvalidInput(f"read purpose must be one of {', '.join(PURPOSES)}")
         if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
             raise InvalidInput("budget must be a non-negative integer (bytes)")
-        principal = self.authorize(req)
-        subject = principal.subject
-        runs = set(self.log.runs())
+        # One position for the whole request: the grants that authorize it and the journal it
+        # reads are those of the same log position (a revocation or a newer version committed by
+        # another process after the capture is not seen by this request).
+        subject = self._authenticate(req, b"")
+        at = self.capture(req, subject, pred if isinstance(pred, str) and _is_run_id(pred) else None)
+        principal = self._decide(req, subject, at, write=False)
+        hook = self.on_authorized
+        if hook is not None:
+            hook(req, principal)
         if purpose == "compaction":
             if req.run is None:
                 raise InvalidInput("a compaction read names its session")
@@ -441,19 +592,19 @@ class LocalJournalHost:
             prefer = [("predecessor", pred)] if pred is not None else []
         tried = []
         for rule, sess in prefer:
-            if not isinstance(sess, str) or sess not in runs:
+            if not isinstance(sess, str) or not _is_run_id(sess) or not at.has_run(sess):
                 tried.append({"session": sess, "rule": rule, "outcome": ABSENT, "reason": "no such session"})
                 continue
             if self.log.subject(sess) != subject:
                 tried.append({"session": sess, "rule": rule, "outcome": UNAVAILABLE, "reason": "another subject: not read"})
                 continue
-            got = self._read_journal(sess, budget)
+            got = self._read_journal(sess, budget, at)
             tried.append({"session": sess, "rule": rule, "outcome": got["outcome"], "reason": got["reason"]})
             if got["outcome"] in (PRESENT, OVER_BUDGET):
                 return self._answer(req, purpose, subject, budget, rule, tried, got)
         exclude = {s for _, s in prefer} | ({req.run} if req.run else set())
-        for sess in self._same_subject_newest(subject, exclude):
-            got = self._read_journal(sess, budget)
+        for sess in self._same_subject_newest(subject, exclude, at):
+            got = self._read_journal(sess, budget, at)
             tried.append({"session": sess, "rule": "same_subject_newest", "outcome": got["outcome"], "reason": got["reason"]})
             if got["outcome"] in (PRESENT, OVER_BUDGET):
                 return self._answer(req, purpose, subject, budget, "same_subject_newest", tried, got)
@@ -477,7 +628,7 @@ class LocalJournalHost:
 
         if not isinstance(req, Request) or req.op != "update":
             raise InvalidInput("a journal update is a signed request with op 'update'")
-        principal = self.authorize(req, body, write=True)
+        subject = self._authenticate(req, body)
         run = req.run
         if run is None:
             raise InvalidInput("a journal update names its session")
@@ -493,6 +644,10 @@ class LocalJournalHost:
         rt, cp = self._own_record(run, p["reflects_through"], "reflects_through"), self._own_record(run, p["checkpoint"], "checkpoint")
         store = self.log.store
         with store.batch():
+            # decided under the writer lock, at the position the version is written on: a key
+            # revoked by another process before this commit cannot write (it could between a
+            # decision taken before the batch and the write)
+            principal = self._decide(req, subject, self.capture(req, subject), write=True)
             cur = store.read_ref(runrefs.journal_ref(run))
             cur = cur if isinstance(cur, bytes) else None
             if _hex(cur) != req.expect_head:
@@ -535,6 +690,17 @@ class FailingHost:
 
     def update(self, req: Request, body: bytes) -> NoReturn:
         raise HostUnavailable(self.message)
+
+
+def _is_run_id(v: object) -> bool:
+    """Whether ``v`` can name a run (a ref name can hold it): anything else names no session."""
+    if not isinstance(v, str):
+        return False
+    try:
+        check_run_id(v)
+    except InvalidInput:
+        return False
+    return True
 
 
 def _hex(v: object) -> str | None:

@@ -191,7 +191,7 @@ def sha256_hex(data: bytes) -> str:
 # The rest of the T-745 surface, under one name.
 from .compaction import CompactionResult, compact  # noqa: E402
 from .compactor import INSTRUCTIONS, StubCompactor  # noqa: E402
-from .grants import GRANT_SCHEMA, RIGHTS, ROLES, grant, grant_chain, grant_history, grant_ref, revoke, supersede  # noqa: E402
+from .grants import GRANT_SCHEMA, RIGHTS, ROLES, grant, grant_chain, grant_chain_from, grant_history, grant_ref, revoke, supersede  # noqa: E402
 from .host import (  # noqa: E402
     ABSENT,
     DISABLED,
@@ -212,7 +212,7 @@ __all__ = [
     "ABSENT", "DISABLED", "OUTCOMES", "OVER_BUDGET", "PRESENT", "UNAVAILABLE", "FailingHost", "HostUnavailable",
     "LocalJournalHost", "project", "INSTRUCTIONS", "CompactionResult", "Snapshot", "StubCompactor", "classify",
     "compact", "context", "freeze", "render", "segments", "start_session", "GRANT_SCHEMA", "RIGHTS", "ROLES",
-    "journal_ref", "segments_ref", "grant_ref", "subject_grant_ref", "grant", "revoke", "supersede", "grant_chain",
+    "journal_ref", "segments_ref", "grant_ref", "subject_grant_ref", "grant", "revoke", "supersede", "grant_chain", "grant_chain_from",
     "grant_history", "journal_body_bytes", "check_body", "parse_body", "current_journal", "journal_body", "resolve_record",
     "update_journal", "set_journal_enabled", "reflected_ids", "reflected_through", "record_turn", "source_material",
     "fold_tasks", "open_tasks", "open_task", "close_task",

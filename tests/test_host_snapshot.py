@@ -1,0 +1,137 @@
+"""One log position per Host request (issue 15; seed T-745's "same transaction").
+
+A key revoked by another OS process between a Host's authorization and its journal read,
+while that process also writes a newer journal version, is never served the newer version:
+the Host answers as of the position it authorized at. The Host is paused at its hook
+(``LocalJournalHost.on_authorized``) — in this process for the in-process Host, in the
+Backend Host's own process (``backend.serve``, tests/host_snapshot_child.py) for the Backend —
+and the revocation comes from a separate OS process (tests/host_snapshot_child.py revoke).
+Each test then checks that the window really held both changes: the journal is at version 2
+and the same key is now refused.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+from helpers import new_key
+
+from objstore import RunLog, Store, codec, identity
+from objstore import journal as J
+from objstore.backend import BackendHost
+from objstore.errors import WriterRevoked
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "host_snapshot_child.py")
+OLD_TEXT = "the version as of the authorization"
+
+# (grant scope, how the worker reads): a session grant and a compaction read of that session
+# (its refs are captured with the request); a subject grant and a startup read that falls back
+# to the newest journal of the subject (another session's journal ref, walked back to the
+# position; a session started in the window must not be chosen either).
+SHAPES = ["run-compaction", "subject-startup-fallback"]
+
+
+def _env(tmp_path, shape):
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    owner, _ = identity.ensure_owner_key(log.store)
+    run = J.start_session(log, "alice", run="s1")
+    w1, _ = new_key(tmp_path, "w1")
+    if shape == "run-compaction":
+        J.grant(log, owner, run, w1.public, name="w1")
+    else:
+        J.grant(log, owner, None, w1.public, subject="alice", name="w1")
+    jid, ver = J.update_journal(log, run, owner, {"entries": [{"id": "old", "text": OLD_TEXT}]})
+    assert ver == 1
+    body = log.store.get_blob(log.store.get_typed(jid, codec.JOURNAL)["body"])
+    return root, log, run, w1, jid, body
+
+
+def _request(w1, run, shape):
+    if shape == "run-compaction":
+        return identity.sign_request(w1, "read", run, params={"purpose": "compaction", "budget": 65536, "predecessor": None})
+    return identity.sign_request(w1, "read", None, subject="alice", params={"purpose": "startup", "budget": 65536, "predecessor": None})
+
+
+def _revoke_in_other_process(root, run, w1, shape):
+    scope = "run" if shape == "run-compaction" else "subject"
+    out = subprocess.run([sys.executable, CHILD, "revoke", root, run, w1.public, scope, "s3"],
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == b"done", out.stderr.decode()
+
+
+def _check_answer(raw, run, jid, body, shape):
+    """The answer's bytes name version 1 (the one as of the authorization), never the newer body."""
+    assert b"NEWER" not in raw
+    a = json.loads(raw)
+    assert a["outcome"] == J.PRESENT and a["session"] == run and a["journal"] == jid.hex() and a["version"] == 1
+    assert a["text"].encode() == body and a["body_sha256"] == hashlib.sha256(body).hexdigest()
+    assert a["selection"]["rule"] == ("current" if shape == "run-compaction" else "same_subject_newest")
+    # the session started in the window is not even tried
+    assert [t["session"] for t in a["selection"]["tried"]] == [run]
+
+
+def _check_window_held_both(log, run, w1, shape, host):
+    cur_id, cur = J.current_journal(log, run)
+    assert cur["version"] == 2 and b"NEWER" in log.store.get_blob(cur["body"])
+    assert J.current_journal(log, "s3")[1]["version"] == 1
+    with pytest.raises(WriterRevoked):
+        host.read(_request(w1, run, shape))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_local_host_answers_as_of_its_authorization(tmp_path, shape):
+    root, log, run, w1, jid, body = _env(tmp_path, shape)
+    host = J.LocalJournalHost(log)
+    paused = []
+
+    def pause(req, principal):
+        paused.append(principal.name)
+        _revoke_in_other_process(root, run, w1, shape)
+
+    host.on_authorized = pause
+    answer = host.read(_request(w1, run, shape))
+    assert paused == ["w1"], "the Host paused once, after authorizing w1"
+    _check_answer(codec.canonical_json(answer), run, jid, body, shape)
+    host.on_authorized = None
+    _check_window_held_both(log, run, w1, shape, host)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_backend_host_answers_as_of_its_authorization(tmp_path, shape):
+    root, log, run, w1, jid, body = _env(tmp_path, shape)
+    sock = str(tmp_path / "host.sock")
+    server = subprocess.Popen([sys.executable, CHILD, "serve", root, sock], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        assert server.stdout.readline() == b"ready\n", server.stderr.read().decode()
+        client = BackendHost(sock, timeout=300)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(_try(client.read, _request(w1, run, shape))))
+        t.start()
+        # the Backend's own process is paused between its authorization and its journal read
+        assert server.stdout.readline() == b"authorized w1\n"
+        _revoke_in_other_process(root, run, w1, shape)
+        server.stdin.write(b"go\n")
+        server.stdin.flush()
+        t.join()
+        ok, raw = got[0]
+        assert ok, raw
+        _check_answer(raw, run, jid, body, shape)
+        # the refusal is decided before the hook: nothing to let go on
+        _check_window_held_both(log, run, w1, shape, client)
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
+def _try(fn, *args):
+    try:
+        return True, fn(*args)
+    except Exception as e:  # reported by the test thread's caller
+        return False, repr(e)
