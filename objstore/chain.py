@@ -214,6 +214,12 @@ class ChainReader:
 
     pin = view
 
+    def view_from(self, run: str, refs: dict) -> View:
+        """A view from a run's refs captured elsewhere — with a Host request's position
+        (``host.At.run_refs``), so the branches and the run's other refs read one position."""
+        R.check_run_id(run)
+        return self._view_of(run, refs)
+
     def branches(self, view: View) -> list[dict]:
         """Branch list with fork points read from the fork objects."""
         out = []

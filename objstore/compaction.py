@@ -31,7 +31,7 @@ from . import codec, identity
 from . import records as R
 from .compactor import INSTRUCTIONS
 from .errors import Conflict, InvalidInput, LimitExceeded
-from .host import OVER_BUDGET, PRESENT, HostUnavailable
+from .host import OVER_BUDGET, PRESENT, At, HostUnavailable
 from .runrefs import segments_ref
 from .segments import SEGMENT_SCHEMA, _tasks_at, _timeline, _turn_text, frozen_of, frozen_of_startup
 from .sessions import startup_event
@@ -64,10 +64,13 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
         raise InvalidInput("keep_tail must be a non-negative integer")
     if key is None:
         raise InvalidInput("a compaction is signed by its key (the segment and the Host read): pass key=")
-    head = log.store.read_ref(segments_ref(run))  # the segment this compaction builds on; CAS from it at the end
+    # One position for the timeline, the segment it builds on (CAS from it at the end) and the
+    # grants that vouch for the segments: they were three reads, each catching up on its own.
+    at = At(log.store, [run], [])
+    head = at.ref(segments_ref(run))
     head = head if isinstance(head, bytes) else None
-    view = log.view(run)
-    lineage, idx, segs, prev = _timeline(log, run, view)
+    view = log.view_from(run, at.run_refs(run))
+    lineage, idx, segs, prev = _timeline(log, run, view, at)
 
     # The one read; the answer is frozen before anything is built from it.
     answer: dict | bytes

@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from . import codec, identity, refs, runrefs
 from .errors import (
     Conflict,
-    CorruptLog,
     HostUnavailable,
     InvalidInput,
     JobCaller,
@@ -200,7 +199,7 @@ def capture_refs(store: Store, runs: list[str], names: list[str]) -> tuple[Posit
 class At:
     """One request's log position and the refs it reads there (a Host request reads nothing newer).
 
-    Captured once (``Store.capture_refs``, under the engine's tables lock): every ref of the
+    Captured once (``capture_refs``, under the engine's tables lock): every ref of the
     request's runs (its session and a named predecessor: branches, journal, run grants) and the
     named refs (the owner key, the caller's subject grant). O(refs of those runs). Any other ref
     a request reaches (another session's journal on the same-subject fallback; a grant elsewhere
@@ -214,6 +213,10 @@ class At:
         names = list(dict.fromkeys([identity.OWNER_REF, *names]))
         self.pos, self._runs, self._names = capture_refs(store, runs, names)
         self.entry: int = self.pos.entry
+
+    def run_refs(self, run: str) -> dict:
+        """The refs of a captured run at this position (a copy: ``ChainReader.view_from`` takes it)."""
+        return dict(self._runs[run])
 
     def has_run(self, run: str) -> bool:
         """Whether ``run`` existed at this position (one of the captured runs: its branch 0 ref)."""
@@ -241,18 +244,13 @@ class At:
         otype = refs.chain_type(name) if not name.startswith(runrefs.KEYS_PREFIX) else None
         while isinstance(value, bytes):
             e = self.store.engine.loc_entry(value)
-            if e is None:
-                raise CorruptLog(name, f"ref {name} names object {value.hex()[:16]}…, which the log does not hold")
+            if e is None:  # an object the log does not hold cannot be dated: reading it names the damage
+                return value
             if e <= self.entry or otype is None:
                 return value if e <= self.entry else None
             prev = self.store.get_typed(value, otype).get("previous")
             value = prev if isinstance(prev, bytes) else None
         return None
-
-    def committed(self, oid: bytes) -> int | None:
-        """The entry that stored ``oid``, if at or before this position (else None)."""
-        e = self.store.engine.loc_entry(oid)
-        return e if e is not None and e <= self.entry else None
 
     def refs_ending(self, prefix: str, suffix: str = "") -> list[tuple[str, bytes]]:
         """Forward-only refs under ``prefix`` ending in ``suffix`` as of this position: the captured
@@ -498,16 +496,17 @@ class LocalJournalHost:
         e = store.engine.loc_entry(oid)
         return e is not None and oe is not None and e < oe
 
-    def segment_trusted(self, session: str, sid: bytes, seg: dict) -> tuple[bool, str]:
+    def segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
         """Whether a segment was written by a compaction of a key allowed to read the session then:
         signed by its compacting key (the owner, or a key granted read on it at the segment's log
-        position). A segment appended through the raw store API by anyone else is not restored."""
+        position). A segment appended through the raw store API by anyone else is not restored.
+        Grants are read as of ``at`` (default: now)."""
         if seg.get("v") != 2:
-            return (True, "legacy segment") if self._legacy_ok(sid) else (False, "unsigned segment written after the owner key")
+            return (True, "legacy segment") if self._legacy_ok(sid, at) else (False, "unsigned segment written after the owner key")
         signer = seg.get("signer")
         if seg.get("run") != session or not isinstance(signer, str) or not identity.object_signed_by(seg, signer):
             return False, "segment is not signed by its compacting key"
-        if not self._allowed_at(signer, session, self.log.store.engine.loc_entry(sid), "read"):
+        if not self._allowed_at(signer, session, self.log.store.engine.loc_entry(sid), "read", at):
             return False, "segment was signed by a key without a grant at the time"
         return True, "compacted by the owner or a granted worker"
 

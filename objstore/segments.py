@@ -21,18 +21,22 @@ from .snapshot import Snapshot
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View
+    from .host import At
     from .runlog import RunLog
 
 
 
-def segments(log: RunLog, run: str, *, trusted_only: bool = False) -> list[tuple[bytes, dict]]:
+def segments(log: RunLog, run: str, *, trusted_only: bool = False, at: At | None = None) -> list[tuple[bytes, dict]]:
     """The run's segments, oldest first, by following ``previous`` from the ref. ``trusted_only``:
     only those signed by a compacting key allowed to read the session then (what restore and
-    later compactions build on; ``host.LocalJournalHost.segment_trusted``)."""
-    from .host import LocalJournalHost
+    later compactions build on; ``host.LocalJournalHost.segment_trusted``). The ref and the grants
+    are read as of one position: ``at``, or one captured here (default: the ref now)."""
+    from .host import At, LocalJournalHost
 
+    if trusted_only and at is None:
+        at = At(log.store, [run], [])
     out = []
-    sid = log.store.read_ref(segments_ref(run))
+    sid = log.store.read_ref(segments_ref(run)) if at is None else at.ref(segments_ref(run))
     while isinstance(sid, bytes):
         seg = log.store.get_typed(sid, codec.SEGMENT)
         out.append((sid, seg))
@@ -40,7 +44,7 @@ def segments(log: RunLog, run: str, *, trusted_only: bool = False) -> list[tuple
     out.reverse()
     if trusted_only:
         check = LocalJournalHost(log).segment_trusted
-        out = [(sid, seg) for sid, seg in out if check(run, sid, seg)[0]]
+        out = [(sid, seg) for sid, seg in out if check(run, sid, seg, at)[0]]
     return out
 
 
@@ -65,13 +69,14 @@ def frozen_of_startup(ev: dict) -> dict:
             "rendered": ev["rendered"], "identical_to": None}
 
 
-def _timeline(log: RunLog, run: str, view: View
+def _timeline(log: RunLog, run: str, view: View, at: At | None = None
               ) -> tuple[list[R.Record], dict[bytes, int], list[tuple[bytes, dict]], tuple[bytes, dict] | None]:
     """(live lineage, id -> position, trusted segments oldest first, applicable segment), shared by
-    compaction and restore: the segment chain is walked and its signatures checked once."""
+    compaction and restore: the segment chain is walked and its signatures checked once. With
+    ``at`` (the position ``view`` was built from), the segments and grants are read there too."""
     lineage = log.lineage(view, view.live)
     idx = {r.id: i for i, r in enumerate(lineage)}
-    segs = segments(log, run, trusted_only=True)
+    segs = segments(log, run, trusted_only=True, at=at)
     return lineage, idx, segs, _applicable(segs, idx)
 
 
@@ -97,9 +102,15 @@ def _tasks_at(log: ChainReader, lineage: list[R.Record], idx: dict[bytes, int], 
 def context(log: RunLog, run: str, view: View | None = None) -> list[dict]:
     """What the model sees next: the applicable segment's summary and frozen journal (derived,
     labelled) — or, before any, the session's startup event — the open tasks, the retained tail,
-    then later turns (source). Never calls a Host."""
-    view = view or log.view(run)
-    lineage, idx, _, app = _timeline(log, run, view)
+    then later turns (source). Never calls a Host. Without ``view``, the branches, the segments
+    and the grants that vouch for them are read at one position."""
+    from .host import At
+
+    at = None
+    if view is None:
+        at = At(log.store, [run], [])
+        view = log.view_from(run, at.run_refs(run))
+    lineage, idx, _, app = _timeline(log, run, view, at)
     items = []
     start = 0
     retained: set = set()
