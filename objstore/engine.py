@@ -50,15 +50,16 @@ from .errors import (
     LockTimeout,
     ObjectNotFound,
     ObjstoreError,
+    Refused,
     StorageOSError,
 )
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
 from .runrefs import run_of as _run_of
 
-SEG_MAGIC = b"OSSG\x02\x00\x00\x00"
+SEG_MAGIC = b"OSSG\x03\x00\x00\x00"
 SEG_HEADER = struct.Struct("<8sQQ32s")  # magic, segment number, first entry number, previous checksum
-ENTRY_MAGIC = b"OSE2"
+ENTRY_MAGIC = b"OSE3"
 ENTRY_HEAD = struct.Struct("<4sIQ")  # magic, meta length, data length
 ENTRY_TRAILER = struct.Struct("<Q32s")  # whole entry length, chain checksum
 MAX_META = 256 << 20
@@ -76,6 +77,8 @@ PRECHECK_RAW = 16 << 20  # a block declaring more raw bytes is hash-checked whil
 CHECK_SIZE_ABOVE = 1 << 20  # a stored length above this is checked against the segment file's size before reading
 ZSTD_LEVEL = 1
 COMP_RAW, COMP_ZSTD = 0, 1
+WITNESS_MAGIC = b"OSW3"
+WITNESS = struct.Struct("<4sQ32s")  # magic, entry number, chain checksum: log/witness
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -131,12 +134,64 @@ class Entry(NamedTuple):
     data_off: int  # file offset of its first block
     length: int
     checksum: bytes
+    recs: list = []  # [obj index, run, branch, lsn, parent, kind, refs, intent facts]: a record's index row
+    prevs: list = []  # [obj index, previous]: a journal/segment/grant object's chain link
+    root: bytes = ZERO  # root of the derived tables after this entry (TableRoot)
+    seal: bool = False  # the last entry of its segment: the next one follows in the next segment
+    idx: list | None = None  # [segment, BLAKE3 of its index file]: the sealed segment's index, named by the log
 
 
-def logical_checksum(prev: bytes, n: int, t: float, objs: list, moves: list, cut: list | None) -> bytes:
-    """The chain checksum: never over compressed bytes, so recompression keeps it."""
-    logical = _enc.encode([n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut])
+def logical_checksum(prev: bytes, n: int, t: float, objs: list, moves: list, cut: list | None, recs: list = (),  # type: ignore[assignment]
+                     prevs: list = (), root: bytes = ZERO, seal: bool = False, idx: list | None = None) -> bytes:  # type: ignore[assignment]
+    """The chain checksum: over logical content (ids, types, lengths, index rows, moves, the tables'
+    root), never over compressed bytes or block layout, so recompression or a repack keeps it."""
+    logical = _enc.encode([n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut, recs, prevs, root, seal, idx])
     return blake3.blake3(prev + logical).digest()
+
+
+# -- the root of the derived tables ------------------------------------------------------
+#
+# The tables a reader derives from the log (refs, branch tips, intent facts, run starts, the
+# digests of sealed segments' indexes) are a set of elements. Their root is an LtHash-style
+# homomorphic set hash: each element is expanded by BLAKE3's XOF to 2048 bytes, read as an
+# integer, and the elements are summed modulo 2**16384; the root is BLAKE3 of the sum. Adding or
+# removing an element is one XOF and one addition, so a commit updates the root in time that does
+# not depend on the store's size, and a checkpoint's tables can be checked against the root the
+# log commits to. (A sum of 256-bit hashes would not do: Wagner's generalized birthday attack finds
+# collisions; at 16384 bits the sum is as hard to collide as LtHash16's 1024 lanes.)
+
+ROOT_BYTES = 2048
+_ROOT_MOD = (1 << (8 * ROOT_BYTES)) - 1
+
+
+def _elt(key: list) -> int:
+    return int.from_bytes(blake3.blake3(_enc.encode(key)).digest(ROOT_BYTES), "little")
+
+
+def root_digest(acc: int) -> bytes:
+    return blake3.blake3((acc & _ROOT_MOD).to_bytes(ROOT_BYTES, "little")).digest()
+
+
+def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict) -> Iterator[list]:
+    """Every element of the tables' set, as TableRoot hashes it."""
+    for name, value in refs.items():
+        yield ["r", name, value]
+    for (run, branch), (lsn, oid) in tips.items():
+        yield ["t", run, branch, lsn, oid]
+    for run, facts in intents.items():
+        for branch, lsn, kind, body, oid in facts:
+            yield ["i", run, branch, lsn, kind, body, oid]
+    for run, entry in starts.items():
+        yield ["s", run, entry]
+    for seg, digest in idx.items():
+        yield ["x", seg, digest]
+
+
+def tables_root(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict) -> int:
+    acc = 0
+    for key in table_elements(refs, tips, intents, starts, idx):
+        acc += _elt(key)
+    return acc & _ROOT_MOD
 
 
 class LargeBlob:
@@ -161,17 +216,102 @@ class LargeBlob:
 
 
 def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
-                 compress: bool = True) -> tuple[bytes | list, bytes]:
-    """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)]."""
-    data, entry = build_entry(prev, n, t, objects, moves, cut, compress)
+                 compress: bool = True, tables: Tables | None = None) -> tuple[bytes | list, bytes]:
+    """(entry bytes, checksum) for ``objects`` = [(id, type, canonical bytes)], with the index rows
+    taken from the objects themselves and the root of ``tables`` (default: empty) after the entry.
+
+    What a crafted entry looks like when its author computes everything a writer computes: tests
+    use it to forge checksum-valid entries."""
+    t0 = tables if tables is not None else Tables()
+    facts = {oid: object_facts(otype, canon if isinstance(canon, bytes) else canon.read_all(), None, oid) for oid, otype, canon in objects}
+    got = t0.plan(n, [(o[0], o[1]) for o in objects], facts, moves, None)
+    root = got.root if isinstance(got, Plan) else ZERO
+    data, entry = build_entry(prev, n, t, objects, moves, cut, compress, facts=facts, root=root)
     return data, entry.checksum
 
 
+def encode_next(tables: Tables, t: float, objects: list, moves: list, compress: bool = True, seg: int = 1,
+                off: int = 0, idx: list | None = None) -> tuple[bytes | list, Entry]:
+    """The next entry after ``tables``' position, built as a writer builds it (index rows, rules,
+    root), and ``tables`` advanced past it; raises Refused if it breaks a rule. For the golden
+    fixtures and for tests that must craft checksum-valid entries byte by byte."""
+    facts = {oid: f for oid, otype, canon in objects
+             if (f := object_facts(otype, canon if isinstance(canon, bytes) else canon.read_all(), None, oid)) is not None}
+    n = tables.pos.entry + 1
+    plan = tables.plan(n, [(o[0], o[1]) for o in objects], facts, moves, idx)
+    if isinstance(plan, str):
+        raise Refused(plan)
+    data, e = build_entry(tables.pos.checksum, n, t, objects, moves, None, compress, facts=facts, root=plan.root, idx=idx)
+    e = e._replace(seg=seg, offset=off, data_off=off + e.data_off)
+    tables.commit(plan, n, e.checksum, t)
+    return data, e
+
+
+def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = None) -> list | None:
+    """The index facts an entry's meta carries for one object: for a record ``[run, branch, lsn,
+    parent, kind, refs, intent facts]``, for a journal, segment or grant object ``[previous]``;
+    None for other objects. ``value``: the decoded payload if the caller has it."""
+    if otype == codec.RECORD:
+        if value is None:
+            try:
+                value = codec.decode(canonical, oid, False)[1]
+            except Exception:
+                return None
+        try:
+            run, branch, lsn, parent, kind, body = value["run"], value["branch"], value["lsn"], value["parent"], value["kind"], value["body"]
+        except (KeyError, TypeError):
+            return None
+        if type(run) is not str or type(branch) is not int or type(lsn) is not int or type(kind) is not str or not (
+                parent is None or (type(parent) is bytes and len(parent) == 32)) or not isinstance(body, dict):
+            return None
+        return [run, branch, lsn, parent, kind, body_refs(body), intent_facts(kind, body)]
+    if otype in CHAIN_TYPES:
+        if value is None:
+            try:
+                value = codec.decode(canonical, oid, False)[1]
+            except Exception:
+                return None
+        if not isinstance(value, dict) or "previous" not in value:
+            return None
+        prev = value["previous"]
+        return [prev if prev is None or (type(prev) is bytes and len(prev) == 32) else False]
+    return None
+
+
+CHAIN_TYPES = ("journal", "segment", "grant")
+INTENT_KINDS = ("intent", "intent_committed")
+_INTENT_FIELDS = ("intent", "step", "effect", "idempotent")
+
+
+def body_refs(body: dict) -> list:
+    """Every object id a record body names: 32-byte values at its top level, or one level down."""
+    out = []
+    for v in body.values():
+        if type(v) is bytes:
+            if len(v) == 32:
+                out.append(v)
+        elif type(v) is dict:
+            out.extend(x for x in v.values() if type(x) is bytes and len(x) == 32)
+        elif type(v) is list:
+            out.extend(x for x in v if type(x) is bytes and len(x) == 32)
+    return out
+
+
+def intent_facts(kind: str, body: dict) -> dict | None:
+    """What compensation needs of an intent or intent_committed record: its key, step, effect and
+    idempotent flag (those the body has)."""
+    if kind not in INTENT_KINDS:
+        return None
+    return {k: body[k] for k in _INTENT_FIELDS if k in body}
+
+
 def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
-                compress: bool = True) -> tuple[bytes | list, Entry]:
+                compress: bool = True, facts: dict | None = None, root: bytes = ZERO, seal: bool = False,
+                idx: list | None = None) -> tuple[bytes | list, Entry]:
     """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
 
-    Records and blob bodies never share a block, so walking chains decompresses no body."""
+    Records and blob bodies never share a block, so walking chains decompresses no body.
+    ``facts``: id -> object_facts(...) of the objects that have them."""
     objs: list = []
     blocks: list = []
     data: list = []
@@ -193,13 +333,25 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
                 cur, cur_len = [], 0
         if cur:
             _block(cur, objs, blocks, data, compress)
-    checksum = logical_checksum(prev, n, t, objs, moves, cut)
-    meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut})
+    recs: list = []
+    prevs: list = []
+    if facts:
+        for i, o in enumerate(objs):
+            f = facts.get(o[0])
+            if f is None:
+                continue
+            if o[1] == codec.RECORD:
+                recs.append([i, *f])
+            elif o[1] in CHAIN_TYPES:
+                prevs.append([i, f[0]])
+    checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx)
+    meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut,
+                        "recs": recs, "prevs": prevs, "root": root, "seal": seal, "idx": idx})
     dlen = sum(b[2] for b in blocks)
     length = ENTRY_HEAD.size + len(meta) + dlen + ENTRY_TRAILER.size
     head = ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), dlen) + meta
     trailer = ENTRY_TRAILER.pack(length, checksum)
-    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum)
+    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx)
     if any(isinstance(d, LargeBlob) for d in data):
         return [head, *data, trailer], e  # parts: written one after another (LargeBlob from its file)
     return b"".join((head, *data, trailer)), e
@@ -247,16 +399,18 @@ def has_entry_after(buf: bytes | bytearray | memoryview, start: int, min_n: int 
 
 
 def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int) -> tuple | str:
-    """(n, t, moves, objs, blocks, cut) of an entry's meta, checked against its trailer's chain
-    checksum, the expected entry number and the data length; or the reason it is not valid."""
+    """(n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx) of an entry's meta, checked
+    against its trailer's chain checksum, the expected entry number and the data length; or the
+    reason it is not valid."""
     STATS["entries_decoded"] += 1
     try:
         m = _dec.decode(meta)
         n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
+        recs, prevs, root, seal, idx = m["recs"], m["prevs"], m["root"], m["seal"], m["idx"]
     except (msgspec.DecodeError, KeyError, TypeError) as e:
         return f"undecodable entry meta: {'no field ' if isinstance(e, KeyError) else ''}{e}"
     try:
-        if logical_checksum(prev, n, t, objs, moves, cut) != checksum:
+        if logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx) != checksum:
             return "checksum mismatch"
         if sum(b[2] for b in blocks) != dlen:
             return "block sizes disagree with the entry length"
@@ -264,10 +418,10 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         return f"malformed entry meta: {e}"
     if expect_n is not None and n != expect_n:
         return f"entry number {n} where {expect_n} was expected"
-    bad = _meta_shape_problem(n, t, moves, objs, blocks)
+    bad = _meta_shape_problem(n, t, moves, objs, blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
     if bad is not None:
         return f"malformed entry meta: {bad}"
-    return n, t, moves, objs, blocks, cut
+    return n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx
 
 
 def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any) -> str | None:
@@ -294,6 +448,31 @@ def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any) -> s
     return None
 
 
+def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any, idx: Any) -> str | None:
+    """What is wrong with the shape of an entry's index rows, or None (see _meta_shape_problem)."""
+    if type(recs) is not list or type(prevs) is not list or type(root) is not bytes or len(root) != 32 or type(seal) is not bool:
+        return "recs, prevs, root and seal have the wrong types"
+    if idx is not None and (type(idx) is not list or len(idx) != 2 or type(idx[0]) is not int or type(idx[1]) is not bytes or len(idx[1]) != 32):
+        return "idx is not [segment, 32-byte digest]"
+    no = len(objs)
+    last = -1
+    for r in recs:
+        if (type(r) is not list or len(r) != 8 or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] != codec.RECORD
+                or type(r[1]) is not str or type(r[2]) is not int or type(r[3]) is not int or r[2] < 0 or r[3] < 0
+                or not (r[4] is None or (type(r[4]) is bytes and len(r[4]) == 32)) or type(r[5]) is not str
+                or type(r[6]) is not list or not all(type(x) is bytes and len(x) == 32 for x in r[6])
+                or not (r[7] is None or type(r[7]) is dict)):
+            return f"record row {r!r:.80} is not [object, run, branch, lsn, parent, kind, refs, intent]"
+        last = r[0]
+    last = -1
+    for r in prevs:
+        if (type(r) is not list or len(r) != 2 or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] not in CHAIN_TYPES
+                or not (r[1] is None or r[1] is False or (type(r[1]) is bytes and len(r[1]) == 32))):
+            return f"chain row {r!r:.80} is not [object, previous]"
+        last = r[0]
+    return None
+
+
 def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
     """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
     if end - pos < ENTRY_HEAD.size:
@@ -312,19 +491,34 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
     got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen)
     if isinstance(got, str):
         return got
-    n, t, moves, objs, blocks, cut = got
-    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum)
+    n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx = got
+    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum, recs, prevs, root, seal, idx)
 
 
 # -- the derived tables ---------------------------------------------------------------
 
 
+class Plan(NamedTuple):
+    """What applying one entry changes in the tables, worked out (and checked against the rules)
+    before anything changes: writers plan the entry they are about to write, readers each entry
+    they take in, with the same function (``Tables.plan``)."""
+
+    tips: dict  # (run, branch) -> (lsn, id): the final tip of each chain the entry extends
+    chain: list  # (run, branch, lsn, id)
+    intents: list  # (run, (branch, lsn, kind, facts, id))
+    starts: list  # (run, entry)
+    refs: dict  # name -> new value (None: deleted)
+    idx: tuple | None  # (segment, digest) the entry names
+    acc: int
+    root: bytes
+
+
 class Tables:
     """What the log says at a position: refs, object locations, the chain index.
 
-    Everything here is derived from entries (``index_record``, ``set_ref``) and
-    nothing else. Object locations and chain rows are held here for the active
-    segment only; sealed segments have their persistent index files."""
+    Everything here is derived from entries' metas (``plan`` / ``commit``) and nothing else.
+    Object locations and chain rows are held here for the active segment only; sealed segments
+    have their persistent index files, each named by digest in the log (``idx``)."""
 
     def __init__(self) -> None:
         self.pos = Position(0, ZERO)
@@ -335,8 +529,10 @@ class Tables:
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
-        self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, body, id)] of intent / intent_committed records
+        self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
+        self.idx: dict[int, bytes] = {}  # sealed segment -> BLAKE3 of its index file, as the log names it
+        self.acc = 0  # the tables' root accumulator (see TableRoot above)
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
@@ -353,26 +549,123 @@ class Tables:
             if run is not None:
                 self.run_refs.setdefault(run, {})[name] = value
 
-    def index_record(self, oid: bytes, value: dict, entry: int) -> None:
-        """Chain index facts of one record, taken from the record itself."""
+    def plan(self, n: int, objs: list, facts: dict, moves: list, idx: list | tuple | None) -> Plan | str:
+        """The changes entry ``n`` makes, or the rule it breaks (a string). ``objs``: [(id, type),
+        …] of the entry's objects in order; ``facts``: id -> object_facts(...)."""
+        types = {o[0]: o[1] for o in objs}
+        acc = self.acc
+        tips: dict = {}
+        chain: list = []
+        intents: list = []
+        starts: list = []
+        heads: dict = {}  # (run, branch) -> the value a record appended now must name as parent
+        for oid, otype in objs:
+            if otype != codec.RECORD:
+                continue
+            f = facts.get(oid)
+            if f is None:
+                return f"record {oid.hex()} has no index row"
+            run, branch, lsn, parent, kind, _refs, ifacts = f
+            key = (run, branch)
+            tip = tips.get(key) or self.tips.get(key)
+            want = tip[0] + 1 if tip is not None else 0
+            if lsn != want:
+                return f"record {oid.hex()} has LSN {lsn} on branch {branch} of run {run}, whose next LSN is {want}"
+            cur = heads[key] if key in heads else self.refs.get(_branch_ref(run, branch))
+            if lsn == 0 and branch > 0 and cur is None and types.get(parent) == codec.FORK:
+                cur = parent  # the branch is forked by this very entry: its first record follows the fork object
+            if parent != cur:
+                return (f"record {oid.hex()} (run {run} branch {branch} LSN {lsn}) names parent {_show(parent)}, "
+                        f"but the branch's head is {_show(cur)}")
+            heads[key] = oid
+            tips[key] = (lsn, oid)
+            chain.append((run, branch, lsn, oid))
+            if kind == "run_started" and lsn == 0 and branch == 0 and run not in self.starts:
+                starts.append((run, n))
+                acc += _elt(["s", run, n])
+            elif kind in INTENT_KINDS:
+                fact = (branch, lsn, kind, ifacts, oid)
+                intents.append((run, fact))
+                acc += _elt(["i", run, *fact])
+        for key, (lsn, oid) in tips.items():
+            old = self.tips.get(key)
+            if old is not None:
+                acc -= _elt(["t", key[0], key[1], old[0], old[1]])
+            acc += _elt(["t", key[0], key[1], lsn, oid])
+        refs: dict = {}
+        for m in moves:
+            name, old, new = m[0], m[1], m[2]
+            cur = refs[name] if name in refs else self.refs.get(name)
+            if old != cur:
+                return f"move of {name} from {_show(old)}, but the ref holds {_show(cur)}"
+            bad = self._rule(name, old, new, types, facts)
+            if bad is not None:
+                return bad
+            refs[name] = new
+            if cur is not None:
+                acc -= _elt(["r", name, cur])
+            if new is not None:
+                acc += _elt(["r", name, new])
+        for (run, branch), (_lsn, oid) in tips.items():
+            name = _branch_ref(run, branch)
+            if (refs[name] if name in refs else self.refs.get(name)) != oid:
+                return f"record {oid.hex()} is appended to branch {branch} of run {run}, but {name} does not move to it"
+        for name, new in refs.items():
+            run = _run_of(name)
+            if run is None:
+                continue
+            b = _branch_num(run, name)
+            if b is not None:
+                tip = tips.get((run, b))
+                if tip is None and types.get(new) != codec.FORK and not (type(new) is bytes and self.tips.get((run, b), (0, None))[1] == new):
+                    return f"{name} moves to {_show(new)}, which is neither its chain's newest record nor a fork object of this entry"
+            elif name == _live_ref(run):
+                target = new[len(SYMREF):] if type(new) is str and new.startswith(SYMREF) else None
+                b = _branch_num(run, target) if target is not None else None
+                if new is not None and (b is None or (refs[target] if target in refs else self.refs.get(target)) is None):
+                    return f"{name} moves to {_show(new)}, which is not an existing branch of run {run}"
+        got_idx = None
+        if idx is not None:
+            seg, digest = idx[0], idx[1]
+            if seg in self.idx:
+                return f"the index of segment {seg} is named twice"
+            got_idx = (seg, digest)
+            acc += _elt(["x", seg, digest])
+        acc &= _ROOT_MOD
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc))
+
+    def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
+        """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
+        entry is applied: by its writer, by every reader that takes it in, by verify."""
+        if not forward_only(name):
+            return None
         try:
-            run, branch, lsn, kind, parent = value["run"], value["branch"], value["lsn"], value["kind"], value["parent"]
-        except (KeyError, TypeError):
-            return  # malformed: verify names it
-        if type(branch) is not int or type(lsn) is not int:
-            return
-        key = (run, branch)
-        tip = self.tips.get(key)
-        # Only the chain's next record: anything else is not on the chain (verify names it).
-        if (tip is None and lsn == 0) or (tip is not None and lsn == tip[0] + 1 and parent == tip[1]):
-            self.tips[key] = (lsn, oid)
+            check_move(name, old, new, lambda oid, want: _previous(oid, want, types, facts), lambda oid: oid in types)
+        except ObjstoreError as e:
+            return str(e.args[0]) if e.args else str(e)
+        if isinstance(new, bytes) and new not in types and not name.startswith(KEYS_PREFIX):
+            return f"ref {name} moves only to an object stored in the same commit"
+        return None
+
+    def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
+        """Apply a plan (its rules already checked)."""
+        self.tips.update(p.tips)
+        for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
-        else:
-            return
-        if kind == "run_started" and lsn == 0 and branch == 0:
-            self.starts.setdefault(run, entry)
-        elif kind in ("intent", "intent_committed"):
-            self.intents.setdefault(run, []).append((branch, lsn, kind, value.get("body"), oid))
+        for run, fact in p.intents:
+            self.intents.setdefault(run, []).append(fact)
+        for run, entry in p.starts:
+            self.starts[run] = entry
+        for name, value in p.refs.items():
+            self.set_ref(name, value)
+        if p.idx is not None:
+            self.idx[p.idx[0]] = p.idx[1]
+        self.acc = p.acc
+        self.pos = Position(n, checksum)
+        self.last_time = t
+
+    def recompute_root(self) -> int:
+        return tables_root(self.refs, self.tips, self.intents, self.starts, self.idx)
 
     # -- checkpoints ------------------------------------------------------------------
     def active_rows(self) -> tuple[list, list]:
@@ -387,10 +680,10 @@ class Tables:
     def dump(self, seg: int, off: int, first: int) -> bytes:
         objects, chain = self.active_rows()
         return _enc.encode({
-            "v": 2, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
+            "v": 3, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
             "refs": [[k, v] for k, v in self.refs.items()],
             "tips": [[r, b, lsn, oid] for (r, b), (lsn, oid) in self.tips.items()],
-            "intents": self.intents, "starts": self.starts,
+            "intents": self.intents, "starts": self.starts, "idx": [[k, v] for k, v in self.idx.items()],
             # the active segment's rows in the index layout: looked up in place, never unpacked
             "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
         })
@@ -398,7 +691,7 @@ class Tables:
     @classmethod
     def load(cls, data: bytes) -> tuple[Tables, int, int]:
         m = _dec.decode(data)
-        if m.get("v") != 2:
+        if m.get("v") != 3:
             raise ValueError("checkpoint version")
         t = cls()
         t.pos = Position(m["entry"], m["checksum"])
@@ -408,8 +701,41 @@ class Tables:
         t.tips = {(r, b): (lsn, oid) for r, b, lsn, oid in m["tips"]}
         t.intents = {r: [tuple(x) for x in v] for r, v in m["intents"].items()}
         t.starts = m["starts"]
+        t.idx = {k: v for k, v in m["idx"]}
+        t.acc = t.recompute_root()
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
+
+
+SYMREF = "ref: "
+KEYS_PREFIX = "keys/"
+
+
+def _branch_ref(run: str, branch: int) -> str:
+    return f"run/{run}/branch/{branch}"
+
+
+def _live_ref(run: str) -> str:
+    return f"run/{run}/live"
+
+
+def _branch_num(run: str, name: str) -> int | None:
+    prefix = f"run/{run}/branch/"
+    if name.startswith(prefix):
+        rest = name[len(prefix):]
+        if rest.isdigit() and rest.isascii() and (rest == "0" or rest[0] != "0"):
+            return int(rest)
+    return None
+
+
+def _previous(oid: bytes, want: str, types: dict, facts: dict) -> object:
+    """The ``previous`` of an object of this entry of type ``want``, from its index row."""
+    if types.get(oid) != want:
+        return _NOT_A_CHAIN
+    f = facts.get(oid)
+    if f is None or f[0] is False:
+        return _NOT_A_CHAIN
+    return f[0]
 
 
 class Txn:
@@ -419,6 +745,7 @@ class Txn:
         self.engine = engine
         self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}  # id -> (type, canonical bytes or a LargeBlob)
         self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
+        self.facts: dict[bytes, list] = {}  # id -> the index facts its entry's meta carries (object_facts)
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
         self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
@@ -436,6 +763,10 @@ class Txn:
         self.objects[oid] = (otype, canonical)
         if value is not None:
             self.decoded[oid] = value
+        if otype == codec.RECORD or otype in CHAIN_TYPES:
+            f = object_facts(otype, canonical if isinstance(canonical, bytes) else b"", value, oid)
+            if f is not None:
+                self.facts[oid] = f
 
     def has(self, oid: bytes) -> bool:
         return oid in self.objects or self.engine.has(oid)
@@ -499,6 +830,8 @@ class Engine:
 
     tables: Tables
     _mu: threading.RLock  # guards the tables (and a log's tail position) within this process
+    prefix_ok = False  # read the readable prefix of a damaged log instead of raising CorruptLog
+    witness_problem: tuple[str, str] | None = None  # (code, detail) when the head witness disagrees with the log
 
     def refresh(self) -> Position:  # catch up on entries others appended (readers: no lock)
         raise NotImplementedError
@@ -643,22 +976,21 @@ class MemoryEngine(Engine):
             if txn.objects or moves:
                 t = self.tables
                 n = t.pos.entry + 1
+                plan = t.plan(n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], txn.facts, moves, None)
+                if isinstance(plan, str):
+                    raise Refused(plan)
                 objs = []
                 for oid, (otype, canon) in txn.objects.items():
                     data = canon.read_all() if hasattr(canon, "read_all") else canon
                     self._objects[oid] = data
                     objs.append([oid, otype, len(data), 0, 0])
                     t.locs[oid] = (n, otype, len(data))
-                    if otype == codec.RECORD:
-                        v = txn.decoded.get(oid) or codec.decode(data, oid, False)[1]
-                        t.index_record(oid, v, n)
+                recs = [[i, *txn.facts[o[0]]] for i, o in enumerate(objs) if o[1] == codec.RECORD and o[0] in txn.facts]
+                prevs = [[i, txn.facts[o[0]][0]] for i, o in enumerate(objs) if o[1] in CHAIN_TYPES and o[0] in txn.facts]
                 now = time.time() if txn.when is None else float(txn.when)
-                checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None)
-                for name, _, new, _ in moves:
-                    t.set_ref(name, new)
-                t.pos = Position(n, checksum)
-                t.last_time = now
-                self._entries.append(Entry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum))
+                checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None, recs, prevs, plan.root)
+                t.commit(plan, n, checksum, now)
+                self._entries.append(Entry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum, recs, prevs, plan.root))
         finally:
             self._lock.release()
 
@@ -692,11 +1024,18 @@ class LogEngine(Engine):
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
+        self._built: dict[int, bytes] = {}  # sealed segment -> digest of the index this process built from the log
         self._hint = 0  # segment of the last object found through an index
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
+        self.prefix_ok = False  # answer from the readable prefix of a damaged log instead of raising (verify)
+        self._sealed = False  # the last entry taken in is its segment's seal entry
+        self._wit_path = os.path.join(self.dir, "witness")
+        self._wit_fd: int | None = None
+        self._wit = self.witness()  # the head witness as this process found it at open
+        self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
             self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
         except OSError:
@@ -708,9 +1047,47 @@ class LogEngine(Engine):
         except CorruptLog:
             pass  # damage before the log's end: the store opens (verify names it), every later refresh raises it again
         else:
+            self._check_witness()
             entries = self.tables.pos.entry - self._ckpt_at[0]
             if entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES)):
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
+
+    # -- the head witness -----------------------------------------------------------------
+    def witness(self) -> tuple[int, bytes] | None:
+        """(entry, checksum) the newest writer made durable, from ``log/witness``; None if the file
+        is absent, short or unreadable (no witness, not damage)."""
+        try:
+            with open(self._wit_path, "rb") as f:
+                raw = f.read(WITNESS.size + 1)
+        except OSError:
+            return None
+        if len(raw) != WITNESS.size or raw[:4] != WITNESS_MAGIC:
+            return None
+        _, entry, checksum = WITNESS.unpack(raw)
+        return entry, checksum
+
+    def _check_witness(self) -> None:
+        """Compare the log with the witness read at open: shorter is ``log-truncated``; a checksum
+        the log does not have at that entry is ``witness-mismatch`` (writers refuse; readers warn)."""
+        w = self._wit
+        if w is None or self.witness_problem is not None:
+            return
+        pos = self.tables.pos
+        if w[0] > pos.entry:
+            self.witness_problem = ("log-truncated", f"the log ends at entry {pos.entry}, but the head witness says entry {w[0]} was made durable")
+        elif w[0] == pos.entry and w[1] != pos.checksum:
+            self.witness_problem = ("witness-mismatch", f"the head witness names entry {w[0]} with checksum {w[1].hex()}, the log has {pos.checksum.hex()}")
+
+    def _write_witness(self, entry: int, checksum: bytes) -> None:
+        """After the entry's fdatasync, before the commit returns; never synced itself: it may lag
+        the log (a crash before it) but never lead it."""
+        try:
+            if self._wit_fd is None:
+                self._wit_fd = os.open(self._wit_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            os.pwrite(self._wit_fd, WITNESS.pack(WITNESS_MAGIC, entry, checksum), 0)
+        except OSError:
+            pass  # no witness is only less protection, never a failed commit
+        self._wit = (entry, checksum)
 
     # -- files --------------------------------------------------------------------------
     def seg_path(self, n: int) -> str:
@@ -748,32 +1125,55 @@ class LogEngine(Engine):
 
     # -- reading the log ----------------------------------------------------------------
     def refresh(self) -> Position:
-        """Take in every complete entry appended since our position (no lock: readers never lock)."""
+        """Take in every complete entry appended since our position (no lock: readers never lock).
+
+        Raises CorruptLog where the log is damaged before its end (a bad entry followed by good
+        ones, an entry that breaks a rule, a missing segment) unless the engine was opened to read
+        the readable prefix (``prefix_ok``): the tables then stop before the damage."""
         with self._mu:
             while True:
                 self._read_tail()
-                if not os.path.exists(self.seg_path(self._seg + 1)):
-                    if self._seg < self._top:
-                        raise CorruptLog(self.seg_path(self._seg + 1), f"segment missing (segment {self._top} exists)")
+                if self.damaged is not None:
+                    if self.prefix_ok:
+                        return self.tables.pos
+                    seg, off, why = self.damaged
+                    raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); the log is readable "
+                                     "only up to it (run 'objstore verify')")
+                if not self._sealed:
+                    if self._seg < self._top or (self.torn is not None and os.path.exists(self.seg_path(self._seg + 1))):
+                        # A later segment exists, so this one was sealed: its end is not a torn tail.
+                        why = self.torn[-1] if self.torn is not None else "no seal entry"
+                        self.torn, self.damaged = None, (self._seg, self._off, f"segment {self._seg} ends at offset {self._off} ({why}) "
+                                                         "but a later segment exists")
+                        continue
                     return self.tables.pos
-                # The next segment exists, so this one is sealed: read its last entries, then move on.
-                self._read_tail()
-                bad = self.torn or self.damaged
-                if bad is not None:
-                    raise CorruptLog(self.seg_path(self._seg), f"bad entry at offset {bad[1]} in a sealed segment: {bad[-1]}")
                 nxt = self._seg + 1
-                hdr = _read_segment_header(self._fd(nxt), self.seg_path(nxt))
+                try:
+                    fd = self._fd(nxt)
+                except CorruptLog:
+                    if self._seg < self._top:
+                        self.damaged = (self._seg, self._off, f"segment {nxt} is missing (segment {self._top} exists)")
+                        if self.prefix_ok:
+                            return self.tables.pos
+                        raise CorruptLog(self.seg_path(nxt), f"segment missing (segment {self._top} exists)") from None
+                    return self.tables.pos  # sealed, the next segment not created yet (its sealer died): the next writer makes it
+                hdr = _read_segment_header(fd, self.seg_path(nxt))
                 if hdr[2] != self.tables.pos.entry + 1 or hdr[3] != self.tables.pos.checksum:
+                    self.damaged = (nxt, 0, "segment header does not continue the previous segment's chain")
+                    if self.prefix_ok:
+                        return self.tables.pos
                     raise CorruptLog(self.seg_path(nxt), "segment header does not continue the previous segment's chain")
                 self._retire_active()
-                self._seg, self._off = nxt, SEG_HEADER.size
+                self._seg, self._off, self._sealed = nxt, SEG_HEADER.size, False
 
     def _read_tail(self) -> None:
+        if self.damaged is not None:
+            return  # readers stop before damage, every time
         fd = self._fd(self._seg)
         size = os.fstat(fd).st_size
         if self._off == SEG_HEADER.size and self._seg == 1 and self.tables.pos.entry == 0:
             _read_segment_header(fd, self.seg_path(1))
-        if size <= self._off:
+        if size <= self._off or self._sealed:
             self.torn = None
             return
         t = self.tables
@@ -799,9 +1199,18 @@ class LogEngine(Engine):
                     e = parse_entry(buf, pos, len(buf), t.pos.checksum, self._seg, t.pos.entry + 1)
                     if isinstance(e, str):
                         break
-                    self._apply(e._replace(offset=off + pos, data_off=off + e.data_off))
+                    bad = self._apply(e._replace(offset=off + pos, data_off=off + e.data_off))
+                    if bad is not None:
+                        self.torn, self.damaged = None, (self._seg, off + pos, f"entry {e.n}: {bad}")
+                        self._off = off + pos
+                        return
                     pos += e.length
+                    if e.seal:
+                        break
                 self._off = off + pos
+                if self._sealed:
+                    self.torn = None
+                    return
                 if pos == len(buf) or (pos > 0 and self._off < size):
                     continue  # the window ended inside an entry: read on from there
             if isinstance(e, str):
@@ -813,90 +1222,110 @@ class LogEngine(Engine):
                     _, bad_mlen, bad_dlen = ENTRY_HEAD.unpack_from(rest, 0)
                     if bad_mlen <= MAX_META:
                         start = ENTRY_HEAD.size + bad_mlen + bad_dlen + ENTRY_TRAILER.size
+                w = None
                 if start < len(rest) and has_entry_after(rest, start, t.pos.entry + 2):
                     # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
                     # the log must never be cut away; readers stop here and writers refuse.
                     self.torn = None
-                    self.damaged = (self._seg, self._off, e)
+                    self.damaged = (self._seg, self._off, f"{e}; complete entries follow it")
+                elif (w := self.witness()) is not None and w[0] > t.pos.entry:
+                    # Acknowledged means kept: the witness says this entry was made durable, so
+                    # whatever is wrong with it is damage, never a torn write to cut.
+                    self.torn = None
+                    self.damaged = (self._seg, self._off, f"{e}; entry {t.pos.entry + 1} was made durable "
+                                    f"(the head witness names entry {w[0]})")
                 else:
                     self.torn = (self._seg, self._off, len(rest), e)
                 return
             assert e is not None  # a split entry: a window's entries were applied above, and its end continued or returned
-            self._apply(e)
+            bad = self._apply(e)
+            if bad is not None:
+                self.torn, self.damaged = None, (self._seg, off, f"entry {e.n}: {bad}")
+                return
             self._off = off + e.length
+            if self._sealed:
+                break
         self.torn = None
 
-    def _apply(self, e: Entry, decoded: dict | None = None) -> None:
-        """Fold one entry into the tables."""
+    def _apply(self, e: Entry, plan: Plan | None = None) -> str | None:
+        """Fold one entry into the tables from its meta alone (no block is read), after checking
+        it against the rules and its root; returns what is wrong with it instead (nothing changes)."""
         t = self.tables
+        first = e.offset == SEG_HEADER.size
+        if plan is None:
+            if first and e.seg > 1:
+                if e.idx is None or e.idx[0] != e.seg - 1:
+                    return f"the first entry of segment {e.seg} does not name the index of segment {e.seg - 1}"
+            elif e.idx is not None:
+                return "only the first entry of a segment names an index"
+            facts: dict = {}
+            objs = e.objs
+            for r in e.recs:
+                facts[objs[r[0]][0]] = r[1:]
+            for r in e.prevs:
+                facts[objs[r[0]][0]] = [r[1]]
+            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx)
+            if isinstance(got, str):
+                return got
+            if got.root != e.root:
+                return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
+            plan = got
         bstarts = []
         off = e.data_off
         for _comp, _raw, stored in e.blocks:
             bstarts.append(off)
             off += stored
-        records = []
         for oid, otype, length, bi, boff in e.objs:
             comp, raw, stored = e.blocks[bi]
             t.locs[oid] = Loc(e.n, e.seg, bstarts[bi], comp, stored, raw, boff, length, otype)
-            if otype == codec.RECORD:
-                records.append(oid)
-        if records:
-            blocks: dict = {}  # block offset -> {id: (type, value)}: each block read and decoded once
-            for oid in records:
-                v = decoded.get(oid) if decoded else None
-                if v is None:
-                    loc = t.locs[oid]
-                    got = blocks.get(loc.block_off)
-                    if got is None:
-                        try:
-                            if loc.comp == COMP_ZSTD and loc.block_raw > PRECHECK_RAW:  # hash-checked before it is held
-                                bi = next(o[3] for o in e.objs if o[0] == oid)
-                                problem = codec.check_stream(
-                                    stream_block(self._fd(loc.seg), loc.block_off, loc.stored_len, loc.block_raw),
-                                    loc.block_raw, [(o[4], o[2], o[0]) for o in e.objs if o[3] == bi])
-                                if problem is not None:
-                                    raise IntegrityError(oid.hex(), self.seg_path(loc.seg), problem)
-                            got = blocks[loc.block_off] = codec.decode_block(self._read_block(loc))
-                        except IntegrityError:
-                            got = blocks[loc.block_off] = {}
-                    hit = got.get(oid)
-                    if hit is None:
-                        continue  # damaged: verify reports it; the index skips it
-                    v = hit[1]
-                t.index_record(oid, v, e.n)
-        for name, _old, new, _reason in e.moves:
-            t.set_ref(name, new)
-        t.pos = Position(e.n, e.checksum)
-        t.last_time = e.time
+        if e.idx is not None and self._built.get(e.idx[0], e.idx[1]) != e.idx[1]:
+            return f"it names an index of segment {e.idx[0]} that is not the one its entries give"
+        t.commit(plan, e.n, e.checksum, e.time)
+        w = self._wit
+        if w is not None and w[0] == e.n and w[1] != e.checksum:
+            self.witness_problem = ("witness-mismatch", f"the head witness names entry {e.n} with checksum {w[1].hex()}, the log has {e.checksum.hex()}")
+        if e.seal:
+            self._sealed = True
+        return None
 
     def entries(self) -> Iterator[Entry]:
         """Every complete entry in log order (verify, ref log). Stops at a torn tail."""
         prev, n, seg = ZERO, 1, 1
         while os.path.exists(self.seg_path(seg)):
-            fd = self._fd(seg)
-            hdr = _read_segment_header(fd, self.seg_path(seg))
+            hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
             if hdr[2] != n or hdr[3] != prev:
                 raise CorruptLog(self.seg_path(seg), "segment header does not continue the previous segment's chain")
-            size = os.fstat(fd).st_size
-            off = SEG_HEADER.size
-            while off < size:
-                head = os.pread(fd, ENTRY_HEAD.size, off)
-                if len(head) < ENTRY_HEAD.size:
-                    return
-                _, mlen, dlen = ENTRY_HEAD.unpack(head) if head[:4] == ENTRY_MAGIC else (0, 0, 0)
-                if head[:4] != ENTRY_MAGIC or mlen > MAX_META:
-                    return
-                if off + ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size > size:
-                    return  # declares more bytes than the file holds: a torn tail (nothing is read for it)
-                meta = os.pread(fd, ENTRY_HEAD.size + mlen, off)
-                trailer = os.pread(fd, ENTRY_TRAILER.size, off + ENTRY_HEAD.size + mlen + dlen)
-                e = _parse_split(meta, trailer, dlen, off, prev, seg, n)
-                if isinstance(e, str):
-                    return
+            sealed = False
+            for e in self._segment_entries(seg, prev, n):
                 yield e
-                prev, n = e.checksum, n + 1
-                off += e.length
+                prev, n, sealed = e.checksum, e.n + 1, e.seal
+            if not sealed:
+                return
             seg += 1
+
+    def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[Entry]:
+        """The complete entries of one segment, up to its seal entry or its first bad entry (meta
+        and trailer only: no block is read)."""
+        fd = self._fd(seg)
+        size = os.fstat(fd).st_size
+        off = SEG_HEADER.size
+        while off < size:
+            head = os.pread(fd, ENTRY_HEAD.size, off)
+            if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                return
+            _, mlen, dlen = ENTRY_HEAD.unpack(head)
+            if mlen > MAX_META or off + ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size > size:
+                return  # declares more bytes than the file holds: a torn tail (nothing is read for it)
+            meta = os.pread(fd, ENTRY_HEAD.size + mlen, off)
+            trailer = os.pread(fd, ENTRY_TRAILER.size, off + ENTRY_HEAD.size + mlen + dlen)
+            e = _parse_split(meta, trailer, dlen, off, prev, seg, n)
+            if isinstance(e, str):
+                return
+            yield e
+            if e.seal:
+                return
+            prev, n = e.checksum, n + 1
+            off += e.length
 
     # -- reading objects ----------------------------------------------------------------
     def _read_block(self, loc: Loc) -> bytes:
@@ -961,32 +1390,28 @@ class LogEngine(Engine):
         if loc is None:
             self.refresh()
             loc = self.loc(oid)
-            if loc is None and self._recheck_indexes():
+            if loc is None and self._drop_frozen():
                 loc = self.loc(oid)
             if loc is None:
                 raise ObjectNotFound(oid.hex())
         try:
             return self._read_loc(oid, loc)
         except IntegrityError:
-            # A damaged index row points at the wrong bytes: check the indexes, then try once more.
-            if loc.seg < self._seg and self._recheck_indexes():
+            # A checkpoint's row of the active segment points at the wrong bytes: take the rows
+            # from the segment's entries instead, then try once more.
+            if loc.seg == self._seg and self._drop_frozen():
                 return self._read_loc(oid, self.loc(oid) or loc)
             raise
 
-    def _recheck_indexes(self) -> bool:
-        """Verify the trailing BLAKE3 of every index not yet checked (they are mapped without it, so
-        that opening one costs nothing); rebuild the damaged ones. True if any was rebuilt."""
-        rebuilt = False
-        for seg, idx in list(self._idx.items()):
-            if getattr(idx, "checked", False):
-                continue
-            if idx.check_sum():
-                idx.checked = True
-            else:
-                self._idx[seg] = self._rebuild_index(seg)
-                self._idx[seg].checked = True
-                rebuilt = True
-        return rebuilt
+    def _confirmed(self, run: str, branch: int, lsn: int, oid: bytes, parent: bytes | None | bool = False) -> bool:
+        """Whether the record ``oid`` is what a checkpoint's chain row says: (run, branch, lsn), and
+        the parent when given. Rows the log names (its entries, indexes it names) need no check."""
+        try:
+            v = codec.decode(self._read_loc(oid, self.loc(oid) or _NO_LOC), oid, False)[1]
+            return (isinstance(v, dict) and v.get("run") == run and v.get("branch") == branch and v.get("lsn") == lsn
+                    and (parent is False or v.get("parent") == parent))
+        except (IntegrityError, ObjstoreError, ValueError, TypeError):
+            return False
 
     def where(self, oid: bytes) -> str:
         loc = self.loc(oid)
@@ -1024,23 +1449,31 @@ class LogEngine(Engine):
         if tip is None or lsn > tip[0]:
             return
         key = segindex.chain_key(run, branch)
+        prev: bytes | None | bool = False
         for seg in range(1, self._seg):
             idx = self._index(seg)
-            if not getattr(idx, "checked", False):  # a whole-branch walk: worth checking what it reads
-                self._recheck_indexes()
-                idx = self._index(seg)
             for l, oid in idx.chain_from(key, lsn):
                 if l != lsn:
                     return  # a gap: the index is damaged (verify names it); stop rather than guess
                 self._hint = seg
                 yield l, oid
+                prev = oid
                 lsn += 1
             idx.release()  # done with this segment's rows: its pages leave our resident set
         frozen = self.tables.frozen
         if frozen is not None:
-            for l, oid in frozen.chain_from(key, lsn):
-                if l != lsn:
-                    return
+            rows = list(frozen.chain_from(key, lsn))
+            ok = all(l == lsn + i for i, (l, _) in enumerate(rows))
+            check_prev = prev
+            for l, oid in rows:
+                if not ok or not self._confirmed(run, branch, l, oid, check_prev if l > 0 else False):
+                    ok = False
+                    break
+                check_prev = oid
+            if not ok and self._drop_frozen():
+                yield from Engine.iter_chain(self, run, branch, lsn)
+                return
+            for l, oid in rows:
                 yield l, oid
                 lsn += 1
         yield from Engine.iter_chain(self, run, branch, lsn)
@@ -1053,16 +1486,19 @@ class LogEngine(Engine):
         tip = t.tips.get((run, branch))
         if tip is None or lsn > tip[0]:
             return None
+        if lsn == tip[0]:
+            return tip[1]  # the tables' root covers the tips
         key = segindex.chain_key(run, branch)
         if t.frozen is not None:
             oid = t.frozen.record_at(key, lsn)
             if oid is not None:
-                return oid
+                if self._confirmed(run, branch, lsn, oid):
+                    return oid
+                self._drop_frozen()
+                return self.record_at(run, branch, lsn)
         for seg in range(self._seg - 1, 0, -1):
             oid = self._index(seg).record_at(key, lsn)
             if oid is not None:
-                if self.loc(oid) is None and self._recheck_indexes():
-                    return self.record_at(run, branch, lsn)  # the row was damaged; its index is rebuilt
                 return oid
         return None
 
@@ -1079,74 +1515,106 @@ class LogEngine(Engine):
         return os.path.join(self.dir, f"{seg:010d}.idx")
 
     def _index(self, seg: int) -> segindex.SegmentIndex:
+        """A sealed segment's index: the file if its BLAKE3 is the digest the log names for it,
+        else built again from the segment's entries (and checked against that digest)."""
         idx = self._idx.get(seg)
         if idx is not None:
             return idx
-        nxt = _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
-        try:
-            idx = segindex.load(self.idx_path(seg), seg, check=False)
-            if idx.last + 1 != nxt[2] or idx.checksum != nxt[3]:
-                raise segindex.IndexError_("does not match its segment")
-        except segindex.IndexError_:
-            idx = self._rebuild_index(seg)
+        _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
+        named = self.tables.idx.get(seg)
+        idx = None
+        if named is not None:
+            try:
+                with open(self.idx_path(seg), "rb") as f:
+                    data = f.read()
+                if blake3.blake3(data).digest() == named:
+                    idx = segindex.SegmentIndex(data, seg)
+            except (OSError, segindex.IndexError_):
+                idx = None
+        if idx is None:
+            idx = self._rebuild_index(seg, named)
+        idx.checked = True
         self._idx[seg] = idx
         return idx
 
-    def _rebuild_index(self, seg: int) -> segindex.SegmentIndex:
-        """Index a sealed segment from its entries (missing or unusable index file)."""
-        scratch = LogEngine.__new__(LogEngine)
-        scratch.__dict__.update(self.__dict__)
-        scratch.tables = Tables()
-        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
-        scratch.tables.pos = Position(hdr[2] - 1, hdr[3])
-        scratch._seg, scratch._off, scratch._mu = seg, SEG_HEADER.size, threading.RLock()
-        scratch._block_cache = None
-        scratch.torn = scratch.damaged = None
-        scratch._read_tail()
-        if scratch.torn is not None or scratch.damaged is not None:
-            raise CorruptLog(self.seg_path(seg), "sealed segment does not read to its end; cannot index it")
-        # Chain rows need each record's predecessor on its chain, which may sit in an earlier
-        # segment: index_record would reject them, so take every well-formed record instead.
-        data = self._index_bytes(seg, hdr[2], scratch.tables, all_records=True)
+    def _rebuild_index(self, seg: int, named: bytes | None) -> segindex.SegmentIndex:
+        """Index a sealed segment from its entries' metas (the file is missing or is not the one
+        the log names)."""
+        data = self._scan_index_bytes(seg)
+        if named is not None and blake3.blake3(data).digest() != named:
+            raise CorruptLog(self.seg_path(seg), f"its entries do not give the index the log names for it ({named.hex()[:16]}…)")
         _write_index(self.idx_path(seg), data)
         return segindex.SegmentIndex(data, seg)
 
-    def _index_bytes(self, seg: int, first: int, t: Tables, all_records: bool = False) -> bytes:
+    def _scan_index_bytes(self, seg: int) -> bytes:
+        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+        objects: dict = {}
+        chain: list = []
+        last = None
+        for e in self._segment_entries(seg, hdr[3], hdr[2]):
+            _segment_rows(e, objects, chain)
+            last = e
+        if last is None or not last.seal:
+            raise CorruptLog(self.seg_path(seg), "sealed segment does not read to its seal entry; cannot index it")
+        return segindex.build(seg, hdr[2], last.n, last.checksum, objects.values(), chain)
+
+    def _sealed_index_bytes(self, seg: int) -> bytes:
+        """The index of a segment being sealed (or sealed): from our own tables if every row of
+        them came from the log's entries, else from the segment itself (a checkpoint's rows are
+        never named by the log)."""
+        if seg == self._seg and self.tables.frozen is None:
+            hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+            return self._index_bytes(seg, hdr[2], self.tables)
+        return self._scan_index_bytes(seg)
+
+    def _index_bytes(self, seg: int, first: int, t: Tables) -> bytes:
         objects, chain = t.active_rows()
-        if all_records:
-            chain = [(r, b, lsn, oid) for r, b, lsn, oid in self._records_of(t)]
         return segindex.build(seg, first, t.pos.entry, t.pos.checksum, objects, chain)
 
-    def _records_of(self, t: Tables) -> Iterator[tuple[str, int, int, bytes]]:
-        for oid, loc in t.locs.items():
-            if loc.otype == codec.RECORD:
-                try:
-                    v = codec.decode(self._read_loc(oid, loc), oid, False)[1]
-                    yield v["run"], v["branch"], v["lsn"], oid
-                except (IntegrityError, KeyError, TypeError):
-                    continue
-
     def _retire_active(self) -> None:
-        """The active segment was sealed: its objects and chain rows move to its index file."""
+        """The active segment was sealed: its objects and chain rows move to its index."""
         seg = self._seg
         t = self.tables
-        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
-        try:
-            idx = segindex.load(self.idx_path(seg), seg)
-            if idx.last != t.pos.entry or idx.checksum != t.pos.checksum:
-                raise segindex.IndexError_("stale")
-        except segindex.IndexError_:
+        if t.frozen is None and seg not in self._idx:
+            hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
             data = self._index_bytes(seg, hdr[2], t)
-            _write_index(self.idx_path(seg), data)
             idx = segindex.SegmentIndex(data, seg)
-        self._idx[seg] = idx
+            idx.checked = True
+            self._idx[seg] = idx
+            self._built[seg] = blake3.blake3(data).digest()
         t.locs = {}
         t.chain = {}
         t.frozen = None
 
+    def _drop_frozen(self) -> bool:
+        """The checkpoint's rows of the active segment failed a check against the content they
+        point at: replace them by rows taken from the segment's own entries. True if dropped."""
+        t = self.tables
+        if t.frozen is None:
+            return False
+        hdr = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))
+        objects: dict = {}
+        chain: list = []
+        for e in self._segment_entries(self._seg, hdr[3], hdr[2]):
+            if e.n > t.pos.entry:
+                break
+            _segment_rows(e, objects, chain)
+        t.frozen = None
+        for row in objects.values():
+            oid, entry, bo, st, raw, off, ln, comp, otype = row
+            t.locs.setdefault(oid, Loc(entry, self._seg, bo, comp, st, raw, off, ln, otype))
+        for run, branch, lsn, oid in chain:
+            t.chain.setdefault((run, branch, lsn), oid)
+        return True
+
     def _load_checkpoint(self) -> None:
-        """Start from the checkpoint if it matches the log (its entry's trailer is where it says);
-        otherwise replay from the first segment. Either way ``refresh`` takes in the rest."""
+        """Start from the checkpoint if the log commits to it: the entry it claims to follow is
+        where it says, with its checksum, and the checkpoint's tables hash to the root that entry
+        names. Otherwise replay from the first segment. Either way ``refresh`` takes in the rest.
+
+        Whoever wrote the checkpoint (its BLAKE3 is recomputable), an edited ref, tip, intent or
+        start changes the root; its rows of the active segment are checked against the records
+        they point at when used (``_confirmed``, ``_drop_frozen``)."""
         path = os.path.join(self.dir, "checkpoint")
         try:
             with open(path, "rb") as f:
@@ -1155,14 +1623,53 @@ class LogEngine(Engine):
                 raise ValueError("checkpoint checksum")
             t, seg, off = Tables.load(data[:-32])
             if t.pos.entry > 0:
-                fd = self._fd(seg)
-                trailer = os.pread(fd, ENTRY_TRAILER.size, off - ENTRY_TRAILER.size)
-                if len(trailer) != ENTRY_TRAILER.size or ENTRY_TRAILER.unpack(trailer)[1] != t.pos.checksum:
+                e = self._entry_ending_at(seg, off, t.pos.entry)
+                if e.checksum != t.pos.checksum:
                     raise ValueError("checkpoint does not match the log")
+                if root_digest(t.acc) != e.root:
+                    raise ValueError("checkpoint tables do not hash to the root the log names")
+                sealed = e.seal
+            else:
+                sealed = False
         except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog, segindex.IndexError_, struct.error):
             return  # derived data that does not match (or was crafted): replay the log instead
-        self.tables, self._seg, self._off = t, seg, off
+        self.tables, self._seg, self._off, self._sealed = t, seg, off, sealed
         self._ckpt_at = (t.pos.entry, off)
+
+    def _entry_ending_at(self, seg: int, off: int, n: int) -> Entry:
+        """The entry whose trailer ends at ``off`` in segment ``seg`` (its checksum chain is not
+        checked here: the caller compares the checksum with what it expects)."""
+        fd = self._fd(seg)
+        trailer = os.pread(fd, ENTRY_TRAILER.size, off - ENTRY_TRAILER.size)
+        if len(trailer) != ENTRY_TRAILER.size:
+            raise ValueError("no entry there")
+        length, checksum = ENTRY_TRAILER.unpack(trailer)
+        start = off - length
+        if start < SEG_HEADER.size:
+            raise ValueError("no entry there")
+        head = os.pread(fd, ENTRY_HEAD.size, start)
+        if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+            raise ValueError("no entry there")
+        _, mlen, dlen = ENTRY_HEAD.unpack(head)
+        if ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size != length:
+            raise ValueError("no entry there")
+        m = _dec.decode(os.pread(fd, mlen, start + ENTRY_HEAD.size))
+        got = Entry(m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"], seg, start, start + ENTRY_HEAD.size + mlen, length,
+                    checksum, m["recs"], m["prevs"], m["root"], m["seal"], m["idx"])
+        if got.n != n or type(got.root) is not bytes or type(got.seal) is not bool:
+            raise ValueError("not the entry the checkpoint names")
+        # The checksum in the trailer must be the one the meta gives, chained to the entry before
+        # (else an edited meta could sit behind a real trailer).
+        if start == SEG_HEADER.size:
+            prev = _read_segment_header(fd, self.seg_path(seg))[3]
+        else:
+            pt = os.pread(fd, ENTRY_TRAILER.size, start - ENTRY_TRAILER.size)
+            if len(pt) != ENTRY_TRAILER.size:
+                raise ValueError("no entry there")
+            prev = ENTRY_TRAILER.unpack(pt)[1]
+        if logical_checksum(prev, got.n, got.time, got.objs, got.moves, got.cut, got.recs, got.prevs, got.root, got.seal, got.idx) != checksum:
+            raise ValueError("the entry's meta does not give its checksum")
+        return got
 
     def _checkpoint(self) -> None:
         """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
@@ -1222,11 +1729,19 @@ class LogEngine(Engine):
         try:
             self._os_lock(deadline, timeout)
             try:
-                self.refresh()
+                try:
+                    self.refresh()
+                except CorruptLog:
+                    pass
                 if self.damaged is not None:
                     seg, off, why = self.damaged
-                    raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}) with entries after it; "
+                    raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
                                      "refusing to write (run 'objstore verify')")
+                if self.witness_problem is not None:
+                    raise CorruptLog(self._wit_path, f"{self.witness_problem[0]}: {self.witness_problem[1]}; refusing to write "
+                                     "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")
+                if self._sealed:
+                    self._seal()  # its sealer died between the seal entry and the next segment
                 txn = Txn(self)
                 try:
                     yield txn
@@ -1279,6 +1794,11 @@ class LogEngine(Engine):
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
+        objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
+        idx = self._first_entry_idx(seg, off)
+        plan = t.plan(t.pos.entry + 1, [(o[0], o[1]) for o in objects], txn.facts, moves, idx)
+        if isinstance(plan, str):
+            raise Refused(plan)
         wfd = self._writer(seg)
         try:
             if self.torn is not None:
@@ -1288,9 +1808,25 @@ class LogEngine(Engine):
                 self.torn = None
         except OSError as err:
             raise StorageOSError("cut a torn tail", err) from None
-        objects = [(oid, otype, c) for oid, (otype, c) in txn.objects.items()]
         when = time.time() if txn.when is None else float(txn.when)
-        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut)
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, idx=idx)
+        if off + e.length >= SEAL_BYTES:  # the last entry of this segment says so
+            raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True, idx=idx)
+        self._write_entry(wfd, raw, off)
+        with self._mu:
+            # Our own entry: applied from what we hold, never read back.
+            self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
+            self._off = off + e.length
+        self._write_witness(e.n, e.checksum)
+        if e.seal:
+            try:
+                self._seal()
+            except (ObjstoreError, OSError, segindex.IndexError_):
+                pass  # the commit is durable already; the next writer finishes the seal
+        elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
+            self._checkpoint()
+
+    def _write_entry(self, wfd: int, raw: bytes | list, off: int) -> None:
         try:
             if isinstance(raw, list):
                 _write_parts(wfd, raw, off)
@@ -1306,35 +1842,44 @@ class LogEngine(Engine):
             except OSError:
                 pass
             raise StorageOSError("append a commit entry", err) from None
-        with self._mu:
-            # Our own entry: applied from what we hold, never read back.
-            self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), decoded=txn.decoded)
-            self._off = off + e.length
-        if self._off >= SEAL_BYTES:
-            try:
-                self._seal()
-            except (ObjstoreError, OSError, segindex.IndexError_):
-                pass  # the commit is durable already; sealing is retried after the next commit
-        elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
-            self._checkpoint()
+
+    def _first_entry_idx(self, seg: int, off: int) -> list | None:
+        """[segment, digest] the first entry of segment ``seg`` names: the previous segment's index."""
+        if seg == 1 or off != SEG_HEADER.size:
+            return None
+        return [seg - 1, blake3.blake3(self._sealed_index_bytes(seg - 1)).digest()]
 
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
 
     def _seal(self) -> None:
-        """Start the next segment; the current one is never appended to again. Its index is
-        written first, so whoever sees the next segment finds the index of this one."""
+        """Start the next segment; the current one (its last entry has the seal flag) is never
+        appended to again. The sealer then writes the new segment's first entry at once, naming the
+        sealed segment's index by digest, so readers adopt only the index the log commits to."""
         seg = self._seg
-        hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
         try:
-            segindex.write(self.idx_path(seg), self._index_bytes(seg, hdr[2], self.tables))
-            _write_segment_header(self.seg_path(seg + 1), seg + 1, self.tables.pos.entry + 1, self.tables.pos.checksum, self.policy)
-            self.policy.dir(self.dir)
+            if not os.path.exists(self.seg_path(seg + 1)):
+                _write_segment_header(self.seg_path(seg + 1), seg + 1, self.tables.pos.entry + 1, self.tables.pos.checksum, self.policy)
+                self.policy.dir(self.dir)
         except OSError as e:
             raise StorageOSError("seal a segment", e) from None
+        data = self._sealed_index_bytes(seg)
+        _write_index(self.idx_path(seg), data)
         with self._mu:
             self._retire_active()
-            self._seg, self._off = seg + 1, SEG_HEADER.size
+            self._idx[seg] = segindex.SegmentIndex(data, seg)
+            self._seg, self._off, self._sealed = seg + 1, SEG_HEADER.size, False
+        t = self.tables
+        idx = [seg, blake3.blake3(data).digest()]
+        plan = t.plan(t.pos.entry + 1, [], {}, [], idx)
+        assert isinstance(plan, Plan)
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], None, root=plan.root, idx=idx)
+        off = self._off
+        self._write_entry(self._writer(seg + 1), raw, off)
+        with self._mu:
+            self._apply(e._replace(seg=seg + 1, offset=off, data_off=off + e.data_off), plan)
+            self._off = off + e.length
+        self._write_witness(self.tables.pos.entry, self.tables.pos.checksum)
         self._checkpoint()
 
 
@@ -1385,6 +1930,20 @@ def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: 
         raise IntegrityError("?", "", f"block decompresses to {raw_len - left} of {raw_len} bytes")
 
 
+def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
+    """Add one entry's index rows (object rows as segindex.build takes them, chain rows) from its meta."""
+    off = e.data_off
+    starts = []
+    for _comp, _raw, stored in e.blocks:
+        starts.append(off)
+        off += stored
+    for oid, otype, length, bi, boff in e.objs:
+        comp, raw, stored = e.blocks[bi]
+        objects[oid] = (oid, e.n, starts[bi], stored, raw, boff, length, comp, otype)
+    for r in e.recs:
+        chain.append((r[1], r[2], r[3], e.objs[r[0]][0]))
+
+
 def _write_index(path: str, data: bytes) -> None:
     """Best effort: an index is derived data, and the caller keeps the bytes it built (a read-only
     store, or a concurrent writer of the same file, only means it is built again next time)."""
@@ -1392,6 +1951,9 @@ def _write_index(path: str, data: bytes) -> None:
         segindex.write(path, data)
     except OSError:
         pass
+
+
+_NO_LOC = Loc(0, 0, 0, COMP_RAW, 0, 0, 0, 0, "record")
 
 
 def _loc_of(row: tuple, seg: int) -> Loc:
@@ -1413,8 +1975,8 @@ def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, 
     got = _check_meta(meta[ENTRY_HEAD.size :], checksum, prev, n, dlen)
     if isinstance(got, str):
         return got
-    e_n, t, moves, objs, blocks, cut = got
-    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum)
+    e_n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx = got
+    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum, recs, prevs, root, seal, idx)
 
 
 def segment_header(seg: int, first: int, prev: bytes) -> bytes:
@@ -1459,70 +2021,118 @@ class ScanProblem(NamedTuple):
     detail: str
 
 
+class SegmentHead(NamedTuple):
+    """What a segment file's header says: its number, its first entry, the checksum it chains to."""
+
+    seg: int
+    first: int
+    prev: bytes
+
+
+class SegmentEnd(NamedTuple):
+    """Where a segment's scan ended: the next entry number and the checksum of the last entry read;
+    ``complete`` when every entry of the file was read (not stopped by ``upto`` or by damage)."""
+
+    next_entry: int
+    prev: bytes
+    complete: bool
+
+
 def scan_log(engine: LogEngine, upto: int) -> Iterator[ScanEntry | ScanProblem]:
     """Read entries 1..upto from the segment files, sequentially, independently of the engine's
     tables: each entry's checksum chain, then each block decompressed and each object sliced out.
 
     Yields ScanProblem (and stops) where the log itself is damaged."""
     prev, n, seg = ZERO, 1, 1
-    dec = _decompressor()
     while n <= upto:
-        path = engine.seg_path(seg)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            yield ScanProblem("missing-segment", path, f"segment {seg} is missing; the log ends at entry {n - 1}")
+        end: SegmentEnd | None = None
+        for item in scan_segment(engine.seg_path(seg), engine.seg_path(seg + 1), seg, upto):
+            if isinstance(item, SegmentHead):
+                if item.seg != seg or item.first != n or item.prev != prev:
+                    yield ScanProblem("broken-log-chain", engine.seg_path(seg), chain_break(seg, n, prev, item))
+                    return
+            elif isinstance(item, SegmentEnd):
+                end = item
+            elif isinstance(item, ScanProblem):
+                if item.code == "missing-segment":
+                    item = item._replace(detail=f"{item.detail}; the log ends at entry {n - 1}")
+                yield item
+                return
+            else:
+                yield item
+        if end is None or end.next_entry > upto:
             return
-        try:
-            raw = os.pread(fd, SEG_HEADER.size, 0)
-            if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
-                yield ScanProblem("corrupt-segment", path, "bad segment header")
+        if not end.complete or not os.path.exists(engine.seg_path(seg + 1)):
+            yield ScanProblem("missing-segment", engine.seg_path(seg + 1), f"segment {seg + 1} is missing; the log ends at entry {end.next_entry - 1}")
+            return
+        prev, n, seg = end.prev, end.next_entry, seg + 1
+
+
+def chain_break(seg: int, n: int, prev: bytes, head: SegmentHead) -> str:
+    """Why segment ``seg``'s header does not continue the log at entry ``n`` (checksum ``prev``)."""
+    why = (f"its header says segment {head.seg}, first entry {head.first}" if (head.seg, head.first) != (seg, n)
+           else f"its header chains to checksum {head.prev.hex()}, entry {n - 1} has {prev.hex()}")
+    return f"segment {seg} does not continue the log at entry {n} ({why})"
+
+
+def scan_segment(path: str, next_path: str, seg: int, upto: int | None) -> Iterator[SegmentHead | ScanEntry | ScanProblem | SegmentEnd]:
+    """Read one segment file on its own: its header (SegmentHead), then its entries up to entry
+    ``upto`` (None: all), each checksum chained from the header's, then a SegmentEnd. Needs
+    nothing from other segments (verify checks segments in parallel and chains them after).
+
+    A ScanProblem ends the scan of this file (a damaged entry hides where the next one starts),
+    except garbage after the last entry of a sealed segment, which is followed by a SegmentEnd."""
+    dec = _decompressor()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        yield ScanProblem("missing-segment", path, f"segment {seg} is missing")
+        return
+    try:
+        raw = os.pread(fd, SEG_HEADER.size, 0)
+        if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
+            yield ScanProblem("corrupt-segment", path, "bad segment header")
+            return
+        _, hseg, first, prev = SEG_HEADER.unpack(raw)
+        yield SegmentHead(hseg, first, prev)
+        n = first
+        size = os.fstat(fd).st_size
+        off = SEG_HEADER.size
+        while off < size and (upto is None or n <= upto):
+            head = os.pread(fd, ENTRY_HEAD.size, off)
+            if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                if os.path.exists(next_path):
+                    break  # garbage after the last entry of a sealed segment: reported below
+                yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: bad entry header")
                 return
-            _, hseg, first, hprev = SEG_HEADER.unpack(raw)
-            if hseg != seg or first != n or hprev != prev:
-                why = (f"its header says segment {hseg}, first entry {first}" if (hseg, first) != (seg, n)
-                       else f"its header chains to checksum {hprev.hex()}, entry {n - 1} has {prev.hex()}")
-                yield ScanProblem("broken-log-chain", path, f"segment {seg} does not continue the log at entry {n} ({why})")
+            _, mlen, dlen = ENTRY_HEAD.unpack(head)
+            length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+            if mlen > MAX_META or off + length > size:
+                yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: truncated ({size - off} of {length} bytes)")
                 return
-            size = os.fstat(fd).st_size
-            off = SEG_HEADER.size
-            while off < size and n <= upto:
-                head = os.pread(fd, ENTRY_HEAD.size, off)
-                if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
-                    if os.path.exists(engine.seg_path(seg + 1)):
-                        break  # garbage after the last entry of a sealed segment: reported below
-                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: bad entry header")
-                    return
-                _, mlen, dlen = ENTRY_HEAD.unpack(head)
-                length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
-                if mlen > MAX_META or off + length > size:
-                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: truncated ({size - off} of {length} bytes)")
-                    return
-                if dlen > LARGE_BLOB:  # a large blob: read meta and trailer, stream the blocks
-                    e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
-                                     dlen, off, prev, seg, n)
-                    buf = None
-                else:
-                    buf = os.pread(fd, length, off)
-                    e = parse_entry(buf, 0, len(buf), prev, seg, n)
-                if isinstance(e, str):
-                    yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: {e}")
-                    return
-                if buf is not None:
-                    e = e._replace(offset=off, data_off=off + e.data_off)
-                yield ScanEntry(e, _entry_objects(buf, e, off, dec, fd), path)
-                prev, n = e.checksum, n + 1
-                off += length
-            if n > upto:
+            if dlen > LARGE_BLOB:  # a large blob: read meta and trailer, stream the blocks
+                e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
+                                 dlen, off, prev, seg, n)
+                buf = None
+            else:
+                buf = os.pread(fd, length, off)
+                e = parse_entry(buf, 0, len(buf), prev, seg, n)
+            if isinstance(e, str):
+                yield ScanProblem("corrupt-entry", path, f"entry {n} at offset {off}: {e}")
                 return
-            if not os.path.exists(engine.seg_path(seg + 1)):
-                yield ScanProblem("missing-segment", engine.seg_path(seg + 1), f"segment {seg + 1} is missing; the log ends at entry {n - 1}")
-                return
-            if off != size:
-                yield ScanProblem("garbage-after-entry", path, f"{size - off} bytes after the last entry of sealed segment {seg}")
-            seg += 1
-        finally:
-            os.close(fd)
+            if buf is not None:
+                e = e._replace(offset=off, data_off=off + e.data_off)
+            yield ScanEntry(e, _entry_objects(buf, e, off, dec, fd), path)
+            prev, n = e.checksum, n + 1
+            off += length
+        if upto is not None and n > upto and off < size:
+            yield SegmentEnd(n, prev, False)  # the snapshot ends inside this file
+            return
+        if off != size:
+            yield ScanProblem("garbage-after-entry", path, f"{size - off} bytes after the last entry of sealed segment {seg}")
+        yield SegmentEnd(n, prev, True)
+    finally:
+        os.close(fd)
 
 
 class HashedLarge(NamedTuple):

@@ -54,7 +54,7 @@ _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
 MARKER = "OBJSTORE"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 DEFAULT_DIR = ".objstore"
 MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
 MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
@@ -180,15 +180,24 @@ class Store:
         return store
 
     @classmethod
-    def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False) -> Store:
+    def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False, readable_prefix: bool = False) -> Store:
+        """Open the store at ``path``. A log damaged before its end raises CorruptLog (exit 6) on
+        every read, unless ``readable_prefix``: then reads answer from the entries before the
+        damage (what verify does, to list everything it finds)."""
+        store = cls._open(path, fsync, create)
+        store.engine.prefix_ok = readable_prefix
+        return store
+
+    @classmethod
+    def _open(cls, path: str | None, fsync: str | None, create: bool) -> Store:
         path = os.path.abspath(path or default_path())
         if not os.path.isfile(os.path.join(path, MARKER)):
             if create:
                 return cls.init(path, fsync=fsync)
             raise StoreNotFound(path)
         version = read_marker(path)
-        if version == 1:
-            raise StoreNeedsUpgrade(path, 1, path)
+        if version in (1, 2):
+            raise StoreNeedsUpgrade(path, version, path)
         if version != FORMAT_VERSION:
             raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION}")
         policy = FsyncPolicy(fsync)

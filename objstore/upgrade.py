@@ -1,4 +1,8 @@
-"""``objstore upgrade``: convert a format-1 store in place to format 2.
+"""``objstore upgrade``: convert a format-1 or format-2 store in place to format 3.
+
+Format 2 goes to format 3 entry by entry (``_upgrade2``, same objects, moves, reasons and times;
+the old store is kept as ``PATH.format2``). Format 1 goes through the steps below (the old store
+is kept as ``PATH.format1``); "format 2" in them stands for the current log format.
 
 ``upgrade(path)`` builds a complete format-2 store next to the old one, in
 ``PATH.upgrade-tmp``, through the ordinary Store API, and proves it before
@@ -66,11 +70,13 @@ from .engine import LogEngine
 from .errors import Conflict, IntegrityError, InvalidInput, Refused, StoreFormatError, StoreNotFound
 from .fileutil import FsyncPolicy, fsync_dir
 from .format1 import Format1Reader, Move, merge
+from .format2 import Format2Reader
 from .store import FORMAT_VERSION, Store, read_marker
 
 RECONCILE = "upgrade: reconcile"
 ENTRY_BYTES = 64 << 20  # objects of one entry beyond this go ahead in entries of their own
 BACKUP_SUFFIX = ".format1"
+BACKUP2_SUFFIX = ".format2"
 STAGING_SUFFIX = ".upgrade-tmp"
 
 
@@ -173,7 +179,9 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     with _dir_lock(path):
         version = read_marker(path)
         if version == FORMAT_VERSION:
-            return {"status": "already-format-2", "path": path}
+            return {"status": f"already-format-{FORMAT_VERSION}", "path": path}
+        if version == 2:
+            return _upgrade2(path, staging, policy, fsync)
         if version != 1:
             raise StoreFormatError(path, f"format version {version!r}; upgrade converts format 1 to {FORMAT_VERSION}")
         if os.path.lexists(backup):
@@ -202,6 +210,18 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
 
 def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: str | None) -> dict:
     """``path`` is missing: finish an upgrade that stopped between its two renames."""
+    if not os.path.isdir(backup) and os.path.isdir(path + BACKUP2_SUFFIX):
+        backup2 = path + BACKUP2_SUFFIX
+        if not os.path.isdir(staging):
+            raise InvalidInput(f"{path} is missing and {backup2} holds its format-2 store, but there is no {staging} to finish "
+                               f"an upgrade with; 'mv {backup2} {path}' puts the format-2 store back, then run upgrade again")
+        with _dir_lock(backup2):
+            if os.path.lexists(path):
+                raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
+            summary = _verify2(Format2Reader(backup2), staging, fsync)
+            os.rename(staging, path)
+            policy.dir(os.path.dirname(path))
+        return {"status": "finished", "path": path, **summary, "backup": backup2}
     if not os.path.isdir(backup):
         raise StoreNotFound(path)
     if read_marker(backup) != 1:
@@ -218,6 +238,76 @@ def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: st
     return {"status": "finished", "path": path, **summary, "backup": backup}
 
 
+# -- format 2 -> 3 -------------------------------------------------------------------------------
+
+
+def _upgrade2(path: str, staging: str, policy: FsyncPolicy, fsync: str | None) -> dict:
+    """Format 2 to format 3: each format-2 entry becomes one format-3 entry with the same objects
+    (exact canonical bytes, so the same ids), ref moves, reasons and time; format 3 adds the index
+    rows, the tables' root and the index digests. Chain checksums change (they now cover the rows),
+    so anchors taken on format 2 name entries of ``PATH.format2``, not of the new log."""
+    backup = path + BACKUP2_SUFFIX
+    if os.path.lexists(backup):
+        raise InvalidInput(f"{backup} already exists (an earlier upgrade's format-2 copy?); move it away, then run upgrade again")
+    _rmtree(staging)
+    try:
+        store = Store.init(staging, fsync="off")
+        try:
+            for e in Format2Reader(path).entries():
+                with store.batch() as txn:
+                    txn.when = e.time
+                    txn.replay = True  # the format-2 moves as they were; format 3's rules still apply to every entry
+                    for oid, otype, canon in e.objects:
+                        value = None if otype == codec.BLOB else codec.decode(canon, oid, strict=False)[1]
+                        txn.put(oid, otype, canon, value)
+                    for name, old, new, reason in e.moves:
+                        store.set_ref(name, old, new, reason)
+        finally:
+            store.engine.close()
+        if policy.enabled:
+            _sync_tree(staging)
+        _checkpoint("built")
+        summary = _verify2(Format2Reader(path), staging, fsync)
+        _checkpoint("verified")
+        if os.path.lexists(backup):
+            raise InvalidInput(f"{backup} appeared during the upgrade; move it away, then run upgrade again")
+        _checkpoint("swap")
+    except BaseException:
+        _rmtree(staging)
+        raise
+    _swap(path, staging, backup, policy)
+    return {"status": "upgraded", "path": path, "from": 2, **summary, "backup": backup}
+
+
+def _verify2(reader: Format2Reader, staging: str, fsync: str | None) -> dict:
+    """Prove the format-3 store at ``staging`` holds exactly the format-2 store's objects (same
+    bytes), refs and ref moves."""
+    store = Store.open(staging, fsync=fsync)
+    try:
+        refs: dict = {}
+        moves = objects = entries = 0
+        for e in reader.entries():
+            entries += 1
+            for oid, _otype, canon in e.objects:
+                objects += 1
+                if store.get_raw(oid) != canon:
+                    raise UpgradeMismatch(reader.root, f"object {oid.hex()} differs")
+            for name, _old, new, _reason in e.moves:
+                moves += 1
+                if new is None:
+                    refs.pop(name, None)
+                else:
+                    refs[name] = new
+        if dict(store.list_refs()) != refs:
+            raise UpgradeMismatch(reader.root, "refs differ")
+        got = sum(1 for _ in store.ref_log())
+        if got != moves:
+            raise UpgradeMismatch(reader.root, f"ref log has {got} moves, expected {moves}")
+    finally:
+        store.engine.close()
+    return {"objects": objects, "refs": len(refs), "moves": moves, "entries": entries}
+
+
 # -- build -------------------------------------------------------------------------------------
 
 
@@ -232,10 +322,11 @@ def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
             objs, size = [], 0
             for obj in _closure(reader, [m.new for m in moves if isinstance(m.new, bytes)], pending):
                 objs.append(obj)
-                size += len(obj[2])
-                if size >= ENTRY_BYTES:
-                    _commit(store, when, objs, [])
-                    objs, size = [], 0
+                if obj[1] == codec.BLOB:
+                    size += len(obj[2])
+                if size >= ENTRY_BYTES:  # blobs may go ahead; records and chains land with their ref moves (format 3's rules)
+                    _commit(store, when, [o for o in objs if o[1] == codec.BLOB], [])
+                    objs, size = [o for o in objs if o[1] != codec.BLOB], 0
             _commit(store, when, objs, moves)
         objs, size = [], 0
         for oid in sorted(pending):

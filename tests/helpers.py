@@ -56,8 +56,10 @@ def raw_objects(store):
 
 def assert_prefix_kept(before, after):
     """Every file of ``before`` is still there, and each is a byte prefix of its later self
-    (segments are append-only)."""
+    (segments are append-only). The head witness (log/witness) is rewritten in place by design."""
     for path, data in before.items():
+        if path == os.path.join("log", "witness"):
+            continue
         assert path in after, f"{path} was deleted"
         assert after[path][: len(data)] == data, f"{path} was rewritten"
 

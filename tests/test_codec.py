@@ -136,30 +136,35 @@ def test_parse_id():
 
 
 def test_golden_segments_pin_the_log_format(tmp_path):
-    """The stored format is pinned too: the uncompressed golden segment is written again and must be
-    byte-identical; the zstd one (whose bytes depend on the zstd version) must decode to the same
-    objects, refs and entry checksums; both open and verify as format-2 stores."""
+    """The stored format is pinned too: the uncompressed format-3 golden segment is written again
+    and must be byte-identical; the zstd one (whose bytes depend on the zstd version) must decode to
+    the same objects, refs, entry checksums and tables' roots; both open and verify as format-3
+    stores."""
     import shutil
     import sys
 
     sys.path.insert(0, os.path.dirname(GOLDEN))
-    from make_golden import golden_segment
+    from make_golden import golden_segment3
 
+    from objstore.runlog import RunLog
     from objstore.store import Store
+    from objstore.verify import verify
 
     fixtures = os.path.dirname(GOLDEN)
-    raw = open(os.path.join(fixtures, "golden2-raw.seg"), "rb").read()
-    assert golden_segment(False) == raw, "log layout changed: a format change must be deliberate and versioned"
+    raw = open(os.path.join(fixtures, "golden3-raw.seg"), "rb").read()
+    assert golden_segment3(False) == raw, "log layout changed: a format change must be deliberate and versioned"
     seen = []
-    for name in ("golden2-raw.seg", "golden2-zstd.seg"):
+    for name in ("golden3-raw.seg", "golden3-zstd.seg"):
         root = str(tmp_path / name)
         Store.init(root)
         shutil.copy(os.path.join(fixtures, name), os.path.join(root, "log", "0000000001.seg"))
         s = Store.open(root)
         items = list(s.engine.scan(s.engine.refresh().entry))
-        assert [type(i).__name__ for i in items] == ["ScanEntry", "ScanEntry"], items
+        assert [type(i).__name__ for i in items] == ["ScanEntry"] * 3, items
         assert all(codec.object_id(data) == oid for i in items for oid, _, data in i.objects)
         objs = {oid: s.get_raw(oid) for oid in s.engine.iter_ids()}
-        seen.append((objs, dict(s.list_refs()), s.engine.position()))
+        roots = [i.entry.root for i in items]
+        seen.append((objs, dict(s.list_refs()), s.engine.position(), roots))
+        assert [p.line() for p in verify(RunLog(s))] == []
     assert seen[0] == seen[1]
-    assert {codec.object_id(codec.encode(t, from_json(v["value"]))) for v in load_golden() for t in [v["type"]]} <= set(seen[0][0])
+    assert len(set(seen[0][3])) == 3 and bytes(32) not in seen[0][3]

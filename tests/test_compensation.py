@@ -47,8 +47,9 @@ def forge(log, run, branch, compensation):
     b0 = log.own_records(view, 0)
     fk = {"run": run, "branch": branch, "parent_branch": 0, "parent_lsn": 1, "parent_record": b0[1].id,
           "parent_head": view.heads[0], "reason": "forged", "compensation": compensation, "time": 0.0}
-    fid = log.store.put(codec.FORK, fk)
-    log.store.set_ref(f"run/{run}/branch/{branch}", None, fid, "forged")
+    with log.store.batch():  # format 3: a branch ref moves to a fork object of the same commit
+        fid = log.store.put(codec.FORK, fk)
+        log.store.set_ref(f"run/{run}/branch/{branch}", None, fid, "forged")
     return fid
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from objstore import codec
 from objstore.engine import LogEngine, MemoryEngine
-from objstore.errors import Conflict, IntegrityError, ObjectNotFound
+from objstore.errors import Conflict, IntegrityError, ObjectNotFound, Refused
 from objstore.fileutil import FsyncPolicy
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
@@ -91,7 +91,15 @@ def test_chain_index(eng):
     assert [eng.record_at("r", 0, i) for i in range(3)] == [r0[0], r1[0], r2[0]]
     assert eng.record_at("r", 0, 3) is None and eng.record_at("r", 1, 0) is None
     assert list(eng.iter_chain("r", 0, 1)) == [(1, r1[0]), (2, r2[0])]
-    # a record that does not extend its chain is not indexed
-    stray = record("r", 0, 7, r2[0])
-    eng.commit([stray])
-    assert eng.record_at("r", 0, 7) is None
+    # A record that does not extend its chain breaks a rule of the log: the commit is refused and
+    # nothing is written (format 3: the rules hold wherever an entry is applied, the writer first).
+    before = eng.position()
+    for stray, moves in ((record("r", 0, 7, r2[0]), [("run/r/branch/0", r2[0], None, "x")]),
+                         (record("r", 0, 3, r1[0]), []),
+                         (record("r", 0, 3, r2[0]), [])):
+        if moves:
+            moves = [("run/r/branch/0", r2[0], stray[0], "append")]
+        with pytest.raises(Refused):
+            eng.commit([stray], moves)
+        assert eng.position() == before
+    assert eng.record_at("r", 0, 7) is None and eng.record_at("r", 0, 3) is None

@@ -189,8 +189,9 @@ def test_verify_catches_lying_fork_object(rewound):
     # A fork that claims parent LSN 5 but names the record at LSN 3.
     lie = {"run": run, "branch": 3, "parent_branch": 0, "parent_lsn": 5, "parent_record": b0[3].id,
            "parent_head": view.heads[0], "reason": "forged", "compensation": [], "time": 0.0}
-    fid = log.store.put("fork", lie)
-    log.store.set_ref(f"run/{run}/branch/3", None, fid, "forged")
+    with log.store.batch():  # format 3: a branch ref moves to a fork object of the same commit
+        fid = log.store.put("fork", lie)
+        log.store.set_ref(f"run/{run}/branch/3", None, fid, "forged")
     assert [p.line() for p in verify(log)] == [
         f"bad-fork {fid.hex()}: fork says parent branch 0 LSN 5, but its parent record is {run} branch 0 LSN 3 [run/{run}/branch/3]"
     ]
@@ -203,8 +204,9 @@ def test_verify_catches_fork_not_on_parent_head(rewound):
     # Parent record really is branch 0 LSN 3, but the claimed parent head is on another branch.
     lie = {"run": run, "branch": 3, "parent_branch": 0, "parent_lsn": 3, "parent_record": b0[3].id,
            "parent_head": b1[-1].id, "reason": "forged", "compensation": [], "time": 0.0}
-    fid = log.store.put("fork", lie)
-    log.store.set_ref(f"run/{run}/branch/3", None, fid, "forged")
+    with log.store.batch():  # format 3: a branch ref moves to a fork object of the same commit
+        fid = log.store.put("fork", lie)
+        log.store.set_ref(f"run/{run}/branch/3", None, fid, "forged")
     assert [p.line() for p in verify(log)] == [
         f"bad-fork {fid.hex()}: parent record (branch 0 LSN 3) is not an ancestor of the recorded parent head [run/{run}/branch/3]"
     ]
@@ -215,10 +217,15 @@ def test_verify_catches_lsn_gap_and_foreign_record(rewound):
     view = log.view(run)
     head = view.heads[1]
     gap = {"run": run, "branch": 1, "lsn": 5, "parent": head, "kind": "intent_committed", "time": 0.0, "body": {"intent": "x"}}
-    gid = log.store.put("record", gap)
-    log.store.set_ref(f"run/{run}/branch/1", head, gid, "forged gap")
-    seg = log.store.engine.seg_path(1)
-    assert [p.line() for p in verify(log)] == [f"lsn-gap {gid.hex()}: LSN 5 where 2 was expected (run {run} branch 1) [{seg}]"]
+    before = log.store.engine.position()
+    # Format 3: the rules of the log hold where an entry is applied, its writer first: a record
+    # that does not extend its chain is refused and nothing is written.
+    with pytest.raises(Refused, match="LSN 5 on branch 1"):
+        with log.store.batch():
+            gid = log.store.put("record", gap)
+            log.store.set_ref(f"run/{run}/branch/1", head, gid, "forged gap")
+    assert log.store.engine.position() == before
+    assert verify(log) == []
 
 
 def test_verify_catches_state_cache_that_lies(rewound):

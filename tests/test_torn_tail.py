@@ -45,10 +45,26 @@ def build(root):
     recs.append(log.record_attempt(run, 2, 0, "failed", error="x" * 50))
     recs.append(log.record_attempt(run, 2, 1, "failed", error="y" * 50))
     before = os.path.getsize(path)
+    WITNESS_BEFORE[root] = read_witness(root)
     recs.append(log.record_attempt(run, 3, 0, "succeeded", usage={"tokens": 123}, error="z" * 100))
     after = os.path.getsize(path)
     assert 300 <= after - before <= 1000
     return log, run, recs, path, before, after
+
+
+WITNESS_BEFORE: dict = {}
+
+
+def read_witness(root):
+    with open(os.path.join(root, "log", "witness"), "rb") as f:
+        return f.read()
+
+
+def crash_before_sync(root, witness):
+    """A crash before the last entry's fdatasync: its writer never wrote the head witness for it,
+    so the witness still names the entry before (what a genuine torn tail looks like)."""
+    with open(os.path.join(root, "log", "witness"), "wb") as f:
+        f.write(witness)
 
 
 def fresh(root):
@@ -74,6 +90,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
     for off in range(before + 1, after):
         with open(path, "wb") as f:
             f.write(pristine[:off])
+        crash_before_sync(root, WITNESS_BEFORE[root])
         cut_len = off - before
         rl = fresh(root)
         # Earlier commits readable, the cut one invisible.
@@ -137,7 +154,7 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
             "invisible to readers, cut by the next commit")
     assert [n.line() for n in report.notes] == [note]
     code, out, err = run_cli("verify", store=root, exit_code=0)
-    assert (out, err) == ("", f"note: {note}\nverify: ok (10 entries, 10 objects)\n")
+    assert (out, err) == ("", f"note: {note}\nverify: ok ({rl.store.engine.position().entry} entries, 10 objects)\n")
     new = rl.record_attempt(run, 4, 0, "failed")
     e = list(rl.store.engine.entries())[-1]
     assert e.cut == [rl.store.engine._seg, after, len(garbage), blake3.blake3(garbage).hexdigest()]
@@ -168,6 +185,9 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
 
     rl = fresh(root)
     assert rl.store.engine.torn is None
+    with pytest.raises(CorruptLog):  # readers say they would stop short: a typed error...
+        rl.view(run)
+    rl = RunLog(Store.open(root, fsync="off", readable_prefix=True))  # ...unless the caller asks for the readable prefix
     assert rl.view(run).heads[0] == recs[-3].id  # readers stop before the damaged entry
     assert not rl.store.has(recs[-2].id) and not rl.store.has(recs[-1].id)
     report = verify_report(rl)
@@ -179,8 +199,8 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
 
     with pytest.raises(CorruptLog) as ei:
         rl.record_attempt(run, 4, 0, "failed")
-    assert str(ei.value) == (f"integrity error: log {path}: damaged entry at offset {victim.offset} (checksum mismatch) "
-                             "with entries after it; refusing to write (run 'objstore verify')")
+    assert str(ei.value) == (f"integrity error: log {path}: damaged entry at offset {victim.offset} (checksum mismatch; "
+                             "complete entries follow it); refusing to write (run 'objstore verify')")
     blob = tmp_path / "b.txt"
     blob.write_bytes(b"hello")
     code, out, err = run_cli("put-blob", str(blob), store=root, exit_code=6)
@@ -316,9 +336,11 @@ def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path)
     fake, _ = E.encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
     seg = s.engine.seg_path(1)
     start = os.path.getsize(seg)
+    witness = read_witness(root)
     with s.batch():
         s.set_ref("refs/b", None, s.put_blob(fake), "b")
     os.truncate(seg, os.path.getsize(seg) - 20)  # the trailer of that entry never reached the disk
+    crash_before_sync(root, witness)
     torn = open(seg, "rb").read()[start:]
     r = Store.open(root, fsync="off")
     assert r.engine.torn is not None and r.engine.damaged is None
