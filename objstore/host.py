@@ -273,10 +273,13 @@ class LocalJournalHost:
 
     ``on_authorized(req, principal)``, if set, is called by ``read`` between the authorization
     and the journal read (a test pauses the Host there while another process revokes the key
-    and writes a newer version: the answer must still be as of the authorization)."""
+    and writes a newer version: the answer must still be as of the authorization).
+    ``on_update_authorized(req, principal)`` is ``update``'s: called under the writer lock,
+    between the decision and the write."""
 
     name = "local"
     on_authorized: Callable[[Request, Principal], object] | None = None
+    on_update_authorized: Callable[[Request, Principal], object] | None = None
 
     def __init__(self, log: RunLog, *, max_skew: float = identity.MAX_SKEW, clock: Callable[[], float] = time.time) -> None:
         self.log = log
@@ -647,6 +650,9 @@ class LocalJournalHost:
             # revoked by another process before this commit cannot write (it could between a
             # decision taken before the batch and the write)
             principal = self._decide(req, subject, self.capture(req, subject), write=True)
+            hook = self.on_update_authorized
+            if hook is not None:
+                hook(req, principal)
             cur = store.read_ref(runrefs.journal_ref(run))
             cur = cur if isinstance(cur, bytes) else None
             if _hex(cur) != req.expect_head:

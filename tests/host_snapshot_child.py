@@ -5,6 +5,9 @@
         between authorization and journal read: prints ``ready`` once listening, then for each
         authorized read prints ``authorized <name>`` and waits for one line on stdin.
 
+    python host_snapshot_child.py revoke-only STORE RUN PUBKEY
+        Only the revocation of PUBKEY's grant on RUN (owner key), then prints ``done``.
+
     python host_snapshot_child.py revoke STORE RUN PUBKEY SCOPE [NEW_SESSION]
         With the owner key ($OBJSTORE_KEYS/owner.key), in one more OS process: revoke PUBKEY's
         grant (SCOPE ``run``: on RUN; ``subject``: on RUN's subject), then write a newer journal
@@ -27,6 +30,12 @@ def main(argv):
             sys.stdin.readline()  # the test lets the Host go on once the other process is done
 
         serve(argv[2], argv[3], ready=lambda p: print("ready", flush=True), on_authorized=hook)
+        return
+    if cmd == "revoke-only":
+        store, run, pub = argv[2:5]
+        log = RunLog(Store.open(store))
+        J.revoke(log, identity.load_key(identity.owner_key_path()), run, pub, reason="revoked during an update")
+        print("done", flush=True)
         return
     if cmd == "revoke":
         store, run, pub, scope = argv[2:6]

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from helpers import new_key
@@ -135,3 +136,41 @@ def _try(fn, *args):
         return True, fn(*args)
     except Exception as e:  # reported by the test thread's caller
         return False, repr(e)
+
+
+def _blocked_on_a_lock_or_done(p):
+    """Wait until process ``p`` waits for a file lock (a ``->`` line of /proc/locks) or has ended."""
+    deadline = time.monotonic() + 120  # bounded, however slow the machine; never an assertion on time
+    while p.poll() is None and time.monotonic() < deadline:
+        with open("/proc/locks") as f:
+            if any("->" in line and f" {p.pid} " in line for line in f):
+                return
+        time.sleep(0.01)
+
+
+def test_update_is_decided_under_the_writer_lock(tmp_path):
+    """A revocation by another process cannot land between an update's decision and its write:
+    it waits for the writer lock the decision was taken under, so the log holds the version,
+    then the revocation (not a version written after its writer was revoked)."""
+    root, log, run, w1, _, _ = _env(tmp_path, "run-compaction")
+    host = J.LocalJournalHost(log)
+    revoker = []
+
+    def hook(req, principal):
+        p = subprocess.Popen([sys.executable, CHILD, "revoke-only", root, run, w1.public], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        revoker.append(p)
+        _blocked_on_a_lock_or_done(p)
+
+    host.on_update_authorized = hook
+    vid, ver = J.update_journal(log, run, w1, {"entries": [{"id": "w", "text": "written by w1 while granted"}]}, host=host)
+    out, err = revoker[0].communicate(timeout=120)
+    assert revoker[0].returncode == 0 and out.strip() == b"done", err.decode()
+    engine = log.store.engine
+    revocation = log.store.read_ref(J.grant_ref(run, w1.public))
+    assert log.store.get_typed(revocation, codec.GRANT)["action"] == "revoke"
+    assert ver == 2 and engine.loc_entry(vid) < engine.loc_entry(revocation), "the version landed before the revocation"
+    # so it was written by a key granted at its log position: served, not 'untrusted'
+    owner = identity.load_key(identity.owner_key_path())
+    a = host.read(identity.sign_request(owner, "read", run, params={"purpose": "compaction", "budget": 65536, "predecessor": None}))
+    assert a["outcome"] == J.PRESENT and a["journal"] == vid.hex() and a["version"] == 2
