@@ -163,11 +163,14 @@ def set_journal_enabled(log: RunLog, run: str, key: Key, enabled: bool, *, host:
     """A new version with the same body and reflection, enabled or disabled."""
     cur = current_journal(log, run)
     if cur is None:
-        return update_journal(log, run, key, {}, enabled=enabled, host=host)
-    _, j = cur
+        return update_journal(log, run, key, {}, enabled=enabled, host=host, expect_head=None)
+    jid, j = cur
     rt = j.get("reflects_through") if j.get("v") == JOURNAL_SCHEMA else None
     cp = j.get("checkpoint") if isinstance(j.get("checkpoint"), bytes) else None
-    return update_journal(log, run, key, journal_body(log, j), reflects_through=rt, checkpoint=cp, enabled=enabled, host=host)
+    # on the head whose body it copies (the head re-read later could be a newer version, whose
+    # body this one would silently replace): a version landing in between is a Conflict
+    return update_journal(log, run, key, journal_body(log, j), reflects_through=rt, checkpoint=cp, enabled=enabled, host=host,
+                          expect_head=jid)
 
 
 def reflected_ids(log: ChainReader, j: dict | None) -> set[bytes]:

@@ -174,3 +174,32 @@ def test_update_is_decided_under_the_writer_lock(tmp_path):
     owner = identity.load_key(identity.owner_key_path())
     a = host.read(identity.sign_request(owner, "read", run, params={"purpose": "compaction", "budget": 65536, "predecessor": None}))
     assert a["outcome"] == J.PRESENT and a["journal"] == vid.hex() and a["version"] == 2
+
+
+def test_enable_copies_the_head_it_read_or_conflicts(tmp_path, monkeypatch):
+    """``set_journal_enabled`` copies the body of the head it read; a version another process
+    writes between that read and the update is a Conflict, never silently replaced by the older body."""
+    from objstore import journal as journal_module
+    from objstore.errors import Conflict
+
+    root, log, run, w1, _, _ = _env(tmp_path, "run-compaction")
+    w1_path = str(tmp_path / "w1.key")
+    real = journal_module.current_journal
+    calls = []
+
+    def read_then_another_process_writes(lg, r):
+        got = real(lg, r)
+        if not calls:
+            calls.append(1)
+            out = subprocess.run([sys.executable, os.path.join(HERE, "journal_writer.py"), root, run, w1_path,
+                                  json.dumps({"entries": [{"id": "n", "text": "NEWER, from another process"}]})],
+                                 capture_output=True, timeout=120)
+            assert out.returncode == 0, out.stderr.decode()
+        return got
+
+    monkeypatch.setattr(journal_module, "current_journal", read_then_another_process_writes)
+    with pytest.raises(Conflict):
+        J.set_journal_enabled(log, run, w1, False)
+    monkeypatch.undo()
+    _, cur = J.current_journal(log, run)
+    assert cur["version"] == 2 and cur["enabled"] is True and b"NEWER" in log.store.get_blob(cur["body"])
