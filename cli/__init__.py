@@ -1,6 +1,7 @@
 """The objstore command line (installed as the ``objstore_cli`` package).
 
-Importing the library takes a few tenths of a second; a Ctrl-C in that window would be a
+Importing click and the command's part of the library takes tens of milliseconds (more where no
+bytecode is cached; main.py imports on demand, issue 15); a Ctrl-C in that window would be a
 KeyboardInterrupt traceback. Until ``main`` takes over (and restores Python's handler, which the
 root group turns into exit 130), SIGINT prints the same one line — or JSON object — and exits 130.
 """
