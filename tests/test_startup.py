@@ -176,3 +176,23 @@ def test_episode_on_a_terminal_is_rich_table(two_branches, tmp_path):
     out, mods = probe(["--store", store, "episode", run], tmp_path, tty=True)
     assert "rich.table" in mods
     assert "┏" in out and "succeeded" in out and '{"tokens": 12345}' in out
+
+
+def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_path):
+    """The CLI's net for sqlite3 errors no longer names sqlite3 at import time (it is loaded only
+    by commands that open the state cache); a raw sqlite3.Error still becomes one line and exit 11,
+    and any other exception still propagates."""
+    store, _run, _p, _o = two_branches
+    code = ("import sys, sqlite3\n"
+            "import objstore.runlog as rl\n"
+            "def boom(self):\n    raise sqlite3.OperationalError('disk I/O error')\n"
+            "rl.RunLog.runs = boom\n"
+            "sys.argv = ['objstore', '--store', sys.argv[1], 'runs']\n"
+            "import objstore_cli.main\nobjstore_cli.main.main()\n")
+    p = subprocess.run([sys.executable, "-c", code, store], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (p.returncode, p.stdout) == (11, "")
+    assert p.stderr == ("objstore: error: state cache error while trying to use it: disk I/O error "
+                        "(run 'objstore rebuild' to remake it from the objects)\n")
+    p = subprocess.run([sys.executable, "-c", code.replace("sqlite3.OperationalError", "LookupError"), store],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 1 and p.stderr.splitlines()[-1] == "LookupError: disk I/O error"
