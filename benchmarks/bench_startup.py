@@ -2,9 +2,10 @@
 
     python benchmarks/bench_startup.py [--reps 10] [--runs 10000] [--records 10]
 
-Builds once (cached under $BENCH_DIR or /tmp, reused while its marker file is there) a store of
-``--runs`` runs × ``--records`` attempt records each, through the library in batches of 100 runs,
-with OBJSTORE_FSYNC=off while building (durability is not what is measured). Then, interleaved,
+Builds once (cached under $BENCH_DIR or /tmp, reused while its marker file is there and the store's
+format is the library's) a store of ``--runs`` runs × ``--records`` attempt records each, through the
+library in batches of 100 runs, with OBJSTORE_FSYNC=off while building (durability is not what is
+measured). Then, interleaved,
 ``--reps`` times each, every one a fresh OS process with its output to /dev/null:
 
 * ``python -c pass`` (the baseline: the interpreter and site, the venv's editable finder);
@@ -26,6 +27,7 @@ target (issue 15): the median of each ≤ 200 ms above the baseline.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -37,10 +39,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 def build(root: str, runs: int, records: int) -> str:
     """The store (made once: a marker file names the run the benchmark reads); returns that run id."""
+    from objstore.store import FORMAT_VERSION, MARKER
+
     marker = os.path.join(root, "bench-run-id")
-    if os.path.exists(marker):
+    try:
+        with open(os.path.join(root, "store", MARKER), encoding="utf-8") as f:
+            current = json.load(f).get("version") == FORMAT_VERSION  # a cache from an older format is rebuilt
         with open(marker, encoding="ascii") as f:
-            return f.read().strip()
+            if current:
+                return f.read().strip()
+    except (OSError, ValueError):
+        pass
     shutil.rmtree(root, ignore_errors=True)
     os.environ["OBJSTORE_FSYNC"] = "off"  # building only; read by fileutil when the store opens
     from objstore import RunLog, Store
