@@ -90,10 +90,11 @@ def revoke(log: RunLog, owner: Key, run: str | None, public: str, *, subject: st
     """Revoke a key's grant (a new signed grant object; the old one stays in the chain)."""
     ref_run, subj = _scope(log, run, subject)
     ref = grant_ref(ref_run, public) if ref_run is not None else subject_grant_ref(subj, public)
-    cur = log.store.read_ref(ref)
-    g = log.store.get_typed(cur, codec.GRANT) if isinstance(cur, bytes) else {}
-    return _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
-                        name=g.get("name") or "", reason=reason)
+    with log.store.batch():  # the role and name copied from the grant the revocation follows
+        cur = log.store.read_ref(ref)
+        g = log.store.get_typed(cur, codec.GRANT) if isinstance(cur, bytes) else {}
+        return _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
+                            name=g.get("name") or "", reason=reason)
 
 
 def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
@@ -103,9 +104,9 @@ def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_pub
     old_public, new_public = identity.check_public(old_public), identity.check_public(new_public)
     ref_run, subj = _scope(log, run, subject)
     old_ref = grant_ref(ref_run, old_public) if ref_run is not None else subject_grant_ref(subj, old_public)
-    cur = log.store.read_ref(old_ref)
-    old_name = log.store.get_typed(cur, codec.GRANT).get("name") or "" if isinstance(cur, bytes) else ""
-    with log.store.batch():
+    with log.store.batch():  # the old name read from the grant the revocation follows
+        cur = log.store.read_ref(old_ref)
+        old_name = log.store.get_typed(cur, codec.GRANT).get("name") or "" if isinstance(cur, bytes) else ""
         r = _write_grant(log, owner, run, subject, old_public, "revoke", name=old_name,
                          reason=reason or f"superseded by {name or new_public[:16] + '…'}", supersedes=None)
         g = _write_grant(log, owner, run, subject, new_public, "grant", name=name, reason=reason or "supersedes a worker",
