@@ -604,7 +604,7 @@ class LocalJournalHost:
             tried.append({"session": sess, "rule": rule, "outcome": got["outcome"], "reason": got["reason"]})
             if got["outcome"] in (PRESENT, OVER_BUDGET):
                 return self._answer(req, purpose, subject, budget, rule, tried, got)
-        exclude = {s for _, s in prefer} | ({req.run} if req.run else set())
+        exclude = {s for _, s in prefer if isinstance(s, str)} | ({req.run} if req.run else set())  # a JSON list was a TypeError
         for sess in self._same_subject_newest(subject, exclude, at):
             got = self._read_journal(sess, budget, at)
             tried.append({"session": sess, "rule": "same_subject_newest", "outcome": got["outcome"], "reason": got["reason"]})

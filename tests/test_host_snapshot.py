@@ -203,3 +203,14 @@ def test_enable_copies_the_head_it_read_or_conflicts(tmp_path, monkeypatch):
     monkeypatch.undo()
     _, cur = J.current_journal(log, run)
     assert cur["version"] == 2 and cur["enabled"] is True and b"NEWER" in log.store.get_blob(cur["body"])
+
+
+@pytest.mark.parametrize("pred", [["s1"], {"run": "s1"}, 7, "../s1", "no-such-session"])
+def test_a_predecessor_that_names_no_session_is_absent(tmp_path, pred):
+    """A startup read whose predecessor is not a run id (a list was a TypeError out of the Host)
+    tries it as absent, then falls back to the subject's newest journal, as of its position."""
+    root, log, run, w1, jid, body = _env(tmp_path, "subject-startup-fallback")
+    req = identity.sign_request(w1, "read", None, subject="alice", params={"purpose": "startup", "budget": 65536, "predecessor": pred})
+    a = J.LocalJournalHost(log).read(req)
+    assert a["selection"]["tried"][0] == {"session": pred, "rule": "predecessor", "outcome": J.ABSENT, "reason": "no such session"}
+    assert a["outcome"] == J.PRESENT and a["journal"] == jid.hex() and a["selection"]["rule"] == "same_subject_newest"
