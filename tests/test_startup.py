@@ -1,9 +1,9 @@
 """Imports on demand (issue 15): what a fresh process loads before it answers.
 
 Building the click app (``objstore --help``) must load none of the heavy modules — the storage
-engine and its codecs, SQLite, rich, cryptography, the T-745 journal layer, format-1, upgrade,
-verify, the test-only libraries — and ``objstore log RUN -n 10`` loads the store but not the
-journal, format-1, upgrade or verify modules. Each check runs in a fresh interpreter (this test
+engine and its codecs, SQLite, rich, cryptography, the T-745 journal layer, the format-1 and
+format-2 readers, upgrade, verify, the test-only libraries — and ``objstore log RUN -n 10`` loads
+the store but not the journal, old-format, upgrade or verify modules. Each check runs in a fresh interpreter (this test
 process has imported everything already) and compares module names, never times.
 """
 
@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEAVY = ["cryptography", "rich", "sqlite3", "_sqlite3", "zstandard", "jsonschema", "hypothesis", "blake3", "msgspec"]
 # The T-745 layer (journals, grants, keys) and the modules only a few commands need.
 T745 = ["identity", "grants", "journal", "sessions", "host", "backend", "snapshot", "compactor", "compaction", "segments"]
-ON_DEMAND = ["format1", "upgrade", "verify"]
+ON_DEMAND = ["format1", "format2", "upgrade", "verify"]
 NOT_FOR_HELP = HEAVY + [f"objstore.{m}" for m in T745 + ON_DEMAND]
 
 # Run in a fresh interpreter: the command line in argv, then the sorted module names as JSON on
