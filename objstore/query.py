@@ -10,10 +10,17 @@ Order (the documented key): branches by branch number; within a branch, attempts
 by ``(step, attempt, lsn)``. Every attempt is present, failed ones included.
 
 Views carry blob refs (hex ids) and never blob bodies; neither path reads a blob.
+
+``iter_episode`` (branch views whose attempts stream) and ``iter_episode_json`` (the bytes of
+``to_json()``, streamed) answer the same query in bounded memory from the state cache. Fork
+points and compensation flags always come from the fork objects; the cache serves only what it
+confirms against the log (``StateCache.open_branch``), and a branch it cannot confirm is
+re-folded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -91,22 +98,34 @@ def _branch_view(view: View, b: int, fk: dict | None, state: dict, attempts: Any
     )
 
 
+def _branch_parts(log: RunLog, view: View, b: int, source: str) -> tuple[dict, dict | None, Iterator[bytes]]:
+    """(summary or folded state, fork object, attempt views as canonical JSON in query order) of
+    one branch. The fork object — fork point and compensation flags — is always the log's; the
+    views stream from the state cache when it confirms them against the log, else (a miss, or
+    ``source="refold"``) from a re-fold of that branch."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}")
+    got = log.state.open_branch(log, view, b) if source == "state" else None
+    if got is not None:
+        summary, frags = got
+        return summary, log.fork_object(view, b), frags
+    state, fk, atts = refold_branch(log, view, b)
+    return state, fk, (_json.encode(a) for a in atts)
+
+
+def _wanted(view: View, all_branches: bool) -> list[int]:
+    return sorted(view.heads) if all_branches else [view.live]
+
+
 def episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = "state", view: View | None = None) -> EpisodeView:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}")
     view = view or log.view(run)
-    wanted = sorted(view.heads) if all_branches else [view.live]
     branches = []
     root_state = None
-    attempts: msgspec.Raw | list[dict]
-    for b in wanted:
-        got = log.state.read_branch(log, view, b) if source == "state" else None
-        if got is not None:
-            state, fork_id, frags = got
-            fk = dict(log.store.get_typed(fork_id, codec.FORK), id=fork_id) if fork_id else None
-            attempts = msgspec.Raw(b"[" + b",".join(frags) + b"]")
-        else:
-            state, fk, attempts = refold_branch(log, view, b)
+    for b in _wanted(view, all_branches):
+        state, fk, frags = _branch_parts(log, view, b, source)
+        attempts = msgspec.Raw(b"[" + b",".join(frags) + b"]")
         if root_state is None or b == 0:
             root_state = state
         branches.append(_branch_view(view, b, fk, state, attempts))
@@ -120,6 +139,63 @@ def episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = 
         all_branches=all_branches,
         branches=branches,
     )
+
+
+def iter_episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = "state",
+                 view: View | None = None) -> Iterator[BranchView]:
+    """``episode`` in bounded memory: one ``BranchView`` per branch (in order) whose ``attempts``
+    is an iterator of AttemptView dicts, streamed from the state cache (or a re-fold of that
+    branch on a miss). Drain a branch's attempts before asking for the next branch; the run's
+    own fields (subject, workflow version, meta) are every branch's, read from its summary."""
+    view = view or log.view(run)
+    for b in _wanted(view, all_branches):
+        state, fk, frags = _branch_parts(log, view, b, source)
+        try:
+            yield _branch_view(view, b, fk, state, (_jdec.decode(f) for f in frags))
+        finally:
+            close = getattr(frags, "close", None)
+            if close is not None:
+                close()  # ends the cache's read snapshot even if the caller stopped early
+
+
+def iter_episode_json(log: RunLog, run: str, *, all_branches: bool = False, source: str = "state",
+                      view: View | None = None) -> Iterator[bytes]:
+    """The bytes of ``episode(...).to_json()``, streamed: attempts are never all in memory.
+    Canonical JSON sorts keys, so a branch's ``attempts`` come first and the run's subject,
+    workflow version and meta (known once branch 0, or the first branch, is read) come last."""
+    view = view or log.view(run)
+    head = _json.encode(EpisodeView(run=run, subject=None, workflow_version=None, meta=None, live_branch=view.live,
+                                    all_branches=all_branches, branches=[]))
+    cut = head.index(b'"branches":[]') + len(b'"branches":[')
+    yield head[:cut]
+    root_state = None
+    for i, b in enumerate(_wanted(view, all_branches)):
+        state, fk, frags = _branch_parts(log, view, b, source)
+        try:
+            if root_state is None or b == 0:
+                root_state = state
+            yield b'{"attempts":[' if i == 0 else b',{"attempts":['
+            buf: list[bytes] = []
+            size = 0
+            for f in frags:
+                if buf:
+                    buf.append(b",")
+                buf.append(f)
+                size += len(f)
+                if size >= 1 << 16:
+                    yield b"".join(buf)
+                    buf, size = [b""], 0  # the next fragment still needs its comma
+            yield b"".join(buf)
+            rest = _json.encode(_branch_view(view, b, fk, state, []))
+            yield b"]" + rest[len(b'{"attempts":[]'):]
+        finally:
+            close = getattr(frags, "close", None)
+            if close is not None:
+                close()
+    assert root_state is not None
+    tail = _json.encode(EpisodeView(run=run, subject=root_state["subject"], workflow_version=root_state["workflow_version"],
+                                    meta=root_state["meta"], live_branch=view.live, all_branches=all_branches, branches=[]))
+    yield b"]" + tail[tail.index(b'"branches":[]') + len(b'"branches":[]'):]
 
 
 def _segments(groups: list[tuple[int, list, dict | None]]) -> list[tuple[int, int | None, dict | None]]:

@@ -1,17 +1,32 @@
-"""The materialized state cache: a SQLite copy of what folding the log gives.
+"""The materialized state cache: a SQLite copy of what folding the log gives, and serves only
+what it confirms against the log.
 
 It is only a cache. Every branch row records the branch head it reflects, so
 staleness is a comparison with the branch ref: a row behind its ref is caught
-up by walking the chain back from the ref to the cached head and folding the
-new records; a row whose head is not on the chain is thrown away and rebuilt.
-Nothing is ever written here except from records read out of the object store,
-so dropping the file loses nothing (``rebuild`` makes it again), and
-``assert_refold_identical`` checks it against a cold re-fold.
+up by streaming the records it lacks from the log's chain index; a row whose
+head is not on the chain is thrown away and rebuilt. Nothing is ever written
+here except from records read out of the object store, so dropping the file
+loses nothing (``rebuild`` makes it again).
+
+Nothing decides from it (invariant 15). Before a branch is served (``open_branch``),
+in one SQLite snapshot, the rows are confirmed against the log at the reader's view:
+the row's head is the branch head and its tip LSN the head's LSN; its record rows
+cover exactly LSNs 0..tip, each naming (a 128-bit prefix of) its record id, which
+the log's chain index holds at that LSN; its attempt rows hold exactly the attempts
+the record rows mark, each once, in query order; its fork id is the branch's fork
+object. Fork points and compensation flags are never read from here: queries read
+them from the fork object. A branch that fails a check is a cache miss: the query
+re-folds that branch from the log, the rows are left as they are for ``verify`` to
+name (``state-diverged``) and ``rebuild`` to remake. What the check cannot see is a
+row's derived content rewritten in place (a view's JSON, the summary): that is only
+confirmable by reading the records, which is what ``verify`` does.
 
 Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded
-state), ``rec`` (LSN → record id: what makes fork O(1)), ``attempt`` (the
-canonical JSON of each AttemptView, for the episode query), ``intent`` and
-``commit_`` (for the compensation check at fork time).
+state, summary); ``recs`` (LSN order, ``RCHUNK`` records a row: the record id
+prefixes and one kind byte each — 1 for an attempt); ``attempt`` (query order,
+one row a chunk of up to ``VCHUNK`` attempts of one step: its key columns name the
+first attempt, ``view`` holds the zstd-compressed keys and canonical JSON views).
+Chunks keep the file a fraction of the log; reads stream chunk by chunk.
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+import zstandard
 
 from . import codec
 from . import records as R
@@ -36,7 +52,12 @@ if TYPE_CHECKING:
     from .chain import ChainReader, View
     from .store import Store
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
+
+RCHUNK = 1024  # records per ``recs`` row
+VCHUNK = 512  # attempts per ``attempt`` row
+_RID = 16  # bytes of a record id a ``recs`` row keeps: a 128-bit prefix names it as well as the whole
+_PENDING = 20000  # attempt views a refresh holds before writing them (its memory bound)
 
 # The part of the folded state an episode needs: small, whatever the history length.
 SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
@@ -52,17 +73,43 @@ CREATE TABLE IF NOT EXISTS branch(
   parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB,
   PRIMARY KEY(run, branch));
 CREATE TABLE IF NOT EXISTS attempt(
-  run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, view BLOB,
+  run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, n INTEGER, view BLOB,
   PRIMARY KEY(run, branch, step, attempt, lsn)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS recs(
+  run TEXT, branch INTEGER, chunk INTEGER, rids BLOB, kinds BLOB,
+  PRIMARY KEY(run, branch, chunk)) WITHOUT ROWID;
 """
-_TABLES = ("branch", "attempt")
+_TABLES = ("branch", "attempt", "recs")
 _OLD_TABLES = ("rec", "intent", "commit_")  # schema 2's, dropped on sight
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
 
 # What a damaged or foreign cache row raises when read: a query then answers from the log.
-_ROW_DAMAGE = (sqlite3.Error, OSError, msgspec.DecodeError, TypeError, ValueError, KeyError, IndexError)
+_ROW_DAMAGE = (sqlite3.Error, OSError, msgspec.DecodeError, TypeError, ValueError, KeyError, IndexError, zstandard.ZstdError)
+_zc = zstandard.ZstdCompressor(level=3)
+_zd = zstandard.ZstdDecompressor()
+
+
+class Diverged(Exception):
+    """The cache's rows of a branch disagree with the log (the message says how): a cache miss."""
+
+
+def _pack_chunk(entries: list[tuple[int, int, bytes]]) -> bytes:
+    """An ``attempt`` row's ``view``: the (attempt, lsn) keys and views of one step's chunk."""
+    keys = [k for a, lsn, _ in entries for k in (a, lsn)]
+    return _zc.compress(_enc.encode([keys, [v for _, _, v in entries]]))
+
+
+def _unpack_chunk(blob: Any, n: Any) -> tuple[list[int], list[bytes]]:
+    """(flat keys, views) of a chunk; raises (a ``_ROW_DAMAGE`` type) when it is not one this code wrote."""
+    if not isinstance(blob, bytes) or type(n) is not int:
+        raise TypeError("an attempt row is not a chunk of views")
+    keys, views = _dec.decode(_zd.decompress(blob, max_output_size=1 << 26))
+    if not (isinstance(keys, list) and isinstance(views, list) and len(keys) == 2 * n == 2 * len(views) and n > 0
+            and all(type(k) is int for k in keys) and all(isinstance(v, bytes) for v in views)):
+        raise ValueError("an attempt chunk does not hold what its row says")
+    return keys, views
 
 
 def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -127,13 +174,16 @@ class StateCache:
 
     @_cache_op("rebuild the state cache")
     def rebuild(self, chains: ChainReader, run: str | None = None) -> list[str]:
-        """Drop the cache (of one run, or all) and fold it again from the raw objects; returns the runs."""
+        """Drop the cache (of one run, or all) and fold it again from the raw objects; returns the
+        runs. The WAL is truncated afterwards, so the cache on disk is its tables' size."""
         runs = [run] if run else chains.runs()
         for r in runs:
             chains.view(r)  # an unknown run fails before anything is dropped
         self.drop(run)
         for r in runs:
             self.refresh(chains, chains.view(r))
+        if self.path != ":memory:":
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return runs
 
     def exists(self) -> bool:
@@ -165,6 +215,7 @@ class StateCache:
         if self.path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
+            db.execute("PRAGMA journal_size_limit=4194304")  # a big refresh leaves no big WAL behind
         db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
         row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         if row is not None and row[0] != SCHEMA_VERSION:
@@ -205,6 +256,10 @@ class StateCache:
 
         return _T()
 
+    def _forget(self, run: str, branch: int) -> None:
+        for t in _TABLES:
+            self.db.execute(f"DELETE FROM {t} WHERE run=? AND branch=?", (run, branch))
+
     @_cache_op("read cached state")
     def cached(self, run: str) -> dict:
         """branch -> (head it reflects, tip LSN, state dict) as stored; the state is None when the
@@ -227,31 +282,150 @@ class StateCache:
         for b in sorted(view.heads) if branches is None else branches:
             self._refresh_branch(chains, view, b)
 
-    def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
-        """(summary, fork id, attempt fragments) of ``branch`` exactly at the view's head, read in
-        one SQLite snapshot; None if the cache cannot answer for that head (caller re-folds):
-        behind a pinned view, busy, read-only or unreadable — a cache never makes a query fail."""
+    # -- confirmed reads -------------------------------------------------------
+    def open_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, Iterator[bytes]] | None:
+        """(summary, attempt views as canonical JSON, streamed in query order) of ``branch`` at the
+        view's head, confirmed against the log first; None if the cache cannot answer (the caller
+        re-folds): behind a pinned view, busy, read-only, unreadable or diverged from the log — a
+        cache never makes a query fail. The views are read in the snapshot that was confirmed:
+        drain or close the iterator before the next call."""
         try:
-            return self._read_branch(chains, view, branch)
+            if not self.try_refresh(chains, view, branch):
+                return None
         except _ROW_DAMAGE:
             self._heal(view.run, branch)
             return None
-
-    def _read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
-        if not self.try_refresh(chains, view, branch):
+        db = self.db
+        try:
+            db.execute("BEGIN")
+            try:
+                row = db.execute("SELECT head, tip_lsn, fork, summary FROM branch WHERE run=? AND branch=?",
+                                 (view.run, branch)).fetchone()
+                if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
+                    db.execute("COMMIT")
+                    return None  # another process moved the cache on between refresh and read
+                summary = _dec.decode(row[3])
+                if not isinstance(summary, dict) or set(summary) != set(SUMMARY_KEYS):
+                    raise ValueError("not a summary")
+                self.confirm(chains, view, branch, row[1], row[2])
+            except BaseException:
+                db.execute("COMMIT")
+                raise
+        except Diverged:
+            return None  # left as it is: verify names it, rebuild remakes it
+        except _ROW_DAMAGE:
+            self._heal(view.run, branch)
             return None
+        return summary, self._stream_views(view.run, branch)
+
+    @_cache_op("read cached state")
+    def diverged(self, chains: ChainReader, view: View, branch: int) -> str | None:
+        """Why ``branch``'s rows cannot be served at the view's head (``confirm``'s finding, or the
+        damage met reading them), or None when they confirm; nothing is refreshed or healed.
+        What verify reports as ``state-diverged``."""
         db = self.db
         db.execute("BEGIN")
         try:
-            row = db.execute("SELECT head, summary, fork FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-            if row is None or bytes(row[0]) != view.head(branch):
-                return None  # another process moved the cache on between refresh and read
-            frags = self.attempt_fragments(view.run, branch)
-            if not all(isinstance(f, bytes) for f in frags):
-                raise TypeError("an attempt row's view is not canonical JSON bytes")
+            row = db.execute("SELECT head, tip_lsn, fork FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+            if row is None:
+                return None
+            self.confirm(chains, view, branch, row[1], row[2])
+        except Diverged as e:
+            return str(e)
+        except _ROW_DAMAGE as e:
+            return f"a cached row is damaged ({type(e).__name__})"
         finally:
             db.execute("COMMIT")
-        return _dec.decode(row[1]), (bytes(row[2]) if row[2] is not None else None), frags
+        return None
+
+    def _stream_views(self, run: str, branch: int) -> Iterator[bytes]:
+        """The confirmed views, chunk by chunk, in the read transaction ``open_branch`` began."""
+        db = self.db
+        try:
+            for blob, n in db.execute("SELECT view, n FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn",
+                                      (run, branch)):
+                yield from _unpack_chunk(blob, n)[1]
+        finally:
+            db.execute("COMMIT")
+
+    def confirm(self, chains: ChainReader, view: View, branch: int, tip: Any, fork: Any) -> None:
+        """Raise ``Diverged`` (saying how) unless the branch's rows, as this connection reads them,
+        are exactly the log's at the view's head: tip, fork object, one record row per LSN naming
+        the log's record there, one attempt view per attempt record, in query order."""
+        run = view.run
+        head = view.head(branch)
+        head_lsn = chains.next_of(head)[0] - 1
+        if tip != head_lsn:
+            raise Diverged(f"cached tip LSN {tip!r}, the branch head is at LSN {head_lsn}")
+        fk = chains.fork_object(view, branch)
+        want_fork = fk["id"] if fk is not None else None
+        got_fork = bytes(fork) if isinstance(fork, bytes) else fork
+        if got_fork != want_fork:
+            raise Diverged(f"cached fork object {_show(got_fork)}, the branch's fork object is {_show(want_fork)}")
+        kinds = bytearray()
+        log_rows = chains.store.engine.iter_chain(run, branch, 0)
+        expect = 0
+        for chunk, rids, ks in self.db.execute("SELECT chunk, rids, kinds FROM recs WHERE run=? AND branch=? ORDER BY chunk",
+                                               (run, branch)):
+            if chunk != expect // RCHUNK or expect % RCHUNK or not isinstance(rids, bytes) or not isinstance(ks, bytes) \
+                    or len(rids) != _RID * len(ks) or not 0 < len(ks) <= RCHUNK:
+                raise Diverged(f"cached record rows break off at LSN {expect}")
+            n = len(ks)
+            mine = []
+            for _ in range(n):
+                got = next(log_rows, None)
+                if got is None:
+                    break
+                mine.append(got[1])
+            if len(mine) < n:
+                raise Diverged(f"cached record rows reach LSN {expect + n - 1}, the log's chain index ends at LSN {expect + len(mine) - 1}")
+            if b"".join(m[:_RID] for m in mine) != rids:
+                i = next(i for i, m in enumerate(mine) if rids[i * _RID:(i + 1) * _RID] != m[:_RID])
+                raise Diverged(f"cached record at LSN {expect + i} is not the log's record {mine[i].hex()} there")
+            if expect + n - 1 == head_lsn and mine[-1] != head:
+                raise Diverged(f"the log's chain index holds {mine[-1].hex()} at the head's LSN {head_lsn}")
+            kinds += ks
+            expect += n
+            chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
+        if expect != head_lsn + 1:
+            raise Diverged(f"cached record rows cover {expect} LSNs, the branch has {head_lsn + 1}")
+        want = kinds.count(1)
+        if kinds.count(0) + want != len(kinds):
+            raise Diverged("a cached record row has a kind this code does not write")
+        seen = 0
+        prev = (-1, -1, -1)
+        for step, attempt, lsn, n, blob in self.db.execute(
+                "SELECT step, attempt, lsn, n, view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)):
+            if type(step) is not int:
+                raise TypeError("an attempt row's step is not an integer")
+            keys, _ = _unpack_chunk(blob, n)
+            if (keys[0], keys[1]) != (attempt, lsn):
+                raise Diverged(f"cached attempt chunk of step {step} does not start where its row says")
+            for i in range(0, len(keys), 2):
+                key = (step, keys[i], keys[i + 1])
+                at = key[2]
+                if key <= prev or not 0 <= at < len(kinds) or kinds[at] != 1:
+                    raise Diverged(f"cached attempt view at LSN {at} is not an attempt of the cached records, once, in order")
+                kinds[at] = 2
+                prev = key
+            seen += n
+        if seen != want:
+            raise Diverged(f"cached attempt views number {seen}, the cached records hold {want} attempts")
+
+    def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
+        """(summary, fork id, attempt fragments) of ``branch`` at the view's head, confirmed, in
+        memory; None if the cache cannot answer (see ``open_branch``). The fork id is the log's."""
+        got = self.open_branch(chains, view, branch)
+        if got is None:
+            return None
+        summary, views = got
+        try:
+            frags = list(views)
+        except _ROW_DAMAGE:
+            self._heal(view.run, branch)
+            return None
+        fk = chains.fork_object(view, branch)
+        return summary, (fk["id"] if fk is not None else None), frags
 
     def summary(self, chains: ChainReader, view: View, branch: int) -> dict:
         """``summary_of`` the branch's folded state at the view's head, without loading the whole state."""
@@ -274,15 +448,18 @@ class StateCache:
 
     @_cache_op("read cached attempts")
     def attempt_rows(self, run: str, branch: int) -> Iterator[tuple[int, int, int, bytes]]:
-        """(step, attempt, lsn, canonical JSON of the view) of a branch's cached attempts, streamed."""
-        return self.db.execute("SELECT step, attempt, lsn, view FROM attempt WHERE run=? AND branch=?", (run, branch))
+        """(step, attempt, lsn, canonical JSON of the view) of a branch's cached attempts, streamed
+        in query order, as stored (unconfirmed: what verify compares with its own fold)."""
+        rows = self.db.execute("SELECT step, n, view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn",
+                               (run, branch)).fetchall()  # chunk rows: few
+        for step, n, blob in rows:
+            keys, views = _unpack_chunk(blob, n)
+            for i, v in enumerate(views):
+                yield step, keys[2 * i], keys[2 * i + 1], v
 
     @_cache_op("read cached attempts")
     def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
-        rows = self.db.execute(
-            "SELECT view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)
-        ).fetchall()
-        return [r[0] for r in rows]
+        return [v for _s, _a, _l, v in self.attempt_rows(run, branch)]
 
     def _ahead_of(self, chains: ChainReader, view: View, branch: int, tip: int) -> bool:
         """True if the cached row (at ``tip``) is newer than the view's head (an older pinned
@@ -296,11 +473,15 @@ class StateCache:
     def _heal(self, run: str, branch: int) -> None:
         """Forget a branch's rows after they failed to read, so the next refresh folds them again;
         best effort (a busy or read-only cache stays as it is, and queries answer from the log)."""
+        if self._db is not None:
+            try:
+                self._db.close()
+            except sqlite3.Error:
+                pass
         self._db = None
         try:
             with self._tx():
-                self.db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
-                self.db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                self._forget(run, branch)
         except (sqlite3.Error, OSError):
             self._db = None
 
@@ -332,8 +513,9 @@ class StateCache:
                 chains.store.forget_decoded()
 
     def _refresh(self, chains: ChainReader, view: View, branch: int) -> None:
-        """Catch one branch's row up to the view's head in one transaction, streaming the records
-        it lacks from the log's chain index (memory does not grow with history)."""
+        """Catch one branch's rows up to the view's head in one transaction, streaming the records
+        it lacks from the log's chain index (memory does not grow with history: views are
+        written every ``_PENDING`` attempts, records every ``RCHUNK``)."""
         run = view.run
         head = view.head(branch)
         db = self.db
@@ -342,8 +524,7 @@ class StateCache:
             row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?",
                              (run, branch)).fetchone()
             if row is not None and not self._valid_row(row):
-                db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
-                db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                self._forget(run, branch)
                 row = None
             if row is not None and bytes(row[0]) == head:
                 db.execute("COMMIT")
@@ -356,8 +537,7 @@ class StateCache:
                 on_chain = (tip < 0 and row[3] is not None and bytes(row[3]) == cached) or (
                     tip >= 0 and chains.store.indexed_record(run, branch, tip) == cached)
                 if not on_chain:  # the cached head is not on the chain: the cache is wrong, not merely behind
-                    db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
-                    db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                    self._forget(run, branch)
                     row = None
             if row is None:
                 fk = chains.fork_object(view, branch)
@@ -375,28 +555,99 @@ class StateCache:
                 except (msgspec.DecodeError, ValueError):  # a damaged row: fold the branch again
                     db.execute("ROLLBACK")
                     db.execute("BEGIN IMMEDIATE")
-                    db.execute("DELETE FROM branch WHERE run=? AND branch=?", (run, branch))
-                    db.execute("DELETE FROM attempt WHERE run=? AND branch=?", (run, branch))
+                    self._forget(run, branch)
                     db.execute("COMMIT")
                     return self._refresh(chains, view, branch)
                 fork_id, pb, pl = row[3], row[4], row[5]
                 start = row[1] + 1
-            tip = start - 1
-            att_rows = []
-            jenc = codec.canonical_json_plain
-            for r in chains.iter_own(view, branch, start=start):
-                apply(state, r)
-                tip = r.lsn
-                if r.kind == R.ATTEMPT:
-                    b = r.body
-                    att_rows.append((run, branch, b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
-                    if len(att_rows) >= 10000:
-                        db.executemany("INSERT OR REPLACE INTO attempt VALUES(?,?,?,?,?,?)", att_rows)
-                        att_rows = []
-            db.executemany("INSERT OR REPLACE INTO attempt VALUES(?,?,?,?,?,?)", att_rows)
+            try:
+                tip = self._append(chains, view, branch, start, state)
+            except _ROW_DAMAGE:
+                if start == 0:
+                    raise
+                # the rows it would extend are damaged: fold the branch again from nothing
+                db.execute("ROLLBACK")
+                db.execute("BEGIN IMMEDIATE")
+                self._forget(run, branch)
+                db.execute("COMMIT")
+                return self._refresh(chains, view, branch)
             db.execute("INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?)",
                        (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state))))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _append(self, chains: ChainReader, view: View, branch: int, start: int, state: dict) -> int:
+        """Fold the branch's records from LSN ``start`` on into ``state`` and add their rows; the new tip."""
+        run = view.run
+        db = self.db
+        c = start // RCHUNK
+        rids, kinds = bytearray(), bytearray()
+        if start % RCHUNK:  # the last record row is partial: it is rewritten with the new records
+            got = db.execute("SELECT rids, kinds FROM recs WHERE run=? AND branch=? AND chunk=?", (run, branch, c)).fetchone()
+            if got is None or len(got[1]) != start % RCHUNK:
+                raise ValueError("cached record rows do not reach the cached tip")
+            rids += got[0]
+            kinds += got[1]
+        pending: dict[int, list[tuple[int, int, bytes]]] = {}
+        held = 0
+        tip = start - 1
+        jenc = codec.canonical_json_plain
+        for r in chains.iter_own(view, branch, start=start):
+            apply(state, r)
+            tip = r.lsn
+            rids += r.id[:_RID]
+            if r.kind == R.ATTEMPT:
+                b = r.body
+                kinds.append(1)
+                pending.setdefault(b["step"], []).append((b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
+                held += 1
+                if held >= _PENDING:
+                    self._add_views(run, branch, pending)
+                    pending, held = {}, 0
+            else:
+                kinds.append(0)
+            if len(kinds) == RCHUNK:
+                db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, c, bytes(rids), bytes(kinds)))
+                chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
+                c += 1
+                rids, kinds = bytearray(), bytearray()
+        if kinds:
+            db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, c, bytes(rids), bytes(kinds)))
+        self._add_views(run, branch, pending)
+        return tip
+
+    def _add_views(self, run: str, branch: int, pending: dict[int, list[tuple[int, int, bytes]]]) -> None:
+        """Add new attempt views to their steps' chunks, keeping each step's chunks in (attempt, lsn)
+        order: appended after the step's last chunk (filling it first), or — when an attempt sorts
+        before one already cached, which a run numbering attempts out of order does — the step's
+        chunks are merged and rewritten (memory: that one step)."""
+        db = self.db
+        for step, new in pending.items():
+            new.sort(key=lambda e: (e[0], e[1]))
+            last = db.execute("SELECT attempt, lsn, n, view FROM attempt WHERE run=? AND branch=? AND step=? "
+                              "ORDER BY attempt DESC, lsn DESC LIMIT 1", (run, branch, step)).fetchone()
+            if last is not None:
+                keys, views = _unpack_chunk(last[3], last[2])
+                if (keys[-2], keys[-1]) < (new[0][0], new[0][1]):
+                    if last[2] < VCHUNK:  # fill the last chunk first
+                        db.execute("DELETE FROM attempt WHERE run=? AND branch=? AND step=? AND attempt=? AND lsn=?",
+                                   (run, branch, step, last[0], last[1]))
+                        new = [(keys[2 * i], keys[2 * i + 1], v) for i, v in enumerate(views)] + new
+                else:
+                    old: list[tuple[int, int, bytes]] = []
+                    for n, blob in db.execute("SELECT n, view FROM attempt WHERE run=? AND branch=? AND step=?",
+                                              (run, branch, step)).fetchall():
+                        ks, vs = _unpack_chunk(blob, n)
+                        old.extend((ks[2 * i], ks[2 * i + 1], v) for i, v in enumerate(vs))
+                    db.execute("DELETE FROM attempt WHERE run=? AND branch=? AND step=?", (run, branch, step))
+                    new = sorted(old + new, key=lambda e: (e[0], e[1]))
+            for i in range(0, len(new), VCHUNK):
+                part = new[i:i + VCHUNK]
+                db.execute("INSERT INTO attempt VALUES(?,?,?,?,?,?,?)",
+                           (run, branch, step, part[0][0], part[0][1], len(part), _pack_chunk(part)))
+
+
+def _show(v: bytes | None) -> str:
+    return v.hex() if isinstance(v, bytes) else "(none)"
