@@ -986,11 +986,16 @@ def episode(c, run, all_branches, as_json, source):
       objstore episode RUN --source refold --json
     """
     from objstore.query import episode as run_episode
+    from objstore.query import iter_episode_json
 
-    ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
-    if as_json:
-        click.echo(ep.to_json().decode())
+    if as_json:  # streamed: the attempts are never all in memory (the bytes of EpisodeView.to_json())
+        out = click.get_binary_stream("stdout")
+        for chunk in iter_episode_json(c.log(), run, all_branches=all_branches, source=source):
+            out.write(chunk)
+        out.write(b"\n")
+        out.flush()
         return
+    ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
     Console, Table = _table_classes()  # rich only for a terminal (issue 15)
     con = Console()
     con.print(f"run [bold]{ep.run}[/] subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")

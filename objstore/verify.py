@@ -403,8 +403,12 @@ class _Verifier:
         return fold(self.log.iter_lineage(view, p["parent_branch"], upto=p["parent_lsn"]))
 
     def _check_state(self) -> None:
-        """A cache row that claims the head verify saw must equal verify's own fold, state and
-        attempt views alike; rows behind (a cache miss) or beyond this snapshot are skipped."""
+        """A cache row that claims the head verify saw must be what the cache would serve
+        (``StateCache.diverged``: rows confirmed against the log's chain index and fork object)
+        and equal verify's own fold, state and attempt views alike; rows behind (a cache miss)
+        or beyond this snapshot are skipped."""
+        from .chain import View
+
         cache = self.log.state
         runs = sorted({k[0] for k in self.last} | {k[0] for k in self.forks})
         for run in runs:
@@ -416,10 +420,17 @@ class _Verifier:
                 key = (run, b)
                 last = self.last.get(key)
                 mine = last[0] if last else (self.forks[key][0] if key in self.forks else None)
-                if head != mine:
+                if head != mine or mine is None:
                     continue
                 if state is None:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state is damaged (not a folded state)")
+                    continue
+                try:
+                    why = cache.diverged(self.log, View(run, b, {b: mine}), b)
+                except ObjstoreError:
+                    continue
+                if why is not None:
+                    self.add("state-diverged", f"{run}/{b}", cache.path, f"cached rows disagree with the log: {why}")
                     continue
                 st = self.states.get(key) or [self._initial_state(key), 0]
                 if codec.canonical_json_plain(st[0]) != codec.canonical_json_plain(state):
@@ -427,9 +438,6 @@ class _Verifier:
                     continue
                 digest = 0
                 for step, attempt, lsn, view in cache.attempt_rows(run, b):
-                    if not (type(step) is int and type(attempt) is int and type(lsn) is int and isinstance(view, bytes)):
-                        digest = -1  # a damaged row (wrong column types): it cannot match
-                        break
                     digest = (digest + _digest(step, attempt, lsn, view)) % _MOD
                 if digest != st[1]:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
@@ -604,7 +612,8 @@ def _show(v: bytes | str | None) -> str:
 
 
 def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Problem]:
-    """Cached branches that claim the head verify sees must serialize like a cold re-fold."""
+    """Cached branches that claim the head verify sees must confirm against the log and
+    serialize like a cold re-fold."""
     out: list[Problem] = []
     if not log.state.exists():
         return out  # no cache: nothing can disagree with the log
@@ -619,6 +628,10 @@ def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Proble
                 continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
             if state is None:
                 out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state is damaged (not a folded state)"))
+                continue
+            why = log.state.diverged(log, view, b)
+            if why is not None:
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, f"cached rows disagree with the log: {why}"))
                 continue
             cold = _cold(log, view, b)
             if codec.canonical_json(cold[0]) != codec.canonical_json(state):
