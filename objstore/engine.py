@@ -42,7 +42,7 @@ import blake3
 import msgspec
 import zstandard
 
-from . import codec, segindex
+from . import codec, runrefs, segindex
 from .errors import (
     Conflict,
     CorruptLog,
@@ -284,14 +284,16 @@ _INTENT_FIELDS = ("intent", "step", "effect", "idempotent")
 
 
 def body_refs(body: dict) -> list:
-    """Every object id a record body names: 32-byte values at its top level, or one level down."""
+    """Every object id a record body names: 32-byte values at its top level, or one level down, in
+    the canonical order of the body (keys sorted), whatever order the writer's dict has."""
     out = []
-    for v in body.values():
+    for k in sorted(body):
+        v = body[k]
         if type(v) is bytes:
             if len(v) == 32:
                 out.append(v)
         elif type(v) is dict:
-            out.extend(x for x in v.values() if type(x) is bytes and len(x) == 32)
+            out.extend(x for _, x in sorted(v.items()) if type(x) is bytes and len(x) == 32)
         elif type(v) is list:
             out.extend(x for x in v if type(x) is bytes and len(x) == 32)
     return out
@@ -622,7 +624,7 @@ class Tables:
             elif name == _live_ref(run):
                 target = new[len(SYMREF):] if type(new) is str and new.startswith(SYMREF) else None
                 b = _branch_num(run, target) if target is not None else None
-                if new is not None and (b is None or (refs[target] if target in refs else self.refs.get(target)) is None):
+                if new is not None and (target is None or b is None or (refs[target] if target in refs else self.refs.get(target)) is None):
                     return f"{name} moves to {_show(new)}, which is not an existing branch of run {run}"
         got_idx = None
         if idx is not None:
@@ -707,25 +709,16 @@ class Tables:
         return t, m["seg"], m["off"]
 
 
-SYMREF = "ref: "
-KEYS_PREFIX = "keys/"
-
-
-def _branch_ref(run: str, branch: int) -> str:
-    return f"run/{run}/branch/{branch}"
-
-
-def _live_ref(run: str) -> str:
-    return f"run/{run}/live"
+SYMREF = runrefs.SYMREF_PREFIX
+KEYS_PREFIX = runrefs.KEYS_PREFIX
+_branch_ref = runrefs.branch_ref
+_live_ref = runrefs.live_ref
 
 
 def _branch_num(run: str, name: str) -> int | None:
-    prefix = f"run/{run}/branch/"
-    if name.startswith(prefix):
-        rest = name[len(prefix):]
-        if rest.isdigit() and rest.isascii() and (rest == "0" or rest[0] != "0"):
-            return int(rest)
-    return None
+    """N if ``name`` is ``run/<run>/branch/<N>`` spelled canonically (no leading zeros), else None."""
+    b = runrefs.branch_of(run, name)
+    return b if b is not None and runrefs.branch_ref(run, b) == name else None
 
 
 def _previous(oid: bytes, want: str, types: dict, facts: dict) -> object:
@@ -1034,6 +1027,11 @@ class LogEngine(Engine):
         self._sealed = False  # the last entry taken in is its segment's seal entry
         self._wit_path = os.path.join(self.dir, "witness")
         self._wit_fd: int | None = None
+        self._sync_cv = threading.Condition(threading.Lock())  # group commit: who syncs, who waits
+        self._syncing = False
+        self._written: tuple[Position, int] = (Position(0, ZERO), -1)  # newest entry this process wrote, and its file
+        self._durable = 0  # entries of this process up to this number are durable
+        self._old_wfds: list[int] = []
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
@@ -1110,10 +1108,11 @@ class LogEngine(Engine):
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        for extra in (self._lfd, self._wfd[1] if self._wfd else None):
+        for extra in (self._lfd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
             if extra is not None:
                 os.close(extra)
-        self._lfd = self._wfd = None
+        self._lfd = self._wfd = self._wit_fd = None
+        self._old_wfds = []
 
     @staticmethod
     def create(root: str, policy: FsyncPolicy) -> None:
@@ -1724,6 +1723,7 @@ class LogEngine(Engine):
     @contextmanager
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        written = None
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
@@ -1747,7 +1747,7 @@ class LogEngine(Engine):
                     yield txn
                     moves = txn.ref_moves()
                     if txn.objects or moves:
-                        self._commit(txn, moves)
+                        written = self._commit(txn, moves)
                 finally:
                     for spill in txn.spills:
                         spill.discard()
@@ -1756,6 +1756,39 @@ class LogEngine(Engine):
                 fcntl.flock(self._lfd, fcntl.LOCK_UN)
         finally:
             self._wlock.release()
+        # Group commit: the entry is written; it is made durable outside the locks, so the threads
+        # of this process that write meanwhile share one fdatasync. The commit returns (is
+        # acknowledged) only once its own entry is durable.
+        if written is not None:
+            self._sync_upto(written)
+
+    def _sync_upto(self, n: int) -> None:
+        """Return once entry ``n`` (written by this process) is durable: one thread syncs for every
+        entry written before it started, the others wait for it. The head witness follows each
+        sync."""
+        with self._sync_cv:
+            while self._durable < n:
+                if self._syncing:
+                    self._sync_cv.wait()
+                    continue
+                self._syncing = True
+                target, fd = self._written
+                err = None
+                self._sync_cv.release()
+                try:
+                    if self.policy.enabled:
+                        os.fdatasync(fd)
+                except OSError as e:
+                    err = e
+                finally:
+                    self._sync_cv.acquire()
+                    self._syncing = False
+                    self._sync_cv.notify_all()
+                if err is not None:
+                    raise StorageOSError("make a commit entry durable (fdatasync)", err)
+                if target.entry > self._durable:
+                    self._durable = target.entry
+                    self._write_witness(target.entry, target.checksum)
 
     def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
         # One lock file descriptor per engine, kept open: flock excludes other open file
@@ -1782,7 +1815,7 @@ class LogEngine(Engine):
         w = self._wfd
         if w is None or w[0] != seg:
             if w is not None:
-                os.close(w[1])
+                self._old_wfds.append(w[1])  # closed with the engine: another thread may still be syncing it
                 self._wfd = None
             try:
                 self._wfd = w = (seg, os.open(self.seg_path(seg), os.O_WRONLY))
@@ -1790,7 +1823,8 @@ class LogEngine(Engine):
                 raise StorageOSError("open the active segment", e) from None
         return w[1]
 
-    def _commit(self, txn: Txn, moves: list) -> None:
+    def _commit(self, txn: Txn, moves: list) -> int | None:
+        """Write one entry (not yet synced: returns its number for _sync_upto; None if synced)."""
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
@@ -1812,21 +1846,25 @@ class LogEngine(Engine):
         raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, idx=idx)
         if off + e.length >= SEAL_BYTES:  # the last entry of this segment says so
             raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True, idx=idx)
-        self._write_entry(wfd, raw, off)
+        self._write_entry(wfd, raw, off, sync=False)
         with self._mu:
             # Our own entry: applied from what we hold, never read back.
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
             self._off = off + e.length
-        self._write_witness(e.n, e.checksum)
+        with self._sync_cv:
+            self._written = (Position(e.n, e.checksum), wfd)
         if e.seal:
+            self._sync_upto(e.n)  # a segment is sealed only once everything in it is durable
             try:
                 self._seal()
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
-        elif self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
+            return None
+        if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
             self._checkpoint()
+        return e.n
 
-    def _write_entry(self, wfd: int, raw: bytes | list, off: int) -> None:
+    def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:
         try:
             if isinstance(raw, list):
                 _write_parts(wfd, raw, off)
@@ -1834,7 +1872,7 @@ class LogEngine(Engine):
                 written = os.pwrite(wfd, raw, off)
                 if written != len(raw):
                     raise OSError(28, f"short write ({written} of {len(raw)} bytes)")
-            if self.policy.enabled:
+            if sync and self.policy.enabled:
                 os.fdatasync(wfd)
         except OSError as err:
             try:
@@ -1873,13 +1911,17 @@ class LogEngine(Engine):
         idx = [seg, blake3.blake3(data).digest()]
         plan = t.plan(t.pos.entry + 1, [], {}, [], idx)
         assert isinstance(plan, Plan)
-        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], None, root=plan.root, idx=idx)
+        raw, first = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], None, root=plan.root, idx=idx)
         off = self._off
-        self._write_entry(self._writer(seg + 1), raw, off)
+        wfd = self._writer(seg + 1)
+        self._write_entry(wfd, raw, off)
         with self._mu:
-            self._apply(e._replace(seg=seg + 1, offset=off, data_off=off + e.data_off), plan)
-            self._off = off + e.length
-        self._write_witness(self.tables.pos.entry, self.tables.pos.checksum)
+            self._apply(first._replace(seg=seg + 1, offset=off, data_off=off + first.data_off), plan)
+            self._off = off + first.length
+        with self._sync_cv:
+            self._written = (Position(first.n, first.checksum), wfd)
+            self._durable = first.n
+            self._write_witness(first.n, first.checksum)
         self._checkpoint()
 
 

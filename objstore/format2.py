@@ -68,7 +68,7 @@ class Format2Reader:
             off = SEG_HEADER.size
             while off < len(data):
                 e, length, checksum = self._entry(data, off, prev, n, path, dec)
-                if e is None:
+                if e is None or isinstance(length, str):
                     if sealed:
                         raise IntegrityError("entry", path, f"entry {n} at offset {off} does not read: {length}")
                     return  # a torn tail: invisible to format-2 readers too

@@ -104,6 +104,8 @@ class IndexError_(Exception):
 class SegmentIndex:
     """Read-only view of one index file."""
 
+    checked = False  # its bytes were checked against the digest the log names (or built from the log)
+
     def __init__(self, data: bytes | mmap.mmap, seg: int) -> None:
         if len(data) < HEAD.size + FANOUT.size + 32:
             raise IndexError_("too short")

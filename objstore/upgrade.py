@@ -252,6 +252,7 @@ def _upgrade2(path: str, staging: str, policy: FsyncPolicy, fsync: str | None) -
     _rmtree(staging)
     try:
         store = Store.init(staging, fsync="off")
+        assert isinstance(store.engine, LogEngine)  # a store on disk
         try:
             for e in Format2Reader(path).entries():
                 with store.batch() as txn:
@@ -283,6 +284,7 @@ def _verify2(reader: Format2Reader, staging: str, fsync: str | None) -> dict:
     """Prove the format-3 store at ``staging`` holds exactly the format-2 store's objects (same
     bytes), refs and ref moves."""
     store = Store.open(staging, fsync=fsync)
+    assert isinstance(store.engine, LogEngine)  # a store on disk
     try:
         refs: dict = {}
         moves = objects = entries = 0

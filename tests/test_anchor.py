@@ -39,6 +39,16 @@ def verify_anchor(root, token, *, exit_code):
     return code, out.splitlines(), err
 
 
+def read_witness(root):
+    with open(os.path.join(root, "log", "witness"), "rb") as f:
+        return f.read()
+
+
+def restore_witness(root, data):
+    with open(os.path.join(root, "log", "witness"), "wb") as f:
+        f.write(data)
+
+
 def seg_path(log):
     e = log.store.engine
     return e.seg_path(e._seg)
@@ -99,9 +109,11 @@ def test_dropping_the_last_commit(built):
     root, log, run = built
     path = seg_path(log)
     before = os.path.getsize(path)
+    wit = read_witness(root)  # the attacker rolls the head witness back too: only an anchor kept elsewhere tells
     log.record_attempt(run, 2, 0, "failed")
     token = anchor(root)
     os.truncate(path, before)
+    restore_witness(root, wit)
     assert run_cli("verify", store=root, exit_code=0)[0] == 0  # sound on its own
     code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry 3"])
@@ -114,11 +126,13 @@ def test_restoring_an_older_copy_of_the_active_segment(built, new_commits):
     root, log, run = built
     path = seg_path(log)
     older = open(path, "rb").read()
+    wit = read_witness(root)  # the attacker rolls the head witness back too: only an anchor kept elsewhere tells
     log.record_attempt(run, 2, 0, "failed", error="the commit to be rolled back")
     token = anchor(root)
     n = int(TOKEN.fullmatch(token).group(1))
     with open(path, "wb") as f:
         f.write(older)
+    restore_witness(root, wit)
     rl = RunLog(Store.open(root))
     for i in range(new_commits):
         rl.record_attempt(run, 2, i, "failed", error=f"a different commit {i}")
@@ -141,12 +155,14 @@ def test_truncating_away_a_revocation(built):
     J.grant(log, owner, run, w1.public, name="w1")
     path = seg_path(log)
     before = os.path.getsize(path)
+    wit = read_witness(root)  # the attacker rolls the head witness back too: only an anchor kept elsewhere tells
     n_before = log.store.engine.position().entry
     J.revoke(log, owner, run, w1.public, reason="compromised")
     subject = log.subject(run)
     assert J.LocalJournalHost(log).grant_state(w1.public, run, subject)["action"] == "revoke"
     token = anchor(root)
     os.truncate(path, before)
+    restore_witness(root, wit)
     rl = RunLog(Store.open(root))
     assert J.LocalJournalHost(rl).grant_state(w1.public, run, subject)["action"] == "grant"  # the revoked writer is back
     assert run_cli("verify", store=root, exit_code=0)[0] == 0
@@ -161,9 +177,11 @@ def test_truncating_away_a_ref_deletion(built):
     log.store.set_ref(name, None, head, "a ref to delete")
     path = seg_path(log)
     before = os.path.getsize(path)
+    wit = read_witness(root)  # the attacker rolls the head witness back too: only an anchor kept elsewhere tells
     log.store.set_ref(name, head, None, "revoke")
     token = anchor(root)
     os.truncate(path, before)
+    restore_witness(root, wit)
     assert RunLog(Store.open(root)).store.read_ref(name) == head
     code, out, err = verify_anchor(root, token, exit_code=1)
     assert (code, out) == (1, [f"anchor-missing {token}: log ends at entry {int(TOKEN.fullmatch(token).group(1)) - 1}"])
@@ -204,9 +222,11 @@ def test_verify_anchor_json(built):
     root, log, run = built
     path = seg_path(log)
     before = os.path.getsize(path)
+    wit = read_witness(root)  # the attacker rolls the head witness back too: only an anchor kept elsewhere tells
     log.record_attempt(run, 2, 0, "failed")
     token = anchor(root)
     os.truncate(path, before)
+    restore_witness(root, wit)
     code, out, err = run_cli("verify", "--json", "--anchor", token, store=root, exit_code=1)
     assert code == 1
     assert json.loads(out) == [{"code": "anchor-missing", "subject": token, "where": "", "detail": "log ends at entry 3"}]
@@ -242,6 +262,6 @@ def test_anchor_in_a_segment_sealed_since(built):
     assert log.store.engine._seg >= 3
     code, out, err = run_cli("anchor", "--json", store=root, exit_code=0)
     info = json.loads(out)
-    assert info["segment"] == log.store.engine._seg and info["entry"] == 11
+    assert info["segment"] == log.store.engine._seg and info["entry"] == log.store.engine.position().entry
     assert verify_anchor(root, token, exit_code=0)[:2] == (0, [])
     assert verify_anchor(root, info["token"], exit_code=0)[:2] == (0, [])

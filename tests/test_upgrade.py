@@ -256,7 +256,7 @@ def test_upgrade_twice_is_a_noop(f1):
     U.upgrade(f1.root)
     before = snapshot_tree(f1.root)
     backup = snapshot_tree(f1.root + ".format1")
-    assert U.upgrade(f1.root)["status"] == "already-format-2"
+    assert U.upgrade(f1.root)["status"] == "already-format-3"
     assert snapshot_tree(f1.root) == before and snapshot_tree(f1.root + ".format1") == backup
 
 
@@ -332,7 +332,7 @@ def test_crash_between_renames_is_finished_by_upgrade(f1):
     store = Store.open(f1.root)
     assert ref_log(store) == f1.expected_log
     assert verify(RunLog(store)) == []
-    assert U.upgrade(f1.root)["status"] == "already-format-2"
+    assert U.upgrade(f1.root)["status"] == "already-format-3"
 
 
 def test_missing_store_with_backup_but_no_staging(f1):
@@ -400,12 +400,13 @@ def test_log_gap_is_reconciled_in_place(tmp_path):
     h = s.heads
     os.remove(os.path.join(s.root, "logs", "run", "r1", "branch", "1"))
     s.log("run/r1/branch/1", h["f1"], h["b1"], T0 + 4.01, "append")  # its first line is lost
-    summary = U.upgrade(s.root)
-    assert summary["reconciled"] == 1
-    log = ref_log(Store.open(s.root))
-    fix = log.index(("run/r1/branch/1", None, h["f1"].hex(), T0 + 4.01, "upgrade: reconcile"))
-    assert log[fix + 1] == ("run/r1/branch/1", h["f1"].hex(), h["b1"].hex(), T0 + 4.01, "append")
-    assert verify(RunLog(Store.open(s.root))) == []
+    # The reconciled history would make branch 1 live before branch 1 exists: format 3's rules hold
+    # for every entry, upgrade's included, so the upgrade is refused with the rule and the format-1
+    # store is left as it was (format 2 reconciled it; a damaged format-1 ref log now needs repair first).
+    before = snapshot_tree(s.root)
+    with pytest.raises(Refused, match="not an existing branch"):
+        U.upgrade(s.root)
+    assert snapshot_tree(s.root) == before and not os.path.exists(s.root + ".upgrade-tmp")
 
 
 def test_a_second_upgrade_at_once_is_refused(f1):
@@ -444,3 +445,62 @@ def test_cli_upgrade(f1):
     assert "status=upgraded" in out
     code, out, err = run_cli("verify", store=f1.root, exit_code=0)
     assert code == 0, (out, err)
+
+
+# -- format 2 -> format 3 ------------------------------------------------------------------------
+
+FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "format2-store")
+
+
+def _format2_copy(tmp_path):
+    """A format-2 store written by the format-2 objstore (the demo run with a fixed id and clock, and
+    a run with a committed non-idempotent intent rewound past it), copied so the test may change it."""
+    root = str(tmp_path / "f2")
+    shutil.copytree(FORMAT2_STORE, root)
+    return root
+
+
+def test_a_format2_store_is_refused_until_upgraded(tmp_path):
+    root = _format2_copy(tmp_path)
+    with pytest.raises(StoreNeedsUpgrade, match="format 2"):
+        Store.open(root)
+    code, out, err = run_cli("runs", store=root, exit_code=5)
+    assert err.count("\n") == 1 and "upgrade" in err
+
+
+def test_format2_upgrades_to_format3_with_the_same_objects_refs_and_moves(tmp_path):
+    from objstore.format2 import Format2Reader
+
+    root = _format2_copy(tmp_path)
+    old = list(Format2Reader(root).entries())
+    summary = U.upgrade(root)
+    assert summary["status"] == "upgraded" and summary["from"] == 2 and summary["backup"] == root + ".format2"
+    assert summary["entries"] == len(old) and summary["objects"] == sum(len(e.objects) for e in old)
+    s = Store.open(root)
+    assert open(os.path.join(root, "OBJSTORE"), "rb").read() == b'{"format": "objstore", "version": 3}\n'
+    new = list(s.engine.entries())
+    assert len(new) == len(old)  # one format-3 entry per format-2 entry (the log fits one segment)
+    for a, b in zip(old, new, strict=True):
+        assert [o[0] for o in a.objects] == sorted([o[0] for o in b.objs], key=[o[0] for o in a.objects].index)
+        assert a.moves == b.moves and a.time == b.time
+        for oid, _t, canon in a.objects:
+            assert s.get_raw(oid) == canon  # exactly the same bytes: the same ids
+    log = RunLog(s)
+    assert verify(log) == []
+    assert log.view("r-two").live == 1 and [c["intent"] for c in log.fork_object(log.view("r-two"), 1)["compensation"]] == ["refund-1"]
+    # the format-2 store is kept, byte for byte
+    assert open(os.path.join(root + ".format2", "log", "0000000001.seg"), "rb").read() == \
+        open(os.path.join(FORMAT2_STORE, "log", "0000000001.seg"), "rb").read()
+    assert U.upgrade(root)["status"] == "already-format-3"
+
+
+def test_a_damaged_format2_store_is_not_upgraded(tmp_path):
+    root = _format2_copy(tmp_path)
+    seg = os.path.join(root, "log", "0000000001.seg")
+    data = bytearray(open(seg, "rb").read())
+    data[len(data) // 2] ^= 0x01
+    open(seg, "wb").write(bytes(data))
+    before = snapshot_tree(root)
+    with pytest.raises(IntegrityError):
+        U.upgrade(root)
+    assert snapshot_tree(root) == before and not os.path.exists(root + ".upgrade-tmp") and not os.path.exists(root + ".format2")
