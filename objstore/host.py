@@ -204,8 +204,9 @@ class At:
     named refs (the owner key, the caller's subject grant). O(refs of those runs). Any other ref
     a request reaches (another session's journal on the same-subject fallback; a grant elsewhere
     named in a refusal) is a forward-only chain ref, read now and walked back along ``previous``
-    to its newest object committed at or before the position — exact for journal refs, which
-    move only to an object stored by the same commit (``refs.check_move``)."""
+    to its newest object committed at or before the position — exact, since a chain ref moves
+    only to an object stored by the same commit (``refs.check_move`` for journal and segment
+    refs; engine format 3 applies it to grant refs too, wherever an entry is applied)."""
 
     def __init__(self, store: Store, runs: list[str], names: list[str]) -> None:
         self.store = store
