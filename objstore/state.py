@@ -340,13 +340,7 @@ class StateCache:
 
     def _stream_views(self, run: str, branch: int) -> Iterator[bytes]:
         """The confirmed views, chunk by chunk, in the read transaction ``open_branch`` began."""
-        db = self.db
-        try:
-            for blob, n in db.execute("SELECT view, n FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn",
-                                      (run, branch)):
-                yield from _unpack_chunk(blob, n)[1]
-        finally:
-            db.execute("COMMIT")
+        return _Views(self.db, run, branch)
 
     def confirm(self, chains: ChainReader, view: View, branch: int, tip: Any, fork: Any) -> None:
         """Raise ``Diverged`` (saying how) unless the branch's rows, as this connection reads them,
@@ -647,6 +641,44 @@ class StateCache:
                 part = new[i:i + VCHUNK]
                 db.execute("INSERT INTO attempt VALUES(?,?,?,?,?,?,?)",
                            (run, branch, step, part[0][0], part[0][1], len(part), _pack_chunk(part)))
+
+
+class _Views(Iterator[bytes]):
+    """A branch's cached views in query order, read in the SQLite snapshot that confirmed them;
+    the snapshot ends (COMMIT) when the views run out, fail, or ``close()`` is called — also
+    for an iterator never started, which a generator's ``finally`` would not cover."""
+
+    def __init__(self, db: sqlite3.Connection, run: str, branch: int) -> None:
+        self._db: sqlite3.Connection | None = db
+        self._rows = db.execute("SELECT view, n FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch))
+        self._chunk: Iterator[bytes] = iter(())
+
+    def __next__(self) -> bytes:
+        try:
+            while True:
+                for v in self._chunk:
+                    return v
+                if self._db is None:
+                    raise StopIteration
+                row = self._rows.fetchone()
+                if row is None:
+                    raise StopIteration
+                self._chunk = iter(_unpack_chunk(row[0], row[1])[1])
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            self._rows.close()
+            db.execute("COMMIT")
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: S110 - a connection already gone has no snapshot left to end
+            pass
 
 
 def _show(v: bytes | None) -> str:

@@ -114,3 +114,26 @@ def test_rebuild_truncates_the_wal_and_the_cache_is_a_fraction_of_the_log(tmp_pa
     seg = sum(os.path.getsize(os.path.join(path, "log", f)) for f in os.listdir(os.path.join(path, "log")) if f.endswith(".seg"))
     assert os.path.getsize(os.path.join(path, "state.db")) <= 0.5 * seg
     assert run_cli("verify", store=path, exit_code=0)
+
+
+def test_an_abandoned_stream_ends_its_snapshot(tmp_path):
+    """Views read in the snapshot that confirmed them: a stream dropped early (never started, half
+    read, or skipped for the next branch) ends that read transaction, so the cache can move on."""
+    log = RunLog(Store.open(str(tmp_path / "s"), create=True))
+    run = log.start_run("r1")
+    for i in range(5):
+        log.record_attempt(run, step=1, attempt=i, state="failed")
+    log.rewind(run, 2)
+    log.record_attempt(run, step=1, attempt=9, state="succeeded")
+    summary, views = log.state.open_branch(log, log.view(run), 0)
+    views.close()  # never started
+    log.state.db.execute("BEGIN IMMEDIATE")  # would fail inside an open read transaction
+    log.state.db.execute("COMMIT")
+    it = iter_episode(log, run, all_branches=True)
+    first = next(it)
+    next(first.attempts)  # half read
+    second = next(it)  # the first branch's stream is closed for us
+    assert second.branch == 1
+    it.close()
+    log.record_attempt(run, step=2, attempt=0, state="succeeded")
+    assert _all_forms(log, run)
