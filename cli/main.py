@@ -1648,9 +1648,23 @@ def journal_serve(c, socket_path):
     main_serve(c.store_path(), socket_path)
 
 
+def _demo_epoch(at: float | None) -> float | None:
+    """``demo --at``: a finite time whose every tick of the demo lies within years 1 to 9999, else a
+    usage error (exit 2), before the store is opened or created."""
+    if at is None:
+        return None
+    from objstore.demo import SPAN
+    from objstore.records import time_problem
+
+    bad = time_problem(at) or time_problem(at + SPAN)
+    if bad is not None:
+        raise click.BadParameter(f"{bad} (the demo records {SPAN} s from EPOCH)")
+    return at
+
+
 @cli.command()
 @click.option("--run", "run_id", metavar="ID", default=None, help="Record the demo under this run id (default: a new one).")
-@click.option("--at", "at", metavar="EPOCH", type=float, default=None,
+@click.option("--at", "at", metavar="EPOCH", type=float, default=None, callback=lambda ctx, param, v: _demo_epoch(v),
               help="Record with a fixed clock from EPOCH (1 s per record), so every id is reproducible.")
 @pass_ctx
 def demo(c, run_id, at):

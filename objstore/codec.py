@@ -295,12 +295,58 @@ def _deeper_than(value: Any, max_depth: int) -> bool:
     return False
 
 
+# The C path of the value rules: msgspec writes the value as JSON and reads it back; if what comes
+# back equals what went in, the value holds only what JSON holds exactly. JSON cannot hold what the
+# rules refuse, so each comes back different or fails: NaN and Infinity come back null, bytes as a
+# base64 string, a non-str key as a string (or fails), a set or any other type as something else,
+# a lone surrogate fails to encode. Two rules JSON does not enforce are checked on the text: an
+# integer beyond int64/uint64 needs 20 or more digits in a row, or a minus and 19 (such a run in a
+# string, or an integer near the limits, only sends the value to the walk), and a value with fewer brackets than the depth limit cannot nest
+# past it. Anything that does not pass goes to the Python walk, which decides and names the problem
+# (a tuple comes back a list and passes there: tuples count as arrays).
+_fast_json_enc = msgspec.json.Encoder()
+_fast_json_dec = msgspec.json.Decoder()
+_LONG_DIGITS = re.compile(rb"[0-9]{20}|-[0-9]{19}")
+_JSON_FAILS = (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError, msgspec.DecodeError)
+
+
+def json_text_ok(text: bytes, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """Whether JSON text msgspec wrote holds no integer outside int64/uint64 and has at most
+    ``max_depth`` brackets (so it cannot nest deeper): the two rules a round trip does not check."""
+    return _LONG_DIGITS.search(text) is None and text.count(b"{") + text.count(b"[") <= max_depth
+
+
+def json_value_ok(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
+    """True if ``value`` certainly passes ``check_json_value`` (decided in C); False means "ask
+    the walk", not "refused"."""
+    try:
+        text = _fast_json_enc.encode(value)
+        back = _fast_json_dec.decode(text)
+    except _JSON_FAILS:
+        return False
+    if not back == value:
+        return False
+    if json_text_ok(text, max_depth):
+        return True
+    # many brackets (or digits) in an otherwise exact value: the walk over containers only decides
+    return _LONG_DIGITS.search(text) is None and not _deeper_than(back, max_depth)
+
+
 def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exception] = InvalidInput,
                      max_depth: int = MAX_JSON_DEPTH) -> None:
     """The rules of ``parse_json`` for a value built in Python (a library caller's map): str keys,
     JSON-like types only (tuples count as arrays), finite floats, int64/uint64 integers, strings
-    without lone surrogates, containers at most ``max_depth`` levels deep. Iterative: a value
-    nested a million deep is refused, not a RecursionError."""
+    without lone surrogates, containers at most ``max_depth`` levels deep. Decided in C
+    (``json_value_ok``) when the value passes; the walk below runs only to name a problem (and for
+    tuples and the rare value the C path cannot clear). Iterative: a value nested a million deep is
+    refused, not a RecursionError. (A subclass of str, int, float, list or dict that compares equal
+    to its plain value passes the C path; it is stored as that plain value's bytes.)"""
+    if json_value_ok(value, max_depth):
+        return
+    _walk_json_value(value, what, error, max_depth)
+
+
+def _walk_json_value(value: Any, what: str, error: Callable[[str], Exception], max_depth: int) -> None:
     pre = f"{what}: " if what else ""
     deeper = f"{what + ' ' if what else ''}nests deeper than {max_depth} levels"
     stack = [(value, 1)]

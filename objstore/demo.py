@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .records import check_time
+
 if TYPE_CHECKING:
     from .runlog import RunLog
 
@@ -25,8 +27,18 @@ def _wall() -> float:
     return time.time()
 
 
+# Ticks of the clock one ``six_step_run`` uses (16 records and the fork; room to spare): a start
+# whose last tick falls outside the calendar is refused before anything is written.
+SPAN = 64
+
+
 def fixed_clock(start: float, step: float = 1.0) -> Callable[[], float]:
-    """A deterministic clock: ``start``, ``start + step``, … — one tick per record written."""
+    """A deterministic clock: ``start``, ``start + step``, … — one tick per record written.
+
+    ``start`` and the tick ``SPAN`` steps later must be times within years 1 to 9999
+    (``records.check_time``; InvalidInput otherwise), so a demo never stops half-written."""
+    check_time(start, "demo start time")
+    check_time(start + SPAN * step, f"demo start time + {SPAN} ticks")
     n = [0]
 
     def clock() -> float:

@@ -12,7 +12,9 @@ Exit codes (also in README.md):
 2     usage error (bad command line; click's own code)
 3     no store here / not a store
 4     object, ref, run or branch not found
-5     invalid input (ref name, id, ingest line, argument value)
+5     invalid input (ref name, id, ingest line, argument value); an
+      object of a newer schema version than this objstore reads
+      (``NewerFormat``)
 6     integrity error: stored bytes do not hash to their id, or do
       not parse
 7     conflict: a ref moved under a compare-and-swap
@@ -205,7 +207,7 @@ class StorageOSError(ObjstoreError):
 
 class StoreNeedsUpgrade(ObjstoreError):
     exit_code = 5
-    msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 2"
+    msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 3"
 
 
 class StateCacheError(ObjstoreError):
@@ -227,3 +229,12 @@ class Interrupted(ObjstoreError):
 
     exit_code = 130
     msg = "interrupted"
+
+
+class NewerFormat(ObjstoreError):
+    """A stored object of a schema version newer than this objstore knows (written by a later
+    release): refused on read, never guessed at. Exit 5, like ``StoreNeedsUpgrade``: the store is
+    fine, this program is too old for it."""
+
+    exit_code = 5
+    msg = "newer format: {} {} has schema version {}; this objstore reads up to version {} (upgrade objstore to read it)"

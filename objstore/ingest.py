@@ -47,7 +47,8 @@ MAX_LINE = 64 << 20  # bytes of one event line (its blobs included)
 # were already parsed by codec.parse_json (no duplicate keys, NaN, lone surrogates, deep nesting).
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]  # msgspec bounds are int64
-Time = Annotated[float, msgspec.Meta(ge=-1e12, le=1e12)]  # seconds since the epoch, within ±31 700 years
+# seconds since the epoch, within the calendar every reader can show (years 1 to 9999; records.check_time)
+Time = Annotated[float, msgspec.Meta(ge=R.TIME_MIN, le=R.TIME_MAX)]
 
 
 class BlobRef(msgspec.Struct, forbid_unknown_fields=True):

@@ -12,16 +12,26 @@ Kinds and their bodies are listed in ``KINDS``; docs/RECORDS.md describes them.
 User-supplied maps (context, tools, usage, meta, error) must be JSON-like
 (str keys; str, int, float, bool, None, lists and maps), so that every byte
 string in a payload is an object id and ``object_refs`` can name them all.
+
+The schemas are msgspec Structs, one per record kind (``BODIES``) and one per record and fork
+object (``RecordV1``, ``ForkV1``), declared here and nowhere else: ``check_body`` validates a
+body in C (one JSON encode, one typed decode, one comparison) and only walks it in Python to
+name what is wrong; ``schema_problem`` (verify) converts stored values through the same Structs.
+Unknown fields are refused by name; a field a newer schema version brings (``v``) is
+``NewerFormat``. Times are finite and within the calendar (``check_time``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
+
+import msgspec
 
 from . import codec
-from .errors import InvalidRecord
+from .errors import InvalidInput, InvalidRecord, NewerFormat
 
 RUN_STARTED = "run_started"
 ATTEMPT = "attempt"
@@ -68,7 +78,47 @@ class Record(NamedTuple):
 
     @classmethod
     def from_payload(cls, oid: bytes, p: dict) -> Record:
+        if "v" in p:  # records have no version field today: one that has it was written by a newer objstore
+            check_version("record", p, oid)
         return cls(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
+
+
+# -- times -----------------------------------------------------------------------------------------
+# A time is seconds since the epoch, finite and within the calendar datetime can represent (years 1
+# to 9999), so every reader can show it: 1e300 was stored and then `log` died in OverflowError. A
+# day's margin at each end keeps the local time of every zone (UTC-12 to UTC+14) inside it too.
+TIME_MIN = -62135596800.0 + 86400  # 0001-01-02T00:00:00Z
+TIME_MAX = 253402300799.0 - 86400  # 9999-12-30T23:59:59Z
+
+
+def time_problem(t: object) -> str | None:
+    """What is wrong with ``t`` as a stored time, or None (numbers only, bool is not one)."""
+    if type(t) is not float and type(t) is not int and not (isinstance(t, (int, float)) and not isinstance(t, bool)):
+        return f"a time is a number of seconds since the epoch, not {type(t).__name__}"
+    if not (TIME_MIN <= t <= TIME_MAX):  # NaN fails both comparisons
+        shown = repr(float(t)) if type(t) is not int or t.bit_length() < 100 else "a huge integer"
+        if type(t) is float and not math.isfinite(t):
+            return f"time {shown} is not a finite number"
+        return f"time {shown} is outside the calendar ({TIME_MIN:.0f} to {TIME_MAX:.0f} s since the epoch: 0001-01-02 to 9999-12-30 UTC)"
+    return None
+
+
+def check_time(when: object, what: str = "when") -> float:
+    """A caller's time as the float that is stored; InvalidInput (exit 5) if it is not a finite
+    number within years 1 to 9999. Every path a time enters by checks it here (RunLog, ingest)."""
+    bad = time_problem(when)
+    if bad is not None:
+        raise InvalidInput(f"{what}: {bad}")
+    return float(when)  # type: ignore[arg-type]  # time_problem returned None: a real number
+
+
+def check_version(otype: str, value: dict, oid: bytes | None = None) -> None:
+    """NewerFormat if ``value`` carries a schema version newer than this objstore reads for its
+    type (records and forks: none yet, so any ``v`` is newer; journal, grant, segment: 2)."""
+    known = _KNOWN_VERSION.get(otype, 1)
+    v = value.get("v", 1)
+    if type(v) is int and v > known or otype in (RECORD_TYPE, FORK_TYPE) and "v" in value:
+        raise NewerFormat(otype, oid.hex() if oid else "(no id)", _show(v), known)
 
 
 def check_run_id(run: object) -> str:
@@ -120,10 +170,151 @@ def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
     return _text(value, where)
 
 
+# -- the record schemas (msgspec Structs) ----------------------------------------------------------
+# One Struct per record kind: the field names, types and bounds of its body. ``check_body`` reads a
+# body through them in C; ``_check_body_py`` below is the same rule set in Python, run only to name
+# what is wrong (its messages are the documented ones) and for the rare value the C path cannot
+# clear (a tuple in a map). The field sets are exactly what bodies have always held, so the stored
+# bytes (sorted-key MessagePack of the Struct's fields) are the bytes written before the Structs.
+
+_Id = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
+_Name = Annotated[str, msgspec.Meta(min_length=1)]
+_Count = Annotated[int, msgspec.Meta(ge=0)]  # the uint64 ceiling is checked on the JSON text (msgspec bounds are int64)
+_Map = dict[str, Any]  # a user map: its values are checked by the round trip (codec.json_value_ok)
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class RunStartedBody(_Body):
+    subject: _Name = "default"
+    workflow_version: _Name = "1"
+    meta: Any = None
+
+
+class AttemptBody(_Body):
+    step: _Count
+    attempt: _Count
+    state: Literal["running", "succeeded", "failed"]
+    workflow_version: _Name | None = None
+    context: _Map | None = None
+    prompt: _Id | None = None
+    output: _Id | None = None
+    tools: _Map | None = None
+    usage: _Map | None = None
+    error: str | None = None
+
+
+class IntentBody(_Body):
+    intent: _Name
+    step: _Count
+    effect: _Name
+    idempotent: bool
+
+
+class IntentCommittedBody(_Body):
+    intent: _Name
+
+
+class RunFinishedBody(_Body):
+    status: Literal["succeeded", "failed"]
+    error: str | None = None
+
+
+class TurnBody(_Body):
+    role: _Name
+    content: _Id | None = None
+    origin: Literal["source"] = "source"
+    generation: Any = None
+
+
+class TaskOpenedBody(_Body):
+    task: _Name
+    title: str = ""
+
+
+class TaskClosedBody(_Body):
+    task: _Name
+    outcome: _Name = "done"
+
+
+BODIES: dict[str, type[_Body]] = {
+    RUN_STARTED: RunStartedBody, ATTEMPT: AttemptBody, INTENT: IntentBody, INTENT_COMMITTED: IntentCommittedBody,
+    RUN_FINISHED: RunFinishedBody, TURN: TurnBody, TASK_OPENED: TaskOpenedBody, TASK_CLOSED: TaskClosedBody,
+}
+_BODY_FIELDS = {k: frozenset(S.__struct_fields__) for k, S in BODIES.items()}
+_USER_FIELDS = ("meta", "context", "tools", "usage", "generation")  # JSON-like values: depth is theirs
+_BODY_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {}
+_body_enc = msgspec.json.Encoder()
+_asdict = msgspec.structs.asdict
+
+
+def _body_decoder(kind: str) -> msgspec.json.Decoder[Any] | None:
+    """The typed decoder of a kind's body, built on first use (not at import: `--help` needs none)."""
+    dec = _BODY_DECODERS.get(kind)
+    if dec is None and kind in BODIES:
+        dec = _BODY_DECODERS[kind] = msgspec.json.Decoder(BODIES[kind])
+    return dec
+
+
 def check_body(kind: str, body: dict) -> dict:
-    """Validate and normalise a record body; the normalised dict is what is stored."""
+    """Validate and normalise a record body; the normalised dict is what is stored.
+
+    In C: msgspec writes the body as JSON and reads it back through the kind's Struct (types,
+    bounds, required and unknown fields), and the result must equal what was given (what JSON
+    cannot hold exactly — NaN, bytes in a map, a non-str key, a set — comes back different). An
+    unknown field is refused by name. Anything else that does not pass is named by the Python
+    rules (``_check_body_py``), whose verdict stands."""
+    dec = _body_decoder(kind)
+    if dec is None or type(body) is not dict:
+        return _check_body_py(kind, body)
+    b = body
+    if kind == ATTEMPT or kind == RUN_STARTED:
+        wv = b.get("workflow_version", "1" if kind == RUN_STARTED else None)
+        if type(wv) is not str and (wv is not None or kind == RUN_STARTED):
+            b = dict(b, workflow_version=str(wv))  # any value names a version by its text, as always
+    try:
+        text = _body_enc.encode(b)
+        out = _asdict(dec.decode(text))
+    except msgspec.ValidationError:
+        return _slow_body(kind, b)
+    except codec._JSON_FAILS:
+        return _check_body_py(kind, b)
+    if len(b) == len(out):
+        same = out == b
+    else:
+        same = all(out[k] == v for k, v in b.items())
+    if not same or not codec.json_text_ok(text, codec.MAX_JSON_DEPTH + 1) and not _deep_ok(out, text):
+        return _check_body_py(kind, b)
+    return out
+
+
+def _deep_ok(out: dict, text: bytes) -> bool:
+    """A body with many brackets (or a 20-digit run): fine if no user map nests too deep and no
+    integer is out of range (the walk over containers only; the Python rules otherwise)."""
+    if codec._LONG_DIGITS.search(text) is not None:
+        return False
+    return not any(codec._deeper_than(out[f], codec.MAX_JSON_DEPTH) for f in _USER_FIELDS if f in out)
+
+
+def _slow_body(kind: str, body: dict) -> dict:
+    """The Struct refused ``body``: name an unknown field, else let the Python rules name the problem."""
+    unknown = sorted(k if type(k) is str else repr(k) for k in body if k not in _BODY_FIELDS[kind])
+    if unknown:
+        raise InvalidRecord(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} in a {kind} body"
+                            f" (known: {', '.join(sorted(_BODY_FIELDS[kind]))})")
+    return _check_body_py(kind, body)
+
+
+def _check_body_py(kind: str, body: dict) -> dict:
+    """The Python rule set of ``check_body``: names what is wrong (and accepts tuples in maps)."""
     if not isinstance(body, dict):
         raise InvalidRecord("body must be a map")
+    if kind in _BODY_FIELDS:
+        unknown = [k for k in body if k not in _BODY_FIELDS[kind]]
+        if unknown:
+            return _slow_body(kind, body)
     b = body  # every branch below builds a fresh dict: the caller's is never stored
     if kind == RUN_STARTED:
         out = {
@@ -295,39 +486,134 @@ _FORK_FIELDS: _Fields = (("run", (str,), "a string"), ("branch", (int,), "an int
                 ("reason", (str,), "a string"), ("compensation", (list,), "a list"), ("time", (float, int), "a number"))
 
 
+RECORD_TYPE, FORK_TYPE = "record", "fork"
+
+
+class RecordV1(msgspec.Struct, forbid_unknown_fields=True):
+    """A stored record (schema 1: no ``v`` field). Its body is checked by its kind's Struct."""
+
+    run: str
+    branch: _Count
+    lsn: _Count
+    parent: _Id | None
+    kind: str
+    time: float | int | None
+    body: dict[str, Any]
+
+
+class CompensationV1(msgspec.Struct, forbid_unknown_fields=True):
+    intent: str
+    committed_record: bytes
+    step: Any = None
+    effect: Any = None
+    committed_lsn: Any = None
+
+
+class ForkV1(msgspec.Struct, forbid_unknown_fields=True):
+    """A stored fork object (schema 1: no ``v`` field)."""
+
+    run: str
+    branch: int
+    parent_branch: int
+    parent_lsn: int
+    parent_record: _Id
+    parent_head: _Id
+    reason: str
+    compensation: list[CompensationV1]
+    time: float | int
+
+
+_convert = msgspec.convert
+
+
 def schema_problem(otype: str, value: dict) -> str | None:
     """What is wrong with a decoded structured object against its type's schema, or None.
 
-    The one place each stored type's shape is declared; verify checks every object with it."""
+    The one place each stored type's shape is declared; verify checks every object with it.
+    Records and forks go through their Structs in C (``RecordV1`` and the body's, ``ForkV1``);
+    only an object that fails them is walked in Python, to name the problem in the words below."""
     if otype == "record":
-        g = value.get
-        run, branch, lsn, parent, kind, t, body = g("run"), g("branch"), g("lsn"), g("parent"), g("kind"), g("time"), g("body")
-        # the common case in one line; anything off is named by the field loop below
-        if not (type(run) is str and type(branch) is int and type(lsn) is int and type(kind) is str and type(body) is dict
-                and (parent is None or type(parent) is bytes) and (t is None or type(t) is float or type(t) is int)
-                and "parent" in value and "time" in value):
-            for name, types, what in _RECORD_FIELDS:
-                bad = _field(value, name, types, what)
-                if bad:
-                    return bad
-        if parent is not None and len(parent) != 32:
-            return "field 'parent' must be a 32-byte id"
-        assert branch is not None and lsn is not None  # ints: the field loop above returned otherwise
-        if branch < 0 or lsn < 0:
-            return "branch and lsn must not be negative"
         try:
-            check_body(value["kind"], value["body"])
-        except InvalidRecord as e:
-            return f"body: {e.args[0]}"
-    elif otype == "fork":
-        for name, types, what in _FORK_FIELDS:
+            _convert(value, RecordV1)
+            ok = type(value["body"]) is dict
+        except msgspec.ValidationError:
+            ok = False
+        t = value.get("time")
+        if ok and (t is None or TIME_MIN <= t <= TIME_MAX):
+            try:
+                check_body(value["kind"], value["body"])
+                return None
+            except InvalidRecord as e:
+                return f"body: {e.args[0]}"
+        return _record_problem(value) or _struct_problem("record", value, RecordV1)
+    if otype == "fork":
+        try:
+            _convert(value, ForkV1)
+            if TIME_MIN <= value["time"] <= TIME_MAX:
+                return None
+        except msgspec.ValidationError:
+            pass
+        return _fork_problem(value) or _struct_problem("fork", value, ForkV1)
+    return _other_problem(otype, value)
+
+
+def _struct_problem(otype: str, value: dict, struct: type[msgspec.Struct]) -> str | None:
+    """What the Struct (and the calendar) refuse that the field loops accept: a newer schema's
+    ``v``, an unknown field, a time outside the calendar."""
+    if "v" in value:
+        return f"{otype} schema version {_show(value['v'])} is newer than this objstore reads (1, written without 'v')"
+    unknown = sorted(k if type(k) is str else repr(k) for k in value if k not in struct.__struct_fields__)
+    if unknown:
+        return f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+    if value.get("time") is not None:
+        bad = time_problem(value["time"])
+        if bad is not None:
+            return f"field 'time': {bad}"
+    try:
+        _convert(value, struct)
+    except msgspec.ValidationError as e:
+        return f"{e}".replace("`", "'")
+    return None
+
+
+def _record_problem(value: dict) -> str | None:
+    """The Python rule set of a record (the messages of ``schema_problem``)."""
+    g = value.get
+    run, branch, lsn, parent, kind, t, body = g("run"), g("branch"), g("lsn"), g("parent"), g("kind"), g("time"), g("body")
+    # the common case in one line; anything off is named by the field loop below
+    if not (type(run) is str and type(branch) is int and type(lsn) is int and type(kind) is str and type(body) is dict
+            and (parent is None or type(parent) is bytes) and (t is None or type(t) is float or type(t) is int)
+            and "parent" in value and "time" in value):
+        for name, types, what in _RECORD_FIELDS:
             bad = _field(value, name, types, what)
             if bad:
                 return bad
-        for c in value["compensation"]:
-            if type(c) is not dict or type(c.get("intent")) is not str or type(c.get("committed_record")) is not bytes:
-                return "compensation entries must be maps with intent and committed_record"
-    elif otype == "journal":
+    if parent is not None and len(parent) != 32:
+        return "field 'parent' must be a 32-byte id"
+    assert branch is not None and lsn is not None  # ints: the field loop above returned otherwise
+    if branch < 0 or lsn < 0:
+        return "branch and lsn must not be negative"
+    try:
+        check_body(value["kind"], value["body"])
+    except InvalidRecord as e:
+        return f"body: {e.args[0]}"
+    return None
+
+
+def _fork_problem(value: dict) -> str | None:
+    """The Python rule set of a fork object."""
+    for name, types, what in _FORK_FIELDS:
+        bad = _field(value, name, types, what)
+        if bad:
+            return bad
+    for c in value["compensation"]:
+        if type(c) is not dict or type(c.get("intent")) is not str or type(c.get("committed_record")) is not bytes:
+            return "compensation entries must be maps with intent and committed_record"
+    return None
+
+
+def _other_problem(otype: str, value: dict) -> str | None:
+    if otype == "journal":
         return _journal_problem(value)
     elif otype == "grant":
         return _grant_problem(value)
@@ -437,6 +723,7 @@ RIGHTS = ("read", "write")
 JOURNAL_SCHEMA = 2
 GRANT_SCHEMA = 2
 SEGMENT_SCHEMA = 2
+_KNOWN_VERSION = {"journal": JOURNAL_SCHEMA, "grant": GRANT_SCHEMA, "segment": SEGMENT_SCHEMA}
 
 
 def _t745() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int]:

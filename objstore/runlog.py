@@ -97,7 +97,7 @@ class RunLog(ChainReader):
         if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
             raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
-        t = time.time() if when is None else float(when)
+        t = _now(when)
         txn = store.current_batch()
         if txn is None:
             with store.batch() as txn:
@@ -188,6 +188,7 @@ class RunLog(ChainReader):
         if not isinstance(reason, str):
             raise InvalidInput(f"a fork reason is text, got {type(reason).__name__}")
         codec.check_text(reason, "fork reason")
+        t = _now(when)  # checked before the lock is taken: a bad time writes nothing
         store = self.store
         with store.batch():
             view = self.view(run)
@@ -209,7 +210,7 @@ class RunLog(ChainReader):
                 "parent_head": parent_head,
                 "reason": reason,
                 "compensation": compensation,
-                "time": _now(when),
+                "time": t,
             }
             fork_id = store.put(codec.FORK, payload)
             store.set_ref(branch_ref(run, new_branch), None, fork_id, f"fork from {from_branch}@{at_lsn}: {reason}")
@@ -252,4 +253,6 @@ def new_run_id() -> str:
 
 
 def _now(when: float | None) -> float:
-    return time.time() if when is None else float(when)
+    """The time a write records: now, or the caller's ``when`` if it is a finite number of seconds
+    within years 1 to 9999 (InvalidInput otherwise: 1e300 was stored and then `log` could not show it)."""
+    return time.time() if when is None else R.check_time(when)

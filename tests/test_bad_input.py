@@ -187,7 +187,7 @@ CASES = [
                 I + "idempotent: expected bool, got str"),
     ingest_case("time-string", dumps(attempt(time="now")), 5, I + "time: expected float | null, got str"),
     ingest_case("time-bool", dumps(attempt(time=True)), 5, I + "time: expected float | null, got bool"),
-    ingest_case("time-1e300", dumps(attempt(time=1e300)), 5, I + "time: expected float <= 1000000000000.0"),
+    ingest_case("time-1e300", dumps(attempt(time=1e300)), 5, I + "time: expected float <= 253402214399.0"),
     ingest_case("v-true", dumps(attempt(v=True)), 5, I + "schema version must be 1, got True"),
     ingest_case("v-float", dumps(attempt(v=1.0)), 5, I + "schema version must be 1, got 1.0"),
     ingest_case("v-missing", '{"type": "attempt", "run": "r1"}', 5, I + "schema version must be 1, got None"),
