@@ -27,7 +27,7 @@ import msgspec
 
 from . import codec, views
 from .fold import fold
-from .state import refold_branch
+from .state import refold_stream
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View
@@ -109,8 +109,7 @@ def _branch_parts(log: RunLog, view: View, b: int, source: str) -> tuple[dict, d
     if got is not None:
         summary, frags = got
         return summary, log.fork_object(view, b), frags
-    state, fk, atts = refold_branch(log, view, b)
-    return state, fk, (_json.encode(a) for a in atts)
+    return refold_stream(log, view, b)
 
 
 def _wanted(view: View, all_branches: bool) -> list[int]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -58,6 +59,7 @@ RCHUNK = 1024  # records per ``recs`` row
 VCHUNK = 512  # attempts per ``attempt`` row
 _RID = 16  # bytes of a record id a ``recs`` row keeps: a 128-bit prefix names it as well as the whole
 _PENDING = 20000  # attempt views a refresh holds before writing them (its memory bound)
+_SPILL = 50000  # attempt views a streamed re-fold sorts in memory; past it, on disk
 
 # The part of the folded state an episode needs: small, whatever the history length.
 SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
@@ -165,6 +167,61 @@ def _refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, 
     chains.store.forget_decoded()
     atts.sort(key=lambda t: t[:3])
     return state, fk, [a[3] for a in atts]
+
+
+def refold_stream(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, Iterator[bytes]]:
+    """``refold_branch`` with the attempt views as canonical JSON, streamed in query order in
+    bounded memory: past ``_SPILL`` views they are sorted in a temporary SQLite file (unlinked
+    at once; not the cache, which a re-fold never looks at)."""
+    held: list[tuple[int, int, int, bytes]] = []
+    spill = None
+    jenc = codec.canonical_json_plain
+    with no_gc():
+        try:
+            fk = chains.fork_object(view, branch)
+            state = empty_state()
+            for r in chains.iter_lineage(view, branch):
+                apply(state, r)  # workflow_version as folded at each record, as the cache sees it
+                if r.branch == branch and r.kind == R.ATTEMPT:
+                    b = r.body
+                    held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
+                    if len(held) >= _SPILL:
+                        spill = spill or _Spill()
+                        spill.add(held)
+                        held = []
+        finally:
+            chains.store.forget_decoded()
+    if spill is None:
+        held.sort(key=lambda t: t[:3])
+        return state, fk, (t[3] for t in held)
+    spill.add(held)
+    return state, fk, spill.sorted()
+
+
+class _Spill:
+    """A temporary SQLite table that sorts a re-fold's views on disk (its page cache bounds memory)."""
+
+    def __init__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="objstore-refold-", suffix=".db")
+        os.close(fd)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=OFF")
+            self.db.execute("CREATE TABLE v(step INTEGER, attempt INTEGER, lsn INTEGER, view BLOB, "
+                            "PRIMARY KEY(step, attempt, lsn)) WITHOUT ROWID")
+        finally:
+            os.unlink(path)  # the open file lives on; nothing is left behind, even by a crash
+        self.db.execute("BEGIN")
+
+    def add(self, rows: list[tuple[int, int, int, bytes]]) -> None:
+        self.db.executemany("INSERT INTO v VALUES(?,?,?,?)", rows)
+
+    def sorted(self) -> Iterator[bytes]:
+        try:
+            for (v,) in self.db.execute("SELECT view FROM v ORDER BY step, attempt, lsn"):
+                yield v
+        finally:
+            self.db.close()
 
 
 class StateCache:

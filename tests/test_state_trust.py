@@ -111,17 +111,17 @@ def _misses(path, run):
     from objstore import query
 
     refolded = []
-    real = query.refold_branch
+    real = query.refold_stream
 
     def spy(chains, view, b):
         refolded.append(b)
         return real(chains, view, b)
 
-    query.refold_branch = spy
+    query.refold_stream = spy
     try:
         episode(RunLog(Store.open(path)), run, all_branches=True)
     finally:
-        query.refold_branch = real
+        query.refold_stream = real
     return refolded
 
 
