@@ -489,12 +489,23 @@ class StateCache:
     def _at_head(self, chains: ChainReader, view: View, branch: int, column: str, from_refold: Callable[[dict], dict]) -> dict:
         try:
             if self.try_refresh(chains, view, branch):
-                row = self.db.execute(f"SELECT head, {column} FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
-                if row is not None and bytes(row[0]) == view.head(branch):
-                    return _dec.decode(row[1])
+                db = self.db
+                db.execute("BEGIN")
+                try:
+                    row = db.execute(f"SELECT head, {column}, tip_lsn, fork FROM branch WHERE run=? AND branch=?",
+                                     (view.run, branch)).fetchone()
+                    if row is not None and bytes(row[0]) == view.head(branch):
+                        self.confirm(chains, view, branch, row[2], row[3])
+                        got = _dec.decode(row[1])
+                        if isinstance(got, dict):
+                            return got
+                finally:
+                    db.execute("COMMIT")
+        except Diverged:
+            pass  # left for verify to name; answered from the log
         except _ROW_DAMAGE:
             self._heal(view.run, branch)
-        # the cache is past this (pinned) view, or moved on meanwhile: answer from the log
+        # the cache is past this (pinned) view, moved on meanwhile, or diverged: answer from the log
         return from_refold(refold_branch(chains, view, branch)[0])
 
     @_cache_op("read cached attempts")

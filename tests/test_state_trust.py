@@ -202,3 +202,23 @@ def test_compensation_comes_from_the_fork_object_even_unconfirmed(tmp_path, monk
     assert [(b.fork, b.parent_branch, b.parent_lsn, b.compensation_required, b.compensation) for b in got.branches] == \
         [(b.fork, b.parent_branch, b.parent_lsn, b.compensation_required, b.compensation) for b in want.branches]
     assert [b.compensation_required for b in got.branches] == [False, True, False]
+
+
+def test_cached_state_and_summary_are_confirmed_too(tmp_path):
+    """``StateCache.state``/``summary`` answer from the log when the branch's rows do not confirm."""
+    import msgspec
+
+    from objstore.state import refold_branch, summary_of
+
+    path, run = _store(tmp_path)
+    log = RunLog(Store.open(path))
+    view = log.view(run)
+    cold = {b: refold_branch(log, view, b)[0] for b in view.heads}
+    assert {b: log.state.state(log, view, b) for b in view.heads} == cold
+    forged = dict(cold[0], attempts=cold[0]["attempts"] + 5)
+    enc = msgspec.msgpack.Encoder(order="sorted").encode
+    _edit(path, "UPDATE branch SET state=?, summary=?, tip_lsn=tip_lsn-1 WHERE run='r1' AND branch=0",
+          (enc(forged), enc(summary_of(forged))))
+    fresh = RunLog(Store.open(path))
+    assert fresh.state.state(fresh, view, 0) == cold[0]
+    assert fresh.state.summary(fresh, view, 0) == summary_of(cold[0])
