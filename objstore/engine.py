@@ -1018,6 +1018,7 @@ class LogEngine(Engine):
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
         self._built: dict[int, bytes] = {}  # sealed segment -> digest of the index this process built from the log
+        self._bad_idx: dict[int, bytes] = {}  # sealed segment -> the index bytes its wrong file should hold
         self._hint = 0  # segment of the last object found through an index
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
         self._block_cache: tuple | None = None
@@ -1542,7 +1543,10 @@ class LogEngine(Engine):
         data = self._scan_index_bytes(seg)
         if named is not None and blake3.blake3(data).digest() != named:
             raise CorruptLog(self.seg_path(seg), f"its entries do not give the index the log names for it ({named.hex()[:16]}…)")
-        _write_index(self.idx_path(seg), data)
+        if os.path.exists(self.idx_path(seg)):
+            self._bad_idx[seg] = data  # readers leave a wrong index file for verify to name; the next writer replaces it
+        else:
+            _write_index(self.idx_path(seg), data)
         return segindex.SegmentIndex(data, seg)
 
     def _scan_index_bytes(self, seg: int) -> bytes:
@@ -1742,6 +1746,9 @@ class LogEngine(Engine):
                                      "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")
                 if self._sealed:
                     self._seal()  # its sealer died between the seal entry and the next segment
+                for seg, data in list(self._bad_idx.items()):
+                    _write_index(self.idx_path(seg), data)  # a wrong index file, replaced by a writer
+                    del self._bad_idx[seg]
                 txn = Txn(self)
                 try:
                     yield txn

@@ -539,15 +539,25 @@ def huge_frame_without_size():
     return zeros_frame(b"record %d\x00" % HUGE, HUGE, content_size=False)
 
 
-def append_raw_entry(root, objs, blocks, data: bytes, moves=()) -> str:
-    """Append a commit entry written by hand (correct chain checksum, anything in its meta) to the
-    active segment, as a foreign writer could; returns the segment's path."""
+def append_raw_entry(root, objs, blocks, data: bytes, moves=(), recs=()) -> str:
+    """Append a commit entry written by hand (correct chain checksum and tables' root, anything in its
+    meta) to the active segment, as a foreign writer could; returns the segment's path. ``recs``:
+    index rows of its records (format 3), which the root accounts for as a writer's would."""
     eng = Store.open(root).engine
     pos = eng.position()
     n, t = pos.entry + 1, 1700000000.0
     moves = [list(m) for m in moves]
-    checksum = E.logical_checksum(pos.checksum, n, t, objs, moves, None)
-    meta = msgspec.msgpack.Encoder(order="sorted").encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": None})
+    recs = [list(r) for r in recs]
+    if recs or moves:
+        facts = {objs[r[0]][0]: r[1:] for r in recs}
+        plan = eng.tables.plan(n, [(o[0], o[1]) for o in objs], facts, moves, None)
+        assert not isinstance(plan, str), plan
+        root_hash = plan.root
+    else:
+        root_hash = E.root_digest(eng.tables.acc)
+    checksum = E.logical_checksum(pos.checksum, n, t, objs, moves, None, recs, [], root_hash, False, None)
+    meta = msgspec.msgpack.Encoder(order="sorted").encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": None,
+                                                           "recs": recs, "prevs": [], "root": root_hash, "seal": False, "idx": None})
     length = E.ENTRY_HEAD.size + len(meta) + len(data) + E.ENTRY_TRAILER.size
     path = eng.seg_path(eng._seg)
     with open(path, "ab") as f:
@@ -585,16 +595,21 @@ def test_format2_crafted_record_block_without_content_size(store, huge_frame_wit
     root, keys = store
     oid = blake3.blake3(b"a record that is not there").digest()
     raw = len(b"record %d\x00" % HUGE) + HUGE
-    append_raw_entry(root, [[oid, "record", raw, 0, 0]], [[1, raw, len(huge_frame_without_size)]], huge_frame_without_size)
+    # Format 3: every record has an index row and extends a chain its branch ref moves to; the
+    # crafted record starts a run of its own (run zz), so r1's readers never touch it.
+    append_raw_entry(root, [[oid, "record", raw, 0, 0]], [[1, raw, len(huge_frame_without_size)]], huge_frame_without_size,
+                     moves=[("run/zz/branch/0", None, oid, "crafted")], recs=[[0, "zz", 0, 0, None, "run_started", [], None]])
     got = bounded("""
         log = objstore.runlog.RunLog(objstore.store.Store.open(root))
         assert log.runs()
         log.store.get(bytes.fromhex(oid))
     """, root=root, oid=oid.hex())
     assert got["error"] == "IntegrityError" and got["exit"] == 6
-    for args in (["runs"], ["log", "r1"], ["episode", "r1"]):
+    for args in (["log", "r1"], ["episode", "r1"]):
         rc, out, err = run_cli_bounded(*args, store=root, env_extra={"OBJSTORE_KEYS": keys})
         assert rc == 0 and "Traceback" not in err, err
+    rc, out, err = run_cli_bounded("log", "zz", store=root, env_extra={"OBJSTORE_KEYS": keys})
+    assert rc == 6 and one_line(err).startswith("objstore: error: integrity error: object"), err
     rc, out, err = run_cli_bounded("show", oid.hex(), store=root, env_extra={"OBJSTORE_KEYS": keys})
     assert rc == 6 and one_line(err).startswith(f"objstore: error: integrity error: object {oid.hex()}")
 
@@ -668,12 +683,19 @@ def rewrite_index_row(idx: str, oid: bytes, **fields):
                                     {"stored": 0xFFFFFFF0, "raw": 0xFFFFFFF0, "comp": 0}, {"type": 9}, {"comp": 5}],
                          ids=["stored-4GiB", "raw-4GiB", "raw-block-4GiB", "type-9", "compression-5"])
 def test_format2_crafted_index_row(tmp_path, fields):
+    """A crafted, self-consistent index (its trailer recomputed) is not the index the log names by
+    digest (format 3): verify names it, and every read answers as before from an index rebuilt from
+    the segment's entries, in bounded memory."""
     root, rid, idx = sealed_store(tmp_path)
+    want = Store.open(root).get(rid)
     rewrite_index_row(idx, rid, **fields)
-    got = bounded("objstore.store.Store.open(root).get(bytes.fromhex(oid))", root=root, oid=rid.hex())
-    assert got["exit"] == 6 and got["error"] in ("IntegrityError", "CorruptLog"), got
+    rc, out, err = run_cli_bounded("verify", store=root)
+    assert rc == 1 and f"damaged-index {idx}" in out.decode() and "Traceback" not in err, (out, err)
+    got = bounded("assert objstore.store.Store.open(root).get(bytes.fromhex(oid))[0] == 'record'", root=root, oid=rid.hex())
+    assert got == {"ok": True, "maxrss": got["maxrss"]}, got
     rc, out, err = run_cli_bounded("show", rid.hex(), store=root)
-    assert rc == 6 and one_line(err).startswith(f"objstore: error: integrity error: object {rid.hex()}")
+    assert rc == 0, err
+    assert Store.open(root).get(rid) == want
 
 
 def test_format2_crafted_index_fanout_is_rebuilt(tmp_path):
@@ -694,6 +716,11 @@ def test_format2_crafted_index_fanout_is_rebuilt(tmp_path):
             s.has(bytes([b]) * 32)
     """, root=root, oid=rid.hex())
     assert got == {"ok": True, "maxrss": got["maxrss"]}
+    code, out, err = run_cli("verify", store=root, exit_code=1)  # readers leave the wrong file for verify to name...
+    assert f"damaged-index {idx}" in out
+    log = RunLog(Store.open(root, fsync="off"))
+    assert log.store.get(rid)[0] == "record"  # a process that used the index rebuilt it from the entries...
+    log.record_attempt("r1", 3, 0, "failed")  # ...and replaces the file when it next writes
     run_cli("verify", store=root, exit_code=0)
 
 
