@@ -286,17 +286,25 @@ _INTENT_FIELDS = ("intent", "step", "effect", "idempotent")
 def body_refs(body: dict) -> list:
     """Every object id a record body names: 32-byte values at its top level, or one level down, in
     the canonical order of the body (keys sorted), whatever order the writer's dict has."""
-    out = []
-    for k in sorted(body):
-        v = body[k]
-        if type(v) is bytes:
+    found: list = []
+    for k, v in body.items():
+        tv = type(v)
+        if tv is bytes:
             if len(v) == 32:
-                out.append(v)
-        elif type(v) is dict:
-            out.extend(x for _, x in sorted(v.items()) if type(x) is bytes and len(x) == 32)
-        elif type(v) is list:
-            out.extend(x for x in v if type(x) is bytes and len(x) == 32)
-    return out
+                found.append((k, "", v))
+        elif tv is dict:
+            for k2, x in v.items():
+                if type(x) is bytes and len(x) == 32:
+                    found.append((k, k2, x))
+        elif tv is list:
+            for i, x in enumerate(v):
+                if type(x) is bytes and len(x) == 32:
+                    found.append((k, f"{i:020d}", x))
+    if not found:
+        return found
+    if len(found) > 1:
+        found.sort()  # the canonical order: keys sorted (str order is UTF-8 byte order), list order kept
+    return [f[2] for f in found]
 
 
 def intent_facts(kind: str, body: dict) -> dict | None:
