@@ -143,6 +143,9 @@ class Ctx:
             from objstore.store import Store
 
             self._log = RunLog(Store.open(self.store_path(create), create=create))
+            problem = self._log.store.engine.witness_problem
+            if problem is not None:  # readers still answer from the log; writers refuse (exit 6)
+                click.echo(f"objstore: warning: {problem[0]}: {problem[1]} (run 'objstore verify')", err=True)
         return self._log
 
 
@@ -608,7 +611,10 @@ def anchor(c, as_json):
 @cli.command()
 @pass_ctx
 def upgrade(c):
-    """Convert a format-1 store in place to format 2, keeping the old one as PATH.format1.
+    """Convert a format-1 or format-2 store in place to format 3 (the current one).
+
+    The old store is kept as PATH.format1 or PATH.format2; an interrupted upgrade
+    leaves it usable, and running upgrade again finishes it.
 
     \b
     Examples:
@@ -617,6 +623,42 @@ def upgrade(c):
     from objstore.upgrade import upgrade as run_upgrade
 
     summary = run_upgrade(c.store_path())
+    click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+
+
+@cli.command()
+@click.option("--cut-after", "cut_after", type=click.IntRange(min=0), required=True, metavar="N",
+              help="The last entry to keep: the end of the log's readable prefix (verify names the damage after it).")
+@click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the log with the cut).")
+@click.option("--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
+              help="The owner's private key (PEM) that signs the repair (env OBJSTORE_KEY; default: the owner key 'objstore init' made).")
+@pass_ctx
+def repair(c, cut_after, reason, key_file):
+    """Cut damaged entries off the end of the log, on the record.
+
+    For a store that writers refuse because its log is damaged after entry N
+    (a bad entry that was acknowledged, an entry that breaks a rule, a head
+    witness ahead of the log). Removes every byte after entry N from the last
+    segment; the repair's own entry records the cut (offset, length, BLAKE3 of
+    the removed bytes) and a note under ref log/repairs (reason, time, signed by
+    the owner key where the store has one). Whole segments are never removed.
+
+    Prefer restoring a backup: whatever the cut bytes held is gone, acknowledged
+    commits included. Run 'objstore verify' first: it names the damage and the
+    last good entry.
+
+    \b
+    Examples:
+      objstore verify                     # corrupt-entry …: entry 42 at offset …
+      objstore repair --cut-after 41 --reason "bit rot in entry 42, no backup"
+    """
+    from objstore import identity
+    from objstore.repair import repair as run_repair
+
+    store = c.log().store
+    store.engine.prefix_ok = True
+    key = identity.default_key(key_file) if identity.owner_public(store) is not None else None
+    summary = run_repair(store, cut_after, reason, key=key)
     click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 

@@ -47,6 +47,7 @@ from .errors import (
     Conflict,
     CorruptLog,
     IntegrityError,
+    InvalidInput,
     LockTimeout,
     ObjectNotFound,
     ObjstoreError,
@@ -1733,7 +1734,11 @@ class LogEngine(Engine):
 
     # -- writing ------------------------------------------------------------------------
     @contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+    def transaction(self, timeout: float | None = None, repair_after: int | None = None) -> Iterator[Txn]:
+        """A commit under the writer lock. ``repair_after`` (``objstore repair``): the log is
+        damaged after entry N, which must be the end of its readable prefix in the last segment;
+        this commit's entry cuts everything after N off the segment and records what it removed
+        (its ``cut``), and the head witness names it afterwards."""
         deadline = None if timeout is None else time.monotonic() + timeout
         written = None
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
@@ -1745,6 +1750,8 @@ class LogEngine(Engine):
                     self.refresh()
                 except CorruptLog:
                     pass
+                if repair_after is not None:
+                    self._prepare_repair(repair_after)
                 if self.damaged is not None:
                     seg, off, why = self.damaged
                     raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
@@ -1776,6 +1783,21 @@ class LogEngine(Engine):
         # acknowledged) only once its own entry is durable.
         if written is not None:
             self._sync_upto(written)
+
+    def _prepare_repair(self, n: int) -> None:
+        """Make the next entry cut everything after entry ``n`` (see ``transaction``)."""
+        pos = self.tables.pos
+        last = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
+        if n != pos.entry:
+            raise InvalidInput(f"the log reads through entry {pos.entry}; repair cuts only after the last readable entry "
+                               f"(--cut-after {pos.entry}), or restore from a backup")
+        if self._seg != last or self._sealed:
+            raise InvalidInput(f"entry {n} is not in the last segment ({last}); cutting whole segments is not repair: restore from a backup")
+        size = os.fstat(self._fd(self._seg)).st_size
+        if size > self._off:
+            self.torn = (self._seg, self._off, size - self._off, "repair")
+        self.damaged = None
+        self.witness_problem = None
 
     def _sync_upto(self, n: int) -> None:
         """Return once entry ``n`` (written by this process) is durable: one thread syncs for every

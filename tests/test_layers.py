@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Lowest first. A module may import at run time only what stands before it (or its own group).
 ORDER = [
     "errors", "codec", "fileutil", "runrefs", "compactor", "refs", "segindex", "records", "format1", "format2", "engine",
-    "identity", "fold", "history", "ingest", "resolve", "store", "chain", "upgrade", "state", "views", "query",
+    "identity", "fold", "history", "ingest", "resolve", "store", "chain", "upgrade", "repair", "state", "views", "query",
     "export", "verify", "completion", "runlog",
     ("grants", "host", "journal", "sessions", "snapshot", "segments", "compaction"),  # T-745, one layer
     "backend", "demo", "__init__", "__main__",
