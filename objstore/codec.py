@@ -306,14 +306,23 @@ def _deeper_than(value: Any, max_depth: int) -> bool:
 # (a tuple comes back a list and passes there: tuples count as arrays).
 _fast_json_enc = msgspec.json.Encoder()
 _fast_json_dec = msgspec.json.Decoder()
-_LONG_DIGITS = re.compile(rb"[0-9]{20}|-[0-9]{19}")
+_DIGITS_AS_0 = bytes.maketrans(b"123456789", b"000000000")  # translate + find: far cheaper than a regex here
+_RUN20, _NEG19 = b"0" * 20, b"-" + b"0" * 19
+
+
+def _long_digits(text: bytes) -> bool:
+    """Whether JSON text holds 20 digits in a row, or a minus and 19: all an out-of-range integer can be."""
+    t = text.translate(_DIGITS_AS_0)
+    return _RUN20 in t or _NEG19 in t
+
+
 _JSON_FAILS = (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError, msgspec.DecodeError)
 
 
 def json_text_ok(text: bytes, max_depth: int = MAX_JSON_DEPTH) -> bool:
     """Whether JSON text msgspec wrote holds no integer outside int64/uint64 and has at most
     ``max_depth`` brackets (so it cannot nest deeper): the two rules a round trip does not check."""
-    return _LONG_DIGITS.search(text) is None and text.count(b"{") + text.count(b"[") <= max_depth
+    return text.count(b"{") + text.count(b"[") <= max_depth and not _long_digits(text)
 
 
 def json_value_ok(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
@@ -329,7 +338,7 @@ def json_value_ok(value: Any, max_depth: int = MAX_JSON_DEPTH) -> bool:
     if json_text_ok(text, max_depth):
         return True
     # many brackets (or digits) in an otherwise exact value: the walk over containers only decides
-    return _LONG_DIGITS.search(text) is None and not _deeper_than(back, max_depth)
+    return not _long_digits(text) and not _deeper_than(back, max_depth)
 
 
 def check_json_value(value: Any, what: str = "value", error: Callable[[str], Exception] = InvalidInput,

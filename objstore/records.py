@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
@@ -179,8 +179,27 @@ def _str(value: Any, where: str, choices: tuple[str, ...] | None = None) -> str:
 
 _Id = Annotated[bytes, msgspec.Meta(min_length=32, max_length=32)]
 _Name = Annotated[str, msgspec.Meta(min_length=1)]
-_Count = Annotated[int, msgspec.Meta(ge=0)]  # the uint64 ceiling is checked on the JSON text (msgspec bounds are int64)
-_Map = dict[str, Any]  # a user map: its values are checked by the round trip (codec.json_value_ok)
+_Count = Annotated[int, msgspec.Meta(ge=0)]  # the uint64 ceiling: MessagePack cannot hold more (the encoder refuses)
+_Finite = Annotated[float, msgspec.Meta(ge=-1.7976931348623157e308, le=1.7976931348623157e308)]  # NaN fails both
+TYPED_LEVELS = 6  # container levels of a user value the Structs type; deeper ones go to the walk (limit 64)
+
+
+def _json_type(levels: int) -> Any:
+    """A JSON value nesting at most ``levels`` containers: str keys, finite floats, no bytes. (msgspec
+    has no depth limit and builds a nested union in time exponential in its depth: a few levels are
+    typed, and the rare deeper value is decided by the Python walk.)"""
+    t: Any = str | int | _Finite | bool | None
+    for _ in range(levels):
+        t = dict[str, t] | list[t] | str | int | _Finite | bool | None
+    return t
+
+
+if TYPE_CHECKING:  # what the checker sees; msgspec reads the typed unions built below
+    _Value = Any
+    _Map = dict[str, Any]
+else:
+    _Value = _json_type(TYPED_LEVELS)  # meta, generation: any JSON value
+    _Map = dict[str, _json_type(TYPED_LEVELS - 1)]  # context, tools, usage: a map
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True):
@@ -190,7 +209,7 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
 class RunStartedBody(_Body):
     subject: _Name = "default"
     workflow_version: _Name = "1"
-    meta: Any = None
+    meta: _Value = None
 
 
 class AttemptBody(_Body):
@@ -226,7 +245,7 @@ class TurnBody(_Body):
     role: _Name
     content: _Id | None = None
     origin: Literal["source"] = "source"
-    generation: Any = None
+    generation: _Value = None
 
 
 class TaskOpenedBody(_Body):
@@ -244,28 +263,33 @@ BODIES: dict[str, type[_Body]] = {
     RUN_FINISHED: RunFinishedBody, TURN: TurnBody, TASK_OPENED: TaskOpenedBody, TASK_CLOSED: TaskClosedBody,
 }
 _BODY_FIELDS = {k: frozenset(S.__struct_fields__) for k, S in BODIES.items()}
-_USER_FIELDS = ("meta", "context", "tools", "usage", "generation")  # JSON-like values: depth is theirs
-_BODY_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {}
-_body_enc = msgspec.json.Encoder()
+_BODY_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {}
+_body_enc = msgspec.msgpack.Encoder()
 _asdict = msgspec.structs.asdict
+# what encoding a value MessagePack cannot hold raises: an integer outside int64/uint64
+# (OverflowError), a lone surrogate (UnicodeEncodeError, a ValueError), a type msgspec does not
+# know (TypeError), nesting past its recursion limit
+_ENCODE_FAILS = (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError)
 
 
-def _body_decoder(kind: str) -> msgspec.json.Decoder[Any] | None:
+def _body_decoder(kind: str) -> msgspec.msgpack.Decoder[Any] | None:
     """The typed decoder of a kind's body, built on first use (not at import: `--help` needs none)."""
     dec = _BODY_DECODERS.get(kind)
     if dec is None and kind in BODIES:
-        dec = _BODY_DECODERS[kind] = msgspec.json.Decoder(BODIES[kind])
+        dec = _BODY_DECODERS[kind] = msgspec.msgpack.Decoder(BODIES[kind])
     return dec
 
 
 def check_body(kind: str, body: dict) -> dict:
     """Validate and normalise a record body; the normalised dict is what is stored.
 
-    In C: msgspec writes the body as JSON and reads it back through the kind's Struct (types,
-    bounds, required and unknown fields), and the result must equal what was given (what JSON
-    cannot hold exactly — NaN, bytes in a map, a non-str key, a set — comes back different). An
-    unknown field is refused by name. Anything else that does not pass is named by the Python
-    rules (``_check_body_py``), whose verdict stands."""
+    In C: msgspec encodes the body (an integer outside int64/uint64, a lone surrogate or an unknown
+    type cannot be encoded) and decodes it into the kind's Struct (types, bounds, required and
+    unknown fields, str keys, finite floats, no bytes in user values), and the result must equal
+    what was given (a set or a tuple comes back a list, a UUID a string). An unknown field is
+    refused by name. Anything else that does not pass is decided and named by the Python rules
+    (``_check_body_py``): a tuple passes there (it counts as an array), as does a user value nested
+    deeper than ``TYPED_LEVELS`` but within 64 levels."""
     dec = _body_decoder(kind)
     if dec is None or type(body) is not dict:
         return _check_body_py(kind, body)
@@ -275,27 +299,14 @@ def check_body(kind: str, body: dict) -> dict:
         if type(wv) is not str and (wv is not None or kind == RUN_STARTED):
             b = dict(b, workflow_version=str(wv))  # any value names a version by its text, as always
     try:
-        text = _body_enc.encode(b)
-        out = _asdict(dec.decode(text))
+        out = _asdict(dec.decode(_body_enc.encode(b)))
     except msgspec.ValidationError:
         return _slow_body(kind, b)
-    except codec._JSON_FAILS:
+    except _ENCODE_FAILS:
         return _check_body_py(kind, b)
-    if len(b) == len(out):
-        same = out == b
-    else:
-        same = all(out[k] == v for k, v in b.items())
-    if not same or not codec.json_text_ok(text, codec.MAX_JSON_DEPTH + 1) and not _deep_ok(out, text):
+    if not (out == b if len(b) == len(out) else all(out[k] == v for k, v in b.items())):
         return _check_body_py(kind, b)
     return out
-
-
-def _deep_ok(out: dict, text: bytes) -> bool:
-    """A body with many brackets (or a 20-digit run): fine if no user map nests too deep and no
-    integer is out of range (the walk over containers only; the Python rules otherwise)."""
-    if codec._LONG_DIGITS.search(text) is not None:
-        return False
-    return not any(codec._deeper_than(out[f], codec.MAX_JSON_DEPTH) for f in _USER_FIELDS if f in out)
 
 
 def _slow_body(kind: str, body: dict) -> dict:
@@ -539,12 +550,13 @@ def schema_problem(otype: str, value: dict) -> str | None:
         except msgspec.ValidationError:
             ok = False
         t = value.get("time")
-        if ok and (t is None or TIME_MIN <= t <= TIME_MAX):
-            try:
-                check_body(value["kind"], value["body"])
+        body_struct = BODIES.get(value["kind"]) if ok else None
+        if body_struct is not None and (t is None or TIME_MIN <= t <= TIME_MAX):
+            try:  # a stored value came from MessagePack: no sets, tuples or out-of-range integers to compare away
+                _convert(value["body"], body_struct)
                 return None
-            except InvalidRecord as e:
-                return f"body: {e.args[0]}"
+            except msgspec.ValidationError:
+                pass  # named below (or, nested past TYPED_LEVELS, cleared by the walk)
         return _record_problem(value) or _struct_problem("record", value, RecordV1)
     if otype == "fork":
         try:
