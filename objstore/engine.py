@@ -1239,7 +1239,11 @@ class LogEngine(Engine):
                     self.damaged = (self._seg, self._off, f"{e}; complete entries follow it")
                 elif (w := self.witness()) is not None and w[0] > t.pos.entry:
                     # Acknowledged means kept: the witness says this entry was made durable, so
-                    # whatever is wrong with it is damage, never a torn write to cut.
+                    # whatever is wrong with it is damage, never a torn write to cut. A reader (no
+                    # lock) may have read it while its writer was still writing it: read it again.
+                    if self._entry_now_complete(fd, t.pos.checksum, t.pos.entry + 1):
+                        self.torn = None
+                        return  # completed meanwhile: the next refresh takes it in
                     self.torn = None
                     self.damaged = (self._seg, self._off, f"{e}; entry {t.pos.entry + 1} was made durable "
                                     f"(the head witness names entry {w[0]})")
@@ -1255,6 +1259,19 @@ class LogEngine(Engine):
             if self._sealed:
                 break
         self.torn = None
+
+    def _entry_now_complete(self, fd: int, prev: bytes, n: int) -> bool:
+        """Whether the entry at the tail position reads whole and checksummed now."""
+        head = os.pread(fd, ENTRY_HEAD.size, self._off)
+        if len(head) < ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+            return False
+        _, mlen, dlen = ENTRY_HEAD.unpack(head)
+        if mlen > MAX_META:
+            return False
+        length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+        got = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, self._off), os.pread(fd, ENTRY_TRAILER.size, self._off + length - ENTRY_TRAILER.size),
+                           dlen, self._off, prev, self._seg, n)
+        return not isinstance(got, str)
 
     def _apply(self, e: Entry, plan: Plan | None = None) -> str | None:
         """Fold one entry into the tables from its meta alone (no block is read), after checking
@@ -1530,16 +1547,8 @@ class LogEngine(Engine):
         if idx is not None:
             return idx
         _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
-        named = self.tables.idx.get(seg)
-        idx = None
-        if named is not None:
-            try:
-                with open(self.idx_path(seg), "rb") as f:
-                    data = f.read()
-                if blake3.blake3(data).digest() == named:
-                    idx = segindex.SegmentIndex(data, seg)
-            except (OSError, segindex.IndexError_):
-                idx = None
+        named = self.tables.idx.get(seg) or self._built.get(seg)
+        idx = segindex.load_named(self.idx_path(seg), seg, named) if named is not None else None
         if idx is None:
             idx = self._rebuild_index(seg, named)
         idx.checked = True
@@ -1587,13 +1596,11 @@ class LogEngine(Engine):
         """The active segment was sealed: its objects and chain rows move to its index."""
         seg = self._seg
         t = self.tables
-        if t.frozen is None and seg not in self._idx:
+        if t.frozen is None and seg not in self._built:
+            # The digest of the index our own rows give (checked against the one the log names
+            # next); the index itself is mapped from its file on first use, not held in memory.
             hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
-            data = self._index_bytes(seg, hdr[2], t)
-            idx = segindex.SegmentIndex(data, seg)
-            idx.checked = True
-            self._idx[seg] = idx
-            self._built[seg] = blake3.blake3(data).digest()
+            self._built[seg] = blake3.blake3(self._index_bytes(seg, hdr[2], t)).digest()
         t.locs = {}
         t.chain = {}
         t.frozen = None
@@ -1941,8 +1948,8 @@ class LogEngine(Engine):
         data = self._sealed_index_bytes(seg)
         _write_index(self.idx_path(seg), data)
         with self._mu:
+            self._built[seg] = blake3.blake3(data).digest()
             self._retire_active()
-            self._idx[seg] = segindex.SegmentIndex(data, seg)
             self._seg, self._off, self._sealed = seg + 1, SEG_HEADER.size, False
         t = self.tables
         idx = [seg, blake3.blake3(data).digest()]

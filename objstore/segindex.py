@@ -206,6 +206,35 @@ class SegmentIndex:
             yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
 
 
+def load_named(path: str, seg: int, digest: bytes) -> SegmentIndex | None:
+    """Map an index file if its BLAKE3-256 (of the whole file) is ``digest``, the one the log
+    names for it; None otherwise. Hashed by reading, mapped after, so only the pages lookups touch
+    count towards the reader's memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        h = blake3.blake3()
+        off = 0
+        while off < size:
+            chunk = os.pread(fd, min(1 << 20, size - off), off)
+            if not chunk:
+                return None
+            h.update(chunk)
+            off += len(chunk)
+        if size <= 32 or h.digest() != digest:
+            return None
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    try:
+        return SegmentIndex(data, seg)
+    except IndexError_:
+        return None
+
+
 def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
     """Map an index file; with ``check``, its trailing BLAKE3 is verified first by reading the file
     (not through the map, so only the pages lookups touch count towards the reader's memory)."""

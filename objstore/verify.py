@@ -34,8 +34,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
+import msgspec
 
 from . import codec, runrefs, segindex
+from . import engine as E
 from . import records as R
 from .engine import ZERO, Entry, HashedLarge, LogEngine, ScanProblem
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
@@ -172,6 +174,8 @@ class _Verifier:
         self.log_broken = False
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
+        self.entry_n = 0
+        self.entry_rows: dict[bytes, list] = {}  # this entry's index rows (recs, prevs) by object id
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
         self.chain_keys: dict[tuple, bytes] = {}  # (run, branch) -> its chain key in index files
 
@@ -181,6 +185,19 @@ class _Verifier:
     def run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
         self.folding = check_state and self.log.state.exists()
         engine = self.engine
+        # verify lists what it finds: it reads the readable prefix of a damaged log (the damage
+        # itself is reported below), where every other reader stops with CorruptLog.
+        was, engine.prefix_ok = engine.prefix_ok, True
+        try:
+            return self._run(check_state, want)
+        finally:
+            engine.prefix_ok = was
+
+    def _run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
+        engine = self.engine
+        # The witness first, then the log: a witness never leads the log it was written after, so
+        # one read before the snapshot can only lag it (a writer may commit in between).
+        wit = engine.witness() if isinstance(engine, LogEngine) else None
         try:
             pos, broken = engine.refresh(), None
         except CorruptLog as err:  # damage before the log's end (readers stop there): scan one entry on to name it
@@ -191,6 +208,7 @@ class _Verifier:
         n_objects = 0
         n_bytes = 0  # of the entries read (what progress_totals' bytes counts)
         count = 0
+        wit_sum = None
         for item in engine.scan(upto + (broken is not None)):
             if isinstance(item, ScanProblem):
                 self.log_broken = True
@@ -212,6 +230,11 @@ class _Verifier:
                 seg, off, length, digest = e.cut
                 self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
                                           f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
+            self.entry_n = e.n
+            self.entry_rows = {e.objs[r[0]][0]: r[1:] for r in e.recs}
+            self.entry_rows.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
+            if wit is not None and e.n == wit[0]:
+                wit_sum = e.checksum
             self.entry_ids = {oid for oid, _t, data in item.objects if not isinstance(data, Exception)}
             self.entry_types = {oid: t for oid, t, _d in item.objects}
             for oid, otype, data in item.objects:
@@ -234,7 +257,16 @@ class _Verifier:
         damaged = getattr(engine, "damaged", None) if broken is None else None
         if damaged is not None and isinstance(engine, LogEngine):
             seg, off, why = damaged
-            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}; complete entries follow it")
+            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}")
+        if wit is not None and isinstance(engine, LogEngine):
+            path = engine._wit_path
+            if wit[0] > count and not self.log_broken and damaged is None:
+                self.add("log-truncated", "log", path, f"the log ends at entry {count}, but the head witness says entry {wit[0]} was made durable")
+            elif wit_sum is not None and wit_sum != wit[1]:
+                self.add("witness-mismatch", "log", path, f"the head witness names entry {wit[0]} with checksum {wit[1].hex()}, "
+                         f"the log has {wit_sum.hex()}")
+        if isinstance(engine, LogEngine):
+            self._checkpoint_file(engine)
         if not self.log_broken:  # otherwise refs and chains would only echo the break
             self._references()
             self._refs()
@@ -244,6 +276,50 @@ class _Verifier:
         if self.folding and not self.problems:
             self._check_state()
         return Report(self.problems, self.notes, count, n_objects, checksum)
+
+    def _checkpoint_file(self, engine: LogEngine) -> None:
+        """A checkpoint readers would not adopt (edited, forged, or naming what the log does not
+        say) changes no answer; verify still names it: ``damaged-checkpoint``."""
+        path = os.path.join(engine.dir, "checkpoint")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return
+        why = None
+        try:
+            if len(data) < 32 or _hash(data[:-32]).digest() != data[-32:]:
+                why = "its checksum does not match its bytes"
+            else:
+                # A writer may have checkpointed past verify's snapshot: the entry it names is in
+                # the file all the same (a checkpoint is written after its entry is durable).
+                t, seg, off = E.Tables.load(data[:-32])
+                if t.pos.entry > 0:
+                    e = engine._entry_ending_at(seg, off, t.pos.entry)
+                    if e.checksum != t.pos.checksum:
+                        why = f"entry {t.pos.entry} is not at segment {seg} offset {off}"
+                    elif E.root_digest(t.acc) != e.root:
+                        why = f"its tables do not hash to the root of entry {t.pos.entry}"
+                    else:
+                        why = self._checkpoint_rows(engine, t, seg)
+        except (ValueError, KeyError, TypeError, IndexError, OSError, msgspec.DecodeError, ObjstoreError, segindex.IndexError_) as err:
+            why = f"unreadable ({err})"
+        if why is not None:
+            self.add("damaged-checkpoint", path, "", f"{why}; readers do not adopt it (delete it, or let the next writer replace it)")
+
+    def _checkpoint_rows(self, engine: LogEngine, t: E.Tables, seg: int) -> str | None:
+        """The checkpoint's rows of the active segment against the segment's own entries."""
+        hdr = E._read_segment_header(engine._fd(seg), engine.seg_path(seg))
+        objects: dict = {}
+        chain: list = []
+        for e in engine._segment_entries(seg, hdr[3], hdr[2]):
+            if e.n > t.pos.entry:
+                break
+            E._segment_rows(e, objects, chain)
+        want = segindex.build(seg, hdr[2], t.pos.entry, t.pos.checksum, objects.values(), chain)
+        if t.frozen is None or bytes(t.frozen.data) != want:
+            return "its rows of the active segment are not the ones the segment's entries give"
+        return None
 
     # -- objects ----------------------------------------------------------------------
     def _object(self, oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, where: str) -> None:
@@ -283,6 +359,7 @@ class _Verifier:
             self.add("malformed-object", h, where, bad)
             self.damaged.add(oid)
             return
+        self._meta_row(oid, t, data, value, where)
         if t == codec.RECORD:
             self._record(oid, value, where)
         elif t == codec.FORK:
@@ -296,6 +373,17 @@ class _Verifier:
         else:
             for f, ref in R.object_refs(t, value):
                 self.later_refs.append((t, oid, f, ref))
+
+    def _meta_row(self, oid: bytes, otype: str, data: bytes, value: dict, where: str) -> None:
+        """The entry's index row for an object (what readers build every table from) must say what
+        the object itself says: ``bad-meta-row entry <n> <id>`` otherwise."""
+        if otype != codec.RECORD and otype not in E.CHAIN_TYPES:
+            return
+        want = E.object_facts(otype, data, value, oid)
+        got = self.entry_rows.get(oid)
+        if got != want:
+            self.add("bad-meta-row", f"entry {self.entry_n} {oid.hex()}", where,
+                     f"the entry's index row says {_row(got)}, the {otype} itself gives {_row(want)}")
 
     def _type(self, oid: bytes) -> str | None:
         """The type of a good object stored at or before the snapshot, else None."""
@@ -603,6 +691,13 @@ class _Verifier:
             self.add("anchor-missing", token, "", f"log ends at entry {count}")
         elif self.entry_sums.get(n) != checksum:
             self.add("anchor-mismatch", token, "", f"entry {n} has checksum {self.entry_sums.get(n, b'').hex()}: the history before it was rewritten or rolled back")
+
+
+def _row(row: list | None) -> str:
+    if row is None:
+        return "nothing (no row)"
+    return repr([v.hex() if isinstance(v, bytes) else [x.hex() for x in v] if isinstance(v, list) and v and isinstance(v[0], bytes) else v
+                 for v in row])
 
 
 def _show(v: bytes | str | None) -> str:
