@@ -25,13 +25,27 @@ sequentially, independently of the engine's in-memory tables, and checks:
 7. with ``anchor``: the log still holds the anchored history as a prefix.
 
 Torn tails and past cuts are *notes*: a crash verifies clean.
+
+How it reads: each segment file is checked on its own (``check_segment``: its entries' checksum
+chain from its header, every object re-hashed, decoded and schema-checked, its index file compared
+with what its entries say), in worker processes when there are several cores (``jobs``; env
+``OBJSTORE_VERIFY_JOBS``; 1: all in this process, with the same report); this process then chains
+the segments together and makes every check that spans entries (refs, chains, forks, the state
+cache) from the compact results, in log order. Damage never stops the report: a break in the log
+ends the cross-entry checks there (they would only echo it), the later segments are still checked
+each on its own, and a note says where the checks that span entries stopped. The snapshot is the
+log position at the start: a segment sealed while verify reads is judged only if every entry of it
+is inside the snapshot.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import blake3
 import msgspec
@@ -39,7 +53,20 @@ import msgspec
 from . import codec, runrefs, segindex
 from . import engine as E
 from . import records as R
-from .engine import ZERO, Entry, HashedLarge, LogEngine, ScanProblem
+from .engine import (
+    SEG_HEADER,
+    SEG_MAGIC,
+    ZERO,
+    Entry,
+    HashedLarge,
+    LogEngine,
+    ScanEntry,
+    ScanProblem,
+    SegmentEnd,
+    SegmentHead,
+    chain_break,
+    scan_segment,
+)
 from .errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
 from .fileutil import no_gc
 from .fold import apply, empty_state, fold
@@ -88,18 +115,245 @@ _EXPECT = {"parent": (codec.RECORD, codec.FORK), "prompt": (codec.BLOB,), "outpu
            "parent_record": (codec.RECORD,), "parent_head": (codec.RECORD, codec.FORK)}
 _hash = blake3.blake3
 
+PARALLEL_MIN_BYTES = 8 << 20  # below this much log, checking in worker processes costs more than it saves
+JOBS_ENV = "OBJSTORE_VERIFY_JOBS"
+
+
+# -- one segment on its own (what a worker process does) ------------------------------------
+
+
+class Checked(NamedTuple):
+    """One object after the per-segment checks: the problems found in its bytes alone, and what the
+    checks that span entries need of it (records slimmed unless the state is folded)."""
+
+    oid: bytes
+    otype: str  # the type its entry names
+    readable: bool  # its block was read (False: the block itself is damaged)
+    problems: tuple  # ((code, detail), ...) in the order found
+    damaged: bool
+    t: str | None  # the type its header names; None if it could not be decoded
+    value: Any  # record/fork: the payload; journal/segment/grant: object_refs; blob: None
+
+
+class SegEntry(NamedTuple):
+    entry: Entry
+    where: str
+    objects: list  # [Checked]
+
+
+class SegResult(NamedTuple):
+    """Everything verify needs of one segment file, compact enough to come back from a worker."""
+
+    seg: int  # 0: an engine without segment files
+    path: str
+    head: SegmentHead | None
+    items: list  # SegEntry and ScanProblem, in file order
+    end: SegmentEnd | None
+    verdict: str | None  # of its index file: "ok", "differs", "missing", or None (not judged: damage, or not sealed in the snapshot)
+    built: bytes | None = None  # BLAKE3 of the index its entries give (when judged)
+    rechained: bool = False  # read again, chained to the log's checksum rather than its header's
+
+
+def _slim_record(p: dict) -> dict:
+    """What the chain checks read of a record (run, branch, LSN, parent, kind, its blob refs, the
+    body of an intent): the rest stays in the worker."""
+    body = p["body"]
+    if p["kind"] not in (R.INTENT, R.INTENT_COMMITTED):
+        body = {f: body[f] for f in R.BLOB_FIELDS if f in body}
+    return {"run": p["run"], "branch": p["branch"], "lsn": p["lsn"], "parent": p["parent"], "kind": p["kind"], "body": body}
+
+
+def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, full: bool,
+                 rows: dict | None = None, n: int = 0) -> Checked:
+    """Re-hash one object, decode it strictly and check its schema, and check its entry's index row
+    for it (``rows``: the entry's rows by object id; entry ``n``); nothing outside its entry."""
+    if isinstance(data, IntegrityError):
+        return Checked(oid, otype, False, (("corrupt-object", data.args[2]),), True, None, None)
+    if isinstance(data, HashedLarge):  # a large blob, hashed while streamed (never held whole)
+        if data.digest != oid:
+            return Checked(oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
+        return Checked(oid, otype, True, (), False, codec.BLOB, None)
+    if _hash(data).digest() != oid:
+        return Checked(oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
+    try:
+        t, value = codec.decode(data, oid, strict=True)
+    except UnknownObjectType as e:
+        return Checked(oid, otype, True, (("unknown-type", f"unknown object type {e.args[2]!r}"),), True, None, None)
+    except IntegrityError as e:
+        return Checked(oid, otype, True, (("corrupt-object", e.args[2]),), True, None, None)
+    problems: tuple = (("corrupt-entry", f"entry says {otype}, object is a {t}"),) if t != otype else ()
+    if t == codec.BLOB:
+        return Checked(oid, otype, True, problems, False, t, None)
+    bad = R.schema_problem(t, value)
+    if bad is not None:
+        return Checked(oid, otype, True, (*problems, ("malformed-object", bad)), True, t, None)
+    if rows is not None:
+        row = _meta_row(oid, t, data, value, rows, n)
+        if row is not None:
+            problems = (*problems, row)
+    if t == codec.RECORD:
+        value = value if full else _slim_record(value)
+    elif t != codec.FORK:
+        value = R.object_refs(t, value)
+    return Checked(oid, otype, True, problems, False, t, value)
+
+
+def _meta_row(oid: bytes, otype: str, data: bytes, value: dict, rows: dict, n: int) -> tuple | None:
+    """The entry's index row for an object (what readers build every table from) must say what
+    the object itself says: ``bad-meta-row entry <n> <id>`` otherwise."""
+    if otype != codec.RECORD and otype not in E.CHAIN_TYPES:
+        return None
+    want = E.object_facts(otype, data, value, oid)
+    got = rows.get(oid)
+    if got != want:
+        return ("bad-meta-row", f"the entry's index row says {_row(got)}, the {otype} itself gives {_row(want)}", f"entry {n} {oid.hex()}")
+    return None
+
+
+def entry_rows(e: Entry) -> dict:
+    """An entry's index rows (recs, prevs) by object id."""
+    rows = {e.objs[r[0]][0]: r[1:] for r in e.recs}
+    rows.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
+    return rows
+
+
+def _index_rows(e: Entry, objects: dict, chain: list) -> None:
+    """The rows a sealed segment's index holds for entry ``e``, from its meta (as the engine builds
+    them: the index must be exactly what the entries say)."""
+    E._segment_rows(e, objects, chain)
+
+
+def _index_verdict(idx_path: str, next_path: str, seg: int, head: SegmentHead, end: SegmentEnd, objects: dict, chain: list,
+                   seen: bytes | None, sealed: bool) -> tuple[str | None, bytes | None]:
+    """Compare a sealed segment's index file with its entries: (verdict, BLAKE3 of the index the
+    entries give). Judged only when the snapshot holds the whole segment: its seal entry was read
+    (``sealed``; a format-2 segment: every entry of the file was read and the next segment's
+    header starts right after it). A segment still active at the snapshot (sealed while verify
+    reads, or not at all) is not judged. ``seen``: the BLAKE3 of the file when verify started,
+    since a reader that notices a damaged index rewrites it, and verify's own look-ups are
+    readers; None: read the file now."""
+    if end.next_entry <= head.first:
+        return None, None
+    if not sealed and not _next_starts_at(next_path, seg, end):
+        return None, None
+    want = _hash(segindex.build(seg, head.first, end.next_entry - 1, end.prev, objects.values(), chain)).digest()
+    if seen is None:
+        seen = _file_digest(idx_path)
+    if not seen:
+        return "missing", want
+    return ("ok" if want == seen else "differs"), want
+
+
+def _next_starts_at(next_path: str, seg: int, end: SegmentEnd) -> bool:
+    """The next segment's header exists and starts right after ``end`` (a format-2 seal)."""
+    if not end.complete:
+        return False
+    try:
+        with open(next_path, "rb") as f:
+            raw = f.read(SEG_HEADER.size)
+    except FileNotFoundError:
+        return False
+    return len(raw) == SEG_HEADER.size and raw[:8] == SEG_MAGIC and SEG_HEADER.unpack(raw)[1:3] == (seg + 1, end.next_entry)
+
+
+def _file_digest(path: str) -> bytes:
+    """BLAKE3 of a file's bytes; b"" if it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return _hash(f.read()).digest()
+    except FileNotFoundError:
+        return b""
+
+
+def check_segment(path: str, next_path: str, idx_path: str, seg: int, upto: int | None, full: bool,
+                  idx_seen: bytes | None = None, prev: bytes | None = None) -> SegResult:
+    """Check one segment file on its own (see scan_segment; ``prev``: chain its first entry to
+    this checksum instead of its header's); picklable in and out."""
+    head: SegmentHead | None = None
+    end: SegmentEnd | None = None
+    items: list = []
+    objects: dict = {}
+    chain: list = []
+    clean = True
+    sealed = False
+    try:
+        for item in scan_segment(path, next_path, seg, upto, prev):
+            if isinstance(item, SegmentHead):
+                head = item
+            elif isinstance(item, SegmentEnd):
+                end = item
+            elif isinstance(item, ScanProblem):
+                items.append(item)
+                clean = False
+            else:
+                e = item.entry
+                erows = entry_rows(e)
+                checked = [check_object(oid, otype, data, full, erows, e.n) for oid, otype, data in item.objects]
+                items.append(SegEntry(e, item.where, checked))
+                _index_rows(e, objects, chain)
+                sealed = e.seal
+                clean = clean and not any(c.problems for c in checked)
+    except OSError as err:
+        items.append(ScanProblem("unreadable-segment", path, f"segment {seg} cannot be read: {err.strerror or err}"))
+        clean, end = False, None
+    verdict, built = _index_verdict(idx_path, next_path, seg, head, end, objects, chain, idx_seen, sealed) if clean and head and end else (None, None)
+    return SegResult(seg, path, head, items, end, verdict, built)
+
+
+def _memory_result(items: Iterator[ScanEntry | ScanProblem], full: bool) -> SegResult:
+    """An engine without segment files (MemoryEngine): its whole log as one pseudo-segment."""
+    out: list = []
+    for item in items:
+        if isinstance(item, ScanProblem):
+            out.append(item)
+        else:
+            e = item.entry
+            erows = entry_rows(e)
+            out.append(SegEntry(e, item.where, [check_object(oid, t, d, full, erows, e.n) for oid, t, d in item.objects]))
+    return SegResult(0, "", None, out, None, None)
+
+
+def _check_segment_task(args: tuple) -> SegResult:
+    return check_segment(*args)
+
+
+def resolve_jobs(jobs: int | None) -> int | None:
+    """Worker processes asked for: ``jobs``, else $OBJSTORE_VERIFY_JOBS, else None (automatic:
+    one per core for a log above PARALLEL_MIN_BYTES)."""
+    if jobs is None:
+        text = os.environ.get(JOBS_ENV, "").strip()
+        if not text:
+            return None
+        if not text.isdigit() or int(text) < 1:
+            raise InvalidInput(f"{JOBS_ENV} must be a whole number of processes, 1 or more: {text!r:.40}")
+        jobs = int(text)
+    if type(jobs) is not int or jobs < 1:
+        raise InvalidInput(f"verify jobs must be 1 or more: {jobs!r:.40}")
+    return jobs
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
 
 def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
-           progress: Callable[[int, int], None] | None = None) -> list[Problem]:
+           progress: Callable[[int, int], None] | None = None, jobs: int | None = None) -> list[Problem]:
     """The problems found (empty: the store is sound)."""
-    return verify_report(log, check_state=check_state, anchor=anchor, progress=progress).problems
+    return verify_report(log, check_state=check_state, anchor=anchor, progress=progress, jobs=jobs).problems
 
 
 def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> Report:
+                  progress: Callable[[int, int], None] | None = None, jobs: int | None = None) -> Report:
+    """The full report. ``jobs``: worker processes that check segments (1: none, all in this
+    process; None: $OBJSTORE_VERIFY_JOBS, else one per core once the log passes
+    PARALLEL_MIN_BYTES). The report is the same whatever ``jobs`` is."""
     want = parse_anchor(anchor) if anchor is not None else None
+    n_jobs = resolve_jobs(jobs)
     with no_gc():
-        return _Verifier(log, progress).run(check_state, want)
+        return _Verifier(log, progress, n_jobs).run(check_state, want)
 
 
 def progress_totals(store: Store) -> tuple[int | None, int | None]:
@@ -149,7 +403,8 @@ def anchor_info(store: Store) -> dict:
 
 
 class _Verifier:
-    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None) -> None:
+    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1) -> None:
+        self.jobs = jobs
         self.log = log
         self.store = log.store
         self.engine = log.store.engine
@@ -166,18 +421,16 @@ class _Verifier:
         self.later_refs: list = []  # (referrer type, referrer id, field, id) checked once every object is known
         self.entry_sums: dict[int, bytes] = {}
         self.rejected: set[bytes] = set()  # records already reported as off their chain
-        self.seg_rows: tuple = (0, 0, [], [])  # (segment, first entry, object rows, chain rows) of the segment being read
-        self.seg_end = (0, ZERO)  # (entry, checksum) of the last entry read
         self.seg_problems = 0  # problems found before the segment being read
+        self.unfoldable: set[tuple] = set()  # branches whose fold could not start
+        self.fold_failures: list[Problem] = []  # why: reported only if no damage explains it
+        self.built: dict[int, bytes] = {}  # segment -> BLAKE3 of the index its entries give
         self.states: dict[tuple, list] = {}  # (run, branch) -> [folded state, attempt view digest]
         self.folding = False
         self.log_broken = False
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
-        self.entry_n = 0
-        self.entry_rows: dict[bytes, list] = {}  # this entry's index rows (recs, prevs) by object id
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
-        self.chain_keys: dict[tuple, bytes] = {}  # (run, branch) -> its chain key in index files
 
     def add(self, code: str, subject: str, where: str, detail: str) -> None:
         self.problems.append(Problem(code, subject, where, detail))
@@ -195,56 +448,95 @@ class _Verifier:
 
     def _run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
         engine = self.engine
+        self.idx_seen = self._index_files() if isinstance(engine, LogEngine) else {}
         # The witness first, then the log: a witness never leads the log it was written after, so
         # one read before the snapshot can only lag it (a writer may commit in between).
         wit = engine.witness() if isinstance(engine, LogEngine) else None
         try:
             pos, broken = engine.refresh(), None
-        except CorruptLog as err:  # damage before the log's end (readers stop there): scan one entry on to name it
+        except CorruptLog as err:  # damage before the log's end (readers stop there): scan on to name it
             pos, broken = engine.position(), err
-        upto = self.upto = pos.entry + (broken is not None)
-        upto = pos.entry
+        upto = self.upto = pos.entry
+        # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
+        # so the segments after it are read to their ends (each on its own).
+        bound = self.bound = upto if broken is None else None
         checksum = ZERO
         n_objects = 0
         n_bytes = 0  # of the entries read (what progress_totals' bytes counts)
         count = 0
+        expect: tuple[int, bytes] | None = (1, ZERO)  # (entry, checksum) the next segment must continue from
+        last: SegResult | None = None
+        apart: list[int] = []  # segments after a break, checked each on its own
         wit_sum = None
-        for item in engine.scan(upto + (broken is not None)):
-            if isinstance(item, ScanProblem):
-                self.log_broken = True
-                self.add(item.code, item.where, "", item.detail)
-                self.seg_rows = (0, 0, [], [])  # the segment was not read to its end: its index is not judged
-                break
-            e = item.entry
-            if e.seg != self.seg_rows[0]:
-                self._check_index()
+        for res in self._segments(bound):
+            head = res.head
+            if head is not None and bound is not None and head.first > bound and head.seg == res.seg:
+                break  # a segment begun after the snapshot (a seal during this scan): not this verify's
+            self.seg_problems = len(self.problems)
+            placed = True  # the file's header puts it here (else nothing after it is chained to it)
+            if head is not None and expect is not None and (head.seg, head.first) == (res.seg, expect[0]) and head.prev != expect[1]:
+                res = self._rechain(res, expect[1])
+            if head is not None:
+                if expect is not None and (head.seg, head.first, head.prev) != (res.seg, *expect):
+                    self.add("broken-log-chain", res.path, "", chain_break(res.seg, expect[0], expect[1], head))
+                    if not res.rechained:  # else only the header's copy of the checksum is damaged: its entries chain on
+                        self.log_broken, placed = True, head.seg == res.seg and head.first == expect[0]
+                elif expect is None and head.seg != res.seg:
+                    self.add("broken-log-chain", res.path, "", f"segment {res.seg} is out of place (its header says segment {head.seg}, first entry {head.first})")
+                    placed = False
+            expect = None
+            if self.log_broken and res.seg:
+                apart.append(res.seg)
+            for item in res.items:
+                if isinstance(item, ScanProblem):
+                    detail = item.detail
+                    if item.code == "missing-segment" and not self.log_broken:
+                        detail = f"{detail}; the log ends at entry {count}"
+                    self.add(item.code, item.where, "", detail)
+                    # garbage after a sealed segment's last entry breaks nothing: the entries before it
+                    # are whole and the next segment is chained to them (checked above)
+                    self.log_broken = self.log_broken or item.code != "garbage-after-entry"
+                    continue
+                e = item.entry
+                linked = not self.log_broken  # entries after a break are checked on their own only
+                if linked:
+                    count = e.n
+                    checksum = e.checksum
+                    if want is not None and e.n == want[0]:
+                        self.entry_sums[e.n] = e.checksum
+                    if wit is not None and e.n == wit[0]:
+                        wit_sum = e.checksum
+                if e.cut:
+                    seg, off, length, digest = e.cut
+                    self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
+                                              f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
+                self.entry_ids = {c.oid for c in item.objects if c.readable}
+                self.entry_types = {c.oid: c.otype for c in item.objects}
+                for c in item.objects:
+                    n_objects += 1
+                    self._object(c, item.where, linked)
+                if linked:
+                    self._moves(e, item.where)
+                    if e.idx:  # the first entry of a segment names the index of the one sealed before it
+                        self._named_index(e, item.where)
+                n_bytes += e.length
+                if self.progress:
+                    self.progress(n_objects, n_bytes)
+            self._check_index(res)
+            if res.built is not None:
+                self.built[res.seg] = res.built
+            if res.seg:
                 self.engine.release_indexes()
-                self.seg_rows = (e.seg, e.n, [], [])
-                self.seg_problems = len(self.problems)
-            self._index_rows(e)
-            count = e.n
-            checksum = e.checksum
-            if want is not None and e.n == want[0]:
-                self.entry_sums[e.n] = e.checksum
-            if e.cut:
-                seg, off, length, digest = e.cut
-                self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
-                                          f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
-            self.entry_n = e.n
-            self.entry_rows = {e.objs[r[0]][0]: r[1:] for r in e.recs}
-            self.entry_rows.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
-            if wit is not None and e.n == wit[0]:
-                wit_sum = e.checksum
-            self.entry_ids = {oid for oid, _t, data in item.objects if not isinstance(data, Exception)}
-            self.entry_types = {oid: t for oid, t, _d in item.objects}
-            for oid, otype, data in item.objects:
-                n_objects += 1
-                self._object(oid, otype, data, item.where)
-            self._moves(e, item.where)
-            n_bytes += e.length
-            if self.progress:
-                self.progress(n_objects, n_bytes)
-        self._check_index(last=True)
+            if placed and res.end is not None and res.end.complete and not any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in res.items):
+                expect = (res.end.next_entry, res.end.prev)
+            last = res
+        if isinstance(engine, LogEngine) and last is not None and last.seg and not self.log_broken and last.end is not None and (bound is None or last.end.next_entry <= bound):
+            nxt = last.end.next_entry
+            self.add("missing-segment", engine.seg_path(last.seg + 1), "", f"segment {last.seg + 1} is missing; the log ends at entry {nxt - 1}")
+            self.log_broken = True
+        if apart:
+            self.notes.append(Problem("checked-apart", "log", "", f"refs, chains and forks are checked up to entry {count} only; "
+                                      f"segment{'s' if len(apart) > 1 else ''} {_span(apart)} after the break checked each on its own"))
         if broken is not None and not self.problems:
             self.add("corrupt-log", broken.args[0], "", broken.args[1])
         if count < upto and not self.problems:
@@ -268,13 +560,15 @@ class _Verifier:
         if isinstance(engine, LogEngine):
             self._checkpoint_file(engine)
         if not self.log_broken:  # otherwise refs and chains would only echo the break
-            self._references()
-            self._refs()
-            self._chains_end()
+            self._phase("references", self._references)
+            self._phase("refs", self._refs)
+            self._phase("chains", self._chains_end)
         if want is not None:
             self._anchor(want, count)
         if self.folding and not self.problems:
-            self._check_state()
+            self.problems.extend(self.fold_failures)
+        if self.folding and not self.problems:
+            self._phase("state", self._check_state)
         return Report(self.problems, self.notes, count, n_objects, checksum)
 
     def _checkpoint_file(self, engine: LogEngine) -> None:
@@ -291,11 +585,16 @@ class _Verifier:
             if len(data) < 32 or _hash(data[:-32]).digest() != data[-32:]:
                 why = "its checksum does not match its bytes"
             else:
+                t, seg, off = E.Tables.load(data[:-32])
                 # A writer may have checkpointed past verify's snapshot: the entry it names is in
                 # the file all the same (a checkpoint is written after its entry is durable).
-                t, seg, off = E.Tables.load(data[:-32])
                 if t.pos.entry > 0:
-                    e = engine._entry_ending_at(seg, off, t.pos.entry)
+                    if off == E.SEG_HEADER.size and seg > 1:
+                        # written at a seal, between the next segment's header and its first entry:
+                        # its entry is the last of the segment before (readers replay: not damage)
+                        e = engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), t.pos.entry)
+                    else:
+                        e = engine._entry_ending_at(seg, off, t.pos.entry)
                     if e.checksum != t.pos.checksum:
                         why = f"entry {t.pos.entry} is not at segment {seg} offset {off}"
                     elif E.root_digest(t.acc) != e.root:
@@ -321,45 +620,104 @@ class _Verifier:
             return "its rows of the active segment are not the ones the segment's entries give"
         return None
 
-    # -- objects ----------------------------------------------------------------------
-    def _object(self, oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, where: str) -> None:
-        h = oid.hex()
-        if isinstance(data, IntegrityError):
-            self.add("corrupt-object", h, where, data.args[2])
-            self.damaged.add(oid)
-            return
-        if isinstance(data, HashedLarge):  # a large blob, hashed while streamed (never held whole)
-            if data.digest != oid:
-                self.add("corrupt-object", h, where, "hash mismatch (content does not match id)")
-                self.damaged.add(oid)
-            return
-        if _hash(data).digest() != oid:
-            self.add("corrupt-object", h, where, "hash mismatch (content does not match id)")
-            self.damaged.add(oid)
+    def _rechain(self, res: SegResult, prev: bytes) -> SegResult:
+        """A segment whose header names another previous checksum than the log's: if its entries
+        chain to the log's own, only the header is damaged (one line, and the log goes on);
+        otherwise it holds other entries, checked among themselves."""
+        if not isinstance(self.engine, LogEngine):
+            return res
+        again = check_segment(res.path, self.engine.seg_path(res.seg + 1), self.engine.idx_path(res.seg), res.seg,
+                              self.bound, self.folding, self.idx_seen.get(res.seg), prev)
+        if any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in again.items):
+            return res
+        return again._replace(rechained=True)
+
+    def _phase(self, name: str, fn: Callable[[], None]) -> None:
+        """Run one after-scan phase; a read that fails in it is one more problem, never an abort."""
+        try:
+            fn()
+        except ObjstoreError as err:
+            self.add("verify-incomplete", name, "", f"this check stopped: {str(err).splitlines()[0] if str(err) else type(err).__name__}")
+
+    def _index_files(self) -> dict[int, bytes]:
+        """{segment: BLAKE3 of its index file} as verify starts, before any look-up of its own can
+        make the engine rewrite a damaged one (what verify judges is the file it found)."""
+        engine = self.engine
+        assert isinstance(engine, LogEngine)
+        try:
+            names = os.listdir(engine.dir)
+        except OSError:
+            return {}
+        out = {}
+        for f in names:
+            if f.endswith(".idx") and f[:-4].isdigit():
+                digest = _file_digest(os.path.join(engine.dir, f))
+                if digest:
+                    out[int(f[:-4])] = digest
+        return out
+
+    def _segments(self, bound: int | None) -> Iterator[SegResult]:
+        """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
+        time ahead of this process, which consumes them in order)."""
+        engine = self.engine
+        full = self.folding
+        if not isinstance(engine, LogEngine):
+            yield _memory_result(engine.scan(self.upto if bound is None else bound), full)
             return
         try:
-            t, value = codec.decode(data, oid, strict=True)
-        except UnknownObjectType as e:
-            self.add("unknown-type", h, where, f"unknown object type {e.args[2]!r}")
-            self.damaged.add(oid)
+            names = os.listdir(engine.dir)
+        except OSError:
+            names = []
+        nums = [int(f[:-4]) for f in names if f.endswith(".seg") and f[:-4].isdigit()]
+        top = max(nums, default=1)
+        tasks = [(engine.seg_path(s), engine.seg_path(s + 1), engine.idx_path(s), s, bound, full, self.idx_seen.get(s))
+                 for s in range(1, top + 1)]
+        jobs = self.jobs
+        if jobs is None:  # automatic: workers only where they pay for their start
+            size = 0
+            for s in nums:
+                try:
+                    size += os.path.getsize(engine.seg_path(s))
+                except OSError:
+                    pass
+            jobs = _cores() if size >= PARALLEL_MIN_BYTES else 1
+        if jobs <= 1 or len(tasks) <= 1:
+            for t in tasks:
+                yield check_segment(*t)
             return
-        except IntegrityError as e:
-            self.add("corrupt-object", h, where, e.args[2])
+        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules: no start-up cost
+        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+            window: deque[Future[SegResult]] = deque()
+            it = iter(tasks)
+            for t in it:  # a bounded window of segments in flight: results wait in memory only this long
+                window.append(pool.submit(_check_segment_task, t))
+                if len(window) >= 2 * jobs:
+                    break
+            while window:
+                res = window.popleft().result()
+                more = next(it, None)
+                if more is not None:
+                    window.append(pool.submit(_check_segment_task, more))
+                yield res
+
+    # -- objects ----------------------------------------------------------------------
+    def _object(self, c: Checked, where: str, linked: bool = True) -> None:
+        """Take in one checked object: its own problems, then (``linked``: the entry is part of the
+        unbroken log) what the checks that span entries need of it."""
+        oid, t = c.oid, c.t
+        h = oid.hex()
+        for code, detail, *subject in c.problems:
+            self.add(code, subject[0] if subject else h, where, detail)
+        if c.damaged:
             self.damaged.add(oid)
-            return
-        if t != otype:
-            self.add("corrupt-entry", h, where, f"entry says {otype}, object is a {t}")
-        if t == codec.BLOB:
+        if t is None or t == codec.BLOB:
             return  # blobs and records are found again through the log's index (_type), not kept here
         if t != codec.RECORD:
             self.types[oid] = t
             self.where[oid] = where
-        bad = R.schema_problem(t, value)
-        if bad is not None:
-            self.add("malformed-object", h, where, bad)
-            self.damaged.add(oid)
+        if c.damaged or not linked:
             return
-        self._meta_row(oid, t, data, value, where)
+        value = c.value
         if t == codec.RECORD:
             self._record(oid, value, where)
         elif t == codec.FORK:
@@ -371,19 +729,8 @@ class _Verifier:
             for f in ("parent_record", "parent_head"):
                 self.later_refs.append((t, oid, f, value[f]))
         else:
-            for f, ref in R.object_refs(t, value):
+            for f, ref in value:
                 self.later_refs.append((t, oid, f, ref))
-
-    def _meta_row(self, oid: bytes, otype: str, data: bytes, value: dict, where: str) -> None:
-        """The entry's index row for an object (what readers build every table from) must say what
-        the object itself says: ``bad-meta-row entry <n> <id>`` otherwise."""
-        if otype != codec.RECORD and otype not in E.CHAIN_TYPES:
-            return
-        want = E.object_facts(otype, data, value, oid)
-        got = self.entry_rows.get(oid)
-        if got != want:
-            self.add("bad-meta-row", f"entry {self.entry_n} {oid.hex()}", where,
-                     f"the entry's index row says {_row(got)}, the {otype} itself gives {_row(want)}")
 
     def _type(self, oid: bytes) -> str | None:
         """The type of a good object stored at or before the snapshot, else None."""
@@ -460,10 +807,7 @@ class _Verifier:
         self.last[key] = (oid, lsn)
         if self.folding:
             self._fold(key, oid, p)
-        ck = self.chain_keys.get(key)
-        if ck is None:
-            ck = self.chain_keys[key] = segindex.chain_key(run, branch)
-        self.seg_rows[3].append(segindex.chain_row(ck, lsn, oid))
+        # (the chain rows of the segment's index are made where the segment is checked: check_segment)
         if p["kind"] in (R.INTENT, R.INTENT_COMMITTED):
             self.facts.setdefault(run, []).append((branch, lsn, p["kind"], body, oid))
 
@@ -471,9 +815,13 @@ class _Verifier:
     def _fold(self, key: tuple[str, int], oid: bytes, p: dict) -> None:
         """Fold each record into its branch's state in log order (a branch's records arrive in
         LSN order), and add its attempt view to an order-free digest of the branch's views."""
+        if key in self.unfoldable:
+            return
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = [self._initial_state(key), 0]
+            if key in self.unfoldable:
+                return
         rec = R.Record(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
         apply(st[0], rec)
         if rec.kind == R.ATTEMPT:
@@ -487,8 +835,14 @@ class _Verifier:
         if key[1] == 0 or fk is None:
             return empty_state()
         p = fk[1]
-        view = self.log.view(key[0])
-        return fold(self.log.iter_lineage(view, p["parent_branch"], upto=p["parent_lsn"]))
+        try:
+            view = self.log.view(key[0])
+            return fold(self.log.iter_lineage(view, p["parent_branch"], upto=p["parent_lsn"]))
+        except ObjstoreError as err:  # a parent record it needs is damaged or missing: named, never an abort
+            self.unfoldable.add(key)
+            self.fold_failures.append(Problem("verify-incomplete", f"{key[0]}/{key[1]}", "", f"the parent branch {p['parent_branch']} up to "
+                                              f"LSN {p['parent_lsn']} cannot be folded: {str(err).splitlines()[0] if str(err) else type(err).__name__}"))
+            return empty_state()
 
     def _check_state(self) -> None:
         """A cache row that claims the head verify saw must be what the cache would serve
@@ -530,39 +884,26 @@ class _Verifier:
                 if digest != st[1]:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
 
-    def _index_rows(self, e: Entry) -> None:
-        starts, off = [], e.data_off
-        for _comp, _raw, stored in e.blocks:
-            starts.append(off)
-            off += stored
-        rows = self.seg_rows[2]
-        pack = segindex.obj_row
-        for oid, otype, length, bi, boff in e.objs:
-            comp, raw, stored = e.blocks[bi]
-            if otype in segindex.TYPE_CODE:
-                rows.append(pack(oid, e.n, starts[bi], stored, raw, boff, length, comp, otype))
-        self.seg_end = (e.n, e.checksum)
-
-    def _check_index(self, last: bool = False) -> None:
-        """A sealed segment's index file must be exactly what its entries say (a missing one is
-        only a note: it is rebuilt when needed)."""
-        seg, first, rows, chain = self.seg_rows
-        path_of = getattr(self.engine, "idx_path", None)
+    def _check_index(self, res: SegResult) -> None:
+        """A sealed segment's index file must be exactly what its entries say (check_segment
+        compares them; a missing one is only a note: it is rebuilt when needed)."""
         if len(self.problems) != self.seg_problems:
             return  # damage in the segment is reported already; its index would differ for that reason
-        if not seg or path_of is None or not isinstance(self.engine, LogEngine) or (
-                last and not os.path.exists(self.engine.seg_path(seg + 1))):
-            return  # nothing read yet, a memory engine, or the active segment (its tables are checkpointed)
-        path = path_of(seg)
-        try:
-            with open(path, "rb") as f:
-                have = f.read()
-        except FileNotFoundError:
-            self.notes.append(Problem("index-missing", path, "", f"segment {seg} has no index file; it is rebuilt when needed"))
-            return
-        want = segindex.build_packed(seg, first, self.seg_end[0], self.seg_end[1], rows, chain)
-        if have != want:
-            self.add("damaged-index", path, "", f"index of segment {seg} does not match its entries (rebuild: delete the file)")
+        path = self.engine.idx_path(res.seg) if res.seg and isinstance(self.engine, LogEngine) else ""
+        if res.verdict == "missing":
+            self.notes.append(Problem("index-missing", path, "", f"segment {res.seg} has no index file; it is rebuilt when needed"))
+        elif res.verdict == "differs":
+            self.add("damaged-index", path, "", f"index of segment {res.seg} does not match its entries (rebuild: delete the file)")
+
+    def _named_index(self, e: Entry, where: str) -> None:
+        """The digest an entry names for a sealed segment's index must be the index that segment's
+        entries give (readers adopt only the file with that digest)."""
+        named = e.idx or [0, b""]
+        seg, digest = named[0], named[1]
+        built = self.built.get(seg)
+        if built is not None and built != digest:
+            self.add("bad-index-digest", f"entry {e.n}", where, f"names index digest {bytes(digest).hex()} for segment {seg}, "
+                     f"its entries give {built.hex()}")
 
     def _moves(self, e: Entry, where: str) -> None:
         for name, old, new, _reason in e.moves:
@@ -698,6 +1039,10 @@ def _row(row: list | None) -> str:
         return "nothing (no row)"
     return repr([v.hex() if isinstance(v, bytes) else [x.hex() for x in v] if isinstance(v, list) and v and isinstance(v[0], bytes) else v
                  for v in row])
+
+
+def _span(nums: list[int]) -> str:
+    return f"{nums[0]}..{nums[-1]}" if len(nums) > 1 else str(nums[0])
 
 
 def _show(v: bytes | str | None) -> str:

@@ -30,7 +30,7 @@ from helpers import run_cli, snapshot_tree
 
 import objstore.engine as E
 from objstore import RunLog, Store
-from objstore.errors import CorruptLog, IntegrityError
+from objstore.errors import CorruptLog
 from objstore.verify import verify
 
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
@@ -66,7 +66,9 @@ def built(tmp_path):
     b.batch_n = next(n for n in e if len(e[n].objs) == BATCH)
     b.active = e[max(e)].seg
     # The layout the tests rely on (see the module docstring).
-    assert len(e) == 15 and 5 <= b.last1 < b.batch_n and e[b.batch_n].seg < b.active and b.active >= 3
+    # 15 commits, plus the first entry of each later segment (format 3: it names the sealed segment's index)
+    assert len(e) == 15 + b.active - 1 and 5 <= b.last1 < b.batch_n and e[b.batch_n].seg < b.active and b.active >= 3
+    assert [n for n in e if e[n].idx] == [n for n in e if n > 1 and e[n].seg != e[n - 1].seg]
     assert sorted(f for f in os.listdir(os.path.join(b.root, "log")) if f.endswith(".seg")) == [f"{n:010d}.seg" for n in range(1, b.active + 1)]
     assert e[b.batch_n].blocks[0][0] == E.COMP_ZSTD and len(e[b.batch_n].blocks) == 1
     assert e[2].blocks[0][0] == E.COMP_ZSTD
@@ -114,7 +116,8 @@ def assert_writer_refuses(root, line):
         fresh(root).start_run("r2")
     assert str(ei.value) == line
     code, out, err = run_cli("refs", store=root, exit_code=6)
-    assert (out, err) == ("", f"objstore: error: {line}\n")
+    # a reader stops at the same damage and says so (format 3: "readable only up to it")
+    assert (out, err) == ("", f"objstore: error: {line.replace('refusing to write', 'the log is readable only up to it')}\n")
     assert snapshot_tree(root) == before
 
 
@@ -125,7 +128,7 @@ def test_clean_store_verifies_clean_cli(built):
     n_objects = sum(len(e.objs) for e in built.entries.values())
     assert n_objects == 1 + 1 + 8 + BATCH + 1 + 3
     code, out, err = run_cli("verify", store=built.root, exit_code=0)
-    assert (code, out, err) == (0, "", f"verify: ok (15 entries, {n_objects} objects)\n")
+    assert (code, out, err) == (0, "", f"verify: ok ({len(built.entries)} entries, {n_objects} objects)\n")
     code, out, err = run_cli("verify", "--json", store=built.root, exit_code=0)
     assert (code, json.loads(out), err) == (0, [], "")
 
@@ -153,7 +156,8 @@ def test_flipped_byte_in_sealed_entry_meta(built):
     expect = [f"corrupt-entry {p}: entry 3 at offset {e.offset}: checksum mismatch"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
-    assert_writer_refuses(built.root, f"integrity error: log {p}: bad entry at offset {e.offset} in a sealed segment: checksum mismatch")
+    assert_writer_refuses(built.root, f"integrity error: log {p}: damaged entry at offset {e.offset} (checksum mismatch; complete entries follow it); "
+                                      "refusing to write (run 'objstore verify')")
 
 
 def test_flipped_byte_in_a_sealed_entry_meta_key(built):
@@ -260,8 +264,9 @@ def test_truncated_sealed_segment(built):
     expect = [f"corrupt-entry {p}: entry {e.n} at offset {e.offset}: truncated ({e.length - 100} of {e.length} bytes)"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
-    assert_writer_refuses(built.root, f"integrity error: log {p}: bad entry at offset {e.offset} in a sealed segment: "
-                                      f"incomplete entry ({e.length - 100} of {e.length} bytes)")
+    last = max(built.entries)
+    assert_writer_refuses(built.root, f"integrity error: log {p}: damaged entry at offset {e.offset} (incomplete entry ({e.length - 100} of {e.length} bytes); "
+                                      f"entry {e.n} was made durable (the head witness names entry {last})); refusing to write (run 'objstore verify')")
 
 
 def test_sealed_segment_truncated_at_an_entry_boundary(built):
@@ -277,13 +282,17 @@ def test_sealed_segment_truncated_at_an_entry_boundary(built):
 def test_garbage_after_last_entry_of_sealed_segment(built):
     """Garbage in a sealed segment is damage, never a torn tail: sealed segments are complete."""
     p = seg(built.root, 1)
-    end = os.path.getsize(p)
     with open(p, "ab") as f:
         f.write(b"garbage!" * 4)
     expect = [f"garbage-after-entry {p}: 32 bytes after the last entry of sealed segment 1"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
-    assert_writer_refuses(built.root, f"integrity error: log {p}: bad entry at offset {end} in a sealed segment: bad entry magic")
+    # A writer never reads past a sealed segment's seal entry (format 3), so it does not refuse; it
+    # never touches the sealed segment either: the garbage stays for verify to name.
+    before = open(p, "rb").read()
+    fresh(built.root).record_attempt("r1", 9, 0, "failed")
+    assert open(p, "rb").read() == before
+    assert lines(built.root) == expect
 
 
 def test_missing_middle_segment(built):
@@ -292,7 +301,9 @@ def test_missing_middle_segment(built):
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
     # The writer must not take segment 1 for the active one and append to it.
-    assert_writer_refuses(built.root, f"integrity error: log {seg(built.root, 2)}: segment missing (segment 3 exists)")
+    e = built.entries[built.last1]
+    assert_writer_refuses(built.root, f"integrity error: log {seg(built.root, 1)}: damaged entry at offset {e.offset + e.length} "
+                                      "(segment 2 is missing (segment 3 exists)); refusing to write (run 'objstore verify')")
 
 
 def test_swapped_segments(built):
@@ -300,7 +311,9 @@ def test_swapped_segments(built):
     d1, d2 = open(p1, "rb").read(), open(p2, "rb").read()
     open(p1, "wb").write(d2)
     open(p2, "wb").write(d1)
-    expect = [f"broken-log-chain {p1}: segment 1 does not continue the log at entry 1 (its header says segment 2, first entry {built.last1 + 1})"]
+    # Both files are out of place: each is named (the second is not chained to the first, which is misplaced itself).
+    expect = [f"broken-log-chain {p1}: segment 1 does not continue the log at entry 1 (its header says segment 2, first entry {built.last1 + 1})",
+              f"broken-log-chain {p2}: segment 2 is out of place (its header says segment 1, first entry 1)"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
 
@@ -321,7 +334,9 @@ def test_sealed_segment_replaced_by_one_from_an_identical_store(built, tmp_path)
     shutil.copyfile(seg(other.root, 1), seg(built.root, 1))
     n = built.last1
     assert max(k for k in other.entries if other.entries[k].seg == 1) == n
-    expect = [f"broken-log-chain {seg(built.root, 2)}: segment 2 does not continue the log at entry {n + 1} "
+    # The foreign segment 1 is sound on its own, but its index file (of the real segment 1) no longer matches it.
+    expect = [f"damaged-index {os.path.join(built.root, 'log', '0000000001.idx')}: index of segment 1 does not match its entries (rebuild: delete the file)",
+              f"broken-log-chain {seg(built.root, 2)}: segment 2 does not continue the log at entry {n + 1} "
               f"(its header chains to checksum {built.entries[n].checksum.hex()}, entry {n} has {other.entries[n].checksum.hex()})"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
@@ -330,12 +345,19 @@ def test_sealed_segment_replaced_by_one_from_an_identical_store(built, tmp_path)
 # -- objects that cannot come through the API: entries written by hand --------------------------
 
 
-def append_entry(root, objects, moves=()):
-    """Append a well-formed commit entry (correct chain checksum) holding ``objects`` =
-    [(id, type, canonical bytes)] to the active segment, as a foreign writer could."""
+def append_entry(root, objects, moves=(), facts=None):
+    """Append a well-formed commit entry (correct chain checksum, index rows and root of the
+    tables) holding ``objects`` = [(id, type, canonical bytes)] to the active segment, as a foreign
+    writer could. ``facts``: index rows to claim instead of the ones the objects give."""
     store = Store.open(root)
     pos = store.engine.position()
-    entry, _ = E.encode_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), [list(m) for m in moves], None)
+    moves = [list(m) for m in moves]
+    if facts is None:
+        entry, _ = E.encode_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, tables=store.engine.tables)
+    else:
+        plan = store.engine.tables.plan(pos.entry + 1, [(o[0], o[1]) for o in objects], facts, moves, None)
+        assert not isinstance(plan, str), plan
+        entry, _e = E.build_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, True, facts=facts, root=plan.root)
     path = store.engine.seg_path(store.engine._seg)
     with open(path, "ab") as f:
         f.write(entry)
@@ -364,8 +386,13 @@ def test_malformed_but_hashed_record(built):
         {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": head.id, "kind": "attempt", "time": 1.0})
     canon = b"record %d\x00" % len(payload) + payload
     oid = blake3.blake3(canon).digest()
-    p = append_entry(built.root, [(oid, "record", canon)])
-    expect = [f"malformed-object {oid.hex()}: missing field 'body' [{p}]"]
+    # Its entry claims the index row of the same record with a body (format 3: every record has one).
+    twin = msgspec.msgpack.Encoder(order="sorted").encode(
+        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": head.id, "kind": "attempt", "time": 1.0, "body": {}})
+    row = E.object_facts("record", b"record %d\x00" % len(twin) + twin, None)
+    p = append_entry(built.root, [(oid, "record", canon)], [("run/r1/branch/0", head.id, oid, "append")], facts={oid: row})
+    expect = [f"malformed-object {oid.hex()}: missing field 'body' [{p}]",
+              f"damaged-ref run/r1/branch/0: points to damaged object {oid.hex()} [{p}]"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
 
@@ -374,7 +401,7 @@ def test_ref_moved_to_an_object_never_stored(built):
     ghost = blake3.blake3(b"never stored").digest()
     p = append_entry(built.root, [], [("note/ghost", None, ghost, "forged")])
     assert lines(built.root) == [
-        f"dangling-ref note/ghost: entry 16 points it at {ghost.hex()}, not stored in or before that entry [{p}]",
+        f"dangling-ref note/ghost: entry {len(built.entries) + 1} points it at {ghost.hex()}, not stored in or before that entry [{p}]",
         f"dangling-ref note/ghost: points to missing object {ghost.hex()}",
     ]
 
@@ -414,7 +441,8 @@ def _files_touched(fn):
 
 
 def _derived(name):
-    return name == "log/checkpoint" or (name.startswith("log/") and name.endswith(".idx"))
+    # (log/witness: the head witness, format 3 — the last entry made durable; a hint, never trusted over the log)
+    return name in ("log/checkpoint", "log/witness") or (name.startswith("log/") and name.endswith(".idx"))
 
 
 def test_open_and_read_touch_only_marker_segments_and_derived_indexes(built):
@@ -508,10 +536,11 @@ def test_damaged_derived_file_never_changes_what_readers_see(built, damage):
     assert all(x is not None for x in want[3][:-1]) and want[3][-1] is None
     INDEX_DAMAGE[damage](root)
     assert _reader_view(root, built) == want
-    # A reader rebuilds a damaged index it notices; one it did not need (a flipped trailer) verify names.
+    # A reader adopts an index only if its BLAKE3 is the digest the log names (format 3); one that
+    # is not is rebuilt in memory and left on disk for verify to name.
     idx = os.path.join(root, "log", "0000000001.idx")
     named = [f"damaged-index {idx}: index of segment 1 does not match its entries (rebuild: delete the file)"]
-    assert lines(root) == (named if damage == "idx-flipped-trailer" else [])
+    assert lines(root) == (named if damage.startswith("idx-") and damage != "idx-deleted" else [])
 
 
 @pytest.mark.parametrize("damage", ["idx-flipped-object-id", "idx-flipped-block-offset", "idx-truncated"])
@@ -533,16 +562,19 @@ def test_index_and_checkpoint_from_an_identical_store_are_not_trusted(built, tmp
     other = build(str(tmp_path / "other"), t0=1_800_000_000.0)
     want = _reader_view(built.root, built)
     for name in os.listdir(os.path.join(other.root, "log")):
-        if _derived(f"log/{name}"):
+        if _derived(f"log/{name}") and name != "witness":
             shutil.copyfile(os.path.join(other.root, "log", name), os.path.join(built.root, "log", name))
     assert _reader_view(built.root, built) == want
-    assert lines(built.root) == []
+    # The readers did not adopt the foreign indexes (their digests are not the ones the log names),
+    # and verify names both files.
+    assert lines(built.root) == [f"damaged-index {os.path.join(built.root, 'log', f'{n:010d}.idx')}: index of segment {n} "
+                                 "does not match its entries (rebuild: delete the file)" for n in (1, 2)]
 
 
 def test_self_consistent_but_wrong_segment_index(built):
     """An index whose own checksum is right but whose rows are not what its segment says (what a
-    buggy indexer would write): the loader cannot tell, so a reader asking for the object gets an
-    error — never other bytes, objects are hash-checked — and verify names the index file."""
+    buggy indexer would write): its BLAKE3 is not the digest the log names (format 3), so a reader
+    does not adopt it and reads the right bytes; verify names the index file."""
     from objstore import segindex
 
     p = os.path.join(built.root, "log", "0000000001.idx")
@@ -552,13 +584,14 @@ def test_self_consistent_but_wrong_segment_index(built):
     data[row0 + 40] ^= 0x01  # the first object row's block offset
     data[-32:] = blake3.blake3(bytes(data[:-32])).digest()
     open(p, "wb").write(bytes(data))
-    log = fresh(built.root)
-    with pytest.raises(IntegrityError) as ei:
-        log.store.get_raw(oid)
-    assert str(ei.value) == f"integrity error: object {oid.hex()} ({seg(built.root, 1)}): hash mismatch (content does not match id)"
     expect = [f"damaged-index {p}: index of segment 1 does not match its entries (rebuild: delete the file)"]
+    # (each verify finds the file as it was damaged: its own look-ups, a reader's, rebuild it after)
     assert lines(built.root) == expect
+    open(p, "wb").write(bytes(data))
     assert cli_lines(built.root)[:2] == (1, expect)
+    open(p, "wb").write(bytes(data))
+    log = fresh(built.root)
+    assert blake3.blake3(log.store.get_raw(oid)).digest() == oid
     # The advice works: without the file, it is rebuilt from the segment.
     os.unlink(p)
     assert fresh(built.root).store.get_raw(oid)
