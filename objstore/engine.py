@@ -173,17 +173,37 @@ def root_digest(acc: int) -> bytes:
     return blake3.blake3((acc & _ROOT_MOD).to_bytes(ROOT_BYTES, "little")).digest()
 
 
-def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict) -> Iterator[list]:
-    """Every element of the tables' set, as TableRoot hashes it."""
+def run_digest(refs: dict, tips: dict, start: int | None) -> bytes | None:
+    """One run's share of the tables, as one element: its refs, its chains' newest records and its
+    run_started entry (None: the run has none of them)."""
+    if not refs and not tips and start is None:
+        return None
+    return blake3.blake3(_enc.encode([sorted(refs.items()), sorted([b, lsn, oid] for b, (lsn, oid) in tips.items()), start])).digest()
+
+
+def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, run_refs: dict | None = None) -> Iterator[list]:
+    """Every element of the tables' set, as the root hashes it: one per run (``run_digest``), one
+    per ref outside the runs, one per intent fact, one per index digest. ``run_refs``: ``refs``
+    grouped by run already (``Tables.run_refs``), if the caller has it."""
+    if run_refs is None:
+        run_refs = {}
+        for name, value in refs.items():
+            run = _run_of(name)
+            if run is not None:
+                run_refs.setdefault(run, {})[name] = value
     for name, value in refs.items():
-        yield ["r", name, value]
-    for (run, branch), (lsn, oid) in tips.items():
-        yield ["t", run, branch, lsn, oid]
+        if not name.startswith("run/") or _run_of(name) is None:
+            yield ["r", name, value]
+    run_tips: dict = {}
+    for (run, branch), tip in tips.items():
+        run_tips.setdefault(run, {})[branch] = tip
+    for run in sorted(set(run_refs) | set(run_tips) | set(starts)):
+        d = run_digest(run_refs.get(run, {}), run_tips.get(run, {}), starts.get(run))
+        if d is not None:
+            yield ["R", run, d]
     for run, facts in intents.items():
         for branch, lsn, kind, body, oid in facts:
             yield ["i", run, branch, lsn, kind, body, oid]
-    for run, entry in starts.items():
-        yield ["s", run, entry]
     for seg, digest in idx.items():
         yield ["x", seg, digest]
 
@@ -522,6 +542,7 @@ class Plan(NamedTuple):
     idx: tuple | None  # (segment, digest) the entry names
     acc: int
     root: bytes
+    runs: dict = {}  # run -> its run_digest after the entry
 
 
 class Tables:
@@ -543,7 +564,9 @@ class Tables:
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
         self.idx: dict[int, bytes] = {}  # sealed segment -> BLAKE3 of its index file, as the log names it
-        self.acc = 0  # the tables' root accumulator (see TableRoot above)
+        self.acc = 0  # the tables' root accumulator (see the root above)
+        self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
+        self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
@@ -593,16 +616,10 @@ class Tables:
             chain.append((run, branch, lsn, oid))
             if kind == "run_started" and lsn == 0 and branch == 0 and run not in self.starts:
                 starts.append((run, n))
-                acc += _elt(["s", run, n])
             elif kind in INTENT_KINDS:
                 fact = (branch, lsn, kind, ifacts, oid)
                 intents.append((run, fact))
                 acc += _elt(["i", run, *fact])
-        for key, (lsn, oid) in tips.items():
-            old = self.tips.get(key)
-            if old is not None:
-                acc -= _elt(["t", key[0], key[1], old[0], old[1]])
-            acc += _elt(["t", key[0], key[1], lsn, oid])
         refs: dict = {}
         for m in moves:
             name, old, new = m[0], m[1], m[2]
@@ -613,10 +630,11 @@ class Tables:
             if bad is not None:
                 return bad
             refs[name] = new
-            if cur is not None:
-                acc -= _elt(["r", name, cur])
-            if new is not None:
-                acc += _elt(["r", name, new])
+            if _run_of(name) is None:
+                if cur is not None:
+                    acc -= _elt(["r", name, cur])
+                if new is not None:
+                    acc += _elt(["r", name, new])
         for (run, branch), (_lsn, oid) in tips.items():
             name = _branch_ref(run, branch)
             if (refs[name] if name in refs else self.refs.get(name)) != oid:
@@ -635,6 +653,30 @@ class Tables:
                 b = _branch_num(run, target) if target is not None else None
                 if new is not None and (target is None or b is None or (refs[target] if target in refs else self.refs.get(target)) is None):
                     return f"{name} moves to {_show(new)}, which is not an existing branch of run {run}"
+        touched = {key[0] for key in tips}
+        touched.update(r for r in map(_run_of, refs) if r is not None)
+        runs: dict = {}
+        for run in touched:
+            rr = dict(self.run_refs.get(run, ()))
+            for name, value in refs.items():
+                if _run_of(name) == run:
+                    if value is None:
+                        rr.pop(name, None)
+                    else:
+                        rr[name] = value
+            rt = dict(self.run_tips.get(run, ()))
+            for (r, b), tip in tips.items():
+                if r == run:
+                    rt[b] = tip
+            start = self.starts.get(run, next((e for r, e in starts if r == run), None))
+            new_d = run_digest(rr, rt, start)
+            old_d = self.run_dig.get(run)
+            if old_d != new_d:
+                if old_d is not None:
+                    acc -= _elt(["R", run, old_d])
+                if new_d is not None:
+                    acc += _elt(["R", run, new_d])
+            runs[run] = new_d
         got_idx = None
         if idx is not None:
             seg, digest = idx[0], idx[1]
@@ -643,7 +685,7 @@ class Tables:
             got_idx = (seg, digest)
             acc += _elt(["x", seg, digest])
         acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc))
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs)
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -661,6 +703,13 @@ class Tables:
     def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
         """Apply a plan (its rules already checked)."""
         self.tips.update(p.tips)
+        for (run, branch), tip in p.tips.items():
+            self.run_tips.setdefault(run, {})[branch] = tip
+        for run, d in p.runs.items():
+            if d is None:
+                self.run_dig.pop(run, None)
+            else:
+                self.run_dig[run] = d
         for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
         for run, fact in p.intents:
@@ -676,7 +725,18 @@ class Tables:
         self.last_time = t
 
     def recompute_root(self) -> int:
-        return tables_root(self.refs, self.tips, self.intents, self.starts, self.idx)
+        """The accumulator of the tables as they stand (a checkpoint's, to check it against the log);
+        also remakes the per-run digests it is built from."""
+        self.run_tips = {}
+        for (run, branch), tip in self.tips.items():
+            self.run_tips.setdefault(run, {})[branch] = tip
+        acc = 0
+        self.run_dig = {}
+        for key in table_elements(self.refs, self.tips, self.intents, self.starts, self.idx, self.run_refs):
+            if key[0] == "R":
+                self.run_dig[key[1]] = key[2]
+            acc += _elt(key)
+        return acc & _ROOT_MOD
 
     # -- checkpoints ------------------------------------------------------------------
     def active_rows(self) -> tuple[list, list]:
@@ -707,8 +767,19 @@ class Tables:
         t = cls()
         t.pos = Position(m["entry"], m["checksum"])
         t.last_time = m["time"]
-        for k, v in m["refs"]:
-            t.set_ref(k, v)
+        t.refs = refs = dict(m["refs"])
+        if len(refs) != len(m["refs"]):
+            raise ValueError("a ref twice")
+        run_refs = t.run_refs
+        for k, v in refs.items():
+            if k.startswith("run/"):
+                run = _run_of(k)
+                if run is not None:
+                    d = run_refs.get(run)
+                    if d is None:
+                        run_refs[run] = {k: v}
+                    else:
+                        d[k] = v
         t.tips = {(r, b): (lsn, oid) for r, b, lsn, oid in m["tips"]}
         t.intents = {r: [tuple(x) for x in v] for r, v in m["intents"].items()}
         t.starts = m["starts"]
@@ -1042,6 +1113,7 @@ class LogEngine(Engine):
         self._written: tuple[Position, int] = (Position(0, ZERO), -1)  # newest entry this process wrote, and its file
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
+        self._ckpt_busy = False
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
@@ -1693,6 +1765,9 @@ class LogEngine(Engine):
     def _checkpoint(self) -> None:
         """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
         path = os.path.join(self.dir, "checkpoint")
+        if self._ckpt_busy:
+            return  # another thread of this process is writing one
+        self._ckpt_busy = True
         try:
             with self._mu:
                 first = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))[2]
@@ -1701,6 +1776,8 @@ class LogEngine(Engine):
             write_derived(path, data + blake3.blake3(data).digest())
         except OSError:
             return
+        finally:
+            self._ckpt_busy = False
         self._ckpt_at = at
 
     def copy_blob(self, oid: bytes, out: IO[bytes]) -> int | None:
@@ -1790,6 +1867,9 @@ class LogEngine(Engine):
         # acknowledged) only once its own entry is durable.
         if written is not None:
             self._sync_upto(written)
+            # Off the commit path's locks: other writers go on while this thread writes the checkpoint.
+            if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
+                self._checkpoint()
 
     def _prepare_repair(self, n: int) -> None:
         """Make the next entry cut everything after entry ``n`` (see ``transaction``)."""
@@ -1904,8 +1984,6 @@ class LogEngine(Engine):
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
             return None
-        if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
-            self._checkpoint()
         return e.n
 
     def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:
