@@ -45,7 +45,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
 import msgspec
@@ -122,17 +122,13 @@ JOBS_ENV = "OBJSTORE_VERIFY_JOBS"
 # -- one segment on its own (what a worker process does) ------------------------------------
 
 
-class Checked(NamedTuple):
-    """One object after the per-segment checks: the problems found in its bytes alone, and what the
-    checks that span entries need of it (records slimmed unless the state is folded)."""
-
-    oid: bytes
-    otype: str  # the type its entry names
-    readable: bool  # its block was read (False: the block itself is damaged)
-    problems: tuple  # ((code, detail), ...) in the order found
-    damaged: bool
-    t: str | None  # the type its header names; None if it could not be decoded
-    value: Any  # record/fork: the payload; journal/segment/grant: object_refs; blob: None
+# One object after the per-segment checks, as a plain tuple (it crosses a process boundary 10^5
+# times: a tuple pickles and unpickles several times faster than a NamedTuple or a dict):
+#   (oid, otype: the type its entry names, readable: its block was read, problems: ((code, detail[,
+#    subject]), ...) in the order found, damaged, t: the type its header names or None, value)
+# value: a record's slim row (_slim_record) or, when the state is folded, its payload; a fork's
+# payload; a journal/segment/grant object's object_refs; None for a blob or a damaged object.
+Checked = tuple
 
 
 class SegEntry(NamedTuple):
@@ -154,13 +150,17 @@ class SegResult(NamedTuple):
     rechained: bool = False  # read again, chained to the log's checksum rather than its header's
 
 
-def _slim_record(p: dict) -> dict:
+def _slim_record(p: dict) -> tuple:
     """What the chain checks read of a record (run, branch, LSN, parent, kind, its blob refs, the
-    body of an intent): the rest stays in the worker."""
+    body of an intent), as a tuple: the rest stays in the worker."""
     body = p["body"]
     if p["kind"] not in (R.INTENT, R.INTENT_COMMITTED):
         body = {f: body[f] for f in R.BLOB_FIELDS if f in body}
-    return {"run": p["run"], "branch": p["branch"], "lsn": p["lsn"], "parent": p["parent"], "kind": p["kind"], "body": body}
+    return (p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], body)
+
+
+def _record_dict(v: tuple) -> dict:
+    return {"run": v[0], "branch": v[1], "lsn": v[2], "parent": v[3], "kind": v[4], "body": v[5]}
 
 
 def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, full: bool,
@@ -168,25 +168,25 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
     """Re-hash one object, decode it strictly and check its schema, and check its entry's index row
     for it (``rows``: the entry's rows by object id; entry ``n``); nothing outside its entry."""
     if isinstance(data, IntegrityError):
-        return Checked(oid, otype, False, (("corrupt-object", data.args[2]),), True, None, None)
+        return (oid, otype, False, (("corrupt-object", data.args[2]),), True, None, None)
     if isinstance(data, HashedLarge):  # a large blob, hashed while streamed (never held whole)
         if data.digest != oid:
-            return Checked(oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
-        return Checked(oid, otype, True, (), False, codec.BLOB, None)
+            return (oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
+        return (oid, otype, True, (), False, codec.BLOB, None)
     if _hash(data).digest() != oid:
-        return Checked(oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
+        return (oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
     try:
         t, value = codec.decode(data, oid, strict=True)
     except UnknownObjectType as e:
-        return Checked(oid, otype, True, (("unknown-type", f"unknown object type {e.args[2]!r}"),), True, None, None)
+        return (oid, otype, True, (("unknown-type", f"unknown object type {e.args[2]!r}"),), True, None, None)
     except IntegrityError as e:
-        return Checked(oid, otype, True, (("corrupt-object", e.args[2]),), True, None, None)
+        return (oid, otype, True, (("corrupt-object", e.args[2]),), True, None, None)
     problems: tuple = (("corrupt-entry", f"entry says {otype}, object is a {t}"),) if t != otype else ()
     if t == codec.BLOB:
-        return Checked(oid, otype, True, problems, False, t, None)
+        return (oid, otype, True, problems, False, t, None)
     bad = R.schema_problem(t, value)
     if bad is not None:
-        return Checked(oid, otype, True, (*problems, ("malformed-object", bad)), True, t, None)
+        return (oid, otype, True, (*problems, ("malformed-object", bad)), True, t, None)
     if rows is not None:
         row = _meta_row(oid, t, data, value, rows, n)
         if row is not None:
@@ -195,7 +195,7 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
         value = value if full else _slim_record(value)
     elif t != codec.FORK:
         value = R.object_refs(t, value)
-    return Checked(oid, otype, True, problems, False, t, value)
+    return (oid, otype, True, problems, False, t, value)
 
 
 def _meta_row(oid: bytes, otype: str, data: bytes, value: dict, rows: dict, n: int) -> tuple | None:
@@ -289,10 +289,12 @@ def check_segment(path: str, next_path: str, idx_path: str, seg: int, upto: int 
                 e = item.entry
                 erows = entry_rows(e)
                 checked = [check_object(oid, otype, data, full, erows, e.n) for oid, otype, data in item.objects]
-                items.append(SegEntry(e, item.where, checked))
                 _index_rows(e, objects, chain)
                 sealed = e.seal
-                clean = clean and not any(c.problems for c in checked)
+                clean = clean and not any(c[3] for c in checked)
+                # the parent needs the entry's number, checksum, moves, cut, length, named index: not
+                # its per-object rows (checked here), which would double what crosses to it
+                items.append(SegEntry(e._replace(objs=[], blocks=[], recs=[], prevs=[]), item.where, checked))
     except OSError as err:
         items.append(ScanProblem("unreadable-segment", path, f"segment {seg} cannot be read: {err.strerror or err}"))
         clean, end = False, None
@@ -510,8 +512,8 @@ class _Verifier:
                     seg, off, length, digest = e.cut
                     self.notes.append(Problem("past-cut", f"entry {e.n}", item.where,
                                               f"its writer cut a torn tail of {length} bytes at segment {seg} offset {off} (blake3 {digest})"))
-                self.entry_ids = {c.oid for c in item.objects if c.readable}
-                self.entry_types = {c.oid: c.otype for c in item.objects}
+                self.entry_ids = {c[0] for c in item.objects if c[2]}
+                self.entry_types = {c[0]: c[1] for c in item.objects}
                 for c in item.objects:
                     n_objects += 1
                     self._object(c, item.where, linked)
@@ -704,22 +706,21 @@ class _Verifier:
     def _object(self, c: Checked, where: str, linked: bool = True) -> None:
         """Take in one checked object: its own problems, then (``linked``: the entry is part of the
         unbroken log) what the checks that span entries need of it."""
-        oid, t = c.oid, c.t
+        oid, _otype, _readable, problems, damaged, t, value = c
         h = oid.hex()
-        for code, detail, *subject in c.problems:
+        for code, detail, *subject in problems:
             self.add(code, subject[0] if subject else h, where, detail)
-        if c.damaged:
+        if damaged:
             self.damaged.add(oid)
         if t is None or t == codec.BLOB:
             return  # blobs and records are found again through the log's index (_type), not kept here
         if t != codec.RECORD:
             self.types[oid] = t
             self.where[oid] = where
-        if c.damaged or not linked:
+        if damaged or not linked:
             return
-        value = c.value
         if t == codec.RECORD:
-            self._record(oid, value, where)
+            self._record(oid, value if type(value) is dict else _record_dict(value), where)
         elif t == codec.FORK:
             key = (value["run"], value["branch"])
             if key in self.forks or key in self.last:
