@@ -1113,6 +1113,7 @@ class LogEngine(Engine):
         self._written: tuple[Position, int] = (Position(0, ZERO), -1)  # newest entry this process wrote, and its file
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
+        self._ckpt_busy = False
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
@@ -1764,6 +1765,9 @@ class LogEngine(Engine):
     def _checkpoint(self) -> None:
         """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
         path = os.path.join(self.dir, "checkpoint")
+        if self._ckpt_busy:
+            return  # another thread of this process is writing one
+        self._ckpt_busy = True
         try:
             with self._mu:
                 first = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))[2]
@@ -1772,6 +1776,8 @@ class LogEngine(Engine):
             write_derived(path, data + blake3.blake3(data).digest())
         except OSError:
             return
+        finally:
+            self._ckpt_busy = False
         self._ckpt_at = at
 
     def copy_blob(self, oid: bytes, out: IO[bytes]) -> int | None:
@@ -1861,6 +1867,9 @@ class LogEngine(Engine):
         # acknowledged) only once its own entry is durable.
         if written is not None:
             self._sync_upto(written)
+            # Off the commit path's locks: other writers go on while this thread writes the checkpoint.
+            if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
+                self._checkpoint()
 
     def _prepare_repair(self, n: int) -> None:
         """Make the next entry cut everything after entry ``n`` (see ``transaction``)."""
@@ -1975,8 +1984,6 @@ class LogEngine(Engine):
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
             return None
-        if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
-            self._checkpoint()
         return e.n
 
     def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:

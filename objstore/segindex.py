@@ -208,31 +208,30 @@ class SegmentIndex:
 
 def load_named(path: str, seg: int, digest: bytes) -> SegmentIndex | None:
     """Map an index file if its BLAKE3-256 (of the whole file) is ``digest``, the one the log
-    names for it; None otherwise. Hashed by reading, mapped after, so only the pages lookups touch
-    count towards the reader's memory."""
+    names for it; None otherwise. Hashed through the map, whose pages then leave the resident set
+    again, so only the pages lookups touch count towards the reader's memory."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
         size = os.fstat(fd).st_size
-        h = blake3.blake3()
-        off = 0
-        while off < size:
-            chunk = os.pread(fd, min(1 << 20, size - off), off)
-            if not chunk:
-                return None
-            h.update(chunk)
-            off += len(chunk)
-        if size <= 32 or h.digest() != digest:
+        if size <= 32:
             return None
         data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    except (OSError, ValueError):
+        return None
     finally:
         os.close(fd)
+    if blake3.blake3(data).digest() != digest:
+        data.close()
+        return None
     try:
-        return SegmentIndex(data, seg)
+        idx = SegmentIndex(data, seg)
     except IndexError_:
         return None
+    idx.release()
+    return idx
 
 
 def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
