@@ -34,6 +34,7 @@ from .errors import (
     InvalidId,
     InvalidInput,
     LimitExceeded,
+    NewerFormat,
     ObjectNotFound,
     StorageOSError,
     StoreFormatError,
@@ -198,6 +199,8 @@ class Store:
         version = read_marker(path)
         if version in (1, 2):
             raise StoreNeedsUpgrade(path, version, path)
+        if version > FORMAT_VERSION:
+            raise NewerFormat("store", path, version, FORMAT_VERSION)
         if version != FORMAT_VERSION:
             raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION}")
         policy = FsyncPolicy(fsync)

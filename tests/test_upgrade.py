@@ -504,3 +504,18 @@ def test_a_damaged_format2_store_is_not_upgraded(tmp_path):
     with pytest.raises(IntegrityError):
         U.upgrade(root)
     assert snapshot_tree(root) == before and not os.path.exists(root + ".upgrade-tmp") and not os.path.exists(root + ".format2")
+
+
+def test_a_store_of_a_newer_format_is_refused_not_guessed_at(tmp_path):
+    from objstore.errors import NewerFormat
+
+    root = str(tmp_path / "s")
+    Store.init(root)
+    with open(os.path.join(root, "OBJSTORE"), "w") as f:
+        f.write('{"format": "objstore", "version": 4}\n')
+    before = snapshot_tree(root)
+    with pytest.raises(NewerFormat, match="version 4; this objstore reads up to version 3"):
+        Store.open(root)
+    code, out, err = run_cli("runs", store=root, exit_code=5)
+    assert err.count("\n") == 1 and "newer format" in err
+    assert snapshot_tree(root) == before
