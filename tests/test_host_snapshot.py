@@ -13,6 +13,7 @@ and the same key is now refused.
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -116,7 +117,10 @@ def test_backend_host_answers_as_of_its_authorization(tmp_path, shape):
         t = threading.Thread(target=lambda: got.append(_try(client.read, _request(w1, run, shape))))
         t.start()
         # the Backend's own process is paused between its authorization and its journal read
-        assert server.stdout.readline() == b"authorized w1\n"
+        # (bounded: a Host that never gets there fails the test instead of hanging the suite)
+        ready, _, _ = select.select([server.stdout], [], [], 120)
+        assert ready, f"the Backend never reached its hook; client got {got}"
+        assert server.stdout.readline() == b"authorized w1\n", got
         _revoke_in_other_process(root, run, w1, shape)
         server.stdin.write(b"go\n")
         server.stdin.flush()
