@@ -12,6 +12,7 @@ and a root the attacker computes from the tables at the log's end).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -208,17 +209,18 @@ def _forge_entry(path, moves, objects=(), ack=True):
     root the tables would have if the rules were not checked. Returns (entry, segment path)."""
     eng = Store.open(path).engine
     t = eng.tables
-    acc = t.acc
+    assert E.tables_root(t.refs, t.tips, t.intents, t.starts, t.idx) == t.acc, "the attacker's root is the engine's"
+    refs = dict(t.refs)
     for name, _old, new, _reason in moves:
-        cur = t.refs.get(name)
-        if cur is not None:
-            acc -= E._elt(["r", name, cur])
-        if new is not None:
-            acc += E._elt(["r", name, new])
+        if new is None:
+            refs.pop(name, None)
+        else:
+            refs[name] = new
+    acc = E.tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
     objects = list(objects)
     facts = {oid: f for oid, otype, canon in objects if (f := E.object_facts(otype, canon, None, oid)) is not None}
     raw, e = E.build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), objects, moves, None, True, facts=facts,
-                           root=E.root_digest(acc & E._ROOT_MOD))
+                           root=E.root_digest(acc))
     seg = eng.seg_path(eng._seg)
     assert os.path.getsize(seg) == eng._off
     with open(seg, "ab") as f:
@@ -520,7 +522,13 @@ def sealed(tmp_path_factory):
     assert len(segs) >= 4, segs
     before = {"refold": run_cli("episode", "s1", "--source", "refold", "--json", store=path, exit_code=0)[1],
               "log": run_cli("log", "s1", store=path, exit_code=0)[1], "api": _sealed_api(path)}
+    assert _steps(before["refold"]) == list(range(1, 21))
     return path, before
+
+
+def _steps(refold_json):
+    """The steps of s1's attempts in the order ``episode --source refold --json`` lists them."""
+    return [a["step"] for b in json.loads(refold_json)["branches"] for a in b["attempts"]]
 
 
 def _sealed_api(path):
@@ -576,7 +584,7 @@ def test_rehashed_index_decides_nothing(sealed_copy, edit):
     _, out, _ = run_cli("verify", store=path, exit_code=1)
     assert out.splitlines() == [f"damaged-index {p}: index of segment 1 does not match its entries (rebuild: delete the file)"]
     refold = run_cli("episode", "s1", "--source", "refold", "--json", store=path, exit_code=0)[1]
-    assert refold == before["refold"]
+    assert refold == before["refold"] and _steps(refold) == list(range(1, 21))  # each step once, in order
     assert run_cli("log", "s1", store=path, exit_code=0)[1] == before["log"]
     assert _sealed_api(path) == before["api"]
 
