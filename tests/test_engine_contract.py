@@ -105,6 +105,62 @@ def test_chain_index(eng):
     assert eng.record_at("r", 0, 7) is None and eng.record_at("r", 0, 3) is None
 
 
+# -- every other method Store calls ---------------------------------------------------------------
+
+
+def _run_of_three(eng):
+    r0 = record("r", 0, 0, None, "run_started")
+    r1 = record("r", 0, 1, r0[0])
+    intent = obj("record", {"run": "r", "branch": 0, "lsn": 2, "parent": r1[0], "kind": "intent", "time": 1.0,
+                            "body": {"intent": "pay", "step": 2, "effect": "charge", "idempotent": False}})
+    blob = obj("blob", b"body of a prompt")
+    eng.commit([r0], [("run/r/branch/0", None, r0[0], "start"), ("run/r/live", None, "ref: run/r/branch/0", "live")])
+    eng.commit([blob, r1, intent], [("run/r/branch/0", r0[0], intent[0], "append")])
+    return r0, r1, intent, blob
+
+
+def test_entries_refresh_and_ids(eng):
+    r0, r1, intent, blob = _run_of_three(eng)
+    pos = eng.refresh()
+    assert pos == eng.position() == eng.snapshot() and pos.entry == 2
+    es = list(eng.entries())
+    assert [e.n for e in es] == [1, 2] and es[-1].checksum == pos.checksum
+    assert es[0].moves == [["run/r/branch/0", None, r0[0], "start"], ["run/r/live", None, "ref: run/r/branch/0", "live"]]
+    assert sorted(o[0] for o in es[1].objs) == sorted([blob[0], r1[0], intent[0]])
+    # each entry carries its records' index rows (format 3), in any engine
+    rows = {es[1].objs[r[0]][0]: r[1:6] for r in es[1].recs}
+    assert rows == {r1[0]: ["r", 0, 1, r0[0], "attempt"], intent[0]: ["r", 0, 2, r1[0], "intent"]}
+    assert set(eng.iter_ids()) == {r0[0], r1[0], intent[0], blob[0]}
+    assert eng.read(blob[0]) == blob[2] and eng.has(r1[0]) and not eng.has(b"\x07" * 32)
+    with pytest.raises(ObjectNotFound):
+        eng.read(b"\x07" * 32)
+
+
+def test_the_tables_store_reads(eng):
+    r0, r1, intent, blob = _run_of_three(eng)
+    t = eng.tables
+    assert t.refs == {"run/r/branch/0": intent[0], "run/r/live": "ref: run/r/branch/0"}
+    assert t.run_refs == {"r": t.refs}
+    assert t.starts == {"r": 1} and t.tips == {("r", 0): (2, intent[0])}
+    assert t.intents == {"r": [(0, 2, "intent", {"intent": "pay", "step": 2, "effect": "charge", "idempotent": False}, intent[0])]}
+    got = eng.read_block_of(r1[0])
+    assert got is None or r1[2] in got[0]  # the memory engine keeps no blocks
+    assert eng.read_block_of(blob[0]) is None  # never a block of blob bodies
+    assert eng.prefix_ok is False and eng.witness_problem is None
+
+
+def test_a_transaction_that_raises_writes_nothing(eng):
+    _run_of_three(eng)
+    before = eng.position()
+    other = obj("blob", b"never")
+    with pytest.raises(RuntimeError):
+        with eng.transaction() as txn:
+            txn.put(other[0], other[1], other[2])
+            txn.set_ref("run/r/note", None, other[0], "n")
+            raise RuntimeError("the caller changed its mind")
+    assert eng.position() == before and not eng.has(other[0]) and "run/r/note" not in eng.tables.refs
+
+
 # -- the tables' root: incremental == recomputed ---------------------------------------------------
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
