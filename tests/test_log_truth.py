@@ -28,7 +28,7 @@ from objstore import engine as E
 from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
 from objstore.query import episode
-from objstore.verify import verify_report
+from objstore.verify import anchor_token, verify_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"
@@ -97,6 +97,8 @@ def template(tmp_path_factory):
     assert fresh._ckpt_at[0] == fresh.position().entry, "the honest checkpoint is adopted (the forgeries below are not)"
     before = _api(path, w)
     cli = {k: v for which in CLI_READS for k, v in _cli(path, which).items()}
+    pos = fresh.position()
+    cli["anchor"] = anchor_token(pos.entry, pos.checksum)  # kept elsewhere, before any damage
     return path, owner, w, before, cli
 
 
@@ -197,14 +199,15 @@ def test_rehashed_checkpoint_decides_nothing(store, which):
         assert got[k] == before[k], f"{which}: {k} changed after a re-hashed checkpoint"
     assert Store.open(path).engine._ckpt_at == (0, 0), "the forged checkpoint was adopted"
     assert _cli(path, which) == {k: cli[k] for k in CLI_READS[which]}
-    _, out, _ = run_cli("verify", store=path, exit_code=1)
-    assert out.splitlines() == [CKPT_LINE.format(ck, n)]
+    for extra in ((), ("--anchor", cli["anchor"])):  # the anchor holds: the log is intact, only the checkpoint lies
+        _, out, _ = run_cli("verify", *extra, store=path, exit_code=1)
+        assert out.splitlines() == [CKPT_LINE.format(ck, n)], extra
     _write_after(which, path, owner, w)
 
 
 # -- crafted commits that break a ref rule ---------------------------------------------------------
 
-def _forge_entry(path, moves, objects=(), ack=True):
+def _forge_entry(path, moves, objects=(), ack=True, rows=None):
     """Append a checksum-valid entry with ``moves`` (and ``objects``) after the log's end, with the
     root the tables would have if the rules were not checked. Returns (entry, segment path)."""
     eng = Store.open(path).engine
@@ -219,6 +222,7 @@ def _forge_entry(path, moves, objects=(), ack=True):
     acc = E.tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
     objects = list(objects)
     facts = {oid: f for oid, otype, canon in objects if (f := E.object_facts(otype, canon, None, oid)) is not None}
+    facts.update(rows or {})  # index rows that say something else than their objects
     raw, e = E.build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), objects, moves, None, True, facts=facts,
                            root=E.root_digest(acc))
     seg = eng.seg_path(eng._seg)
@@ -365,6 +369,27 @@ def test_meta_row_that_disagrees_with_its_record(store, field):
     assert len(probs) == 1 and probs[0].startswith(f"bad-meta-row entry {e.n} {rec.id.hex()}: the entry's index row says "), probs
     _, out, _ = run_cli("verify", store=path, exit_code=1)
     assert out.splitlines() == probs
+
+
+def test_chain_row_that_lies_about_previous(store):
+    """A grant stored with ``previous`` nil whose ``prevs`` row names the current grant: the rule
+    (forward-only, judged from the row) passes and the root is right, so readers accept the entry;
+    no authority comes of it (w1 stays refused) and verify names the row."""
+    path, owner, w, before, cli = store
+    st = Store.open(path)
+    name = next(k for k, _ in st.list_refs("run/A/grant/"))
+    cur = st.read_ref(name)
+    g = dict(st.get_typed(cur, codec.GRANT), action="grant", rights=["read", "write"], previous=None, seq=1)
+    new = _obj(codec.GRANT, g)
+    e, seg = _forge_entry(path, [[name, cur, new[0], "forward?"]], [new], rows={new[0]: [cur]})
+    assert RunLog(Store.open(path)).store.read_ref(name) == new[0], "readers took the entry in"
+    with pytest.raises(ObjstoreError) as err:
+        J.update_journal(RunLog(Store.open(path)), "A", w, {"entries": [{"id": "forged"}]}, reflects_through="latest")
+    assert not isinstance(err.value, CorruptLog), err.value
+    assert J.show(RunLog(Store.open(path)), "A")["body"] == {"entries": [{"id": "e1"}, {"id": "e2"}]}
+    probs = _problems(path)
+    assert probs == [f"bad-meta-row entry {e.n} {new[0].hex()}: the entry's index row says ['{cur.hex()}'], "
+                     f"the grant itself gives [None] [{seg}]"], probs
 
 
 # -- 2. forged history: a rule-breaking entry and a checkpoint that matches its forged root ---------
