@@ -469,10 +469,13 @@ def refs(c, prefix, as_json, with_log):
       objstore refs --log --json
     """
     store = c.log().store
-    rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in store.list_refs(prefix)]
+    # one log position for both: the refs as of a snapshot, and the moves of the entries up to it
+    snap = store.engine.snapshot()
+    refs_now = store.engine.refs_at(prefix, snap)
+    rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in sorted(refs_now.items())]
     if with_log:
         moves: dict = {}
-        for m in store.ref_log():
+        for m in store.ref_log(upto=snap.entry):
             if m["name"].startswith(prefix):
                 moves.setdefault(m["name"], []).append(m)
         for row in rows:

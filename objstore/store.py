@@ -529,9 +529,12 @@ class Store:
                         items[name] = new
         yield from sorted((n, v) for n, v in items.items() if n.startswith(prefix))
 
-    def ref_log(self, name: str | None = None) -> Iterator[dict]:
-        """Every ref move in log order (of one ref, or all), read from the commit entries."""
+    def ref_log(self, name: str | None = None, upto: int | None = None) -> Iterator[dict]:
+        """Every ref move in log order (of one ref, or all), read from the commit entries; with
+        ``upto``, only the moves of entries up to that one (a snapshot's)."""
         for e in self.engine.entries():
+            if upto is not None and e.n > upto:
+                return
             for ref, old, new, reason in e.moves:
                 if name is None or ref == name:
                     yield {"entry": e.n, "name": ref, "old": _show(old), "new": _show(new), "time": e.time, "reason": reason}
