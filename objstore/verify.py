@@ -45,6 +45,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
@@ -687,20 +688,26 @@ class _Verifier:
             for t in tasks:
                 yield check_segment(*t)
             return
-        ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules: no start-up cost
-        with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
-            window: deque[Future[SegResult]] = deque()
-            it = iter(tasks)
-            for t in it:  # a bounded window of segments in flight: results wait in memory only this long
-                window.append(pool.submit(_check_segment_task, t))
-                if len(window) >= 2 * jobs:
-                    break
-            while window:
-                res = window.popleft().result()
-                more = next(it, None)
-                if more is not None:
-                    window.append(pool.submit(_check_segment_task, more))
-                yield res
+        done = 0  # segments yielded so far
+        try:
+            ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules: no start-up cost
+            with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=ctx) as pool:
+                window: deque[Future[SegResult]] = deque()
+                it = iter(tasks)
+                for t in it:  # a bounded window of segments in flight: results wait in memory only this long
+                    window.append(pool.submit(_check_segment_task, t))
+                    if len(window) >= 2 * jobs:
+                        break
+                while window:
+                    res = window.popleft().result()
+                    more = next(it, None)
+                    if more is not None:
+                        window.append(pool.submit(_check_segment_task, more))
+                    done += 1
+                    yield res
+        except (OSError, BrokenProcessPool):  # no worker processes to be had (or one died): the rest here
+            for t in tasks[done:]:
+                yield check_segment(*t)
 
     # -- objects ----------------------------------------------------------------------
     def _object(self, c: Checked, where: str, linked: bool = True) -> None:
