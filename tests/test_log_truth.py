@@ -503,8 +503,8 @@ def test_truncated_by_whole_entries_is_log_truncated(store, k, tmp_path):
 
 # -- 4. readers say when they stop short -------------------------------------------------------------
 
-def test_bad_middle_entry_stops_readers_with_one_line(store, template):
-    path, owner, w, before, cli = store
+def _flip_middle_entry(path):
+    """Flip a bit of the chain checksum of the entry holding r1's second attempt: (entry, its segment path)."""
     log = RunLog(Store.open(path))
     view = log.view("r1")
     second = log.record_at(view, 0, 2)  # r1's second attempt: A's history and r1's first attempt lie before it
@@ -517,7 +517,14 @@ def test_bad_middle_entry_stops_readers_with_one_line(store, template):
         b = f.read(1)
         f.seek(bad.offset + bad.length - 1)
         f.write(bytes([b[0] ^ 0x80]))
-    os.unlink(os.path.join(path, "log", "checkpoint"))  # else a fresh open starts past the damage
+    return bad, seg
+
+
+def test_bad_middle_entry_stops_readers_with_one_line(store, template):
+    path, owner, w, before, cli = store
+    bad, seg = _flip_middle_entry(path)
+    n = bad.n
+    os.unlink(os.path.join(path, "log", "checkpoint"))  # else a fresh open starts past the damage (the price of O(1) open)
     _, out, err = run_cli("log", "r1", store=path, exit_code=6)
     line = _one_line(err)
     assert seg in line and f"offset {bad.offset}" in line and out == ""
@@ -528,6 +535,17 @@ def test_bad_middle_entry_stops_readers_with_one_line(store, template):
     assert repr(J.show(pre, "A")) == before["journal"]
     full = RunLog(Store.open(template[0]))  # the undamaged template
     assert _records(pre, "r1") == _records(full, "r1", upto=2)  # run_started and the first attempt
+
+
+@pytest.mark.xfail(strict=True, reason="objstore/verify.py _Verifier._checkpoint_file -> _checkpoint_rows rebuilds the active "
+                   "segment's rows with engine._segment_entries, which stops silently at the first bad entry, so an honest "
+                   "checkpoint written after a bad middle entry is reported 'damaged-checkpoint ...: its rows of the active "
+                   "segment are not the ones the segment's entries give' beside the corrupt-entry line")
+def test_bad_middle_entry_below_the_checkpoint_is_verify_s_only_line(store):
+    path, *_ = store
+    bad, seg = _flip_middle_entry(path)
+    _, out, _ = run_cli("verify", store=path, exit_code=1)
+    assert out.splitlines() == [f"corrupt-entry {seg}: entry {bad.n} at offset {bad.offset}: checksum mismatch"]
 
 
 # -- sealed segments: a re-hashed .idx, a missing segment ------------------------------------------
