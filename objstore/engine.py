@@ -1083,7 +1083,9 @@ def seg_name(n: int) -> str:
 
 
 class LogEngine(Engine):
-    def __init__(self, root: str, policy: FsyncPolicy) -> None:
+    def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True) -> None:
+        """``checkpoint=False``: neither adopt nor write a checkpoint; every entry from the first is
+        replayed (its rules and root checked): what verify reads the log with."""
         self.root = root
         self.dir = os.path.join(root, "log")
         self.policy = policy
@@ -1105,6 +1107,7 @@ class LogEngine(Engine):
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
         self.prefix_ok = False  # answer from the readable prefix of a damaged log instead of raising (verify)
+        self.breach = False  # the damage is a sound entry that breaks a rule of the log (or its root), not bad bytes
         self._sealed = False  # the last entry taken in is its segment's seal entry
         self._wit_path = os.path.join(self.dir, "witness")
         self._wit_fd: int | None = None
@@ -1114,13 +1117,16 @@ class LogEngine(Engine):
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False
+        self._use_checkpoint = True
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
             self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
         except OSError:
             self._top = 1
-        self._load_checkpoint()
+        self._use_checkpoint = checkpoint
+        if checkpoint:
+            self._load_checkpoint()
         ckpt_seg = self._seg
         try:
             self.refresh()
@@ -1282,7 +1288,7 @@ class LogEngine(Engine):
                         break
                     bad = self._apply(e._replace(offset=off + pos, data_off=off + e.data_off))
                     if bad is not None:
-                        self.torn, self.damaged = None, (self._seg, off + pos, f"entry {e.n}: {bad}")
+                        self.torn, self.damaged, self.breach = None, (self._seg, off + pos, f"entry {e.n}: {bad}"), True
                         self._off = off + pos
                         return
                     pos += e.length
@@ -1325,7 +1331,7 @@ class LogEngine(Engine):
             assert e is not None  # a split entry: a window's entries were applied above, and its end continued or returned
             bad = self._apply(e)
             if bad is not None:
-                self.torn, self.damaged = None, (self._seg, off, f"entry {e.n}: {bad}")
+                self.torn, self.damaged, self.breach = None, (self._seg, off, f"entry {e.n}: {bad}"), True
                 return
             self._off = off + e.length
             if self._sealed:
@@ -1476,6 +1482,8 @@ class LogEngine(Engine):
         self._check_loc(oid, loc)
         try:
             raw = self._read_block(loc)
+        except CorruptLog:
+            raise  # a missing or unreadable segment: named as it is
         except IntegrityError as e:
             raise IntegrityError(oid.hex(), e.args[1], e.args[2]) from None
         data = raw[loc.off : loc.off + loc.length]
@@ -1765,7 +1773,7 @@ class LogEngine(Engine):
     def _checkpoint(self) -> None:
         """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
         path = os.path.join(self.dir, "checkpoint")
-        if self._ckpt_busy:
+        if self._ckpt_busy or not self._use_checkpoint:
             return  # another thread of this process is writing one
         self._ckpt_busy = True
         try:
@@ -1884,6 +1892,7 @@ class LogEngine(Engine):
         if size > self._off:
             self.torn = (self._seg, self._off, size - self._off, "repair")
         self.damaged = None
+        self.breach = False
         self.witness_problem = None
 
     def _sync_upto(self, n: int) -> None:

@@ -359,6 +359,22 @@ def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None =
         return _Verifier(log, progress, n_jobs).run(check_state, want)
 
 
+def _replayed_breach(engine: LogEngine) -> tuple | None:
+    """(segment, offset, reason) of the first entry that breaks a rule of the log or names a wrong
+    root, found by replaying every entry's meta from the first, whatever checkpoint readers adopt
+    (one forged with its tables matching a forged entry's root included); None if there is none."""
+    fresh = LogEngine(engine.root, engine.policy, checkpoint=False)
+    try:
+        fresh.prefix_ok = True
+        try:
+            fresh.refresh()
+        except CorruptLog:
+            pass  # damage to the bytes of a segment: the scan names it
+        return fresh.damaged if fresh.breach else None
+    finally:
+        fresh.close()
+
+
 def progress_totals(store: Store) -> tuple[int | None, int | None]:
     """(objects, bytes) a full ``verify`` will read, for a progress bar; None where unknown (an
     in-memory store). ``verify_report(progress=f)`` calls ``f(objects_done, bytes_done)`` after
@@ -459,6 +475,15 @@ class _Verifier:
             pos, broken = engine.refresh(), None
         except CorruptLog as err:  # damage before the log's end (readers stop there): scan on to name it
             pos, broken = engine.position(), err
+        damaged = getattr(engine, "damaged", None)
+        if broken is None and damaged is not None and isinstance(engine, LogEngine) and not engine.breach:
+            # bad bytes, where a reader without the readable prefix would have raised: scan on to
+            # name them (an entry that breaks a rule is named by the replay below)
+            broken = CorruptLog(engine.seg_path(damaged[0]), f"damaged entry at offset {damaged[1]} ({damaged[2]})")
+        # verify proves the log from its first entry: readers open through a checkpoint, and someone
+        # who forged an entry can forge a checkpoint to match its root. So every entry's rules and
+        # root are replayed here from the first, apart from the engine readers use.
+        breach = _replayed_breach(engine) if isinstance(engine, LogEngine) else None
         upto = self.upto = pos.entry
         # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
         # so the segments after it are read to their ends (each on its own).
@@ -540,6 +565,9 @@ class _Verifier:
         if apart:
             self.notes.append(Problem("checked-apart", "log", "", f"refs, chains and forks are checked up to entry {count} only; "
                                       f"segment{'s' if len(apart) > 1 else ''} {_span(apart)} after the break checked each on its own"))
+        if breach is not None and isinstance(engine, LogEngine):
+            # an entry every byte of which is sound, that breaks a rule of the log (or its root)
+            self.add("corrupt-entry", engine.seg_path(breach[0]), "", f"{breach[2].split(': ', 1)[0]} at offset {breach[1]}: {breach[2]}")
         if broken is not None and not self.problems:
             self.add("corrupt-log", broken.args[0], "", broken.args[1])
         if count < upto and not self.problems:
@@ -549,13 +577,9 @@ class _Verifier:
             seg, off, length, why = torn
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
-        damaged = getattr(engine, "damaged", None) if broken is None else None
-        if damaged is not None and isinstance(engine, LogEngine):
-            seg, off, why = damaged
-            self.add("corrupt-entry", engine.seg_path(seg), "", f"entry {count + 1} at offset {off}: {why}")
         if wit is not None and isinstance(engine, LogEngine):
             path = engine._wit_path
-            if wit[0] > count and not self.log_broken and damaged is None:
+            if wit[0] > count and not self.log_broken and broken is None and breach is None:
                 self.add("log-truncated", "log", path, f"the log ends at entry {count}, but the head witness says entry {wit[0]} was made durable")
             elif wit_sum is not None and wit_sum != wit[1]:
                 self.add("witness-mismatch", "log", path, f"the head witness names entry {wit[0]} with checksum {wit[1].hex()}, "
@@ -614,10 +638,14 @@ class _Verifier:
         hdr = E._read_segment_header(engine._fd(seg), engine.seg_path(seg))
         objects: dict = {}
         chain: list = []
+        last = hdr[2] - 1
         for e in engine._segment_entries(seg, hdr[3], hdr[2]):
             if e.n > t.pos.entry:
                 break
             E._segment_rows(e, objects, chain)
+            last = e.n
+        if last < t.pos.entry:
+            return None  # the segment does not read that far (its damage is named on its own): the rows are not judged
         want = segindex.build(seg, hdr[2], t.pos.entry, t.pos.checksum, objects.values(), chain)
         if t.frozen is None or bytes(t.frozen.data) != want:
             return "its rows of the active segment are not the ones the segment's entries give"

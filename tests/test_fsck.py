@@ -188,7 +188,15 @@ def test_rewritten_entry_breaks_the_next_entrys_chain(built):
     e4, e5, e6 = built.entries[4], built.entries[5], built.entries[6]
     p = seg(built.root, 1)
     data = open(p, "rb").read()
-    forged, _ = E.encode_entry(e4.checksum, 5, e5.time + 1, [], [["note/forged", None, built.blob, "forged"]], None)
+    # valid on its own: its root is the root of the tables after entry 4 plus its own move, as an
+    # attacker who replays entries 1..4 computes it
+    t = E.Tables()
+    for n in range(1, 5):
+        e = built.entries[n]
+        facts = {e.objs[r[0]][0]: r[1:] for r in e.recs}
+        facts.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
+        t.commit(t.plan(n, [(o[0], o[1]) for o in e.objs], facts, e.moves, e.idx), n, e.checksum, e.time)
+    forged, _ = E.encode_entry(e4.checksum, 5, e5.time + 1, [], [["note/forged", None, built.blob, "forged"]], None, tables=t)
     with open(p, "wb") as f:
         f.write(data[: e5.offset] + forged + data[e5.offset + e5.length :])
     expect = [f"corrupt-entry {p}: entry 6 at offset {e5.offset + len(forged)}: checksum mismatch"]

@@ -426,10 +426,6 @@ def test_forged_history_is_refused_by_a_writer_open_before_it(store, monkeypatch
             child.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="verify adopts the forged checkpoint: objstore/verify.py _Verifier._run takes the tables "
-                   "from engine.refresh() of a store opened normally (LogEngine._load_checkpoint adopts a checkpoint whose tables "
-                   "match the forged root), and scan_log checks checksums and objects only, never Tables.plan; so a rule-breaking "
-                   "entry at or below an adopted checkpoint is never checked and verify says ok (exit 0)")
 def test_forged_history_is_named_by_verify(store, monkeypatch):
     path, *_ = store
     e, seg, why = _forge_history(path, monkeypatch)
@@ -537,10 +533,6 @@ def test_bad_middle_entry_stops_readers_with_one_line(store, template):
     assert _records(pre, "r1") == _records(full, "r1", upto=2)  # run_started and the first attempt
 
 
-@pytest.mark.xfail(strict=True, reason="objstore/verify.py _Verifier._checkpoint_file -> _checkpoint_rows rebuilds the active "
-                   "segment's rows with engine._segment_entries, which stops silently at the first bad entry, so an honest "
-                   "checkpoint written after a bad middle entry is reported 'damaged-checkpoint ...: its rows of the active "
-                   "segment are not the ones the segment's entries give' beside the corrupt-entry line")
 def test_bad_middle_entry_below_the_checkpoint_is_verify_s_only_line(store):
     path, *_ = store
     bad, seg = _flip_middle_entry(path)
@@ -653,9 +645,6 @@ def test_missing_sealed_segment_is_named_by_verify_and_the_api(sealed_copy):
     assert out.splitlines() == [f"missing-segment {seg2}: segment 2 is missing; the log ends at entry {ends}"]
 
 
-@pytest.mark.xfail(strict=True, reason="objstore/engine.py LogEngine._read_loc: the CorruptLog('<seg> segment missing') that "
-                   "_read_block -> _fd raises is an IntegrityError with 2 args, re-raised as IntegrityError(oid.hex(), e.args[1], "
-                   "e.args[2]): IndexError, a traceback and exit 1 instead of one line and exit 6")
 @pytest.mark.parametrize("cmd", ["log", "show", "cat"])
 def test_missing_sealed_segment_is_one_line(sealed_copy, cmd):
     path, before = sealed_copy
