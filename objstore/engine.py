@@ -56,6 +56,7 @@ from .errors import (
 )
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
+from .runrefs import RUN_PREFIX as _RUN_PREFIX
 from .runrefs import run_of as _run_of
 
 SEG_MAGIC = b"OSSG\x03\x00\x00\x00"
@@ -192,7 +193,7 @@ def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dic
             if run is not None:
                 run_refs.setdefault(run, {})[name] = value
     for name, value in refs.items():
-        if not name.startswith("run/") or _run_of(name) is None:
+        if not name.startswith(_RUN_PREFIX) or _run_of(name) is None:
             yield ["r", name, value]
     run_tips: dict = {}
     for (run, branch), tip in tips.items():
@@ -772,7 +773,7 @@ class Tables:
             raise ValueError("a ref twice")
         run_refs = t.run_refs
         for k, v in refs.items():
-            if k.startswith("run/"):
+            if k.startswith(_RUN_PREFIX):
                 run = _run_of(k)
                 if run is not None:
                     d = run_refs.get(run)

@@ -39,7 +39,8 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=_
     cmd += list(args)
     p = subprocess.run(cmd, input=input, capture_output=True, cwd=cwd, env=env, timeout=120)
     out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    assert p.returncode == exit_code, f"objstore {' '.join(map(str, args))}: exit {p.returncode}, expected {exit_code}\nstderr: {err}"
+    assert p.returncode == exit_code, (f"objstore {' '.join(map(str, args))}: exit {p.returncode}, expected {exit_code}\nstderr: {err}"
+                                       f"\nstdout (end): {out[-2000:]}")
     return p.returncode, out, err
 
 

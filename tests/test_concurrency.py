@@ -102,8 +102,10 @@ def test_eight_processes_append_while_verify_loops_then_concurrent_demos(tmp_pat
     def verify_loop():
         while True:
             during = writing.is_set()
-            p = subprocess.run([sys.executable, "-m", "objstore", "--store", root, "verify"], capture_output=True, env=_env(), timeout=300)
-            rc, out, err = p.returncode, p.stdout.decode(), p.stderr.decode()  # kept, and reported once the writers are done
+            try:  # its output is kept and reported once the writers are done
+                rc, out, err = run_cli("verify", store=root, exit_code=0)
+            except AssertionError as e:
+                rc, out, err = -1, "", str(e)
             verifies.append((rc, out, err, during))
             if not during:
                 return
