@@ -118,8 +118,9 @@ def test_backend_host_answers_as_of_its_authorization(tmp_path, shape):
         t.start()
         # the Backend's own process is paused between its authorization and its journal read
         # (bounded: a Host that never gets there fails the test instead of hanging the suite)
-        ready, _, _ = select.select([server.stdout], [], [], 120)
-        assert ready, f"the Backend never reached its hook; client got {got}"
+        poll = select.poll()  # not select(): the suite may hold descriptors above FD_SETSIZE by now
+        poll.register(server.stdout, select.POLLIN)
+        assert poll.poll(120_000), f"the Backend never reached its hook; client got {got}"
         assert server.stdout.readline() == b"authorized w1\n", got
         _revoke_in_other_process(root, run, w1, shape)
         server.stdin.write(b"go\n")
