@@ -622,16 +622,20 @@ class Tables:
                 intents.append((run, fact))
                 acc += _elt(["i", run, *fact])
         refs: dict = {}
+        ref_run: dict = {}  # name -> its run (None: a store-level ref), worked out once
         for m in moves:
             name, old, new = m[0], m[1], m[2]
             cur = refs[name] if name in refs else self.refs.get(name)
             if old != cur:
                 return f"move of {name} from {_show(old)}, but the ref holds {_show(cur)}"
-            bad = self._rule(name, old, new, types, facts)
-            if bad is not None:
-                return bad
+            run = ref_run[name] = _run_of(name) if name.startswith(_RUN_PREFIX) else None
+            # only the namespaces that have rules pay for them: runs' chain refs and keys/
+            if run is None or name.endswith(_CHAIN_SUFFIXES) or "/grant/" in name:
+                bad = self._rule(name, old, new, types, facts)
+                if bad is not None:
+                    return bad
             refs[name] = new
-            if _run_of(name) is None:
+            if run is None:
                 if cur is not None:
                     acc -= _elt(["r", name, cur])
                 if new is not None:
@@ -641,7 +645,7 @@ class Tables:
             if (refs[name] if name in refs else self.refs.get(name)) != oid:
                 return f"record {oid.hex()} is appended to branch {branch} of run {run}, but {name} does not move to it"
         for name, new in refs.items():
-            run = _run_of(name)
+            run = ref_run[name]
             if run is None:
                 continue
             b = _branch_num(run, name)
@@ -655,12 +659,12 @@ class Tables:
                 if new is not None and (target is None or b is None or (refs[target] if target in refs else self.refs.get(target)) is None):
                     return f"{name} moves to {_show(new)}, which is not an existing branch of run {run}"
         touched = {key[0] for key in tips}
-        touched.update(r for r in map(_run_of, refs) if r is not None)
+        touched.update(r for r in ref_run.values() if r is not None)
         runs: dict = {}
         for run in touched:
             rr = dict(self.run_refs.get(run, ()))
             for name, value in refs.items():
-                if _run_of(name) == run:
+                if ref_run[name] == run:
                     if value is None:
                         rr.pop(name, None)
                     else:
@@ -669,7 +673,9 @@ class Tables:
             for (r, b), tip in tips.items():
                 if r == run:
                     rt[b] = tip
-            start = self.starts.get(run, next((e for r, e in starts if r == run), None))
+            start = self.starts.get(run)
+            if start is None and starts:
+                start = next((e for r, e in starts if r == run), None)
             new_d = run_digest(rr, rt, start)
             old_d = self.run_dig.get(run)
             if old_d != new_d:
@@ -791,6 +797,7 @@ class Tables:
 
 
 SYMREF = runrefs.SYMREF_PREFIX
+_CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS)
 KEYS_PREFIX = runrefs.KEYS_PREFIX
 _branch_ref = runrefs.branch_ref
 _live_ref = runrefs.live_ref
