@@ -245,7 +245,7 @@ def encode_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut:
     What a crafted entry looks like when its author computes everything a writer computes: tests
     use it to forge checksum-valid entries."""
     t0 = tables if tables is not None else Tables()
-    facts = {oid: object_facts(otype, canon if isinstance(canon, bytes) else canon.read_all(), None, oid) for oid, otype, canon in objects}
+    facts = _facts_of(objects)
     got = t0.plan(n, [(o[0], o[1]) for o in objects], facts, moves, None)
     root = got.root if isinstance(got, Plan) else ZERO
     data, entry = build_entry(prev, n, t, objects, moves, cut, compress, facts=facts, root=root)
@@ -257,8 +257,7 @@ def encode_next(tables: Tables, t: float, objects: list, moves: list, compress: 
     """The next entry after ``tables``' position, built as a writer builds it (index rows, rules,
     root), and ``tables`` advanced past it; raises Refused if it breaks a rule. For the golden
     fixtures and for tests that must craft checksum-valid entries byte by byte."""
-    facts = {oid: f for oid, otype, canon in objects
-             if (f := object_facts(otype, canon if isinstance(canon, bytes) else canon.read_all(), None, oid)) is not None}
+    facts = _facts_of(objects)
     n = tables.pos.entry + 1
     plan = tables.plan(n, [(o[0], o[1]) for o in objects], facts, moves, idx)
     if isinstance(plan, str):
@@ -267,6 +266,12 @@ def encode_next(tables: Tables, t: float, objects: list, moves: list, compress: 
     e = e._replace(seg=seg, offset=off, data_off=off + e.data_off)
     tables.commit(plan, n, e.checksum, t)
     return data, e
+
+
+def _facts_of(objects: list) -> dict:
+    """id -> object_facts of those of ``objects`` [(id, type, canonical bytes or LargeBlob)] that have them."""
+    return {oid: f for oid, otype, canon in objects if otype == codec.RECORD or otype in CHAIN_TYPES
+            if (f := object_facts(otype, canon if isinstance(canon, bytes) else canon.read_all(), None, oid)) is not None}
 
 
 def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = None) -> list | None:
@@ -1167,10 +1172,7 @@ class LogEngine(Engine):
         if w is None or self.witness_problem is not None:
             return
         pos = self.tables.pos
-        if w[0] > pos.entry:
-            self.witness_problem = ("log-truncated", f"the log ends at entry {pos.entry}, but the head witness says entry {w[0]} was made durable")
-        elif w[0] == pos.entry and w[1] != pos.checksum:
-            self.witness_problem = ("witness-mismatch", f"the head witness names entry {w[0]} with checksum {w[1].hex()}, the log has {pos.checksum.hex()}")
+        self.witness_problem = witness_disagreement(w, pos.entry, pos.checksum if w[0] == pos.entry else None)
 
     def _write_witness(self, entry: int, checksum: bytes) -> None:
         """After the entry's fdatasync, before the commit returns; never synced itself: it may lag
@@ -1395,7 +1397,7 @@ class LogEngine(Engine):
         t.commit(plan, e.n, e.checksum, e.time)
         w = self._wit
         if w is not None and w[0] == e.n and w[1] != e.checksum:
-            self.witness_problem = ("witness-mismatch", f"the head witness names entry {e.n} with checksum {w[1].hex()}, the log has {e.checksum.hex()}")
+            self.witness_problem = witness_disagreement(w, e.n, e.checksum)
         if e.seal:
             self._sealed = True
         return None
@@ -2024,7 +2026,10 @@ class LogEngine(Engine):
         """[segment, digest] the first entry of segment ``seg`` names: the previous segment's index."""
         if seg == 1 or off != SEG_HEADER.size:
             return None
-        return [seg - 1, blake3.blake3(self._sealed_index_bytes(seg - 1)).digest()]
+        digest = self._built.get(seg - 1)  # built from the log's entries when this process retired it
+        if digest is None:
+            digest = blake3.blake3(self._sealed_index_bytes(seg - 1)).digest()
+        return [seg - 1, digest]
 
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
@@ -2123,6 +2128,16 @@ def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
         objects[oid] = (oid, e.n, starts[bi], stored, raw, boff, length, comp, otype)
     for r in e.recs:
         chain.append((r[1], r[2], r[3], e.objs[r[0]][0]))
+
+
+def witness_disagreement(w: tuple[int, bytes], end: int, checksum_at_w: bytes | None) -> tuple[str, str] | None:
+    """(code, detail) where the head witness ``w`` (entry, checksum) disagrees with a log that ends
+    at entry ``end`` and holds ``checksum_at_w`` at the witness's entry (None: not known); else None."""
+    if w[0] > end:
+        return "log-truncated", f"the log ends at entry {end}, but the head witness says entry {w[0]} was made durable"
+    if checksum_at_w is not None and checksum_at_w != w[1]:
+        return "witness-mismatch", f"the head witness names entry {w[0]} with checksum {w[1].hex()}, the log has {checksum_at_w.hex()}"
+    return None
 
 
 def _write_index(path: str, data: bytes) -> None:

@@ -209,30 +209,26 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
 
 
 def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: str | None) -> dict:
-    """``path`` is missing: finish an upgrade that stopped between its two renames."""
+    """``path`` is missing: finish an upgrade that stopped between its two renames (of a format-1
+    store, kept as ``backup``, or of a format-2 one, kept as ``PATH.format2``)."""
     if not os.path.isdir(backup) and os.path.isdir(path + BACKUP2_SUFFIX):
-        backup2 = path + BACKUP2_SUFFIX
-        if not os.path.isdir(staging):
-            raise InvalidInput(f"{path} is missing and {backup2} holds its format-2 store, but there is no {staging} to finish "
-                               f"an upgrade with; 'mv {backup2} {path}' puts the format-2 store back, then run upgrade again")
-        with _dir_lock(backup2):
-            if os.path.lexists(path):
-                raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
-            summary = _verify2(Format2Reader(backup2), staging, fsync)
-            os.rename(staging, path)
-            policy.dir(os.path.dirname(path))
-        return {"status": "finished", "path": path, **summary, "backup": backup2}
+        backup, version = path + BACKUP2_SUFFIX, 2
+    else:
+        version = 1
     if not os.path.isdir(backup):
         raise StoreNotFound(path)
-    if read_marker(backup) != 1:
-        raise StoreFormatError(backup, "not a format-1 store")
+    if read_marker(backup) != version:
+        raise StoreFormatError(backup, f"not a format-{version} store")
     if not os.path.isdir(staging):
-        raise InvalidInput(f"{path} is missing and {backup} holds its format-1 store, but there is no {staging} to finish "
-                           f"an upgrade with; 'mv {backup} {path}' puts the format-1 store back, then run upgrade again")
+        raise InvalidInput(f"{path} is missing and {backup} holds its format-{version} store, but there is no {staging} to finish "
+                           f"an upgrade with; 'mv {backup} {path}' puts the format-{version} store back, then run upgrade again")
     with _dir_lock(backup):
         if os.path.lexists(path):
             raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
-        summary = _verify(Format1Reader(backup), plan(Format1Reader(backup)), staging, fsync)
+        if version == 2:
+            summary = _verify2(Format2Reader(backup), staging, fsync)
+        else:
+            summary = _verify(Format1Reader(backup), plan(Format1Reader(backup)), staging, fsync)
         os.rename(staging, path)
         policy.dir(os.path.dirname(path))
     return {"status": "finished", "path": path, **summary, "backup": backup}

@@ -577,13 +577,11 @@ class _Verifier:
             seg, off, length, why = torn
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
-        if wit is not None and isinstance(engine, LogEngine):
-            path = engine._wit_path
-            if wit[0] > count and not self.log_broken and broken is None and breach is None:
-                self.add("log-truncated", "log", path, f"the log ends at entry {count}, but the head witness says entry {wit[0]} was made durable")
-            elif wit_sum is not None and wit_sum != wit[1]:
-                self.add("witness-mismatch", "log", path, f"the head witness names entry {wit[0]} with checksum {wit[1].hex()}, "
-                         f"the log has {wit_sum.hex()}")
+        seen = E.witness_disagreement(wit, count, wit_sum) if wit is not None and isinstance(engine, LogEngine) else None
+        # a log that stops at damage named above is short of the witness because of that damage
+        if seen is not None and isinstance(engine, LogEngine) and (
+                seen[0] != "log-truncated" or (not self.log_broken and broken is None and breach is None)):
+            self.add(seen[0], "log", engine._wit_path, seen[1])
         if isinstance(engine, LogEngine):
             self._checkpoint_file(engine)
         if not self.log_broken:  # otherwise refs and chains would only echo the break

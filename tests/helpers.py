@@ -158,3 +158,29 @@ def run_read_only(root, *args, env_extra=None):
     finally:
         subprocess.run(["chmod", "-R", "u+w", root], check=True)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
+
+
+def run_on_pty(argv, *, raw=False, **popen):
+    """Run ``argv`` with stdout on a pseudo-terminal (``raw``: no line discipline, bytes unchanged);
+    returns (exit code, what the terminal got, stderr). ``popen``: cwd, env, ..."""
+    import pty
+    import tty
+
+    master, slave = pty.openpty()
+    if raw:
+        tty.setraw(slave)
+    p = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **popen)
+    os.close(slave)
+    got = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        got += chunk
+    os.close(master)
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    return p.wait(timeout=60), got, err

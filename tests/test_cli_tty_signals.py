@@ -4,15 +4,13 @@ as they are to a pipe or with ``--raw``."""
 
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
 import time
-import tty
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_on_pty
 
 from objstore import RunLog, Store
 
@@ -93,24 +91,7 @@ def blobs(tmp_path):
 
 def on_tty(root, *args):
     """Run the CLI with stdout on a pty (raw mode: bytes unchanged); (exit code, what the terminal got, stderr)."""
-    master, slave = pty.openpty()
-    tty.setraw(slave)
-    p = subprocess.Popen([sys.executable, "-m", "objstore", "--store", root, *args], stdout=slave,
-                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=_env({"PAGER": "cat"}))
-    os.close(slave)
-    got = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        got += chunk
-    os.close(master)
-    err = p.stderr.read().decode()
-    p.stderr.close()
-    return p.wait(timeout=60), got, err
+    return run_on_pty([sys.executable, "-m", "objstore", "--store", root, *args], raw=True, env=_env({"PAGER": "cat"}))
 
 
 def test_cat_and_show_summarise_binary_on_a_terminal(blobs):

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import subprocess
 import sys
 
 import pytest
+from helpers import run_on_pty
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,23 +56,8 @@ def probe(args, cwd, tty: bool = False) -> tuple[str, set[str]]:
         p = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
         assert p.returncode == 0, p.stderr
         return p.stdout, set(json.loads(p.stderr.strip().splitlines()[-1]))
-    master, slave = pty.openpty()
-    child = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=cwd,
-                             env={**env, "COLUMNS": "200", "TERM": "xterm"})
-    os.close(slave)
-    got = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        got += chunk
-    os.close(master)
-    err = child.stderr.read().decode()
-    child.stderr.close()
-    assert child.wait(timeout=60) == 0, err
+    code, got, err = run_on_pty(argv, cwd=cwd, env={**env, "COLUMNS": "200", "TERM": "xterm"})
+    assert code == 0, err
     return got.decode(), set(json.loads(err.strip().splitlines()[-1]))
 
 
