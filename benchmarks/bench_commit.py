@@ -175,7 +175,7 @@ def canonical_len(otype, payload_len):
 
 def objstore_bytes(log, run, work):
     """(bytes on disk: sum of file sizes, allocated bytes, canonical bytes of all objects written, record count)."""
-    from objstore import codec  # canonical encoding, only to size what was written
+    from objstore.storage import codec  # canonical encoding, only to size what was written
 
     canon = canonical_len("blob", len(PROMPT))
     canon += sum(canonical_len("blob", len(b)) for b, _, _ in work if b is not None)

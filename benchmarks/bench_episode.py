@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from common import timed  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
-from objstore.query import episode  # noqa: E402
+from objstore.runs.query import episode  # noqa: E402
 
 
 def build(log, run, n, branches=5, live_attempts=100):

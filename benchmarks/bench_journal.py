@@ -29,15 +29,16 @@ def _stats(xs):
 def run(n: int) -> None:
     d = tempfile.mkdtemp(dir=os.environ.get("BENCH_DIR"))
     os.environ["OBJSTORE_KEYS"] = os.path.join(d, "keys")
-    from objstore import RunLog, Store, identity
+    from objstore import RunLog, Store
     from objstore import journal as J
-    from objstore.backend import BackendHost
+    from objstore.journal.backend import BackendHost
+    from objstore.storage import identity
 
     log = RunLog(Store.init(os.path.join(d, "s")))
     owner, _ = identity.ensure_owner_key(log.store)
     local = J.LocalJournalHost(log)
     sock = os.path.join(d, "h.sock")
-    server = subprocess.Popen([sys.executable, "-c", "import sys; from objstore.backend import main_serve; main_serve(sys.argv[1], sys.argv[2])",
+    server = subprocess.Popen([sys.executable, "-c", "import sys; from objstore.journal.backend import main_serve; main_serve(sys.argv[1], sys.argv[2])",
                                log.store.root, sock], stderr=subprocess.DEVNULL)
     while not os.path.exists(sock):
         time.sleep(0.02)

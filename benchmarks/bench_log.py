@@ -29,7 +29,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from objstore import RunLog, Store, codec, history  # noqa: E402
+from objstore import RunLog, Store  # noqa: E402
+from objstore.runs import history
+from objstore.storage import codec
 
 SQLITE_CHILD = r"""
 import sqlite3, sys

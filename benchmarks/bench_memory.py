@@ -62,7 +62,7 @@ CACHE_VERSION = 1
 def store_format():
     """The store format the imported objstore writes (part of the cache key: a format change builds anew)."""
     try:
-        from objstore import store as _store
+        from objstore.storage import store as _store
 
         return str(getattr(_store, "FORMAT_VERSION", "?"))
     except Exception:

@@ -37,7 +37,7 @@ What it measures
    git wall / objstore wall (min/median/max; the target ratio), peak RSS of each command's own process. Optionally
    one verify under cProfile: top functions by tottime, time by phase.
 2. cold re-fold vs a FIXED SQLite peer (benchmarks/refold_peer.py: msgspec decode into dicts and the fold copied from
-   objstore/fold.py, importing nothing from objstore, so the peer does not move with objstore). One run of F records
+   objstore/runs/fold.py, importing nothing from objstore, so the peer does not move with objstore). One run of F records
    (same shapes). Each system in a fresh process: objstore opens the store and runs ``log.refold(view, live)``; the
    peer reads every row of ``rec(id, h, body)`` (the same records' canonical bytes in LSN order, ``h`` their BLAKE3)
    in order, checks the BLAKE3 and the header, decodes and folds; ``episode(log, run, source="refold")`` in process
@@ -385,24 +385,24 @@ def mib(b):
 # -- profiles -------------------------------------------------------------------------------------------------
 _PHASES = [
     # (file suffix, function names or None for any, phase)
-    ("objstore/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
+    ("objstore/storage/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
      "log scan: read, decompress, entry checksums"),
-    ("objstore/verify.py", {"_object"}, "object checks (dispatch)"),
-    ("objstore/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
-    ("objstore/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
-    ("objstore/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
+    ("objstore/runs/verify.py", {"_object"}, "object checks (dispatch)"),
+    ("objstore/runs/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
+    ("objstore/runs/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
+    ("objstore/runs/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
      "state check"),
-    ("objstore/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
+    ("objstore/storage/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
                             "_retire_active", "set_ref"}, "store open: checkpoint + log catch-up"),
-    ("objstore/codec.py", None, "decode (codec)"),
-    ("objstore/records.py", None, "schema checks (records)"),
-    ("objstore/state.py", None, "state cache / fold"),
-    ("objstore/fold.py", None, "state cache / fold"),
-    ("objstore/runlog.py", None, "chain walks (runlog)"),
-    ("objstore/store.py", None, "object reads (store)"),
-    ("objstore/engine.py", None, "object reads (engine)"),
-    ("objstore/segindex.py", None, "sealed segment indexes (segindex)"),
-    ("objstore/verify.py", None, "verify driver"),
+    ("objstore/storage/codec.py", None, "decode (codec)"),
+    ("objstore/runs/records.py", None, "schema checks (records)"),
+    ("objstore/runs/state.py", None, "state cache / fold"),
+    ("objstore/runs/fold.py", None, "state cache / fold"),
+    ("objstore/runs/runlog.py", None, "chain walks (runlog)"),
+    ("objstore/storage/store.py", None, "object reads (store)"),
+    ("objstore/storage/engine.py", None, "object reads (engine)"),
+    ("objstore/storage/segindex.py", None, "sealed segment indexes (segindex)"),
+    ("objstore/runs/verify.py", None, "verify driver"),
 ]
 
 
@@ -457,33 +457,33 @@ def profile_report(prof_path, top=15, title=""):
 
 _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the main steps
     ("cli/main.py", "verify", "CLI verify command (everything after imports)"),
-    ("objstore/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
-    ("objstore/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
-    ("objstore/engine.py", "_entry_objects", "    decompress + slice objects"),
-    ("objstore/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
-    ("objstore/codec.py", "decode", "    codec.decode (all callers)"),
-    ("objstore/records.py", "schema_problem", "    records.schema_problem"),
-    ("objstore/verify.py", "_record", "    chain checks (_record)"),
-    ("objstore/verify.py", "_moves", "  ref moves"),
-    ("objstore/verify.py", "_references", "  references between objects"),
-    ("objstore/verify.py", "_refs", "  final refs"),
-    ("objstore/verify.py", "_chains_end", "  forks / chain ends"),
-    ("objstore/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
-    ("objstore/state.py", "refold_branch", "    refold_branch"),
-    ("objstore/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
-    ("objstore/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
-    ("objstore/codec.py", "canonical_json", "    codec.canonical_json"),
-    ("objstore/runlog.py", "refold", "log.refold"),
-    ("objstore/runlog.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
-    ("objstore/store.py", "get_decoded", "    store.get_decoded"),
-    ("objstore/engine.py", "read_block_of", "      engine.read_block_of"),
-    ("objstore/fold.py", "fold", "  fold.fold"),
-    ("objstore/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
-    ("objstore/engine.py", "iter_chain", "      engine.iter_chain"),
-    ("objstore/codec.py", "decode_block", "      codec.decode_block"),
-    ("objstore/query.py", "episode", "query.episode"),
-    ("objstore/state.py", "rebuild", "StateCache.rebuild"),
-    ("objstore/state.py", "_refresh", "  StateCache._refresh (per branch)"),
+    ("objstore/storage/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
+    ("objstore/storage/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
+    ("objstore/storage/engine.py", "_entry_objects", "    decompress + slice objects"),
+    ("objstore/runs/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
+    ("objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
+    ("objstore/runs/records.py", "schema_problem", "    records.schema_problem"),
+    ("objstore/runs/verify.py", "_record", "    chain checks (_record)"),
+    ("objstore/runs/verify.py", "_moves", "  ref moves"),
+    ("objstore/runs/verify.py", "_references", "  references between objects"),
+    ("objstore/runs/verify.py", "_refs", "  final refs"),
+    ("objstore/runs/verify.py", "_chains_end", "  forks / chain ends"),
+    ("objstore/runs/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
+    ("objstore/runs/state.py", "refold_branch", "    refold_branch"),
+    ("objstore/runs/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
+    ("objstore/runs/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
+    ("objstore/storage/codec.py", "canonical_json", "    codec.canonical_json"),
+    ("objstore/runs/runlog.py", "refold", "log.refold"),
+    ("objstore/runs/runlog.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
+    ("objstore/storage/store.py", "get_decoded", "    store.get_decoded"),
+    ("objstore/storage/engine.py", "read_block_of", "      engine.read_block_of"),
+    ("objstore/runs/fold.py", "fold", "  fold.fold"),
+    ("objstore/runs/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
+    ("objstore/storage/engine.py", "iter_chain", "      engine.iter_chain"),
+    ("objstore/storage/codec.py", "decode_block", "      codec.decode_block"),
+    ("objstore/runs/query.py", "episode", "query.episode"),
+    ("objstore/runs/state.py", "rebuild", "StateCache.rebuild"),
+    ("objstore/runs/state.py", "_refresh", "  StateCache._refresh (per branch)"),
 ]
 
 
@@ -671,7 +671,7 @@ import json, sys, time
 sys.path.insert(0, BENCH_DIR)
 from refold_peer import state_digest
 from objstore import RunLog, Store
-from objstore.query import episode
+from objstore.runs.query import episode
 path, run, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = time.perf_counter()
 log = RunLog(Store.open(path))

@@ -1,64 +1,150 @@
 """objstore: a git-style, content-addressed, append-only store for AI-agent run histories.
 
-Layers, one module each, lowest first:
+One import reaches the everyday API::
 
-* ``errors`` (the typed error hierarchy), ``codec`` (canonical bytes, ids, the one JSON input
-  parser), ``fileutil`` (fsync, atomic rename);
-* ``runrefs`` (the ref namespace of runs), ``refs`` (ref-name rules, forward-only refs);
-* ``segindex``, ``engine`` (format 2: the log of commits), ``format1`` (the old layout, read
-  for ``upgrade``), ``store`` (typed objects, batches, discovery), ``upgrade``;
-* ``records`` (the record model), ``fold`` (the pure fold), ``chain`` (reading runs as chains),
-  ``state`` (the materialized cache), ``runlog`` (``RunLog``: writing, fork and rewind);
-* ``resolve`` (run ids from prefixes and ``latest~N``), ``views`` (the JSON shapes), ``query``
-  (episodes), ``export`` (outbox), ``ingest`` (JSON Lines), ``verify`` (fsck);
-* T-745: ``identity``, ``grants``, ``journal``, ``sessions``, ``host``, ``backend``,
-  ``snapshot``, ``compactor``, ``compaction``, ``segments``;
-* ``history`` (what ``objstore log`` shows: lazy entries, time filters, the branch graph);
-* ``demo`` (the stub model and the demo run).
+    import objstore
+    log = objstore.open_store(".objstore")      # a RunLog
+    with log.batch():                           # one commit entry, one fdatasync
+        ...
+    objstore.episode(log, run)                  # every attempt, failures too
+    objstore.export(log, run)                   # the live branch's outbox
+    objstore.verify(log)                        # prove the whole store
+
+The code is in packages by subsystem, lowest first; imports only go down
+(``tests/test_layers.py``):
+
+* ``errors`` — the one typed error hierarchy (with each failure's exit code);
+* ``storage`` — canonical bytes and ids, the format-3 log engine, the store, keys;
+* ``runs`` — the run model: records, chains, the fold, the state cache, queries, verify;
+* ``journal`` — sessions, journal versions, Hosts and compaction (seed T-745);
+* ``lifecycle`` — upgrade and repair of a whole store;
+* ``integrations`` — other frameworks and engines (each a subpackage, imported by its users only);
+* ``demo`` — the stub model and the demo run.
 
 The command line (``objstore_cli``) is thin click commands over these.
 
-Importing the package imports only ``errors``: ``RunLog``, ``Store``, ``View``, ``ForkResult`` and
-every submodule load on first use (PEP 562 ``__getattr__``), so ``objstore --help`` and
-``import objstore`` do not pay for the storage engine, zstandard, SQLite or the T-745 modules
-(issue 15: a fresh process's start-up CPU is import-bound).
+Importing the package imports only ``errors``: everything else loads on first use (PEP 562
+``__getattr__``), so ``objstore --help`` and ``import objstore`` do not pay for the engine,
+zstandard, SQLite or the journal. The module paths of the flat layout before these packages
+(``objstore.engine``, ``objstore.runlog`` …) still import, as aliases of their new homes (``OLD_PATHS``).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from .errors import ObjstoreError
 
 if TYPE_CHECKING:
-    from .runlog import ForkResult, RunLog, View
-    from .store import Store
+    from .runs.query import EpisodeView
+    from .runs.runlog import ForkResult, RunLog, View
+    from .runs.verify import Problem
+    from .storage.store import Store
 
 __version__ = "0.1.0"
 
 
 def open_store(path: str | None = None, *, create: bool = True, fsync: str | None = None) -> RunLog:
     """Open (by default creating) a local store and return its run-log API."""
-    from .runlog import RunLog
-    from .store import Store
+    from .runs.runlog import RunLog
+    from .storage.store import Store
 
     return RunLog(Store.open(path, fsync=fsync, create=create))
 
 
+def episode(log: RunLog, run: str, **options: Any) -> EpisodeView:
+    """Every attempt of a run, failures too, with blob refs and never bodies (``objstore.runs.query.episode``)."""
+    from .runs.query import episode as _episode
+
+    return _episode(log, run, **options)
+
+
+def diff(log: RunLog, run: str, a: int, b: int) -> dict:
+    """Two branches of a run: fork point, records unique to each side, difference of their states."""
+    from .runs.query import diff as _diff
+
+    return _diff(log, run, a, b)
+
+
+def export(log: RunLog, run: str) -> list[dict]:
+    """The outbox entries of the run's live branch (``objstore.runs.export.export``)."""
+    from .runs.export import export as _export
+
+    return _export(log, run)
+
+
+def verify(log: RunLog, **options: Any) -> list[Problem]:
+    """Prove the whole store by re-reading it; the problems found, empty when it is sound
+    (``objstore.runs.verify.verify``: ``check_state=``, ``anchor=``, ``jobs=``)."""
+    from .runs.verify import verify as _verify
+
+    return _verify(log, **options)
+
+
+# Where each module of the flat layout went. ``import objstore.engine`` still works and gives the
+# module ``objstore.storage.engine`` itself (one module object, so patching either name patches both).
+# ``objstore.export`` and ``objstore.verify`` are the functions above now, not module paths.
+OLD_PATHS = {
+    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "segindex", "format1", "format2", "engine",
+                                   "store", "identity")},
+    **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "runlog", "ingest",
+                                "query", "completion")},
+    **{m: "journal." + m for m in ("grants", "host", "sessions", "snapshot", "compactor", "compaction", "backend")},
+    "segments": "journal.restore",
+    "upgrade": "lifecycle.upgrade",
+    "repair": "lifecycle.repair",
+}
+MOVED = {"export": "runs.export", "verify": "runs.verify"}
+
+
+class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves ``objstore.<old name>`` to the module at its new path."""
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        head, _, name = fullname.partition(".")
+        if head != __name__:
+            return None
+        if name in MOVED:
+            raise ModuleNotFoundError(f"{fullname} is now {__name__}.{MOVED[name]} ({fullname} is a function)", name=fullname)
+        if name not in OLD_PATHS:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def __init__(self) -> None:
+        self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = importlib.import_module(f"{__name__}.{OLD_PATHS[spec.name.partition('.')[2]]}")
+        self._specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        # the import system stamped the alias's spec on the real module: give it back its own
+        module.__spec__ = self._specs.pop(module.__name__, module.__spec__)
+
+
+if not any(isinstance(f, _OldPathFinder) for f in sys.meta_path):
+    sys.meta_path.append(_OldPathFinder())
+
+
 def __getattr__(name: str) -> object:
-    """The facade's classes, and submodules reached as attributes (``objstore.store.Store`` after a
-    bare ``import objstore``, which worked when this file imported them eagerly), on first use."""
+    """The facade's classes, and subpackages (or old module paths) reached as attributes after a bare
+    ``import objstore``, on first use."""
     if name in ("ForkResult", "RunLog", "View"):
-        from . import runlog
+        from .runs import runlog
 
         value: Any = getattr(runlog, name)
     elif name == "Store":
-        from .store import Store
+        from .storage.store import Store
 
         value = Store
     elif not name.startswith("_"):
-        import importlib
-
         try:
             value = importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as e:
@@ -71,4 +157,4 @@ def __getattr__(name: str) -> object:
     return value
 
 
-__all__ = ["ObjstoreError", "ForkResult", "RunLog", "Store", "View", "open_store"]
+__all__ = ["ObjstoreError", "ForkResult", "RunLog", "Store", "View", "open_store", "episode", "diff", "export", "verify"]

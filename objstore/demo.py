@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .records import check_time
+from .runs.records import check_time
 
 if TYPE_CHECKING:
-    from .runlog import RunLog
+    from .runs.runlog import RunLog
 
 
 def _wall() -> float:

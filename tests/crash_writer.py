@@ -15,7 +15,8 @@ The parent kills it with SIGKILL at a random instant.
 import random
 import sys
 
-from objstore import RunLog, Store, codec
+from objstore import RunLog, Store
+from objstore.storage import codec
 
 root, run, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 log = RunLog(Store.open(root))

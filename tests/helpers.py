@@ -115,7 +115,7 @@ class FileReadSpy:
 
 def new_key(tmp, name):
     """An ed25519 key saved as ``<tmp>/<name>.key`` (and ``.pub``): (key, path)."""
-    from objstore import identity
+    from objstore.storage import identity
 
     k = identity.generate()
     path = os.path.join(str(tmp), f"{name}.key")

@@ -17,9 +17,10 @@
 
 import sys
 
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore.backend import serve
+from objstore.journal.backend import serve
+from objstore.storage import identity
 
 
 def main(argv):

@@ -9,9 +9,10 @@ given, else an in-process Host) and prints ``<version> <id hex>``.
 import json
 import sys
 
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore.backend import BackendHost
+from objstore.journal.backend import BackendHost
+from objstore.storage import identity
 
 
 def main(argv):

@@ -18,8 +18,9 @@ import shutil
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
 from objstore import journal as J
+from objstore.storage import identity
 
 GENESIS = "objstore-anchor:1:0:" + "0" * 64
 TOKEN = re.compile(r"objstore-anchor:1:(\d+):([0-9a-f]{64})")
@@ -248,7 +249,7 @@ def test_restored_backup_of_the_whole_store(built, tmp_path):
 
 def test_anchor_in_a_segment_sealed_since(built):
     """An anchor taken in what is now a sealed segment is still proven after the log moved on."""
-    import objstore.engine as E
+    import objstore.storage.engine as E
 
     root, log, run = built
     token = anchor(root)

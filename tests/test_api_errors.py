@@ -15,8 +15,10 @@ import sys
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from objstore import RunLog, Store, codec, history
+from objstore import RunLog, Store
 from objstore.errors import InvalidId, InvalidInput, StorageOSError
+from objstore.runs import history
+from objstore.storage import codec
 
 NOT_UTF8 = os.fsdecode(b"\xff")  # what Python makes of the byte 0xff on a command line: '\udcff'
 

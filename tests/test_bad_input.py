@@ -31,8 +31,6 @@ from helpers import raw_objects, run_cli, run_read_only, snapshot_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from objstore import codec
-from objstore import engine as E
 from objstore import journal as J
 from objstore.errors import (
     Conflict,
@@ -44,10 +42,12 @@ from objstore.errors import (
     LimitExceeded,
     ObjstoreError,
 )
-from objstore.format1 import Format1Reader
-from objstore.ingest import ingest
-from objstore.runlog import RunLog
-from objstore.store import Store
+from objstore.runs.ingest import ingest
+from objstore.runs.runlog import RunLog
+from objstore.storage import codec
+from objstore.storage import engine as E
+from objstore.storage.format1 import Format1Reader
+from objstore.storage.store import Store
 
 GOOD = [
     {"v": 1, "type": "run_started", "run": "r1", "subject": "alice", "workflow_version": "w2"},
@@ -286,7 +286,7 @@ def deep(levels: int) -> dict:
 
 
 def owner_key(keys):
-    from objstore import identity
+    from objstore.storage import identity
 
     return identity.load_key(os.path.join(keys, "owner.key"))
 
@@ -481,7 +481,7 @@ HUGE = 512 << 20
 CHILD = """
 import json, resource, sys
 sys.path.insert(0, {repo!r})
-import objstore, objstore.store, objstore.runlog, objstore.format1, objstore.verify, objstore.errors, zstandard, blake3
+import objstore, objstore.storage.store, objstore.runs.runlog, objstore.storage.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
 from objstore.errors import ObjstoreError
 with open("/proc/self/status") as f:
     vm = int(f.read().split("VmSize:")[1].split()[0]) * 1024
@@ -578,9 +578,9 @@ def test_format2_crafted_large_blob_cat_body_writes_nothing(store, huge_blob_fra
     assert rc == 6, err
     assert out == b"", f"cat --body wrote {len(out)} bytes of a corrupt blob"
     assert one_line(err).startswith(f"objstore: error: integrity error: object {oid.hex()} ({seg}): hash mismatch")
-    got = bounded("objstore.store.Store.open(root).get_blob(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.storage.store.Store.open(root).get_blob(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["error"] == "IntegrityError" and got["exit"] == 6
-    got = bounded("objstore.store.Store.open(root).copy_blob_to(bytes.fromhex(oid), open('/dev/null', 'wb'))", root=root, oid=oid.hex())
+    got = bounded("objstore.storage.store.Store.open(root).copy_blob_to(bytes.fromhex(oid), open('/dev/null', 'wb'))", root=root, oid=oid.hex())
     assert got["error"] == "IntegrityError"
     rc, out, err = run_cli_bounded("verify", store=root, env_extra={"OBJSTORE_KEYS": keys})
     assert rc == 1 and "Traceback" not in err
@@ -600,7 +600,7 @@ def test_format2_crafted_record_block_without_content_size(store, huge_frame_wit
     append_raw_entry(root, [[oid, "record", raw, 0, 0]], [[1, raw, len(huge_frame_without_size)]], huge_frame_without_size,
                      moves=[("run/zz/branch/0", None, oid, "crafted")], recs=[[0, "zz", 0, 0, None, "run_started", [], None]])
     got = bounded("""
-        log = objstore.runlog.RunLog(objstore.store.Store.open(root))
+        log = objstore.runs.runlog.RunLog(objstore.storage.store.Store.open(root))
         assert log.runs()
         log.store.get(bytes.fromhex(oid))
     """, root=root, oid=oid.hex())
@@ -659,7 +659,7 @@ def sealed_store(tmp_path):
 def rewrite_index_row(idx: str, oid: bytes, **fields):
     """Change fields of ``oid``'s row in an index file and recompute its trailing BLAKE3 (a crafted
     index is self-consistent: only its claims are false)."""
-    from objstore import segindex as SI
+    from objstore.storage import segindex as SI
 
     data = bytearray(open(idx, "rb").read())
     base = SI.HEAD.size + SI.FANOUT.size
@@ -691,7 +691,7 @@ def test_format2_crafted_index_row(tmp_path, fields):
     rewrite_index_row(idx, rid, **fields)
     rc, out, err = run_cli_bounded("verify", store=root)
     assert rc == 1 and f"damaged-index {idx}" in out.decode() and "Traceback" not in err, (out, err)
-    got = bounded("assert objstore.store.Store.open(root).get(bytes.fromhex(oid))[0] == 'record'", root=root, oid=rid.hex())
+    got = bounded("assert objstore.storage.store.Store.open(root).get(bytes.fromhex(oid))[0] == 'record'", root=root, oid=rid.hex())
     assert got == {"ok": True, "maxrss": got["maxrss"]}, got
     rc, out, err = run_cli_bounded("show", rid.hex(), store=root)
     assert rc == 0, err
@@ -699,7 +699,7 @@ def test_format2_crafted_index_row(tmp_path, fields):
 
 
 def test_format2_crafted_index_fanout_is_rebuilt(tmp_path):
-    from objstore import segindex as SI
+    from objstore.storage import segindex as SI
 
     root, rid, idx = sealed_store(tmp_path)
     data = bytearray(open(idx, "rb").read())
@@ -710,7 +710,7 @@ def test_format2_crafted_index_fanout_is_rebuilt(tmp_path):
     data[-32:] = blake3.blake3(bytes(data[:-32])).digest()
     open(idx, "wb").write(data)
     got = bounded("""
-        s = objstore.store.Store.open(root)
+        s = objstore.storage.store.Store.open(root)
         assert s.get(bytes.fromhex(oid))[0] == "record"
         for b in range(256):
             s.has(bytes([b]) * 32)
@@ -765,9 +765,9 @@ def test_format1_crafted_pack_block_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "refs", "run", "r1", "branch"))
     with open(os.path.join(root, "refs", "run", "r1", "branch", "0"), "w") as f:
         f.write(oid.hex() + "\n")
-    got = bounded("objstore.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["error"] in ("IntegrityError", "CorruptPack") and got["exit"] == 6, got
-    got = bounded("list(objstore.format1.Format1Reader(root).iter_objects())", root=root)
+    got = bounded("list(objstore.storage.format1.Format1Reader(root).iter_objects())", root=root)
     assert got["exit"] == 6
     before = snapshot_tree(root)
     rc, out, err = run_cli_bounded("upgrade", store=root)
@@ -795,7 +795,7 @@ def test_format1_crafted_pack_sizes(tmp_path, case):
         write_pack(root, [(1, len(canon), z)], [(oid, 0, 0, 0xFFFFFF00)])
     else:
         write_pack(root, [(1, 0xFFFFFFF0, z)], [(oid, 0, 0, len(canon))])
-    got = bounded("objstore.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["exit"] == 6 and got["error"] in ("IntegrityError", "CorruptPack"), got
 
 
@@ -806,7 +806,7 @@ def test_format1_crafted_loose_object_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "objects", h[:2]))
     with open(os.path.join(root, "objects", h[:2], h[2:]), "wb") as f:
         f.write(b"OSO\x01\x01" + huge_blob_frame)
-    got = bounded("objstore.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
+    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
     assert got["error"] == "IntegrityError" and got["exit"] == 6, got
     with pytest.raises(IntegrityError):
         Format1Reader(root).read(bytes.fromhex(h))

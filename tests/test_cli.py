@@ -119,7 +119,7 @@ def test_show_and_cat(demo_store):
     rc, out, err = run_cli("show", head[:10], store=root, exit_code=0)
     assert rc == 0 and out.startswith(f"record {head}")
     p = __import__("subprocess").run([__import__("sys").executable, "-m", "objstore", "--store", root, "cat", head], capture_output=True)
-    from objstore import codec
+    from objstore.storage import codec
 
     assert p.returncode == 0 and codec.object_id(p.stdout).hex() == head
 

@@ -17,8 +17,9 @@ import pytest
 from helpers import run_cli
 
 from cli.main import cli
-from objstore import RunLog, Store, history, views
-from objstore.export import export as lib_export
+from objstore import RunLog, Store
+from objstore.runs import history, views
+from objstore.runs.export import export as lib_export
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md")
 _BLOCK = re.compile(r"^### (Entity `(?P<entity>[^`]+)`|`objstore (?P<cmd>[a-z -]+?)(?P<flag> --json)?`)\n(?P<text>.*?)```json\n(?P<schema>.*?)```",
@@ -262,7 +263,7 @@ def test_show_describes_binary_blobs(world):
 
 
 def test_library_gives_the_cli_shapes(world):
-    """A Python caller gets the same JSON through objstore.views as the CLI prints."""
+    """A Python caller gets the same JSON through objstore.runs.views as the CLI prints."""
     log = RunLog(Store.open(world["root"]))
     run = world["run"]
     view = log.view(run)

@@ -21,9 +21,11 @@ import pytest
 from click.testing import CliRunner
 from helpers import run_cli
 
-from objstore import RunLog, Store, codec, views
-from objstore import history as H
+from objstore import RunLog, Store
 from objstore.errors import InvalidInput
+from objstore.runs import history as H
+from objstore.runs import views
+from objstore.storage import codec
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-log-graph.txt")
 AT = 1800000000  # the demo's fixed clock: 2027-01-15 08:00:00 UTC, one second per record

@@ -126,6 +126,6 @@ def test_binary_goes_to_a_pipe_as_is(blobs):
     p = subprocess.run([sys.executable, "-m", "objstore", "--store", root, "show", binary], capture_output=True, env=_env())
     assert p.returncode == 0 and p.stdout.endswith(BINARY + b"\n"), p.stderr
     p = subprocess.run([sys.executable, "-m", "objstore", "--store", root, "cat", record], capture_output=True, env=_env())
-    from objstore import codec
+    from objstore.storage import codec
 
     assert p.returncode == 0 and codec.object_id(p.stdout).hex() == record

@@ -7,7 +7,7 @@ from helpers import run_cli
 from test_cli_log import _run_in_pty
 
 from objstore import RunLog, Store
-from objstore.verify import progress_totals, verify_report
+from objstore.runs.verify import progress_totals, verify_report
 
 
 def _store(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from objstore import codec
 from objstore.errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
+from objstore.storage import codec
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden.json")
 
@@ -146,9 +146,9 @@ def test_golden_segments_pin_the_log_format(tmp_path):
     sys.path.insert(0, os.path.dirname(GOLDEN))
     from make_golden import golden_segment3
 
-    from objstore.runlog import RunLog
-    from objstore.store import Store
-    from objstore.verify import verify
+    from objstore.runs.runlog import RunLog
+    from objstore.runs.verify import verify
+    from objstore.storage.store import Store
 
     fixtures = os.path.dirname(GOLDEN)
     raw = open(os.path.join(fixtures, "golden3-raw.seg"), "rb").read()

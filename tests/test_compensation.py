@@ -6,8 +6,9 @@ intents is a verify problem with an exact line; the flags do not depend on the s
 
 import os
 
-from objstore import RunLog, Store, codec
-from objstore.verify import verify
+from objstore import RunLog, Store
+from objstore.runs.verify import verify
+from objstore.storage import codec
 
 
 def build(root):
@@ -25,7 +26,7 @@ def build(root):
 def test_flags_come_from_the_records_not_the_cache(tmp_path):
     root = str(tmp_path / "s")
     log, run = build(root)
-    from objstore.query import episode
+    from objstore.runs.query import episode
 
     episode(log, run)  # populate the state cache
     assert os.path.exists(os.path.join(root, "state.db"))

@@ -61,7 +61,8 @@ if __name__ == "__main__":
 
 from helpers import raw_objects, run_cli  # noqa: E402
 
-from objstore import RunLog, Store, codec  # noqa: E402
+from objstore import RunLog, Store  # noqa: E402
+from objstore.storage import codec
 
 
 def _env(extra=None):

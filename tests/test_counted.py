@@ -10,9 +10,11 @@ import itertools
 
 from helpers import FileReadSpy
 
-from objstore import RunLog, Store, engine, history
-from objstore.query import episode
-from objstore.verify import verify
+from objstore import RunLog, Store
+from objstore.runs import history
+from objstore.runs.query import episode
+from objstore.runs.verify import verify
+from objstore.storage import engine
 
 
 def count(fn):

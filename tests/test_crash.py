@@ -17,8 +17,9 @@ import time
 
 from helpers import raw_objects
 
-from objstore import RunLog, Store, codec
-from objstore.verify import verify_report
+from objstore import RunLog, Store
+from objstore.runs.verify import verify_report
+from objstore.storage import codec
 
 HERE = os.path.dirname(__file__)
 RUN = "crash"

@@ -16,9 +16,16 @@ import pytest
 import objstore
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = {m.name for m in pkgutil.iter_modules(objstore.__path__)}
+# every module of the package, by its dotted path under objstore ("storage.engine") and by its leaf
+# name ("engine"), which the docs use where the package is clear from the context
+MODULES = {m.name[len("objstore."):]: m.name for m in pkgutil.walk_packages(objstore.__path__, "objstore.")}
+LEAVES = {path.rpartition(".")[2]: full for path, full in MODULES.items()}
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
-NAME = re.compile(r"`(?:objstore\.)?([a-z_0-9]+)\.([A-Za-z_][A-Za-z_0-9]*)")
+NAME = re.compile(r"`(?:objstore\.)?((?:[a-z_0-9]+\.)*[a-z_0-9]+)\.([A-Za-z_][A-Za-z_0-9]*)")
+
+
+def _module(mod: str) -> str | None:
+    return MODULES.get(mod) or (LEAVES.get(mod) if "." not in mod else None)
 
 
 def references():
@@ -28,7 +35,7 @@ def references():
             text = f.read()
         for m in NAME.finditer(text):
             mod, name = m.groups()
-            if mod in MODULES and name not in ("py", "md"):
+            if _module(mod) and name not in ("py", "md"):
                 out.append(pytest.param(mod, name, id=f"{os.path.basename(path)}:{mod}.{name}"))
     return out
 
@@ -42,10 +49,12 @@ def test_the_docs_name_code_at_all():
 
 @pytest.mark.parametrize("mod,name", REFS)
 def test_a_documented_name_exists(mod, name):
-    m = importlib.import_module(f"objstore.{mod}")
-    # a module attribute, or a method of one of the module's classes (`host.authorize`)
-    found = hasattr(m, name) or any(isinstance(v, type) and v.__module__ == m.__name__ and hasattr(v, name) for v in vars(m).values())
-    assert found, f"docs name objstore.{mod}.{name}, which does not exist"
+    full = _module(mod)
+    m = importlib.import_module(full)
+    # a module attribute, a submodule (`storage.engine`), or a method of one of the module's classes (`host.authorize`)
+    found = (hasattr(m, name) or f"{full}.{name}"[len("objstore."):] in MODULES
+             or any(isinstance(v, type) and v.__module__ == m.__name__ and hasattr(v, name) for v in vars(m).values()))
+    assert found, f"docs name {full}.{name}, which does not exist"
 
 
 def _string_constants(tree: ast.AST) -> list[tuple[int, str]]:
@@ -63,10 +72,10 @@ def _string_constants(tree: ast.AST) -> list[tuple[int, str]]:
 def test_ref_names_are_spelled_in_runrefs_only():
     prefixes = ("run/", "subjects/", "keys/", "ref: ")
     bad = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "objstore", "*.py"))) + [os.path.join(ROOT, "cli", "main.py")]:
+    for path in sorted(glob.glob(os.path.join(ROOT, "objstore", "**", "*.py"), recursive=True) + glob.glob(os.path.join(ROOT, "cli", "*.py"))):
         if os.path.basename(path) == "runrefs.py":
             continue
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
         bad += [f"{os.path.relpath(path, ROOT)}:{line}: {text!r}" for line, text in _string_constants(tree) if text.startswith(prefixes)]
-    assert bad == [], "ref names spelled outside objstore/runrefs.py:\n" + "\n".join(bad)
+    assert bad == [], "ref names spelled outside objstore/storage/runrefs.py:\n" + "\n".join(bad)

@@ -10,10 +10,10 @@ hides what came later; ``refs_at(prefix, snapshot)`` is the ref table at that po
 import msgspec
 import pytest
 
-from objstore import codec
-from objstore.engine import LogEngine, MemoryEngine
 from objstore.errors import Conflict, IntegrityError, ObjectNotFound, Refused
-from objstore.fileutil import FsyncPolicy
+from objstore.storage import codec
+from objstore.storage.engine import LogEngine, MemoryEngine
+from objstore.storage.fileutil import FsyncPolicy
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
@@ -179,7 +179,7 @@ def test_the_root_kept_per_commit_is_the_root_of_the_tables(ops):
     import copy
 
     from objstore import RunLog, Store
-    from objstore.engine import Tables, root_digest
+    from objstore.storage.engine import Tables, root_digest
 
     log = RunLog(Store.memory())
     t = log.store.engine.tables

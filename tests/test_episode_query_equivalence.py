@@ -9,8 +9,9 @@ from helpers import FileReadSpy, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from objstore import RunLog, Store, codec
-from objstore.query import episode
+from objstore import RunLog, Store
+from objstore.runs.query import episode
+from objstore.storage import codec
 
 ATTEMPT_FIELDS = ["attempt", "context", "output", "prompt", "state", "step", "tools", "usage", "workflow_version"]
 

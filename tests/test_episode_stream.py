@@ -12,8 +12,8 @@ import pytest
 from helpers import run_cli
 
 from objstore import RunLog, Store
-from objstore import state as S
-from objstore.query import episode, iter_episode, iter_episode_json
+from objstore.runs import state as S
+from objstore.runs.query import episode, iter_episode, iter_episode_json
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_chunked_cache_answers_like_a_refold_through_every_change(tmp_path, smal
     rows = log.state.db.execute("SELECT COUNT(*), MAX(n) FROM attempt WHERE run=?", (run,)).fetchone()
     assert rows[0] > 3 and rows[1] == 3  # views really are spread over chunks
     assert log.state.db.execute("SELECT MAX(length(kinds)) FROM recs").fetchone()[0] == 4
-    from objstore.verify import verify
+    from objstore.runs.verify import verify
 
     assert verify(log) == []
     fresh = RunLog(Store.open(log.store.root))

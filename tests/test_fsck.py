@@ -4,7 +4,7 @@ Each test builds a real store on disk whose log spans several segment files
 (``SEAL_BYTES`` is made small while building, so ``log/0000000001.seg`` and
 ``log/0000000002.seg`` are sealed and a third segment is active),
 damages real bytes, opens the store afresh and asserts the exact lines
-``objstore.verify`` prints: each names the object or segment, the file, and
+``objstore.runs.verify`` prints: each names the object or segment, the file, and
 what is wrong. The CLI runs in a subprocess for the exit code and output.
 
 The store built by ``build``: entry 1 starts run r1; entry 2 is a compressible
@@ -28,10 +28,10 @@ import pytest
 import zstandard
 from helpers import run_cli, snapshot_tree
 
-import objstore.engine as E
+import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
-from objstore.verify import verify
+from objstore.runs.verify import verify
 
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
 BATCH = 200
@@ -417,7 +417,7 @@ def test_ref_moved_to_an_object_never_stored(built):
 # -- derived files: segment indexes and the checkpoint ------------------------------------------
 #
 # Everything but OBJSTORE and log/*.seg is derived from the log: log/<segment>.idx (the index of a
-# sealed segment, see objstore/segindex.py) and log/checkpoint (the tables at some position). A
+# sealed segment, see objstore/storage/segindex.py) and log/checkpoint (the tables at some position). A
 # damaged derived file must never change what a reader sees: it is rebuilt or ignored.
 
 
@@ -499,7 +499,7 @@ def _reader_view(root, built):
 
 def _flip_idx(off_from_rows):
     """Flip a bit ``off_from_rows`` bytes into the object rows of segment 1's index."""
-    from objstore import segindex
+    from objstore.storage import segindex
 
     def damage(root):
         flip(os.path.join(root, "log", "0000000001.idx"), segindex.HEAD.size + segindex.FANOUT.size + off_from_rows, bit=0x01)
@@ -583,7 +583,7 @@ def test_self_consistent_but_wrong_segment_index(built):
     """An index whose own checksum is right but whose rows are not what its segment says (what a
     buggy indexer would write): its BLAKE3 is not the digest the log names (format 3), so a reader
     does not adopt it and reads the right bytes; verify names the index file."""
-    from objstore import segindex
+    from objstore.storage import segindex
 
     p = os.path.join(built.root, "log", "0000000001.idx")
     data = bytearray(open(p, "rb").read())

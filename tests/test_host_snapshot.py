@@ -22,10 +22,11 @@ import time
 import pytest
 from helpers import new_key
 
-from objstore import RunLog, Store, codec, identity
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore.backend import BackendHost
 from objstore.errors import WriterRevoked
+from objstore.journal.backend import BackendHost
+from objstore.storage import codec, identity
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "host_snapshot_child.py")
@@ -184,8 +185,8 @@ def test_update_is_decided_under_the_writer_lock(tmp_path):
 def test_enable_copies_the_head_it_read_or_conflicts(tmp_path, monkeypatch):
     """``set_journal_enabled`` copies the body of the head it read; a version another process
     writes between that read and the update is a Conflict, never silently replaced by the older body."""
-    from objstore import journal as journal_module
     from objstore.errors import Conflict
+    from objstore.journal import updates as journal_module  # where set_journal_enabled reads the head
 
     root, log, run, w1, _, _ = _env(tmp_path, "run-compaction")
     w1_path = str(tmp_path / "w1.key")

@@ -8,8 +8,8 @@ from helpers import run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import IngestError
-from objstore.ingest import ingest
-from objstore.verify import verify
+from objstore.runs.ingest import ingest
+from objstore.runs.verify import verify
 
 
 def jl(*events):

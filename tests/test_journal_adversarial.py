@@ -26,9 +26,8 @@ import types
 import pytest
 from helpers import new_key, run_cli
 
-from objstore import RunLog, Store, codec, identity
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore.backend import MAX_LINE, BackendHost
 from objstore.errors import (
     Conflict,
     HostUnavailable,
@@ -43,8 +42,10 @@ from objstore.errors import (
     WrongSession,
     WrongSubject,
 )
-from objstore.host import omitted_line, project
-from objstore.verify import verify
+from objstore.journal.backend import MAX_LINE, BackendHost
+from objstore.journal.host import omitted_line, project
+from objstore.runs.verify import verify
+from objstore.storage import codec, identity
 
 READ = {"purpose": "compaction", "budget": 1 << 16, "predecessor": None}
 NO_PARAMS = {"reflects_through": None, "checkpoint": None, "enabled": None}
@@ -625,9 +626,10 @@ def test_backend_refuses_a_line_over_its_limit_and_an_idle_client_blocks_nobody(
 
 CHILD_RACE = r"""
 import json, os, sys, time
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
+from objstore.storage import identity
 from objstore import journal as J
-from objstore.backend import BackendHost
+from objstore.journal.backend import BackendHost
 from objstore.errors import Conflict
 store, run, keyfile, tag, k, sock, go = sys.argv[1:8]
 log = RunLog(Store.open(store))
@@ -647,9 +649,10 @@ print(json.dumps({"landed": landed, "conflicts": conflicts}))
 
 CHILD_ONE_SHOT = r"""
 import json, os, sys, time
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
+from objstore.storage import identity
 from objstore import journal as J
-from objstore.backend import BackendHost
+from objstore.journal.backend import BackendHost
 from objstore.errors import Conflict
 store, run, keyfile, tag, head, sock, go = sys.argv[1:8]
 log = RunLog(Store.open(store))
@@ -734,7 +737,7 @@ def test_kill_9_of_the_backend_mid_request_then_a_new_server_on_the_stale_socket
     assert res.snapshot.outcome == "unavailable" and res.snapshot.reason.startswith("read_failed:")
     assert J.segments(log, a)[-1][0] == res.segment_id
     # an update cannot be made through a dead Host, and says so
-    from objstore.host import HostUnavailable
+    from objstore.journal.host import HostUnavailable
     with pytest.raises(HostUnavailable):
         J.update_journal(log, a, env.w1, {"n": 2}, host=BackendHost(sock, timeout=5))
     # the socket file of the killed server is still there; a new server takes the path over
@@ -756,7 +759,8 @@ def test_kill_9_of_the_backend_mid_request_then_a_new_server_on_the_stale_socket
 
 CHILD_COMPACT = r"""
 import os, sys, time
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
+from objstore.storage import identity
 from objstore import journal as J
 from objstore.errors import Conflict
 store, run, keyfile, go, tries = sys.argv[1:6]
@@ -799,9 +803,10 @@ def test_concurrent_compactions_from_processes_keep_one_segment_per_seq(env):
 
 CHILD_KILLED = r"""
 import sys, time
-from objstore import RunLog, Store, identity
+from objstore import RunLog, Store
+from objstore.storage import identity
 from objstore import journal as J
-from objstore import host as H
+from objstore.journal import host as H
 store, run, keyfile, marker, what = sys.argv[1:6]
 log = RunLog(Store.open(store))
 key = identity.load_key(keyfile)

@@ -16,8 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from helpers import raw_objects, run_cli
 
-from objstore import Store, identity
-from objstore.backend import BackendHost
+from objstore import Store
+from objstore.journal.backend import BackendHost
+from objstore.storage import identity
 
 
 def ok(result):

@@ -19,11 +19,8 @@ import types
 import pytest
 from helpers import assert_prefix_kept, new_key, snapshot_tree
 
-from objstore import RunLog, Store, codec, identity
-from objstore import compaction as C
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore import snapshot as S
-from objstore.backend import BackendHost
 from objstore.errors import (
     Conflict,
     InvalidInput,
@@ -38,8 +35,12 @@ from objstore.errors import (
     WrongSession,
     WrongSubject,
 )
-from objstore.export import export
-from objstore.verify import verify
+from objstore.journal import compaction as C
+from objstore.journal import snapshot as S
+from objstore.journal.backend import BackendHost
+from objstore.runs.export import export
+from objstore.runs.verify import verify
+from objstore.storage import codec, identity
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WRITER = os.path.join(HERE, "journal_writer.py")
@@ -58,7 +59,7 @@ def env(tmp_path):
 
 
 def start_backend(root, sock):
-    p = subprocess.Popen([sys.executable, "-c", "import sys; from objstore.backend import main_serve; main_serve(sys.argv[1], sys.argv[2])",
+    p = subprocess.Popen([sys.executable, "-c", "import sys; from objstore.journal.backend import main_serve; main_serve(sys.argv[1], sys.argv[2])",
                           root, sock], stderr=subprocess.PIPE)
     deadline = time.time() + 30
     while not os.path.exists(sock):

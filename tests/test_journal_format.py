@@ -16,12 +16,13 @@ import sys
 
 import pytest
 
-from objstore import RunLog, Store, codec, identity
+from objstore import RunLog, Store
 from objstore import journal as J
-from objstore import records as R
 from objstore.errors import WriterRevoked
-from objstore.segments import frozen_of
-from objstore.verify import verify
+from objstore.journal.restore import frozen_of
+from objstore.runs import records as R
+from objstore.runs.verify import verify
+from objstore.storage import codec, identity
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 GOLDEN = os.path.join(FIXTURES, "golden-journal.json")

@@ -14,10 +14,11 @@ import sys
 import pytest
 from helpers import run_cli
 
-from objstore import RunLog, Store, codec
-from objstore.engine import LARGE_BLOB
+from objstore import RunLog, Store
 from objstore.errors import IntegrityError
-from objstore.verify import verify
+from objstore.runs.verify import verify
+from objstore.storage import codec
+from objstore.storage.engine import LARGE_BLOB
 
 SIZE = 12 << 20
 

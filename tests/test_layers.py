@@ -1,7 +1,10 @@
-"""The import graph runs one way: every module imports (at run time) only modules below it, so no
-layer calls up into the facade behind a parameter. Type-only imports (``if TYPE_CHECKING:``) make a
-dependency visible without running it and are allowed; the T-745 modules form one layer and may
-import each other. The state cache in particular reads through the chain layer, never RunLog."""
+"""The import graph runs one way. Packages by subsystem, lowest first — errors, storage, the run model,
+the journal, lifecycle, integrations, the top (demo, the facade), then the command line — and inside
+each package its modules in a fixed order. A module may import only what stands before it: every
+import counts, whatever its form (``import objstore.x``, ``from objstore.x import y``, relative at any
+level, inside a function, under ``if TYPE_CHECKING:``, ``importlib.import_module("objstore.x")``), so
+no circle of any length can form. A package's ``__init__`` stands above its own members (it may
+re-export them); nothing inside the package imports it."""
 
 from __future__ import annotations
 
@@ -9,58 +12,164 @@ import ast
 import glob
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Lowest first. A module may import at run time only what stands before it (or its own group).
-ORDER = [
-    "errors", "codec", "fileutil", "runrefs", "compactor", "refs", "segindex", "records", "format1", "format2", "engine",
-    "identity", "fold", "history", "ingest", "resolve", "store", "chain", "upgrade", "repair", "state", "views", "query",
-    "export", "verify", "completion", "runlog",
-    ("grants", "host", "journal", "sessions", "snapshot", "segments", "compaction"),  # T-745, one layer
-    "backend", "demo", "__init__", "__main__",
+# Lowest first: (package, its members lowest first). The package's __init__ ranks after its members.
+ORDER: list[tuple[str, list[str]]] = [
+    ("objstore.errors", []),
+    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "segindex", "format1", "format2", "engine", "store", "identity"]),
+    ("objstore.runs", ["records", "fold", "chain", "history", "resolve", "state", "runlog", "ingest", "verify", "views", "export",
+                       "query", "completion"]),
+    ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
+                          "backend"]),
+    ("objstore.lifecycle", ["upgrade", "repair"]),
+    ("objstore.integrations", []),
+    ("objstore.demo", []),
+    ("objstore", []),
+    ("objstore_cli", ["output", "objects", "runs", "audit", "journal", "admin", "main"]),
+    ("objstore.__main__", []),  # ``python -m objstore``: the command line's entry point
 ]
-RANK = {}
-for i, entry in enumerate(ORDER):
-    for name in entry if isinstance(entry, tuple) else (entry,):
-        RANK[name] = i
 
 
-def _imports(path: str, runtime_only: bool) -> set[str]:
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    skip: set[int] = set()
-    if runtime_only:
-        for n in ast.walk(tree):
-            if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
-                skip.update(id(x) for x in ast.walk(n))
-    out = set()
-    for n in ast.walk(tree):
-        if id(n) in skip or not isinstance(n, ast.ImportFrom) or n.level != 1:
-            continue
-        out.update([n.module.split(".")[0]] if n.module else [a.name for a in n.names])
+def _rank_table() -> dict[str, tuple[int, int]]:
+    rank: dict[str, tuple[int, int]] = {}
+    for i, (pkg, members) in enumerate(ORDER):
+        for j, m in enumerate(members):
+            rank[f"{pkg}.{m}"] = (i, j)
+        rank[pkg] = (i, len(members))
+    return rank
+
+
+RANK = _rank_table()
+
+
+def _module_files() -> dict[str, tuple[str, bool]]:
+    """module name -> (path, is a package __init__), for objstore and the CLI (cli/ is objstore_cli)."""
+    out = {}
+    for base, name in (("objstore", "objstore"), ("cli", "objstore_cli")):
+        for path in glob.glob(os.path.join(ROOT, base, "**", "*.py"), recursive=True):
+            parts = os.path.relpath(path, os.path.join(ROOT, base))[:-3].split(os.sep)
+            is_pkg = parts[-1] == "__init__"
+            mod = ".".join([name] + (parts[:-1] if is_pkg else parts))
+            out[mod] = (path, is_pkg)
     return out
 
 
-def modules() -> list[str]:
-    return sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "objstore", "*.py")))
+FILES = _module_files()
+
+
+def imports_of(source: str, module: str, is_pkg: bool) -> set[str]:
+    """Every objstore or objstore_cli module ``source`` imports, in any form, resolved to a module name:
+    ``from pkg import name`` counts as ``pkg.name`` when that is a module, else as ``pkg``."""
+    tree = ast.parse(source)
+    package = module if is_pkg else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def add(name: str) -> None:
+        if name.split(".")[0] in ("objstore", "objstore_cli"):
+            found.add(name)
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                add(a.name)
+        elif isinstance(n, ast.ImportFrom):
+            if n.level:
+                parts = package.split(".")
+                if n.level - 1 >= len(parts):
+                    raise AssertionError(f"{module}: relative import beyond the top package")
+                base = ".".join(parts[: len(parts) - (n.level - 1)] + ([n.module] if n.module else []))
+            else:
+                base = n.module or ""
+            for a in n.names:
+                full = f"{base}.{a.name}"
+                add(full if full in FILES else base)
+        elif isinstance(n, ast.Call) and ast.unparse(n.func).endswith("import_module") and n.args:
+            arg = n.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                add(arg.value)
+    return found
+
+
+def _target(name: str) -> str:
+    """The ranked module an import names: itself, or the nearest ranked enclosing one."""
+    while name not in RANK and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def upward_imports(files: dict[str, tuple[str, bool]]) -> list[str]:
+    bad = []
+    for mod, (path, is_pkg) in sorted(files.items()):
+        with open(path, encoding="utf-8") as f:
+            deps = imports_of(f.read(), mod, is_pkg)
+        for dep in sorted(deps):
+            t = _target(dep)
+            if t not in RANK:
+                bad.append(f"{mod} imports {dep}, which has no place in the order")
+            elif t == mod or RANK[t] >= RANK[mod]:
+                bad.append(f"{mod} imports {dep}")
+    return bad
 
 
 def test_every_module_has_a_place_in_the_order():
-    assert sorted(RANK) == modules()
+    assert sorted(FILES) == sorted(RANK)
 
 
-def test_run_time_imports_only_go_down():
-    upward = []
-    for mod in modules():
-        for dep in sorted(_imports(os.path.join(ROOT, "objstore", mod + ".py"), runtime_only=True)):
-            if RANK[dep] > RANK[mod]:
-                upward.append(f"{mod} imports {dep}")
-    assert upward == [], "imports that run upward: " + ", ".join(upward)
+def test_imports_only_go_down():
+    assert upward_imports(FILES) == [], "imports that do not run down"
+
+
+@pytest.mark.parametrize("form", [
+    "from objstore.journal.compaction import compact",            # absolute
+    "import objstore.runs.runlog",                                # plain import
+    "from .store import Store",                                   # relative, level 1: a later member
+    "from ..journal import compaction",                           # relative, level 2: a higher package
+    "from .. import journal",                                     # relative, level 2: a facade
+    "def f():\n    from objstore.runs import runlog\n",          # inside a function
+    "if TYPE_CHECKING:\n    from .identity import Key\n",        # type-only
+    "importlib.import_module('objstore.runs.query')",             # by name
+    "import objstore_cli.main",                                   # the command line
+])
+def test_an_upward_import_of_any_form_is_caught(tmp_path, form):
+    """The same import planted in a low module (the engine) is reported, in every form the test reads."""
+    victim = "objstore.storage.engine"
+    path, is_pkg = FILES[victim]
+    with open(path, encoding="utf-8") as f:
+        source = f.read() + "\n" + form + "\n"
+    planted = tmp_path / "planted.py"
+    planted.write_text(source)
+    assert upward_imports({victim: (str(planted), is_pkg)}) != [], form
+    assert upward_imports({victim: (path, is_pkg)}) == []
+
+
+def test_the_journal_circle_is_gone():
+    """The T-745 modules used to import each other through journal.py, both a member and the facade.
+    Now each imports only members before it, and none imports the facade."""
+    members = ORDER[3][1]
+    for mod in members:
+        path, is_pkg = FILES[f"objstore.journal.{mod}"]
+        with open(path, encoding="utf-8") as f:
+            deps = imports_of(f.read(), f"objstore.journal.{mod}", is_pkg)
+        assert "objstore.journal" not in deps, f"{mod} imports the journal facade"
+        later = {f"objstore.journal.{m}" for m in members[members.index(mod):]}
+        assert not deps & later, f"{mod} imports {sorted(deps & later)}"
+
+
+def test_the_core_never_imports_an_integration():
+    for mod, (path, is_pkg) in FILES.items():
+        if mod.startswith(("objstore.storage", "objstore.runs", "objstore.journal", "objstore.lifecycle", "objstore.errors")):
+            with open(path, encoding="utf-8") as f:
+                deps = imports_of(f.read(), mod, is_pkg)
+            assert not any(d.startswith("objstore.integrations") for d in deps), mod
 
 
 def test_the_state_cache_reads_through_the_layer_below_not_the_facade():
-    deps = _imports(os.path.join(ROOT, "objstore", "state.py"), runtime_only=False)
-    assert "runlog" not in deps and "chain" in deps
-    with open(os.path.join(ROOT, "objstore", "state.py"), encoding="utf-8") as f:
+    path, _ = FILES["objstore.runs.state"]
+    with open(path, encoding="utf-8") as f:
         src = f.read()
+    deps = imports_of(src, "objstore.runs.state", False)
+    assert "objstore.runs.runlog" not in deps and "objstore.runs.chain" in deps
     assert "RunLog" not in src

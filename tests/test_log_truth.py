@@ -23,12 +23,13 @@ import blake3
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from objstore import RunLog, Store, codec, identity, segindex
-from objstore import engine as E
+from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
-from objstore.query import episode
-from objstore.verify import anchor_token, verify_report
+from objstore.runs.query import episode
+from objstore.runs.verify import anchor_token, verify_report
+from objstore.storage import codec, identity, segindex
+from objstore.storage import engine as E
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"

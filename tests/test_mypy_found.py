@@ -7,9 +7,9 @@ import io
 import pytest
 
 from objstore import RunLog, Store
-from objstore.engine import LARGE_BLOB
 from objstore.errors import BranchNotFound, Refused
-from objstore.runrefs import branch_ref, live_ref, symref
+from objstore.storage.engine import LARGE_BLOB
+from objstore.storage.runrefs import branch_ref, live_ref, symref
 
 ATTEMPT = {"step": 0, "attempt": 0, "state": "running"}
 

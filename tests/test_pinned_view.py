@@ -7,9 +7,9 @@ import sys
 import time
 
 from objstore import RunLog, Store
-from objstore.export import export
-from objstore.query import episode
-from objstore.verify import verify
+from objstore.runs.export import export
+from objstore.runs.query import episode
+from objstore.runs.verify import verify
 
 HERE = os.path.dirname(__file__)
 

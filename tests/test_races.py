@@ -100,10 +100,11 @@ if __name__ == "__main__":
 
 from helpers import raw_objects, run_cli, snapshot_tree  # noqa: E402
 
-from objstore import RunLog, Store, codec  # noqa: E402
+from objstore import RunLog, Store  # noqa: E402
 from objstore.errors import Conflict  # noqa: E402
-from objstore.export import export  # noqa: E402
-from objstore.verify import verify  # noqa: E402
+from objstore.runs.export import export  # noqa: E402
+from objstore.runs.verify import verify  # noqa: E402
+from objstore.storage import codec
 
 
 def _env():

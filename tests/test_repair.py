@@ -13,8 +13,9 @@ import blake3
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from objstore import RunLog, Store, codec, identity
+from objstore import RunLog, Store
 from objstore.errors import CorruptLog
+from objstore.storage import codec, identity
 
 
 @pytest.fixture

@@ -11,12 +11,13 @@ from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from objstore import RunLog, Store, codec, engine
+from objstore import RunLog, Store
 from objstore.demo import StubModel, run_step, six_step_run
 from objstore.errors import InvalidInput, Refused, RetainedBranch
-from objstore.export import build_entry, export
-from objstore.fold import fold
-from objstore.verify import assert_refold_identical, verify
+from objstore.runs.export import build_entry, export
+from objstore.runs.fold import fold
+from objstore.runs.verify import assert_refold_identical, verify
+from objstore.storage import codec, engine
 
 
 def raw_chain(store, head):

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from objstore import codec
-from objstore import records as R
 from objstore.errors import InvalidInput, InvalidRecord, NewerFormat
-from objstore.runlog import RunLog
-from objstore.store import Store
-from objstore.verify import verify
+from objstore.runs import records as R
+from objstore.runs.runlog import RunLog
+from objstore.runs.verify import verify
+from objstore.storage import codec
+from objstore.storage.store import Store
 
 ID = b"\x07" * 32
 

@@ -92,11 +92,12 @@ def test_importing_the_library_loads_only_its_errors(tmp_path):
 
 
 def test_the_facade_still_reaches_every_name(tmp_path):
-    code = ("import objstore, objstore.runlog, objstore.store\n"
-            "assert objstore.RunLog is objstore.runlog.RunLog and objstore.Store is objstore.store.Store\n"
+    code = ("import objstore, objstore.runs.runlog, objstore.storage.store\n"
+            "assert objstore.RunLog is objstore.runs.runlog.RunLog and objstore.Store is objstore.storage.store.Store\n"
             "assert objstore.View.__name__ == 'View' and objstore.ForkResult.__name__ == 'ForkResult'\n"
             "import objstore as o2\n"
-            "assert o2.verify.__name__ == 'objstore.verify'  # a submodule as an attribute, loaded on use\n"
+            "assert o2.storage.engine.__name__ == 'objstore.storage.engine'  # a submodule as an attribute, loaded on use\n"
+            "assert callable(o2.verify) and callable(o2.episode) and callable(o2.export) and callable(o2.diff)\n"
             "try:\n    objstore.no_such_name\nexcept AttributeError as e:\n    print(e)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -112,7 +113,7 @@ def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_p
     for i in range(12):
         log.record_attempt(run, step=i, attempt=0, state="succeeded")
     mods = loaded(["--store", store, "log", run, "-n", "10"], tmp_path)
-    assert "objstore.engine" in mods and "objstore.history" in mods  # it did read the store
+    assert "objstore.storage.engine" in mods and "objstore.runs.history" in mods  # it did read the store
     assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
     assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
 
@@ -169,7 +170,7 @@ def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_pa
     and any other exception still propagates."""
     store, _run, _p, _o = two_branches
     code = ("import sys, sqlite3\n"
-            "import objstore.runlog as rl\n"
+            "import objstore.runs.runlog as rl\n"
             "def boom(self):\n    raise sqlite3.OperationalError('disk I/O error')\n"
             "rl.RunLog.runs = boom\n"
             "sys.argv = ['objstore', '--store', sys.argv[1], 'runs']\n"
@@ -181,3 +182,20 @@ def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_pa
     p = subprocess.run([sys.executable, "-c", code.replace("sqlite3.OperationalError", "LookupError"), store],
                        capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert p.returncode == 1 and p.stderr.splitlines()[-1] == "LookupError: disk I/O error"
+
+
+def test_the_flat_layout_s_module_paths_are_aliases_of_their_new_homes(tmp_path):
+    """``import objstore.engine`` (the layout before the packages) gives the module at its new path
+    itself — one object, its own spec kept — and the two names that are functions now say where
+    their modules went."""
+    code = ("import objstore, objstore.engine as e, objstore.storage.engine as e2\n"
+            "from objstore.runlog import RunLog\n"
+            "from objstore.segments import context\n"
+            "import objstore.runs.runlog as rl, objstore.journal.restore as rs\n"
+            "assert e is e2 and e.__spec__.name == 'objstore.storage.engine' and RunLog is rl.RunLog and context is rs.context\n"
+            "for old in ('verify', 'export'):\n"
+            "    try:\n        __import__('objstore.' + old)\n    except ModuleNotFoundError as x:\n        print(x)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ("objstore.verify is now objstore.runs.verify (objstore.verify is a function)\n"
+                        "objstore.export is now objstore.runs.export (objstore.export is a function)\n")

@@ -14,7 +14,7 @@ from helpers import run_cli, run_read_only, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import StateCacheError
-from objstore.query import episode
+from objstore.runs.query import episode
 
 
 def _store(tmp_path):

@@ -17,8 +17,8 @@ import pytest
 from helpers import run_cli
 
 from objstore import RunLog, Store
-from objstore.query import episode, iter_episode, iter_episode_json
-from objstore.verify import verify
+from objstore.runs.query import episode, iter_episode, iter_episode_json
+from objstore.runs.verify import verify
 
 
 def _store(tmp_path):
@@ -108,7 +108,7 @@ DAMAGE = {
 
 def _misses(path, run):
     """The branches an all-branches ``episode`` from the state cache had to re-fold."""
-    from objstore import query
+    from objstore.runs import query
 
     refolded = []
     real = query.refold_stream
@@ -190,7 +190,7 @@ def test_a_diverged_branch_is_refolded_and_the_others_still_come_from_the_cache(
 def test_compensation_comes_from_the_fork_object_even_unconfirmed(tmp_path, monkeypatch):
     """Fork point and compensation are never read from the cache: with the confirmation switched
     off, a swapped fork column is served for everything else, but not for the fork."""
-    from objstore.state import StateCache
+    from objstore.runs.state import StateCache
 
     path, run = _store(tmp_path)
     want = episode(RunLog(Store.open(path)), run, all_branches=True, source="refold")
@@ -208,7 +208,7 @@ def test_cached_state_and_summary_are_confirmed_too(tmp_path):
     """``StateCache.state``/``summary`` answer from the log when the branch's rows do not confirm."""
     import msgspec
 
-    from objstore.state import refold_branch, summary_of
+    from objstore.runs.state import refold_branch, summary_of
 
     path, run = _store(tmp_path)
     log = RunLog(Store.open(path))

@@ -16,9 +16,10 @@ import time
 import pytest
 from helpers import raw_objects
 
-from objstore import RunLog, Store, codec
+from objstore import RunLog, Store
 from objstore.errors import LockTimeout
-from objstore.verify import verify
+from objstore.runs.verify import verify
+from objstore.storage import codec
 
 THREADS = 8
 OPS = 60

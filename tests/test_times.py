@@ -10,12 +10,12 @@ import os
 
 import pytest
 
-from objstore import codec
-from objstore import records as R
 from objstore.errors import InvalidInput
-from objstore.runlog import RunLog
-from objstore.store import Store
-from objstore.verify import verify
+from objstore.runs import records as R
+from objstore.runs.runlog import RunLog
+from objstore.runs.verify import verify
+from objstore.storage import codec
+from objstore.storage.store import Store
 from tests.helpers import run_cli, snapshot_tree
 
 BAD_TIMES = [float("nan"), float("inf"), float("-inf"), 1e300, -1e300, R.TIME_MAX + 1, R.TIME_MIN - 1, 3e11, 10**30]

@@ -21,10 +21,10 @@ import blake3
 import pytest
 from helpers import run_cli, snapshot_tree
 
-import objstore.engine as E
+import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
-from objstore.verify import verify_report
+from objstore.runs.verify import verify_report
 
 
 def build(root):
@@ -272,7 +272,7 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
 
 _SEAL_CRASH_CHILD = r"""
 import os, sys
-import objstore.engine as E
+import objstore.storage.engine as E
 from objstore import RunLog, Store
 
 log = RunLog(Store.open(sys.argv[1]))
@@ -328,7 +328,7 @@ def test_crash_while_sealing_leaves_a_readable_store(tmp_path):
 def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path):
     """A crash while writing an entry that carries bytes shaped like an entry must not pass for
     damage: the next writer cuts it and verify stays clean."""
-    from objstore import engine as E
+    from objstore.storage import engine as E
 
     root = str(tmp_path / "s")
     s = Store.init(root, fsync="off")
@@ -356,7 +356,7 @@ def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path)
 def test_an_entry_larger_than_the_read_window_is_read_whole(tmp_path, monkeypatch):
     """A complete entry whose meta alone exceeds the tail window (many ref moves in one commit) is
     taken in, never mistaken for a torn tail (which the next writer would cut)."""
-    from objstore import engine as E
+    from objstore.storage import engine as E
 
     monkeypatch.setattr(E, "TAIL_WINDOW", 4096)
     root = str(tmp_path / "s")

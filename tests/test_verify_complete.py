@@ -24,9 +24,9 @@ import blake3
 import pytest
 from helpers import run_cli
 
-import objstore.engine as E
+import objstore.storage.engine as E
 from objstore import RunLog, Store
-from objstore.verify import verify_report
+from objstore.runs.verify import verify_report
 
 SEAL = 4096
 T0 = 1_700_000_000.0
@@ -222,7 +222,7 @@ def test_bad_segment_header_then_damage_later(built):
 def test_damaged_index_and_a_damaged_record(built):
     """The index of a segment without other damage is judged; one of a damaged segment is not
     (it would differ for that reason)."""
-    from objstore import segindex
+    from objstore.storage import segindex
 
     first = flip_object(built, 3)
     s = built.nseg - 1

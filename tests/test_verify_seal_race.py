@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-import objstore.verify as V
+import objstore.runs.verify as V
 from objstore import RunLog, Store
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -9,8 +9,9 @@ import itertools
 
 from helpers import FileReadSpy
 
-from objstore import RunLog, Store, history
-from objstore.query import diff, episode
+from objstore import RunLog, Store
+from objstore.runs import history
+from objstore.runs.query import diff, episode
 
 
 def build(root):

@@ -1,0 +1,58 @@
+"""``objstore repair``: cut damaged entries off the end of the log, on purpose and on the record.
+
+The one way an entry leaves the log other than a torn write. ``repair(store, cut_after=N,
+reason=…)`` is for a log whose readable prefix ends at entry N because of damage after it (a bad
+entry at or below the head witness, an entry that breaks a rule, a witness ahead of the log):
+writers refuse such a store, so nothing can be appended until someone decides. Repair removes every
+byte after entry N from the last segment, and its own commit entry records the cut in the log
+(``cut``: segment, offset, length, BLAKE3 of the removed bytes) together with a blob under the ref
+``log/repairs`` saying who cut what and why — signed by the store's owner key where the store has
+one (an unsigned repair is refused there, as is a key that is not the owner's). The head witness
+then names the repair entry.
+
+Prefer restoring a backup: repair discards whatever the removed bytes held, acknowledged commits
+included. Whole segments are never removed (restore from a backup instead), and entries before the
+damage are never cut.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import InvalidInput, Refused, Unauthenticated
+from ..storage import codec, identity
+from ..storage.engine import LogEngine
+from ..storage.store import Store
+
+REPAIRS_REF = "log/repairs"
+
+
+def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None = None) -> dict:
+    """Cut the log after entry ``cut_after`` (see the module docstring); returns what was done."""
+    if type(cut_after) is not int or cut_after < 0:
+        raise InvalidInput(f"--cut-after must be an entry number (>= 0), got {cut_after!r}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("a repair needs a reason (--reason TEXT)")
+    codec.check_text(reason, "repair reason")
+    engine = store.engine
+    if not isinstance(engine, LogEngine):
+        raise InvalidInput("only a store on disk has a log to repair")
+    engine.prefix_ok = True  # the store is damaged: read what can be read
+    owner = identity.owner_public(store)
+    if owner is not None:
+        if key is None:
+            raise Unauthenticated("this store has an owner key: a repair must be signed by it (--key, or $OBJSTORE_KEYS/owner.key)")
+        if key.public != owner:
+            raise Refused(f"a repair is signed by the store's owner key ({owner[:16]}…), not {key.public[:16]}…")
+    with engine.transaction(repair_after=cut_after) as txn:
+        torn = engine.torn
+        removed = [] if torn is None else [{"segment": torn[0], "offset": torn[1], "length": torn[2]}]
+        note = {"repair": 1, "cut_after": cut_after, "removed": removed, "reason": reason, "time": time.time()}
+        if key is not None:
+            note = identity.sign_object(key, note)
+        canonical = codec.encode(codec.BLOB, codec.canonical_json(note))
+        oid = codec.object_id(canonical)
+        txn.put(oid, codec.BLOB, canonical)
+        txn.set_ref(REPAIRS_REF, txn.read_ref(REPAIRS_REF), oid, f"repair: cut after entry {cut_after}: {reason}")
+    engine.prefix_ok = False
+    return {"cut_after": cut_after, "entry": engine.position().entry, "removed": removed, "note": oid.hex(), "signed": key is not None}

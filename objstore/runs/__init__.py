@@ -1,0 +1,34 @@
+"""The run model: records, branches and forks, their fold, the state cache, and every query over them.
+
+Members, lowest first (each imports only those before it, ``objstore.storage`` and ``objstore.errors``):
+
+* ``records`` — the record model: kinds, bodies, their checks (msgspec schemas);
+* ``fold`` — the pure fold: records in, state out;
+* ``chain`` — reading runs as chains: views, walks, lineages, fork objects;
+* ``history`` — what ``objstore log`` shows: lazy entries, time filters, the branch graph;
+* ``resolve`` — naming runs the way git names commits (prefixes, ``latest~N``);
+* ``state`` — the materialized state cache (SQLite), confirmed against the log, never deciding;
+* ``views`` — the JSON shape of each public entity;
+* ``runlog`` — ``RunLog``: writing runs, attempts, intents, fork, rewind, the live branch;
+* ``ingest`` — JSON Lines events from any agent framework;
+* ``query`` — episodes (seed T1.7) and diffs, identical from state and from a cold re-fold;
+* ``export`` — the outbox of the live branch;
+* ``verify`` — fsck: prove the whole store by re-reading the log;
+* ``completion`` — shell-completion candidates.
+
+A new record kind goes into ``records`` (its schema) and ``fold`` (what it contributes).
+"""
+
+
+def __getattr__(name: str) -> object:
+    """A member reached as an attribute (``objstore.storage.engine`` after a bare ``import objstore``), loaded on first use."""
+    import importlib
+
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,0 +1,319 @@
+"""Reading runs as chains: views, walks, lineages, fork objects, the chain index.
+
+The layer below ``RunLog`` (which adds writing) and the one the state cache, the queries and
+verify read through. Everything here is a function of the object store and the refs of one
+run at one instant (a ``View``); nothing writes.
+
+Refs of a run ``R`` (names in ``runrefs``):
+
+* ``run/R/branch/N`` → the head of branch N: its newest record, or its fork
+  object while it has no record yet;
+* ``run/R/live``     → ``ref: run/R/branch/N``, the live branch (like HEAD);
+  absent means branch 0, so a crash between a start's two ref writes leaves a
+  valid run.
+
+Branch 0 starts with a ``run_started`` record whose parent is nil. A fork writes
+a ``fork`` object — the root of the new branch's chain — naming the parent
+branch, the parent LSN, the parent record at that LSN, the parent's head at fork
+time, the reason and any compensation flags; the new branch's LSN 0 record names
+the fork object as its parent. Nothing is copied or deleted: the parent's
+records stay where they were, and the child's state before the fork is the fold
+of the parent's chain walked back from ``parent_record``.
+
+Every read goes through a ``View``: the ref values of one run at one instant.
+``view(run)`` takes a fresh one; ``pin(run)`` is the same thing under the name
+readers use for "hold this while writers go on" — since objects are immutable,
+a view never changes under its reader, whatever writers do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, cast
+
+from ..errors import InvalidInput
+from ..storage import codec, runrefs
+from ..storage.fileutil import no_gc
+from ..storage.store import Store
+from . import records as R
+from .fold import fold
+
+_new_record = tuple.__new__  # NamedTuple construction without the keyword machinery
+Record = R.Record
+
+
+class View(NamedTuple):
+    """Ref values of one run at one instant."""
+
+    run: str
+    live: int
+    heads: dict[int, bytes]  # branch -> head id
+
+    def head(self, branch: int) -> bytes:
+        return runrefs.head_of(self.run, self.heads, branch)
+
+
+class ChainReader:
+    """Reads the runs of one store: views, chains and lineages, records by LSN."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
+        self._subjects: dict[str, str] = {}  # run -> subject (never changes)
+
+    # -- objects -------------------------------------------------------------
+    def record(self, oid: bytes) -> R.Record:
+        otype, value = self.store.get(oid)
+        if otype != codec.RECORD:
+            raise InvalidInput(f"object {oid.hex()} is a {otype}, not a record")
+        return R.Record.from_payload(oid, value)
+
+    def fork_object(self, view: View, branch: int) -> dict | None:
+        """The fork object at the root of ``branch`` (None for branch 0), with its id: the parent
+        of the branch's LSN 0 record (from the chain index), or the head while it has no record."""
+        head = view.head(branch)
+        get = self.store.get_decoded
+        otype, p = get(head)
+        if otype == codec.FORK:
+            return dict(p, id=head)
+        first = self.store.indexed_record(view.run, branch, 0)
+        if first is None or not self._is_ancestor(view.run, branch, 0, head):
+            return self.chain(head)[1]  # not indexed (an open batch): walk
+        parent = get(first)[1]["parent"]
+        if parent is None:
+            return None
+        otype, p = get(parent)
+        return dict(p, id=parent) if otype == codec.FORK else None
+
+    def walk(self, head: bytes, stop_at: bytes | None = None,
+             get: Callable[[bytes], tuple[str, Any]] | None = None) -> Iterator[R.Record | dict]:
+        """A branch's own records newest first, then its fork object (a dict) if it has one.
+
+        Stops before ``stop_at`` (a cached head) when it is met. ``get`` reads one object as
+        ``(type, value)``; by default the store's block decoding (``history`` reads the first few
+        objects one at a time, so ``log -n 3`` decodes three objects, not a block)."""
+        if get is None:
+            get = self.store.get_decoded
+        oid: bytes | None = head
+        branch = None
+        while oid is not None and oid != stop_at:
+            otype, p = get(oid)
+            if otype == codec.FORK:
+                yield dict(p, id=oid)
+                return
+            if otype != codec.RECORD:
+                raise InvalidInput(f"chain reaches {otype} object {oid.hex()}")
+            if branch is None:
+                branch = p["branch"]
+            elif p["branch"] != branch:
+                raise InvalidInput(f"chain of branch {branch} reaches record {oid.hex()} of branch {p['branch']}")
+            parent = p["parent"]
+            yield _new_record(Record, (oid, p["run"], branch, p["lsn"], parent, p["kind"], p.get("time"), p["body"]))
+            oid = parent
+
+    def chain(self, head: bytes, stop_at: bytes | None = None) -> tuple[list[R.Record], dict | None]:
+        """(own records oldest first, fork object or None) of the branch whose head is ``head``."""
+        recs = []
+        fk = None
+        try:
+            with no_gc():
+                for item in self.walk(head, stop_at):
+                    if isinstance(item, dict):
+                        fk = item
+                    else:
+                        recs.append(item)
+        finally:
+            self.store.forget_decoded()
+        recs.reverse()
+        return recs, fk
+
+    def own_records(self, view: View, branch: int) -> list[R.Record]:
+        """Records written on ``branch`` itself, oldest first (never the parent's)."""
+        return self.chain(view.head(branch))[0]
+
+    def groups_from(self, head: bytes, branch: int | None = None) -> list[tuple[int | None, list, dict | None]]:
+        """The chain behind ``head`` cut at fork points, newest first: ``(branch, own records
+        oldest first, fork object or None)``; each ancestor is walked back from the fork's parent record."""
+        groups = []
+        while head is not None:
+            own, fk = self.chain(head)
+            groups.append((branch, own, fk))
+            if fk is None:
+                break
+            branch, head = fk["parent_branch"], fk["parent_record"]
+        return groups
+
+    def lineage_from(self, head: bytes) -> list[R.Record]:
+        """Every record a chain head folds over, oldest first: ancestors up to each fork point, then its own."""
+        out = []
+        for _, own, _ in reversed(self.groups_from(head)):
+            out.extend(own)
+        return out
+
+    def iter_own(self, view: View, branch: int, upto: int | None = None, *, start: int = 0) -> Iterator[R.Record]:
+        """A branch's own records oldest first, LSNs ``start``..``upto`` (default: its head),
+        streamed through the log's chain index: memory does not grow with the branch's length."""
+        head = view.head(branch)
+        head_lsn = self.next_of(head)[0] - 1
+        last = head_lsn if upto is None else min(upto, head_lsn)
+        if last < 0:
+            return
+        get = self.store.get_decoded
+        expect = start
+        if start > last:
+            return
+        if self.store.indexed_record(view.run, branch, last) is not None:
+            for lsn, oid in self.store.engine.iter_chain(view.run, branch, start):
+                if lsn > last:
+                    break
+                otype, p = get(oid)
+                yield _new_record(Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
+                expect = lsn + 1
+            if expect > last:
+                return
+        # Not (all) indexed — records of an open batch: the chain walk has them.
+        own = [r for r in self.chain(head)[0] if expect <= r.lsn <= last]
+        yield from own
+
+    def iter_lineage(self, view: View, branch: int, upto: int | None = None) -> Iterator[R.Record]:
+        """Every record the branch folds over (up to its LSN ``upto``), oldest first, streamed:
+        each ancestor up to its fork point (read from the fork objects), then its own records."""
+        segs = []  # (branch, upto) from the branch back to the root
+        b = branch
+        while True:
+            segs.append((b, upto))
+            fk = self.fork_object(view, b) if b != 0 else None
+            if fk is None:
+                break
+            b, upto = fk["parent_branch"], fk["parent_lsn"]
+        for b, upto in reversed(segs):
+            yield from self.iter_own(view, b, upto)
+
+    def lineage(self, view: View, branch: int) -> list[R.Record]:
+        return self.lineage_from(view.head(branch))
+
+    def refold(self, view: View, branch: int) -> dict:
+        """Cold re-fold of a branch from raw objects, ignoring the state cache."""
+        with no_gc():
+            try:
+                return fold(self.iter_lineage(view, branch))
+            finally:
+                self.store.forget_decoded()
+
+    # -- refs and views ----------------------------------------------------------
+    def runs(self) -> list[str]:
+        return self.store.run_names()
+
+    def view(self, run: str) -> View:
+        R.check_run_id(run)
+        return self._view_of(run, self.store.run_refs(run))
+
+    @staticmethod
+    def _view_of(run: str, snap: dict) -> View:
+        return View(run, *runrefs.parse_run_refs(run, snap))
+
+    pin = view
+
+    def view_from(self, run: str, refs: dict) -> View:
+        """A view from a run's refs captured elsewhere — with a Host request's position
+        (``host.At.run_refs``), so the branches and the run's other refs read one position."""
+        R.check_run_id(run)
+        return self._view_of(run, refs)
+
+    def branches(self, view: View) -> list[dict]:
+        """Branch list with fork points read from the fork objects."""
+        out = []
+        for b in sorted(view.heads):
+            fk = self.fork_object(view, b)
+            out.append(
+                {
+                    "branch": b,
+                    "head": view.heads[b],
+                    "live": b == view.live,
+                    "fork": fk,
+                }
+            )
+        return out
+
+    def next_of(self, head: bytes) -> tuple[int, bool]:
+        hit = self._next.get(head)
+        if hit is None:
+            otype, p = self.store.get(head)
+            if otype == codec.FORK:
+                hit = (0, False)
+            else:
+                hit = (p["lsn"] + 1, p["kind"] == R.RUN_FINISHED)
+            self._next[head] = hit
+        return hit
+
+    def run_started(self, run: str) -> R.Record:
+        """A run's ``run_started`` record (branch 0, LSN 0), from the log's chain index."""
+        rec = self.record(self.record_at(self.view(run), 0, 0))
+        if rec.kind != R.RUN_STARTED:
+            raise InvalidInput(f"run {run} does not start with run_started")
+        return rec
+
+    def subject(self, run: str) -> str:
+        """A run's subject (owner), from its ``run_started`` record; immutable, so remembered."""
+        s = self._subjects.get(run)
+        if s is None:
+            s = self._subjects[run] = self.run_started(run).body["subject"]
+        return s
+
+    # -- fork / rewind -------------------------------------------------------------
+    def record_at(self, view: View, branch: int, lsn: int) -> bytes:
+        """The id of ``branch``'s own record at ``lsn``, from the log's chain index (O(1)).
+
+        Records of the open batch are not indexed yet: those few are found by walking back."""
+        head = view.head(branch)
+        oid = self.store.indexed_record(view.run, branch, lsn)
+        if oid is not None and self._is_ancestor(view.run, branch, lsn, head):
+            return oid
+        for item in self.walk(head):
+            if isinstance(item, dict) or item.lsn < lsn:
+                break
+            if item.lsn == lsn:
+                self.store.forget_decoded()
+                return item.id
+        self.store.forget_decoded()
+        raise InvalidInput(f"branch {branch} of run {view.run} has no record at LSN {lsn}")
+
+    def _is_ancestor(self, run: str, branch: int, lsn: int, head: bytes) -> bool:
+        """Whether the index's record at ``lsn`` is on the chain behind ``head``: true when the
+        index also holds ``head`` at the head's LSN (it keeps a branch's chain in LSN order)."""
+        head_lsn = self.next_of(head)[0] - 1
+        return head_lsn >= lsn and self.store.indexed_record(run, branch, head_lsn) == head
+
+    def compensation(self, view: View, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
+        """Non-idempotent intents committed by ``branch``'s own records in (after_lsn, upto_lsn]:
+        a pure function of the records (``records.compensation_for``), never of a cache."""
+        facts = self.store.intent_records(view.run) + self.store.pending_intent_records(view.run)
+        forks = {}
+        for b in view.heads:
+            fk = self.fork_object(view, b) if b != 0 else None
+            if fk is not None:
+                forks[b] = (fk["parent_branch"], fk["parent_lsn"])
+        return R.compensation_for(facts, forks, branch, after_lsn, upto_lsn)
+
+    # -- queries (raw log; live by default) ----------------------------------------
+    def history(self, view: View, branch: int | None = None, *, all_branches: bool = False) -> list[tuple[int, list, dict | None]]:
+        """What ``objstore log`` shows, newest group first: ``(branch, own records oldest first, fork object)``.
+
+        By default the live branch, then each ancestor up to its fork point (git log
+        through merges, in one line); ``all_branches`` gives every branch's own records.
+        """
+        if all_branches:
+            return [(b, *self.chain(view.head(b))) for b in sorted(view.heads, reverse=True)]
+        b = view.live if branch is None else branch
+        return cast("list[tuple[int, list, dict | None]]", self.groups_from(view.head(b), b))  # b given: every branch is an int
+
+    def records(self, run: str, branch: int | None = None, *, all_branches: bool = False, view: View | None = None) -> list[R.Record]:
+        """Own records of the live branch (default), one branch, or all branches (by branch, LSN)."""
+        view = view or self.view(run)
+        if all_branches:
+            out = []
+            for b in sorted(view.heads):
+                out.extend(self.own_records(view, b))
+            return out
+        return self.own_records(view, view.live if branch is None else branch)
+

@@ -1,0 +1,267 @@
+"""Writing runs: start, append, record attempts and intents, fork, rewind, set the live branch.
+
+``RunLog`` is the library API for recording and reading runs: it is a ``ChainReader``
+(``chain.py``, every read) that also writes, each write one commit under the store's writer
+lock. The ref names come from ``runrefs``; the record shapes from ``records``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
+from ..storage import codec
+from ..storage.engine import Txn
+from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
+from ..storage.store import Store
+from . import records as R
+from .chain import ChainReader, Record, View, _new_record
+from .resolve import check_new_run_id
+from .state import StateCache
+
+__all__ = ["RunLog", "ForkResult", "View", "Record", "new_run_id", "branch_ref", "live_ref"]
+
+class ForkResult(NamedTuple):
+    branch: int
+    fork_id: bytes
+    parent_branch: int
+    parent_lsn: int
+    parent_record: bytes
+    parent_head: bytes
+    compensation: list  # [{intent, step, effect, committed_record}]
+
+    @property
+    def compensation_required(self) -> bool:
+        return bool(self.compensation)
+
+    def as_dict(self) -> dict:
+        return {
+            "branch": self.branch,
+            "fork_id": self.fork_id.hex(),
+            "parent_branch": self.parent_branch,
+            "parent_lsn": self.parent_lsn,
+            "parent_record": self.parent_record.hex(),
+            "parent_head": self.parent_head.hex(),
+            "compensation_required": self.compensation_required,
+            "compensation": codec.to_jsonable(self.compensation),
+        }
+
+
+class RunLog(ChainReader):
+    """The library API for recording and reading runs."""
+
+    def __init__(self, store: Store, state: StateCache | None = None) -> None:
+        super().__init__(store)
+        self.state = state if state is not None else StateCache.for_store(store)
+        self._live_of: dict[str, int] = {}  # live ref value -> branch number
+
+    def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None, when: float | None = None) -> str:
+        """Create a run (branch 0, live) with its ``run_started`` record; returns the run id.
+
+        One commit: the record, the branch ref and the live ref land together or not at all."""
+        if run is None:
+            run = new_run_id()
+        R.check_run_id(run)
+        check_new_run_id(run)
+        body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
+        payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": _now(when), "body": body}
+        store = self.store
+        with store.batch():
+            if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+                raise InvalidInput(f"run {run} already exists")
+            oid = store.put(codec.RECORD, payload)
+            store.set_ref(branch_ref(run, 0), None, oid, "start run")
+            store.set_ref(live_ref(run), None, symref(branch_ref(run, 0)), "start run: branch 0 live")
+        self._next[oid] = (1, False)
+        self._subjects[run] = body["subject"]
+        return run
+
+    def live_branch(self, run: str) -> int:
+        return self.view(run).live
+
+    def append(self, run: str, kind: str, body: dict, *, branch: int | None = None, allow_retained: bool = False, when: float | None = None,
+               expect_head: bytes | None = None, expect_branch: int | None = None) -> R.Record:
+        """Append one record, built on the branch's head under the writer lock.
+
+        Plain (no expectations): it goes to the branch live when the lock is taken and never
+        conflicts. ``expect_branch``: the live branch must be that one; ``expect_head``: the
+        branch's head must be that id; otherwise ``Conflict`` and nothing is written."""
+        if kind == R.RUN_STARTED:
+            raise InvalidRecord("run_started is written by start_run only")
+        body = R.check_body(kind, body)
+        if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
+            raise InvalidInput("expect_head must be a 32-byte record id")
+        if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
+            raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
+        store = self.store
+        t = _now(when)
+        txn = store.current_batch()
+        if txn is None:
+            with store.batch() as txn:
+                oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
+        else:
+            oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
+        nxt = self._next
+        nxt.pop(head, None)  # only current heads are worth remembering
+        nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
+        return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
+
+    def _append_in(self, txn: Txn, run: str, kind: str, body: dict[str, Any], t: float, branch: int | None, allow_retained: bool,
+                   expect_head: bytes | None, expect_branch: int | None) -> tuple[bytes, int, int, bytes]:
+        """The body of ``append``, under the writer lock (the names it builds are valid ref names:
+        an existing run's id passed check_run_id when it started)."""
+        live_name = txn.read_ref(live_ref(run))
+        if live_name is None:
+            R.check_run_id(run)
+            if txn.read_ref(branch_ref(run, 0)) is None:
+                raise RunNotFound(run)
+            live_name = symref(branch_ref(run, 0))
+        if not isinstance(live_name, str):  # an id where a symbolic ref belongs: what view() calls malformed
+            raise InvalidInput(f"live ref of run {run} is malformed: {live_name!r}")
+        live = self._live_of.get(live_name)
+        if live is None:
+            target = parse_symref_value(live_name)
+            live = branch_of(run, target) if target is not None else None
+            if live is None:
+                raise InvalidInput(f"live ref of run {run} is malformed: {live_name!r}")
+            self._live_of[live_name] = live
+        if expect_branch is not None and expect_branch != live:
+            raise Conflict(live_ref(run), symref(branch_ref(run, expect_branch)), live_name)
+        if branch is None:
+            branch = live
+        elif branch != live and not allow_retained:
+            raise RetainedBranch(branch, run, live)
+        ref = branch_ref(run, branch)
+        head = txn.read_ref(ref)
+        if not isinstance(head, bytes):  # absent, or not an id (view() ignores such a branch ref too)
+            raise BranchNotFound(branch, run)
+        if expect_head is not None and expect_head != head:
+            raise Conflict(ref, expect_head.hex(), head.hex() if isinstance(head, bytes) else str(head))
+        lsn, finished = self._next.get(head) or self.next_of(head)
+        if finished:
+            raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
+        oid = self.store.put_in(txn, codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
+        txn.set_ref(ref, head, oid, "append")
+        return oid, branch, lsn, head
+
+    def record_attempt(self, run: str, step: int, attempt: int, state: str, *, prompt: bytes | None = None, output: bytes | None = None,
+                       context: dict | None = None, tools: dict | None = None, usage: dict | None = None, error: str | None = None,
+                       workflow_version: str | None = None, branch: int | None = None, allow_retained: bool = False, when: float | None = None,
+                       expect_head: bytes | None = None, expect_branch: int | None = None) -> R.Record:
+        """Record one attempt of one step (failed ones too); prompt/output are blob ids from ``put_blob``."""
+        body = {"step": step, "attempt": attempt, "state": state, "workflow_version": workflow_version, "context": context,
+                "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": error}
+        return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when,
+                           expect_head=expect_head, expect_branch=expect_branch)
+
+    def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts: Any) -> R.Record:
+        return self.append(run, R.INTENT, {"intent": intent, "step": step, "effect": effect, "idempotent": idempotent}, **opts)
+
+    def commit_intent(self, run: str, intent: str, **opts: Any) -> R.Record:
+        return self.append(run, R.INTENT_COMMITTED, {"intent": intent}, **opts)
+
+    def finish_run(self, run: str, status: str = "succeeded", error: str | None = None, **opts: Any) -> R.Record:
+        return self.append(run, R.RUN_FINISHED, {"status": status, "error": error}, **opts)
+
+    def batch(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
+        """One commit for everything written inside (``with log.batch(): ...``): one entry, one
+        fdatasync, all or nothing; holds the store's writer lock throughout (other writers wait up
+        to their own timeout). Nested batches join the outer one."""
+        return self.store.batch(timeout)
+
+    def put_blob(self, data: bytes) -> bytes:
+        return self.store.put_blob(data)
+
+    def get_blob(self, oid: bytes) -> bytes:
+        return self.store.get_blob(oid)
+
+    def fork(self, run: str, from_branch: int, at_lsn: int, *, reason: str = "", make_live: bool = True, when: float | None = None,
+             expect_live: int | None = None) -> ForkResult:
+        """Start a new branch whose history is ``from_branch`` up to ``at_lsn`` (inclusive).
+
+        One commit under the writer lock: the fork object, the new branch ref and (with
+        ``make_live``) the live move land together. Nothing is copied or deleted. If records of
+        ``from_branch`` after ``at_lsn`` commit an intent whose effect is not idempotent, the fork
+        object carries a compensation flag for each, and the fork still happens.
+        ``expect_live``: ``Conflict`` and nothing created unless that branch is live."""
+        if type(at_lsn) is not int or at_lsn < 0:
+            raise InvalidInput(f"fork LSN must be a non-negative integer, got {at_lsn!r}")
+        if type(from_branch) is not int or from_branch < 0:
+            raise InvalidInput(f"branch must be a non-negative integer, got {from_branch!r}")
+        if not isinstance(reason, str):
+            raise InvalidInput(f"a fork reason is text, got {type(reason).__name__}")
+        codec.check_text(reason, "fork reason")
+        t = _now(when)  # checked before the lock is taken: a bad time writes nothing
+        store = self.store
+        with store.batch():
+            view = self.view(run)
+            if expect_live is not None and view.live != expect_live:
+                raise Conflict(live_ref(run), symref(branch_ref(run, expect_live)), symref(branch_ref(run, view.live)))
+            parent_head = view.head(from_branch)
+            head_lsn = self.next_of(parent_head)[0] - 1
+            if at_lsn > head_lsn:
+                if head_lsn < 0:
+                    raise InvalidInput(f"branch {from_branch} of run {run} has no records yet; there is nothing to fork at LSN {at_lsn}")
+                raise InvalidInput(f"branch {from_branch} of run {run} has LSNs 0..{head_lsn}; cannot fork at {at_lsn}")
+            parent_record = self.record_at(view, from_branch, at_lsn)
+            compensation = self.compensation(view, from_branch, at_lsn, head_lsn)
+            new_branch = max(view.heads) + 1
+            payload = {
+                "run": run,
+                "branch": new_branch,
+                "parent_branch": from_branch,
+                "parent_lsn": at_lsn,
+                "parent_record": parent_record,
+                "parent_head": parent_head,
+                "reason": reason,
+                "compensation": compensation,
+                "time": t,
+            }
+            fork_id = store.put(codec.FORK, payload)
+            store.set_ref(branch_ref(run, new_branch), None, fork_id, f"fork from {from_branch}@{at_lsn}: {reason}")
+            if make_live:
+                store.set_ref(live_ref(run), store.read_ref(live_ref(run)), symref(branch_ref(run, new_branch)), f"fork {new_branch} live")
+        self._next[fork_id] = (0, False)
+        return ForkResult(new_branch, fork_id, from_branch, at_lsn, parent_record, parent_head, compensation)
+
+    def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None, expect_live: int | None = None) -> ForkResult:
+        """Rewind the live branch to ``to_lsn``: a fork of the branch live under the writer lock,
+        which becomes live (``expect_live``: only if that branch is the live one)."""
+        with self.store.batch():
+            live = self.view(run).live
+            return self.fork(run, live, to_lsn, reason=reason, make_live=True, when=when, expect_live=expect_live)
+
+    def set_live(self, run: str, branch: int, reason: str = "set live") -> None:
+        with self.store.batch():
+            view = self.view(run)
+            view.head(branch)
+            name = live_ref(run)
+            self.store.set_ref(name, self.store.read_ref(name), symref(branch_ref(run, branch)), reason)
+
+
+_id_lock = threading.Lock()
+_last_us = 0  # the time part of the newest id this process made (µs since the epoch)
+
+
+def new_run_id() -> str:
+    """Unique and time-sortable, like a ULID: ``r20261201-052011123456-9f3c2a7b1e04`` is the UTC time
+    to the microsecond, then 48 random bits (the short id ``runs`` shows).
+
+    The time part never repeats nor goes back within a process (a clock step or two ids in one µs
+    take the last one plus 1 µs), so ids made here sort by creation and never collide; ids of other
+    processes differ by their random suffix. Ids made before (``r…-HHMMSSmmm-…``, milliseconds) stay
+    valid: any id ``records.check_run_id`` accepts is a run id."""
+    global _last_us
+    with _id_lock:
+        us = _last_us = max(time.time_ns() // 1000, _last_us + 1)
+    return time.strftime("r%Y%m%d-%H%M%S", time.gmtime(us // 1_000_000)) + f"{us % 1_000_000:06d}-" + secrets.token_hex(6)
+
+
+def _now(when: float | None) -> float:
+    """The time a write records: now, or the caller's ``when`` if it is a finite number of seconds
+    within years 1 to 9999 (InvalidInput otherwise: 1e300 was stored and then `log` could not show it)."""
+    return time.time() if when is None else R.check_time(when)

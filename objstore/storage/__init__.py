@@ -1,0 +1,29 @@
+"""Storage: bytes on disk, named by their hashes — the lowest subsystem, knowing nothing of runs.
+
+Members, lowest first (each imports only those before it and ``objstore.errors``):
+
+* ``codec`` — canonical encoding of objects and their ids, the one JSON input parser;
+* ``fileutil`` — durable file primitives: the fsync policy, atomic replace, directory sync;
+* ``refs``, ``runrefs`` — what a ref may be called, the ref namespace, forward-only and write-once rules;
+* ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
+* ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
+* ``engine`` — format 3: the append-only log of commit entries, its tables, root, checkpoint and witness;
+* ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
+* ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
+
+A new engine (an S3 one) joins next to ``engine`` by passing ``tests/test_engine_contract.py``.
+"""
+
+
+def __getattr__(name: str) -> object:
+    """A member reached as an attribute (``objstore.storage.engine`` after a bare ``import objstore``), loaded on first use."""
+    import importlib
+
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,0 +1,590 @@
+"""The store: typed objects and refs over one engine, and commits.
+
+``Store`` is what every upper layer talks to. ``put``/``get`` encode and decode
+through ``codec``; refs move by compare-and-swap. Every write happens inside a
+commit: ``batch()`` (also spelled ``transaction()``) holds the store's writer
+lock for its duration, so everything it writes — objects and ref moves — lands
+as one log entry with one fdatasync, or not at all. A write outside a batch is
+a commit of its own. A batch belongs to its ``contextvars`` context (thread or
+asyncio task): other threads' writes wait for the lock and never join it.
+
+While a batch is open it blocks every other writer of the store (other
+threads and other processes); ``batch(timeout=…)`` raises ``LockTimeout``
+instead of waiting forever. Readers never wait for it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import json
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import IO, Any
+
+import blake3
+import msgspec
+import zstandard
+
+from ..errors import (
+    InvalidId,
+    InvalidInput,
+    LimitExceeded,
+    NewerFormat,
+    ObjectNotFound,
+    StorageOSError,
+    StoreFormatError,
+    StoreNeedsUpgrade,
+    StoreNotFound,
+)
+from . import codec, runrefs
+from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
+from .fileutil import FsyncPolicy, atomic_file, tmp_name
+
+_hash = blake3.blake3
+
+
+def _check_oid(oid: object) -> bytes:
+    """An object id as the API takes it: 32 bytes (``codec.parse_id`` turns hex into one)."""
+    if type(oid) is not bytes or len(oid) != 32:
+        raise InvalidId(oid if isinstance(oid, str) else type(oid).__name__, "an object id is 32 bytes (parse hex with codec.parse_id)")
+    return oid
+_encode = codec._enc.encode
+_HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
+
+MARKER = "OBJSTORE"
+FORMAT_VERSION = 3
+DEFAULT_DIR = ".objstore"
+MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
+MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
+
+
+def default_path() -> str:
+    return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
+
+
+CEILING_ENV = "OBJSTORE_CEILING_DIRECTORIES"
+
+
+def discover(start: str | None = None, ceilings: list[str] | None = None) -> str:
+    """The store a command uses when none is named, found like git finds ``.git``: a ``.objstore``
+    directory holding an OBJSTORE marker in ``start`` (default: the current directory), else in
+    its parent, and so on up to ``/`` — stopping before a filesystem boundary (the parent's
+    ``st_dev`` differs) and, like git's GIT_CEILING_DIRECTORIES, before going up into a ceiling
+    directory (``ceilings``; default: the colon-separated absolute paths in
+    $OBJSTORE_CEILING_DIRECTORIES). Returns its absolute path; raises StoreNotFound naming where it
+    looked."""
+    here = os.path.abspath(start or os.getcwd())
+    first = here
+    if ceilings is None:
+        ceilings = [c for c in os.environ.get(CEILING_ENV, "").split(":") if os.path.isabs(c)]
+    stops = {os.path.normpath(c) for c in ceilings}
+    try:
+        dev = os.stat(here).st_dev
+        while True:
+            cand = os.path.join(here, DEFAULT_DIR)
+            if os.path.isfile(os.path.join(cand, MARKER)):
+                return cand
+            parent = os.path.dirname(here)
+            if parent == here:
+                stop = "/"
+                break
+            if parent in stops:
+                stop = f"{here} (ceiling {parent} in ${CEILING_ENV})"
+                break
+            pdev = os.stat(parent).st_dev
+            if pdev != dev:
+                stop = f"{here} (filesystem boundary)"
+                break
+            here = parent
+    except OSError as e:
+        raise StorageOSError(f"look for {DEFAULT_DIR} from {first}", e) from None
+    raise StoreNotFound(f"no {DEFAULT_DIR} in {first} or any parent up to {stop}")
+
+
+def read_marker(path: str) -> int:
+    """The format version of the store at ``path``; raises StoreNotFound / StoreFormatError."""
+    marker = os.path.join(path, MARKER)
+    try:
+        with open(marker, "rb") as f:
+            meta = json.loads(f.read())
+        version = meta["version"]
+    except FileNotFoundError:
+        raise StoreNotFound(path) from None
+    except (ValueError, KeyError, TypeError):
+        raise StoreFormatError(path, "unreadable OBJSTORE marker") from None
+    except OSError as e:
+        raise StorageOSError(f"read {marker}", e) from None
+    if meta.get("format") != "objstore" or not isinstance(version, int):
+        raise StoreFormatError(path, "not an objstore marker")
+    return version
+
+
+class Store:
+    def __init__(self, engine: Engine, root: str | None = None, policy: FsyncPolicy | None = None) -> None:
+        self.engine = engine
+        self.root = root
+        self.policy = policy or FsyncPolicy()
+        self._txn = _BatchVar(f"objstore-txn-{id(self)}")
+        self._decoded: dict = {}  # the last record block decoded by get_decoded
+        self.created = False  # set by ``init`` when it made the store
+
+    # -- opening -----------------------------------------------------------
+    @classmethod
+    def memory(cls) -> Store:
+        return cls(MemoryEngine())
+
+    @classmethod
+    def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
+        """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
+        which: two processes creating one new store at once both succeed, one of them created it."""
+        path = os.path.abspath(path or default_path())
+        policy = FsyncPolicy(fsync)
+        marker = os.path.join(path, MARKER)
+        if os.path.exists(marker):
+            return cls.open(path, fsync=fsync)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise InvalidInput(f"{path} exists and is not a directory")
+        if os.path.isdir(path) and os.listdir(path):
+            if os.path.exists(marker):  # another process's store appeared (whole) since the first look
+                return cls.open(path, fsync=fsync)
+            raise InvalidInput(f"{path} is a non-empty directory that is not a store; refusing to initialise it")
+        parent = os.path.dirname(path) or "."
+        try:
+            os.makedirs(parent, exist_ok=True)
+            staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
+            os.makedirs(os.path.join(staging, "tmp"))
+            LogEngine.create(staging, policy)
+            with atomic_file(os.path.join(staging, MARKER), os.path.join(staging, "tmp"), policy) as f:
+                f.write(json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
+            policy.dir(staging)
+            try:
+                os.rename(staging, path)  # a whole store appears at once, or not at all
+            except OSError:
+                # Someone else created it meanwhile (or an empty directory was there): ours goes.
+                _rmtree(staging)
+                if os.path.isdir(path) and not os.listdir(path):
+                    os.rmdir(path)
+                    return cls.init(path, fsync)
+                if not os.path.exists(marker):
+                    raise
+                return cls.open(path, fsync=fsync)  # theirs, whole: not created here
+            policy.dir(parent)
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # the name given is not a path this system can hold: bad input
+                raise InvalidInput(f"cannot create a store at {path}: {e.strerror}") from None
+            raise StorageOSError(f"create a store at {path}", e) from None
+        store = cls.open(path, fsync=fsync)
+        store.created = True
+        return store
+
+    @classmethod
+    def open(cls, path: str | None = None, fsync: str | None = None, create: bool = False, readable_prefix: bool = False) -> Store:
+        """Open the store at ``path``. A log damaged before its end raises CorruptLog (exit 6) on
+        every read, unless ``readable_prefix``: then reads answer from the entries before the
+        damage (what verify does, to list everything it finds)."""
+        store = cls._open(path, fsync, create)
+        store.engine.prefix_ok = readable_prefix
+        return store
+
+    @classmethod
+    def _open(cls, path: str | None, fsync: str | None, create: bool) -> Store:
+        path = os.path.abspath(path or default_path())
+        if not os.path.isfile(os.path.join(path, MARKER)):
+            if create:
+                return cls.init(path, fsync=fsync)
+            raise StoreNotFound(path)
+        version = read_marker(path)
+        if version in (1, 2):
+            raise StoreNeedsUpgrade(path, version, path)
+        if version > FORMAT_VERSION:
+            raise NewerFormat("store", path, version, FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION}")
+        policy = FsyncPolicy(fsync)
+        try:
+            engine = LogEngine(path, policy)
+        except OSError as e:
+            raise StorageOSError(f"open the log of {path}", e) from None
+        return cls(engine, root=path, policy=policy)
+
+    # -- commits -----------------------------------------------------------
+    @contextmanager
+    def batch(self, timeout: float | None = None) -> Iterator[Txn]:
+        """One commit: everything written inside lands together (one entry, one fdatasync) or not
+        at all. Holds the writer lock throughout; nested calls join the outer one."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
+            raise InvalidInput(f"batch timeout must be a non-negative number of seconds, got {timeout!r}")
+        txn = self._txn.get()
+        if txn is not None:
+            yield txn
+            return
+        with self.engine.transaction(timeout) as txn:
+            state = [txn, threading.get_ident()]
+            token = self._txn.set(state)
+            try:
+                yield txn
+            finally:
+                state[0] = None  # ended: contexts copied from this one (tasks, to_thread) no longer see it
+                self._txn.reset(token)
+
+    transaction = batch
+
+    def current_batch(self) -> Txn | None:
+        """The batch open in this context, if any (writes inside it join it)."""
+        return self._txn.get()
+
+    def put_in(self, txn: Txn, otype: str, value: dict) -> bytes:
+        """``put`` of a structured object into an open batch (the hot path of appends)."""
+        payload = _encode_input(value)
+        data = _HEADS[otype] % len(payload) + payload
+        oid = _hash(data).digest()
+        txn.put(oid, otype, data, value)
+        return oid
+
+    def in_batch(self) -> bool:
+        return self._txn.get() is not None
+
+    # -- objects -----------------------------------------------------------
+    def put(self, otype: str, value: Any) -> bytes:
+        if otype == codec.BLOB:
+            return self.put_blob(value)
+        if type(value) is dict and otype in _HEADS:  # the hot path: codec.encode, inlined
+            payload = _encode_input(value)
+            data = _HEADS[otype] % len(payload) + payload
+        else:
+            data = codec.encode(otype, value)
+        oid = _hash(data).digest()
+        self._put(oid, otype, data, value)
+        return oid
+
+    def _put(self, oid: bytes, otype: str, data: bytes | LargeBlob, value: Any = None) -> Txn | None:
+        """Into the open batch (returned), or as a commit of its own (None returned)."""
+        txn = self._txn.get()
+        if txn is None:
+            with self.batch() as t:
+                t.put(oid, otype, data, value)
+            return None
+        txn.put(oid, otype, data, value)
+        return txn
+
+    def put_blob(self, data: bytes) -> bytes:
+        """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidInput(f"a blob is bytes, not {type(data).__name__}")
+        data = bytes(data)
+        if len(data) > MAX_BLOB:
+            raise LimitExceeded(f"blob of {len(data)} bytes is over the {MAX_BLOB}-byte limit")
+        canon = codec.header(codec.BLOB, len(data)) + data
+        oid = _hash(canon).digest()
+        self._put(oid, codec.BLOB, canon)
+        return oid
+
+    def put_blob_stream(self, f: IO[bytes], limit: int = MAX_STREAMED_BLOB) -> bytes:
+        """Store what a binary stream yields, read once: the id is the hash of exactly the bytes
+        stored. Up to LARGE_BLOB bytes are held in memory; a larger input is spilled to a file
+        under ``tmp/``, compressed as it is hashed, and copied into the log in chunks."""
+        buf = bytearray()
+        while len(buf) <= LARGE_BLOB:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                return self.put_blob(bytes(buf))
+            buf += chunk
+        if self.root is None:  # a memory store holds everything anyway
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    return self.put_blob(bytes(buf))
+                buf += chunk
+                if len(buf) > MAX_BLOB:
+                    raise LimitExceeded(f"blob input is over the {MAX_BLOB}-byte limit of a memory store")
+        return self._put_large(buf, f, limit)
+
+    def _put_large(self, first: bytearray, f: IO[bytes], limit: int) -> bytes:
+        assert self.root is not None  # a memory store never spills
+        tmpdir = os.path.join(self.root, "tmp")
+        raw_path = tmp_name(tmpdir, "blob")
+        z_path = raw_path + ".zst"
+        keep = None  # the spill file an open batch still needs (it discards it when it ends)
+        try:
+            total = 0
+            with open(raw_path, "wb") as raw:  # the input, read once: what is hashed is what is stored
+                chunk = bytes(first)
+                while chunk:
+                    total += len(chunk)
+                    if total > limit:
+                        raise LimitExceeded(f"blob input is over the {limit}-byte limit")
+                    raw.write(chunk)
+                    chunk = f.read(1 << 20)
+            head = codec.header(codec.BLOB, total)
+            h = _hash(head)
+            with open(raw_path, "rb") as src, open(z_path, "wb") as dst:
+                with zstandard.ZstdCompressor(level=3).stream_writer(dst, size=len(head) + total, closefd=False) as zw:
+                    zw.write(head)
+                    while True:
+                        chunk = src.read(1 << 20)
+                        if not chunk:
+                            break
+                        h.update(chunk)
+                        zw.write(chunk)
+            oid = h.digest()
+            large = LargeBlob(z_path, len(head) + total, os.path.getsize(z_path))
+            txn = self._put(oid, codec.BLOB, large)
+            if txn is not None:  # the open batch writes the spill file at its commit, then removes it
+                txn.spills.append(large)
+                keep = z_path
+            return oid
+        except OSError as e:
+            raise StorageOSError("spill a large blob", e) from None
+        finally:
+            for p in (raw_path, z_path):
+                if p != keep:
+                    try:
+                        os.unlink(p)
+                    except OSError:
+                        pass
+
+    def put_blob_file(self, path: str) -> bytes:
+        try:
+            f = open(path, "rb")
+        except OSError as e:
+            raise StorageOSError(f"read {path!r}", e) from None
+        with f:
+            return self.put_blob_stream(f)
+
+    def get_raw(self, oid: bytes) -> bytes:
+        _check_oid(oid)
+        txn = self._txn.get()
+        if txn is not None:
+            pending = txn.objects.get(oid)
+            if pending is not None:  # a large blob of this batch is still in its spill file
+                return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
+        return self.engine.read(oid)
+
+    def get_decoded(self, oid: bytes) -> tuple[str, Any]:
+        """(type, value) like ``get`` minus the canonical re-encoding check, for chain walks.
+
+        A record's whole block is hash-checked and decoded at once and kept until the
+        walk leaves it: a chain's records sit together in log order."""
+        hit = self._decoded.get(oid)
+        if hit is not None:
+            return hit
+        _check_oid(oid)
+        txn = self._txn.get()
+        got = None if (txn is not None and oid in txn.objects) else self.engine.read_block_of(oid)
+        if got is None:
+            return codec.decode(self.get_raw(oid), oid, False)
+        raw, _ = got
+        self._decoded = decoded = codec.decode_block(raw)
+        codec.STATS["objects_decoded"] += len(decoded)
+        hit = decoded.get(oid)
+        if hit is None:  # damaged: let the ordinary path raise the precise error
+            return codec.decode(self.get_raw(oid), oid, False)
+        return hit
+
+    def forget_decoded(self) -> None:
+        """Drop the decoded block, so values handed out cannot be seen again after a caller mutates them."""
+        self._decoded = {}
+
+    def get(self, oid: bytes) -> tuple[str, Any]:
+        return codec.decode(self.get_raw(oid), oid)
+
+    def get_typed(self, oid: bytes, otype: str) -> Any:
+        t, value = self.get(oid)
+        if t != otype:
+            raise InvalidInput(f"object {oid.hex()} is a {t}, not a {otype}")
+        return value
+
+    def get_blob(self, oid: bytes) -> bytes:
+        """A blob's body: the only call that reads blob bodies."""
+        return self.get_typed(oid, codec.BLOB)
+
+    def copy_blob_to(self, oid: bytes, out: IO[bytes]) -> int:
+        """Write a blob's body to a binary file object, hash-checked before anything is written: small
+        blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
+        _check_oid(oid)
+        streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
+        if streamed is not None:
+            return streamed
+        data = self.get_blob(oid)
+        out.write(data)
+        return len(data)
+
+    def has(self, oid: bytes) -> bool:
+        _check_oid(oid)
+        txn = self._txn.get()
+        if txn is not None:
+            return txn.has(oid)
+        if self.engine.has(oid):
+            return True
+        self.engine.refresh()
+        return self.engine.has(oid)
+
+    def resolve_id(self, text: str) -> bytes:
+        """A full hex id, or a unique prefix of at least 4 hex digits."""
+        text = text.strip().lower()
+        if len(text) == codec.HEX_LEN:
+            return codec.parse_id(text)
+        if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
+            raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
+        self.engine.refresh()
+        hits = [oid for oid in self.engine.iter_ids() if oid.hex().startswith(text)]
+        if not hits:
+            raise ObjectNotFound(text)
+        if len(hits) > 1:
+            raise InvalidInput(f"id prefix {text!r} is ambiguous ({len(hits)} objects)")
+        return hits[0]
+
+    # -- refs --------------------------------------------------------------
+    def read_ref(self, name: str) -> bytes | str | None:
+        txn = self._txn.get()
+        if txn is not None:
+            return txn.read_ref(name)
+        self.engine.refresh()
+        return self.engine.tables.refs.get(name)
+
+    def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
+        """Compare-and-swap a ref, committed with the batch it is in (or alone)."""
+        from .refs import check_ref_name
+
+        check_ref_name(name)
+        txn = self._txn.get()
+        if txn is None:
+            with self.batch() as t:
+                t.set_ref(name, old, new, reason)
+        else:
+            txn.set_ref(name, old, new, reason)
+
+    def run_refs(self, run: str) -> dict:
+        """Every ref of one run at one log position, without touching other runs' refs."""
+        txn = self._txn.get()
+        t = self.engine.tables
+        if txn is None:
+            self.engine.refresh()
+        with _tables_lock(self.engine):
+            out = dict(t.run_refs.get(run, {}))
+        if txn is not None:
+            prefix = runrefs.run_prefix(run)
+            for name, (_, new, _) in txn.moves.items():
+                if name.startswith(prefix):
+                    if new is None:
+                        out.pop(name, None)
+                    else:
+                        out[name] = new
+        return out
+
+    def run_names(self) -> list[str]:
+        """Every run (a run exists once its branch 0 ref does)."""
+        self.engine.refresh()
+        with _tables_lock(self.engine):
+            return sorted(r for r, d in self.engine.tables.run_refs.items() if runrefs.branch_ref(r, 0) in d)
+
+    def run_started_entry(self, run: str) -> int | None:
+        """Log position (entry number) of a run's ``run_started`` record."""
+        return self.engine.tables.starts.get(run)
+
+    def indexed_record(self, run: str, branch: int, lsn: int) -> bytes | None:
+        """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
+        if lsn < 0:
+            return None
+        return self.engine.record_at(run, branch, lsn)
+
+    def intent_records(self, run: str) -> list[tuple]:
+        """(branch, lsn, kind, body, id) of the run's intent and intent_committed records that are
+        on their branch's chain, from the chain index (committed records only)."""
+        out = []
+        for fact in list(self.engine.tables.intents.get(run, ())):
+            if self.indexed_record(run, fact[0], fact[1]) == fact[4]:
+                out.append(fact)
+        return out
+
+    def pending_intent_records(self, run: str) -> list[tuple]:
+        """intent_records' facts of records written by the open batch (not committed, so not indexed)."""
+        txn = self._txn.get()
+        if txn is None:
+            return []
+        out = []
+        for oid, v in txn.decoded.items():
+            if txn.objects[oid][0] == codec.RECORD and v.get("run") == run and v.get("kind") in ("intent", "intent_committed"):
+                out.append((v["branch"], v["lsn"], v["kind"], v["body"], oid))
+        return out
+
+    def list_refs(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        run = runrefs.run_of(prefix)
+        if run is not None:
+            items = self.run_refs(run)
+        else:
+            txn = self._txn.get()
+            if txn is None:
+                self.engine.refresh()
+            with _tables_lock(self.engine):
+                items = dict(self.engine.tables.refs)
+            if txn is not None:
+                for name, (_, new, _) in txn.moves.items():
+                    if new is None:
+                        items.pop(name, None)
+                    else:
+                        items[name] = new
+        yield from sorted((n, v) for n, v in items.items() if n.startswith(prefix))
+
+    def ref_log(self, name: str | None = None, upto: int | None = None) -> Iterator[dict]:
+        """Every ref move in log order (of one ref, or all), read from the commit entries; with
+        ``upto``, only the moves of entries up to that one (a snapshot's)."""
+        for e in self.engine.entries():
+            if upto is not None and e.n > upto:
+                return
+            for ref, old, new, reason in e.moves:
+                if name is None or ref == name:
+                    yield {"entry": e.n, "name": ref, "old": _show(old), "new": _show(new), "time": e.time, "reason": reason}
+
+
+class _BatchVar:
+    """The open batch of the current context. A context copied while a batch was open (a task
+    created inside it, ``asyncio.to_thread``) still holds it: it counts only in the thread that
+    opened it and only until it ends, so a write from another thread waits for the writer lock
+    and a later write commits on its own, instead of landing unlocked in, or vanishing into,
+    someone else's commit."""
+
+    def __init__(self, name: str) -> None:
+        self._var: contextvars.ContextVar[list | None] = contextvars.ContextVar(name, default=None)
+
+    def get(self) -> Txn | None:
+        state = self._var.get()
+        if state is None or state[1] != threading.get_ident():
+            return None
+        return state[0]
+
+    def set(self, state: list) -> contextvars.Token[list | None]:
+        return self._var.set(state)
+
+    def reset(self, token: contextvars.Token[list | None]) -> None:
+        self._var.reset(token)
+
+
+def _encode_input(value: dict) -> bytes:
+    """The canonical payload of a structured object, or InvalidInput for a value MessagePack cannot
+    hold (an integer outside int64/uint64, a lone surrogate, nesting past the encoder's limit). The
+    input checks (records.check_body, codec.check_json_value) refuse these first; this is the net
+    under every other path, so that none of them is a traceback, and nothing is written."""
+    try:
+        return _encode(value)
+    except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, msgspec.EncodeError) as e:
+        raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _show(v: bytes | str | None) -> str | None:
+    if v is None:
+        return None
+    return v.hex() if isinstance(v, bytes) else v
+
+
+def _tables_lock(engine: Engine) -> AbstractContextManager:
+    return engine._mu
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
