@@ -16,7 +16,8 @@ import click
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from cli.main import EXIT_CODES_HELP, cli
+from cli.main import cli
+from cli.output import EXIT_CODES_HELP
 
 
 def walk(group, prefix=()):

@@ -28,7 +28,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),
-    ("objstore_cli", ["output", "objects", "runs", "audit", "journal", "admin", "main"]),
+    ("objstore_cli", ["output", "params", "objects", "runs", "audit", "journal", "sessions", "admin", "main"]),
     ("objstore.__main__", []),  # ``python -m objstore``: the command line's entry point
 ]
 

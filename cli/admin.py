@@ -1,0 +1,184 @@
+"""Administration: ``init``, ``upgrade``, ``repair``, ``rebuild``, ``demo`` — thin click commands over
+Store.init, objstore.lifecycle and objstore.demo."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .output import echo_json
+from .params import RUN, pass_ctx
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Store path, owner key path and public key as JSON.")
+@pass_ctx
+def init(c, as_json):
+    """Create an empty store and the owner key (both kept if already there).
+
+    The owner key pair is made outside the store, at $OBJSTORE_KEYS/owner.key
+    (default ~/.config/objstore/keys/owner.key, mode 0600); the store keeps only
+    its public key (write-once ref keys/owner). The owner key signs grants and is
+    the default --key. Running init again is fine while that key matches. A store
+    made another way (a library call, ingest) adopts the default owner key the
+    first time a signing command runs on it without --key, as init would.
+
+    \b
+    Examples:
+      objstore --store ./runs init
+      objstore init --json
+    """
+    from objstore.storage import identity
+    from objstore.storage.store import DEFAULT_DIR, Store
+
+    target = os.path.abspath(c.path or DEFAULT_DIR)  # never a parent's store: init makes ./.objstore
+    s = Store.init(target)
+    key, created = identity.ensure_owner_key(s)
+    path = identity.owner_key_path()
+    if as_json:
+        echo_json({"store": s.root, "owner_key": path, "owner_public": key.public, "created": created})
+        return
+    click.echo(f"{'initialised' if s.created else 'already initialised'} objstore store in {s.root}")
+    click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
+
+
+@click.command()
+@pass_ctx
+def upgrade(c):
+    """Convert a format-1 or format-2 store in place to format 3 (the current one).
+
+    The old store is kept as PATH.format1 or PATH.format2; an interrupted upgrade
+    leaves it usable, and running upgrade again finishes it.
+
+    \b
+    Examples:
+      objstore --store ./old-store upgrade
+    """
+    from objstore.lifecycle.upgrade import upgrade as run_upgrade
+
+    summary = run_upgrade(c.store_path())
+    click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+
+
+@click.command()
+@click.option("--cut-after", "cut_after", type=click.IntRange(min=0), required=True, metavar="N",
+              help="The last entry to keep: the end of the log's readable prefix (verify names the damage after it).")
+@click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the log with the cut).")
+@click.option("--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
+              help="The owner's private key (PEM) that signs the repair (env OBJSTORE_KEY; default: the owner key 'objstore init' made).")
+@pass_ctx
+def repair(c, cut_after, reason, key_file):
+    """Cut damaged entries off the end of the log, on the record.
+
+    For a store that writers refuse because its log is damaged after entry N
+    (a bad entry that was acknowledged, an entry that breaks a rule, a head
+    witness ahead of the log). Removes every byte after entry N from the last
+    segment; the repair's own entry records the cut (offset, length, BLAKE3 of
+    the removed bytes) and a note under ref log/repairs (reason, time, signed by
+    the owner key where the store has one). Whole segments are never removed.
+
+    Prefer restoring a backup: whatever the cut bytes held is gone, acknowledged
+    commits included. Run 'objstore verify' first: it names the damage and the
+    last good entry.
+
+    \b
+    Examples:
+      objstore verify                     # corrupt-entry …: entry 42 at offset …
+      objstore repair --cut-after 41 --reason "bit rot in entry 42, no backup"
+    """
+    from objstore.lifecycle.repair import repair as run_repair
+    from objstore.storage import identity
+
+    store = c.log().store
+    store.engine.prefix_ok = True
+    key = identity.default_key(key_file) if identity.owner_public(store) is not None else None
+    summary = run_repair(store, cut_after, reason, key=key)
+    click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+
+
+@click.command()
+@click.argument("run", type=RUN, required=False)
+@pass_ctx
+def rebuild(c, run):
+    """Drop and rebuild the materialized state cache from the raw objects.
+
+    The state cache (SQLite tables derived from the records) only speeds reads
+    up; rebuilding it loses nothing. Use it after exit 11 (state cache error).
+
+    \b
+    Arguments:
+      RUN  rebuild only this run (default: every run); id, prefix or 'latest'
+
+    \b
+    Examples:
+      objstore rebuild
+      objstore rebuild RUN
+    """
+    log = c.log()
+    runs_ = log.state.rebuild(log, run)
+    click.echo(f"rebuilt state for {len(runs_)} run(s)")
+
+
+def _demo_epoch(at: float | None) -> float | None:
+    """``demo --at``: a finite time whose every tick of the demo lies within years 1 to 9999, else a
+    usage error (exit 2), before the store is opened or created."""
+    if at is None:
+        return None
+    from objstore.demo import SPAN
+    from objstore.runs.records import time_problem
+
+    bad = time_problem(at) or time_problem(at + SPAN)
+    if bad is not None:
+        raise click.BadParameter(f"{bad} (the demo records {SPAN} s from EPOCH)")
+    return at
+
+
+def _command(ctx, name):
+    """A command of the root group, looked up by name: demo shows the output of log, branches and diff
+    without this module importing runs.py (no group module imports another)."""
+    return ctx.find_root().command.get_command(ctx, name)
+
+
+@click.command()
+@click.option("--run", "run_id", metavar="ID", default=None, help="Record the demo under this run id (default: a new one).")
+@click.option("--at", "at", metavar="EPOCH", type=float, default=None, callback=lambda ctx, param, v: _demo_epoch(v),
+              help="Record with a fixed clock from EPOCH (1 s per record), so every id is reproducible.")
+@pass_ctx
+def demo(c, run_id, at):
+    """Record the seed T2.3 run with a stub model, rewind it, and show the result.
+
+    Creates the store if absent; each call records a new run. The model is a
+    deterministic stub: the run is the same every time (but for ids and times).
+
+    \b
+    Examples:
+      objstore demo
+      objstore --store /tmp/demo-store demo
+    """
+    from objstore.demo import fixed_clock, six_step_run
+    from objstore.runs.verify import verify as run_verify
+
+    log = c.log(create=True)
+    click.echo(f"store: {log.store.root}")
+    res = six_step_run(log, run_id, clock=fixed_clock(at) if at is not None else None)
+    run = res["run"]
+    click.echo(f"recorded run {run}: 6 steps on branch 0 (step 2 retried, step 6 failed), rewound to lsn 3, new path on branch 1\n")
+    click.echo("$ objstore log --graph " + run)
+    ctx = click.get_current_context()
+    ctx.invoke(_command(ctx, "log"), run=run, graph=True, no_pager=True)
+    click.echo("\n$ objstore branches " + run)
+    ctx.invoke(_command(ctx, "branches"), run=run, as_json=False)
+    fr = res["fork"]
+    if fr.compensation_required:
+        click.echo(f"compensation flagged on the fork: {', '.join(x['intent'] + ' (' + x['effect'] + ')' for x in fr.compensation)}")
+    click.echo(f"\n$ objstore diff {run} 0 1")
+    ctx.invoke(_command(ctx, "diff"), run=run, a=0, b=1, as_json=False)
+    problems = run_verify(log)
+    click.echo("\n$ objstore verify")
+    for p in problems:
+        click.echo(p.line())
+    click.echo("verify: ok" if not problems else f"verify: {len(problems)} problem(s)")
+    if problems:
+        sys.exit(1)

@@ -1,0 +1,112 @@
+"""Verify and anchors: ``verify`` (with its progress bar on a terminal) and ``anchor``, over
+objstore.runs.verify."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .output import echo_json
+from .params import pass_ctx
+
+
+class _VerifyBar:
+    """verify's progress on stderr (a terminal only): objects and bytes done of the total, a rate."""
+
+    def __init__(self, store):
+        from rich.console import Console
+        from rich.filesize import decimal
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        from objstore.runs.verify import progress_totals
+
+        self.objects, self.bytes = progress_totals(store)
+        self._size = decimal
+        self.bar = Progress(TextColumn("verify"), BarColumn(), TextColumn("{task.fields[what]}"), TransferSpeedColumn(),
+                            TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self.task = self.bar.add_task("verify", total=self.bytes, what=self._what(0, 0))
+        self.bar.start()
+
+    def _what(self, n: int, b: int) -> str:
+        tot_o = "?" if self.objects is None else f"{self.objects:,}"
+        tot_b = "?" if self.bytes is None else self._size(self.bytes)
+        return f"objects {min(n, self.objects or n):,}/{tot_o}  bytes {self._size(b)}/{tot_b}"
+
+    def update(self, objects_done: int, bytes_done: int) -> None:
+        self.bar.update(self.task, completed=bytes_done, what=self._what(objects_done, bytes_done))
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _verify_bar(store):
+    return _VerifyBar(store)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list (docs/CLI.md, 'problem'); no progress bar.")
+@click.option("--no-state", is_flag=True, help="Skip comparing the state cache (derived SQLite tables) with a re-fold of the records.")
+@click.option("--anchor", "anchor", metavar="TOKEN", help="Also prove the log still holds the history this anchor (from 'objstore anchor') names.")
+@click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1024), default=None, metavar="N",
+              help="Processes that check segments in parallel (default: $OBJSTORE_VERIFY_JOBS, else one per core once the log "
+                   "passes 8 MiB); 1: all in this process. The report is the same.")
+@pass_ctx
+def verify(c, as_json, no_state, anchor, jobs):
+    """Re-read the whole log: entries, checksums, objects, refs, chains, forks, the state cache.
+
+    Prints one line per problem (code, object or ref, detail, path) and exits 1
+    if any were found, 0 if the store is clean. Torn tails left by a crash and
+    past cuts of them are printed as notes on stderr: they do not fail verify.
+
+    \b
+    Examples:
+      objstore verify
+      objstore verify --json
+      objstore verify --anchor TOKEN
+      objstore verify --jobs 1
+    """
+    from objstore.runs import views
+    from objstore.runs.verify import verify_report
+
+    log = c.log()
+    bar = _verify_bar(log.store) if not as_json and sys.stderr.isatty() else None
+    try:
+        report = verify_report(log, check_state=not no_state, anchor=anchor, progress=bar.update if bar else None, jobs=jobs)
+    finally:
+        if bar:
+            bar.stop()
+    problems = report.problems
+    if as_json:
+        echo_json([views.problem(p) for p in problems])
+    else:
+        for p in problems:
+            click.echo(p.line())
+    for note in report.notes:
+        click.echo(f"note: {note.line()}", err=True)
+    if not problems and not as_json:
+        click.echo(f"verify: ok ({report.entries} entries, {report.objects} objects)", err=True)
+    sys.exit(1 if problems else 0)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the token with its version, entry, segment, offset, checksum and time as JSON.")
+@pass_ctx
+def anchor(c, as_json):
+    """Print an anchor of the log's current head; writes nothing.
+
+    Keep the token elsewhere; 'objstore verify --anchor TOKEN' later proves the
+    log still holds that exact history (no truncation, rollback or rewrite).
+
+    \b
+    Examples:
+      objstore anchor > anchor.txt
+      objstore anchor --json
+    """
+    from objstore.runs.verify import anchor_info
+
+    info = anchor_info(c.log().store)
+    if as_json:
+        echo_json(info)
+    else:
+        click.echo(info["token"])

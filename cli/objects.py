@@ -1,0 +1,162 @@
+"""Objects and refs: ``cat``, ``show``, ``refs``, ``put-blob`` — thin click commands over the Store."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .output import echo_json
+from .params import pass_ctx
+
+
+def _raw_option(f):
+    return click.option("--raw", is_flag=True,
+                        help="Write binary bytes even to a terminal (by default a terminal gets a one-line summary instead).")(f)
+
+
+@click.command()
+@click.argument("oid")
+@click.option("--body", is_flag=True, help="A blob's body only, without the object header (streamed; how callers fetch the prompt or output a view refers to).")
+@_raw_option
+@pass_ctx
+def cat(c, oid, body, raw):
+    """Write an object's raw canonical bytes (header included) to stdout.
+
+    On a terminal, bytes that are not text print a one-line summary instead
+    (--raw overrides); into a pipe or a file they go out as they are.
+
+    \b
+    Arguments:
+      OID  an object id (64 hex digits) or a unique prefix of one
+
+    \b
+    Examples:
+      objstore cat ID > object.bin
+      objstore cat --body ID | less
+    """
+    from objstore.runs import views
+    from objstore.storage import codec
+
+    store = c.log().store
+    key = store.resolve_id(oid)
+    if not raw and sys.stdout.isatty():  # never dump binary bytes on a terminal
+        data = store.get_blob(key) if body else store.get_raw(key)
+        if views.text_or_none(data) is None:
+            click.echo(views.binary_line(store.get(key)[0] if not body else codec.BLOB, len(data)))
+            return
+        sys.stdout.buffer.write(data)
+    elif body:
+        store.copy_blob_to(key, sys.stdout.buffer)
+    else:
+        sys.stdout.buffer.write(store.get_raw(key))
+    sys.stdout.buffer.flush()
+
+
+@click.command()
+@click.argument("oid")
+@click.option("--json", "as_json", is_flag=True, help="Print the object as JSON (docs/CLI.md, 'object').")
+@_raw_option
+@pass_ctx
+def show(c, oid, as_json, raw):
+    """Show one object: its type, id and fields (blobs: their text).
+
+    A binary blob shows a one-line summary on a terminal (--raw overrides).
+
+    \b
+    Arguments:
+      OID  an object id (64 hex digits) or a unique prefix of one
+
+    \b
+    Examples:
+      objstore show ID
+      objstore show ID --json
+    """
+    from objstore.runs import views
+    from objstore.storage import codec
+
+    store = c.log().store
+    key = store.resolve_id(oid)
+    otype, value = store.get(key)
+    if as_json:
+        echo_json(views.object_(key, otype, value))
+        return
+    click.echo(f"{otype} {key.hex()}")
+    if otype == codec.BLOB:
+        click.echo(f"size {len(value)}")
+        click.echo("")
+        if views.text_or_none(value) is None and not raw and sys.stdout.isatty():
+            click.echo(views.binary_line(otype, len(value)))
+        else:  # text, or bytes going to a pipe (or --raw): as they are
+            sys.stdout.flush()
+            sys.stdout.buffer.write(value + b"\n")
+            sys.stdout.buffer.flush()
+    else:
+        click.echo(json.dumps(codec.to_jsonable(value), indent=2, sort_keys=True))
+
+
+@click.command()
+@click.argument("prefix", required=False, default="")
+@click.option("--json", "as_json", is_flag=True, help="Print the refs as JSON (docs/CLI.md, 'ref').")
+@click.option("--log", "with_log", is_flag=True, help="Also print each ref's moves, read from the log's commit entries.")
+@pass_ctx
+def refs(c, prefix, as_json, with_log):
+    """List refs (optionally under PREFIX) with their values.
+
+    Refs are the named pointers of the store: run/RUN/branch/N (a branch's head
+    record), run/RUN/live (which branch is live), journals, grants, keys.
+
+    \b
+    Arguments:
+      PREFIX  only refs whose name starts with it (default: all)
+
+    \b
+    Examples:
+      objstore refs run/
+      objstore refs --log --json
+    """
+    store = c.log().store
+    # one log position for both: the refs as of a snapshot, and the moves of the entries up to it
+    snap = store.engine.snapshot()
+    refs_now = store.engine.refs_at(prefix, snap)
+    rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in sorted(refs_now.items())]
+    if with_log:
+        moves: dict = {}
+        for m in store.ref_log(upto=snap.entry):
+            if m["name"].startswith(prefix):
+                moves.setdefault(m["name"], []).append(m)
+        for row in rows:
+            row["log"] = moves.get(row["name"], [])
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        click.echo(f"{row['value']}  {row['name']}")
+        for e in row.get("log", []):
+            click.echo(f"    entry {e['entry']}: {e['old']} -> {e['new']}  {e['reason']}")
+
+
+@click.command("put-blob")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@pass_ctx
+def put_blob(c, path):
+    """Store a file (or - for stdin) as a blob and print its id.
+
+    The input is read once and the id is the hash of exactly the bytes stored.
+
+    \b
+    Arguments:
+      PATH  the file to store, or - to read standard input
+
+    \b
+    Examples:
+      objstore put-blob prompt.txt
+      echo hello | objstore put-blob -
+    """
+    store = c.log().store
+    if path == "-":
+        oid = store.put_blob_stream(sys.stdin.buffer)
+    else:
+        oid = store.put_blob_file(path)
+    click.echo(oid.hex())

@@ -1,0 +1,128 @@
+"""What every command prints through: canonical JSON, the pager, tables, and the one-line errors.
+
+The shared output of the command line (issue 16): ``echo_json`` (canonical JSON on stdout), ``page``
+(lines through $PAGER on a terminal), ``table_classes`` (rich's table on a terminal, plain lines into a
+pipe), and the error side the root group uses — ``json_wanted``, ``fail``, ``usage_message``, the
+exit-code help text. Imports on demand: the codec, rich and the view shapes load only when used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+EXIT_CODES_HELP = """\b
+Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
+4 not found; 5 invalid input (incl. a bad key file); 6 integrity error;
+7 conflict; 8 refused (not the owner key, unauthenticated, job,
+revoked, never granted, stale or replayed request); 9 limit exceeded;
+10 operating-system error (incl. a journal host that cannot be reached);
+11 state cache error (run 'objstore rebuild'); 130 interrupted (Ctrl-C).
+Under --json an error is one JSON object on stderr: {"error", "message", "exit"}."""
+
+
+def echo_json(value) -> None:
+    from objstore.storage import codec
+
+    click.echo(codec.canonical_json(value).decode())
+
+
+def table_classes():
+    """(Console, Table): rich's when stdout is a terminal; plain stand-ins otherwise, so rich (some
+    30 ms of imports) loads only when a table goes to a TTY (issue 15) and a pipe gets one line per
+    row that grep and cut can read, instead of rich's boxes wrapped at 80 columns."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        return Console, Table
+    return _PlainConsole, _PlainTable
+
+
+class _PlainTable:
+    """The part of rich.table.Table the commands use: a title, columns, rows (styles ignored)."""
+
+    def __init__(self, title: str | None = None):
+        self.title = title
+        self.columns: list[str] = []
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_column(self, header: str) -> None:
+        self.columns.append(header)
+
+    def add_row(self, *cells: str, style: str | None = None) -> None:
+        self.rows.append(cells)
+
+    def lines(self):
+        """The title, the header and one line per row, columns two spaces apart (the last unpadded)."""
+        # a row has one cell per column (rich's rule too); zip(strict=True) says so if one does not
+        widths = [max(len(r[i]) for r in [self.columns, *self.rows]) for i in range(len(self.columns))]
+        if self.title:
+            yield self.title
+        for r in [self.columns, *self.rows]:
+            yield "  ".join([c.ljust(w) for c, w in zip(r[:-1], widths[:-1], strict=True)] + [r[-1]]).rstrip()
+
+
+class _PlainConsole:
+    """The part of rich.console.Console the commands use: print a line of text or a table."""
+
+    def print(self, what) -> None:
+        if isinstance(what, _PlainTable):
+            for line in what.lines():
+                click.echo(line)
+        else:  # the only markup the commands write: [bold]...[/]
+            click.echo(str(what).replace("[bold]", "").replace("[/]", ""))
+
+
+def page(lines, no_pager: bool) -> None:
+    """Print lines; through a pager ($PAGER, default 'less -FRX') only when stdout is a terminal."""
+    if not no_pager and sys.stdout.isatty():
+        os.environ.setdefault("PAGER", "less -FRX")
+        click.echo_via_pager(line + "\n" for line in lines)
+        return
+    for line in lines:
+        click.echo(line)
+
+
+def json_wanted(args) -> bool:
+    """--json anywhere on the command line (before a '--' that ends the options)."""
+    for a in args:
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
+
+
+def fail(payload: dict, line: str, as_json: bool):
+    """Report one error on stderr (one line, or one JSON object under --json) and exit with its code.
+    Control characters (a newline in a path, say) are escaped, so the line stays one line."""
+    if as_json:
+        from objstore.storage import codec
+
+        click.echo(codec.canonical_json(payload).decode(), err=True)
+    else:
+        line = "".join(ch if ch >= " " and ch != "\x7f" else repr(ch)[1:-1] for ch in line)
+        click.echo(f"objstore: error: {line}", err=True)
+    sys.exit(payload["exit"])
+
+
+def usage_message(e: click.UsageError) -> str:
+    path = e.ctx.command_path if e.ctx is not None else "objstore"
+    return f"{e.format_message()} (see '{path} --help')"
+
+
+def error_views():
+    """objstore.runs.views, for the error shapes: imported only when there is an error to report."""
+    from objstore.runs import views
+
+    return views
+
+
+def is_sqlite_error(e: Exception) -> bool:
+    """A sqlite3 error (from the state cache)? sqlite3 is imported only by commands that open the
+    cache, so where it was never imported no sqlite3 error can have been raised."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(e, sqlite3.Error)

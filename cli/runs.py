@@ -1,0 +1,372 @@
+"""Runs and history: ``runs``, ``log``, ``branches``, ``rewind``, ``fork``, ``diff``, ``export``,
+``episode``, ``ingest`` — thin click commands over RunLog, objstore.runs.history and objstore.runs.query."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import click
+
+from .output import echo_json, page, table_classes
+from .params import INT64, RUN, Int64, complete_branch, pass_ctx
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (docs/CLI.md, 'run').")
+@pass_ctx
+def runs(c, as_json):
+    """List runs with their live branch and branch count.
+
+    The live branch is the one queries, appends and export use by default (a
+    rewind makes its new branch live). A unique prefix of a run id, or its
+    short id, works wherever a RUN is asked for.
+
+    \b
+    Examples:
+      objstore runs
+      objstore runs --json
+    """
+    from objstore.runs import views
+    from objstore.runs.resolve import short_ids
+
+    log = c.log()
+    rows = [views.run(log.view(run)) for run in log.runs()]
+    if as_json:
+        echo_json(rows)
+        return
+    short = short_ids(r["run"] for r in rows)
+    for r in rows:
+        n = r["branch_count"]
+        name = r["run"] if short[r["run"]] == r["run"] else f"{short[r['run']]}  {r['run']}"
+        click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''})")
+
+
+def _grouped(run, view, first, all_branches, entries):
+    """The default layout: a header per branch group, one line per record or fork."""
+    from objstore.runs import history
+
+    shown = None
+    for b, r, fk in entries:
+        if b != shown:
+            shown = b
+            tag = " (live)" if b == view.live else ""
+            upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
+            yield f"== run {run} branch {b}{tag}{upto}"
+        yield history.record_line(r) if r is not None else history.fork_line(fk)
+
+
+@click.command("log")
+@click.argument("run", type=RUN)
+@click.option("--branch", type=INT64, default=None, shell_complete=complete_branch, help="Show this branch instead of the live one.")
+@click.option("--all-branches", is_flag=True, help="Every branch, each with its own records only.")
+@click.option("-n", "--max-count", type=Int64(min=1), default=None, help="Show at most N entries (reads only those).")
+@click.option("--since", metavar="WHEN", default=None,
+              help="Only entries at or after WHEN: 2026-12-01, '2026-12-01 05:20', @EPOCH, today, yesterday, 2h, 3d, 1w, '2 hours ago'.")
+@click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")
+@click.option("--format", "fmt", type=click.Choice(["oneline", "full", "json"]), default=None,
+              help="oneline: one short line per entry; full: every field; json: one JSON object per line.")
+@click.option("--graph", is_flag=True, help="Draw every branch as a tree with fork points, reasons and compensation flags.")
+@click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
+@click.option("--json", "as_json", is_flag=True, help="The entries as one JSON list.")
+@pass_ctx
+def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, no_pager, as_json):
+    """Show a run's history, newest first, like git log.
+
+    By default the live branch (the one queries and appends use): its own
+    records, its fork point, then the parent's records up to the fork point.
+    Each record shows its LSN (its position on its branch: 0, 1, 2, ...), kind
+    and id; a fork line shows where a branch left its parent and any
+    COMPENSATION REQUIRED flag (a committed side effect, such as a refund,
+    that the fork went back past).
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore log latest
+      objstore log RUN --all-branches -n 20
+      objstore log RUN --format oneline --since yesterday
+      objstore log RUN --graph
+      objstore log RUN --json
+    """
+    from objstore.runs import history, views
+
+    log = c.log()
+    view = log.view(run)
+    if graph:
+        if as_json or fmt or since or until or branch is not None or all_branches:
+            raise click.UsageError("--graph draws every branch whole; it takes only -n and --no-pager")
+        page(itertools.islice(history.graph(log, view), max_count), no_pager)
+        return
+    if branch is not None and all_branches:
+        raise click.UsageError("--branch N shows one branch, --all-branches every branch: give one of them")
+    t0 = history.parse_time(since) if since is not None else None
+    t1 = history.parse_time(until) if until is not None else None
+    first = view.live if branch is None else branch
+    entries = itertools.islice(history.entries(log, view, branch, all_branches=all_branches, since=t0, until=t1), max_count)
+    if as_json:
+        echo_json([views.log_entry(r, fk) for _b, r, fk in entries])
+        return
+    if fmt == "json":
+        for _b, r, fk in entries:
+            echo_json(views.log_entry(r, fk))
+        return
+    if fmt == "oneline":
+        lines = (history.oneline(e) for e in entries)
+    elif fmt == "full":
+        lines = (line for e in entries for line in history.full_lines(e, view.live))
+    else:
+        lines = _grouped(run, view, first, all_branches, entries)
+    page(lines, no_pager)
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@click.option("--json", "as_json", is_flag=True, help="Print the branches as JSON (docs/CLI.md, 'branch').")
+@pass_ctx
+def branches(c, run, as_json):
+    """List a run's branches with fork points read from the fork objects.
+
+    '*' marks the live branch (the one used by default). A fork point is the
+    parent branch and LSN (position on that branch) the branch starts after;
+    COMPENSATION REQUIRED means the fork went back past a committed side effect
+    that is not idempotent, which may need undoing by hand.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore branches RUN
+      objstore branches latest --json
+    """
+    from objstore.runs import views
+
+    log = c.log()
+    rows = [views.branch(row) for row in log.branches(log.view(run))]
+    if as_json:
+        echo_json(rows)
+        return
+    for r in rows:
+        fk = r["fork"]
+        where = f"forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}" if fk else "root"
+        comp = "  COMPENSATION REQUIRED" if fk and fk["compensation"] else ""
+        click.echo(f"{'*' if r['live'] else ' '} branch {r['branch']}  head {r['head'][:12]}  {where}{comp}")
+
+
+def _print_fork(log, fr, as_json):
+    from objstore.runs import views
+
+    if as_json:
+        echo_json(views.fork_result(log, fr))
+        return
+    click.echo(f"branch {fr.branch} forked from branch {fr.parent_branch} at lsn {fr.parent_lsn} (fork {fr.fork_id.hex()[:12]})")
+    for x in fr.compensation:
+        click.echo(f"COMPENSATION REQUIRED: intent {x['intent']} ({x['effect']}, step {x['step']}) was committed at lsn {x['committed_lsn']} and is not idempotent", err=True)
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@click.option("--to-lsn", type=INT64, required=True,
+              help="Last LSN (position on the live branch, from 0) to keep in the new branch's history.")
+@click.option("--reason", default="rewind", show_default=True, help="Why; recorded in the fork object.")
+@click.option("--expect-branch", type=INT64, default=None, shell_complete=complete_branch, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
+@pass_ctx
+def rewind(c, run, to_lsn, reason, expect_branch, as_json):
+    """Rewind the live branch: fork it at --to-lsn; the new branch becomes live.
+
+    Nothing is deleted: the old branch stays, byte-identical. Rewinding past a
+    committed non-idempotent intent (a side effect that must not happen twice,
+    such as a refund) flags compensation on the fork and warns: it happened
+    and may need undoing by hand.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore rewind RUN --to-lsn 3 --reason "step 6 failed"
+      objstore rewind RUN --to-lsn 3 --expect-branch 0 --json
+    """
+    log = c.log()
+    _print_fork(log, log.rewind(run, to_lsn, reason=reason, expect_live=expect_branch), as_json)
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@click.option("--from-branch", type=INT64, required=True, shell_complete=complete_branch, help="The branch (number) to fork from.")
+@click.option("--at-lsn", type=INT64, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
+@click.option("--reason", default="fork", show_default=True, help="Why; recorded in the fork object.")
+@click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live (the default branch of queries and appends).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")
+@pass_ctx
+def fork(c, run, from_branch, at_lsn, reason, live, as_json):
+    """Fork a new branch from any branch at any LSN.
+
+    Like rewind, but from any branch, and optionally without making the new
+    branch live. Compensation is flagged the same way.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore fork RUN --from-branch 0 --at-lsn 4 --no-live
+      objstore fork RUN --from-branch 1 --at-lsn 2 --json
+    """
+    log = c.log()
+    _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@click.argument("a", type=INT64, shell_complete=complete_branch)
+@click.argument("b", type=INT64, shell_complete=complete_branch)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
+@pass_ctx
+def diff(c, run, a, b, as_json):
+    """Compare branches A and B: fork point, records unique to each, state difference.
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+      A    one branch number
+      B    the other branch number
+
+    \b
+    Examples:
+      objstore diff RUN 0 1
+      objstore diff latest 0 1 --json
+    """
+    from objstore.runs.query import diff as run_diff
+
+    d = run_diff(c.log(), run, a, b)
+    if as_json:
+        echo_json(d)
+        return
+    cm = d["common"]
+    click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
+    for side, key in ((a, "only_a"), (b, "only_b")):
+        click.echo(f"only in branch {side}: {len(d[key])} record(s)")
+        for r in d[key]:
+            click.echo(f"  {'-' if key == 'only_a' else '+'} b{r['branch']} lsn {r['lsn']:<4} {r['kind']:<16} {r['id'][:12]}")
+    click.echo("folded state:")
+    for ch in d["state"]:
+        click.echo(f"  {ch['path']}: {json.dumps(ch['a'])} -> {json.dumps(ch['b'])}")
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@pass_ctx
+def export(c, run):
+    """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported).
+
+    A forked live branch exports its fork object first, then its own records
+    (docs/CLI.md, 'export-entry').
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore export RUN > outbox.jsonl
+      objstore export latest
+    """
+    from objstore.runs.export import export as run_export
+    from objstore.storage import codec
+
+    for e in run_export(c.log(), run):
+        click.echo(codec.canonical_json(e).decode())
+
+
+@click.command()
+@click.argument("source", type=click.File("rb"))
+@click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON (docs/CLI.md, 'ingest').")
+@pass_ctx
+def ingest(c, source, as_json):
+    """Ingest JSON Lines events (schema v1, docs/INGEST.md) from FILE or - (stdin).
+
+    All or nothing: a bad line is reported with its number and no line lands.
+    Creates the store if absent.
+
+    \b
+    Arguments:
+      SOURCE  the JSON Lines file, or - to read standard input
+
+    \b
+    Examples:
+      objstore ingest events.jsonl
+      cat events.jsonl | objstore ingest - --json
+    """
+    from objstore.runs import views
+    from objstore.runs.ingest import apply_events, read_events
+
+    events = read_events(source)  # every line checked before the store is opened, or created
+    log = c.log(create=True)
+    summary = apply_events(log, events)
+    if as_json:
+        echo_json(views.ingest_summary(log, summary))
+        return
+    click.echo(f"ingested {summary['events']} event(s): {summary['records']} record(s), {len(summary['runs'])} new run(s), {len(summary['forks'])} fork(s)")
+    for f in summary["forks"]:
+        if f["compensation_required"]:
+            click.echo(f"COMPENSATION REQUIRED on run {f['run']} branch {f['branch']} (line {f['line']})", err=True)
+
+
+@click.command()
+@click.argument("run", type=RUN)
+@click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
+@click.option("--json", "as_json", is_flag=True, help="Print the EpisodeView as canonical JSON (docs/CLI.md, 'episode').")
+@click.option("--source", type=click.Choice(["state", "refold"]), default="state", show_default=True, help="Materialized state, or a cold re-fold of the raw log.")
+@pass_ctx
+def episode(c, run, all_branches, as_json, source):
+    """Every attempt of a run (failed ones included) with blob refs, never bodies.
+
+    An attempt is one try of one step; its prompt and output are blob ids
+    (fetch a body with 'objstore cat --body ID').
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore episode RUN
+      objstore episode RUN --all-branches --json
+      objstore episode RUN --source refold --json
+    """
+    from objstore.runs.query import episode as run_episode
+    from objstore.runs.query import iter_episode_json
+
+    if as_json:  # streamed: the attempts are never all in memory (the bytes of EpisodeView.to_json())
+        out = click.get_binary_stream("stdout")
+        for chunk in iter_episode_json(c.log(), run, all_branches=all_branches, source=source):
+            out.write(chunk)
+        out.write(b"\n")
+        out.flush()
+        return
+    ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
+    Console, Table = table_classes()  # rich only for a terminal (issue 15)
+    con = Console()
+    con.print(f"run [bold]{ep.run}[/] subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
+    for b in ep.branches:
+        title = f"branch {b.branch}{' (live)' if b.live else ''}"
+        if b.fork:
+            title += f" forked from {b.parent_branch}@{b.parent_lsn}"
+        if b.compensation_required:
+            title += " COMPENSATION REQUIRED"
+        t = Table(title=title)
+        for col in ("step", "attempt", "state", "prompt", "output", "usage"):
+            t.add_column(col)
+        for a in ep.attempts(b.branch):
+            style = "red" if a["state"] == "failed" else None
+            t.add_row(str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[:12], (a["output"] or "")[:12], json.dumps(a["usage"]) if a["usage"] else "", style=style)
+        con.print(t)
