@@ -28,17 +28,14 @@ def runs(c, as_json):
       objstore runs --json
     """
     from objstore.runs import views
-    from objstore.runs.resolve import short_ids
 
-    log = c.log()
-    rows = [views.run(log.view(run)) for run in log.runs()]
+    rows = views.runs(c.log())
     if as_json:
         echo_json(rows)
         return
-    short = short_ids(r["run"] for r in rows)
     for r in rows:
         n = r["branch_count"]
-        name = r["run"] if short[r["run"]] == r["run"] else f"{short[r['run']]}  {r['run']}"
+        name = r["run"] if r["short_id"] == r["run"] else f"{r['short_id']}  {r['run']}"
         click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''})")
 
 
