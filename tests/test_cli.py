@@ -167,7 +167,10 @@ def test_runlog_commands_json(demo_store):
     f = _json.loads(out)
     assert (f["branch"], f["parent_lsn"], f["compensation_required"]) == (2, 4, True)
     rc, out, err = run_cli("runs", "--json", store=root, exit_code=0)
-    assert _json.loads(out) == [{"run": run, "live_branch": 1, "branch_count": 3}]
+    [row] = _json.loads(out)
+    assert {k: row[k] for k in ("run", "live_branch", "branch_count", "subject")} == {"run": run, "live_branch": 1, "branch_count": 3,
+                                                                                     "subject": "demo"}
+    assert row["short_id"] in run and isinstance(row["started"], float)
     rc, out, err = run_cli("rebuild", store=root, exit_code=0)
     assert rc == 0 and out.strip() == "rebuilt state for 1 run(s)"
     assert run_cli("verify", store=root, exit_code=0)[0] == 0

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..storage import codec
+from . import records as R
 from . import views
 from .fold import fold
-from .state import refold_stream
+from .state import attempt_view, refold_stream
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View
@@ -139,6 +140,21 @@ def episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = 
         all_branches=all_branches,
         branches=branches,
     )
+
+
+def inherited_attempts(log: ChainReader, view: View, branch: int) -> list[tuple[int, int, dict]]:
+    """The attempts a branch inherits from its ancestors, oldest first, as (branch, LSN, AttemptView):
+    those before each fork point, on the branch they were recorded on. ``episode`` lists a branch's
+    own attempts (its ``attempts_total`` counts these too); ``objstore episode`` shows both, as
+    ``log`` shows a branch's ancestors. Reads records only, never a blob body."""
+    out = []
+    wfv = None
+    for rec in log.iter_lineage(view, branch):
+        if rec.kind == R.RUN_STARTED:
+            wfv = rec.body.get("workflow_version")
+        elif rec.kind == R.ATTEMPT and rec.branch != branch:
+            out.append((rec.branch, rec.lsn, attempt_view(rec, wfv)))
+    return out
 
 
 def iter_episode(log: RunLog, run: str, *, all_branches: bool = False, source: str = "state",

@@ -58,9 +58,21 @@ def _hex(v: Any) -> Any:
     return v.hex() if isinstance(v, bytes) else v
 
 
-def run(view: View) -> dict:
-    """A run: its id, its live branch number and how many branches it has."""
-    return {"run": view.run, "live_branch": view.live, "branch_count": len(view.heads)}
+def run(view: View, started: R.Record, short_id: str) -> dict:
+    """A run: its id and the short id that names it among the store's runs, its subject, workflow
+    version and start time (from its ``run_started`` record), its live branch and branch count."""
+    body = started.body
+    return {"run": view.run, "short_id": short_id, "subject": body.get("subject"), "workflow_version": body.get("workflow_version"),
+            "started": started.time, "live_branch": view.live, "branch_count": len(view.heads)}
+
+
+def runs(log: ChainReader) -> list[dict]:
+    """Every run of the store in ``run`` shape, in ``log.runs()`` order (what ``objstore runs`` lists)."""
+    from .resolve import short_ids
+
+    ids = list(log.runs())
+    short = short_ids(ids)
+    return [run(log.view(r), log.run_started(r), short[r]) for r in ids]
 
 
 def fork(fk: dict) -> dict:
