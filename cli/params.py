@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from objstore.errors import InvalidInput, StoreNotFound
+from objstore.errors import StoreNotFound
 
 if TYPE_CHECKING:
     from objstore.runs.runlog import RunLog
@@ -23,9 +23,10 @@ INT64_MAX = 2**63 - 1
 
 
 class Int64(click.ParamType):
-    """An integer option or argument: what is not an integer is a usage error (exit 2); an integer
-    the store cannot hold (outside int64) or below ``min`` is invalid input (exit 5), as in JSON
-    input — never a traceback from deeper down."""
+    """An integer option or argument. What is not an integer, or one the store cannot hold (outside
+    int64) or below ``min``, is a bad value of the command line: a usage error (exit 2), as click users
+    expect — never a traceback from deeper down. (The same integer in a file or stdin is invalid
+    input, exit 5: docs/CLI.md, "Exit codes".)"""
 
     name = "integer"
 
@@ -41,8 +42,7 @@ class Int64(click.ParamType):
             except ValueError:
                 self.fail(f"{value!r} is not an integer", param, ctx)
         if not self.min <= n <= INT64_MAX:
-            name = param.get_error_hint(ctx) if param is not None else "value"
-            raise InvalidInput(f"{name} must be an integer in {self.min}..{INT64_MAX}, got {n}")
+            self.fail(f"must be an integer in {self.min}..{INT64_MAX}, got {n}", param, ctx)
         return n
 
 

@@ -880,12 +880,14 @@ def test_ingest_of_bad_input_creates_no_store(tmp_path):
     (["fork", "latest", "--from-branch", "0", "--at-lsn", str(-(10**30))], "'--at-lsn'", -(2**63)),
     (["diff", "latest", "0", str(2**63)], "'B'", -(2**63)),
 ])
-def test_integer_options_beyond_int64_are_invalid_input(tmp_path, args, opt, lo):
+def test_integer_options_beyond_int64_are_usage_errors(tmp_path, args, opt, lo):
+    """A bad value on the command line is click's BadParameter, exit 2 (issue 16), naming the option."""
     store = str(tmp_path / "s")
     run_cli("demo", store=store, exit_code=0)
     before = snapshot_tree(store)
-    code, out, err = run_cli(*args, store=store, exit_code=5)
-    assert (out, err) == ("", f"objstore: error: invalid input: {opt} must be an integer in {lo}..{2**63 - 1}, got {args[-1]}\n")
+    code, out, err = run_cli(*args, store=store, exit_code=2)
+    assert (out, err) == ("", f"objstore: error: Invalid value for {opt}: must be an integer in {lo}..{2**63 - 1}, got {args[-1]}"
+                              f" (see 'objstore {args[0]} --help')\n")
     assert snapshot_tree(store) == before
     code, out, err = run_cli(*args[:-1], "ten", store=store, exit_code=2)  # not an integer at all: a usage error
     assert out == "" and err.count("\n") == 1 and "'ten' is not an integer" in err
