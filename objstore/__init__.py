@@ -32,9 +32,7 @@ zstandard, SQLite or the journal. The module paths of the flat layout before the
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -103,8 +101,9 @@ OLD_PATHS = {
 MOVED = {"export": "runs.export", "verify": "runs.verify"}
 
 
-class _OldPathFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves ``objstore.<old name>`` to the module at its new path."""
+class _OldPathFinder:
+    """Resolves ``objstore.<old name>`` to the module at its new path: a meta path finder and its
+    loader (duck-typed: ``importlib.abc`` would cost every start-up its import)."""
 
     def find_spec(self, fullname: str, path: object, target: object = None) -> importlib.machinery.ModuleSpec | None:
         head, _, name = fullname.partition(".")
