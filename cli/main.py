@@ -21,6 +21,7 @@ import sys
 import click
 
 import objstore
+from objstore import interrupt
 from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError
 
 from .admin import demo, init, rebuild, repair, upgrade
@@ -36,6 +37,12 @@ from .sessions import compact, journal_serve, segments_cmd, session, task
 class Group(click.Group):
     """The root group: every error becomes one line on stderr (one JSON object under --json)
     and its documented exit code; Ctrl-C is exit 130; never a traceback for bad input."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            raise Interrupted() from None  # click would print a blank line first (its Abort)
 
     def invoke(self, ctx):
         try:
@@ -56,6 +63,8 @@ class Group(click.Group):
         as_json = json_wanted(argv)
         try:
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+            if interrupt.interrupted_meanwhile():
+                raise KeyboardInterrupt  # a Ctrl-C raised where Python could not propagate it: still exit 130
         except ObjstoreError as e:
             fail(error_views().error(e), str(e), as_json)
         except (KeyboardInterrupt, click.Abort):
@@ -117,9 +126,7 @@ for _command in (init, cat, show, refs, put_blob, verify, anchor, upgrade, repai
 
 
 def main():
-    import signal
-
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on the root group reports Ctrl-C
+    interrupt.take_over()  # from here on the root group reports Ctrl-C
     cli(prog_name="objstore")
 
 

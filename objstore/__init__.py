@@ -31,6 +31,11 @@ zstandard, SQLite or the journal. The module paths of the flat layout before the
 
 from __future__ import annotations
 
+from . import interrupt as _interrupt
+
+_interrupt.install_if_the_command()  # before any other import: a Ctrl-C while starting is one line, not a traceback
+
+
 import importlib
 import importlib.machinery
 import sys

@@ -75,7 +75,7 @@ def test_building_the_click_app_imports_nothing_heavy(tmp_path):
     assert heavy_in(mods, NOT_FOR_HELP) == []
     # Of the library, only the package itself and its errors: every command imports the rest.
     assert sorted(m for m in mods if m.split(".")[0] in ("objstore", "objstore_cli")) == [
-        "objstore", "objstore.errors", "objstore_cli", "objstore_cli.admin", "objstore_cli.audit", "objstore_cli.journal",
+        "objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "objstore_cli.admin", "objstore_cli.audit", "objstore_cli.journal",
         "objstore_cli.main", "objstore_cli.objects", "objstore_cli.output", "objstore_cli.params", "objstore_cli.runs",
         "objstore_cli.sessions"]
 
@@ -84,13 +84,14 @@ def test_building_the_click_app_imports_nothing_heavy(tmp_path):
 def test_help_imports_nothing_heavy(tmp_path, args):
     mods = loaded(args, tmp_path)
     assert heavy_in(mods, NOT_FOR_HELP) == []
-    assert sorted(m for m in mods if m.startswith("objstore.")) == ["objstore.errors"]
+    assert sorted(m for m in mods if m.startswith("objstore.")) == ["objstore.errors", "objstore.interrupt"]
 
 
 def test_importing_the_library_loads_only_its_errors(tmp_path):
-    """``import objstore`` is the facade; RunLog, Store and the submodules load on first use."""
+    """``import objstore`` is the facade; RunLog, Store and the submodules load on first use. (Its
+    start-up Ctrl-C handler, ``interrupt``, is a few lines and installs nothing outside the command.)"""
     mods = loaded("library", tmp_path)
-    assert sorted(m for m in mods if m.startswith("objstore")) == ["objstore", "objstore.errors"]
+    assert sorted(m for m in mods if m.startswith("objstore")) == ["objstore", "objstore.errors", "objstore.interrupt"]
 
 
 def test_the_facade_still_reaches_every_name(tmp_path):
