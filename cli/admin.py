@@ -45,8 +45,9 @@ def init(c, as_json):
 
 
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="What was done as JSON: status, from/to format, where the old copy is kept, counts.")
 @pass_ctx
-def upgrade(c):
+def upgrade(c, as_json):
     """Convert a format-1 or format-2 store in place to format 3 (the current one).
 
     The old store is kept as PATH.format1 or PATH.format2; an interrupted upgrade
@@ -59,6 +60,9 @@ def upgrade(c):
     from objstore.lifecycle.upgrade import upgrade as run_upgrade
 
     summary = run_upgrade(c.store_path())
+    if as_json:
+        echo_json(_upgrade_json(summary))
+        return
     click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
@@ -68,8 +72,9 @@ def upgrade(c):
 @click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the log with the cut).")
 @click.option("--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
               help="The owner's private key (PEM) that signs the repair (env OBJSTORE_KEY; default: the owner key 'objstore init' made).")
+@click.option("--json", "as_json", is_flag=True, help="The cut as JSON: the entry kept last, the bytes removed, the note.")
 @pass_ctx
-def repair(c, cut_after, reason, key_file):
+def repair(c, cut_after, reason, key_file, as_json):
     """Cut damaged entries off the end of the log, on the record.
 
     For a store that writers refuse because its log is damaged after entry N
@@ -95,13 +100,17 @@ def repair(c, cut_after, reason, key_file):
     store.engine.prefix_ok = True
     key = identity.default_key(key_file) if identity.owner_public(store) is not None else None
     summary = run_repair(store, cut_after, reason, key=key)
+    if as_json:
+        echo_json(summary)
+        return
     click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
 @click.command()
 @click.argument("run", type=RUN, required=False)
+@click.option("--json", "as_json", is_flag=True, help="The runs rebuilt as JSON.")
 @pass_ctx
-def rebuild(c, run):
+def rebuild(c, run, as_json):
     """Drop and rebuild the materialized state cache from the raw objects.
 
     The state cache (SQLite tables derived from the records) only speeds reads
@@ -118,7 +127,28 @@ def rebuild(c, run):
     """
     log = c.log()
     runs_ = log.state.rebuild(log, run)
+    if as_json:
+        echo_json({"runs": runs_, "count": len(runs_)})
+        return
     click.echo(f"rebuilt state for {len(runs_)} run(s)")
+
+
+def _upgrade_json(summary: dict) -> dict:
+    """``upgrade --json``: the library's summary in one shape whatever happened — the format the store
+    had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now
+    (``to``), where the old copy is kept (``backup``, null when nothing moved) and the counts."""
+    from objstore.storage.store import FORMAT_VERSION
+
+    status = summary["status"]
+    if status.startswith("already-format-"):
+        frm = FORMAT_VERSION
+    elif status == "finished":
+        frm = 2 if str(summary.get("backup", "")).endswith(".format2") else 1
+    else:
+        frm = summary.get("from", 1)
+    counts = {k: v for k, v in summary.items() if k not in ("status", "path", "from", "backup") and isinstance(v, int)}
+    return {"status": status, "path": summary["path"], "from": frm, "to": FORMAT_VERSION,
+            "backup": summary.get("backup"), "counts": counts}
 
 
 def _demo_epoch(at: float | None) -> float | None:
@@ -145,12 +175,15 @@ def _command(ctx, name):
 @click.option("--run", "run_id", metavar="ID", default=None, help="Record the demo under this run id (default: a new one).")
 @click.option("--at", "at", metavar="EPOCH", type=float, default=None, callback=lambda ctx, param, v: _demo_epoch(v),
               help="Record with a fixed clock from EPOCH (1 s per record), so every id is reproducible.")
+@click.option("--json", "as_json", is_flag=True, help="What was recorded as JSON: the store, the run id, its branches, the verify result.")
 @pass_ctx
-def demo(c, run_id, at):
-    """Record the seed T2.3 run with a stub model, rewind it, and show the result.
+def demo(c, run_id, at, as_json):
+    """Record an example run, rewind it, and show log, branches, diff and verify.
 
-    Creates the store if absent; each call records a new run. The model is a
-    deterministic stub: the run is the same every time (but for ids and times).
+    Records a six-step run with a deterministic stand-in for a model (step 2
+    retried, step 6 failing), rewinds it to step 3 and takes a new path on
+    branch 1. Creates the store if absent; each call records a new run, the
+    same every time but for ids and times (--at fixes those too).
 
     \b
     Examples:
@@ -161,9 +194,18 @@ def demo(c, run_id, at):
     from objstore.runs.verify import verify as run_verify
 
     log = c.log(create=True)
-    click.echo(f"store: {log.store.root}")
     res = six_step_run(log, run_id, clock=fixed_clock(at) if at is not None else None)
     run = res["run"]
+    if as_json:
+        from objstore.runs import views
+
+        problems = run_verify(log)
+        echo_json({"store": log.store.root, "run": run, "branches": [views.branch(row) for row in log.branches(log.view(run))],
+                   "verify": {"ok": not problems, "problems": [views.problem(p) for p in problems]}})
+        if problems:
+            sys.exit(1)
+        return
+    click.echo(f"store: {log.store.root}")
     click.echo(f"recorded run {run}: 6 steps on branch 0 (step 2 retried, step 6 failed), rewound to lsn 3, new path on branch 1\n")
     click.echo("$ objstore log --graph " + run)
     ctx = click.get_current_context()

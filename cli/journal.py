@@ -11,7 +11,7 @@ import json
 
 import click
 
-from .output import echo_json
+from .output import JsonGroup, echo_json
 from .params import RUN, caller_key, journal_host, json_option, key_option, pass_ctx, socket_option
 
 
@@ -30,7 +30,7 @@ def _scope_text(run, subject):
     return f"run {run}" if run is not None else f"subject {subject}"
 
 
-@click.group("key")
+@click.group("key", cls=JsonGroup)
 def key_group():
     """ed25519 keys: make a worker's or job's key pair, show a key's public half.
 
@@ -96,7 +96,7 @@ def key_show(path, as_json):
     click.echo(public)
 
 
-@click.group()
+@click.group(cls=JsonGroup)
 def journal():
     """A session's journal: show, update, enable/disable, grants.
 

@@ -139,8 +139,9 @@ def refs(c, prefix, as_json, with_log):
 
 @click.command("put-blob")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@click.option("--json", "as_json", is_flag=True, help="The blob's id and size (bytes stored) as JSON.")
 @pass_ctx
-def put_blob(c, path):
+def put_blob(c, path, as_json):
     """Store a file (or - for stdin) as a blob and print its id.
 
     The input is read once and the id is the hash of exactly the bytes stored.
@@ -156,7 +157,32 @@ def put_blob(c, path):
     """
     store = c.log().store
     if path == "-":
-        oid = store.put_blob_stream(sys.stdin.buffer)
+        counted = _Counted(sys.stdin.buffer)
+        oid = store.put_blob_stream(counted)
     else:
-        oid = store.put_blob_file(path)
+        from objstore.errors import StorageOSError
+
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below, after the store read it once
+        except OSError as e:
+            raise StorageOSError(f"read {path!r}", e) from None
+        with f:
+            counted = _Counted(f)
+            oid = store.put_blob_stream(counted)
+    if as_json:
+        echo_json({"id": oid, "size": counted.size})
+        return
     click.echo(oid.hex())
+
+
+class _Counted:
+    """A binary stream that counts what is read from it: the size of the blob put-blob stored, known
+    without reading the input twice (it may be stdin) or the stored blob back."""
+
+    def __init__(self, f):
+        self.f, self.size = f, 0
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.f.read(n)
+        self.size += len(chunk)
+        return chunk

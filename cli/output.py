@@ -3,7 +3,8 @@
 The shared output of the command line (issue 16): ``echo_json`` (canonical JSON on stdout), ``page``
 (lines through $PAGER on a terminal), ``table_classes`` (rich's table on a terminal, plain lines into a
 pipe), and the error side the root group uses — ``json_wanted``, ``fail``, ``usage_message``, the
-exit-code help text. Imports on demand: the codec, rich and the view shapes load only when used.
+exit-code help text; and ``JsonGroup``, a group whose ``--json`` before the subcommand is the
+subcommand's. Imports on demand: the codec, rich and the view shapes load only when used.
 """
 
 from __future__ import annotations
@@ -126,3 +127,27 @@ def is_sqlite_error(e: Exception) -> bool:
     cache, so where it was never imported no sqlite3 error can have been raised."""
     sqlite3 = sys.modules.get("sqlite3")
     return sqlite3 is not None and isinstance(e, sqlite3.Error)
+
+
+class JsonGroup(click.Group):
+    """A command group whose ``--json`` before the subcommand (``objstore journal --json show RUN``)
+    means the subcommand's ``--json``, as a git or click user tries it (issue 16): the flag is an
+    option of the group, and ``resolve_command`` hands it on to the subcommand it resolves."""
+
+    # not in self.params: the group prints nothing itself, so the walk of --json outputs (tests/test_cli_json.py)
+    # lists only the subcommands; get_params is what click parses and documents in --help
+    _JSON = click.Option(["--json", "group_json"], is_flag=True, expose_value=False, show_default=False,
+                         callback=lambda ctx, param, value: ctx.meta.__setitem__("objstore.group_json", True) if value else None,
+                         help="Print canonical JSON: the same as the subcommand's --json.")
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        return [self._JSON, *params]
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and ctx.meta.get("objstore.group_json"):
+            if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+                raise click.UsageError(f"'{name}' has no --json output", ctx)
+            rest = ["--json", *rest]  # right after the subcommand's name: parsed as its option, before any '--'
+        return name, cmd, rest

@@ -8,10 +8,12 @@ a journal Host (in process, or with --socket the Backend Host); the Host decides
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import click
 
-from .output import echo_json
+from .output import JsonGroup, echo_json, table_classes
 from .params import INT64, RUN, caller_key, journal_host, json_option, key_option, pass_ctx, socket_option
 
 
@@ -25,10 +27,12 @@ from .params import INT64, RUN, caller_key, journal_host, json_option, key_optio
 @json_option
 @pass_ctx
 def compact(c, run, keep, budget, socket_path, key_file, as_json):
-    """Compact a session: one signed journal read, frozen, rendered once, one new segment.
+    """Summarize a session's older turns into one new signed segment.
 
-    The compactor is the deterministic stub (no model here): it proves
-    transport and storage, not summary quality. A Host that cannot be reached
+    Reads the session's journal once (a signed request to the journal Host),
+    freezes that answer in the segment, and summarizes every turn but the last
+    --keep with a deterministic compactor (no model is called: the summary is
+    the same for the same turns), keeping those last turns verbatim. A Host that cannot be reached
     is recorded as outcome 'unavailable'; a refusal (exit 8) writes nothing.
 
     \b
@@ -90,14 +94,27 @@ def segments_cmd(c, run, as_json):
         return
     if not rows:
         click.echo(f"run {run} has no segments")
+        return
+    if not sys.stdout.isatty():  # into a pipe: one line per segment, as before, for grep and scripts
+        for r in rows:
+            click.echo(f"segment {r['seq']} {r['id'].hex()[:12]}  branch {r['branch']}  journal {r['outcome']}"
+                       + (f" v{r['version']}" if r["version"] is not None else "")
+                       + (f" body sha256 {r['body_sha256'][:12]}" if r["body_sha256"] else "")
+                       + f"  retained {r['retained']}  open tasks {r['open_tasks']}")
+        return
+    # a terminal: rich's table, like log, runs and episode; under NO_COLOR not even bold (no escape code)
+    console_cls, table_cls = table_classes()
+    table = table_cls(title=f"segments of {run}")
+    for header in ("seq", "segment", "branch", "journal", "body sha256", "retained", "open tasks"):
+        table.add_column(header)
     for r in rows:
-        click.echo(f"segment {r['seq']} {r['id'].hex()[:12]}  branch {r['branch']}  journal {r['outcome']}"
-                   + (f" v{r['version']}" if r["version"] is not None else "")
-                   + (f" body sha256 {r['body_sha256'][:12]}" if r["body_sha256"] else "")
-                   + f"  retained {r['retained']}  open tasks {r['open_tasks']}")
+        table.add_row(str(r["seq"]), r["id"].hex()[:12], str(r["branch"]),
+                      r["outcome"] + (f" v{r['version']}" if r["version"] is not None else ""),
+                      r["body_sha256"][:12] if r["body_sha256"] else "-", str(r["retained"]), str(r["open_tasks"]))
+    console_cls(**({"color_system": None} if os.environ.get("NO_COLOR") else {})).print(table)
 
 
-@click.group()
+@click.group(cls=JsonGroup)
 def session():
     """Sessions: runs of conversation turns, with a typed startup journal event.
 
@@ -147,7 +164,7 @@ def session_start(c, subject, predecessor, run_id, budget, socket_path, key_file
                + f", answer sha256 {startup['answer_sha256']}")
 
 
-@click.group()
+@click.group(cls=JsonGroup)
 def task():
     """The TaskStore: a session's open tasks (task records; kept across compactions).
 

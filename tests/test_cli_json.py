@@ -132,6 +132,13 @@ def world(tmp_path_factory):
     outs["export"] = [[json.loads(line) for line in out.splitlines()]]
     rc, out, err = run_cli("log", run, "--all-branches", "--format", "json", "--no-pager", store=root, env_extra=env, exit_code=0)
     outs["log --format json"] = [[json.loads(line) for line in out.splitlines()]]
+    # the administration commands' --json (issue 16), last: demo adds a run, repair an entry
+    cli_json("put-blob", "-", input=b"hello\n")
+    cli_json("rebuild")
+    cli_json("rebuild", run)
+    cli_json("upgrade")
+    cli_json("demo", "--at", "1700000000")
+    cli_json("repair", "--cut-after", str(cli_json("anchor")["entry"]), "--reason", "nothing to cut")
     return {"root": root, "env": env, "run": run, "session": s, "outs": outs, "binary_blob": binary_blob}
 
 

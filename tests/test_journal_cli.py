@@ -331,7 +331,7 @@ def test_help_of_new_commands_has_an_example():
         out = ok(run_cli(*args, "--help", exit_code=0))
         assert "Example" in out, args
     out = ok(run_cli("compact", "--help", exit_code=0))
-    assert "deterministic stub" in out and "--key FILE" in out and "--socket PATH" in out
+    assert "deterministic compactor" in out and "--key FILE" in out and "--socket PATH" in out
     assert "8 refused (not the owner key, unauthenticated, job" in ok(run_cli("--help", exit_code=0))
 
 
