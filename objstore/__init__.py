@@ -118,7 +118,7 @@ class _OldPathFinder:
             raise ModuleNotFoundError(f"{fullname} is now {__name__}.{MOVED[name]} ({fullname} is a function)", name=fullname)
         if name not in OLD_PATHS:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, self)  # type: ignore[arg-type]  # a Loader by duck typing
 
     def __init__(self) -> None:
         self._specs: dict[str, importlib.machinery.ModuleSpec | None] = {}

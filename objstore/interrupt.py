@@ -11,11 +11,10 @@ What no package can cover: the interpreter's own start-up and ``site``, before t
 objstore runs (a few milliseconds; the console script's own ``import re`` is in it too).
 """
 
+# the C module itself: ``signal.py`` (its enums) takes a millisecond to import, inside the window this closes
+import _signal  # type: ignore[import-not-found]  # no stub: the same functions as signal.py, without its enums
 import os
 import sys
-
-# the C module itself: ``signal.py`` (its enums) takes a millisecond to import, inside the window this closes
-import _signal
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
