@@ -50,7 +50,7 @@ class _PlainTable:
         self.columns: list[str] = []
         self.rows: list[tuple[str, ...]] = []
 
-    def add_column(self, header: str) -> None:
+    def add_column(self, header: str, **_rich) -> None:
         self.columns.append(header)
 
     def add_row(self, *cells: str, style: str | None = None) -> None:
@@ -75,6 +75,29 @@ class _PlainConsole:
                 click.echo(line)
         else:  # the only markup the commands write: [bold]...[/]
             click.echo(str(what).replace("[bold]", "").replace("[/]", ""))
+
+
+def console_and_table():
+    """(a console, the Table class) for a command that prints tables: rich's on a terminal, with no
+    escape code at all under NO_COLOR (not even bold: color_system None renders no style); the plain
+    stand-ins into a pipe."""
+    console_cls, table_cls = table_classes()
+    if console_cls is _PlainConsole:
+        return _PlainConsole(), table_cls
+    return console_cls(highlight=False, **({"color_system": None} if os.environ.get("NO_COLOR") else {})), table_cls
+
+
+def usage_cell(usage, width: int = 16) -> str:
+    """A usage dict as one short cell, ``tokens=12`` (the sum of its token counts; else ``k=v ...``,
+    not its JSON), cut with '…' past ``width``,
+    so a table row stays one line in an 80-column terminal."""
+    if not usage:
+        return ""
+    tokens = [v for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int)] if isinstance(usage, dict) else []
+    if tokens:  # the figure a reader scans a table for; --json has every field
+        return f"tokens={sum(tokens)}"
+    text = " ".join(f"{k}={v}" for k, v in sorted(usage.items())) if isinstance(usage, dict) else str(usage)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def page(lines, no_pager: bool) -> None:

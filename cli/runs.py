@@ -8,7 +8,7 @@ import json
 
 import click
 
-from .output import echo_json, page, table_classes
+from .output import console_and_table, echo_json, page, usage_cell
 from .params import INT64, RUN, Int64, complete_branch, pass_ctx
 
 
@@ -53,6 +53,19 @@ def _grouped(run, view, first, all_branches, entries):
         yield history.record_line(r) if r is not None else history.fork_line(fk)
 
 
+def _when(history, option, text):
+    """A --since/--until value as epoch seconds; one that does not parse is a bad command-line value
+    (click's BadParameter, exit 2), not bad data (exit 5)."""
+    from objstore.errors import InvalidInput
+
+    if text is None:
+        return None
+    try:
+        return history.parse_time(text)
+    except InvalidInput as e:
+        raise click.BadParameter(str(e), param_hint=f"'{option}'") from None
+
+
 @click.command("log")
 @click.argument("run", type=RUN)
 @click.option("--branch", type=INT64, default=None, shell_complete=complete_branch, help="Show this branch instead of the live one.")
@@ -94,14 +107,15 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
     log = c.log()
     view = log.view(run)
     if graph:
-        if as_json or fmt or since or until or branch is not None or all_branches:
-            raise click.UsageError("--graph draws every branch whole; it takes only -n and --no-pager")
+        # --all-branches with --graph is git's --all --graph: the graph already draws every branch
+        if as_json or fmt or since or until or branch is not None:
+            raise click.UsageError("--graph draws every branch whole; it takes only -n, --all-branches and --no-pager")
         page(itertools.islice(history.graph(log, view), max_count), no_pager)
         return
     if branch is not None and all_branches:
         raise click.UsageError("--branch N shows one branch, --all-branches every branch: give one of them")
-    t0 = history.parse_time(since) if since is not None else None
-    t1 = history.parse_time(until) if until is not None else None
+    t0 = _when(history, "--since", since)
+    t1 = _when(history, "--until", until)
     first = view.live if branch is None else branch
     entries = itertools.islice(history.entries(log, view, branch, all_branches=all_branches, since=t0, until=t1), max_count)
     if as_json:
@@ -261,12 +275,13 @@ def diff(c, run, a, b, as_json):
 
 @click.command()
 @click.argument("run", type=RUN)
+@click.option("--json", "as_json", is_flag=True, help="Print the entries as one JSON list instead of JSON Lines (docs/CLI.md, 'export').")
 @pass_ctx
-def export(c, run):
+def export(c, run, as_json):
     """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported).
 
     A forked live branch exports its fork object first, then its own records
-    (docs/CLI.md, 'export-entry').
+    (docs/CLI.md, 'export-entry'); --json prints the same entries as one list.
 
     \b
     Arguments:
@@ -275,11 +290,14 @@ def export(c, run):
     \b
     Examples:
       objstore export RUN > outbox.jsonl
-      objstore export latest
+      objstore export latest --json
     """
     from objstore.runs.export import export as run_export
     from objstore.storage import codec
 
+    if as_json:
+        echo_json(run_export(c.log(), run))
+        return
     for e in run_export(c.log(), run):
         click.echo(codec.canonical_json(e).decode())
 
@@ -341,7 +359,7 @@ def episode(c, run, all_branches, as_json, source):
       objstore episode RUN --source refold --json
     """
     from objstore.runs.query import episode as run_episode
-    from objstore.runs.query import iter_episode_json
+    from objstore.runs.query import inherited_attempts, iter_episode_json
 
     if as_json:  # streamed: the attempts are never all in memory (the bytes of EpisodeView.to_json())
         out = click.get_binary_stream("stdout")
@@ -350,10 +368,11 @@ def episode(c, run, all_branches, as_json, source):
         out.write(b"\n")
         out.flush()
         return
-    ep = run_episode(c.log(), run, all_branches=all_branches, source=source)
-    Console, Table = table_classes()  # rich only for a terminal (issue 15)
-    con = Console()
-    con.print(f"run [bold]{ep.run}[/] subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
+    log = c.log()
+    ep = run_episode(log, run, all_branches=all_branches, source=source)
+    view = log.view(ep.run)
+    con, Table = console_and_table()  # rich only for a terminal; no escape code under NO_COLOR
+    con.print(f"run {ep.run} subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
     for b in ep.branches:
         title = f"branch {b.branch}{' (live)' if b.live else ''}"
         if b.fork:
@@ -361,9 +380,13 @@ def episode(c, run, all_branches, as_json, source):
         if b.compensation_required:
             title += " COMPENSATION REQUIRED"
         t = Table(title=title)
-        for col in ("step", "attempt", "state", "prompt", "output", "usage"):
-            t.add_column(col)
-        for a in ep.attempts(b.branch):
-            style = "red" if a["state"] == "failed" else None
-            t.add_row(str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[:12], (a["output"] or "")[:12], json.dumps(a["usage"]) if a["usage"] else "", style=style)
+        for col in ("step", "attempt", "state", "prompt", "output", "usage", "from"):
+            t.add_column(col, no_wrap=True)  # one line per attempt, even in 80 columns
+        # what the branch inherits first (dim, 'from' its branch), as log shows a branch's ancestors
+        rows = [(a, str(src)) for src, _lsn, a in inherited_attempts(log, view, b.branch)]
+        rows += [(a, "") for a in ep.attempts(b.branch)]
+        for a, src in rows:
+            style = "red" if a["state"] == "failed" else "dim" if src else None
+            t.add_row(str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[:8], (a["output"] or "")[:8],
+                      usage_cell(a["usage"]), src, style=style)
         con.print(t)

@@ -325,3 +325,12 @@ def test_json_anywhere_on_the_line(world):
     assert json.loads(err)["error"] == "usage-error"
     rc, out, err = run_cli("log", "--json", "nope", store=world["root"], env_extra=world["env"], exit_code=4)
     assert json.loads(err)["error"] == "run-not-found"
+
+
+def test_export_json_is_the_json_lines_as_one_list(world):
+    """export --json (issue 16): one JSON list of exactly the entries plain export prints as JSON Lines."""
+    rc, out, err = run_cli("export", world["run"], "--json", store=world["root"], env_extra=world["env"], exit_code=0)
+    entries = json.loads(out)
+    assert entries and entries == world["outs"]["export"][0]
+    errors = list(validator("export --json").iter_errors(entries))
+    assert not errors, [e.message for e in errors[:5]]
