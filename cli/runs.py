@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 
 import click
 
@@ -372,6 +373,7 @@ def episode(c, run, all_branches, as_json, source):
     ep = run_episode(log, run, all_branches=all_branches, source=source)
     view = log.view(ep.run)
     con, Table = console_and_table()  # rich only for a terminal; no escape code under NO_COLOR
+    plain = not sys.stdout.isatty()
     con.print(f"run {ep.run} subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
     for b in ep.branches:
         title = f"branch {b.branch}{' (live)' if b.live else ''}"
@@ -380,13 +382,18 @@ def episode(c, run, all_branches, as_json, source):
         if b.compensation_required:
             title += " COMPENSATION REQUIRED"
         t = Table(title=title)
-        for col in ("step", "attempt", "state", "prompt", "output", "usage", "from"):
-            t.add_column(col, no_wrap=True)  # one line per attempt, even in 80 columns
         # what the branch inherits first (dim, 'from' its branch), as log shows a branch's ancestors
         rows = [(a, str(src)) for src, _lsn, a in inherited_attempts(log, view, b.branch)]
+        inherits = bool(rows)
         rows += [(a, "") for a in ep.attempts(b.branch)]
+        for col in ("step", "attempt", "state", "prompt", "output", "usage", "from")[: 7 if inherits else 6]:
+            t.add_column(col, no_wrap=True)  # one line per attempt, even in 80 columns
+        tty = not plain
         for a, src in rows:
             style = "red" if a["state"] == "failed" else "dim" if src else None
-            t.add_row(str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[:8], (a["output"] or "")[:8],
-                      usage_cell(a["usage"]), src, style=style)
+            # a terminal gets short cells (8 hex digits, usage as tokens=N); a pipe the full ones, as before
+            cells = [str(a["step"]), str(a["attempt"]), a["state"], (a["prompt"] or "")[: 8 if tty else 12],
+                     (a["output"] or "")[: 8 if tty else 12],
+                     usage_cell(a["usage"]) if tty else json.dumps(a["usage"]) if a["usage"] else ""]
+            t.add_row(*cells, *([src] if inherits else []), style=style)
         con.print(t)

@@ -148,23 +148,24 @@ def test_episode_into_a_pipe_is_one_line_per_attempt_without_rich(two_branches, 
     # every attempt on one line whose cells are the table's, in order; ids cut to 12 hex digits
     assert [c[:3] for c in cells] == [
         ["branch", "0"], ["step", "attempt", "state"], ["1", "0", "succeeded"], ["2", "0", "failed"], ["2", "1", "succeeded"],
-        ["branch", "1", "(live)"], ["step", "attempt", "state"], ["2", "0", "succeeded"]]
+        ["branch", "1", "(live)"], ["step", "attempt", "state"], ["1", "0", "succeeded"], ["2", "0", "succeeded"]]
     assert lines[1:6] == ["branch 0",
                           "step  attempt  state      prompt        output        usage",
                           f"1     0        succeeded  {p}  {o}  {{\"tokens\": 7}}",
                           "2     0        failed",  # empty cells at the end of a line: no trailing blanks
                           "2     1        succeeded"]
     assert lines[6] == "branch 1 (live) forked from 0@1"
-    # each table is as wide as its own cells: branch 1 has no prompt or output ids
-    assert lines[7:] == ["step  attempt  state      prompt  output  usage",
-                         "2     0        succeeded" + " " * 18 + '{"tokens": 12345}']
+    # branch 1 shows what it inherits from branch 0 first, its 'from' column naming the branch (#16)
+    assert lines[7:] == ["step  attempt  state      prompt        output        usage              from",
+                         f"1     0        succeeded  {p}  {o}  {{\"tokens\": 7}}      0",
+                         "2     0        succeeded" + " " * 30 + '{"tokens": 12345}']
 
 
 def test_episode_on_a_terminal_is_rich_table(two_branches, tmp_path):
     store, run, _p, _o = two_branches
     out, mods = probe(["--store", store, "episode", run], tmp_path, tty=True)
     assert "rich.table" in mods
-    assert "┏" in out and "succeeded" in out and '{"tokens": 12345}' in out
+    assert "┏" in out and "succeeded" in out and "tokens=12345" in out  # usage summarized: no wrapped JSON cell (#16)
 
 
 def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_path):
