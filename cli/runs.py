@@ -34,6 +34,15 @@ def runs(c, as_json):
     if as_json:
         echo_json(rows)
         return
+    if sys.stdout.isatty():  # a terminal: rich's table (a pipe keeps the lines scripts parse)
+        con, Table = console_and_table()
+        t = Table()
+        for col in ("id", "run", "subject", "live", "branches"):  # fits 80 columns with a full run id
+            t.add_column(col, no_wrap=True)
+        for r in rows:
+            t.add_row(r["short_id"], r["run"], str(r["subject"] or "")[:8], str(r["live_branch"]), str(r["branch_count"]))
+        con.print(t)
+        return
     for r in rows:
         n = r["branch_count"]
         name = r["run"] if r["short_id"] == r["run"] else f"{r['short_id']}  {r['run']}"
@@ -162,6 +171,18 @@ def branches(c, run, as_json):
     rows = [views.branch(row) for row in log.branches(log.view(run))]
     if as_json:
         echo_json(rows)
+        return
+    if sys.stdout.isatty():  # a terminal: rich's table (a pipe keeps the lines scripts parse)
+        con, Table = console_and_table()
+        t = Table(title=f"run {run}")
+        for col in ("live", "branch", "head", "fork point", "compensation"):
+            t.add_column(col, no_wrap=True)
+        for r in rows:
+            fk = r["fork"]
+            t.add_row("*" if r["live"] else "", str(r["branch"]), r["head"][:12],
+                      f"branch {fk['parent_branch']} lsn {fk['parent_lsn']}" if fk else "root",
+                      "REQUIRED" if fk and fk["compensation"] else "", style="bold" if r["live"] else None)
+        con.print(t)
         return
     for r in rows:
         fk = r["fork"]

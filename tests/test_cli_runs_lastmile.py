@@ -126,3 +126,17 @@ def test_help_says_what_the_command_does_not_the_ticket(command):
     rc, out, err = run_cli(command, "--help", exit_code=0)
     for ticket in ("seed T", "T1.", "T2.", "stub compactor", "T-745", "issue 1"):
         assert ticket not in out, f"{command} --help: {ticket!r}"
+
+
+@pytest.mark.parametrize("command", ["runs", "branches"])
+def test_runs_and_branches_on_a_terminal_are_rich_tables(forked, command):
+    root, run = forked
+    args = [command] + ([run] if command == "branches" else [])
+    rc, got, err = _pty(root, *args)
+    assert rc == 0 and "┏".encode() in got and b"\x1b[" in got, err
+    assert all(len(re.sub(r"\x1b\[[0-9;]*m", "", ln).rstrip("\r")) <= 80 for ln in got.decode().splitlines())
+    rc, got, err = _pty(root, *args, env={"NO_COLOR": "1"})
+    assert rc == 0 and "┏".encode() in got and b"\x1b" not in got, err
+    rc, out, err = run_cli(*args, store=root, exit_code=0)  # into a pipe: the lines scripts parse, unchanged
+    assert "┏" not in out and "\x1b" not in out
+    assert out.splitlines()[0].startswith("r1  live branch 1" if command == "runs" else "  branch 0  head ")
