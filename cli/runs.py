@@ -73,7 +73,8 @@ def _when(history, option, text):
     try:
         return history.parse_time(text)
     except InvalidInput as e:
-        raise click.BadParameter(str(e), param_hint=f"'{option}'") from None
+        detail = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e)  # without "invalid input: "
+        raise click.BadParameter(detail, param_hint=f"'{option}'") from None
 
 
 @click.command("log")
@@ -204,7 +205,7 @@ def _print_fork(log, fr, as_json):
 
 @click.command()
 @click.argument("run", type=RUN)
-@click.option("--to-lsn", type=INT64, required=True,
+@click.option("--to-lsn", type=Int64(min=0), required=True,
               help="Last LSN (position on the live branch, from 0) to keep in the new branch's history.")
 @click.option("--reason", default="rewind", show_default=True, help="Why; recorded in the fork object.")
 @click.option("--expect-branch", type=INT64, default=None, shell_complete=complete_branch, help="Only if this branch is the live one; otherwise exit 7 and create nothing.")
@@ -234,7 +235,7 @@ def rewind(c, run, to_lsn, reason, expect_branch, as_json):
 @click.command()
 @click.argument("run", type=RUN)
 @click.option("--from-branch", type=INT64, required=True, shell_complete=complete_branch, help="The branch (number) to fork from.")
-@click.option("--at-lsn", type=INT64, required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
+@click.option("--at-lsn", type=Int64(min=0), required=True, help="Last LSN (position on --from-branch, from 0) the new branch keeps.")
 @click.option("--reason", default="fork", show_default=True, help="Why; recorded in the fork object.")
 @click.option("--live/--no-live", default=True, show_default=True, help="Make the new branch live (the default branch of queries and appends).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new fork object as JSON (docs/CLI.md, 'fork').")

@@ -42,7 +42,7 @@ def log(tmp_path):
     (lambda log: log.store.batch(timeout="x").__enter__(), InvalidInput,
      "invalid input: batch timeout must be a non-negative number of seconds, got 'x'"),
     (lambda log: history.parse_time(5), InvalidInput, "invalid input: a time is text (use an ISO date/time (2026-12-01, "
-     "2026-12-01 05:20), @EPOCH, now, today, yesterday, or a span ago (90s, 30m, 2h, 3d, 1w)), got int"),
+     "2026-12-01 05:20), @EPOCH, now, today, yesterday, or a span ago (90s, 30m, 1h30m, 3d, 1w, 2.days.ago, 2 hours ago)), got int"),
     (lambda log: codec.canonical_json({"a": NOT_UTF8}), InvalidInput,
      "invalid input: text that is not valid Unicode (a lone surrogate '\\udcff'): objstore stores UTF-8 only"),
     (lambda log: log.fork(log.start_run("r"), 0, 0, reason=NOT_UTF8), InvalidInput,
@@ -85,8 +85,9 @@ SURROGATE_LINE = "objstore: error: invalid input: text that is not valid Unicode
     (["journal", "revoke", "--subject", NOT_UTF8, "--pubkey", "{pub}"], 5, SURROGATE_LINE),
     (["rewind", "d1", "--to-lsn", "1", "--reason", NOT_UTF8], 5,
      "objstore: error: invalid input: fork reason: a string holds a lone surrogate (U+DCFF), which is not Unicode text"),
-    (["log", "d1", "--since", "@nan"], 5, "objstore: error: invalid input: cannot read time '@nan': use an ISO date/time "
-     "(2026-12-01, 2026-12-01 05:20), @EPOCH, now, today, yesterday, or a span ago (90s, 30m, 2h, 3d, 1w)"),
+    (["log", "d1", "--since", "@nan"], 2, "objstore: error: Invalid value for '--since': cannot read time '@nan': use an ISO "
+     "date/time (2026-12-01, 2026-12-01 05:20), @EPOCH, now, today, yesterday, or a span ago (90s, 30m, 1h30m, 3d, 1w, "
+     "2.days.ago, 2 hours ago) (see 'objstore log --help')"),
     (["log", "d1", "--branch", "0", "--all-branches"], 2, "objstore: error: --branch N shows one branch, --all-branches "
      "every branch: give one of them (see 'objstore log --help')"),
 ], ids=["session-subject", "grant-name", "revoke-subject", "rewind-reason", "since-nan", "branch-and-all-branches"])
