@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from objstore import RunLog, Store  # noqa: E402
 
 # Runs a command and prints its peak resident set (VmHWM of the child, in kB) on stderr's last line.

@@ -37,7 +37,7 @@ What it measures
    git wall / objstore wall (min/median/max; the target ratio), peak RSS of each command's own process. Optionally
    one verify under cProfile: top functions by tottime, time by phase.
 2. cold re-fold vs a FIXED SQLite peer (benchmarks/refold_peer.py: msgspec decode into dicts and the fold copied from
-   objstore/runs/fold.py, importing nothing from objstore, so the peer does not move with objstore). One run of F records
+   src/objstore/runs/fold.py, importing nothing from objstore, so the peer does not move with objstore). One run of F records
    (same shapes). Each system in a fresh process: objstore opens the store and runs ``log.refold(view, live)``; the
    peer reads every row of ``rec(id, h, body)`` (the same records' canonical bytes in LSN order, ``h`` their BLAKE3)
    in order, checks the BLAKE3 and the header, decodes and folds; ``episode(log, run, source="refold")`` in process
@@ -244,11 +244,11 @@ def code_fingerprint():
                     h.update(name.encode() + b"\0" + f.read())
     try:
         head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "objstore", "cli"], capture_output=True,
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "src"], capture_output=True,
                                text=True).stdout.strip().splitlines()
     except OSError:
         head, dirty = "?", []
-    where = "working tree" if dirs[0] == os.path.join(REPO, "objstore") else f"imported from {os.path.dirname(dirs[0])}"
+    where = "working tree" if dirs[0] == os.path.join(REPO, "src", "objstore") else f"imported from {os.path.dirname(dirs[0])}"
     return (f"HEAD {head or '?'}, {len(dirty)} library file(s) modified in the working tree; measured objstore+cli "
             f"({where}) blake3 {h.hexdigest()[:16]}")
 
@@ -385,24 +385,24 @@ def mib(b):
 # -- profiles -------------------------------------------------------------------------------------------------
 _PHASES = [
     # (file suffix, function names or None for any, phase)
-    ("objstore/storage/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
+    ("src/objstore/storage/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
      "log scan: read, decompress, entry checksums"),
-    ("objstore/runs/verify.py", {"_object"}, "object checks (dispatch)"),
-    ("objstore/runs/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
-    ("objstore/runs/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
-    ("objstore/runs/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
+    ("src/objstore/runs/verify.py", {"_object"}, "object checks (dispatch)"),
+    ("src/objstore/runs/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
+    ("src/objstore/runs/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
+    ("src/objstore/runs/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
      "state check"),
-    ("objstore/storage/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
+    ("src/objstore/storage/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
                             "_retire_active", "set_ref"}, "store open: checkpoint + log catch-up"),
-    ("objstore/storage/codec.py", None, "decode (codec)"),
-    ("objstore/runs/records.py", None, "schema checks (records)"),
-    ("objstore/runs/state.py", None, "state cache / fold"),
-    ("objstore/runs/fold.py", None, "state cache / fold"),
-    ("objstore/runs/runlog.py", None, "chain walks (runlog)"),
-    ("objstore/storage/store.py", None, "object reads (store)"),
-    ("objstore/storage/engine.py", None, "object reads (engine)"),
-    ("objstore/storage/segindex.py", None, "sealed segment indexes (segindex)"),
-    ("objstore/runs/verify.py", None, "verify driver"),
+    ("src/objstore/storage/codec.py", None, "decode (codec)"),
+    ("src/objstore/runs/records.py", None, "schema checks (records)"),
+    ("src/objstore/runs/state.py", None, "state cache / fold"),
+    ("src/objstore/runs/fold.py", None, "state cache / fold"),
+    ("src/objstore/runs/runlog.py", None, "chain walks (runlog)"),
+    ("src/objstore/storage/store.py", None, "object reads (store)"),
+    ("src/objstore/storage/engine.py", None, "object reads (engine)"),
+    ("src/objstore/storage/segindex.py", None, "sealed segment indexes (segindex)"),
+    ("src/objstore/runs/verify.py", None, "verify driver"),
 ]
 
 
@@ -456,34 +456,34 @@ def profile_report(prof_path, top=15, title=""):
 
 
 _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the main steps
-    ("cli/main.py", "verify", "CLI verify command (everything after imports)"),
-    ("objstore/storage/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
-    ("objstore/storage/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
-    ("objstore/storage/engine.py", "_entry_objects", "    decompress + slice objects"),
-    ("objstore/runs/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
-    ("objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
-    ("objstore/runs/records.py", "schema_problem", "    records.schema_problem"),
-    ("objstore/runs/verify.py", "_record", "    chain checks (_record)"),
-    ("objstore/runs/verify.py", "_moves", "  ref moves"),
-    ("objstore/runs/verify.py", "_references", "  references between objects"),
-    ("objstore/runs/verify.py", "_refs", "  final refs"),
-    ("objstore/runs/verify.py", "_chains_end", "  forks / chain ends"),
-    ("objstore/runs/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
-    ("objstore/runs/state.py", "refold_branch", "    refold_branch"),
-    ("objstore/runs/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
-    ("objstore/runs/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
-    ("objstore/storage/codec.py", "canonical_json", "    codec.canonical_json"),
-    ("objstore/runs/runlog.py", "refold", "log.refold"),
-    ("objstore/runs/runlog.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
-    ("objstore/storage/store.py", "get_decoded", "    store.get_decoded"),
-    ("objstore/storage/engine.py", "read_block_of", "      engine.read_block_of"),
-    ("objstore/runs/fold.py", "fold", "  fold.fold"),
-    ("objstore/runs/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
-    ("objstore/storage/engine.py", "iter_chain", "      engine.iter_chain"),
-    ("objstore/storage/codec.py", "decode_block", "      codec.decode_block"),
-    ("objstore/runs/query.py", "episode", "query.episode"),
-    ("objstore/runs/state.py", "rebuild", "StateCache.rebuild"),
-    ("objstore/runs/state.py", "_refresh", "  StateCache._refresh (per branch)"),
+    ("src/objstore_cli/main.py", "verify", "CLI verify command (everything after imports)"),
+    ("src/objstore/storage/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
+    ("src/objstore/storage/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
+    ("src/objstore/storage/engine.py", "_entry_objects", "    decompress + slice objects"),
+    ("src/objstore/runs/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
+    ("src/objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
+    ("src/objstore/runs/records.py", "schema_problem", "    records.schema_problem"),
+    ("src/objstore/runs/verify.py", "_record", "    chain checks (_record)"),
+    ("src/objstore/runs/verify.py", "_moves", "  ref moves"),
+    ("src/objstore/runs/verify.py", "_references", "  references between objects"),
+    ("src/objstore/runs/verify.py", "_refs", "  final refs"),
+    ("src/objstore/runs/verify.py", "_chains_end", "  forks / chain ends"),
+    ("src/objstore/runs/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
+    ("src/objstore/runs/state.py", "refold_branch", "    refold_branch"),
+    ("src/objstore/runs/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
+    ("src/objstore/runs/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
+    ("src/objstore/storage/codec.py", "canonical_json", "    codec.canonical_json"),
+    ("src/objstore/runs/runlog.py", "refold", "log.refold"),
+    ("src/objstore/runs/runlog.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
+    ("src/objstore/storage/store.py", "get_decoded", "    store.get_decoded"),
+    ("src/objstore/storage/engine.py", "read_block_of", "      engine.read_block_of"),
+    ("src/objstore/runs/fold.py", "fold", "  fold.fold"),
+    ("src/objstore/runs/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
+    ("src/objstore/storage/engine.py", "iter_chain", "      engine.iter_chain"),
+    ("src/objstore/storage/codec.py", "decode_block", "      codec.decode_block"),
+    ("src/objstore/runs/query.py", "episode", "query.episode"),
+    ("src/objstore/runs/state.py", "rebuild", "StateCache.rebuild"),
+    ("src/objstore/runs/state.py", "_refresh", "  StateCache._refresh (per branch)"),
 ]
 
 

@@ -48,8 +48,9 @@ def main() -> None:
 
     tree = a.tree or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     links = tempfile.mkdtemp(prefix="objstore-tree-")
-    os.symlink(os.path.join(tree, "objstore"), os.path.join(links, "objstore"))
-    os.symlink(os.path.join(tree, "cli"), os.path.join(links, "objstore_cli"))
+    src = os.path.join(tree, "src") if os.path.isdir(os.path.join(tree, "src", "objstore")) else None  # the flat layout had cli/
+    os.symlink(os.path.join(src or tree, "objstore"), os.path.join(links, "objstore"))
+    os.symlink(os.path.join(src, "objstore_cli") if src else os.path.join(tree, "cli"), os.path.join(links, "objstore_cli"))
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": os.pathsep.join([links, sysconfig.get_paths()["purelib"]])}
     store = a.store
     if store is None:

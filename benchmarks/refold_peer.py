@@ -1,7 +1,7 @@
 """The cold re-fold peer of issue 15: a SQLite table of one run's records and FIXED decode and fold code.
 
 Nothing here imports objstore: the decode (msgspec's msgpack decoder into plain dicts) and the fold (``apply``,
-copied from objstore/runs/fold.py at commit 564f51c and rewritten to read a decoded payload dict instead of a Record) are
+copied from src/objstore/runs/fold.py at commit 564f51c and rewritten to read a decoded payload dict instead of a Record) are
 frozen in benchmarks/, so the peer does not get faster or slower as objstore changes.
 
 The table is ``rec(id INTEGER PRIMARY KEY, h BLOB, body BLOB)``: each row a record's canonical bytes
@@ -29,7 +29,7 @@ def empty_state():
 
 
 def apply(state, rec):
-    """Fold one decoded record payload ({run, kind, body, ...}) into state, in place (objstore/runs/fold.py's rules)."""
+    """Fold one decoded record payload ({run, kind, body, ...}) into state, in place (src/objstore/runs/fold.py's rules)."""
     b = rec["body"]
     k = rec["kind"]
     state["records"] += 1

@@ -480,7 +480,7 @@ HUGE = 512 << 20
 
 CHILD = """
 import json, resource, sys
-sys.path.insert(0, {repo!r})
+sys.path.insert(0, {repo!r} + "/src")
 import objstore, objstore.storage.store, objstore.runs.runlog, objstore.storage.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
 from objstore.errors import ObjstoreError
 with open("/proc/self/status") as f:

@@ -66,7 +66,7 @@ def test_demo_without_a_store_creates_dot_objstore(tmp_path):
 def test_discovery_stops_at_a_filesystem_boundary_simulated(tmp_path, monkeypatch):
     """st_dev changes between tmp_path/sub and tmp_path (os.stat patched in-process, CliRunner):
     the store in tmp_path is beyond the boundary and is not used."""
-    from cli.main import cli
+    from objstore_cli.main import cli
 
     run_cli("init", cwd=str(tmp_path), exit_code=0)
     sub = tmp_path / "sub"

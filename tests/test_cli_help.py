@@ -16,8 +16,8 @@ import click
 import pytest
 from helpers import run_cli, snapshot_tree
 
-from cli.main import cli
-from cli.output import EXIT_CODES_HELP
+from objstore_cli.main import cli
+from objstore_cli.output import EXIT_CODES_HELP
 
 
 def walk(group, prefix=()):

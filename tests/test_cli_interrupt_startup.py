@@ -27,7 +27,7 @@ OURS = ("objstore", "click", "msgspec", "blake3", "zstandard", "sqlite3")
 
 # Where objstore's first line is: a traceback whose objstore frames are all these module bodies was
 # raised before the handler could be installed (the modules that hold that line being loaded).
-BEFORE_THE_HANDLER = (os.path.join("cli", "__init__.py"), os.path.join("objstore", "__init__.py"),
+BEFORE_THE_HANDLER = (os.path.join("objstore_cli", "__init__.py"), os.path.join("objstore", "__init__.py"),
                       os.path.join("objstore", "interrupt.py"), os.path.join("objstore", "__main__.py"))
 
 

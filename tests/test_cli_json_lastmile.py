@@ -16,9 +16,9 @@ import pytest
 from helpers import run_cli, run_on_pty
 from test_cli_json import validator
 
-from cli.main import cli
 from objstore import RunLog, Store
 from objstore.storage import codec
+from objstore_cli.main import cli
 
 FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "format2-store")
 

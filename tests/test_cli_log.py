@@ -44,7 +44,7 @@ def test_log_n_reads_only_what_it_prints(tmp_path, monkeypatch):
     """A 2 000-record run written in big batches (so blocks hold hundreds of records): log -n 3
     decodes O(3) objects at the lowest layer (codec.decode and the block decoder both count in
     codec.STATS), not 2 000; the full log decodes them all."""
-    from cli.main import cli
+    from objstore_cli.main import cli
 
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="off"))
@@ -168,7 +168,7 @@ def test_pager_on_a_terminal_only(demo, tmp_path):
     env = dict(os.environ, PAGER=str(pager))
     env.pop("OBJSTORE_DIR", None)
     rc, out = _run_in_pty(["--store", demo, "log", "demo"], env)
-    assert rc == 0 and paged.read_text().startswith("== run demo branch 1 (live)\n")
+    assert rc == 0 and paged.read_text().startswith("run demo branch 1 (live)")  # its table (tables.log_tables)
     assert "run_finished" not in out, "on a terminal the output went to the pager"
     paged.unlink()
     rc, out = _run_in_pty(["--store", demo, "log", "demo", "--no-pager"], env)

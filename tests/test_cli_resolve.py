@@ -143,8 +143,8 @@ def test_short_ids_grow_until_unique():
 
 def test_every_run_argument_resolves():
     """Every RUN argument and --predecessor of the CLI goes through resolve_run (the RUN type)."""
-    from cli.main import cli
-    from cli.params import RunType
+    from objstore_cli.main import cli
+    from objstore_cli.params import RunType
 
     seen = []
 

@@ -140,3 +140,29 @@ def test_runs_and_branches_on_a_terminal_are_rich_tables(forked, command):
     rc, out, err = run_cli(*args, store=root, exit_code=0)  # into a pipe: the lines scripts parse, unchanged
     assert "┏" not in out and "\x1b" not in out
     assert out.splitlines()[0].startswith("r1  live branch 1" if command == "runs" else "  branch 0  head ")
+
+
+@pytest.mark.parametrize("cmd", [["log", "r1"], ["log", "r1", "--all-branches"], ["diff", "r1", "0", "1"]])
+def test_log_and_diff_on_a_terminal_are_tables_one_line_a_row(tmp_path, cmd):
+    """On an 80-column terminal under NO_COLOR: rich tables whose rows never wrap (a long summary or
+    JSON value ends in '…'), no escape code; into a pipe the plain lines scripts read are unchanged."""
+    root = str(tmp_path / "s")
+    log = objstore.open_store(root)
+    run = log.start_run("r1")
+    log.record_attempt(run, step=1, attempt=0, state="succeeded")
+    log.record_intent(run, "refund-" + "x" * 120, step=1, effect="issue_refund_" + "y" * 120, idempotent=False)
+    log.rewind(run, to_lsn=1, reason="try again " + "z" * 150)
+    log.record_attempt(run, step=2, attempt=0, state="failed")
+    rc, out, err = _pty(root, *cmd, env={"NO_COLOR": "1", "PAGER": "cat"})
+    text = out.decode()
+    assert rc == 0, err
+    assert "\x1b" not in text
+    lines = text.replace("\r\n", "\n").split("\n")
+    assert max(len(line) for line in lines) <= 80, max(lines, key=len)
+    assert "…" in text  # the long cells were cut, not wrapped
+    if cmd[0] == "log":
+        assert "run r1 branch 1 (live)" in text and re.search(r"^ *lsn +kind +id +time +what *$", "\n".join(lines), re.M)
+    else:
+        assert "folded state" in text and re.search(r"^ *path +branch 0 +branch 1 *$", "\n".join(lines), re.M)
+    plain = run_cli(*cmd, store=root, exit_code=0)[1]
+    assert ("== run r1 branch 1 (live)" in plain) if cmd[0] == "log" else plain.startswith("run r1: branch 0 vs branch 1")

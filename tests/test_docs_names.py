@@ -72,10 +72,10 @@ def _string_constants(tree: ast.AST) -> list[tuple[int, str]]:
 def test_ref_names_are_spelled_in_runrefs_only():
     prefixes = ("run/", "subjects/", "keys/", "ref: ")
     bad = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "objstore", "**", "*.py"), recursive=True) + glob.glob(os.path.join(ROOT, "cli", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "src", "objstore", "**", "*.py"), recursive=True) + glob.glob(os.path.join(ROOT, "src", "objstore_cli", "*.py"))):
         if os.path.basename(path) == "runrefs.py":
             continue
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
         bad += [f"{os.path.relpath(path, ROOT)}:{line}: {text!r}" for line, text in _string_constants(tree) if text.startswith(prefixes)]
-    assert bad == [], "ref names spelled outside objstore/storage/runrefs.py:\n" + "\n".join(bad)
+    assert bad == [], "ref names spelled outside src/objstore/storage/runrefs.py:\n" + "\n".join(bad)

@@ -417,7 +417,7 @@ def test_ref_moved_to_an_object_never_stored(built):
 # -- derived files: segment indexes and the checkpoint ------------------------------------------
 #
 # Everything but OBJSTORE and log/*.seg is derived from the log: log/<segment>.idx (the index of a
-# sealed segment, see objstore/storage/segindex.py) and log/checkpoint (the tables at some position). A
+# sealed segment, see src/objstore/storage/segindex.py) and log/checkpoint (the tables at some position). A
 # damaged derived file must never change what a reader sees: it is rebuilt or ignored.
 
 

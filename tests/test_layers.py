@@ -29,7 +29,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),
-    ("objstore_cli", ["output", "params", "objects", "runs", "audit", "journal", "sessions", "admin", "main"]),
+    ("objstore_cli", ["output", "params", "tables", "objects", "runs", "audit", "journal", "sessions", "admin", "main"]),
     ("objstore.__main__", []),  # ``python -m objstore``: the command line's entry point
 ]
 
@@ -47,11 +47,12 @@ RANK = _rank_table()
 
 
 def _module_files() -> dict[str, tuple[str, bool]]:
-    """module name -> (path, is a package __init__), for objstore and the CLI (cli/ is objstore_cli)."""
+    """module name -> (path, is a package __init__), for objstore and the CLI (src/objstore, src/objstore_cli)."""
     out = {}
-    for base, name in (("objstore", "objstore"), ("cli", "objstore_cli")):
-        for path in glob.glob(os.path.join(ROOT, base, "**", "*.py"), recursive=True):
-            parts = os.path.relpath(path, os.path.join(ROOT, base))[:-3].split(os.sep)
+    for name in ("objstore", "objstore_cli"):
+        base = os.path.join(ROOT, "src", name)
+        for path in glob.glob(os.path.join(base, "**", "*.py"), recursive=True):
+            parts = os.path.relpath(path, base)[:-3].split(os.sep)
             is_pkg = parts[-1] == "__init__"
             mod = ".".join([name] + (parts[:-1] if is_pkg else parts))
             out[mod] = (path, is_pkg)

@@ -69,4 +69,4 @@ def test_lint_tools_are_configured_in_pyproject(tool):
     else:
         section = text.split("\n[tool.mypy]\n", 1)[1].split("\n[", 1)[0]
         assert re.search(r"^disallow_untyped_defs\s*=\s*true", section, re.M)
-        assert re.search(r'^files\s*=\s*\["objstore"\]', section, re.M)
+        assert re.search(r'^files\s*=\s*\["src/objstore"\]', section, re.M)

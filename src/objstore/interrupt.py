@@ -2,7 +2,7 @@
 
 Importing click and the command's part of the library takes tens of milliseconds; a SIGINT in that
 window would be Python's KeyboardInterrupt and its traceback. So the very first thing the command's
-process runs — ``objstore/__init__.py`` for ``python -m objstore``, ``objstore_cli/__init__.py`` for
+process runs — ``src/objstore/__init__.py`` for ``python -m objstore``, ``objstore_cli/__init__.py`` for
 the console script — installs this handler, and the root click group replaces it once it runs
 (``objstore_cli.main``: a Ctrl-C from then on is the ``Interrupted`` error, exit 130, the same line).
 A program that merely imports objstore keeps its own SIGINT handling.

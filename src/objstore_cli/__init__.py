@@ -5,6 +5,6 @@ which the root group turns into exit 130), SIGINT prints the one line — or JSO
 130, never a KeyboardInterrupt traceback from the imports before it.
 """
 
-from objstore import interrupt as _interrupt  # objstore/__init__.py installs it first; this is the console script's path
+from objstore import interrupt as _interrupt  # src/objstore/__init__.py installs it first; this is the console script's path
 
 _interrupt.install_if_the_command()

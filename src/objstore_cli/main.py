@@ -28,7 +28,7 @@ from .admin import demo, init, rebuild, repair, upgrade
 from .audit import anchor, verify
 from .journal import journal, key_group
 from .objects import cat, put_blob, refs, show
-from .output import EXIT_CODES_HELP, error_views, fail, is_sqlite_error, json_wanted, usage_message
+from .output import EXIT_CODES_HELP, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
 from .runs import branches, diff, episode, export, fork, ingest, log_cmd, rewind, runs
 from .sessions import compact, journal_serve, segments_cmd, session, task
@@ -65,11 +65,12 @@ class Group(click.Group):
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             if interrupt.interrupted_meanwhile():
                 raise KeyboardInterrupt  # a Ctrl-C raised where Python could not propagate it: still exit 130
+        except Interrupted as e:
+            interrupted(e, as_json)
         except ObjstoreError as e:
             fail(error_views().error(e), str(e), as_json)
         except (KeyboardInterrupt, click.Abort):
-            e = Interrupted()
-            fail(error_views().error(e), str(e), as_json)
+            interrupted(Interrupted(), as_json)
         except click.UsageError as e:
             msg = usage_message(e)
             fail(error_views().usage_error(msg), msg, as_json)

@@ -133,6 +133,17 @@ def fail(payload: dict, line: str, as_json: bool):
     sys.exit(payload["exit"])
 
 
+def interrupted(e, as_json: bool):
+    """Report a Ctrl-C (exit 130) importing nothing: the import it interrupted may be half done, and
+    importing the error views again could fail or warn (a C extension initialised twice)."""
+    import json
+
+    payload = e.to_json()
+    sys.stderr.write((json.dumps(payload, sort_keys=True, separators=(",", ":")) if as_json else f"objstore: error: {e}") + "\n")
+    sys.stderr.flush()
+    sys.exit(payload["exit"])
+
+
 def usage_message(e: click.UsageError) -> str:
     path = e.ctx.command_path if e.ctx is not None else "objstore"
     return f"{e.format_message()} (see '{path} --help')"

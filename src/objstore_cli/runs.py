@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from . import tables
 from .output import console_and_table, echo_json, page, usage_cell
 from .params import INT64, RUN, Int64, complete_branch, pass_ctx
 
@@ -140,6 +141,8 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
         lines = (history.oneline(e) for e in entries)
     elif fmt == "full":
         lines = (line for e in entries for line in history.full_lines(e, view.live))
+    elif sys.stdout.isatty():
+        lines = tables.log_tables(run, view, first, all_branches, entries)
     else:
         lines = _grouped(run, view, first, all_branches, entries)
     page(lines, no_pager)
@@ -286,6 +289,9 @@ def diff(c, run, a, b, as_json):
         echo_json(d)
         return
     cm = d["common"]
+    if sys.stdout.isatty():
+        tables.diff_tables(run, a, b, d)
+        return
     click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
     for side, key in ((a, "only_a"), (b, "only_b")):
         click.echo(f"only in branch {side}: {len(d[key])} record(s)")
