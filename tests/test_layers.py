@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
+    ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "segindex", "format1", "format2", "engine", "store", "identity"]),
     ("objstore.runs", ["records", "fold", "chain", "history", "resolve", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),

@@ -5,15 +5,6 @@
 """
 
 
-def __getattr__(name: str) -> object:
-    """A member reached as an attribute (``objstore.storage.engine`` after a bare ``import objstore``), loaded on first use."""
-    import importlib
+from ..lazy import member_getattr
 
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = member_getattr(__name__)
