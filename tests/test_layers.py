@@ -176,3 +176,17 @@ def test_the_state_cache_reads_through_the_layer_below_not_the_facade():
     deps = imports_of(src, "objstore.runs.state", False)
     assert "objstore.runs.runlog" not in deps and "objstore.runs.chain" in deps
     assert "RunLog" not in src
+
+
+def test_a_command_group_imports_no_other_group():
+    """Each command-group module stands on the shared ones (output, params, tables) only: what two
+    groups share moves down, and ``main`` alone knows every group."""
+    shared = {"objstore_cli.output", "objstore_cli.params", "objstore_cli.tables"}
+    groups = [f"objstore_cli.{m}" for m in dict(ORDER)["objstore_cli"] if f"objstore_cli.{m}" not in shared | {"objstore_cli.main"}]
+    bad = []
+    for mod in groups:
+        path, is_pkg = FILES[mod]
+        with open(path, encoding="utf-8") as f:
+            deps = {d for d in imports_of(f.read(), mod, is_pkg) if d.startswith("objstore_cli.")}
+        bad += [f"{mod} imports {d}" for d in sorted(deps - shared)]
+    assert bad == []
