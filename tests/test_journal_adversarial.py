@@ -907,8 +907,8 @@ def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli
         (update(b"{}", rt="ab" * 32), 4),                  # no such object
         (update(b"{}", rt="nonsense"), 5),
         (update(b"{}", "--checkpoint", other_head), 5),
-        (cli("compact", run, "--budget", "-1"), 5),
-        (cli("compact", run, "--keep", "-1"), 5),
+        (cli("compact", run, "--budget", "-1"), 2),  # a bad command-line value (issue 16)
+        (cli("compact", run, "--keep", "-1"), 2),
         (cli("task", "close", run, "never-opened"), 5),
         (cli("task", "close", "no-such-run", "t"), 4),
         (cli("session", "start", "--subject", "alice", "--predecessor", "no-such-run"), 4),  # a RUN spec: run not found

@@ -14,13 +14,13 @@ import sys
 import click
 
 from .output import JsonGroup, echo_json, table_classes
-from .params import INT64, RUN, caller_key, journal_host, json_option, key_option, pass_ctx, socket_option
+from .params import RUN, Int64, caller_key, journal_host, json_option, key_option, pass_ctx, socket_option
 
 
 @click.command()
 @click.argument("run", type=RUN)
-@click.option("--keep", type=INT64, default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
-@click.option("--budget", type=INT64, default=65536, show_default=True,
+@click.option("--keep", type=Int64(min=0), default=4, show_default=True, help="Turns kept verbatim as the retained tail.")
+@click.option("--budget", type=Int64(min=0), default=65536, show_default=True,
               help="Journal byte budget; a larger journal comes as the Host's bounded projection (outcome over_budget).")
 @socket_option
 @key_option
@@ -128,7 +128,7 @@ def session():
 @click.option("--subject", required=True, help="The subject (owner) of the session.")
 @click.option("--predecessor", metavar="RUN", type=RUN, default=None, help="The session this one continues; its journal is preferred at startup.")
 @click.option("--run", "run_id", metavar="ID", default=None, help="Run id to use (default: a new one).")
-@click.option("--budget", type=INT64, default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
+@click.option("--budget", type=Int64(min=0), default=65536, show_default=True, help="Startup journal byte budget (bounded projection beyond it).")
 @socket_option
 @key_option
 @json_option
