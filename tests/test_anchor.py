@@ -266,3 +266,41 @@ def test_anchor_in_a_segment_sealed_since(built):
     assert info["segment"] == log.store.engine._seg and info["entry"] == log.store.engine.position().entry
     assert verify_anchor(root, token, exit_code=0)[:2] == (0, [])
     assert verify_anchor(root, info["token"], exit_code=0)[:2] == (0, [])
+
+
+def test_a_file_of_anchors_checks_every_one(built, tmp_path):
+    """``anchor --append FILE`` publishes each anchor as a line; ``verify --anchors FILE`` proves them
+    all, and names the ones a rollback lost — not only the newest."""
+    root, log, run = built
+    published = str(tmp_path / "anchors.txt")
+    path = seg_path(log)
+    first = run_cli("anchor", "--append", published, store=root, exit_code=0)[1].strip()
+    before, wit = os.path.getsize(path), read_witness(root)
+    log.record_attempt(run, 2, 0, "failed")
+    second = run_cli("anchor", "--append", published, store=root, exit_code=0)[1].strip()
+    log.record_attempt(run, 3, 0, "failed")
+    third = run_cli("anchor", "--append", published, store=root, exit_code=0)[1].strip()
+    with open(published, "rb") as f:
+        assert f.read() == f"{first}\n{second}\n{third}\n".encode()
+    assert run_cli("verify", "--anchors", published, store=root, exit_code=0)[0] == 0
+    os.truncate(path, before)  # roll the log back past the last two anchors
+    restore_witness(root, wit)
+    assert run_cli("verify", store=root, exit_code=0)[0] == 0  # sound on its own
+    code, out, err = run_cli("verify", "--anchors", published, store=root, exit_code=1)
+    entries = int(TOKEN.fullmatch(first).group(1))
+    assert out.splitlines() == [f"anchor-missing {second}: log ends at entry {entries}",
+                                f"anchor-missing {third}: log ends at entry {entries}"]
+
+
+def test_a_bad_line_in_the_anchors_file_is_refused_before_reading(built, tmp_path):
+    root, _log, _run = built
+    published = tmp_path / "anchors.txt"
+    token = anchor(root)
+    published.write_text(f"# published daily\n\n{token}\nnot-a-token\n")
+    code, out, err = run_cli("verify", "--anchors", str(published), store=root, exit_code=5)
+    assert out == "" and err == (f"objstore: error: invalid input: {published} line 4: not an anchor token (expected "
+                                 "objstore-anchor:1:<entry>:<64 hex>): 'not-a-token'\n")
+    published.write_text(token)  # no final newline: the next append still starts its own line
+    run_cli("anchor", "--append", str(published), store=root, exit_code=0)
+    assert published.read_text() == f"{token}\n{token}\n"
+    assert run_cli("verify", "--anchors", str(published), store=root, exit_code=0)[0] == 0

@@ -48,11 +48,13 @@ def _verify_bar(store):
 @click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON list (docs/CLI.md, 'problem'); no progress bar.")
 @click.option("--no-state", is_flag=True, help="Skip comparing the state cache (derived SQLite tables) with a re-fold of the records.")
 @click.option("--anchor", "anchor", metavar="TOKEN", help="Also prove the log still holds the history this anchor (from 'objstore anchor') names.")
+@click.option("--anchors", "anchors_file", metavar="FILE", default=None,
+              help="Also prove every anchor in FILE (one token a line, as 'objstore anchor --append FILE' writes them).")
 @click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1024), default=None, metavar="N",
               help="Processes that check segments in parallel (default: $OBJSTORE_VERIFY_JOBS, else one per core once the log "
                    "passes 8 MiB); 1: all in this process. The report is the same.")
 @pass_ctx
-def verify(c, as_json, no_state, anchor, jobs):
+def verify(c, as_json, no_state, anchor, anchors_file, jobs):
     """Re-read the whole log: entries, checksums, objects, refs, chains, forks, the state cache.
 
     Prints one line per problem (code, object or ref, detail, path) and exits 1
@@ -64,15 +66,18 @@ def verify(c, as_json, no_state, anchor, jobs):
       objstore verify
       objstore verify --json
       objstore verify --anchor TOKEN
+      objstore verify --anchors anchors.txt
       objstore verify --jobs 1
     """
     from objstore.runs import views
-    from objstore.runs.verify import verify_report
+    from objstore.runs.verify import read_anchors, verify_report
 
+    anchors = read_anchors(anchors_file) if anchors_file is not None else []  # a bad file is refused before any reading
     log = c.log()
     bar = _verify_bar(log.store) if not as_json and sys.stderr.isatty() else None
     try:
-        report = verify_report(log, check_state=not no_state, anchor=anchor, progress=bar.update if bar else None, jobs=jobs)
+        report = verify_report(log, check_state=not no_state, anchor=anchor, anchors=anchors, progress=bar.update if bar else None,
+                               jobs=jobs)
     finally:
         if bar:
             bar.stop()
@@ -91,8 +96,10 @@ def verify(c, as_json, no_state, anchor, jobs):
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the token with its version, entry, segment, offset, checksum and time as JSON.")
+@click.option("--append", "append_file", metavar="FILE", default=None,
+              help="Also append the token as one line to FILE (created if absent; fsynced), a file of anchors for 'verify --anchors'.")
 @pass_ctx
-def anchor(c, as_json):
+def anchor(c, as_json, append_file):
     """Print an anchor of the log's current head; writes nothing.
 
     Keep the token elsewhere; 'objstore verify --anchor TOKEN' later proves the
@@ -102,10 +109,13 @@ def anchor(c, as_json):
     Examples:
       objstore anchor > anchor.txt
       objstore anchor --json
+      objstore anchor --append anchors.txt
     """
-    from objstore.runs.verify import anchor_info
+    from objstore.runs.verify import anchor_info, append_anchor
 
     info = anchor_info(c.log().store)
+    if append_file is not None:
+        append_anchor(append_file, info["token"])
     if as_json:
         echo_json(info)
     else:

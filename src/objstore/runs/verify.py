@@ -43,7 +43,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, NamedTuple
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import blake3
 import msgspec
 
-from ..errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, UnknownObjectType
+from ..errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
 from ..storage import codec, runrefs, segindex
 from ..storage import engine as E
 from ..storage.engine import (
@@ -342,18 +342,19 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
+def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None, anchors: Iterable[str] = (),
            progress: Callable[[int, int], None] | None = None, jobs: int | None = None) -> list[Problem]:
     """The problems found (empty: the store is sound)."""
-    return verify_report(log, check_state=check_state, anchor=anchor, progress=progress, jobs=jobs).problems
+    return verify_report(log, check_state=check_state, anchor=anchor, anchors=anchors, progress=progress, jobs=jobs).problems
 
 
-def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None,
+def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None, anchors: Iterable[str] = (),
                   progress: Callable[[int, int], None] | None = None, jobs: int | None = None) -> Report:
-    """The full report. ``jobs``: worker processes that check segments (1: none, all in this
-    process; None: $OBJSTORE_VERIFY_JOBS, else one per core once the log passes
+    """The full report. ``anchor``/``anchors``: tokens whose history the log must still hold (each
+    one checked; all parsed before anything is read). ``jobs``: worker processes that check segments
+    (1: none, all in this process; None: $OBJSTORE_VERIFY_JOBS, else one per core once the log passes
     PARALLEL_MIN_BYTES). The report is the same whatever ``jobs`` is."""
-    want = parse_anchor(anchor) if anchor is not None else None
+    want = [parse_anchor(t) for t in ([anchor] if anchor is not None else []) + list(anchors)]
     n_jobs = resolve_jobs(jobs)
     with no_gc():
         return _Verifier(log, progress, n_jobs).run(check_state, want)
@@ -407,6 +408,49 @@ def parse_anchor(token: str) -> tuple[int, bytes]:
         raise InvalidInput(f"malformed anchor token: {token!r:.120}") from None
 
 
+def read_anchors(path: str) -> list[str]:
+    """The tokens of a file of anchors (``objstore anchor --append FILE``): one a line; blank lines
+    and ``#`` comments skipped. A line that is not a token is InvalidInput naming the file and line."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise StorageOSError(f"read the anchors file {path!r}", e) from None
+    tokens = []
+    for i, raw in enumerate(data.split(b"\n"), 1):
+        line = raw.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        try:
+            token = line.decode("ascii")
+            parse_anchor(token)
+        except (UnicodeDecodeError, InvalidInput) as e:
+            detail = str(e) if isinstance(e, InvalidInput) else "not ASCII text"
+            raise InvalidInput(f"{path} line {i}: {detail.removeprefix('invalid input: ')}") from None
+        tokens.append(token)
+    return tokens
+
+
+def append_anchor(path: str, token: str) -> None:
+    """Append ``token`` as one line to the file of anchors at ``path`` (created if absent), durably:
+    a published anchor that a crash could lose would prove nothing later."""
+    parse_anchor(token)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size:  # a last line without its newline must not swallow this token
+                with open(path, "rb") as f:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":
+                        os.write(fd, b"\n")
+            os.write(fd, token.encode("ascii") + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StorageOSError(f"append to the anchors file {path!r}", e) from None
+
+
 def anchor_token(entry: int, checksum: bytes) -> str:
     return f"{ANCHOR_PREFIX}{entry}:{checksum.hex()}"
 
@@ -454,7 +498,7 @@ class _Verifier:
     def add(self, code: str, subject: str, where: str, detail: str) -> None:
         self.problems.append(Problem(code, subject, where, detail))
 
-    def run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
+    def run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
         self.folding = check_state and self.log.state.exists()
         engine = self.engine
         # verify lists what it finds: it reads the readable prefix of a damaged log (the damage
@@ -465,7 +509,8 @@ class _Verifier:
         finally:
             engine.prefix_ok = was
 
-    def _run(self, check_state: bool, want: tuple[int, bytes] | None) -> Report:
+    def _run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
+        wanted = {n for n, _ in want}  # the entries whose checksums the anchors name
         engine = self.engine
         self.idx_seen = self._index_files() if isinstance(engine, LogEngine) else {}
         # The witness first, then the log: a witness never leads the log it was written after, so
@@ -530,7 +575,7 @@ class _Verifier:
                 if linked:
                     count = e.n
                     checksum = e.checksum
-                    if want is not None and e.n == want[0]:
+                    if e.n in wanted:
                         self.entry_sums[e.n] = e.checksum
                     if wit is not None and e.n == wit[0]:
                         wit_sum = e.checksum
@@ -588,8 +633,8 @@ class _Verifier:
             self._phase("references", self._references)
             self._phase("refs", self._refs)
             self._phase("chains", self._chains_end)
-        if want is not None:
-            self._anchor(want, count)
+        for w in want:
+            self._anchor(w, count)
         if self.folding and not self.problems:
             self.problems.extend(self.fold_failures)
         if self.folding and not self.problems:
