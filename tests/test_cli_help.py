@@ -155,7 +155,8 @@ def demo(tmp_path_factory):
     run = json.loads(run_cli("runs", "--json", store=root, env_extra=env, exit_code=0)[1])[0]["run"]
     branches = json.loads(run_cli("branches", run, "--json", store=root, env_extra=env, exit_code=0)[1])
     token = run_cli("anchor", store=root, env_extra=env, exit_code=0)[1].strip()
-    return {"root": root, "env": env, "subst": {"RUN": run, "ID": branches[0]["head"], "TOKEN": token}}
+    (tmp / "anchors.txt").write_text(token + "\n")  # what 'verify --anchors anchors.txt' reads, whatever runs first
+    return {"root": root, "env": env, "cwd": str(tmp), "subst": {"RUN": run, "ID": branches[0]["head"], "TOKEN": token}}
 
 
 def test_read_only_examples_run(demo):
@@ -172,7 +173,8 @@ def test_read_only_examples_run(demo):
                     continue
                 args = [demo["subst"].get(w, w) for w in words]
                 args = [a for a in args if a != "--no-pager"] + (["--no-pager"] if key == ("log",) else [])
-                run_cli(*args, store=demo["root"], env_extra=demo["env"], exit_code=0)
+                # in a scratch directory: an example may write a file it names (anchor --append anchors.txt)
+                run_cli(*args, store=demo["root"], env_extra=demo["env"], cwd=demo["cwd"], exit_code=0)
                 ran += 1
     assert ran >= 10, f"only {ran} examples ran"
 
