@@ -58,9 +58,7 @@ def _grouped(run, view, first, all_branches, entries):
     for b, r, fk in entries:
         if b != shown:
             shown = b
-            tag = " (live)" if b == view.live else ""
-            upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
-            yield f"== run {run} branch {b}{tag}{upto}"
+            yield "== " + tables.group_title(run, view, b, r, first, all_branches)
         yield history.record_line(r) if r is not None else history.fork_line(fk)
 
 

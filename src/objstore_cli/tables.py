@@ -13,6 +13,15 @@ import time
 
 from .output import console_and_table
 
+
+def group_title(run, view, b, r, first, all_branches) -> str:
+    """The heading of one branch group of ``log``'s default layout (its first record ``r``): the live
+    branch marked, an ancestor's "up to lsn N" (where the branch shown forked from it)."""
+    tag = " (live)" if b == view.live else ""
+    upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
+    return f"run {run} branch {b}{tag}{upto}"
+
+
 TABLE_CHUNK = 200  # rows per rendered table: a long log streams to the pager instead of waiting for all of it
 
 
@@ -55,9 +64,7 @@ def log_tables(run, view, first, all_branches, entries):
             if rows:
                 yield from render(title, rows, header)
             shown, rows, header = b, [], True
-            tag = " (live)" if b == view.live else ""
-            upto = f" up to lsn {r.lsn}" if r is not None and b != first and not all_branches else ""
-            title = f"run {run} branch {b}{tag}{upto}"
+            title = group_title(run, view, b, r, first, all_branches)
         if r is not None:
             rows.append((str(r.lsn), r.kind, r.id.hex()[:12], when(r.time), history.summary(r)))
         else:
