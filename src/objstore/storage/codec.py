@@ -37,7 +37,8 @@ FORK = "fork"
 JOURNAL = "journal"
 SEGMENT = "segment"
 GRANT = "grant"
-TYPES = (BLOB, RECORD, FORK, JOURNAL, SEGMENT, GRANT)
+DELETION = "deletion"  # a recorded deletion or redaction (issue 17; docs/FORMAT.md "Deletion")
+TYPES = (BLOB, RECORD, FORK, JOURNAL, SEGMENT, GRANT, DELETION)
 _TYPES_B = {t.encode(): t for t in TYPES}
 
 # Header is at most "segment 18446744073709551615\0"; 40 bytes bounds the scan.

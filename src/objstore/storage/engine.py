@@ -305,7 +305,7 @@ def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = N
     return None
 
 
-CHAIN_TYPES = ("journal", "segment", "grant")
+CHAIN_TYPES = ("journal", "segment", "grant", "deletion")
 INTENT_KINDS = ("intent", "intent_committed")
 _INTENT_FIELDS = ("intent", "step", "effect", "idempotent")
 
@@ -665,6 +665,15 @@ class Tables:
                     return f"{name} moves to {_show(new)}, which is not an existing branch of run {run}"
         touched = {key[0] for key in tips}
         touched.update(r for r in ref_run.values() if r is not None)
+        for run in touched:
+            # A deleted run is gone for good: nothing is appended to it, forked from it or moved in it.
+            gone = runrefs.deleted_ref(run)
+            if gone in self.refs or gone in refs:
+                if any(r == run for r, _b in tips):
+                    return f"run {run} is deleted: no record is appended to it"
+                moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)]
+                if moved:
+                    return f"run {run} is deleted: its ref {moved[0]} does not move"
         runs: dict = {}
         for run in touched:
             rr = dict(self.run_refs.get(run, ()))
@@ -802,7 +811,8 @@ class Tables:
 
 
 SYMREF = runrefs.SYMREF_PREFIX
-_CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS)
+_CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS, "/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
+_DELETION_REFS = ("/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
 KEYS_PREFIX = runrefs.KEYS_PREFIX
 _branch_ref = runrefs.branch_ref
 _live_ref = runrefs.live_ref

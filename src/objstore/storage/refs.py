@@ -58,15 +58,23 @@ _NOT_A_CHAIN = object()
 
 def forward_only(name: str) -> bool:
     """Whether ``name`` is a write-once or forward-only ref (cheap: called on every move)."""
-    if name.startswith(runrefs.KEYS_PREFIX):
+    if name.startswith(runrefs.KEYS_PREFIX) or name.startswith(runrefs.REDACTED_PREFIX):
         return True
-    return runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name) or runrefs.is_grant_ref(name)
+    return (runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name) or runrefs.is_grant_ref(name)
+            or runrefs.is_deletions_ref(name) or runrefs.is_deleted_ref(name))
+
+
+def write_once_deletion(name: str) -> bool:
+    """A run's whole deletion and a blob's redaction: written once, to a deletion object, never moved."""
+    return name.startswith(runrefs.REDACTED_PREFIX) or runrefs.is_deleted_ref(name)
 
 
 def chain_type(name: str) -> str:
-    """The object type a forward-only chain ref holds: ``grant``, ``journal`` or ``segment``."""
+    """The object type a forward-only chain ref holds: ``grant``, ``journal``, ``segment`` or ``deletion``."""
     if runrefs.is_grant_ref(name):
         return "grant"
+    if runrefs.is_deletions_ref(name) or write_once_deletion(name):
+        return "deletion"
     return "journal" if runrefs.is_journal_ref(name) else "segment"
 
 
@@ -78,6 +86,16 @@ def check_move(name: str, old: bytes | str | None, new: bytes | str | None, prev
     if name.startswith(runrefs.KEYS_PREFIX):
         if old is not None or not isinstance(new, bytes):
             raise Refused(f"ref {name} is written once and never moved or deleted")
+        return
+    if write_once_deletion(name):
+        # Deletion is forward-only: a deleted run or a redacted blob is never restored, and what
+        # deleted it is never replaced.
+        if old is not None or not isinstance(new, bytes):
+            raise Refused(f"ref {name} is written once and never moved or deleted: no deletion is undone")
+        if previous_of(new, "deletion") is _NOT_A_CHAIN:
+            raise Refused(f"ref {name} names only a deletion object")
+        if is_new is not None and not is_new(new):
+            raise Refused(f"ref {name} moves only to a deletion stored in the same commit")
         return
     if not isinstance(new, bytes):
         raise Refused(f"ref {name} only moves forward; it is never deleted or made symbolic")
@@ -91,5 +109,5 @@ def check_move(name: str, old: bytes | str | None, new: bytes | str | None, prev
     # (was its writer / compacting key granted then?). One stored earlier and published later — say
     # by a worker revoked in between — would be dated before its publication; so these refs move
     # only to an object stored by the same commit.
-    if want in ("journal", "segment") and is_new is not None and not is_new(new):
+    if want in ("journal", "segment", "deletion") and is_new is not None and not is_new(new):
         raise Refused(f"ref {name} moves only to a {want} stored in the same commit")

@@ -9,7 +9,10 @@ spells ``run/…`` or ``ref: …`` by hand::
     run/<R>/journal              head of R's journal version chain (T-745)
     run/<R>/segments             head of R's compaction segment chain
     run/<R>/grant/<public key>   head of a grant chain about one key on run R
+    run/<R>/deletions            head of R's chain of partial deletions (records, a branch from an LSN)
+    run/<R>/deleted              the deletion of the whole run R, written once: R is gone
     subjects/<S>/grant/<key>     head of a subject-wide grant chain
+    redacted/<id hex>            the redaction of one blob, written once
     keys/owner                   the store owner's public key, written once
 
 This module depends on nothing but the error classes: the engine, the refs rules, the run log,
@@ -32,6 +35,9 @@ SYMREF_PREFIX = "ref: "
 LIVE = "live"
 JOURNAL = "journal"
 SEGMENTS = "segments"
+DELETIONS = "deletions"
+DELETED = "deleted"
+REDACTED_PREFIX = "redacted/"
 
 
 def run_prefix(run: str) -> str:
@@ -52,6 +58,18 @@ def journal_ref(run: str) -> str:
 
 def segments_ref(run: str) -> str:
     return f"{RUN_PREFIX}{run}/{SEGMENTS}"
+
+
+def deletions_ref(run: str) -> str:
+    return f"{RUN_PREFIX}{run}/{DELETIONS}"
+
+
+def deleted_ref(run: str) -> str:
+    return f"{RUN_PREFIX}{run}/{DELETED}"
+
+
+def redacted_ref(oid: bytes) -> str:
+    return REDACTED_PREFIX + oid.hex()
 
 
 def run_grant_prefix(run: str) -> str:
@@ -107,6 +125,14 @@ def is_journal_ref(name: str) -> bool:
 
 def is_segments_ref(name: str) -> bool:
     return name.startswith(RUN_PREFIX) and name.endswith("/" + SEGMENTS)
+
+
+def is_deletions_ref(name: str) -> bool:
+    return name.startswith(RUN_PREFIX) and name.endswith("/" + DELETIONS)
+
+
+def is_deleted_ref(name: str) -> bool:
+    return name.startswith(RUN_PREFIX) and name.endswith("/" + DELETED)
 
 
 def is_grant_ref(name: str) -> bool:
