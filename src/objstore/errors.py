@@ -25,6 +25,10 @@ Exit codes (also in README.md):
       journal Host that cannot be reached)
 11    state cache error: the derived SQLite cache cannot be read or
       written (``objstore rebuild`` remakes it from the objects)
+12    erased: the object was deleted or redacted (a recorded deletion);
+      its id stays, its body is gone or withheld
+13    snapshot gone: a reader's snapshot was rewritten by ``gc``
+      meanwhile (reopen the store to read the new one)
 130   interrupted (Ctrl-C)
 ====  ==========================================================
 
@@ -238,3 +242,37 @@ class NewerFormat(ObjstoreError):
 
     exit_code = 5
     msg = "newer format: {} {} has schema version {}; this objstore reads up to version {} (upgrade objstore to read it)"
+
+
+class Erased(ObjstoreError):
+    """The object was deleted or redacted by a recorded deletion (issue 17): its id stays in the
+    log and commits to its content, its body is withheld, and after ``gc`` gone from every file."""
+
+    exit_code = 12
+    msg = "{} is erased"
+
+
+class Redacted(Erased):
+    """A redacted blob (``objstore redact``): every read of its body is refused, with the reason."""
+
+    msg = "blob {} is redacted ({}): {}"
+
+
+class Deleted(Erased):
+    """An object of a deleted run, or a deleted record: withheld from every read, with the reason."""
+
+    msg = "{} was deleted ({}): {}"
+
+
+class BodyRemoved(Erased):
+    """``gc`` removed this object's body (a deletion or redaction named it); its header stays."""
+
+    msg = "the body of object {} was removed by gc after a recorded deletion"
+
+
+class SnapshotGone(ObjstoreError):
+    """A reader held a snapshot from before a ``gc`` that rewrote what it needed to read: it never
+    reads wrong bytes; it reopens the store (or its snapshot) instead."""
+
+    exit_code = 13
+    msg = "the snapshot this read belongs to was rewritten by gc ({}); open the store again to read the current one"
