@@ -1161,6 +1161,13 @@ class LogEngine(Engine):
             if entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES)):
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
 
+    def tail(self) -> tuple[Position, int, int]:
+        """(position, segment, end offset) of the newest complete entry, taken together: what a
+        backup copies is exactly the log up to there (sealed segments whole, the active one to ``end``)."""
+        with self._mu:
+            self.refresh()
+            return self.tables.pos, self._seg, self._off
+
     # -- the head witness -----------------------------------------------------------------
     def witness(self) -> tuple[int, bytes] | None:
         """(entry, checksum) the newest writer made durable, from ``log/witness``; None if the file
