@@ -21,7 +21,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
-    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "segindex", "format1", "format2", "engine", "gclock", "store", "identity"]),
+    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "segindex", "packed", "format1", "format2", "engine", "gclock", "store", "identity"]),
     ("objstore.runs", ["records", "fold", "chain", "history", "resolve", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",

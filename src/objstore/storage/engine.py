@@ -43,6 +43,7 @@ import msgspec
 import zstandard
 
 from ..errors import (
+    BodyRemoved,
     Conflict,
     CorruptLog,
     IntegrityError,
@@ -51,9 +52,10 @@ from ..errors import (
     ObjectNotFound,
     ObjstoreError,
     Refused,
+    SnapshotGone,
     StorageOSError,
 )
-from . import codec, runrefs, segindex
+from . import codec, packed, runrefs, segindex
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
 from .runrefs import RUN_PREFIX as _RUN_PREFIX
@@ -79,6 +81,8 @@ PRECHECK_RAW = 16 << 20  # a block declaring more raw bytes is hash-checked whil
 CHECK_SIZE_ABOVE = 1 << 20  # a stored length above this is checked against the segment file's size before reading
 ZSTD_LEVEL = 1
 COMP_RAW, COMP_ZSTD = 0, 1
+COMP_GONE = 2  # an index row whose object's body gc removed (a recorded deletion or redaction named it)
+REMOVED = -1  # a packed segment's object row whose body gc removed: no block
 WITNESS_MAGIC = b"OSW3"
 WITNESS = struct.Struct("<4sQ32s")  # magic, entry number, chain checksum: log/witness
 
@@ -141,13 +145,20 @@ class Entry(NamedTuple):
     root: bytes = ZERO  # root of the derived tables after this entry (TableRoot)
     seal: bool = False  # the last entry of its segment: the next one follows in the next segment
     idx: list | None = None  # [segment, BLAKE3 of its index file]: the sealed segment's index, named by the log
+    rw: list | None = None  # [[segment, BLAKE3 of its file, BLAKE3 of its index]]: segments gc rewrote (a rewrite entry)
+    bofs: list | None = None  # file offset of each block (a packed segment's blocks are shared; else back to back from data_off)
 
 
 def logical_checksum(prev: bytes, n: int, t: float, objs: list, moves: list, cut: list | None, recs: list = (),  # type: ignore[assignment]
-                     prevs: list = (), root: bytes = ZERO, seal: bool = False, idx: list | None = None) -> bytes:  # type: ignore[assignment]
+                     prevs: list = (), root: bytes = ZERO, seal: bool = False, idx: list | None = None,  # type: ignore[assignment]
+                     rw: list | None = None) -> bytes:
     """The chain checksum: over logical content (ids, types, lengths, index rows, moves, the tables'
-    root), never over compressed bytes or block layout, so recompression or a repack keeps it."""
-    logical = _enc.encode([n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut, recs, prevs, root, seal, idx])
+    root), never over compressed bytes or block layout, so recompression or a repack keeps it. A
+    rewrite entry's ``rw`` is appended (only when present, so every other entry hashes as before)."""
+    fields = [n, t, [[o[0], o[1], o[2]] for o in objs], moves, cut, recs, prevs, root, seal, idx]
+    if rw is not None:
+        fields.append(rw)
+    logical = _enc.encode(fields)
     return blake3.blake3(prev + logical).digest()
 
 
@@ -182,7 +193,8 @@ def run_digest(refs: dict, tips: dict, start: int | None) -> bytes | None:
     return blake3.blake3(_enc.encode([sorted(refs.items()), sorted([b, lsn, oid] for b, (lsn, oid) in tips.items()), start])).digest()
 
 
-def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, run_refs: dict | None = None) -> Iterator[list]:
+def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, run_refs: dict | None = None,
+                   packs: dict | None = None) -> Iterator[list]:
     """Every element of the tables' set, as the root hashes it: one per run (``run_digest``), one
     per ref outside the runs, one per intent fact, one per index digest. ``run_refs``: ``refs``
     grouped by run already (``Tables.run_refs``), if the caller has it."""
@@ -207,11 +219,13 @@ def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dic
             yield ["i", run, branch, lsn, kind, body, oid]
     for seg, digest in idx.items():
         yield ["x", seg, digest]
+    for seg, digest in (packs or {}).items():
+        yield ["w", seg, digest]
 
 
-def tables_root(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict) -> int:
+def tables_root(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, packs: dict | None = None) -> int:
     acc = 0
-    for key in table_elements(refs, tips, intents, starts, idx):
+    for key in table_elements(refs, tips, intents, starts, idx, packs=packs):
         acc += _elt(key)
     return acc & _ROOT_MOD
 
@@ -344,7 +358,7 @@ def intent_facts(kind: str, body: dict) -> dict | None:
 
 def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
                 compress: bool = True, facts: dict | None = None, root: bytes = ZERO, seal: bool = False,
-                idx: list | None = None) -> tuple[bytes | list, Entry]:
+                idx: list | None = None, rw: list | None = None) -> tuple[bytes | list, Entry]:
     """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
 
     Records and blob bodies never share a block, so walking chains decompresses no body.
@@ -381,14 +395,17 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
                 recs.append([i, *f])
             elif o[1] in CHAIN_TYPES:
                 prevs.append([i, f[0]])
-    checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx)
-    meta = _enc.encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut,
-                        "recs": recs, "prevs": prevs, "root": root, "seal": seal, "idx": idx})
+    checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx, rw)
+    fields = {"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut,
+              "recs": recs, "prevs": prevs, "root": root, "seal": seal, "idx": idx}
+    if rw is not None:
+        fields["rw"] = rw
+    meta = _enc.encode(fields)
     dlen = sum(b[2] for b in blocks)
     length = ENTRY_HEAD.size + len(meta) + dlen + ENTRY_TRAILER.size
     head = ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), dlen) + meta
     trailer = ENTRY_TRAILER.pack(length, checksum)
-    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx)
+    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
     if any(isinstance(d, LargeBlob) for d in data):
         return [head, *data, trailer], e  # parts: written one after another (LargeBlob from its file)
     return b"".join((head, *data, trailer)), e
@@ -444,10 +461,11 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         m = _dec.decode(meta)
         n, t, moves, objs, blocks, cut = m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"]
         recs, prevs, root, seal, idx = m["recs"], m["prevs"], m["root"], m["seal"], m["idx"]
-    except (msgspec.DecodeError, KeyError, TypeError) as e:
+        rw = m.get("rw")
+    except (msgspec.DecodeError, KeyError, TypeError, AttributeError) as e:
         return f"undecodable entry meta: {'no field ' if isinstance(e, KeyError) else ''}{e}"
     try:
-        if logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx) != checksum:
+        if logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx, rw) != checksum:
             return "checksum mismatch"
         if sum(b[2] for b in blocks) != dlen:
             return "block sizes disagree with the entry length"
@@ -455,28 +473,39 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         return f"malformed entry meta: {e}"
     if expect_n is not None and n != expect_n:
         return f"entry number {n} where {expect_n} was expected"
-    bad = _meta_shape_problem(n, t, moves, objs, blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+    bad = (_meta_shape_problem(n, t, moves, objs, blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+           or _rw_shape_problem(rw))
     if bad is not None:
         return f"malformed entry meta: {bad}"
-    return n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx
+    return n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw
 
 
-def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any) -> str | None:
+def _rw_shape_problem(rw: Any) -> str | None:
+    if rw is None:
+        return None
+    if type(rw) is not list or not rw or not all(
+            type(r) is list and len(r) == 3 and type(r[0]) is int and r[0] > 0 and all(type(d) is bytes and len(d) == 32 for d in r[1:])
+            for r in rw):
+        return "rw is not [[segment, 32-byte file digest, 32-byte index digest], …]"
+    return None
+
+
+def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any, removed_ok: bool = False) -> str | None:
     """What is wrong with the shape of a checksummed entry's meta, or None. The checksum proves the
     entry is what its writer wrote, not that the writer was objstore: a crafted entry must not make
     a reader fail on a field of the wrong type or size later."""
     if type(n) is not int or type(t) not in (float, int) or type(moves) is not list or type(objs) is not list or type(blocks) is not list:
         return "n, t, moves, objs and blocks have the wrong types"
     for b in blocks:
-        if type(b) is not list or len(b) != 3 or b[0] not in (COMP_RAW, COMP_ZSTD) or type(b[1]) is not int or type(b[2]) is not int or b[1] < 0 or b[2] < 0:
+        if type(b) is not list or len(b) < 3 or b[0] not in (COMP_RAW, COMP_ZSTD) or type(b[1]) is not int or type(b[2]) is not int or b[1] < 0 or b[2] < 0:
             return f"block {b!r:.60} is not [compression 0|1, raw length, stored length]"
         if b[0] == COMP_RAW and b[1] != b[2]:
             return "a raw block's stored and raw lengths differ"
     nb = len(blocks)
     for o in objs:
         if (type(o) is not list or len(o) != 5 or type(o[0]) is not bytes or len(o[0]) != 32 or type(o[1]) is not str
-                or type(o[2]) is not int or type(o[3]) is not int or type(o[4]) is not int or not 0 <= o[3] < nb
-                or o[4] < 0 or o[2] < 0 or o[4] + o[2] > blocks[o[3]][1]):
+                or type(o[2]) is not int or type(o[3]) is not int or type(o[4]) is not int or o[4] < 0 or o[2] < 0
+                or not ((0 <= o[3] < nb and o[4] + o[2] <= blocks[o[3]][1]) or (removed_ok and o[3] == REMOVED and o[4] == 0))):
             return f"object row {o!r:.80} is not [id, type, length, block, offset] inside its block"
     for m in moves:
         if type(m) is not list or len(m) != 4 or type(m[0]) is not str or type(m[3]) is not str or not all(
@@ -528,8 +557,8 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
     got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen)
     if isinstance(got, str):
         return got
-    n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx = got
-    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum, recs, prevs, root, seal, idx)
+    n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got
+    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum, recs, prevs, root, seal, idx, rw)
 
 
 # -- the derived tables ---------------------------------------------------------------
@@ -549,6 +578,7 @@ class Plan(NamedTuple):
     acc: int
     root: bytes
     runs: dict = {}  # run -> its run_digest after the entry
+    rw: list | None = None  # [(segment, file digest, index digest)] a rewrite entry names
 
 
 class Tables:
@@ -570,6 +600,7 @@ class Tables:
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
         self.idx: dict[int, bytes] = {}  # sealed segment -> BLAKE3 of its index file, as the log names it
+        self.packs: dict[int, bytes] = {}  # segment gc rewrote -> BLAKE3 of its packed file, as the last rewrite entry names it
         self.acc = 0  # the tables' root accumulator (see the root above)
         self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
         self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
@@ -589,7 +620,7 @@ class Tables:
             if run is not None:
                 self.run_refs.setdefault(run, {})[name] = value
 
-    def plan(self, n: int, objs: list, facts: dict, moves: list, idx: list | tuple | None) -> Plan | str:
+    def plan(self, n: int, objs: list, facts: dict, moves: list, idx: list | tuple | None, rw: list | None = None) -> Plan | str:
         """The changes entry ``n`` makes, or the rule it breaks (a string). ``objs``: [(id, type),
         …] of the entry's objects in order; ``facts``: id -> object_facts(...)."""
         types = {o[0]: o[1] for o in objs}
@@ -705,8 +736,25 @@ class Tables:
                 return f"the index of segment {seg} is named twice"
             got_idx = (seg, digest)
             acc += _elt(["x", seg, digest])
+        got_rw: list | None = None
+        if rw is not None:
+            # A rewrite entry (gc): a sealed segment's file and index are replaced by ones with the
+            # same logical entries; the tables name the new digests instead of the old.
+            got_rw = []
+            for seg, file_digest, idx_digest in rw:
+                old = self.idx.get(seg)
+                if old is None or (got_idx is not None and got_idx[0] == seg):
+                    return f"a rewrite of segment {seg}, which is not a sealed segment with a named index"
+                if any(r[0] == seg for r in got_rw):
+                    return f"segment {seg} is rewritten twice in one entry"
+                acc += _elt(["x", seg, idx_digest]) - _elt(["x", seg, old])
+                prior = self.packs.get(seg)
+                if prior is not None:
+                    acc -= _elt(["w", seg, prior])
+                acc += _elt(["w", seg, file_digest])
+                got_rw.append((seg, file_digest, idx_digest))
         acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs)
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw)
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -741,6 +789,10 @@ class Tables:
             self.set_ref(name, value)
         if p.idx is not None:
             self.idx[p.idx[0]] = p.idx[1]
+        if p.rw is not None:
+            for seg, file_digest, idx_digest in p.rw:
+                self.idx[seg] = idx_digest
+                self.packs[seg] = file_digest
         self.acc = p.acc
         self.pos = Position(n, checksum)
         self.last_time = t
@@ -753,7 +805,7 @@ class Tables:
             self.run_tips.setdefault(run, {})[branch] = tip
         acc = 0
         self.run_dig = {}
-        for key in table_elements(self.refs, self.tips, self.intents, self.starts, self.idx, self.run_refs):
+        for key in table_elements(self.refs, self.tips, self.intents, self.starts, self.idx, self.run_refs, self.packs):
             if key[0] == "R":
                 self.run_dig[key[1]] = key[2]
             acc += _elt(key)
@@ -776,6 +828,7 @@ class Tables:
             "refs": [[k, v] for k, v in self.refs.items()],
             "tips": [[r, b, lsn, oid] for (r, b), (lsn, oid) in self.tips.items()],
             "intents": self.intents, "starts": self.starts, "idx": [[k, v] for k, v in self.idx.items()],
+            "packs": [[k, v] for k, v in self.packs.items()],
             # the active segment's rows in the index layout: looked up in place, never unpacked
             "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
         })
@@ -805,6 +858,7 @@ class Tables:
         t.intents = {r: [tuple(x) for x in v] for r, v in m["intents"].items()}
         t.starts = m["starts"]
         t.idx = {k: v for k, v in m["idx"]}
+        t.packs = {k: v for k, v in m.get("packs", ())}
         t.acc = t.recompute_root()
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
@@ -1118,6 +1172,8 @@ class LogEngine(Engine):
         self._seg = 1  # segment the tail is in
         self._off = SEG_HEADER.size  # end of the last complete entry in it
         self._fds: dict[int, int] = {}
+        self._packs: dict[int, Packed | None] = {}  # segment -> its packed entries (None: an ordinary segment)
+        self._replaced_fds: list[int] = []  # descriptors of segment files gc replaced (other threads may still read them)
         self._lfd: int | None = None  # the writer lock's descriptor, opened on first write
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
@@ -1220,9 +1276,10 @@ class LogEngine(Engine):
         return fd
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd in [*self._fds.values(), *self._replaced_fds]:
             os.close(fd)
         self._fds.clear()
+        self._replaced_fds = []
         for extra in (self._lfd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
             if extra is not None:
                 os.close(extra)
@@ -1280,9 +1337,45 @@ class LogEngine(Engine):
                 self._retire_active()
                 self._seg, self._off, self._sealed = nxt, SEG_HEADER.size, False
 
+    def _packed(self, seg: int) -> Packed | None:
+        """The packed entries of segment ``seg`` if gc packed it (cached per file), else None."""
+        if seg in self._packs:
+            return self._packs[seg]
+        fd = self._fd(seg)
+        pk = packed_entries(fd, seg) if packed.is_packed(fd) else None
+        self._packs[seg] = pk
+        return pk
+
+    def _take_packed(self, pk: Packed) -> None:
+        """Take in the entries of a packed (sealed) segment after our position."""
+        seg = self._seg
+        if self._sealed:
+            return
+        if pk.problem is not None:
+            self.torn, self.damaged = None, (seg, SEG_HEADER.size, f"packed segment {seg}: {pk.problem}")
+            return
+        first = pk.entries[0].n
+        if self.tables.pos.entry + 1 == first and self.tables.pos.checksum != pk.prev:
+            self.torn, self.damaged = None, (seg, SEG_HEADER.size, "packed segment does not continue the previous segment's chain")
+            return
+        for e in pk.entries[self.tables.pos.entry + 1 - first:]:
+            bad = self._apply(e)
+            if bad is not None:
+                self.torn, self.damaged, self.breach = None, (seg, e.offset, f"entry {e.n}: {bad}"), True
+                return
+            self._off = e.offset + 1
+        # The next segment's first entry names the index this segment had when it was sealed;
+        # the packed file carries that digest (the log's own value is what it is checked against).
+        self._built.setdefault(seg, pk.orig_idx)
+        self.torn = None
+
     def _read_tail(self) -> None:
         if self.damaged is not None:
             return  # readers stop before damage, every time
+        pk = self._packed(self._seg)
+        if pk is not None:
+            self._take_packed(pk)
+            return
         fd = self._fd(self._seg)
         size = os.fstat(fd).st_size
         if self._off == SEG_HEADER.size and self._seg == 1 and self.tables.pos.entry == 0:
@@ -1395,19 +1488,18 @@ class LogEngine(Engine):
                 facts[objs[r[0]][0]] = r[1:]
             for r in e.prevs:
                 facts[objs[r[0]][0]] = [r[1]]
-            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx)
+            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx, e.rw)
             if isinstance(got, str):
                 return got
             if got.root != e.root:
                 return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
             plan = got
-        bstarts = []
-        off = e.data_off
-        for _comp, _raw, stored in e.blocks:
-            bstarts.append(off)
-            off += stored
+        bstarts = block_starts(e)
         for oid, otype, length, bi, boff in e.objs:
-            comp, raw, stored = e.blocks[bi]
+            if bi == REMOVED:
+                t.locs[oid] = Loc(e.n, e.seg, 0, COMP_GONE, 0, 0, 0, length, otype)
+                continue
+            comp, raw, stored = e.blocks[bi][:3]
             t.locs[oid] = Loc(e.n, e.seg, bstarts[bi], comp, stored, raw, boff, length, otype)
         if e.idx is not None and self._built.get(e.idx[0], e.idx[1]) != e.idx[1]:
             return f"it names an index of segment {e.idx[0]} that is not the one its entries give"
@@ -1437,6 +1529,11 @@ class LogEngine(Engine):
     def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[Entry]:
         """The complete entries of one segment, up to its seal entry or its first bad entry (meta
         and trailer only: no block is read)."""
+        pk = self._packed(seg)
+        if pk is not None:
+            if pk.problem is None and pk.entries[0].n == n and pk.prev == prev:
+                yield from pk.entries
+            return
         fd = self._fd(seg)
         size = os.fstat(fd).st_size
         off = SEG_HEADER.size
@@ -1489,6 +1586,8 @@ class LogEngine(Engine):
         lie inside its block, the stored bytes inside the segment file, and a block that would
         decompress to more than PRECHECK_RAW bytes is hash-checked while it streams, before it is
         ever held whole."""
+        if loc.comp == COMP_GONE:
+            raise BodyRemoved(oid.hex())
         path = self.seg_path(loc.seg)
         if loc.off < 0 or loc.length < 0 or loc.off + loc.length > loc.block_raw or (loc.comp == COMP_RAW and loc.stored_len != loc.block_raw):
             raise IntegrityError(oid.hex(), path, f"its location is impossible (object {loc.off}+{loc.length} in a block of {loc.block_raw} bytes, {loc.stored_len} stored)")
@@ -1534,7 +1633,19 @@ class LogEngine(Engine):
             # from the segment's entries instead, then try once more.
             if loc.seg == self._seg and self._drop_frozen():
                 return self._read_loc(oid, self.loc(oid) or loc)
+            if loc.seg < self._seg and self.forget_segment(loc.seg):
+                return self._read_loc(oid, self._relocated(oid))
             raise
+
+    def _relocated(self, oid: bytes) -> Loc:
+        """Where ``oid`` is after gc replaced the segment this process had it in: a body removed
+        meanwhile is a snapshot gone (this reader knew it as live), never bytes of another object."""
+        loc = self.loc(oid)
+        if loc is None:
+            raise ObjectNotFound(oid.hex())
+        if loc.comp == COMP_GONE:
+            raise SnapshotGone(f"object {oid.hex()} was removed by gc after a recorded deletion")
+        return loc
 
     def _confirmed(self, run: str, branch: int, lsn: int, oid: bytes, parent: bytes | None | bool = False) -> bool:
         """Whether the record ``oid`` is what a checkpoint's chain row says: (run, branch, lsn), and
@@ -1666,13 +1777,50 @@ class LogEngine(Engine):
         """Index a sealed segment from its entries' metas (the file is missing or is not the one
         the log names)."""
         data = self._scan_index_bytes(seg)
-        if named is not None and blake3.blake3(data).digest() != named:
+        if named is not None and blake3.blake3(data).digest() != named and not self._rewritten_and_linked(seg, data):
             raise CorruptLog(self.seg_path(seg), f"its entries do not give the index the log names for it ({named.hex()[:16]}…)")
         if os.path.exists(self.idx_path(seg)):
             self._bad_idx[seg] = data  # readers leave a wrong index file for verify to name; the next writer replaces it
         else:
             _write_index(self.idx_path(seg), data)
         return segindex.SegmentIndex(data, seg)
+
+    def _rewritten_and_linked(self, seg: int, data: bytes) -> bool:
+        """Whether an index built from segment ``seg``'s file may stand for the one the log names
+        although its digest differs: gc rewrote the segment (the file is packed, or the log names a
+        rewrite of it whose file is not in place yet), and the file's entries end with the checksum
+        the next segment's header chains from, so they are exactly the log's entries; only the
+        layout of their blocks differs, and every read re-hashes what it reads."""
+        if self._packed(seg) is None and seg not in self.tables.packs:
+            return False
+        try:
+            nxt = _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
+        except CorruptLog:
+            return False
+        return segindex.SegmentIndex(data, seg).checksum == nxt[3]
+
+    def forget_segment(self, seg: int) -> bool:
+        """Drop what this process holds of sealed segment ``seg`` (its descriptor, index, packed
+        entries) if its file was replaced by gc, and catch up on the log: the next read opens the
+        file in place now. True if anything was dropped."""
+        fd = self._fds.get(seg)
+        try:
+            st = os.stat(self.seg_path(seg))
+        except OSError:
+            return False
+        with self._mu:
+            changed = fd is None or os.fstat(fd).st_ino != st.st_ino
+            if fd is not None and changed:
+                self._replaced_fds.append(self._fds.pop(seg))  # another thread may be reading it: closed with the engine
+            had = self._idx.pop(seg, None) is not None
+            self._packs.pop(seg, None)
+            self._block_cache = None
+            self._hint = 0  # loc() tries the hint's segment only through a loaded index
+        try:
+            self.refresh()
+        except CorruptLog:
+            pass
+        return changed or had
 
     def _scan_index_bytes(self, seg: int) -> bytes:
         hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
@@ -1781,7 +1929,7 @@ class LogEngine(Engine):
             raise ValueError("no entry there")
         m = _dec.decode(os.pread(fd, mlen, start + ENTRY_HEAD.size))
         got = Entry(m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"], seg, start, start + ENTRY_HEAD.size + mlen, length,
-                    checksum, m["recs"], m["prevs"], m["root"], m["seal"], m["idx"])
+                    checksum, m["recs"], m["prevs"], m["root"], m["seal"], m["idx"], m.get("rw"))
         if got.n != n or type(got.root) is not bytes or type(got.seal) is not bool:
             raise ValueError("not the entry the checkpoint names")
         # The checksum in the trailer must be the one the meta gives, chained to the entry before
@@ -1793,7 +1941,7 @@ class LogEngine(Engine):
             if len(pt) != ENTRY_TRAILER.size:
                 raise ValueError("no entry there")
             prev = ENTRY_TRAILER.unpack(pt)[1]
-        if logical_checksum(prev, got.n, got.time, got.objs, got.moves, got.cut, got.recs, got.prevs, got.root, got.seal, got.idx) != checksum:
+        if logical_checksum(prev, got.n, got.time, got.objs, got.moves, got.cut, got.recs, got.prevs, got.root, got.seal, got.idx, got.rw) != checksum:
             raise ValueError("the entry's meta does not give its checksum")
         return got
 
@@ -1848,7 +1996,14 @@ class LogEngine(Engine):
         if loc is None or loc.otype == codec.BLOB:
             return None
         self._check_loc(oid, loc)
-        raw = self._read_block(loc)
+        try:
+            raw = self._read_block(loc)  # wrong bytes (gc replaced the file) fail the caller's hash: it reads again by read()
+        except IntegrityError:
+            if loc.seg < self._seg and self.forget_segment(loc.seg):
+                loc = self._relocated(oid)
+                self._check_loc(oid, loc)
+                return self._read_block(loc), loc
+            raise
         return raw, loc
 
     # -- writing ------------------------------------------------------------------------
@@ -2051,6 +2206,72 @@ class LogEngine(Engine):
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
 
+    def seal_now(self, timeout: float | None = None) -> int:
+        """Seal the active segment now (gc: so a small store is cleaned like a big one), unless it
+        holds nothing but its first entry; the number of the last sealed segment."""
+        with self.transaction(timeout) as _txn:
+            first_only = self._off == SEG_HEADER.size or (self._seg > 1 and self._first_entry_only())
+            if not first_only:
+                t = self.tables
+                plan = t.plan(t.pos.entry + 1, [], {}, [], None)
+                if isinstance(plan, str):
+                    raise Refused(plan)
+                raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], self._cut_torn(), root=plan.root, seal=True)
+                off = self._off
+                self._write_entry(self._writer(self._seg), raw, off)
+                with self._mu:
+                    self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
+                    self._off = off + e.length
+                with self._sync_cv:
+                    self._written = (Position(e.n, e.checksum), self._wfd[1] if self._wfd else -1)
+                    self._durable = e.n
+                    self._write_witness(e.n, e.checksum)
+                self._seal()
+        return self._seg - 1
+
+    def _first_entry_only(self) -> bool:
+        """Whether the active segment holds exactly its first entry (the one naming the previous index)."""
+        pos = self.tables.pos
+        hdr = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))
+        return pos.entry == hdr[2]
+
+    def _cut_torn(self) -> list | None:
+        if self.torn is None:
+            return None
+        seg = self._seg
+        try:
+            removed = os.pread(self._fd(seg), self.torn[2], self.torn[1])
+            os.ftruncate(self._writer(seg), self._off)
+        except OSError as err:
+            raise StorageOSError("cut a torn tail", err) from None
+        self.torn = None
+        return [seg, self._off, len(removed), blake3.blake3(removed).hexdigest()]
+
+    def commit_rewrite(self, rows: list, timeout: float | None = None) -> Position:
+        """Commit a rewrite entry (gc): ``rows`` = [[segment, BLAKE3 of its new file, BLAKE3 of its new
+        index], …] for sealed segments whose files were replaced by ones with the same entries."""
+        with self.transaction(timeout) as _txn:
+            t = self.tables
+            idx = self._first_entry_idx(self._seg, self._off)
+            plan = t.plan(t.pos.entry + 1, [], {}, [], idx, rows)
+            if isinstance(plan, str):
+                raise Refused(plan)
+            cut = self._cut_torn()
+            raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, idx=idx, rw=rows)
+            off = self._off
+            wfd = self._writer(self._seg)
+            self._write_entry(wfd, raw, off)
+            with self._mu:
+                self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
+                self._off = off + e.length
+            with self._sync_cv:
+                self._written = (Position(e.n, e.checksum), wfd)
+                self._durable = max(self._durable, e.n)
+                self._write_witness(e.n, e.checksum)
+            for seg, _f, _i in rows:
+                self.forget_segment(seg)
+        return self.tables.pos
+
     def _seal(self) -> None:
         """Start the next segment; the current one (its last entry has the seal flag) is never
         appended to again. The sealer then writes the new segment's first entry at once, naming the
@@ -2133,15 +2354,27 @@ def stream_block(fd: int, block_off: int, stored_len: int, raw_len: int, chunk: 
         raise IntegrityError("?", "", f"block decompresses to {raw_len - left} of {raw_len} bytes")
 
 
-def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
-    """Add one entry's index rows (object rows as segindex.build takes them, chain rows) from its meta."""
+def block_starts(e: Entry) -> list:
+    """The file offset of each of an entry's blocks: back to back from its data, or (a packed
+    segment) where the segment's block list puts them."""
+    if e.bofs is not None:
+        return e.bofs
     off = e.data_off
     starts = []
-    for _comp, _raw, stored in e.blocks:
+    for b in e.blocks:
         starts.append(off)
-        off += stored
+        off += b[2]
+    return starts
+
+
+def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
+    """Add one entry's index rows (object rows as segindex.build takes them, chain rows) from its meta."""
+    starts = block_starts(e)
     for oid, otype, length, bi, boff in e.objs:
-        comp, raw, stored = e.blocks[bi]
+        if bi == REMOVED:
+            objects[oid] = (oid, e.n, 0, 0, 0, 0, length, COMP_GONE, otype)
+            continue
+        comp, raw, stored = e.blocks[bi][:3]
         objects[oid] = (oid, e.n, starts[bi], stored, raw, boff, length, comp, otype)
     for r in e.recs:
         chain.append((r[1], r[2], r[3], e.objs[r[0]][0]))
@@ -2188,8 +2421,8 @@ def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, 
     got = _check_meta(meta[ENTRY_HEAD.size :], checksum, prev, n, dlen)
     if isinstance(got, str):
         return got
-    e_n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx = got
-    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum, recs, prevs, root, seal, idx)
+    e_n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got
+    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
 
 
 def segment_header(seg: int, first: int, prev: bytes) -> bytes:
@@ -2213,10 +2446,59 @@ def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy: 
 
 
 def _read_segment_header(fd: int, path: str) -> tuple:
+    """(magic, segment, first entry, previous checksum) of a segment file, ordinary or packed."""
+    if packed.is_packed(fd):
+        raw = os.pread(fd, packed.PK_HEADER.size, 0)
+        if len(raw) != packed.PK_HEADER.size:
+            raise CorruptLog(path, "bad packed segment header")
+        magic, seg, first, _count, prev, _orig = packed.PK_HEADER.unpack(raw)
+        return magic, seg, first, prev
     raw = os.pread(fd, SEG_HEADER.size, 0)
     if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
         raise CorruptLog(path, "bad segment header")
     return SEG_HEADER.unpack(raw)
+
+
+class Packed(NamedTuple):
+    """A packed segment as the engine reads it: its entries (checksums recomputed and chained from
+    its header), the digest of the index it had before gc packed it, and what is wrong with it."""
+
+    entries: list
+    orig_idx: bytes
+    prev: bytes
+    problem: str | None
+
+
+def packed_entries(fd: int, seg: int) -> Packed:
+    """Read a packed segment file's entries, each checksum recomputed from its meta and chained from
+    the header's; the last must be the trailer's (a problem otherwise: the file is damage)."""
+    try:
+        pf = packed.read(fd)
+    except (packed.PackError, OSError) as e:
+        return Packed([], ZERO, ZERO, str(e))
+    out: list = []
+    prev, n = pf.prev, pf.first
+    if pf.seg != seg:
+        return Packed([], pf.orig_idx, pf.prev, f"packed file says segment {pf.seg}")
+    STATS["entries_decoded"] += pf.entry_count
+    for i, raw in enumerate(pf.entries):
+        t, moves, objs, cut, recs, prevs, root, seal, idx, rw = raw
+        bad = (_meta_shape_problem(n, t, moves, objs, pf.blocks, removed_ok=True) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+               or _rw_shape_problem(rw))
+        if bad is None and seal != (i == pf.entry_count - 1):
+            bad = "only its last entry is a seal entry"
+        if bad is not None:
+            return Packed([], pf.orig_idx, pf.prev, f"entry {n}: malformed packed meta: {bad}")
+        try:
+            checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx, rw)
+        except (TypeError, msgspec.EncodeError) as e:
+            return Packed([], pf.orig_idx, pf.prev, f"entry {n}: malformed packed meta: {e}")
+        out.append(Entry(n, t, moves, objs, pf.blocks, cut, seg, SEG_HEADER.size + i, packed.PK_HEADER.size, 0, checksum,
+                         recs, prevs, root, seal, idx, rw, pf.offsets))
+        prev, n = checksum, n + 1
+    if prev != pf.last:
+        return Packed([], pf.orig_idx, pf.prev, "its entries do not chain to the checksum its trailer names")
+    return Packed(out, pf.orig_idx, pf.prev, None)
 
 
 class ScanEntry(NamedTuple):
@@ -2304,6 +2586,9 @@ def scan_segment(path: str, next_path: str, seg: int, upto: int | None,
         yield ScanProblem("missing-segment", path, f"segment {seg} is missing")
         return
     try:
+        if packed.is_packed(fd):
+            yield from _scan_packed(fd, path, seg, upto, prev, dec)
+            return
         raw = os.pread(fd, SEG_HEADER.size, 0)
         if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
             yield ScanProblem("corrupt-segment", path, "bad segment header")
@@ -2349,6 +2634,64 @@ def scan_segment(path: str, next_path: str, seg: int, upto: int | None,
         yield SegmentEnd(n, prev, True)
     finally:
         os.close(fd)
+
+
+def _scan_packed(fd: int, path: str, seg: int, upto: int | None, prev: bytes | None,
+                 dec: zstandard.ZstdDecompressor) -> Iterator[SegmentHead | ScanEntry | ScanProblem | SegmentEnd]:
+    """scan_segment over a packed segment: its entries from the meta frame, chained from its header,
+    each object sliced out of the merged block it lies in (each block decompressed once). An object
+    whose body gc removed is given as a BodyRemoved error: verify decides whether a deletion names it."""
+    hdr = _read_segment_header(fd, path)
+    yield SegmentHead(hdr[1], hdr[2], hdr[3])
+    pk = packed_entries(fd, seg)
+    if pk.problem is not None:
+        yield ScanProblem("corrupt-segment", path, f"packed segment {seg}: {pk.problem}")
+        return
+    n = hdr[2]
+    last = hdr[3] if prev is None else prev
+    if prev is not None and prev != hdr[3]:
+        yield ScanProblem("broken-log-chain", path, f"packed segment {seg} does not chain from checksum {prev.hex()}")
+        return
+    cache: dict[int, Any] = {}
+    for e in pk.entries:
+        if upto is not None and e.n > upto:
+            yield SegmentEnd(e.n, last, False)
+            return
+        out: list = []
+        for oid, otype, length, bi, off in e.objs:
+            if bi == REMOVED:
+                out.append((oid, otype, BodyRemoved(oid.hex())))
+                continue
+            got = cache.get(bi)
+            if got is None:
+                comp, raw_len, stored_len = e.blocks[bi][:3]
+                bo = e.bofs[bi] if e.bofs is not None else 0
+                if comp == COMP_ZSTD and raw_len > LARGE_BLOB:
+                    h = blake3.blake3()
+                    try:
+                        for chunk in stream_block(fd, bo, stored_len, raw_len):
+                            h.update(chunk)
+                        got = HashedLarge(h.digest(), raw_len)
+                    except IntegrityError as err:
+                        got = err.args[2]
+                else:
+                    stored = os.pread(fd, stored_len, bo)
+                    try:
+                        got = dec.decompress(stored, max_output_size=raw_len) if comp == COMP_ZSTD else stored
+                        if len(got) != raw_len:
+                            got = "block decompresses to the wrong size" if comp == COMP_ZSTD else "block truncated"
+                    except zstandard.ZstdError as err:
+                        got = f"zstd data corrupt: {err}"
+                if len(cache) > 4:
+                    cache.clear()  # blocks are laid in entry order: an entry reads the blocks of its neighbours
+                cache[bi] = got
+            if isinstance(got, str):
+                out.append((oid, otype, IntegrityError(oid.hex(), "", got)))
+            else:
+                out.append((oid, otype, got if isinstance(got, HashedLarge) else got[off : off + length]))
+        yield ScanEntry(e, out, path)
+        last, n = e.checksum, e.n + 1
+    yield SegmentEnd(n, last, True)
 
 
 class HashedLarge(NamedTuple):
