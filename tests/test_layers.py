@@ -30,7 +30,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),
-    ("objstore_cli", ["output", "params", "tables", "objects", "runs", "audit", "journal", "sessions", "admin", "main"]),
+    ("objstore_cli", ["output", "params", "tables", "objects", "runs", "audit", "journal", "sessions", "admin", "lifecycle", "maintenance", "main"]),
     ("objstore.__main__", []),  # ``python -m objstore``: the command line's entry point
 ]
 

@@ -20,7 +20,8 @@ Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
 7 conflict; 8 refused (not the owner key, unauthenticated, job,
 revoked, never granted, stale or replayed request); 9 limit exceeded;
 10 operating-system error (incl. a journal host that cannot be reached);
-11 state cache error (run 'objstore rebuild'); 130 interrupted (Ctrl-C).
+11 state cache error (run 'objstore rebuild'); 12 erased (deleted or
+redacted); 13 snapshot gone (gc rewrote it: open again); 130 interrupted.
 Under --json an error is one JSON object on stderr: {"error", "message", "exit"}."""
 
 

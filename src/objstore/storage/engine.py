@@ -2447,16 +2447,19 @@ def _write_segment_header(path: str, seg: int, first: int, prev: bytes, policy: 
 
 def _read_segment_header(fd: int, path: str) -> tuple:
     """(magic, segment, first entry, previous checksum) of a segment file, ordinary or packed."""
-    if packed.is_packed(fd):
-        raw = os.pread(fd, packed.PK_HEADER.size, 0)
-        if len(raw) != packed.PK_HEADER.size:
+    raw = os.pread(fd, _HEADER_READ, 0)  # one read whichever kind of segment it is
+    if raw[:8] == packed.PK_MAGIC:
+        if len(raw) < packed.PK_HEADER.size:
             raise CorruptLog(path, "bad packed segment header")
-        magic, seg, first, _count, prev, _orig = packed.PK_HEADER.unpack(raw)
+        magic, seg, first, _count, prev, _orig = packed.PK_HEADER.unpack_from(raw)
         return magic, seg, first, prev
-    raw = os.pread(fd, SEG_HEADER.size, 0)
+    raw = raw[: SEG_HEADER.size]
     if len(raw) != SEG_HEADER.size or raw[:8] != SEG_MAGIC:
         raise CorruptLog(path, "bad segment header")
     return SEG_HEADER.unpack(raw)
+
+
+_HEADER_READ = max(SEG_HEADER.size, packed.PK_HEADER.size)
 
 
 class Packed(NamedTuple):

@@ -1,0 +1,480 @@
+"""``objstore gc``: remove the bodies recorded deletions name, and repack sealed segments.
+
+Explicit, never automatic (git ``gc``, borg ``compact``, restic ``prune``). Under the gc lock
+(``storage.gclock``: one gc at a time, never during a backup; writers and readers never wait):
+
+1. **Seal** the active segment (unless it holds only its first entry), so a small store is cleaned
+   like a big one: every entry so far is then in a sealed segment.
+2. **What goes**, from the log alone: the records of deleted runs (``run/<R>/deleted``) and the
+   records partial deletions list (``run/<R>/deletions``), the fork objects of deleted runs, the
+   blobs those records name that no live record of any run (and no live journal or segment object)
+   still names, and every redacted blob (``redacted/<id>``), whoever names it. Reachability comes
+   from the entries' index rows (their ``refs``), so no live record body is decoded; a committed
+   blob that no record names is kept (``stats`` counts it).
+3. **Rewrite**: every sealed segment not packed yet, or holding a body that goes, is written again
+   as a packed segment (``storage.packed``): the same entries, hence the same chain checksums and
+   anchors, the objects merged into large zstd blocks (records with records, blobs with blobs), the
+   removed bodies left out. Each new file and its index are written in ``tmp/``, fsynced, renamed
+   over the old ones (the segment file first), and then one **rewrite entry** names every new file's
+   and index's digest. A crash anywhere leaves the old or the new file in place, both readable and
+   both the log's entries; ``gc`` run again finishes the job.
+4. The state cache drops deleted runs and is vacuumed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import blake3
+import msgspec
+import zstandard
+
+from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError
+from ..runs import records, state
+from ..storage import codec, engine, fileutil, packed, runrefs, segindex
+from ..storage.gclock import gc_lock
+
+if TYPE_CHECKING:
+    from ..storage.store import Store
+
+STRUCT_BLOCK = 256 << 10  # records (and other structured objects) are merged into blocks of about this many raw bytes
+BLOB_BLOCK = 1 << 20  # small blobs, into blocks of about this many
+LEVEL = 3  # zstd level of merged blocks: written once, read many times
+TMP = "gc"
+_enc = msgspec.msgpack.Encoder(order="sorted")
+_dec = msgspec.msgpack.Decoder()
+
+
+class GcResult(NamedTuple):
+    """What one gc did: segments rewritten, bodies removed (records, blobs), bytes before and after."""
+
+    sealed: int
+    rewritten: list
+    removed_records: int
+    removed_blobs: int
+    removed_other: int
+    bytes_before: int
+    bytes_after: int
+    entry: int  # the rewrite entry's number (0: nothing to rewrite)
+
+    def to_json(self) -> dict:
+        return {"sealed_segment": self.sealed, "rewritten": self.rewritten, "removed_records": self.removed_records,
+                "removed_blobs": self.removed_blobs, "removed_other": self.removed_other,
+                "segment_bytes_before": self.bytes_before, "segment_bytes_after": self.bytes_after, "rewrite_entry": self.entry}
+
+
+class Doomed(NamedTuple):
+    """The bodies a gc removes, by kind (ids)."""
+
+    records: set
+    blobs: set
+    other: set  # fork, journal and segment objects of deleted runs
+
+    def all(self) -> set:
+        return self.records | self.blobs | self.other
+
+
+def _eng(store: Store) -> engine.LogEngine:
+    eng = store.engine
+    if not isinstance(eng, engine.LogEngine) or store.root is None:
+        raise InvalidInput("gc works on a store on disk (this one lives in memory)")
+    return eng
+
+
+def deletion_objects(store: Store) -> Iterator[tuple[bytes, dict]]:
+    """Every deletion object the refs reach: the whole-run deletions, each run's chain of partial
+    deletions (newest first), the redactions."""
+    refs = store.engine.tables.refs
+    for name, value in list(refs.items()):
+        if not isinstance(value, bytes):
+            continue
+        if runrefs.is_deleted_ref(name) or name.startswith(runrefs.REDACTED_PREFIX):
+            yield value, codec.decode(store.engine.read(value), value, False)[1]
+        elif runrefs.is_deletions_ref(name):
+            cur: Any = value
+            seen = set()
+            while isinstance(cur, bytes) and cur not in seen:
+                seen.add(cur)
+                v = codec.decode(store.engine.read(cur), cur, False)[1]
+                yield cur, v
+                cur = v.get("previous") if isinstance(v, dict) else None
+
+
+def doomed(store: Store) -> Doomed:
+    """The bodies that go (see the module docstring): from the refs, the deletion objects, the
+    index rows of the entries, and the bodies of the records that go (each read once)."""
+    eng = _eng(store)
+    eng.refresh()
+    t = eng.tables
+    deleted_runs: set[str] = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
+    covered: set = set()
+    redacted: set = set()
+    for _oid, v in deletion_objects(store):
+        if not isinstance(v, dict):
+            continue
+        if v.get("scope") == "blob" and isinstance(v.get("blob"), bytes):
+            redacted.add(v["blob"])
+        for row in v.get("records") or ():
+            if isinstance(row, list) and row and isinstance(row[0], bytes):
+                covered.add(row[0])
+    recs: set = set(covered)
+    other: set = set()
+    for run in deleted_runs:
+        prefix = runrefs.run_prefix(run)
+        for (r, branch) in [k for k in t.tips if k[0] == run]:
+            for _lsn, oid in eng.iter_chain(r, branch):
+                recs.add(oid)
+        for name, value in t.refs.items():
+            if name.startswith(prefix) and isinstance(value, bytes):
+                b = runrefs.branch_of(run, name)
+                loc = eng.loc(value)
+                if b is not None and loc is not None and loc.otype == codec.FORK:
+                    other.add(value)
+    # The blobs the doomed records name (their bodies are in segments being rewritten anyway).
+    candidates: set = set()
+    for oid in recs:
+        loc = eng.loc(oid)
+        if loc is None or loc.comp == engine.COMP_GONE:
+            continue
+        try:
+            value = codec.decode(eng.read(oid), oid, False)[1]
+        except ObjstoreError:
+            continue
+        body = value.get("body") if isinstance(value, dict) else None
+        if isinstance(body, dict):
+            candidates.update(engine.body_refs(body))
+    candidates -= recs
+    if candidates:
+        # Kept if anything live still names them: another record (its index rows' refs), or a
+        # journal or segment object of a run that is not deleted (their ids, from their bodies).
+        for e in eng.entries():
+            for r in e.recs:
+                oid = e.objs[r[0]][0]
+                if oid in recs or r[1] in deleted_runs:
+                    continue
+                for ref in r[6]:
+                    candidates.discard(ref)
+            for o in e.objs:
+                if o[1] in ("journal", "segment") and candidates and o[3] != engine.REMOVED:
+                    try:
+                        value = codec.decode(eng.read(o[0]), o[0], False)[1]
+                    except ObjstoreError:
+                        continue
+                    if isinstance(value, dict) and value.get("run") not in deleted_runs:
+                        for _f, ref in records.object_refs(o[1], value):
+                            candidates.discard(ref)
+            if not candidates:
+                break
+    return Doomed(recs, candidates | redacted, other)
+
+
+def _segments_to_rewrite(eng: engine.LogEngine, last: int, gone: set) -> list[int]:
+    need = set()
+    for oid in gone:
+        loc = eng.loc(oid)
+        if loc is not None and loc.comp != engine.COMP_GONE and loc.seg <= last:
+            need.add(loc.seg)
+    for seg in range(1, last + 1):
+        if eng._packed(seg) is None:
+            need.add(seg)
+    return sorted(need)
+
+
+class _Block:
+    """Objects waiting to be merged into one block: their bytes and the rows that will name it."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.size = 0
+        self.rows: list = []
+
+    def add(self, row: list, data: bytes) -> None:
+        row[4] = self.size
+        self.parts.append(data)
+        self.size += len(data)
+        self.rows.append(row)
+
+    def flush(self, w: packed.Writer, z: zstandard.ZstdCompressor) -> None:
+        if not self.parts:
+            return
+        raw = b"".join(self.parts)
+        comp, stored = engine.COMP_RAW, raw
+        if len(raw) >= engine.MIN_COMPRESS:
+            c = z.compress(raw)
+            if len(c) < len(raw) - 16:
+                comp, stored = engine.COMP_ZSTD, c
+        bi = w.block(comp, len(raw), stored)
+        for row in self.rows:
+            row[3] = bi
+        self.parts, self.size, self.rows = [], 0, []
+
+
+def _source_bytes(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list, cache: dict) -> bytes:
+    """One object's canonical bytes from the segment being rewritten, hash-checked: gc never carries
+    damaged bytes into a new file (it stops and names them; verify tells the rest). Each source
+    block is decompressed once (``cache``: file offset -> raw block)."""
+    oid, otype, length, bi, off = o
+    comp, raw_len, stored = e.blocks[bi][:3]
+    loc = engine.Loc(e.n, e.seg, starts[bi], comp, stored, raw_len, off, length, otype)
+    raw = cache.get(loc.block_off)
+    if raw is None:
+        eng._check_loc(oid, loc)
+        raw = eng._read_block(loc)
+        if len(cache) >= 8:
+            cache.clear()
+        cache[loc.block_off] = raw
+    data = bytes(raw[off : off + length])
+    if len(data) != length or blake3.blake3(data).digest() != oid:
+        raise IntegrityError(oid.hex(), eng.seg_path(e.seg), "hash mismatch (content does not match id); gc stops before rewriting it (run 'objstore verify')")
+    return data
+
+
+def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, int]:
+    """Write segment ``seg`` packed into ``path`` without the bodies in ``gone``: (BLAKE3 of the
+    file, the bytes of its index, bodies removed by this rewrite)."""
+    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    entries = list(eng._segment_entries(seg, hdr[3], hdr[2]))
+    if not entries or not entries[-1].seal:
+        raise IntegrityError("?", eng.seg_path(seg), "sealed segment does not read to its seal entry (run 'objstore verify')")
+    nxt = list(_first(eng, seg + 1, entries[-1]))
+    if not nxt or nxt[0].idx is None:
+        raise IntegrityError("?", eng.seg_path(seg + 1), "the next segment does not name this segment's index")
+    w = packed.Writer(path, seg, hdr[2], len(entries), hdr[3], nxt[0].idx[1])
+    z = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True)
+    removed = 0
+    try:
+        structs, blobs = _Block(), _Block()
+        metas: list = []
+        cache: dict = {}
+        for e in entries:
+            starts = engine.block_starts(e)
+            objs: list = []
+            for o in e.objs:
+                oid, otype, length, bi, _off = o
+                if bi == engine.REMOVED or oid in gone:
+                    removed += bi != engine.REMOVED
+                    objs.append([oid, otype, length, engine.REMOVED, 0])
+                    continue
+                comp, raw_len, stored_len = e.blocks[bi][:3]
+                if otype == codec.BLOB and raw_len > engine.LARGE_BLOB:
+                    # A large blob keeps its own block, its stored bytes copied as they are (hash-checked first).
+                    eng._check_loc(oid, engine.Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
+                    nbi = _copy_block(eng, w, seg, starts[bi], comp, raw_len, stored_len)
+                    objs.append([oid, otype, length, nbi, 0])
+                    continue
+                data = _source_bytes(eng, e, o, starts, cache)
+                row = [oid, otype, length, -2, 0]
+                target = blobs if otype == codec.BLOB else structs
+                target.add(row, data)
+                objs.append(row)
+                if target.size >= (BLOB_BLOCK if target is blobs else STRUCT_BLOCK):
+                    target.flush(w, z)
+            metas.append([e.time, e.moves, objs, e.cut, e.recs, e.prevs, e.root, e.seal, e.idx, e.rw])
+        structs.flush(w, z)
+        blobs.flush(w, z)
+        w.finish(metas, entries[-1].checksum, sync)
+    except BaseException:
+        w.abort()
+        raise
+    # Read the new file back as a reader will: its chain must end where the old one did.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pk = engine.packed_entries(fd, seg)
+        if pk.problem is not None or pk.entries[-1].checksum != entries[-1].checksum:
+            raise IntegrityError("?", path, f"the packed segment does not read back ({pk.problem or 'its chain ends elsewhere'})")
+        objects: dict = {}
+        chain: list = []
+        for e in pk.entries:
+            engine._segment_rows(e, objects, chain)
+        last = pk.entries[-1]
+        idx = segindex.build(seg, hdr[2], last.n, last.checksum, objects.values(), chain)
+        h = blake3.blake3()
+        off = 0
+        while True:
+            chunk = os.pread(fd, 1 << 20, off)
+            if not chunk:
+                break
+            h.update(chunk)
+            off += len(chunk)
+    finally:
+        os.close(fd)
+    return h.digest(), idx, removed
+
+
+def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engine.Entry]:
+    for e in eng._segment_entries(seg, last.checksum, last.n + 1):
+        yield e
+        return
+
+
+def _copy_block(eng: engine.LogEngine, w: packed.Writer, seg: int, off: int, comp: int, raw_len: int, stored_len: int) -> int:
+    fd = eng._fd(seg)
+    w.blocks.append([comp, raw_len, stored_len])
+    left, pos = stored_len, off
+    while left:
+        chunk = os.pread(fd, min(left, 1 << 20), pos)
+        if not chunk:
+            raise IntegrityError("?", eng.seg_path(seg), "a large blob's block is truncated")
+        w._write(chunk)
+        left -= len(chunk)
+        pos += len(chunk)
+    return len(w.blocks) - 1
+
+
+def _segment_bytes(eng: engine.LogEngine, segs: list[int]) -> int:
+    total = 0
+    for s in segs:
+        try:
+            total += os.path.getsize(eng.seg_path(s))
+        except OSError:
+            pass
+    return total
+
+
+def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0) -> GcResult:
+    """Seal, find what goes, rewrite the segments that need it, commit one rewrite entry (see the
+    module docstring). Safe to run again at any point: it finishes what a killed gc left."""
+    eng = _eng(store)
+    root = store.root
+    assert root is not None
+    tmpdir = os.path.join(root, "tmp", TMP)
+    say = progress or (lambda _m: None)
+    with gc_lock(root, shared=False, timeout=timeout, what="gc"):
+        unfinished = _unfinished(eng, tmpdir)
+        _clean_tmp(tmpdir)
+        if unfinished:
+            # A gc killed after it put packed files in place and before its rewrite entry: name them now.
+            eng.commit_rewrite(unfinished, timeout=timeout)
+            say(f"finished an interrupted gc: segments {', '.join(str(r[0]) for r in unfinished)}")
+        last = eng.seal_now(timeout=timeout)
+        say(f"sealed: segments 1..{last}")
+        gone = doomed(store)
+        every = gone.all()
+        segs = _segments_to_rewrite(eng, last, every)
+        before = _segment_bytes(eng, segs)
+        rows: list = []
+        removed = 0
+        sync = eng.policy.enabled
+        try:
+            os.makedirs(tmpdir, exist_ok=True)
+            for seg in segs:
+                say(f"rewriting segment {seg}")
+                seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))
+                idx_tmp = seg_tmp[:-4] + ".idx"
+                file_digest, idx_bytes, n = pack_segment(eng, seg, every, seg_tmp, sync)
+                removed += n
+                segindex.write(idx_tmp, idx_bytes)
+                row = [seg, file_digest, blake3.blake3(idx_bytes).digest()]
+                _note_pending(tmpdir, rows + [row])
+                # The index first: until the rewrite entry names it, its digest is not the one the
+                # log names, so a reader builds the index from the segment file it has open, old or
+                # new. Were the old index left beside the new file, a reader would trust it (its
+                # digest is still the named one) and find the wrong bytes.
+                os.replace(idx_tmp, eng.idx_path(seg))
+                os.replace(seg_tmp, eng.seg_path(seg))
+                eng.policy.dir(eng.dir)
+                eng.forget_segment(seg)
+                rows.append(row)
+        except OSError as e:
+            raise StorageOSError("rewrite a segment (gc)", e) from None
+        finally:
+            _clean_tmp(tmpdir)
+        entry = 0
+        if rows:
+            entry = eng.commit_rewrite(rows, timeout=timeout).entry
+        eng._checkpoint()
+        after = _segment_bytes(eng, segs)
+    _vacuum_state(store)
+    return GcResult(last, [r[0] for r in rows], len(gone.records), len(gone.blobs), len(gone.other), before, after, entry)
+
+
+PENDING = "pending"
+
+
+def _note_pending(tmpdir: str, rows: list) -> None:
+    """Record, durably and before any file is replaced, the rewrite rows this gc is about to make true."""
+    path = os.path.join(tmpdir, PENDING)
+    data = _enc.encode(rows)
+    tmp = path + ".new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data + blake3.blake3(data).digest())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fileutil.fsync_dir(tmpdir)
+
+
+def _unfinished(eng: engine.LogEngine, tmpdir: str) -> list:
+    """The rows of a killed gc whose packed files are in place but which the log does not name yet."""
+    try:
+        with open(os.path.join(tmpdir, PENDING), "rb") as f:
+            raw = f.read()
+        if len(raw) < 32 or blake3.blake3(raw[:-32]).digest() != raw[-32:]:
+            return []
+        rows = _dec.decode(raw[:-32])
+    except (OSError, ValueError):
+        return []
+    eng.refresh()
+    out = []
+    for row in rows:
+        try:
+            seg, file_digest, idx_digest = row
+            if eng.tables.packs.get(seg) == file_digest or seg not in eng.tables.idx:
+                continue
+            h = blake3.blake3()
+            with open(eng.seg_path(seg), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            if h.digest() == file_digest:
+                out.append([seg, file_digest, idx_digest])
+        except (OSError, ValueError, TypeError):
+            continue
+    return out
+
+
+def _clean_tmp(tmpdir: str) -> None:
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(tmpdir, name))
+        except OSError:
+            pass
+
+
+def _vacuum_state(store: Store) -> None:
+    """The state cache forgets deleted runs and gives back their pages (derived data: best effort)."""
+    fn = getattr(state, "drop_deleted_and_vacuum", None)
+    if fn is not None:
+        fn(store)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age like ``90d``, ``12h``, ``30m``, ``2w``, ``45s`` (``--delete-runs-older-than``)."""
+    t = text.strip()
+    if len(t) < 2 or t[-1] not in _UNITS or not t[:-1].isdigit() or not t[:-1].isascii():
+        raise InvalidInput(f"age {text!r} is not a whole number followed by s, m, h, d or w (e.g. 90d)")
+    return int(t[:-1]) * _UNITS[t[-1]]
+
+
+def runs_older_than(log: Any, seconds: float, now: float | None = None) -> list[str]:
+    """The runs (not deleted) whose ``run_started`` record is older than ``seconds``, oldest first.
+    A run without a recorded start time is never chosen by age."""
+    import time as _time
+
+    cutoff = (_time.time() if now is None else now) - seconds
+    found = []
+    for run in log.runs():
+        t = log.run_started(run).time
+        if isinstance(t, (int, float)) and t < cutoff:
+            found.append((t, run))
+    return [r for _t, r in sorted(found)]

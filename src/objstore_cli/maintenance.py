@@ -1,0 +1,82 @@
+"""Maintenance: ``gc`` (with retention) and ``stats`` — thin click commands over objstore.lifecycle.gc and
+objstore.lifecycle.stats."""
+
+from __future__ import annotations
+
+import click
+
+from .output import echo_json
+from .params import pass_ctx
+
+
+@click.command()
+@click.option("--delete-runs-older-than", "older_than", metavar="AGE", default=None,
+              help="Retention: first delete (recorded, signed) every run started more than AGE ago (90d, 12h, 2w, 30m, 45s), then gc.")
+@click.option("--reason", metavar="TEXT", default=None, help="Why the runs are deleted (required with --delete-runs-older-than; recorded).")
+@click.option("--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
+              help="The key that signs the retention deletions (env OBJSTORE_KEY; default: the owner key).")
+@click.option("--dry-run", is_flag=True, help="With --delete-runs-older-than: list the runs it would delete; write nothing.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
+              help="How long to wait for another gc or a backup to finish.")
+@click.option("--json", "as_json", is_flag=True, help="What gc did as JSON.")
+@pass_ctx
+def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
+    """Remove the bodies recorded deletions name, and repack sealed segments.
+
+    Never automatic. gc seals the active segment, then rewrites every sealed
+    segment that is not packed yet or holds a body a deletion or redaction
+    names: the same entries (so every chain checksum and every anchor taken
+    before still verifies), the objects merged into large compressed blocks,
+    the removed bodies left out. A blob that a live record of another run
+    still names is kept; a committed blob no record names is kept too
+    (objstore stats counts them). Writers and readers go on meanwhile; a
+    reader that held a file gc replaced reads the new one, or gets exit 13.
+    Killed at any point, the store stays readable and verifies clean; run gc
+    again to finish.
+
+    With --delete-runs-older-than AGE --reason TEXT (retention), gc first
+    writes the deletion of every run started before now - AGE, signed like
+    'objstore delete', then collects.
+
+    \b
+    Examples:
+      objstore gc
+      objstore gc --json
+      objstore gc --delete-runs-older-than 90d --reason "retention policy" --dry-run
+    """
+    from objstore.errors import InvalidInput
+    from objstore.lifecycle import gc as G
+
+    log = c.log()
+    deleted: list[str] = []
+    if older_than is not None:
+        age = G.parse_age(older_than)
+        if reason is None or not reason.strip():
+            raise InvalidInput("--delete-runs-older-than needs --reason TEXT (it is recorded with each deletion)")
+        old = G.runs_older_than(log, age)
+        if dry_run:
+            if as_json:
+                echo_json({"dry_run": True, "would_delete": old})
+            else:
+                for r in old:
+                    click.echo(r)
+                click.echo(f"{len(old)} run(s) would be deleted")
+            return
+        if old:
+            from objstore.lifecycle import delete as D
+            from objstore.storage import identity
+
+            key = identity.default_key(key_file, store=log.store) if identity.owner_public(log.store) is not None else None
+            D.delete_runs(log, old, reason=reason, key=key)
+            deleted = old
+    elif reason is not None or dry_run:
+        raise click.UsageError("--reason and --dry-run go with --delete-runs-older-than")
+    res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True))
+    if as_json:
+        echo_json({**res.to_json(), "deleted_runs": deleted})
+        return
+    if deleted:
+        click.echo(f"deleted {len(deleted)} run(s) older than {older_than}")
+    before, after = res.bytes_before, res.bytes_after
+    click.echo(f"gc: rewrote {len(res.rewritten)} segment(s), removed {res.removed_records} record(s), {res.removed_blobs} blob(s), "
+               f"{res.removed_other} other object(s); {before} -> {after} bytes in the rewritten segments")
