@@ -139,6 +139,7 @@ def world(tmp_path_factory):
     cli_json("upgrade")
     cli_json("demo", "--at", "1700000000")
     cli_json("repair", "--cut-after", str(cli_json("anchor")["entry"]), "--reason", "nothing to cut")
+    cli_json("backup", str(tmp / "backup"))
     return {"root": root, "env": env, "run": run, "session": s, "outs": outs, "binary_blob": binary_blob}
 
 

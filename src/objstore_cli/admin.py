@@ -1,4 +1,4 @@
-"""Administration: ``init``, ``upgrade``, ``repair``, ``rebuild``, ``demo`` — thin click commands over
+"""Administration: ``init``, ``upgrade``, ``repair``, ``rebuild``, ``demo``, ``backup`` — thin click commands over
 Store.init, objstore.lifecycle and objstore.demo."""
 
 from __future__ import annotations
@@ -224,3 +224,43 @@ def demo(c, run_id, at, as_json):
     click.echo("verify: ok" if not problems else f"verify: {len(problems)} problem(s)")
     if problems:
         sys.exit(1)
+
+
+@click.command()
+@click.argument("dest", metavar="DEST")
+@click.option("--json", "as_json", is_flag=True,
+              help="What was copied as JSON: entries, anchor, files copied, reused and removed, bytes of log copied.")
+@pass_ctx
+def backup(c, dest, as_json):
+    """Copy a consistent snapshot of the store to DEST while writers keep writing.
+
+    DEST becomes a store of its own: every commit up to the moment the backup
+    starts, nothing after it, and its own head witness. Writers never wait for
+    a backup (gc does: the two never overlap). Run it again into the same DEST
+    and only what is new is copied: sealed segments already there are kept
+    without being read, the last one gets only its new bytes, segments gc
+    rewrote are replaced. Prints the anchor token of what it copied (as
+    'objstore anchor' does) on stdout and what it did on stderr; 'objstore
+    --store DEST verify --anchor TOKEN' proves the copy. A kill or a full disk
+    leaves DEST a store that verifies clean (the older snapshot); run it again.
+
+    \b
+    Arguments:
+      DEST  the backup directory: absent (its parent must exist), empty, or an
+            earlier backup of this store; anything else is refused (exit 5)
+
+    \b
+    Examples:
+      objstore backup /mnt/backups/runs
+      objstore backup /mnt/backups/runs --json
+      objstore --store /mnt/backups/runs verify --anchor TOKEN
+    """
+    from objstore.lifecycle.backup import backup as run_backup
+
+    result = run_backup(c.log().store, dest)
+    if as_json:
+        echo_json(result.to_json())
+        return
+    click.echo(result.anchor)
+    click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({result.bytes_copied} bytes of log), "
+               f"{result.reused} segment(s) kept, {result.removed} file(s) removed", err=True)

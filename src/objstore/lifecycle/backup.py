@@ -1,0 +1,627 @@
+"""``objstore backup DEST``: an online, incremental copy of a store that is itself a store.
+
+``backup(store, dest)`` copies a consistent snapshot of the log while writers keep writing, and
+never takes the writer lock (a commit never waits for a backup). It holds ``gc.lock`` shared for the
+whole copy (``gc`` takes it exclusively, so no sealed segment is replaced under it), takes the log's
+tail — the position, the active segment and the end offset of its last complete entry, together
+(``LogEngine.tail``) — copies every sealed segment below the active one whole and the active one's
+bytes ``[0, end)``: what writers append after ``end`` meanwhile is not copied.
+
+Incremental. A sealed segment already in DEST with the same size, the same first 8 bytes (its magic)
+and the same last 32 bytes (the chain checksum of its last entry) is kept: not read, not re-hashed.
+A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
+DEST's last entry is whole and its checksum is SRC's at that offset — only those bytes are read)
+gets only the new bytes, appended in place (a torn append is a torn tail, invisible to readers). A
+DEST segment that no longer matches (``gc`` rewrote SRC's) is replaced; one that does not even end
+with SRC's checksum (DEST diverged) is removed with every later one before anything is copied, so
+DEST stays a prefix of SRC's history at every instant. DEST segments beyond SRC's tail are removed.
+
+Checked: only what is copied is re-read. Each copied range is fsynced, read back from DEST and its
+BLAKE3 compared with the BLAKE3 of the bytes read from SRC; in an ordinary (``OSSG``) segment every
+copied entry's chain checksum is recomputed from its meta and chained from the entry before; each
+segment header's previous checksum is DEST's previous segment's last 32 bytes; then DEST is opened
+(its checkpoint — SRC's, copied, adopted only if DEST's log commits to it — plus a replay of the
+rest) and must stand at exactly the snapshot's position. Only then is DEST's own head witness
+written (atomically), so it never leads DEST's log.
+
+Crash safety: DEST is created whole (staged next to it and renamed into place); every whole file is
+written into ``DEST/tmp/``, fsynced and renamed into place (directory fsynced); segments are copied
+in increasing order, so a ``kill -9`` at any point leaves DEST a readable store of an older snapshot
+or the new one, and the next backup finishes. A full disk or another OS error is ``StorageOSError``
+(exit 10) with DEST as it was (the append truncated back, the temporary file removed).
+
+DEST must be absent (its parent must exist), an empty directory, or a store of the same history (its
+first entry's checksum is SRC's); anything else is ``InvalidInput`` (exit 5) with nothing written, as
+is a DEST whose witness is ahead of SRC's head (a backup is never rolled back). DEST's writer lock is
+held for the copy: a second backup into it, or a writer of it, is ``LockTimeout`` (exit 9).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NamedTuple
+
+import blake3
+import msgspec
+
+from ..errors import IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
+from ..runs.verify import anchor_token
+from ..storage import gclock
+from ..storage.engine import (
+    ENTRY_HEAD,
+    ENTRY_MAGIC,
+    ENTRY_TRAILER,
+    MAX_META,
+    SEG_HEADER,
+    SEG_MAGIC,
+    WITNESS,
+    WITNESS_MAGIC,
+    ZERO,
+    LogEngine,
+    Position,
+    _parse_split,
+    seg_name,
+)
+from ..storage.fileutil import FsyncPolicy
+from ..storage.store import FORMAT_VERSION, MARKER, Store, read_marker
+
+CHUNK = 4 << 20  # bytes read, hashed and written at a time
+TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
+MAGIC_LEN = 8
+TAIL_LEN = 32
+
+Progress = Callable[[int, int], None]
+
+
+class BackupResult(NamedTuple):
+    """What a backup did: the snapshot's entry count and anchor token, the files written
+    (segments copied or appended to, indexes, the checkpoint), the segment files kept as they were,
+    the files removed from DEST, and the bytes copied."""
+
+    dest: str
+    entries: int
+    anchor: str
+    copied: int
+    reused: int
+    removed: int
+    bytes_copied: int
+
+    def to_json(self) -> dict:
+        return {"entries": self.entries, "anchor": self.anchor, "copied": self.copied, "reused": self.reused,
+                "removed": self.removed, "bytes_copied": self.bytes_copied}
+
+
+class _Plan(NamedTuple):
+    seg: int
+    length: int  # bytes of SRC's segment in the snapshot
+    action: str  # reuse | append | copy
+    start: int = 0  # append: DEST's current size
+    prev: bytes = ZERO  # append: the checksum of DEST's last entry
+    n: int = 1  # append: the number of the entry after it
+
+
+def backup(store: Store, dest: str, *, progress: Progress | None = None) -> BackupResult:
+    """Copy a consistent snapshot of ``store`` to ``dest`` (see the module docstring)."""
+    engine = store.engine
+    if not isinstance(engine, LogEngine) or store.root is None:
+        raise InvalidInput("only a store on disk can be backed up")
+    src = os.path.realpath(store.root)
+    dest = os.path.abspath(dest)
+    _check_apart(src, dest)
+    with gclock.gc_lock(src, shared=True, what="backup"):
+        pos, tail_seg, end = engine.tail()
+        lengths = _src_lengths(engine, tail_seg, end)
+        fresh = _check_dest(dest, engine, pos)  # nothing is written before this passes
+        policy = store.policy
+        if fresh:
+            _create_dest(dest, policy)
+        with _dest_lock(dest):
+            return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths)
+
+
+# -- checks before anything is written ----------------------------------------------------------------------
+def _check_apart(src: str, dest: str) -> None:
+    real = os.path.realpath(dest)
+    if real == src or real.startswith(src + os.sep) or src.startswith(real + os.sep):
+        raise InvalidInput(f"backup destination {dest} is the store itself, inside it or around it")
+
+
+def _src_lengths(engine: LogEngine, tail_seg: int, end: int) -> dict[int, int]:
+    """Segment -> bytes of it in the snapshot: sealed ones whole (they do not change while the gc lock
+    is held), the active one up to the end of its last complete entry."""
+    out = {}
+    for k in range(1, tail_seg):
+        try:
+            out[k] = os.stat(engine.seg_path(k)).st_size
+        except OSError as e:
+            raise StorageOSError(f"read {engine.seg_path(k)}", e.strerror) from None
+    out[tail_seg] = end
+    return out
+
+
+def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
+    """True if DEST is to be created; raises InvalidInput (writing nothing) unless DEST is absent with
+    an existing parent, an empty directory, or a format-3 store of the same history not ahead of SRC."""
+    if not os.path.lexists(dest):
+        parent = os.path.dirname(dest) or "."
+        if not os.path.isdir(parent):
+            raise InvalidInput(f"backup destination {dest}: its parent directory {parent} does not exist")
+        return True
+    if not os.path.isdir(dest):
+        raise InvalidInput(f"backup destination {dest} exists and is not a directory")
+    if not os.path.isfile(os.path.join(dest, MARKER)):
+        try:
+            empty = not os.listdir(dest)
+        except OSError as e:
+            raise StorageOSError(f"list {dest}", e.strerror) from None
+        if empty:
+            return True
+        raise InvalidInput(f"backup destination {dest} is a non-empty directory that is not an objstore store")
+    try:
+        version = read_marker(dest)
+    except ObjstoreError as e:
+        raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
+    if version != FORMAT_VERSION:
+        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {FORMAT_VERSION}")
+    dlog = os.path.join(dest, "log")
+    first = os.path.join(dlog, seg_name(1))
+    if not os.path.isfile(first):
+        raise InvalidInput(f"backup destination {dest} is a store without {first}")
+    mine = _first_checksum(first)
+    if mine is not None:  # DEST has entries: its first must be SRC's
+        if mine is _UNKNOWN:  # DEST's first segment is packed (sealed): compare the checksum it ends with
+            same = os.path.exists(engine.seg_path(2)) and _tail32(first) == _tail32(engine.seg_path(1))
+        else:
+            theirs = _first_checksum(engine.seg_path(1))
+            if theirs is _UNKNOWN:  # SRC's is packed: a layout the engine reads
+                theirs = next((e.checksum for e in engine.entries()), None)
+            same = mine == theirs
+        if not same:
+            raise InvalidInput(f"backup destination {dest} is a store of another history (its first entry is not this store's)")
+    w = _read_witness(os.path.join(dlog, "witness"))
+    if w is not None and w[0] > pos.entry:
+        raise InvalidInput(f"backup destination {dest} holds entry {w[0]}, beyond this store's head (entry {pos.entry}); "
+                           "refusing to roll a backup back")
+    return False
+
+
+_UNKNOWN = b"?"
+
+
+def _first_checksum(path: str) -> bytes | None:
+    """The chain checksum of the first entry of an ordinary segment file; None if it has no entry;
+    ``_UNKNOWN`` for another layout (a packed segment)."""
+    try:
+        with _ro(path) as fd:
+            head = os.pread(fd, SEG_HEADER.size + ENTRY_HEAD.size, 0)
+            if head[:MAGIC_LEN] != SEG_MAGIC:
+                return _UNKNOWN
+            if len(head) < SEG_HEADER.size + ENTRY_HEAD.size or head[SEG_HEADER.size:SEG_HEADER.size + 4] != ENTRY_MAGIC:
+                return None
+            _, mlen, dlen = ENTRY_HEAD.unpack_from(head, SEG_HEADER.size)
+            trailer = os.pread(fd, ENTRY_TRAILER.size, SEG_HEADER.size + ENTRY_HEAD.size + mlen + dlen)
+    except OSError as e:
+        raise StorageOSError(f"read {path}", e.strerror) from None
+    if len(trailer) != ENTRY_TRAILER.size:
+        return None  # a torn first entry: no entry yet
+    return bytes(ENTRY_TRAILER.unpack(trailer)[1])
+
+
+def _tail32(path: str) -> bytes:
+    try:
+        with _ro(path) as fd:
+            return os.pread(fd, TAIL_LEN, max(os.fstat(fd).st_size - TAIL_LEN, 0))
+    except OSError as e:
+        raise StorageOSError(f"read {path}", e.strerror) from None
+
+
+def _read_witness(path: str) -> tuple[int, bytes] | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(WITNESS.size + 1)
+    except OSError:
+        return None
+    if len(raw) != WITNESS.size or raw[:4] != WITNESS_MAGIC:
+        return None
+    _, entry, checksum = WITNESS.unpack(raw)
+    return entry, checksum
+
+
+# -- DEST as a store -------------------------------------------------------------------------------------------
+def _create_dest(dest: str, policy: FsyncPolicy) -> None:
+    """An empty format-3 store at ``dest``, staged beside it and renamed into place (onto an empty
+    directory too), so DEST is a whole store or absent at every instant; the staging goes on failure."""
+    parent = os.path.dirname(dest) or "."
+    staging = os.path.join(parent, f".{os.path.basename(dest)}.backup-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        os.makedirs(os.path.join(staging, "tmp"))
+        LogEngine.create(staging, policy)
+        fd = os.open(os.path.join(staging, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
+            policy.file(fd)
+        finally:
+            os.close(fd)
+        policy.dir(staging)
+        os.rename(staging, dest)
+        policy.dir(parent)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise InvalidInput(f"backup destination {dest} was created by someone else meanwhile") from None
+        raise StorageOSError(f"create the backup store {dest}", e.strerror) from None
+
+
+@contextmanager
+def _dest_lock(dest: str) -> Iterator[None]:
+    """DEST's writer lock, exclusively, without waiting: no writer of DEST and no other backup into it."""
+    path = os.path.join(dest, "lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StorageOSError(f"open {path}", e.strerror) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockTimeout(f"{path} for a backup (another backup or a writer of {dest} holds it)", 0) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[n:]
+
+
+class _Copier:
+    def __init__(self, engine: LogEngine, dest: str, policy: FsyncPolicy, progress: Progress | None) -> None:
+        self.engine = engine
+        self.dest = dest
+        self.dlog = os.path.join(dest, "log")
+        self.tmp = os.path.join(dest, "tmp")
+        self.policy = policy
+        self.progress = progress
+        self.copied = self.reused = self.removed = self.bytes = 0
+        self.total = 0
+        self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
+
+    def dpath(self, k: int) -> str:
+        return os.path.join(self.dlog, seg_name(k))
+
+    def run(self, pos: Position, tail_seg: int, lengths: dict[int, int]) -> BackupResult:
+        try:
+            self._clear_tmp()
+            plans, drop = self._plan(tail_seg, lengths)
+            self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
+            if drop:
+                self.replaced = True
+                self._remove(drop)
+            done = 0
+            for p in plans:
+                if p.action == "reuse":
+                    self.reused += 1
+                elif p.action == "append":
+                    self._append(p, done)
+                else:
+                    self._copy_whole(p, done)
+                done += 0 if p.action == "reuse" else p.length - p.start
+                if p.seg < tail_seg:
+                    self._copy_index(p.seg, copied=p.action != "reuse")
+            self._check_links(tail_seg)
+            self._copy_checkpoint()
+            self._check_open(pos)
+            self._write_witness(pos)
+        except OSError as e:
+            raise StorageOSError(f"back up to {self.dest}", e.strerror or str(e)) from None
+        return BackupResult(self.dest, pos.entry, anchor_token(pos.entry, pos.checksum), self.copied, self.reused,
+                            self.removed, self.bytes)
+
+    # -- deciding ----------------------------------------------------------------------------------------------
+    def _plan(self, tail_seg: int, lengths: dict[int, int]) -> tuple[list[_Plan], list[int]]:
+        """What to do with each segment, and which DEST segments to remove first (highest first)."""
+        present = sorted(int(f[:-4]) for f in os.listdir(self.dlog) if f.endswith(".seg") and f[:-4].isdigit())
+        drop = [k for k in present if k > tail_seg]
+        plans = []
+        diverged = None
+        for k in range(1, tail_seg + 1):
+            length = lengths[k]
+            if k not in present or (diverged is not None):
+                plans.append(_Plan(k, length, "copy"))
+                continue
+            p = self._compare(k, length, sealed=k < tail_seg)
+            self.replaced |= p is None or p.action == "copy"
+            if p is None:  # not even the same entries: this and every later DEST segment go first
+                diverged = k
+                p = _Plan(k, length, "copy")
+            plans.append(p)
+        if diverged is not None:  # k itself is replaced atomically (segment 1 is never absent)
+            drop += [k for k in present if diverged < k <= tail_seg]
+        return plans, sorted(set(drop), reverse=True)
+
+    def _compare(self, k: int, length: int, sealed: bool) -> _Plan | None:
+        """reuse / append / copy (a replacement with the same entries), or None when DEST's segment
+        does not end with a checksum SRC has there (DEST diverged, or its file is damaged)."""
+        sp, dp = self.engine.seg_path(k), self.dpath(k)
+        with _ro(sp) as sfd, _ro(dp) as dfd:
+            dsize = os.fstat(dfd).st_size
+            dmagic, smagic = os.pread(dfd, MAGIC_LEN, 0), os.pread(sfd, MAGIC_LEN, 0)
+            if dsize == length and dmagic == smagic:
+                if os.pread(dfd, TAIL_LEN, dsize - TAIL_LEN) == os.pread(sfd, TAIL_LEN, length - TAIL_LEN):
+                    return _Plan(k, length, "reuse")
+            if SEG_HEADER.size <= dsize < length and dmagic == smagic == SEG_MAGIC:
+                got = _last_entry(dfd, dsize, k)
+                if got is not None and os.pread(sfd, TAIL_LEN, dsize - TAIL_LEN) == got[0] and (
+                        dsize > SEG_HEADER.size or os.pread(sfd, SEG_HEADER.size, 0) == os.pread(dfd, SEG_HEADER.size, 0)):
+                    return _Plan(k, length, "append", dsize, got[0], got[1])
+            if sealed and dsize >= TAIL_LEN and os.pread(dfd, TAIL_LEN, dsize - TAIL_LEN) == os.pread(sfd, TAIL_LEN, length - TAIL_LEN):
+                return _Plan(k, length, "copy")  # the same entries in another layout (gc rewrote one of them)
+            if not sealed:
+                return _Plan(k, length, "copy")  # DEST's last segment: nothing after it to keep consistent
+        return None
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def _clear_tmp(self) -> None:
+        os.makedirs(self.tmp, exist_ok=True)
+        for f in os.listdir(self.tmp):
+            if f.startswith(TMP_PREFIX + "."):
+                os.unlink(os.path.join(self.tmp, f))  # a killed backup's (DEST's lock is ours: none is running)
+
+    def _remove(self, segs: list[int]) -> None:
+        """Remove DEST segments, highest first (so DEST is a prefix of the log at every step), after
+        its witness, which may name an entry in them."""
+        wit = os.path.join(self.dlog, "witness")
+        if os.path.exists(wit):
+            os.unlink(wit)
+            self.policy.dir(self.dlog)
+        for k in segs:
+            for path in (self.dpath(k), os.path.join(self.dlog, f"{k:010d}.idx")):
+                if os.path.exists(path):
+                    os.unlink(path)
+                    self.removed += 1
+            self.policy.dir(self.dlog)
+
+    def _copy_whole(self, p: _Plan, done: int) -> None:
+        """SRC's segment ``[0, length)`` into DEST/tmp, fsynced, checked, renamed into place."""
+        tmp = self._tmp_name(f"seg{p.seg}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with _ro(self.engine.seg_path(p.seg)) as sfd:
+                digest = self._stream(sfd, fd, 0, p.length, done, self.engine.seg_path(p.seg))
+            self.policy.file(fd)
+            self._check_copy(fd, tmp, p.seg, 0, p.length, digest, ZERO, 0)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.rename(tmp, self.dpath(p.seg))
+        self.policy.dir(self.dlog)
+        self.copied += 1
+
+    def _append(self, p: _Plan, done: int) -> None:
+        """SRC's bytes ``[start, length)`` appended to DEST's segment in place; on any failure DEST's
+        file is truncated back to what it was (a torn tail either way: invisible, cut by a writer)."""
+        path = self.dpath(p.seg)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            try:
+                with _ro(self.engine.seg_path(p.seg)) as sfd:
+                    os.lseek(fd, p.start, os.SEEK_SET)
+                    digest = self._stream(sfd, fd, p.start, p.length, done, self.engine.seg_path(p.seg))
+                self.policy.file(fd)
+                self._check_copy(fd, path, p.seg, p.start, p.length, digest, p.prev, p.n)
+            except BaseException:
+                try:
+                    os.ftruncate(fd, p.start)
+                except OSError:
+                    pass
+                raise
+        finally:
+            os.close(fd)
+        self.copied += 1
+
+    def _stream(self, sfd: int, dfd: int, start: int, end: int, done: int, path: str) -> bytes:
+        h = blake3.blake3()
+        off = start
+        while off < end:
+            data = os.pread(sfd, min(CHUNK, end - off), off)
+            if not data:
+                raise IntegrityError("?", path, f"segment ended at offset {off} while being copied")
+            h.update(data)
+            _write_all(dfd, data)
+            off += len(data)
+            self.bytes += len(data)  # segment bytes only: indexes and the checkpoint are counted as files
+            if self.progress is not None:
+                self.progress(done + off - start, self.total)
+        return h.digest()
+
+    def _check_copy(self, fd: int, path: str, seg: int, start: int, end: int, digest: bytes, prev: bytes, n: int) -> None:
+        """Read the copied range back: its BLAKE3 must be what was read from SRC, and in an ordinary
+        segment each copied entry's chain checksum must follow from its meta and the entry before."""
+        h = blake3.blake3()
+        off = start
+        while off < end:
+            data = os.pread(fd, min(CHUNK, end - off), off)
+            if not data:
+                break
+            h.update(data)
+            off += len(data)
+        if off != end or h.digest() != digest:
+            raise IntegrityError("?", path, f"the bytes read back from offset {start} are not the bytes copied")
+        if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC:
+            return  # another layout (a packed segment): the engine checks its chain when DEST reads it
+        if start == 0:
+            _, _, n, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
+            start = SEG_HEADER.size
+        off = start
+        while off < end:
+            head = os.pread(fd, ENTRY_HEAD.size, off)
+            if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                raise IntegrityError("?", path, f"entry {n} at offset {off}: bad entry header in the copy")
+            _, mlen, dlen = ENTRY_HEAD.unpack(head)
+            length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+            if mlen > MAX_META or off + length > end:
+                raise IntegrityError("?", path, f"entry {n} at offset {off}: runs past the end of the copy")
+            e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
+                             dlen, off, prev, seg, n)
+            if isinstance(e, str):
+                raise IntegrityError("?", path, f"entry {n} at offset {off} in the copy: {e}")
+            prev, n, off = e.checksum, e.n + 1, off + length
+            if e.seal:
+                break  # what follows a seal entry is not the log (SRC has the same bytes)
+
+    def _copy_index(self, seg: int, copied: bool) -> None:
+        """A sealed segment's index beside its copy, if SRC's file is the one the log names (derived: a
+        DEST reader checks it against its log anyway, and rebuilds it when absent)."""
+        dp = os.path.join(self.dlog, f"{seg:010d}.idx")
+        if not copied and os.path.exists(dp):
+            return
+        named = self.engine.tables.idx.get(seg)
+        try:
+            with open(os.path.join(self.engine.dir, f"{seg:010d}.idx"), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = None
+        if data is None or named is None or blake3.blake3(data).digest() != named:
+            if copied and os.path.exists(dp):
+                os.unlink(dp)  # the old segment's index: a reader builds the new one
+                self.removed += 1
+            return
+        self._put_file(dp, data)
+
+    def _copy_checkpoint(self) -> None:
+        """SRC's checkpoint, as it is, when DEST has none or a segment of DEST was replaced: DEST's engine
+        adopts it only if DEST's log commits to it (else it replays DEST's log), so the first open of a
+        big backup costs the tail, not the whole log. Otherwise DEST keeps its own (written by the last
+        backup's open), and its open replays only what this backup appended."""
+        if not self.replaced and os.path.exists(os.path.join(self.dlog, "checkpoint")):
+            return
+        try:
+            with open(os.path.join(self.engine.dir, "checkpoint"), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self._put_file(os.path.join(self.dlog, "checkpoint"), data)
+
+    def _put_file(self, path: str, data: bytes) -> None:
+        tmp = self._tmp_name(os.path.basename(path))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, data)
+            self.policy.file(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.rename(tmp, path)
+        self.policy.dir(self.dlog)
+        self.copied += 1
+
+    def _tmp_name(self, what: str) -> str:
+        return os.path.join(self.tmp, f"{TMP_PREFIX}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
+
+    # -- checking DEST as a whole ------------------------------------------------------------------------------
+    def _check_links(self, tail_seg: int) -> None:
+        """Each ordinary segment header's previous checksum is the last 32 bytes of DEST's segment
+        before it (its last entry's checksum): the copied and the kept segments chain."""
+        before = None
+        for k in range(1, tail_seg + 1):
+            with _ro(self.dpath(k)) as fd:
+                head = os.pread(fd, SEG_HEADER.size, 0)
+                if before is not None and head[:MAGIC_LEN] == SEG_MAGIC and SEG_HEADER.unpack(head)[3] != before:
+                    raise IntegrityError("?", self.dpath(k), f"segment {k} of the backup does not chain to segment {k - 1}")
+                before = os.pread(fd, TAIL_LEN, os.fstat(fd).st_size - TAIL_LEN)
+
+    def _check_open(self, pos: Position) -> None:
+        """DEST opens as a store and stands at exactly the snapshot."""
+        try:
+            d = LogEngine(self.dest, self.policy)
+        except ObjstoreError as e:
+            raise IntegrityError("?", self.dest, f"the backup does not open: {e}") from None
+        try:
+            got = d.position()
+            if d.damaged is not None or d.torn is not None or got != pos:
+                why = d.damaged or d.torn or f"it ends at entry {got.entry}, the snapshot at entry {pos.entry}"
+                raise IntegrityError("?", self.dest, f"the backup does not read as the snapshot: {why}")
+        finally:
+            d.close()
+
+    def _write_witness(self, pos: Position) -> None:
+        """DEST's own head witness for the snapshot, last: every byte it covers is durable and checked."""
+        if pos.entry == 0:
+            return
+        path = os.path.join(self.dlog, "witness")
+        if _read_witness(path) == (pos.entry, pos.checksum):
+            return
+        tmp = self._tmp_name("witness")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
+            self.policy.file(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
+        os.rename(tmp, path)
+        self.policy.dir(self.dlog)
+
+
+def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
+    """(checksum, number of the next entry) of the entry ending at ``size`` in an ordinary segment,
+    checked (its meta gives its trailer's checksum from the entry before it); for a file of only a
+    header, (the header's previous checksum, its first entry); None if no whole entry ends there."""
+    if size == SEG_HEADER.size:
+        _, _, first, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
+        return prev, first
+    trailer = os.pread(fd, ENTRY_TRAILER.size, size - ENTRY_TRAILER.size)
+    if len(trailer) != ENTRY_TRAILER.size:
+        return None
+    length, checksum = ENTRY_TRAILER.unpack(trailer)
+    start = size - length
+    if start < SEG_HEADER.size or length < ENTRY_HEAD.size + ENTRY_TRAILER.size:
+        return None
+    head = os.pread(fd, ENTRY_HEAD.size, start)
+    if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+        return None
+    _, mlen, dlen = ENTRY_HEAD.unpack(head)
+    if mlen > MAX_META or ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size != length:
+        return None
+    if start == SEG_HEADER.size:
+        prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))[3]
+    else:
+        prev = ENTRY_TRAILER.unpack(os.pread(fd, ENTRY_TRAILER.size, start - ENTRY_TRAILER.size))[1]
+    meta = os.pread(fd, ENTRY_HEAD.size + mlen, start)
+    try:
+        n = msgspec.msgpack.decode(meta[ENTRY_HEAD.size:])["n"]
+    except (msgspec.DecodeError, KeyError, TypeError):
+        return None
+    if type(n) is not int:
+        return None
+    e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
+    if isinstance(e, str):
+        return None
+    return bytes(checksum), n + 1
+
+
+@contextmanager
+def _ro(path: str) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
