@@ -27,6 +27,8 @@ from objstore.errors import Interrupted, ObjstoreError, StateCacheError, Storage
 from .admin import backup, demo, init, rebuild, repair, upgrade
 from .audit import anchor, verify
 from .journal import journal, key_group
+from .lifecycle import delete, redact
+from .maintenance import gc
 from .objects import cat, put_blob, refs, show
 from .output import EXIT_CODES_HELP, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
@@ -125,6 +127,9 @@ for _command in (init, cat, show, refs, put_blob, verify, anchor, upgrade, repai
                  journal_serve, demo):
     cli.add_command(_command)
 cli.add_command(backup)
+cli.add_command(delete)
+cli.add_command(redact)
+cli.add_command(gc)
 
 
 def main():
