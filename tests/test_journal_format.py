@@ -245,7 +245,7 @@ BAD = [
      "field 'request.params' must hold reflects_through, checkpoint and enabled only"),
     ("grant v2 (owner-signed)", lambda g: dict(g, action="promote"), "field 'action' must be 'grant' or 'revoke', is 'promote'"),
     ("grant v2 (owner-signed)", lambda g: dict(g, rights=["write", "read"]),
-     "field 'rights' must be a sorted, non-empty list of distinct rights from read, write, is list"),
+     "field 'rights' must be a sorted, non-empty list of distinct rights from delete, read, write, is list"),
     ("grant v2 (owner-signed)", lambda g: dict(g, role="admin"), "field 'role' must be one of worker, job, is 'admin'"),
     ("grant v2 (owner-signed)", lambda g: _without(g, "sig"), "missing field 'sig'"),
     ("grant v2 (owner-signed)", lambda g: dict(g, seq=0), "field 'seq' must be an integer >= 1, is 0"),

@@ -1,7 +1,7 @@
 """Grants: who may read and write a session's journal, as objects signed by the owner key (T-745 point 8).
 
 A grant (schema 2) names a grantee's public key, a role (``worker`` or ``job``), rights
-(``read``, ``write``) and a scope — one session (``run/<run>/grant/<key>``) or every session of
+(``read``, ``write``; ``delete`` for recorded deletion, issue 17) and a scope — one session (``run/<run>/grant/<key>``) or every session of
 a subject (``subjects/<subject>/grant/<key>``) — and is signed by the store's owner key. A
 revocation or a supersession is a new signed grant object behind the same forward-only ref,
 never an erasure. Whether a key may act is decided by the Host (``objstore.journal.host``) from these
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, Refused
-from ..runs.records import GRANT_SCHEMA, RIGHTS, ROLES
+from ..runs.records import DEFAULT_RIGHTS, GRANT_SCHEMA, RIGHTS, ROLES
 from ..storage import codec, identity
 from ..storage.identity import Key
 from ..storage.refs import check_ref_name
@@ -60,7 +60,7 @@ def _scope(log: ChainReader, run: str | None, subject: str | None) -> tuple[str 
 
 
 def _write_grant(log: RunLog, owner: Key, run: str | None, subject: str | None, public: str, action: str, *, role: str = "worker",
-                 rights: Iterable[str] = RIGHTS, name: str = "", reason: str = "", supersedes: str | None = None) -> bytes:
+                 rights: Iterable[str] = DEFAULT_RIGHTS, name: str = "", reason: str = "", supersedes: str | None = None) -> bytes:
     _check_owner(log, owner)
     public = identity.check_public(public)
     if role not in ROLES:
@@ -80,9 +80,11 @@ def _write_grant(log: RunLog, owner: Key, run: str | None, subject: str | None, 
 
 
 def grant(log: RunLog, owner: Key, run: str | None, public: str, *, subject: str | None = None, role: str = "worker",
-          rights: Iterable[str] = RIGHTS, name: str = "", reason: str = "") -> bytes:
+          rights: Iterable[str] = DEFAULT_RIGHTS, name: str = "", reason: str = "") -> bytes:
     """Grant ``public`` (a worker's or job's key) rights on a session (``run``) or, with ``run=None``,
-    on every session of ``subject``. Signed by the owner key; returns the grant object's id."""
+    on every session of ``subject``. Signed by the owner key; returns the grant object's id.
+    ``rights`` default to read and write; ``delete`` (recorded deletion of the run, or of any run
+    of the subject: ``objstore.lifecycle.delete``) is given only when named."""
     return _write_grant(log, owner, run, subject, public, "grant", role=role, rights=rights, name=name, reason=reason)
 
 

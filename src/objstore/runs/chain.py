@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
-from ..errors import InvalidInput
+from ..errors import Deleted, InvalidInput
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
@@ -48,6 +48,7 @@ class View(NamedTuple):
     run: str
     live: int
     heads: dict[int, bytes]  # branch -> head id
+    deletions: bytes | None = None  # head of run/<R>/deletions: which records are header-only (issue 17)
 
     def head(self, branch: int) -> bytes:
         return runrefs.head_of(self.run, self.heads, branch)
@@ -63,6 +64,7 @@ class ChainReader:
 
     # -- objects -------------------------------------------------------------
     def record(self, oid: bytes) -> R.Record:
+        """A record by id (Deleted if a recorded deletion covers it: objstore.storage.store)."""
         otype, value = self.store.get(oid)
         if otype != codec.RECORD:
             raise InvalidInput(f"object {oid.hex()} is a {otype}, not a record")
@@ -79,7 +81,8 @@ class ChainReader:
         first = self.store.indexed_record(view.run, branch, 0)
         if first is None or not self._is_ancestor(view.run, branch, 0, head):
             return self.chain(head)[1]  # not indexed (an open batch): walk
-        parent = get(first)[1]["parent"]
+        erased = self.store.erased_records.get(first)
+        parent = self._header_parent(first, erased) if erased is not None else get(first)[1]["parent"]
         if parent is None:
             return None
         otype, p = get(parent)
@@ -96,7 +99,16 @@ class ChainReader:
             get = self.store.get_decoded
         oid: bytes | None = head
         branch = None
+        erased = self.store.erased_records  # records partial deletions cover: folded from their rows
         while oid is not None and oid != stop_at:
+            hit = erased.get(oid) if erased else None
+            if hit is not None:
+                rec = self._header_only(oid, hit)
+                if branch is None:
+                    branch = rec.branch
+                yield rec
+                oid = rec.parent
+                continue
             otype, p = get(oid)
             if otype == codec.FORK:
                 yield dict(p, id=oid)
@@ -163,9 +175,15 @@ class ChainReader:
         if start > last:
             return
         if self.store.indexed_record(view.run, branch, last) is not None:
+            erased = self.store.erased_records
             for lsn, oid in self.store.engine.iter_chain(view.run, branch, start):
                 if lsn > last:
                     break
+                hit = erased.get(oid) if erased else None
+                if hit is not None:
+                    yield self._header_only(oid, hit)
+                    expect = lsn + 1
+                    continue
                 otype, p = get(oid)
                 yield _new_record(Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
                 expect = lsn + 1
@@ -205,12 +223,46 @@ class ChainReader:
         return self.store.run_names()
 
     def view(self, run: str) -> View:
+        """The run's refs now; RunNotFound for no such run, Deleted (exit 12) for a deleted one."""
         R.check_run_id(run)
         return self._view_of(run, self.store.run_refs(run))
 
-    @staticmethod
-    def _view_of(run: str, snap: dict) -> View:
-        return View(run, *runrefs.parse_run_refs(run, snap))
+    def _view_of(self, run: str, snap: dict) -> View:
+        gone = snap.get(runrefs.deleted_ref(run))
+        if isinstance(gone, bytes):
+            raise Deleted(f"run {run}", gone.hex(), self.store.deletion_object(gone).get("reason", ""))
+        return self.view_of_any(run, snap)
+
+    def view_of_any(self, run: str, snap: dict) -> View:
+        """A view of a run's refs, deleted or not (verify and deletion read deleted runs' refs)."""
+        live, heads = runrefs.parse_run_refs(run, snap)
+        dels = snap.get(runrefs.deletions_ref(run))
+        if isinstance(dels, bytes):
+            self.store.covered_records(run, dels)  # its covered records join store.erased_records
+            return View(run, live, heads, dels)
+        return View(run, live, heads)
+
+    # -- header-only records (issue 17) ------------------------------------------------------
+    def _header_only(self, oid: bytes, hit: tuple) -> R.Record:
+        """The header-only record of a covered record: place and kind from its deletion's row, its
+        parent from the chain index (LSN 0 of a fork: the fork object, from the record's header)."""
+        did, run, branch, lsn, kind = hit
+        return R.header_only(oid, run, branch, lsn, self._header_parent(oid, hit), kind, did)
+
+    def _header_parent(self, oid: bytes, hit: tuple) -> bytes | None:
+        _did, run, branch, lsn, _kind = hit
+        if lsn > 0:
+            parent = self.store.indexed_record(run, branch, lsn - 1)
+            if parent is not None:
+                return parent
+        elif branch == 0:
+            return None
+        row = getattr(self.store.engine, "record_row", None)  # the header in the entry's meta, if the engine serves it
+        if row is not None:
+            got = row(oid)
+            if got is not None:
+                return cast("bytes | None", got[3])
+        return cast("bytes | None", codec.decode(self.store.engine.read(oid), oid, False)[1]["parent"])
 
     pin = view
 
@@ -238,6 +290,10 @@ class ChainReader:
     def next_of(self, head: bytes) -> tuple[int, bool]:
         hit = self._next.get(head)
         if hit is None:
+            erased = self.store.erased_records.get(head)
+            if erased is not None:  # a header-only head: its place and kind are its deletion's row
+                hit = self._next[head] = (erased[3] + 1, erased[4] == R.RUN_FINISHED)
+                return hit
             otype, p = self.store.get(head)
             if otype == codec.FORK:
                 hit = (0, False)

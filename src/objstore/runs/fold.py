@@ -1,5 +1,8 @@
 """The pure fold: records in, state out. No I/O, no clock, no hidden inputs.
 
+A record a partial deletion covers is folded as a header-only record (``apply``): it counts in
+``records`` and nothing else, the same in the state cache, a re-fold and verify's fold.
+
 The state of a branch is the fold of its lineage: the parent branch's records up
 to the fork LSN (recursively), then the branch's own records. The chain walking
 that feeds this lives in ``runlog``; this module only says what each record
@@ -42,10 +45,13 @@ def empty_state() -> dict:
 
 
 def apply(state: dict, rec: R.Record) -> dict:
-    """Fold one record into ``state`` in place and return it."""
+    """Fold one record into ``state`` in place and return it. A header-only record (its body taken
+    by a recorded deletion: ``records.header_only``) counts as a record and contributes nothing else."""
     b = rec.body
     k = rec.kind
     state["records"] += 1
+    if R.DELETED_FIELD in b:
+        return state
     if k == R.RUN_STARTED:
         state["run"] = rec.run
         state["subject"] = b["subject"]

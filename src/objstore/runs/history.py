@@ -196,6 +196,9 @@ def human_time(t: float | None) -> str:
 def summary(r: R.Record) -> str:
     """What a record says, in a few words."""
     b = r.body
+    gone = R.deleted_by(r)
+    if gone is not None:
+        return f"deleted ({gone.hex()[:12]})"
     if r.kind == R.ATTEMPT:
         return f"step {b['step']} attempt {b['attempt']} {b['state']}"
     if r.kind == R.INTENT:

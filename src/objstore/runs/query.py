@@ -152,7 +152,7 @@ def inherited_attempts(log: ChainReader, view: View, branch: int) -> list[tuple[
     for rec in log.iter_lineage(view, branch):
         if rec.kind == R.RUN_STARTED:
             wfv = rec.body.get("workflow_version")
-        elif rec.kind == R.ATTEMPT and rec.branch != branch:
+        elif rec.kind == R.ATTEMPT and rec.branch != branch and R.DELETED_FIELD not in rec.body:
             out.append((rec.branch, rec.lsn, attempt_view(rec, wfv)))
     return out
 

@@ -631,6 +631,8 @@ def _other_problem(otype: str, value: dict) -> str | None:
         return _grant_problem(value)
     elif otype == "segment":
         return _segment_problem(value)
+    elif otype == DELETION_TYPE:
+        return deletion_problem(value)
     elif type(value.get("run", "")) is not str:
         return "field 'run' must be a string"
     return None
@@ -731,7 +733,9 @@ def _schema_version(otype: str, value: dict, current: int) -> int | str:
 PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
 OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)
 ROLES = ("worker", "job")
-RIGHTS = ("read", "write")
+DELETE_RIGHT = "delete"
+RIGHTS = (DELETE_RIGHT, "read", "write")  # sorted: a grant's rights list is stored sorted
+DEFAULT_RIGHTS = ("read", "write")  # what a grant gives unless told: a journal worker's (delete is asked for by name)
 JOURNAL_SCHEMA = 2
 GRANT_SCHEMA = 2
 SEGMENT_SCHEMA = 2
@@ -855,3 +859,89 @@ def _segment_problem(value: dict) -> str | None:
             ("projection", _opt(_one_of("full", "bounded")), "'full', 'bounded' or nil"),
             ("identical_to", _is_opt_id, _OPT_ID)), "snapshot.")
     return bad
+
+
+# -- deletion objects (issue 17; docs/FORMAT.md "Deletion and redaction objects") ----------------------
+#
+# A recorded deletion or redaction: what it covers (a whole run, some records of one run, one
+# blob), why, when, by whom (the signer's public key and the grant that let it, if not the
+# owner), signed. Schema 1 carries ``v`` = 1 (it is new: no legacy form without ``v``). A covered
+# record is listed as ``[id, branch, lsn, kind]`` (sorted by branch, LSN), so that a record whose
+# body is gone still has its place and kind: it folds as a header-only record.
+
+DELETION_TYPE = "deletion"
+DELETION_SCHEMA = 1
+SCOPES = ("run", "records", "blob")
+SCOPE_RUN, SCOPE_RECORDS, SCOPE_BLOB = SCOPES
+_KNOWN_VERSION[DELETION_TYPE] = DELETION_SCHEMA
+DELETION_FIELDS = ("v", "scope", "run", "records", "blob", "reason", "time", "by", "grant", "previous", "sig")
+
+
+def _records_rows_ok(v: object) -> bool:
+    if type(v) is not list or not v:
+        return False
+    for row in v:
+        if not (type(row) is list and len(row) == 4 and _is_id(row[0]) and type(row[1]) is int and row[1] >= 0
+                and type(row[2]) is int and row[2] >= 0 and type(row[3]) is str and row[3] in KINDS):
+            return False
+    keys = [(row[1], row[2]) for row in v]
+    return keys == sorted(keys) and len(set(keys)) == len(keys) and len({row[0] for row in v}) == len(v)
+
+
+def deletion_problem(value: dict) -> str | None:
+    """What is wrong with a deletion object's shape, or None (the signature and the authority of
+    its signer are verify's: they need the store)."""
+    if value.get("v") != DELETION_SCHEMA:
+        return f"unknown deletion schema version {_show(value.get('v'))} (known: {DELETION_SCHEMA})"
+    unknown = sorted(k if type(k) is str else repr(k) for k in value if k not in DELETION_FIELDS)
+    if unknown:
+        return f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+    bad = _spec_problem(value, (
+        ("v", _is_int(1), "1"), ("scope", _one_of(*SCOPES), "one of " + ", ".join(SCOPES)),
+        ("run", _opt(_is_name), "a non-empty string or nil"), ("records", lambda x: x is None or type(x) is list, "a list or nil"),
+        ("blob", _is_opt_id, _OPT_ID), ("reason", _is_name, "a non-empty string"), ("time", _is_num, _NUM),
+        ("by", _opt(_HEX64), "64 lowercase hex digits (an ed25519 public key) or nil"), ("grant", _is_opt_id, _OPT_ID),
+        ("previous", _is_opt_id, _OPT_ID), ("sig", _opt(_is_hex(128)), "128 lowercase hex digits (an ed25519 signature) or nil")))
+    if bad is not None:
+        return bad
+    if time_problem(value["time"]) is not None:
+        return f"field 'time': {time_problem(value['time'])}"
+    scope = value["scope"]
+    if scope == SCOPE_BLOB:
+        if value["blob"] is None or value["run"] is not None or value["records"] is not None:
+            return "a blob deletion (redaction) names a blob, and no run or records"
+    elif value["run"] is None or value["blob"] is not None:
+        return f"a {scope} deletion names a run, and no blob"
+    elif scope == SCOPE_RUN and value["records"] is not None:
+        return "a run deletion covers the whole run: its records field is nil"
+    elif scope == SCOPE_RECORDS and not _records_rows_ok(value["records"]):
+        return ("field 'records' must be a non-empty list of [id, branch, lsn, kind] rows (a 32-byte id, integers >= 0, "
+                "a record kind), sorted by (branch, lsn), without repeats")
+    if scope != SCOPE_RECORDS and value["previous"] is not None:
+        return f"a {scope} deletion has no previous deletion (only the records chain of a run has one)"
+    if (value["by"] is None) != (value["sig"] is None):
+        return "a deletion is signed (by and sig) or unsigned (neither)"
+    if value["by"] is None and value["grant"] is not None:
+        return "an unsigned deletion names no grant"
+    return None
+
+
+def deletion_rows(value: dict) -> list[tuple[bytes, int, int, str]]:
+    """The covered records of a ``records`` deletion as (id, branch, lsn, kind); none for others."""
+    return [(r[0], r[1], r[2], r[3]) for r in value.get("records") or ()]
+
+
+def header_only(oid: bytes, run: str, branch: int, lsn: int, parent: bytes | None, kind: str, deletion: bytes) -> Record:
+    """A record whose body a recorded deletion covers: its place (run, branch, LSN, parent) and kind
+    stay, its time and body are gone; the body says which deletion took it: ``{"deleted": id}``
+    (no record kind has a ``deleted`` field, so no stored body looks like this)."""
+    return Record(oid, run, branch, lsn, parent, kind, None, {DELETED_FIELD: deletion})
+
+
+DELETED_FIELD = "deleted"
+
+
+def deleted_by(rec: Record) -> bytes | None:
+    """The id of the deletion that covers ``rec`` (a header-only record), else None."""
+    d = rec.body.get(DELETED_FIELD) if DELETED_FIELD in rec.body else None
+    return d if type(d) is bytes else None

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from ..storage.store import Store
     from .chain import ChainReader, View
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"  # 5: branch.dels, the run's deletions head a row reflects (issue 17)
 
 RCHUNK = 1024  # records per ``recs`` row
 VCHUNK = 512  # attempts per ``attempt`` row
@@ -72,7 +72,7 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS branch(
   run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
-  parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB,
+  parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB, dels BLOB,
   PRIMARY KEY(run, branch));
 CREATE TABLE IF NOT EXISTS attempt(
   run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, n INTEGER, view BLOB,
@@ -162,7 +162,7 @@ def _refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, 
     atts = []
     for r in chains.iter_lineage(view, branch):
         apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-        if r.branch == branch and r.kind == R.ATTEMPT:
+        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:
             atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
     chains.store.forget_decoded()
     atts.sort(key=lambda t: t[:3])
@@ -182,7 +182,7 @@ def refold_stream(chains: ChainReader, view: View, branch: int) -> tuple[dict, d
             state = empty_state()
             for r in chains.iter_lineage(view, branch):
                 apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-                if r.branch == branch and r.kind == R.ATTEMPT:
+                if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:
                     b = r.body
                     held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
                     if len(held) >= _SPILL:
@@ -301,6 +301,20 @@ class StateCache:
                 else:
                     self.db.execute(f"DELETE FROM {t} WHERE run=?", (run,))
 
+    @_cache_op("drop deleted runs' cached state")
+    def drop_deleted(self, store: Store) -> list[str]:
+        """Remove the rows of every run the log says is deleted (``run/<R>/deleted``): a deleted
+        run's folded state leaves the cache (gc then vacuums the file). Returns those runs."""
+        from ..storage import runrefs
+
+        if not self.exists():
+            return []
+        cached = [r for (r,) in self.db.execute("SELECT DISTINCT run FROM branch").fetchall()]
+        gone = [r for r in cached if isinstance(r, str) and isinstance(store.run_refs(r).get(runrefs.deleted_ref(r)), bytes)]
+        for r in gone:
+            self.drop(r)
+        return gone
+
     def _tx(self) -> AbstractContextManager[None]:
         db = self.db
 
@@ -356,7 +370,7 @@ class StateCache:
         try:
             db.execute("BEGIN")
             try:
-                row = db.execute("SELECT head, tip_lsn, fork, summary FROM branch WHERE run=? AND branch=?",
+                row = db.execute("SELECT head, tip_lsn, fork, summary, dels FROM branch WHERE run=? AND branch=?",
                                  (view.run, branch)).fetchone()
                 if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
                     db.execute("COMMIT")
@@ -364,7 +378,7 @@ class StateCache:
                 summary = _dec.decode(row[3])
                 if not isinstance(summary, dict) or set(summary) != set(SUMMARY_KEYS):
                     raise ValueError("not a summary")
-                self.confirm(chains, view, branch, row[1], row[2])
+                self.confirm(chains, view, branch, row[1], row[2], row[4])
             except BaseException:
                 db.execute("COMMIT")
                 raise
@@ -383,10 +397,10 @@ class StateCache:
         db = self.db
         db.execute("BEGIN")
         try:
-            row = db.execute("SELECT head, tip_lsn, fork FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+            row = db.execute("SELECT head, tip_lsn, fork, dels FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
             if row is None:
                 return None
-            self.confirm(chains, view, branch, row[1], row[2])
+            self.confirm(chains, view, branch, row[1], row[2], row[3])
         except Diverged as e:
             return str(e)
         except _ROW_DAMAGE as e:
@@ -399,11 +413,14 @@ class StateCache:
         """The confirmed views, chunk by chunk, in the read transaction ``open_branch`` began."""
         return _Views(self.db, run, branch)
 
-    def confirm(self, chains: ChainReader, view: View, branch: int, tip: Any, fork: Any) -> None:
+    def confirm(self, chains: ChainReader, view: View, branch: int, tip: Any, fork: Any, dels: Any) -> None:
         """Raise ``Diverged`` (saying how) unless the branch's rows, as this connection reads them,
-        are exactly the log's at the view's head: tip, fork object, one record row per LSN naming
-        the log's record there, one attempt view per attempt record, in query order."""
+        are exactly the log's at the view's head: the run's partial deletions (the head of its
+        deletions chain), tip, fork object, one record row per LSN naming the log's record there,
+        one attempt view per attempt record (header-only ones have none), in query order."""
         run = view.run
+        if _dels(dels) != view.deletions:
+            raise Diverged(f"cached rows reflect deletions {_show(_dels(dels))}, the run's deletions head is {_show(view.deletions)}")
         head = view.head(branch)
         head_lsn = chains.next_of(head)[0] - 1
         if tip != head_lsn:
@@ -492,10 +509,10 @@ class StateCache:
                 db = self.db
                 db.execute("BEGIN")
                 try:
-                    row = db.execute(f"SELECT head, {column}, tip_lsn, fork FROM branch WHERE run=? AND branch=?",
+                    row = db.execute(f"SELECT head, {column}, tip_lsn, fork, dels FROM branch WHERE run=? AND branch=?",
                                      (view.run, branch)).fetchone()
                     if row is not None and bytes(row[0]) == view.head(branch):
-                        self.confirm(chains, view, branch, row[2], row[3])
+                        self.confirm(chains, view, branch, row[2], row[3], row[4])
                         got = _dec.decode(row[1])
                         if isinstance(got, dict):
                             return got
@@ -583,9 +600,11 @@ class StateCache:
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn FROM branch WHERE run=? AND branch=?",
+            row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn, dels FROM branch WHERE run=? AND branch=?",
                              (run, branch)).fetchone()
-            if row is not None and not self._valid_row(row):
+            if row is not None and (not self._valid_row(row) or _dels(row[6]) != view.deletions):
+                # a partial deletion since (made by any process: the view's ref says so) changes the
+                # fold of records the row has folded already: the branch is folded again
                 self._forget(run, branch)
                 row = None
             if row is not None and bytes(row[0]) == head:
@@ -633,8 +652,8 @@ class StateCache:
                 self._forget(run, branch)
                 db.execute("COMMIT")
                 return self._refresh(chains, view, branch)
-            db.execute("INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?)",
-                       (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state))))
+            db.execute("INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?,?)",
+                       (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state)), view.deletions))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -660,7 +679,7 @@ class StateCache:
             apply(state, r)
             tip = r.lsn
             rids += r.id[:_RID]
-            if r.kind == R.ATTEMPT:
+            if r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:  # a header-only attempt has no view
                 b = r.body
                 kinds.append(1)
                 pending.setdefault(b["step"], []).append((b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
@@ -747,6 +766,10 @@ class _Views(Iterator[bytes]):
             self.close()
         except Exception:  # noqa: S110 - a connection already gone has no snapshot left to end
             pass
+
+
+def _dels(v: Any) -> bytes | None:
+    return bytes(v) if isinstance(v, (bytes, memoryview)) else None
 
 
 def _show(v: bytes | None) -> str:

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import blake3
 import msgspec
 
-from ..errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
-from ..storage import codec, runrefs, segindex
+from ..errors import BodyRemoved, CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
+from ..storage import codec, identity, packed, runrefs, segindex
 from ..storage import engine as E
 from ..storage.engine import (
     SEG_HEADER,
@@ -149,6 +149,7 @@ class SegResult(NamedTuple):
     verdict: str | None  # of its index file: "ok", "differs", "missing", or None (not judged: damage, or not sealed in the snapshot)
     built: bytes | None = None  # BLAKE3 of the index its entries give (when judged)
     rechained: bool = False  # read again, chained to the log's checksum rather than its header's
+    packed: tuple | None = None  # a segment gc packed: (the index digest it says it had before, BLAKE3 of the file)
 
 
 def _slim_record(p: dict) -> tuple:
@@ -160,16 +161,31 @@ def _slim_record(p: dict) -> tuple:
     return (p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], body)
 
 
+_BODY_REMOVED = "body-removed"  # not a problem by itself: a deletion must cover it (_Verifier._deletions)
+_REMOVED = b"\x00" * 32  # the stand-in deletion id of a removed record's header-only body, until verify knows it
+_REFS = "_refs"  # a removed record's blob refs, from its entry's row
+
+
 def _record_dict(v: tuple) -> dict:
     return {"run": v[0], "branch": v[1], "lsn": v[2], "parent": v[3], "kind": v[4], "body": v[5]}
 
 
-def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError, full: bool,
+def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityError | BodyRemoved, full: bool,
                  rows: dict | None = None, n: int = 0) -> Checked:
     """Re-hash one object, decode it strictly and check its schema, and check its entry's index row
     for it (``rows``: the entry's rows by object id; entry ``n``); nothing outside its entry."""
     if isinstance(data, IntegrityError):
         return (oid, otype, False, (("corrupt-object", data.args[2]),), True, None, None)
+    if isinstance(data, BodyRemoved):
+        # gc removed the body (verify decides after the scan whether a deletion covers it); a
+        # record's header stays in its entry's row: the chain checks go on from it, header-only
+        row = rows.get(oid) if rows is not None else None
+        if otype == codec.RECORD and row is not None and len(row) >= 7:
+            body = dict(row[6]) if isinstance(row[6], dict) else {}  # an intent's facts: compensation is checked from them
+            body.update({R.DELETED_FIELD: _REMOVED, _REFS: list(row[5] or ())})
+            v = (row[0], row[1], row[2], row[3], row[4], body)
+            return (oid, otype, False, ((_BODY_REMOVED, ""),), False, codec.RECORD, _record_dict(v) if full else v)
+        return (oid, otype, False, ((_BODY_REMOVED, ""),), False, codec.BLOB if otype == codec.BLOB else None, None)
     if isinstance(data, HashedLarge):  # a large blob, hashed while streamed (never held whole)
         if data.digest != oid:
             return (oid, otype, True, (("corrupt-object", "hash mismatch (content does not match id)"),), True, None, None)
@@ -300,7 +316,22 @@ def check_segment(path: str, next_path: str, idx_path: str, seg: int, upto: int 
         items.append(ScanProblem("unreadable-segment", path, f"segment {seg} cannot be read: {err.strerror or err}"))
         clean, end = False, None
     verdict, built = _index_verdict(idx_path, next_path, seg, head, end, objects, chain, idx_seen, sealed) if clean and head and end else (None, None)
-    return SegResult(seg, path, head, items, end, verdict, built)
+    return SegResult(seg, path, head, items, end, verdict, built, packed=_packed_facts(path))
+
+
+def _packed_facts(path: str) -> tuple | None:
+    """(original index digest, BLAKE3 of the file) of a packed segment file, else None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(packed.PK_HEADER.size)
+            if head[:8] != packed.PK_MAGIC or len(head) != packed.PK_HEADER.size:
+                return None
+            h = _hash(head)
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
+    return packed.PK_HEADER.unpack(head)[5], h.digest()
 
 
 def _memory_result(items: Iterator[ScanEntry | ScanProblem], full: bool) -> SegResult:
@@ -488,12 +519,19 @@ class _Verifier:
         self.unfoldable: set[tuple] = set()  # branches whose fold could not start
         self.fold_failures: list[Problem] = []  # why: reported only if no damage explains it
         self.built: dict[int, bytes] = {}  # segment -> BLAKE3 of the index its entries give
+        self.packed: dict[int, tuple] = {}  # segment gc packed -> (its original index digest, BLAKE3 of its file)
+        self.rewrites: dict[int, tuple[bytes, bytes, int]] = {}  # segment -> (file digest, index digest, entry) the last rewrite names
         self.states: dict[tuple, list] = {}  # (run, branch) -> [folded state, attempt view digest]
         self.folding = False
         self.log_broken = False
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
+        self.erased: dict[bytes, bytes] = {}  # record id -> the deletion covering it (header-only in the fold)
+        self.deleted_runs: set[str] = set()  # runs whose run/<R>/deleted is set at the snapshot
+        self.removed: dict[bytes, tuple] = {}  # id -> (type, where, slim record or None) of bodies gc removed
+        self.dead_refs: set[bytes] = set()  # blobs named by deleted records (their bodies may go at gc)
+        self.live_removed: dict[bytes, bytes] = {}  # removed blob -> a live record naming it
 
     def add(self, code: str, subject: str, where: str, detail: str) -> None:
         self.problems.append(Problem(code, subject, where, detail))
@@ -530,6 +568,7 @@ class _Verifier:
         # root are replayed here from the first, apart from the engine readers use.
         breach = _replayed_breach(engine) if isinstance(engine, LogEngine) else None
         upto = self.upto = pos.entry
+        self._erasures()
         # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
         # so the segments after it are read to their ends (each on its own).
         bound = self.bound = upto if broken is None else None
@@ -592,12 +631,16 @@ class _Verifier:
                     self._moves(e, item.where)
                     if e.idx:  # the first entry of a segment names the index of the one sealed before it
                         self._named_index(e, item.where)
+                    for seg_rw, file_digest, idx_digest in e.rw or ():
+                        self.rewrites[seg_rw] = (file_digest, idx_digest, e.n)
                 n_bytes += e.length
                 if self.progress:
                     self.progress(n_objects, n_bytes)
             self._check_index(res)
             if res.built is not None:
                 self.built[res.seg] = res.built
+            if res.packed is not None:
+                self.packed[res.seg] = res.packed
             if res.seg:
                 self.engine.release_indexes()
             if placed and res.end is not None and res.end.complete and not any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in res.items):
@@ -633,6 +676,8 @@ class _Verifier:
             self._phase("references", self._references)
             self._phase("refs", self._refs)
             self._phase("chains", self._chains_end)
+            self._phase("deletions", self._deletions)
+            self._phase("rewrites", self._rewritten)
         for w in want:
             self._anchor(w, count)
         if self.folding and not self.problems:
@@ -787,6 +832,9 @@ class _Verifier:
         oid, _otype, _readable, problems, damaged, t, value = c
         h = oid.hex()
         for code, detail, *subject in problems:
+            if code == _BODY_REMOVED:
+                self.removed[oid] = (_otype, where, value)
+                continue
             self.add(code, subject[0] if subject else h, where, detail)
         if damaged:
             self.damaged.add(oid)
@@ -841,6 +889,14 @@ class _Verifier:
         key = (run, branch)
         h = oid.hex()
         body = p["body"]
+        if oid in self.erased or run in self.deleted_runs or oid in self.removed:
+            refs = body.get(_REFS) if oid in self.removed else [body.get(f) for f in R.BLOB_FIELDS]
+            self.dead_refs.update(r for r in refs or () if type(r) is bytes)
+        elif self.removed:
+            for f in R.BLOB_FIELDS:
+                ref = body.get(f)
+                if type(ref) is bytes and ref in self.removed:
+                    self.live_removed.setdefault(ref, oid)
         for f in R.BLOB_FIELDS:
             ref = body.get(f)
             if type(ref) is bytes and ref not in self.known_blobs:
@@ -894,13 +950,20 @@ class _Verifier:
     def _fold(self, key: tuple[str, int], oid: bytes, p: dict) -> None:
         """Fold each record into its branch's state in log order (a branch's records arrive in
         LSN order), and add its attempt view to an order-free digest of the branch's views."""
-        if key in self.unfoldable:
+        if key in self.unfoldable or key[0] in self.deleted_runs:
             return
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = [self._initial_state(key), 0]
             if key in self.unfoldable:
                 return
+        gone = self.erased.get(oid)
+        if gone is None and oid in self.removed:
+            self.unfoldable.add(key)  # its body is gone and no deletion covers it: named as missing-body
+            return
+        if gone is not None:  # a covered record folds header-only, as the cache and a re-fold fold it
+            apply(st[0], R.header_only(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], gone))
+            return
         rec = R.Record(oid, p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"])
         apply(st[0], rec)
         if rec.kind == R.ATTEMPT:
@@ -933,6 +996,8 @@ class _Verifier:
         cache = self.log.state
         runs = sorted({k[0] for k in self.last} | {k[0] for k in self.forks})
         for run in runs:
+            if run in self.deleted_runs:
+                continue  # never served (every read stops at its deleted ref); gc drops the rows
             try:
                 cached = cache.cached(run)
             except ObjstoreError:
@@ -947,7 +1012,8 @@ class _Verifier:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state is damaged (not a folded state)")
                     continue
                 try:
-                    why = cache.diverged(self.log, View(run, b, {b: mine}), b)
+                    dels = self.refs.get(runrefs.deletions_ref(run))
+                    why = cache.diverged(self.log, View(run, b, {b: mine}, dels if isinstance(dels, bytes) else None), b)
                 except ObjstoreError:
                     continue
                 if why is not None:
@@ -962,6 +1028,75 @@ class _Verifier:
                     digest = (digest + _digest(step, attempt, lsn, view)) % _MOD
                 if digest != st[1]:
                     self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
+
+    # -- recorded deletions (issue 17) ------------------------------------------------------
+    def _erasures(self) -> None:
+        """What the snapshot's deletions cover, read before the scan so the fold is header-only
+        where the cache's is (a deletion's entry comes after the records it covers)."""
+        for name, value in list(self.engine.tables.refs.items()):
+            run = runrefs.run_of(name) if isinstance(value, bytes) else None
+            if run is None:
+                continue
+            if runrefs.is_deleted_ref(name):
+                self.deleted_runs.add(run)
+            elif runrefs.is_deletions_ref(name):
+                try:
+                    self.erased.update((oid, hit[0]) for oid, hit in self.store.covered_records(run, value).items())
+                except ObjstoreError:
+                    pass  # a damaged deletion object: named where its entry is checked
+
+    def _deletions(self) -> None:
+        """Each deletion object: ``deletion_problems`` (schema, signature, authority, covered rows),
+        and the refs that name one name a deletion of their own run and scope; each redacted blob
+        is a note, with the reason."""
+        redacted = {name[len(runrefs.REDACTED_PREFIX):] for name in self.refs if name.startswith(runrefs.REDACTED_PREFIX)}
+        for oid, (otype, where, value) in self.removed.items():
+            if otype == codec.RECORD and value is not None:
+                run = value["run"] if isinstance(value, dict) else value[0]
+                ok = oid in self.erased or run in self.deleted_runs
+            elif otype == codec.BLOB:
+                ok = oid.hex() in redacted or (oid in self.dead_refs and oid not in self.live_removed)
+            else:
+                ok = False
+            if not ok:
+                why = (f"a live record ({self.live_removed[oid].hex()}) names it" if oid in self.live_removed
+                       else "no recorded deletion or redaction covers it")
+                self.add("missing-body", oid.hex(), where, f"gc removed the body of this {otype}, but {why}")
+        for oid, t in sorted(self.types.items()):
+            if t != codec.DELETION or oid in self.damaged:
+                continue
+            try:
+                value = self.store.deletion_object(oid)
+                found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid))
+            except ObjstoreError as e:
+                found = [f"cannot be read: {e}"]
+            for what in found:
+                self.add("bad-deletion", oid.hex(), self._where(oid), what)
+        for name, value in sorted(self.refs.items()):
+            if not isinstance(value, bytes) or value in self.damaged or self._type(value) != codec.DELETION:
+                continue
+            run = runrefs.run_of(name)
+            want: tuple[str, str | None] | None = None
+            if name.startswith(runrefs.REDACTED_PREFIX):
+                want = (R.SCOPE_BLOB, None)
+            elif runrefs.is_deleted_ref(name) and run is not None:
+                want = (R.SCOPE_RUN, run)
+            elif runrefs.is_deletions_ref(name) and run is not None:
+                want = (R.SCOPE_RECORDS, run)
+            if want is None:
+                continue
+            did: bytes | None = value
+            while isinstance(did, bytes):
+                v = self.store.deletion_object(did)
+                if (v.get("scope"), v.get("run")) != want:
+                    self.add("bad-deletion", did.hex(), name, f"{name} names a {v.get('scope')} deletion of run {v.get('run')}")
+                    break
+                if want[0] == R.SCOPE_BLOB and runrefs.redacted_ref(v.get("blob") or b"") != name:
+                    self.add("bad-deletion", did.hex(), name, f"{name} names the redaction of another blob")
+                    break
+                if want[0] == R.SCOPE_BLOB:
+                    self.notes.append(Problem("redacted", name[len(runrefs.REDACTED_PREFIX):], "", str(v.get("reason"))))
+                did = v.get("previous") if want[0] == R.SCOPE_RECORDS else None
 
     def _check_index(self, res: SegResult) -> None:
         """A sealed segment's index file must be exactly what its entries say (check_segment
@@ -979,7 +1114,9 @@ class _Verifier:
         entries give (readers adopt only the file with that digest)."""
         named = e.idx or [0, b""]
         seg, digest = named[0], named[1]
-        built = self.built.get(seg)
+        # A segment gc packed no longer has the layout that index described: its file carries the
+        # digest it had (its own entries' index is checked against the rewrite entry instead).
+        built = self.packed[seg][0] if seg in self.packed else self.built.get(seg)
         if built is not None and built != digest:
             self.add("bad-index-digest", f"entry {e.n}", where, f"names index digest {bytes(digest).hex()} for segment {seg}, "
                      f"its entries give {built.hex()}")
@@ -995,6 +1132,24 @@ class _Verifier:
                 self.refs[name] = new
             if isinstance(new, bytes) and new not in self.damaged and self._type(new) is None:
                 self.add("dangling-ref", name, where, f"entry {e.n} points it at {new.hex()}, not stored in or before that entry")
+
+    def _rewritten(self) -> None:
+        """Each segment a rewrite entry names is that file, and its index the one its entries give; a
+        packed file no rewrite names (a gc killed before its rewrite entry) is a note: gc finishes it."""
+        for seg in sorted(set(self.rewrites) | set(self.packed)):
+            path = self.engine.seg_path(seg) if isinstance(self.engine, LogEngine) else ""
+            named = self.rewrites.get(seg)
+            have = self.packed.get(seg)
+            if named is None or have is None or have[1] != named[0]:
+                if have is not None:
+                    self.notes.append(Problem("gc-unfinished", path, "", f"segment {seg} was packed by a gc that did not record it; run 'objstore gc' again"))
+                else:
+                    self.add("bad-rewrite", path, "", f"entry {named[2] if named else '?'} names a packed file for segment {seg}, "
+                             "but the file is not one")
+                continue
+            built = self.built.get(seg)
+            if built is not None and built != named[1]:
+                self.add("bad-rewrite", path, "", f"entry {named[2]} names index digest {named[1].hex()} for segment {seg}, its entries give {built.hex()}")
 
     # -- after the scan -------------------------------------------------------------------
     def _references(self) -> None:
@@ -1035,7 +1190,8 @@ class _Verifier:
             self.add("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}")
         for name, value in rr.items():
             rest = name[len(prefix):]
-            want = {runrefs.JOURNAL: codec.JOURNAL, runrefs.SEGMENTS: codec.SEGMENT}.get(rest)
+            want = {runrefs.JOURNAL: codec.JOURNAL, runrefs.SEGMENTS: codec.SEGMENT, runrefs.DELETIONS: codec.DELETION,
+                    runrefs.DELETED: codec.DELETION}.get(rest)
             if rest.startswith("grant/"):
                 want = codec.GRANT
             vt = self._type(value) if isinstance(value, bytes) else None
@@ -1082,6 +1238,9 @@ class _Verifier:
         """The LSN of ``oid`` if it is a record on (run, branch)'s chain, else None."""
         if self._type(oid) != codec.RECORD:
             return None
+        hit = self.store.erased_records.get(oid)
+        if hit is not None:  # a covered record: its place is its deletion's row (its body is withheld)
+            return hit[3] if hit[1:3] == (run, branch) and self.engine.record_at(run, branch, hit[3]) == oid else None
         try:
             p = self.store.get(oid)[1]
         except ObjstoreError:
@@ -1094,6 +1253,9 @@ class _Verifier:
         t = self._type(oid)
         if t != codec.RECORD:
             return t or "missing"
+        hit = self.store.erased_records.get(oid)
+        if hit is not None:
+            return f"{hit[1]} branch {hit[2]} LSN {hit[3]} (deleted)"
         try:
             p = self.store.get(oid)[1]
         except ObjstoreError:
@@ -1172,3 +1334,128 @@ def assert_refold_identical(log: RunLog, run: str, branches: list[int] | None = 
     bad = check_state_cache(log, [run])
     if bad:
         raise AssertionError("; ".join(p.line() for p in bad))
+
+
+# -- recorded deletions (issue 17) ------------------------------------------------------------
+#
+# Who may delete, decided from the log alone (never from a cache): the store's owner key, or a
+# key holding a live ``delete`` grant — the owner-signed grant chain behind ``run/<R>/grant/<key>``
+# (else ``subjects/<S>/grant/<key>`` for the run's subject), its newest counting object committed
+# at or before the deletion, granting (not revoked) and naming ``delete``. The same rule for the
+# writer (objstore.lifecycle.delete, as of now) and for verify (as of the deletion's entry).
+
+def _grant_counts(ref: str, g: dict, owner: str | None) -> bool:
+    """An owner-signed grant about the key, run and subject its ref names (Host.grant_counts' rule)."""
+    if owner is None or not identity.object_signed_by(g, owner):
+        return False
+    scope, _, key = ref.rpartition("/grant/")
+    kind, _, name = scope.partition("/")
+    if g.get("grantee") != key:
+        return False
+    return g.get("run") == name if kind == "run" else (g.get("run") is None and g.get("subject") == name)
+
+
+def _effective_grant(store: Store, ref: str, owner: str | None, at_entry: int | None) -> tuple[bytes, dict] | None:
+    gid = store.read_ref(ref)
+    chain = []
+    while isinstance(gid, bytes):
+        try:
+            g = store.get_typed(gid, codec.GRANT)
+        except ObjstoreError:
+            break
+        chain.append((gid, g))
+        gid = g.get("previous")
+    for gid, g in chain:  # newest first
+        if not _grant_counts(ref, g, owner):
+            continue
+        if at_entry is not None:
+            e = store.engine.loc_entry(gid)
+            if e is None or e > at_entry:
+                continue
+        return gid, g
+    return None
+
+
+def run_subject(store: Store, run: str) -> str | None:
+    """A run's subject from its run_started record, read below the erasure checks (a deleted run's
+    too), or None when it cannot be read (its body removed by gc, or damaged)."""
+    oid = store.indexed_record(run, 0, 0)
+    if oid is None:
+        return None
+    try:
+        v = codec.decode(store.engine.read(oid), oid, False)[1]
+    except ObjstoreError:
+        return None
+    s = v.get("body", {}).get("subject") if isinstance(v, dict) and isinstance(v.get("body"), dict) else None
+    return s if isinstance(s, str) else None
+
+
+def delete_grant(store: Store, key: str, run: str, subject: str | None, at_entry: int | None = None) -> bytes | None:
+    """The id of the grant that lets public key ``key`` delete in ``run`` (as of log entry
+    ``at_entry``; None: now), or None. A run grant chain with a counting object decides alone (a
+    revocation there is not overruled by a subject grant), as the journal Host decides."""
+    owner = identity.owner_public(store)
+    got = _effective_grant(store, runrefs.run_grant_ref(run, key), owner, at_entry)
+    if got is None and subject is not None:
+        got = _effective_grant(store, runrefs.subject_grant_ref(subject, key), owner, at_entry)
+    if got is None:
+        return None
+    gid, g = got
+    ok = g.get("action") == "grant" and R.DELETE_RIGHT in (g.get("rights") or ())
+    return gid if ok else None
+
+
+def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None) -> list[str]:
+    """What is wrong with a deletion object (each one ``bad-deletion <id>: <what>``): its schema, its
+    signature against ``by``, that ``by`` was the owner or held a live delete grant at its entry
+    (redaction: the owner only), and that each covered record is the log's record at that place."""
+    bad = R.schema_problem(R.DELETION_TYPE, value)
+    if bad is not None:
+        return [bad]
+    out = []
+    owner = identity.owner_public(store)
+    by = value["by"]
+    if owner is not None and by is None:
+        out.append("unsigned, but the store has an owner key")
+    elif by is not None and not identity.verify_sig(by, value["sig"], identity.object_message(value)):
+        out.append(f"its signature does not verify against its signer {by[:16]}…")
+    elif by is not None and owner is not None and by != owner:
+        run = value["run"]
+        if value["scope"] == R.SCOPE_BLOB or run is None:
+            out.append(f"a redaction is signed by the owner key only, not {by[:16]}…")
+        else:
+            gid = delete_grant(store, by, run, run_subject(store, run), at_entry)
+            if gid is None:
+                out.append(f"its signer {by[:16]}… held no live delete grant on run {run} at entry {at_entry}")
+            elif value["grant"] != gid:
+                out.append(f"it names grant {_show(value['grant'])}, the signer's delete grant is {gid.hex()}")
+    elif by is not None and by == owner and value["grant"] is not None:
+        out.append("signed by the owner key, yet names a grant")
+    run = value["run"]
+    for oid, branch, lsn, kind in R.deletion_rows(value):
+        assert run is not None  # a records deletion names its run (schema)
+        if store.indexed_record(run, branch, lsn) != oid:
+            out.append(f"covers {oid.hex()} as run {run} branch {branch} LSN {lsn}, which the log's index does not hold there")
+            continue
+        row = getattr(store.engine, "record_row", None)
+        got_kind = None
+        if row is not None:
+            r = row(oid)
+            got_kind = r[4] if r is not None else None
+        else:
+            try:
+                got_kind = codec.decode(store.engine.read(oid), oid, False)[1].get("kind")
+            except ObjstoreError:
+                got_kind = kind  # its body is gone (gc): the index row above placed it
+        if got_kind != kind:
+            out.append(f"covers {oid.hex()} as a {kind} record, it is a {got_kind}")
+    if value["scope"] == R.SCOPE_BLOB and value["blob"] is not None:
+        t = None
+        try:
+            loc = store.engine.loc(value["blob"])
+            t = (loc.otype if hasattr(loc, "otype") else loc[1]) if loc is not None else None
+        except ObjstoreError:
+            pass
+        if t is not None and t != codec.BLOB:
+            out.append(f"redacts {value['blob'].hex()}, which is a {t}, not a blob")
+    return out

@@ -29,11 +29,13 @@ import msgspec
 import zstandard
 
 from ..errors import (
+    Deleted,
     InvalidId,
     InvalidInput,
     LimitExceeded,
     NewerFormat,
     ObjectNotFound,
+    Redacted,
     StorageOSError,
     StoreFormatError,
     StoreNeedsUpgrade,
@@ -130,6 +132,10 @@ class Store:
         self._txn = _BatchVar(f"objstore-txn-{id(self)}")
         self._decoded: dict = {}  # the last record block decoded by get_decoded
         self.created = False  # set by ``init`` when it made the store
+        # recorded deletion (issue 17): run -> (head of its run/<R>/deletions chain, {record id: row}),
+        # and every covered record this store has seen, {id: (deletion id, run, branch, lsn, kind)}
+        self._covered: dict[str, tuple[Any, dict]] = {}
+        self.erased_records: dict[bytes, tuple[bytes, str, int, int, str]] = {}
 
     # -- opening -----------------------------------------------------------
     @classmethod
@@ -356,12 +362,16 @@ class Store:
 
     def get_raw(self, oid: bytes) -> bytes:
         _check_oid(oid)
+        self.check_redacted(oid)
         txn = self._txn.get()
         if txn is not None:
             pending = txn.objects.get(oid)
             if pending is not None:  # a large blob of this batch is still in its spill file
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
-        return self.engine.read(oid)
+        data = self.engine.read(oid)
+        if data[:7] == b"record ":
+            self._check_record(oid, data)
+        return data
 
     def get_decoded(self, oid: bytes) -> tuple[str, Any]:
         """(type, value) like ``get`` minus the canonical re-encoding check, for chain walks.
@@ -382,6 +392,8 @@ class Store:
         hit = decoded.get(oid)
         if hit is None:  # damaged: let the ordinary path raise the precise error
             return codec.decode(self.get_raw(oid), oid, False)
+        if hit[0] == codec.BLOB:
+            self.check_redacted(oid)
         return hit
 
     def forget_decoded(self) -> None:
@@ -405,6 +417,7 @@ class Store:
         """Write a blob's body to a binary file object, hash-checked before anything is written: small
         blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
         _check_oid(oid)
+        self.check_redacted(oid)
         streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
         if streamed is not None:
             return streamed
@@ -476,10 +489,12 @@ class Store:
         return out
 
     def run_names(self) -> list[str]:
-        """Every run (a run exists once its branch 0 ref does)."""
+        """Every run (a run exists once its branch 0 ref does), but deleted ones (``run/<R>/deleted``
+        set: issue 17, gone from every listing)."""
         self.engine.refresh()
         with _tables_lock(self.engine):
-            return sorted(r for r, d in self.engine.tables.run_refs.items() if runrefs.branch_ref(r, 0) in d)
+            return sorted(r for r, d in self.engine.tables.run_refs.items()
+                          if runrefs.branch_ref(r, 0) in d and runrefs.deleted_ref(r) not in d)
 
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number) of a run's ``run_started`` record."""
@@ -538,6 +553,90 @@ class Store:
             for ref, old, new, reason in e.moves:
                 if name is None or ref == name:
                     yield {"entry": e.n, "name": ref, "old": _show(old), "new": _show(new), "time": e.time, "reason": reason}
+
+
+    # -- recorded deletion and redaction (issue 17) ---------------------------------------
+    # Reads of an erased body are refused here, the lowest layer above the engine: get_raw (and so
+    # get, get_typed, get_blob), copy_blob_to and a blob handed out by get_decoded. A redacted blob
+    # (``redacted/<id>`` set) raises Redacted; a record of a deleted run (``run/<R>/deleted``) or one
+    # a partial deletion of its run covers raises Deleted. The refs are the tables of the reader's
+    # position (a dict look-up: no refresh, no read unless something is erased); chain walks of
+    # live runs (get_decoded) are not checked per record: the run model never walks a deleted run
+    # and folds covered records from their deletion's rows (objstore.runs.chain).
+
+    def deletion_object(self, did: bytes) -> dict:
+        """A deletion object's payload, read below the erasure checks ({} if it is not one)."""
+        try:
+            t, v = codec.decode(self.engine.read(did), did, False)
+        except ObjectNotFound:
+            return {}
+        return v if t == codec.DELETION and isinstance(v, dict) else {}
+
+    def check_redacted(self, oid: bytes) -> None:
+        d = self.engine.tables.refs.get(runrefs.REDACTED_PREFIX + oid.hex())
+        if isinstance(d, bytes):
+            raise Redacted(oid.hex(), d.hex(), self.deletion_object(d).get("reason", ""))
+
+    def _check_record(self, oid: bytes, data: bytes) -> None:
+        try:
+            run = _run_of_record.decode(memoryview(data)[data.index(b"\x00") + 1:]).run
+        except (ValueError, msgspec.DecodeError):
+            return  # not decodable: the caller's decode names the damage
+        if type(run) is str:
+            self.check_record_erasure(oid, run)
+
+    def check_record_erasure(self, oid: bytes, run: str) -> None:
+        """Deleted if ``oid`` (a record of ``run``) is erased: its run deleted, or the record covered."""
+        rr = self.engine.tables.run_refs.get(run)
+        if not rr:
+            return
+        d = rr.get(runrefs.deleted_ref(run))
+        if isinstance(d, bytes):
+            raise Deleted(f"run {run}", d.hex(), self.deletion_object(d).get("reason", ""))
+        if runrefs.deletions_ref(run) in rr:
+            hit = self.covered_records(run).get(oid)
+            if hit is not None:
+                raise Deleted(f"record {oid.hex()}", hit[0].hex(), self.deletion_object(hit[0]).get("reason", ""))
+
+    def covered_records(self, run: str, head: Any = False) -> dict[bytes, tuple[bytes, str, int, int, str]]:
+        """{record id: (deletion id, run, branch, lsn, kind)} of the records of ``run`` that partial
+        deletions cover, read from the ``run/<R>/deletions`` chain (at ``head``; default: the reader's
+        position). Remembered by chain head: a new deletion reads only the objects it added."""
+        if head is False:
+            head = self.engine.tables.run_refs.get(run, {}).get(runrefs.deletions_ref(run))
+        if not isinstance(head, bytes):
+            return {}
+        got = self._covered.get(run)
+        if got is not None and got[0] == head:
+            return got[1]
+        chain = []
+        did: Any = head
+        while isinstance(did, bytes) and (got is None or did != got[0]):
+            v = self.deletion_object(did)
+            chain.append((did, v))
+            did = v.get("previous")
+        out = dict(got[1]) if got is not None and did == got[0] else {}
+        if got is not None and did != got[0]:  # not a continuation of what was read: read it all
+            chain = []
+            did = head
+            while isinstance(did, bytes):
+                v = self.deletion_object(did)
+                chain.append((did, v))
+                did = v.get("previous")
+        for did, v in reversed(chain):  # oldest first: the first deletion of a record names it
+            for row in v.get("records") or ():
+                if type(row) is list and len(row) == 4 and type(row[0]) is bytes and row[0] not in out:
+                    out[row[0]] = (did, run, row[1], row[2], row[3])
+        self._covered[run] = (head, out)
+        self.erased_records.update(out)
+        return out
+
+
+class _RunOf(msgspec.Struct):
+    run: Any = None
+
+
+_run_of_record = msgspec.msgpack.Decoder(_RunOf)
 
 
 class _BatchVar:

@@ -1,0 +1,326 @@
+"""Recorded deletion and redaction: the one way a body leaves a store, on the record.
+
+This module owns the writing side of issue 17's logical deletion (``objstore delete`` and
+``objstore redact``); ``gc`` (objstore.lifecycle.gc) later removes the bodies from the files.
+
+* ``delete_run`` / ``delete_runs`` — whole runs: one ``deletion`` object per run (scope ``run``)
+  behind the write-once ref ``run/<R>/deleted``; the run vanishes from every listing and query
+  at once, and naming it gives ``Deleted`` (exit 12) with the deletion's id and reason.
+* ``delete_branch_from`` / ``delete_records`` — some records of one run (scope ``records``): one
+  deletion object listing ``[id, branch, lsn, kind]`` of each covered record, chained behind the
+  forward-only ref ``run/<R>/deletions`` (its ``previous`` is the ref's value before). A covered
+  record folds as a header-only record: it keeps its LSN and kind, contributes nothing else, and
+  views show its body as ``{"deleted": <deletion id>}``. The run's other records, its branches
+  and its forks stay as they are; appending to the run goes on.
+* ``redact`` — one blob (scope ``blob``) behind the write-once ref ``redacted/<id>``: every read
+  of its body is ``Redacted`` (exit 12), whoever names it.
+
+Each call commits exactly one entry (one transaction), or nothing. Nothing un-deletes: the refs
+are write-once or forward-only (objstore.storage.refs), for every writer and every reader.
+
+Authorization. Where the store has an owner key, a deletion is signed (``by``, ``sig``: ed25519
+over the object without ``sig``, ``identity.object_message``) by the owner key or by a key the
+owner granted the right ``delete`` on the run or on its subject (``grant`` names that grant;
+``objstore.runs.verify.delete_grant`` decides, from the log, here and in verify). An unsigned
+deletion, a key without a live delete grant, and a revoked one are ``Refused`` (exit 8) and
+nothing is written. A redaction is signed by the owner key only (a blob belongs to no one run).
+A store without an owner key takes unsigned deletions (``by`` and ``sig`` nil).
+
+Choices (docs/FORMAT.md "Deletion and redaction objects"): ``previous`` is nil for run and blob
+scope; deleting a deleted run, redacting a redacted blob, or deleting only records already
+deleted is a no-op that returns the existing deletion's id(s) and writes nothing; a partial
+deletion may not cover the run's ``run_started`` record (LSN 0 of branch 0: delete the run).
+
+What deletion cannot hide: an object's id stays in the log and commits to its content, so a
+guessable body (a phone number, a 6-digit code) can be confirmed from its id by hashing each
+candidate. Bodies leave the files only at the next ``objstore gc``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, Refused, RunNotFound, StateCacheError, Unauthenticated
+from ..runs import records as R
+from ..runs.verify import delete_grant, run_subject
+from ..storage import codec, identity, runrefs
+
+if TYPE_CHECKING:
+    from ..runs.chain import ChainReader
+    from ..runs.runlog import RunLog
+    from ..storage.store import Store
+
+
+# -- reading what was deleted (gc, stats, verify) ---------------------------------------------
+
+def deleted_runs(store: Store) -> dict[str, bytes]:
+    """{run: id of its deletion} of every deleted run (``run/<R>/deleted`` set)."""
+    out = {}
+    for name, value in store.list_refs(runrefs.RUN_PREFIX):
+        if runrefs.is_deleted_ref(name) and isinstance(value, bytes):
+            run = runrefs.run_of(name)
+            if run is not None:
+                out[run] = value
+    return out
+
+
+def deletion_of(store: Store, run: str) -> tuple[bytes, dict] | None:
+    """(id, payload) of the deletion of the whole run ``run``, or None if it is not deleted."""
+    did = store.run_refs(run).get(runrefs.deleted_ref(run))
+    if not isinstance(did, bytes):
+        return None
+    return did, store.deletion_object(did)
+
+
+def redacted_blobs(store: Store) -> dict[bytes, bytes]:
+    """{blob id: id of its redaction} of every redacted blob (``redacted/<id>`` set)."""
+    out = {}
+    for name, value in store.list_refs(runrefs.REDACTED_PREFIX):
+        if isinstance(value, bytes):
+            try:
+                out[codec.parse_id(name[len(runrefs.REDACTED_PREFIX):])] = value
+            except InvalidInput:
+                continue
+    return out
+
+
+def covered(store: Store) -> tuple[set[bytes], set[bytes]]:
+    """(ids of every deleted record, ids of every redacted blob): what deletions cover, decided by
+    the deletion objects — the records their ``records`` rows list, and every record of each run a
+    ``run`` deletion names (those read from the log's chain index: a run deletion lists no rows).
+    gc drops these bodies, except a blob some live record still names."""
+    records: set[bytes] = set()
+    for name, value in store.list_refs(runrefs.RUN_PREFIX):
+        run = runrefs.run_of(name)
+        if run is None or not isinstance(value, bytes):
+            continue
+        if runrefs.is_deletions_ref(name):
+            records.update(store.covered_records(run, value))
+        elif runrefs.is_deleted_ref(name):
+            tips = {b: tip for (r, b), tip in store.engine.tables.tips.items() if r == run}
+            for b in tips:
+                records.update(oid for _lsn, oid in store.engine.iter_chain(run, b, 0))
+    return records, set(redacted_blobs(store))
+
+
+# -- writing deletions ------------------------------------------------------------------------
+
+def _reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput("a deletion needs a reason (--reason TEXT, not empty)")
+    return codec.check_text(reason, "deletion reason")
+
+
+def _key(store: Store, key: identity.Key | None) -> identity.Key | None:
+    """The signing key: ``key``, else the default one (like the grant commands); None when the
+    store has no owner key (deletions are unsigned there)."""
+    if identity.owner_public(store) is None:
+        return None
+    if key is None:
+        try:
+            key = identity.default_key()
+        except Unauthenticated:
+            raise Unauthenticated("this store has an owner key: a deletion must be signed by it or by a key granted "
+                                  "'delete' (--key FILE, $OBJSTORE_KEY, or $OBJSTORE_KEYS/owner.key); nothing was written") from None
+    return key
+
+
+def _authority(store: Store, key: identity.Key | None, run: str | None) -> bytes | None:
+    """The grant that lets ``key`` delete in ``run`` (None: it is the owner, or the store has none);
+    Refused if it may not. ``run`` None: a redaction, the owner's alone."""
+    if key is None:
+        return None
+    owner = identity.owner_public(store)
+    if key.public == owner:
+        return None
+    if run is None:
+        raise Refused(f"a redaction is signed by the store's owner key ({str(owner)[:16]}…), not {key.public[:16]}…; nothing was written")
+    gid = delete_grant(store, key.public, run, run_subject(store, run))
+    if gid is None:
+        raise Refused(f"key {key.public[:16]}… holds no live 'delete' grant on run {run} or its subject "
+                      f"(the owner grants it: objstore journal grant RUN KEY --delete); nothing was written")
+    return gid
+
+
+def _deletion(scope: str, *, run: str | None, records: list | None, blob: bytes | None, reason: str, previous: bytes | None,
+              key: identity.Key | None, grant: bytes | None) -> dict:
+    obj: dict[str, Any] = {"v": R.DELETION_SCHEMA, "scope": scope, "run": run, "records": records, "blob": blob, "reason": reason,
+                           "time": time.time(), "by": key.public if key is not None else None, "grant": grant,
+                           "previous": previous, "sig": None}
+    if key is not None:
+        obj["sig"] = key.sign(identity.object_message(obj))
+    bad = R.schema_problem(R.DELETION_TYPE, obj)
+    assert bad is None, bad  # built here: a problem is a bug of this module
+    return obj
+
+
+def _run_refs(log: ChainReader, run: object) -> dict:
+    if not isinstance(run, str):
+        raise InvalidInput(f"a run id is a string, not {type(run).__name__}")
+    R.check_run_id(run)
+    refs = log.store.run_refs(run)
+    if not isinstance(refs.get(runrefs.branch_ref(run, 0)), bytes):
+        raise RunNotFound(run)
+    return refs
+
+
+def _drop_cached(log: ChainReader, runs: Iterable[str]) -> None:
+    """The deleted runs' rows leave the state cache (best effort: a busy or read-only cache keeps
+    them, and never serves them, since every read of a deleted run stops at its deleted ref)."""
+    state = getattr(log, "state", None)
+    if state is None or not state.exists():
+        return
+    for run in runs:
+        try:
+            state.drop(run)
+        except StateCacheError:
+            return
+
+
+def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.Key | None = None) -> list[bytes]:
+    """Delete whole runs in one entry; returns each run's deletion id (an already deleted run's
+    existing one: no-op). RunNotFound for an unknown run, nothing written."""
+    runs = list(runs)
+    if not runs:
+        raise InvalidInput("name at least one run to delete")
+    if len(set(runs)) != len(runs):
+        raise InvalidInput("a run is named twice")
+    reason = _reason(reason)
+    store = log.store
+    for run in runs:
+        _run_refs(log, run)  # unknown runs fail before a key is looked for
+    key = _key(store, key)
+    ids: list[bytes] = []
+    fresh = []
+    with store.batch():
+        for run in runs:
+            refs = _run_refs(log, run)
+            old = refs.get(runrefs.deleted_ref(run))
+            if isinstance(old, bytes):
+                ids.append(old)
+                continue
+            grant = _authority(store, key, run)
+            obj = _deletion(R.SCOPE_RUN, run=run, records=None, blob=None, reason=reason, previous=None, key=key, grant=grant)
+            did = store.put(codec.DELETION, obj)
+            store.set_ref(runrefs.deleted_ref(run), None, did, f"delete run {run}: {reason}")
+            ids.append(did)
+            fresh.append(run)
+    _drop_cached(log, fresh)
+    return ids
+
+
+def delete_run(log: RunLog, run: str, *, reason: str, key: identity.Key | None = None) -> bytes:
+    """Delete one whole run (see ``delete_runs``); returns its deletion id."""
+    return delete_runs(log, [run], reason=reason, key=key)[0]
+
+
+def _delete_rows(log: RunLog, run: str, pick: Any, *, reason: str, key: identity.Key | None) -> bytes | None:
+    """One ``records`` deletion of the rows ``pick(view)`` lists [(id, branch, lsn, kind)]; None
+    when every one of them is deleted already (nothing written)."""
+    reason = _reason(reason)
+    store = log.store
+    refs = _run_refs(log, run)
+    if isinstance(refs.get(runrefs.deleted_ref(run)), bytes):
+        log.view(run)  # Deleted: the whole run is gone already
+    key = _key(store, key)
+    with store.batch():
+        view = log.view(run)
+        rows = sorted(pick(view), key=lambda r: (r[1], r[2]))
+        if any(b == 0 and lsn == 0 for _o, b, lsn, _k in rows):
+            raise InvalidInput(f"the run_started record of run {run} is not deleted alone: delete the whole run instead")
+        done = store.covered_records(run, view.deletions)
+        rows = [list(r) for r in rows if r[0] not in done]
+        if not rows:
+            return None
+        grant = _authority(store, key, run)
+        obj = _deletion(R.SCOPE_RECORDS, run=run, records=rows, blob=None, reason=reason, previous=view.deletions, key=key, grant=grant)
+        did = store.put(codec.DELETION, obj)
+        store.set_ref(runrefs.deletions_ref(run), view.deletions, did, f"delete {len(rows)} record{'s' if len(rows) != 1 else ''} of run {run}: {reason}")
+    return did
+
+
+def delete_branch_from(log: RunLog, run: str, branch: int, lsn: int, *, reason: str, key: identity.Key | None = None) -> bytes | None:
+    """Delete the records of ``branch`` of ``run`` from LSN ``lsn`` to its head (its own records: a
+    forked branch's inherited ones are its parent's); returns the deletion id (None: all deleted
+    already). The branch stays, with header-only records; appends to it go on."""
+    for what, v in (("branch", branch), ("LSN", lsn)):
+        if type(v) is not int or v < 0:
+            raise InvalidInput(f"{what} must be an integer >= 0, got {v!r}")
+
+    def pick(view: Any) -> list:
+        if branch not in view.heads:
+            raise BranchNotFound(branch, run)
+        head_lsn = log.next_of(view.head(branch))[0] - 1
+        if lsn > head_lsn:
+            raise InvalidInput(f"branch {branch} of run {run} has no record at LSN {lsn} (its head is at LSN {head_lsn})")
+        return [(r.id, r.branch, r.lsn, r.kind) for r in log.iter_own(view, branch, start=lsn)]
+
+    return _delete_rows(log, run, pick, reason=reason, key=key)
+
+
+def delete_records(log: RunLog, run: str, ids: Iterable[bytes], *, reason: str, key: identity.Key | None = None) -> bytes | None:
+    """Delete the records ``ids`` (all of run ``run``, each on one of its branches); returns the
+    deletion id (None: all deleted already). InvalidInput for an id that is not such a record."""
+    ids = list(ids)
+    if not ids:
+        raise InvalidInput("name at least one record to delete")
+    store = log.store
+
+    def pick(view: Any) -> list:
+        rows = []
+        for oid in ids:
+            if type(oid) is not bytes or len(oid) != 32:
+                raise InvalidInput("a record id is 32 bytes (parse hex with codec.parse_id)")
+            hit = store.covered_records(run, view.deletions).get(oid)
+            if hit is not None:
+                rows.append((oid, hit[2], hit[3], hit[4]))
+                continue
+            try:
+                otype, v = store.get(oid)
+            except ObjectNotFound:
+                raise InvalidInput(f"{oid.hex()} is not an object of this store") from None
+            if otype != codec.RECORD or v.get("run") != run:
+                what = f"a record of run {v.get('run')}" if otype == codec.RECORD else f"a {otype}"
+                raise InvalidInput(f"{oid.hex()} is {what}, not a record of run {run}")
+            if store.indexed_record(run, v["branch"], v["lsn"]) != oid:
+                raise InvalidInput(f"record {oid.hex()} is not on branch {v['branch']} of run {run}")
+            rows.append((oid, v["branch"], v["lsn"], v["kind"]))
+        if len({r[0] for r in rows}) != len(rows):
+            raise InvalidInput("a record is named twice")
+        return rows
+
+    return _delete_rows(log, run, pick, reason=reason, key=key)
+
+
+def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None = None) -> bytes:
+    """Redact one blob: its id stays (records naming it still verify), every read of its body is
+    ``Redacted`` from now on, and the next gc drops the body. Returns the redaction's id (an
+    already redacted blob's existing one: no-op). InvalidInput for an id that is not a blob."""
+    reason = _reason(reason)
+    store = log.store
+    if type(blob_id) is not bytes or len(blob_id) != 32:
+        raise InvalidInput("a blob id is 32 bytes (parse hex with codec.parse_id)")
+    old = store.read_ref(runrefs.redacted_ref(blob_id))
+    if isinstance(old, bytes):
+        return old
+    loc = store.engine.loc(blob_id)
+    if loc is None:
+        store.engine.refresh()
+        loc = store.engine.loc(blob_id)
+    if loc is None:
+        raise InvalidInput(f"{blob_id.hex()} is not an object of this store")
+    otype = loc.otype if hasattr(loc, "otype") else loc[1]
+    if otype != codec.BLOB:
+        raise InvalidInput(f"{blob_id.hex()} is a {otype}, not a blob: only a blob is redacted (delete records with 'objstore delete')")
+    key = _key(store, key)
+    grant = _authority(store, key, None)
+    with store.batch():
+        old = store.read_ref(runrefs.redacted_ref(blob_id))
+        if isinstance(old, bytes):
+            return old
+        obj = _deletion(R.SCOPE_BLOB, run=None, records=None, blob=blob_id, reason=reason, previous=None, key=key, grant=grant)
+        did = store.put(codec.DELETION, obj)
+        store.set_ref(runrefs.redacted_ref(blob_id), None, did, f"redact blob {blob_id.hex()[:12]}: {reason}")
+    return did
