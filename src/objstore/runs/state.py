@@ -774,3 +774,25 @@ def _dels(v: Any) -> bytes | None:
 
 def _show(v: bytes | None) -> str:
     return v.hex() if isinstance(v, bytes) else "(none)"
+
+
+def drop_deleted_and_vacuum(store: Store) -> list[str]:
+    """What gc does to the state cache: the rows of every deleted run leave it, then the file is
+    vacuumed and its WAL truncated, so no page of theirs stays on disk. Best effort (a cache is
+    derived data: a busy or read-only one is left as it is, and never serves a deleted run)."""
+    cache = StateCache.for_store(store)
+    if store.root is None or not cache.exists():
+        return []
+    try:
+        cache.db.execute("PRAGMA secure_delete=ON")  # freed pages are zeroed, not left holding the rows
+        gone = cache.drop_deleted(store)
+        db = cache.db
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return gone
+    except (StateCacheError, sqlite3.Error, OSError):
+        return []
+    finally:
+        if cache._db is not None:
+            cache._db.close()
+            cache._db = None
