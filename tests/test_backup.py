@@ -503,3 +503,25 @@ def test_copied_bytes_are_read_back(tmp_path, small_seal, monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
     assert verify(RunLog(Store.open(dest)), jobs=1) == []
+
+
+def test_segments_gc_rewrote_replace_their_copies(tmp_path, small_seal):
+    """After ``objstore gc`` packed SRC's sealed segments (same entries, another layout, ending with the
+    same checksums), the next backup replaces DEST's old copies by the packed files; the anchor of the
+    backup before gc still verifies in DEST; a third backup (DEST's first segment now packed) keeps
+    everything."""
+    from objstore.lifecycle.gc import gc
+
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    build(src, runs=2, per=60)
+    before = backup(Store.open(src), dest)
+    sealed = segs(src)[:-1]
+    gc(Store.open(src))
+    assert all(read(os.path.join(src, "log", f))[:4] == b"OSPK" for f in sealed), "gc packed every sealed segment"
+    build(src, runs=2, per=2, start=60)
+    r = backup(Store.open(src), dest)
+    assert r.removed == 0 and r.reused == 0
+    assert_is_snapshot(src, dest, r.anchor)
+    assert verify(RunLog(Store.open(dest)), anchor=before.anchor, jobs=1) == []
+    again = backup(Store.open(src), dest)
+    assert (again.copied, again.bytes_copied, again.reused) == (0, 0, len(segs(src)))
