@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
-from ..errors import Deleted, InvalidInput
+from ..errors import Deleted, Erased, InvalidInput
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
@@ -61,6 +61,7 @@ class ChainReader:
         self.store = store
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
+        self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
 
     # -- objects -------------------------------------------------------------
     def record(self, oid: bytes) -> R.Record:
@@ -75,9 +76,10 @@ class ChainReader:
         of the branch's LSN 0 record (from the chain index), or the head while it has no record."""
         head = view.head(branch)
         get = self.store.get_decoded
-        otype, p = get(head)
-        if otype == codec.FORK:
-            return dict(p, id=head)
+        if head not in self.store.erased_records:
+            otype, p = get(head)
+            if otype == codec.FORK:
+                return dict(p, id=head)
         first = self.store.indexed_record(view.run, branch, 0)
         if first is None or not self._is_ancestor(view.run, branch, 0, head):
             return self.chain(head)[1]  # not indexed (an open batch): walk
@@ -262,7 +264,39 @@ class ChainReader:
             got = row(oid)
             if got is not None:
                 return cast("bytes | None", got[3])
-        return cast("bytes | None", codec.decode(self.store.engine.read(oid), oid, False)[1]["parent"])
+        try:
+            return cast("bytes | None", codec.decode(self.store.engine.read(oid), oid, False)[1]["parent"])
+        except Erased:
+            return self._fork_of(run, branch)  # gc removed it: the fork object is the branch's root
+
+    def _fork_of(self, run: str, branch: int) -> bytes | None:
+        """The fork object at the root of ``branch``, found from the log alone: the first move of
+        the branch's ref names it, or names the first record of an entry that holds it. (Only for
+        a forked branch whose LSN 0 record gc removed: the fork object is read nowhere else then.)"""
+        key = (run, branch)
+        if key in self._forks:
+            return self._forks[key]
+        ref = runrefs.branch_ref(run, branch)
+        engine = self.store.engine
+        found = None
+        for e in engine.entries():
+            moved = next((m for m in e.moves if m[0] == ref), None)
+            if moved is None:
+                continue
+            cands = [moved[2]] + [o[0] for o in e.objs if o[1] == codec.FORK]
+            for oid in cands:
+                if isinstance(oid, bytes) and engine.loc_entry(oid) is not None:
+                    try:
+                        otype, p = self.store.get_decoded(oid)
+                    except Erased:
+                        continue
+                    if otype == codec.FORK and p.get("run") == run and p.get("branch") == branch:
+                        found = oid
+                        break
+            break
+        self.store.forget_decoded()
+        self._forks[key] = found
+        return found
 
     pin = view
 
