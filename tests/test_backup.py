@@ -402,12 +402,14 @@ def test_a_locked_dest_is_refused(tmp_path):
 
 
 def enospc_at(monkeypatch, k):
-    """os.write fails with ENOSPC from its k-th call on (a full disk)."""
+    """The disk fills at the k-th os.write: it writes half its bytes, every later one fails with ENOSPC."""
     real = os.write
     count = [0]
 
     def write(fd, data):
         count[0] += 1
+        if count[0] == k and len(data) > 1:
+            return real(fd, bytes(data[: len(data) // 2]))
         if count[0] >= k:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
