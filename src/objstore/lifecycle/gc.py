@@ -380,10 +380,11 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
         except OSError as e:
             raise StorageOSError("rewrite a segment (gc)", e) from None
         finally:
-            _clean_tmp(tmpdir)
+            _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until the rewrite entry names them
         entry = 0
         if rows:
             entry = eng.commit_rewrite(rows, timeout=timeout).entry
+        _clean_tmp(tmpdir)
         eng._checkpoint()
         after = _segment_bytes(eng, segs)
     _vacuum_state(store)
@@ -436,12 +437,14 @@ def _unfinished(eng: engine.LogEngine, tmpdir: str) -> list:
     return out
 
 
-def _clean_tmp(tmpdir: str) -> None:
+def _clean_tmp(tmpdir: str, keep: str | None = None) -> None:
     try:
         names = os.listdir(tmpdir)
     except OSError:
         return
     for name in names:
+        if name == keep:
+            continue
         try:
             os.unlink(os.path.join(tmpdir, name))
         except OSError:

@@ -2208,24 +2208,12 @@ class LogEngine(Engine):
 
     def seal_now(self, timeout: float | None = None) -> int:
         """Seal the active segment now (gc: so a small store is cleaned like a big one), unless it
-        holds nothing but its first entry; the number of the last sealed segment."""
+        holds nothing but its first entry; the number of the last sealed segment (0: none)."""
         with self.transaction(timeout) as _txn:
-            first_only = self._off == SEG_HEADER.size or (self._seg > 1 and self._first_entry_only())
-            if not first_only:
-                t = self.tables
-                plan = t.plan(t.pos.entry + 1, [], {}, [], None)
-                if isinstance(plan, str):
-                    raise Refused(plan)
-                raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], self._cut_torn(), root=plan.root, seal=True)
-                off = self._off
-                self._write_entry(self._writer(self._seg), raw, off)
-                with self._mu:
-                    self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
-                    self._off = off + e.length
-                with self._sync_cv:
-                    self._written = (Position(e.n, e.checksum), self._wfd[1] if self._wfd else -1)
-                    self._durable = e.n
-                    self._write_witness(e.n, e.checksum)
+            if self._off == SEG_HEADER.size and self._seg > 1:
+                self._write_bare()  # a sealer died before the new segment's first entry: write it
+            if not (self._off == SEG_HEADER.size or (self._seg > 1 and self._first_entry_only())):
+                self._write_bare(seal=True)
                 self._seal()
         return self._seg - 1
 
@@ -2247,27 +2235,33 @@ class LogEngine(Engine):
         self.torn = None
         return [seg, self._off, len(removed), blake3.blake3(removed).hexdigest()]
 
+    def _write_bare(self, seal: bool = False, rw: list | None = None) -> Entry:
+        """Write (and sync) an entry with no object and no move, under the writer lock: a seal entry,
+        the first entry of a segment, or a rewrite entry (``rw``)."""
+        t = self.tables
+        idx = self._first_entry_idx(self._seg, self._off)
+        plan = t.plan(t.pos.entry + 1, [], {}, [], idx, rw)
+        if isinstance(plan, str):
+            raise Refused(plan)
+        cut = self._cut_torn()
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, seal=seal, idx=idx, rw=rw)
+        off = self._off
+        wfd = self._writer(self._seg)
+        self._write_entry(wfd, raw, off)  # synced: an entry gc relies on is durable before it goes on
+        with self._mu:
+            self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
+            self._off = off + e.length
+        with self._sync_cv:
+            self._written = (Position(e.n, e.checksum), wfd)
+            self._durable = max(self._durable, e.n)  # the fdatasync covered every earlier write to this file
+            self._write_witness(e.n, e.checksum)
+        return e
+
     def commit_rewrite(self, rows: list, timeout: float | None = None) -> Position:
         """Commit a rewrite entry (gc): ``rows`` = [[segment, BLAKE3 of its new file, BLAKE3 of its new
         index], …] for sealed segments whose files were replaced by ones with the same entries."""
         with self.transaction(timeout) as _txn:
-            t = self.tables
-            idx = self._first_entry_idx(self._seg, self._off)
-            plan = t.plan(t.pos.entry + 1, [], {}, [], idx, rows)
-            if isinstance(plan, str):
-                raise Refused(plan)
-            cut = self._cut_torn()
-            raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, idx=idx, rw=rows)
-            off = self._off
-            wfd = self._writer(self._seg)
-            self._write_entry(wfd, raw, off)
-            with self._mu:
-                self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
-                self._off = off + e.length
-            with self._sync_cv:
-                self._written = (Position(e.n, e.checksum), wfd)
-                self._durable = max(self._durable, e.n)
-                self._write_witness(e.n, e.checksum)
+            self._write_bare(rw=rows)
             for seg, _f, _i in rows:
                 self.forget_segment(seg)
         return self.tables.pos
