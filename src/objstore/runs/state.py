@@ -347,6 +347,12 @@ class StateCache:
             out[b] = (bytes(h) if isinstance(h, bytes) else h, t, state)
         return out
 
+    @_cache_op("read cached state")
+    def cached_deletions(self, run: str) -> dict:
+        """branch -> the head of the run's deletions chain its row reflects (None: none): a row
+        reflecting another head than the run's is behind (a cache miss), never served."""
+        return {b: _dels(d) for b, d in self.db.execute("SELECT branch, dels FROM branch WHERE run=?", (run,)).fetchall()}
+
     # -- refresh ---------------------------------------------------------------
     @_cache_op("refresh the state cache")
     def refresh(self, chains: ChainReader, view: View, branches: list[int] | None = None) -> None:

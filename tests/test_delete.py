@@ -1,0 +1,371 @@
+"""Recorded deletion (issue 17), the library side: deleted runs vanish from every query at once, in this
+process and in a fresh one; records covered by a partial deletion fold header-only, the same bytes from
+the state cache and from a cold re-fold; who may delete is decided by signatures and delete grants, and
+a refusal writes nothing; verify names a forged deletion.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import new_key, snapshot_tree
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from objstore import RunLog, Store
+from objstore.errors import Deleted, InvalidInput, Refused, RunNotFound, Unauthenticated
+from objstore.journal import grants as G
+from objstore.lifecycle import delete as D
+from objstore.runs import completion, export, history, query, views
+from objstore.runs import records as R
+from objstore.runs.resolve import resolve_run
+from objstore.runs.verify import assert_refold_identical, verify, verify_report
+from objstore.storage import codec, identity, runrefs
+from objstore.storage import engine as E
+
+
+def _log_files(root):
+    """Every file of the log (what a commit writes), byte for byte."""
+    return snapshot_tree(os.path.join(root, "log"))
+
+
+@pytest.fixture
+def world(tmp_path):
+    """Two runs of subject alice, one of bob; A has a fork (branch 1) from LSN 2. The owner key exists."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    owner, _ = identity.ensure_owner_key(log.store)
+    for run, subject in (("A", "alice"), ("B", "alice"), ("C", "bob")):
+        log.start_run(run, subject=subject)
+        p = log.put_blob(f"prompt of {run}".encode())
+        for i in range(5):
+            log.record_attempt(run, i, 0, "failed" if i == 1 else "succeeded", prompt=p, context={"i": i})
+    log.rewind("A", 2, reason="try again")
+    for i in range(3):
+        log.record_attempt("A", 10 + i, 0, "succeeded")
+    return root, log, owner
+
+
+def _reads(log, run):
+    """Every way a run is read by name: each raises Deleted once the run is deleted."""
+    return {
+        "view": lambda: log.view(run),
+        "episode": lambda: query.episode(log, run),
+        "episode refold": lambda: query.episode(log, run, source="refold"),
+        "diff": lambda: query.diff(log, run, 0, 0),
+        "export": lambda: export.export(log, run),
+        "log": lambda: list(history.entries(log, log.view(run))),
+        "records": lambda: log.records(run),
+        "run_started": lambda: log.run_started(run),
+        "fork": lambda: log.fork(run, 0, 1),
+    }
+
+
+def test_a_deleted_run_vanishes_from_every_listing_and_query_at_once(world):
+    root, log, _owner = world
+    assert resolve_run(log, "latest") == "C"
+    did = D.delete_run(log, "C", reason="customer asked")
+    # listings: the run is gone, 'latest' is the run started before it
+    assert log.runs() == ["A", "B"]
+    assert [r["run"] for r in views.runs(log)] == ["A", "B"]
+    assert resolve_run(log, "latest") == "B"
+    assert completion.runs(log.store, "") == ["A", "B", "latest"]
+    with pytest.raises(RunNotFound):
+        resolve_run(log, "latest~2")
+    # naming it: Deleted, exit 12, the deletion's id and reason, for every read and write
+    for what, read in _reads(log, "C").items():
+        with pytest.raises(Deleted) as e:
+            read()
+        assert e.value.exit_code == 12, what
+        assert str(e.value) == f"run C was deleted ({did.hex()}): customer asked", what
+    files = _log_files(root)
+    with pytest.raises(Refused, match="run C is deleted: no record is appended to it"):  # the log's rule, for any writer
+        log.record_attempt("C", 99, 0, "succeeded")
+    assert _log_files(root) == files
+    assert resolve_run(log, "C") == "C"  # an exact id still names it (to say it was deleted)
+    # the other runs read as before, and the store verifies
+    assert query.episode(log, "A").to_json() == query.episode(log, "A", source="refold").to_json()
+    assert verify(log) == []
+    # a fresh process sees the same
+    code = ("import sys; from objstore import RunLog, Store; from objstore.errors import Deleted\n"
+            "log = RunLog(Store.open(sys.argv[1])); print(log.runs())\n"
+            "try:\n    log.view('C')\nexcept Deleted as e:\n    print(e.exit_code, e)\n")
+    out = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["['A', 'B']", f"12 run C was deleted ({did.hex()}): customer asked"]
+
+
+def test_delete_runs_is_one_entry_and_deleting_again_writes_nothing(world):
+    root, log, _owner = world
+    before = log.store.engine.refresh().entry
+    ids = D.delete_runs(log, ["B", "C"], reason="retention")
+    assert log.store.engine.refresh().entry == before + 1  # one commit for both
+    assert [D.deletion_of(log.store, r)[0] for r in ("B", "C")] == ids
+    assert D.deleted_runs(log.store) == {"B": ids[0], "C": ids[1]}
+    files = _log_files(root)
+    assert D.delete_runs(log, ["C", "B"], reason="again") == [ids[1], ids[0]]  # no-op: the existing ones
+    assert _log_files(root) == files
+    for did, run in zip(ids, ("B", "C"), strict=True):
+        v = log.store.get_typed(did, codec.DELETION)
+        assert {k: v[k] for k in ("v", "scope", "run", "records", "blob", "reason", "grant", "previous")} == {
+            "v": 1, "scope": "run", "run": run, "records": None, "blob": None, "reason": "retention", "grant": None, "previous": None}
+        assert v["by"] == identity.owner_public(log.store)
+        assert identity.verify_sig(v["by"], v["sig"], identity.object_message(v))
+
+
+def test_the_state_cache_drops_a_deleted_runs_rows(world):
+    root, log, _owner = world
+    for run in ("A", "B", "C"):
+        query.episode(log, run, all_branches=True)
+    db = sqlite3.connect(os.path.join(root, "state.db"))
+    assert db.execute("SELECT count(*) FROM branch WHERE run='B'").fetchone()[0] == 1
+    D.delete_run(log, "B", reason="gone")
+    for table in ("branch", "recs", "attempt"):
+        assert db.execute(f"SELECT count(*) FROM {table} WHERE run='B'").fetchone()[0] == 0, table
+        assert db.execute(f"SELECT count(*) FROM {table} WHERE run='A'").fetchone()[0] > 0, table
+
+
+def _middle(log, run, branch, lsn):
+    return log.record_at(log.view(run), branch, lsn)
+
+
+def test_a_deleted_middle_record_folds_header_only_and_state_equals_refold_byte_for_byte(world):
+    root, log, _owner = world
+    full = log.refold(log.view("A"), 0)
+    before = query.episode(log, "A", all_branches=True).to_json()  # the cache holds both branches now
+    rid = _middle(log, "A", 0, 2)  # LSN 2: the failed attempt of step 1, inherited by branch 1 too
+    did = D.delete_records(log, "A", [rid], reason="wrong upload")
+    got = query.episode(log, "A", all_branches=True)
+    cold = query.episode(log, "A", all_branches=True, source="refold")
+    assert got.to_json() == cold.to_json()
+    assert got.to_json() != before
+    folded = log.refold(log.view("A"), 0)
+    # it keeps its place (records counted) and contributes nothing else
+    assert folded["records"] == full["records"]
+    assert folded["attempts"] == full["attempts"] - 1 and folded["failed_attempts"] == full["failed_attempts"] - 1
+    assert "1" not in folded["steps"]
+    assert [a["step"] for a in got.attempts(0)] == [0, 2, 3, 4]
+    # state == re-fold for every branch, rows confirmed against the log (what verify checks too)
+    assert_refold_identical(log, "A")
+    assert verify(log) == []
+    # views show it as deleted, with the deletion's id; its neighbours are untouched
+    recs = {r.lsn: r for r in log.records("A", 0)}
+    assert recs[2].body == {"deleted": did} and recs[2].kind == "attempt" and recs[2].time is None
+    assert recs[2].parent == recs[1].id and recs[3].parent == rid
+    assert views.record(recs[2])["body"] == {"deleted": did.hex()}
+    assert history.summary(recs[2]) == f"deleted ({did.hex()[:12]})"
+    assert export.export(log, "A")  # branch 1 is live; its lineage is folded header-only too
+    with pytest.raises(Deleted, match=f"record {rid.hex()} was deleted \\({did.hex()}\\): wrong upload"):
+        log.store.get(rid)
+
+
+def test_the_cache_notices_a_deletion_made_by_another_process(world, tmp_path):
+    root, log, _owner = world
+    warm = query.episode(log, "B").to_json()  # this process's cache rows reflect B before the deletion
+    rid = _middle(log, "B", 0, 4)  # step 3
+    code = ("import sys; from objstore import RunLog, Store; from objstore.lifecycle import delete as D\n"
+            "log = RunLog(Store.open(sys.argv[1])); D.delete_records(log, 'B', [bytes.fromhex(sys.argv[2])], reason='other process')\n"
+            "D.delete_run(log, 'C', reason='other process')\n")
+    subprocess.run([sys.executable, "-c", code, root, rid.hex()], check=True, env=dict(os.environ))
+    got = query.episode(log, "B").to_json()  # the same RunLog, the same cache file
+    assert got != warm
+    assert got == query.episode(log, "B", source="refold").to_json()
+    assert [a["step"] for a in query.episode(log, "B").attempts()] == [0, 1, 2, 4]
+    with pytest.raises(Deleted):
+        query.episode(log, "C")
+    assert log.runs() == ["A", "B"]
+
+
+def test_delete_branch_from_covers_the_branch_to_its_head_and_appends_go_on(world):
+    root, log, _owner = world
+    did = D.delete_branch_from(log, "A", 1, 1, reason="leaked key")
+    v = log.store.get_typed(did, codec.DELETION)
+    view = log.view("A")
+    own = log.records("A", 1)
+    assert v["records"] == [[r.id, 1, r.lsn, r.kind] for r in own if r.lsn >= 1]
+    assert [r.lsn for r in own if R.deleted_by(r) == did] == [1, 2]
+    assert v["previous"] is None and view.deletions == did
+    files = _log_files(root)
+    assert D.delete_branch_from(log, "A", 1, 1, reason="again") is None  # all deleted already: nothing written
+    assert _log_files(root) == files
+    log.record_attempt("A", 20, 0, "succeeded")  # the branch goes on after its header-only records
+    assert [a["step"] for a in query.episode(log, "A").attempts()] == [10, 20]
+    assert query.episode(log, "A").to_json() == query.episode(log, "A", source="refold").to_json()
+    # a second partial deletion chains behind the first
+    did2 = D.delete_records(log, "A", [_middle(log, "A", 0, 3)], reason="second")
+    assert log.store.get_typed(did2, codec.DELETION)["previous"] == did
+    assert verify(log) == []
+
+
+@pytest.mark.parametrize("call,error", [
+    (lambda log: D.delete_run(log, "nope", reason="x"), RunNotFound),
+    (lambda log: D.delete_run(log, "A", reason=""), InvalidInput),
+    (lambda log: D.delete_run(log, "A", reason="   "), InvalidInput),
+    (lambda log: D.delete_runs(log, [], reason="x"), InvalidInput),
+    (lambda log: D.delete_runs(log, ["A", "A"], reason="x"), InvalidInput),
+    (lambda log: D.delete_records(log, "A", [b"\x01" * 32], reason="x"), InvalidInput),
+    (lambda log: D.delete_records(log, "A", [_middle(log, "B", 0, 1)], reason="x"), InvalidInput),
+    (lambda log: D.delete_records(log, "A", [_middle(log, "A", 0, 0)], reason="x"), InvalidInput),  # run_started: delete the run
+    (lambda log: D.delete_branch_from(log, "A", 0, 99, reason="x"), InvalidInput),
+    (lambda log: D.delete_branch_from(log, "A", 7, 0, reason="x"), Exception),
+    (lambda log: D.redact(log, _middle(log, "A", 0, 1), reason="x"), InvalidInput),  # a record is not a blob
+    (lambda log: D.redact(log, b"\x02" * 32, reason="x"), InvalidInput),
+])
+def test_bad_input_is_a_typed_error_and_writes_nothing(world, call, error):
+    root, log, _owner = world
+    files = _log_files(root)
+    with pytest.raises(error) as e:
+        call(log)
+    assert e.value.exit_code in (4, 5)
+    assert _log_files(root) == files
+
+
+def test_an_unsigned_deletion_is_refused_where_an_owner_key_exists(world, tmp_path, monkeypatch):
+    root, log, _owner = world
+    monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "no-keys-here"))  # no default key: nothing to sign with
+    files = _log_files(root)
+    for call in (lambda: D.delete_run(log, "A", reason="x"), lambda: D.delete_records(log, "A", [_middle(log, "A", 0, 1)], reason="x"),
+                 lambda: D.redact(log, log.put_blob(b"prompt of A"), reason="x")):
+        with pytest.raises(Unauthenticated) as e:
+            call()
+        assert e.value.exit_code == 8
+    assert _log_files(root) == files
+    assert log.runs() == ["A", "B", "C"]
+
+
+def test_a_store_without_an_owner_key_takes_unsigned_deletions(tmp_path):
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    log.start_run("X")
+    did = D.delete_run(log, "X", reason="no owner here")
+    v = log.store.get_typed(did, codec.DELETION)
+    assert (v["by"], v["sig"], v["grant"]) == (None, None, None)
+    assert verify(log) == []
+
+
+@pytest.mark.parametrize("scope", ["run", "subject"])
+def test_a_key_with_a_delete_grant_may_delete_and_a_revoked_one_may_not(world, tmp_path, scope):
+    root, log, owner = world
+    w, _ = new_key(tmp_path, "w")
+    run, subject = ("B", None) if scope == "run" else (None, "alice")  # B is alice's
+    gid = G.grant(log, owner, run, w.public, subject=subject, rights=["delete"], name="deleter")
+    did = D.delete_records(log, "B", [_middle(log, "B", 0, 2)], reason="by a granted key", key=w)
+    v = log.store.get_typed(did, codec.DELETION)
+    assert (v["by"], v["grant"]) == (w.public, gid)
+    assert verify(log) == []
+    files = _log_files(root)
+    with pytest.raises(Refused, match="holds no live 'delete' grant"):
+        D.delete_run(log, "C", reason="bob's run", key=w)  # not in the grant's scope
+    assert _log_files(root) == files
+    G.revoke(log, owner, run, w.public, subject=subject, reason="fired")
+    files = _log_files(root)
+    with pytest.raises(Refused, match="holds no live 'delete' grant") as e:
+        D.delete_run(log, "B", reason="after revocation", key=w)
+    assert e.value.exit_code == 8
+    assert _log_files(root) == files
+    assert log.runs() == ["A", "B", "C"]
+    assert verify(log) == []  # the deletion made before the revocation still verifies (judged at its entry)
+
+
+def test_a_run_delete_grant_reaches_only_its_run_and_read_write_grants_do_not_delete(world, tmp_path):
+    root, log, owner = world
+    w, _ = new_key(tmp_path, "w")
+    G.grant(log, owner, "A", w.public, name="journal worker")  # read and write: the default, no delete
+    files = _log_files(root)
+    with pytest.raises(Refused):
+        D.delete_run(log, "A", reason="x", key=w)
+    gid = G.grant(log, owner, "A", w.public, rights=["delete"], name="deleter")
+    files = _log_files(root)
+    with pytest.raises(Refused):
+        D.delete_run(log, "B", reason="x", key=w)
+    assert _log_files(root) == files
+    did = D.delete_run(log, "A", reason="granted", key=w)
+    v = log.store.get_typed(did, codec.DELETION)
+    assert (v["by"], v["grant"]) == (w.public, gid)
+    with pytest.raises(Refused, match="a redaction is signed by the store's owner key"):
+        D.redact(log, log.put_blob(b"prompt of B"), reason="x", key=w)
+    assert verify(log) == []
+
+
+def _forge(log, obj, moves):
+    """Append a checksum-valid entry carrying ``obj`` (a deletion) and ``moves``, built as a writer
+    builds it (engine.encode_next: index rows, rules, root), to the end of the active segment."""
+    eng = log.store.engine
+    eng.refresh()
+    canon = codec.encode(codec.DELETION, obj)
+    did = codec.object_id(canon)
+    moves = [[m[0], m[1], did if m[2] is None else m[2], m[3]] for m in moves]
+    seg, off = eng._seg, eng._off
+    assert os.path.getsize(eng.seg_path(seg)) == off
+    data, _e = E.encode_next(eng.tables, time.time(), [(did, codec.DELETION, canon)], moves, seg=seg, off=off)
+    with open(eng.seg_path(seg), "ab") as f:
+        f.write(data)
+    return did
+
+
+def _signed(key, **fields):
+    obj = {"v": 1, "scope": "run", "run": None, "records": None, "blob": None, "reason": "forged", "time": time.time(),
+           "by": key.public, "grant": None, "previous": None, "sig": None}
+    obj.update(fields)
+    obj["sig"] = key.sign(identity.object_message(obj))
+    return obj
+
+
+def test_verify_names_a_forged_deletion_signed_by_a_key_that_is_not_the_owners(world, tmp_path):
+    root, log, _owner = world
+    stranger = identity.generate()
+    did = _forge(log, _signed(stranger, run="B"), [[runrefs.deleted_ref("B"), None, None, "forged deletion"]])
+    fresh = RunLog(Store.open(root))
+    assert fresh.runs() == ["A", "C"]  # readers apply it (its bytes and rules are sound): verify names it
+    got = [p.line() for p in verify(fresh) if p.code == "bad-deletion"]
+    assert got == [f"bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run B at entry "
+                   f"{fresh.store.engine.loc_entry(did)} [{fresh.store.engine.where(did)}]"]
+
+
+def test_verify_names_a_deletion_whose_rows_are_not_the_logs(world):
+    root, log, owner = world
+    rid = _middle(log, "A", 0, 1)
+    obj = _signed(owner, scope="records", run="A", records=[[rid, 0, 2, "attempt"]])  # LSN 2 is another record
+    did = _forge(log, obj, [[runrefs.deletions_ref("A"), None, None, "forged rows"]])
+    fresh = RunLog(Store.open(root))
+    lines = [p.line() for p in verify(fresh) if p.code == "bad-deletion"]
+    assert lines == [f"bad-deletion {did.hex()}: covers {rid.hex()} as run A branch 0 LSN 2, which the log's index does not hold there"
+                     f" [{fresh.store.engine.where(did)}]"]
+
+
+def test_verify_names_an_edited_signature(world):
+    root, log, owner = world
+    obj = _signed(owner, run="B")
+    obj["reason"] = "edited after signing"
+    did = _forge(log, obj, [[runrefs.deleted_ref("B"), None, None, "edited"]])
+    report = verify_report(RunLog(Store.open(root)))
+    assert [p.detail for p in report.problems] == [f"its signature does not verify against its signer {owner.public[:16]}…"]
+    assert [p.subject for p in report.problems] == [did.hex()]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 9), fork_at=st.integers(0, 8), picks=st.lists(st.tuples(st.integers(0, 1), st.integers(1, 12)), max_size=4))
+def test_state_equals_refold_with_any_deleted_records(tmp_path_factory, n, fork_at, picks):
+    """Any records of either branch deleted (in one or several deletions): the cache's episode, the
+    cold re-fold's and verify's fold agree, byte for byte."""
+    root = str(tmp_path_factory.mktemp("h") / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("H")
+    for i in range(n):
+        log.record_attempt("H", i % 3, i, ["succeeded", "failed"][i % 2], usage={"t": i})
+    log.fork("H", 0, min(fork_at, n))
+    for i in range(3):
+        log.record_attempt("H", 7, i, "succeeded", branch=1)
+    query.episode(log, "H", all_branches=True)  # warm the cache before deleting
+    for b, lsn in picks:
+        view = log.view("H")
+        head = log.next_of(view.head(b))[0] - 1
+        if 0 < lsn <= head or (b == 1 and lsn <= head):
+            D.delete_records(log, "H", [log.record_at(view, b, lsn)], reason="hypothesis")
+    cached = query.episode(log, "H", all_branches=True).to_json()
+    assert cached == query.episode(log, "H", all_branches=True, source="refold").to_json()
+    assert_refold_identical(log, "H")
+    assert verify(log) == []
