@@ -106,6 +106,7 @@ def test_backup_is_a_store_of_the_snapshot(tmp_path, small_seal):
     token = out.strip()
     assert token.startswith("objstore-anchor:1:") and len(out.splitlines()) == 1
     assert "backup:" in err and "file(s) copied" in err
+    assert run_cli("anchor", store=src, exit_code=0)[1].strip() == token, "the token is what 'objstore anchor' prints"
     run_cli("verify", "--anchor", token, store=dest, exit_code=0)
     assert_is_snapshot(src, dest, token)
     for f in segs(src)[:-1]:  # the sealed segments' indexes came along, byte for byte
@@ -130,13 +131,13 @@ def test_empty_store_backs_up(tmp_path):
 
 # -- incremental ----------------------------------------------------------------------------------------------
 class ReadSpy:
-    """Every os.pread/os.read of a file under SRC/log/*.seg and every os.write to DEST/log/*.seg
+    """Every os.pread/os.preadv/os.read of a file under SRC/log/*.seg and every os.write to DEST/log/*.seg
     (paths from /proc/self/fd): the lowest layer every copy goes through."""
 
     def __init__(self, monkeypatch, src, dest):
         self.reads, self.written = [], 0
         srclog, destlog = os.path.join(os.path.realpath(src), "log"), os.path.join(os.path.realpath(dest), "log")
-        real_pread, real_read, real_write = os.pread, os.read, os.write
+        real_pread, real_preadv, real_read, real_write = os.pread, os.preadv, os.read, os.write
 
         def path_of(fd):
             try:
@@ -150,6 +151,13 @@ class ReadSpy:
             if p.startswith(srclog) and p.endswith(".seg"):
                 self.reads.append((os.path.basename(p), off, len(data)))
             return data
+
+        def preadv(fd, bufs, off):
+            n = real_preadv(fd, bufs, off)
+            p = path_of(fd)
+            if p.startswith(srclog) and p.endswith(".seg"):
+                self.reads.append((os.path.basename(p), off, n))
+            return n
 
         def read_(fd, n):
             p = path_of(fd)
@@ -166,6 +174,7 @@ class ReadSpy:
             return n
 
         monkeypatch.setattr(os, "pread", pread)
+        monkeypatch.setattr(os, "preadv", preadv)
         monkeypatch.setattr(os, "read", read_)
         monkeypatch.setattr(os, "write", write)
 

@@ -256,8 +256,9 @@ def backup(c, dest, as_json):
       objstore --store /mnt/backups/runs verify --anchor TOKEN
     """
     from objstore.lifecycle.backup import backup as run_backup
+    from objstore.storage.store import Store
 
-    result = run_backup(c.log().store, dest)
+    result = run_backup(Store.open(c.store_path()), dest)  # the store alone: no run model to import
     if as_json:
         echo_json(result.to_json())
         return

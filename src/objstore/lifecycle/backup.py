@@ -52,7 +52,6 @@ import blake3
 import msgspec
 
 from ..errors import IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
-from ..runs.verify import anchor_token
 from ..storage import gclock
 from ..storage.engine import (
     ENTRY_HEAD,
@@ -296,6 +295,7 @@ class _Copier:
         self.progress = progress
         self.copied = self.reused = self.removed = self.bytes = 0
         self.total = 0
+        self.buf = memoryview(bytearray(CHUNK))  # one buffer for every chunk read (no fresh 4 MiB per read)
         self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
 
     def dpath(self, k: int) -> str:
@@ -326,7 +326,7 @@ class _Copier:
             self._write_witness(pos)
         except OSError as e:
             raise StorageOSError(f"back up to {self.dest}", e.strerror or str(e)) from None
-        return BackupResult(self.dest, pos.entry, anchor_token(pos.entry, pos.checksum), self.copied, self.reused,
+        return BackupResult(self.dest, pos.entry, anchor_token(pos), self.copied, self.reused,
                             self.removed, self.bytes)
 
     # -- deciding ----------------------------------------------------------------------------------------------
@@ -437,7 +437,7 @@ class _Copier:
         h = blake3.blake3()
         off = start
         while off < end:
-            data = os.pread(sfd, min(CHUNK, end - off), off)
+            data = _read_into(sfd, self.buf, off, end - off)
             if not data:
                 raise IntegrityError("?", path, f"segment ended at offset {off} while being copied")
             h.update(data)
@@ -454,7 +454,7 @@ class _Copier:
         h = blake3.blake3()
         off = start
         while off < end:
-            data = os.pread(fd, min(CHUNK, end - off), off)
+            data = _read_into(fd, self.buf, off, end - off)
             if not data:
                 break
             h.update(data)
@@ -581,6 +581,12 @@ class _Copier:
         self.policy.dir(self.dlog)
 
 
+def anchor_token(pos: Position) -> str:
+    """The anchor token of a position, as ``objstore anchor`` prints it (``runs.verify.anchor_token``;
+    written out here so a backup does not import verify, a fifth of its start-up)."""
+    return f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}"
+
+
 def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     """(checksum, number of the next entry) of the entry ending at ``size`` in an ordinary segment,
     checked (its meta gives its trailer's checksum from the entry before it); for a file of only a
@@ -616,6 +622,12 @@ def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     if isinstance(e, str):
         return None
     return bytes(checksum), n + 1
+
+
+def _read_into(fd: int, buf: memoryview, off: int, want: int) -> memoryview:
+    """Up to ``want`` bytes at ``off`` read into ``buf``: the part of it that was filled."""
+    n = os.preadv(fd, [buf[: min(want, len(buf))]], off)
+    return buf[:n]
 
 
 @contextmanager
