@@ -143,7 +143,7 @@ def test_dash_h_is_help_everywhere():
 
 # -- examples that run for real ----------------------------------------------------------------------------
 READ_ONLY = {("runs",), ("log",), ("branches",), ("show",), ("refs",), ("diff",), ("episode",), ("export",),
-             ("verify",), ("anchor",)}
+             ("verify",), ("anchor",), ("stats",)}
 
 
 @pytest.fixture(scope="module")

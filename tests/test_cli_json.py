@@ -140,6 +140,10 @@ def world(tmp_path_factory):
     cli_json("demo", "--at", "1700000000")
     cli_json("repair", "--cut-after", str(cli_json("anchor")["entry"]), "--reason", "nothing to cut")
     cli_json("backup", str(tmp / "backup"))
+    cli_json("stats")
+    cli_json("gc", "--delete-runs-older-than", "3650d", "--reason", "retention", "--dry-run")
+    cli_json("gc")
+    cli_json("stats")
     return {"root": root, "env": env, "run": run, "session": s, "outs": outs, "binary_blob": binary_blob}
 
 

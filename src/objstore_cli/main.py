@@ -28,7 +28,7 @@ from .admin import backup, demo, init, rebuild, repair, upgrade
 from .audit import anchor, verify
 from .journal import journal, key_group
 from .lifecycle import delete, redact
-from .maintenance import gc
+from .maintenance import gc, stats
 from .objects import cat, put_blob, refs, show
 from .output import EXIT_CODES_HELP, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
@@ -130,6 +130,7 @@ cli.add_command(backup)
 cli.add_command(delete)
 cli.add_command(redact)
 cli.add_command(gc)
+cli.add_command(stats)
 
 
 def main():

@@ -80,3 +80,45 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
     before, after = res.bytes_before, res.bytes_after
     click.echo(f"gc: rewrote {len(res.rewritten)} segment(s), removed {res.removed_records} record(s), {res.removed_blobs} blob(s), "
                f"{res.removed_other} other object(s); {before} -> {after} bytes in the rewritten segments")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Every figure as JSON (docs/CLI.md gives the schema).")
+@pass_ctx
+def stats(c, as_json):
+    """What the store holds and what it costs on disk.
+
+    Segments (sealed, packed by gc, active) and their bytes against the
+    canonical bytes of every object; runs (and deleted runs), records, blobs,
+    the committed blobs no record names (gc keeps them), redacted blobs,
+    deleted records and bodies gc removed; derived files (indexes, checkpoint,
+    witness) and the state cache (state.db and its WAL) apart; the anchor of
+    the log's head. Counts come from the log's index rows: no body is read.
+
+    \b
+    Examples:
+      objstore stats
+      objstore stats --json
+    """
+    from objstore.lifecycle.stats import stats as run_stats
+
+    st = run_stats(c.log().store)
+    if as_json:
+        echo_json(st)
+        return
+    seg = st["segments"]
+    ratio = f"{st['stored_ratio']:.2f}x" if st["stored_ratio"] is not None else "-"
+    d, sc = st["derived_bytes"], st["state_cache_bytes"]
+    for line in (
+        f"store            {st['store']}",
+        f"entries          {st['entries']}",
+        f"segments         {seg['count']} ({seg['packed']} packed), {seg['bytes']} bytes = {ratio} the canonical {st['canonical_bytes']}",
+        f"runs             {st['runs']} (+{st['deleted_runs']} deleted)",
+        f"records          {st['records']} ({st['deleted_records']} deleted in runs that remain)",
+        f"blobs            {st['blobs']} ({st['unreferenced_blobs']} named by no record, {st['redacted_blobs']} redacted)",
+        f"removed bodies   {st['removed_bodies']}",
+        f"derived files    indexes {d['indexes']}, checkpoint {d['checkpoint']}, witness {d['witness']} bytes",
+        f"state cache      state.db {sc['state.db']}, -wal {sc['state.db-wal']}, -shm {sc['state.db-shm']} bytes",
+        f"anchor           {st['anchor']}",
+    ):
+        click.echo(line)
