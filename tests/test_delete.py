@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from objstore import RunLog, Store
-from objstore.errors import Deleted, InvalidInput, Refused, RunNotFound, Unauthenticated
+from objstore.errors import BranchNotFound, Deleted, InvalidInput, ObjectNotFound, Refused, RunNotFound, Unauthenticated
 from objstore.journal import grants as G
 from objstore.lifecycle import delete as D
 from objstore.runs import completion, export, history, query, views
@@ -207,13 +207,13 @@ def test_delete_branch_from_covers_the_branch_to_its_head_and_appends_go_on(worl
     (lambda log: D.delete_run(log, "A", reason="   "), InvalidInput),
     (lambda log: D.delete_runs(log, [], reason="x"), InvalidInput),
     (lambda log: D.delete_runs(log, ["A", "A"], reason="x"), InvalidInput),
-    (lambda log: D.delete_records(log, "A", [b"\x01" * 32], reason="x"), InvalidInput),
+    (lambda log: D.delete_records(log, "A", [b"\x01" * 32], reason="x"), ObjectNotFound),
     (lambda log: D.delete_records(log, "A", [_middle(log, "B", 0, 1)], reason="x"), InvalidInput),
     (lambda log: D.delete_records(log, "A", [_middle(log, "A", 0, 0)], reason="x"), InvalidInput),  # run_started: delete the run
     (lambda log: D.delete_branch_from(log, "A", 0, 99, reason="x"), InvalidInput),
-    (lambda log: D.delete_branch_from(log, "A", 7, 0, reason="x"), Exception),
+    (lambda log: D.delete_branch_from(log, "A", 7, 0, reason="x"), BranchNotFound),
     (lambda log: D.redact(log, _middle(log, "A", 0, 1), reason="x"), InvalidInput),  # a record is not a blob
-    (lambda log: D.redact(log, b"\x02" * 32, reason="x"), InvalidInput),
+    (lambda log: D.redact(log, b"\x02" * 32, reason="x"), ObjectNotFound),
 ])
 def test_bad_input_is_a_typed_error_and_writes_nothing(world, call, error):
     root, log, _owner = world

@@ -30,6 +30,8 @@ Choices (docs/FORMAT.md "Deletion and redaction objects"): ``previous`` is nil f
 scope; deleting a deleted run, redacting a redacted blob, or deleting only records already
 deleted is a no-op that returns the existing deletion's id(s) and writes nothing; a partial
 deletion may not cover the run's ``run_started`` record (LSN 0 of branch 0: delete the run).
+Errors: an empty reason or an id of the wrong kind is InvalidInput (5); an unknown run, branch or
+object is RunNotFound / BranchNotFound / ObjectNotFound (4); a refusal is Refused (8).
 
 What deletion cannot hide: an object's id stays in the log and commits to its content, so a
 guessable body (a phone number, a 6-digit code) can be confirmed from its id by hashing each
@@ -280,7 +282,7 @@ def delete_records(log: RunLog, run: str, ids: Iterable[bytes], *, reason: str, 
             try:
                 otype, v = store.get(oid)
             except ObjectNotFound:
-                raise InvalidInput(f"{oid.hex()} is not an object of this store") from None
+                raise ObjectNotFound(oid.hex()) from None
             if otype != codec.RECORD or v.get("run") != run:
                 what = f"a record of run {v.get('run')}" if otype == codec.RECORD else f"a {otype}"
                 raise InvalidInput(f"{oid.hex()} is {what}, not a record of run {run}")
@@ -310,7 +312,7 @@ def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None
         store.engine.refresh()
         loc = store.engine.loc(blob_id)
     if loc is None:
-        raise InvalidInput(f"{blob_id.hex()} is not an object of this store")
+        raise ObjectNotFound(blob_id.hex())
     otype = loc.otype if hasattr(loc, "otype") else loc[1]
     if otype != codec.BLOB:
         raise InvalidInput(f"{blob_id.hex()} is a {otype}, not a blob: only a blob is redacted (delete records with 'objstore delete')")
