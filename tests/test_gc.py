@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 from helpers import raw_objects, run_cli
 
 from objstore.lifecycle import gc as G
@@ -104,8 +103,8 @@ def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
     with open(p, "r+b") as f:
         data = bytearray(f.read())
         moff, mlen = packed.PK_TRAILER.unpack_from(data, len(data) - packed.PK_TRAILER.size)[:2]
-        import zstandard
         import msgspec
+        import zstandard
         m = msgspec.msgpack.decode(zstandard.ZstdDecompressor().decompress(bytes(data[moff:moff + mlen])))
         m["entries"][3][0] += 1.0  # the time of its fourth entry
         raw = msgspec.msgpack.encode(m)
