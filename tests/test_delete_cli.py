@@ -153,3 +153,18 @@ def test_help_says_what_deletion_cannot_hide(demo):
         assert "the id of a deleted object stays in the log and commits to its content" in flat, cmd
         assert "a guessable body (a phone number, a 6-digit code) can be confirmed from its id" in flat, cmd
         assert "until the next 'objstore gc'" in flat, cmd
+
+
+def test_a_key_granted_delete_at_the_command_line_deletes_until_revoked(demo, tmp_path):
+    root, env, (old, new) = demo
+    _w, wpath = new_key(tmp_path, "w")
+    _, out, _ = cli(root, env, "journal", "grant", new, "--pubkey", wpath + ".pub", "--delete", "--json")
+    assert json.loads(out)["rights"] == ["delete", "read", "write"]
+    _, out, _ = cli(root, env, "delete", new, "--branch", "1", "--from-lsn", "2", "--reason", "granted", "--key", wpath, "--json")
+    assert json.loads(out)["written"] is True
+    cli(root, env, "journal", "revoke", new, "--pubkey", wpath + ".pub")
+    before = log_bytes(root)
+    _, _, err = cli(root, env, "delete", new, "--reason", "revoked", "--key", wpath, exit_code=8)
+    assert "holds no live 'delete' grant" in err
+    assert log_bytes(root) == before
+    cli(root, env, "verify")

@@ -247,6 +247,7 @@ def journal_disable(c, run, key_file, socket_path, as_json):
 @click.option("--pubkey", "pubkey_file", required=True, metavar="FILE", help="The grantee's public key (PEM or 64 hex digits; a private key file gives its public half).")
 @click.option("--role", type=click.Choice(["worker", "job"]), default=None, help="worker (default) or job; jobs are refused every journal read and write.")
 @click.option("--read-only", is_flag=True, help="Grant read only (default read and write).")
+@click.option("--delete", "may_delete", is_flag=True, help="Also grant 'delete': the key may sign recorded deletions of RUN (or of the subject's runs): 'objstore delete'.")
 @click.option("--name", default="", help="A label for the grantee in messages (never used to decide anything).")
 @click.option("--reason", default="", help="Why; recorded in the grant.")
 @click.option("--supersedes", "supersedes_file", metavar="OLDPUBFILE", default=None,
@@ -254,7 +255,7 @@ def journal_disable(c, run, key_file, socket_path, as_json):
 @key_option
 @json_option
 @pass_ctx
-def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, supersedes_file, key_file, as_json):
+def journal_grant(c, run, subject, pubkey_file, role, read_only, may_delete, name, reason, supersedes_file, key_file, as_json):
     """Grant a key rights on RUN's journal (or, with --subject, on every session of a subject).
 
     Grants are objects signed by the owner key (--key must be it; default it
@@ -269,13 +270,14 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
       objstore journal grant RUN --pubkey w.key.pub --name w1
       objstore journal grant --subject alice --pubkey w.key.pub --read-only
       objstore journal grant RUN --pubkey w2.key.pub --supersedes w.key.pub
+      objstore journal grant --subject alice --pubkey d.key.pub --delete
     """
     from objstore import journal as J
     from objstore.storage import identity
 
     run, subject = _scope_args(run, subject)
-    if supersedes_file is not None and (role is not None or read_only):
-        raise click.UsageError("--supersedes grants the new key as a read-write worker; drop --role/--read-only")
+    if supersedes_file is not None and (role is not None or read_only or may_delete):
+        raise click.UsageError("--supersedes grants the new key as a read-write worker; drop --role/--read-only/--delete")
     log = c.log()
     public = identity.load_public(pubkey_file)
     owner = caller_key(key_file, log)
@@ -290,6 +292,8 @@ def journal_grant(c, run, subject, pubkey_file, role, read_only, name, reason, s
         return
     role = role or "worker"
     rights = ("read",) if read_only else ("read", "write")
+    if may_delete:
+        rights = ("delete", *rights)
     gid = J.grant(log, owner, run, public, subject=subject, role=role, rights=rights, name=name, reason=reason)
     if as_json:
         echo_json({"run": run, "subject": subject, "grantee": public, "grant": gid, "role": role, "rights": list(rights)})

@@ -142,7 +142,7 @@ def _authority(store: Store, key: identity.Key | None, run: str | None) -> bytes
     gid = delete_grant(store, key.public, run, run_subject(store, run))
     if gid is None:
         raise Refused(f"key {key.public[:16]}… holds no live 'delete' grant on run {run} or its subject "
-                      f"(the owner grants it: objstore journal grant RUN KEY --delete); nothing was written")
+                      f"(the owner grants it: objstore journal grant RUN --pubkey FILE --delete); nothing was written")
     return gid
 
 
