@@ -24,9 +24,10 @@ segment header's previous checksum is DEST's previous segment's last 32 bytes; t
 rest) and must stand at exactly the snapshot's position. Only then is DEST's own head witness
 written (atomically), so it never leads DEST's log.
 
-Crash safety: DEST is created whole (staged next to it and renamed into place); every whole file is
-written into ``DEST/tmp/``, fsynced and renamed into place (directory fsynced); segments are copied
-in increasing order, so a ``kill -9`` at any point leaves DEST a readable store of an older snapshot
+Crash safety: DEST is created whole (staged next to it and renamed into place); every whole segment
+file is written into ``DEST/tmp/``, fsynced and renamed into place (directory fsynced), the derived
+files (indexes, checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine
+writes its own; segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST a readable store of an older snapshot
 or the new one, and the next backup finishes. A full disk or another OS error is ``StorageOSError``
 (exit 10) with DEST as it was (the append truncated back, the temporary file removed).
 
@@ -517,19 +518,20 @@ class _Copier:
         self._put_file(os.path.join(self.dlog, "checkpoint"), data)
 
     def _put_file(self, path: str, data: bytes) -> None:
+        """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
+        not fsynced, as the engine writes them: one lost to an OS crash is rebuilt from the log (or, for
+        the witness, is no witness), and a kill leaves the old file or the new one, whole."""
         tmp = self._tmp_name(os.path.basename(path))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _write_all(fd, data)
-            self.policy.file(fd)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
         os.close(fd)
         os.rename(tmp, path)
-        self.policy.dir(self.dlog)
-        self.copied += 1
+        self.copied += path != os.path.join(self.dlog, "witness")
 
     def _tmp_name(self, what: str) -> str:
         return os.path.join(self.tmp, f"{TMP_PREFIX}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -561,23 +563,10 @@ class _Copier:
             d.close()
 
     def _write_witness(self, pos: Position) -> None:
-        """DEST's own head witness for the snapshot, last: every byte it covers is durable and checked."""
-        if pos.entry == 0:
-            return
-        path = os.path.join(self.dlog, "witness")
-        if _read_witness(path) == (pos.entry, pos.checksum):
-            return
-        tmp = self._tmp_name("witness")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
-            self.policy.file(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp)
-            raise
-        os.close(fd)
-        os.rename(tmp, path)
+        """DEST's own head witness for the snapshot, last: every segment byte it covers is fsynced and
+        checked by now, so it never leads DEST's log; then the directory is synced once more."""
+        if pos.entry and _read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
+            self._put_file(os.path.join(self.dlog, "witness"), WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
         self.policy.dir(self.dlog)
 
 
