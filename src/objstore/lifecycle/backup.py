@@ -17,9 +17,10 @@ with SRC's checksum (DEST diverged) is removed with every later one before anyth
 DEST stays a prefix of SRC's history at every instant. DEST segments beyond SRC's tail are removed.
 
 Checked: only what is copied is re-read. Each copied range is fsynced, read back from DEST and its
-BLAKE3 compared with the BLAKE3 of the bytes read from SRC; in an ordinary (``OSSG``) segment every
-copied entry's chain checksum is recomputed from its meta and chained from the entry before; each
-segment header's previous checksum is DEST's previous segment's last 32 bytes; then DEST is opened
+BLAKE3 compared with the BLAKE3 of the bytes read from SRC; every copied entry's chain checksum is
+recomputed from its meta and chained from the entry before (an ordinary segment's entries, or a
+packed one's meta frame: ``engine.packed_entries``); each segment header (ordinary or packed) chains
+to DEST's previous segment's last 32 bytes, its last entry's checksum; then DEST is opened
 (its checkpoint — SRC's, copied, adopted only if DEST's log commits to it — plus a replay of the
 rest) and must stand at exactly the snapshot's position. Only then is DEST's own head witness
 written (atomically), so it never leads DEST's log.
@@ -27,9 +28,10 @@ written (atomically), so it never leads DEST's log.
 Crash safety: DEST is created whole (staged next to it and renamed into place); every whole segment
 file is written into ``DEST/tmp/``, fsynced and renamed into place (directory fsynced), the derived
 files (indexes, checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine
-writes its own; segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST a readable store of an older snapshot
-or the new one, and the next backup finishes. A full disk or another OS error is ``StorageOSError``
-(exit 10) with DEST as it was (the append truncated back, the temporary file removed).
+writes its own; segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST
+a readable store of an older snapshot or the new one, and the next backup finishes. A full disk or
+another OS error is ``StorageOSError`` (exit 10) with DEST as it was (the append truncated back, the
+temporary file removed) or holding a longer prefix of the snapshot.
 
 DEST must be absent (its parent must exist), an empty directory, or a store of the same history (its
 first entry's checksum is SRC's); anything else is ``InvalidInput`` (exit 5) with nothing written, as
@@ -52,8 +54,8 @@ from typing import NamedTuple
 import blake3
 import msgspec
 
-from ..errors import IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
-from ..storage import gclock
+from ..errors import CorruptLog, IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
+from ..storage import gclock, packed
 from ..storage.engine import (
     ENTRY_HEAD,
     ENTRY_MAGIC,
@@ -67,6 +69,8 @@ from ..storage.engine import (
     LogEngine,
     Position,
     _parse_split,
+    _read_segment_header,
+    packed_entries,
     seg_name,
 )
 from ..storage.fileutil import FsyncPolicy
@@ -462,8 +466,14 @@ class _Copier:
             off += len(data)
         if off != end or h.digest() != digest:
             raise IntegrityError("?", path, f"the bytes read back from offset {start} are not the bytes copied")
-        if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC:
-            return  # another layout (a packed segment): the engine checks its chain when DEST reads it
+        magic = os.pread(fd, MAGIC_LEN, 0)
+        if magic == packed.PK_MAGIC:  # a segment gc packed: every entry's checksum from the meta frame, chained
+            problem = packed_entries(fd, seg).problem
+            if problem is not None:
+                raise IntegrityError("?", path, f"the packed segment in the copy: {problem}")
+            return
+        if magic != SEG_MAGIC:
+            raise IntegrityError("?", path, "the copy is not a segment file (bad magic)")
         if start == 0:
             _, _, n, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
             start = SEG_HEADER.size
@@ -543,8 +553,11 @@ class _Copier:
         before = None
         for k in range(1, tail_seg + 1):
             with _ro(self.dpath(k)) as fd:
-                head = os.pread(fd, SEG_HEADER.size, 0)
-                if before is not None and head[:MAGIC_LEN] == SEG_MAGIC and SEG_HEADER.unpack(head)[3] != before:
+                try:
+                    _, hseg, _, prev = _read_segment_header(fd, self.dpath(k))  # ordinary or packed
+                except CorruptLog as e:
+                    raise IntegrityError("?", self.dpath(k), f"segment {k} of the backup: {e}") from None
+                if hseg != k or (before is not None and prev != before):
                     raise IntegrityError("?", self.dpath(k), f"segment {k} of the backup does not chain to segment {k - 1}")
                 before = os.pread(fd, TAIL_LEN, os.fstat(fd).st_size - TAIL_LEN)
 
