@@ -24,7 +24,7 @@ def _raw_entries():
         _magic, mlen, dlen = struct.unpack_from("<4sIQ", data, off)
         meta = msgspec.msgpack.decode(data[off + 16 : off + 16 + mlen])
         blocks, pos = [], off + 16 + mlen
-        for comp, raw, stored in meta["blocks"]:
+        for comp, _raw, stored in meta["blocks"]:
             b = data[pos : pos + stored]
             blocks.append(zstandard.ZstdDecompressor().decompress(b) if comp == 1 else b)
             pos += stored
