@@ -369,3 +369,19 @@ def test_state_equals_refold_with_any_deleted_records(tmp_path_factory, n, fork_
     assert cached == query.episode(log, "H", all_branches=True, source="refold").to_json()
     assert_refold_identical(log, "H")
     assert verify(log) == []
+
+
+def test_a_sessions_deleted_turn_is_header_only_in_compaction_and_context(tmp_path):
+    from objstore import journal as J
+
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    owner, _ = identity.ensure_owner_key(log.store)
+    s = J.start_session(log, "alice", run="S")
+    for i in range(4):
+        J.record_turn(log, s, "user" if i % 2 == 0 else "model", f"turn {i} secret-{i}")
+    D.delete_records(log, "S", [log.record_at(log.view("S"), 0, 2)], reason="turn 1 leaked")  # LSN 2: turn 1
+    res = J.compact(log, s, J.StubCompactor(), host=J.LocalJournalHost(log), key=owner, keep_tail=4)
+    assert res.segment_id is not None
+    texts = [i.get("text") for i in J.context(log, s) if i.get("kind") == "turn"]
+    assert texts == ["turn 0 secret-0", "", "turn 2 secret-2", "turn 3 secret-3"]
+    assert verify(log) == []

@@ -103,7 +103,7 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
     hist, identical_to = _historical(log, run, a, historical, segs)
 
     def turn_item(r: R.Record) -> dict:
-        return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body["role"],
+        return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body.get("role"),  # a deleted turn: header-only
                 "reflected_in_journal": r.id in reflected, "text": _turn_text(log, r)}
 
     request = {

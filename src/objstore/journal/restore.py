@@ -138,10 +138,10 @@ def context(log: RunLog, run: str, view: View | None = None) -> list[dict]:
         for rid in app[1]["retained"]:
             if rid in idx:
                 r = lineage[idx[rid]]
-                items.append({"origin": R.ORIGIN_SOURCE, "kind": "turn", "role": r.body["role"], "lsn": r.lsn, "text": _turn_text(log, r)})
+                items.append({"origin": R.ORIGIN_SOURCE, "kind": "turn", "role": r.body.get("role"), "lsn": r.lsn, "text": _turn_text(log, r)})
     for r in lineage[start:]:
         if r.kind == R.TURN and r.id not in retained:
-            items.append({"origin": R.ORIGIN_SOURCE, "kind": "turn", "role": r.body["role"], "lsn": r.lsn, "text": _turn_text(log, r)})
+            items.append({"origin": R.ORIGIN_SOURCE, "kind": "turn", "role": r.body.get("role"), "lsn": r.lsn, "text": _turn_text(log, r)})
     return items
 
 

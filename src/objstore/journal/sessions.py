@@ -84,6 +84,8 @@ def fold_tasks(recs: Iterable[R.Record], tasks: list | None = None) -> list[dict
     """Open tasks after folding task records (oldest first) onto ``tasks``: opened order kept."""
     out = {t["task"]: dict(t) for t in (tasks or [])}
     for r in recs:
+        if R.DELETED_FIELD in r.body:
+            continue  # a deleted task record is header-only: it opens or closes nothing
         if r.kind == R.TASK_OPENED:
             out.setdefault(r.body["task"], {"task": r.body["task"], "title": r.body["title"]})
         elif r.kind == R.TASK_CLOSED:
