@@ -351,6 +351,7 @@ def test_kill_9_at_every_file_operation(tmp_path, monkeypatch):
                 break
             check_after_kill(src, dest, genesis if fresh else older, token)
         assert k > 20, f"only {k} file operations: the child did not count them"
+    assert sorted(os.listdir(tmp_path)) == ["dest", "older", "src"], "a killed backup's staging directory was left behind"
 
 
 # -- bad input writes nothing --------------------------------------------------------------------------------
@@ -394,6 +395,22 @@ def test_a_backup_is_never_rolled_back(tmp_path, small_seal):
     before = snapshot_tree(dest)
     with pytest.raises(InvalidInput, match="beyond this store's head"):
         backup(Store.open(older), dest)  # the store restored from an older copy: DEST is ahead of it
+    assert snapshot_tree(dest) == before
+
+
+def test_a_backup_of_a_history_that_forked_later_is_refused(tmp_path, small_seal):
+    """DEST shares SRC's first entries but then holds commits SRC does not have (a copy of the store
+    that went its own way): refused, nothing written, although its first entry is SRC's."""
+    src, other, dest = str(tmp_path / "src"), str(tmp_path / "other"), str(tmp_path / "dest")
+    build(src, runs=1, per=40)
+    shutil.copytree(src, other)
+    build(other, runs=1, per=20, start=40)
+    build(src, runs=1, per=80, start=40)  # longer than the other: DEST's witness is not beyond SRC's head
+    backup(Store.open(other), dest)
+    before = snapshot_tree(dest)
+    with pytest.raises(InvalidInput, match="another history"):
+        backup(Store.open(src), dest)
+    run_cli("backup", dest, store=src, exit_code=5)
     assert snapshot_tree(dest) == before
 
 

@@ -243,7 +243,9 @@ def _create_dest(dest: str, policy: FsyncPolicy) -> None:
     """An empty format-3 store at ``dest``, staged beside it and renamed into place (onto an empty
     directory too), so DEST is a whole store or absent at every instant; the staging goes on failure."""
     parent = os.path.dirname(dest) or "."
-    staging = os.path.join(parent, f".{os.path.basename(dest)}.backup-{os.getpid()}-{secrets.token_hex(4)}")
+    prefix = f".{os.path.basename(dest)}.backup-"
+    _remove_dead_stagings(parent, prefix)
+    staging = os.path.join(parent, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.makedirs(os.path.join(staging, "tmp"))
         LogEngine.create(staging, policy)
@@ -261,6 +263,25 @@ def _create_dest(dest: str, policy: FsyncPolicy) -> None:
         if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
             raise InvalidInput(f"backup destination {dest} was created by someone else meanwhile") from None
         raise StorageOSError(f"create the backup store {dest}", e.strerror) from None
+
+
+def _remove_dead_stagings(parent: str, prefix: str) -> None:
+    """A staging directory of this DEST left by a backup killed before its rename (its pid is gone)."""
+    try:
+        names = [f for f in os.listdir(parent) if f.startswith(prefix)]
+    except OSError:
+        return
+    for f in names:
+        pid = f[len(prefix):].split("-")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive: another backup is creating this DEST right now
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, f), ignore_errors=True)
+        except OSError:
+            continue
 
 
 @contextmanager
@@ -308,8 +329,8 @@ class _Copier:
 
     def run(self, pos: Position, tail_seg: int, lengths: dict[int, int]) -> BackupResult:
         try:
+            plans, drop = self._plan(tail_seg, lengths)  # may still refuse DEST: nothing is written before it
             self._clear_tmp()
-            plans, drop = self._plan(tail_seg, lengths)
             self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
             if drop:
                 self.replaced = True
@@ -354,6 +375,14 @@ class _Copier:
             plans.append(p)
         if diverged is not None:  # k itself is replaced atomically (segment 1 is never absent)
             drop += [k for k in present if diverged < k <= tail_seg]
+        if drop or diverged is not None:
+            # About to remove or replace DEST entries that SRC may not have: fine for a copy of ours
+            # torn by a crash, refused for another history (commits only DEST has). DEST's witness says
+            # which: the last snapshot a backup finished names an entry SRC must hold.
+            w = _read_witness(os.path.join(self.dlog, "witness"))
+            if w is not None and _checksum_at(self.engine, tail_seg, lengths, w[0]) != w[1]:
+                raise InvalidInput(f"backup destination {self.dest} is a store of another history (its entry {w[0]} "
+                                   "is not this store's)")
         return plans, sorted(set(drop), reverse=True)
 
     def _compare(self, k: int, length: int, sealed: bool) -> _Plan | None:
@@ -581,6 +610,34 @@ class _Copier:
         if pos.entry and _read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
             self._put_file(os.path.join(self.dlog, "witness"), WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
         self.policy.dir(self.dlog)
+
+
+def _checksum_at(engine: LogEngine, tail_seg: int, lengths: dict[int, int], n: int) -> bytes | None:
+    """The chain checksum of SRC's entry ``n`` within the snapshot (None if it has none): the segment
+    holding it found by the headers' first entries, then its metas read (no block)."""
+    for k in range(tail_seg, 0, -1):
+        with _ro(engine.seg_path(k)) as fd:
+            _, _, first, prev = _read_segment_header(fd, engine.seg_path(k))
+            if first > n:
+                continue
+            if os.pread(fd, MAGIC_LEN, 0) == packed.PK_MAGIC:
+                return next((e.checksum for e in packed_entries(fd, k).entries if e.n == n), None)
+            off, m = SEG_HEADER.size, first
+            while off < lengths[k]:
+                head = os.pread(fd, ENTRY_HEAD.size, off)
+                if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
+                    return None
+                _, mlen, dlen = ENTRY_HEAD.unpack(head)
+                length = ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size
+                e = _parse_split(os.pread(fd, ENTRY_HEAD.size + mlen, off), os.pread(fd, ENTRY_TRAILER.size, off + length - ENTRY_TRAILER.size),
+                                 dlen, off, prev, k, m)
+                if isinstance(e, str):
+                    return None
+                if e.n == n:
+                    return e.checksum
+                prev, m, off = e.checksum, m + 1, off + length
+            return None
+    return None
 
 
 def anchor_token(pos: Position) -> str:
