@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from objstore import RunLog, Store
-from objstore.errors import BranchNotFound, Deleted, InvalidInput, ObjectNotFound, Refused, RunNotFound, Unauthenticated
+from objstore.errors import BranchNotFound, Deleted, InvalidInput, ObjectNotFound, Redacted, Refused, RunNotFound, Unauthenticated
 from objstore.journal import grants as G
 from objstore.lifecycle import delete as D
 from objstore.runs import completion, export, history, query, views
@@ -385,3 +385,35 @@ def test_a_sessions_deleted_turn_is_header_only_in_compaction_and_context(tmp_pa
     texts = [i.get("text") for i in J.context(log, s) if i.get("kind") == "turn"]
     assert texts == ["turn 0 secret-0", "", "turn 2 secret-2", "turn 3 secret-3"]
     assert verify(log) == []
+
+
+def test_after_gc_the_views_the_fold_and_verify_are_what_they_were(world, tmp_path):
+    """Once gc has removed the bodies: header-only records are placed from their deletions' rows and
+    the chain index (a forked branch's LSN 0 too), state = re-fold as before, the deleted run and the
+    redacted blob still answer with their typed errors, and verify is clean — a subject-granted
+    deletion of a run whose run_started is gone included."""
+    from objstore.lifecycle import gc as GC
+
+    root, log, owner = world
+    w, _ = new_key(tmp_path, "w")
+    G.grant(log, owner, None, w.public, subject="alice", rights=["delete"], name="deleter")
+    D.delete_branch_from(log, "A", 1, 0, reason="the whole fork")  # LSN 0 of a fork: its parent is the fork object
+    D.delete_records(log, "A", [_middle(log, "A", 0, 2)], reason="one attempt")
+    D.delete_run(log, "B", reason="by a subject grant", key=w)
+    blob = log.put_blob(b"prompt of C")
+    D.redact(log, blob, reason="leak")
+    before = query.episode(log, "A", all_branches=True).to_json()
+    entries = [views.log_entry(e.record, e.fork) for e in history.entries(log, log.view("A"), all_branches=True)]
+    GC.gc(log.store)
+    fresh = RunLog(Store.open(root))
+    assert query.episode(fresh, "A", all_branches=True).to_json() == before
+    assert query.episode(fresh, "A", all_branches=True, source="refold").to_json() == before
+    assert [views.log_entry(e.record, e.fork) for e in history.entries(fresh, fresh.view("A"), all_branches=True)] == entries
+    with pytest.raises(Deleted):
+        fresh.view("B")
+    with pytest.raises(Redacted):
+        fresh.store.get_blob(blob)
+    assert fresh.runs() == ["A", "C"]
+    report = verify_report(fresh)
+    assert report.problems == []
+    assert [n.code for n in report.notes if n.code == "redacted"] == ["redacted"]
