@@ -14,7 +14,7 @@ from objstore.runs.runlog import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import engine as E
 from objstore.storage import packed
-from objstore.storage.store import Store
+from objstore.storage.store import Store, read_marker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -55,8 +55,10 @@ def test_gc_repacks_keeping_every_id_checksum_and_anchor(tmp_path):
     code, token, _ = run_cli("anchor", store=root, exit_code=0)
     entries, objs = contents(root)
     seg_bytes = sum(os.path.getsize(log.store.engine.seg_path(s)) for s in range(1, sealed + 1))
+    assert read_marker(root) == 3
     res = G.gc(Store.open(root))
     assert res.rewritten == list(range(1, res.sealed + 1)) and res.sealed >= sealed
+    assert read_marker(root) == 4  # format 3 with packed segments: an objstore reading only 3 refuses it as newer
     after_entries, after_objs = contents(root)
     # the same entries (numbers and chain checksums), then the seal and the rewrite entry gc wrote
     assert after_entries[: len(entries)] == entries and len(after_entries) == len(entries) + 3

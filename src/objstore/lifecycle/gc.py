@@ -35,6 +35,7 @@ from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError
 from ..runs import records, state
 from ..storage import codec, engine, fileutil, packed, runrefs, segindex
 from ..storage.gclock import gc_lock
+from ..storage.store import mark_packed
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -359,6 +360,8 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
         sync = eng.policy.enabled
         try:
             os.makedirs(tmpdir, exist_ok=True)
+            if segs:
+                mark_packed(root, sync)
             for seg in segs:
                 say(f"rewriting segment {seg}")
                 seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))

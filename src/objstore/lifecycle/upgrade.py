@@ -71,7 +71,7 @@ from ..storage.engine import LogEngine
 from ..storage.fileutil import FsyncPolicy, fsync_dir
 from ..storage.format1 import Format1Reader, Move, merge
 from ..storage.format2 import Format2Reader
-from ..storage.store import FORMAT_VERSION, Store, read_marker
+from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, read_marker
 
 RECONCILE = "upgrade: reconcile"
 ENTRY_BYTES = 64 << 20  # objects of one entry beyond this go ahead in entries of their own
@@ -178,8 +178,8 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
         raise StoreNotFound(path)
     with _dir_lock(path):
         version = read_marker(path)
-        if version == FORMAT_VERSION:
-            return {"status": f"already-format-{FORMAT_VERSION}", "path": path}
+        if version in READ_VERSIONS:
+            return {"status": f"already-format-{version}", "path": path}
         if version == 2:
             return _upgrade2(path, staging, policy, fsync)
         if version != 1:

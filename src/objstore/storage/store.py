@@ -43,7 +43,7 @@ from ..errors import (
 )
 from . import codec, runrefs
 from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
-from .fileutil import FsyncPolicy, atomic_file, tmp_name
+from .fileutil import FsyncPolicy, atomic_file, fsync_dir, tmp_name
 
 _hash = blake3.blake3
 
@@ -57,7 +57,9 @@ _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
 MARKER = "OBJSTORE"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 3  # what a new store is
+PACKED_VERSION = 4  # format 3 with packed segments and rewrite entries: what a store becomes at its first gc
+READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION)
 DEFAULT_DIR = ".objstore"
 MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
 MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
@@ -104,6 +106,29 @@ def discover(start: str | None = None, ceilings: list[str] | None = None) -> str
     except OSError as e:
         raise StorageOSError(f"look for {DEFAULT_DIR} from {first}", e) from None
     raise StoreNotFound(f"no {DEFAULT_DIR} in {first} or any parent up to {stop}")
+
+
+def mark_packed(path: str, sync: bool = True) -> None:
+    """Make the store's marker say format 4 before gc puts its first packed segment in place: an
+    objstore that reads only format 3 then refuses the store as newer (exit 5) instead of reading a
+    packed segment as damage. Atomic (written aside, renamed); a no-op on a format-4 store."""
+    if read_marker(path) >= PACKED_VERSION:
+        return
+    marker = os.path.join(path, MARKER)
+    tmp = f"{marker}.new.{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n")
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, marker)
+        if sync:
+            fsync_dir(path)
+    except OSError as e:
+        raise StorageOSError(f"write {marker}", e) from None
 
 
 def read_marker(path: str) -> int:
@@ -205,10 +230,10 @@ class Store:
         version = read_marker(path)
         if version in (1, 2):
             raise StoreNeedsUpgrade(path, version, path)
-        if version > FORMAT_VERSION:
-            raise NewerFormat("store", path, version, FORMAT_VERSION)
-        if version != FORMAT_VERSION:
-            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION}")
+        if version > PACKED_VERSION:
+            raise NewerFormat("store", path, version, PACKED_VERSION)
+        if version not in READ_VERSIONS:
+            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION} and {PACKED_VERSION}")
         policy = FsyncPolicy(fsync)
         try:
             engine = LogEngine(path, policy)
