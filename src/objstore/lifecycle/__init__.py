@@ -1,7 +1,8 @@
 """Lifecycle: what happens to a whole store over its life, above the run model and the journal.
 
 * ``upgrade`` — convert a format-1 or format-2 store in place to format 3;
-* ``repair`` — cut a damaged end off the log, on purpose and on the record.
+* ``repair`` — cut a damaged end off the log, on purpose and on the record;
+* ``delete`` — recorded deletion (whole runs, records of a run) and redaction (one blob), signed.
 """
 
 

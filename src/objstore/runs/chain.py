@@ -20,6 +20,11 @@ the fork object as its parent. Nothing is copied or deleted: the parent's
 records stay where they were, and the child's state before the fork is the fold
 of the parent's chain walked back from ``parent_record``.
 
+Recorded deletion (issue 17): a run whose ``run/R/deleted`` ref is set has no view (``Deleted``,
+exit 12); a record a partial deletion covers (``run/R/deletions``) is read as a header-only record
+— its place from its deletion's row and the chain index, its body ``{"deleted": <deletion id>}`` —
+in every walk, so the fold, the views and export never see its body, before gc or after.
+
 Every read goes through a ``View``: the ref values of one run at one instant.
 ``view(run)`` takes a fresh one; ``pin(run)`` is the same thing under the name
 readers use for "hold this while writers go on" — since objects are immutable,

@@ -21,8 +21,14 @@ name (``state-diverged``) and ``rebuild`` to remake. What the check cannot see i
 row's derived content rewritten in place (a view's JSON, the summary): that is only
 confirmable by reading the records, which is what ``verify`` does.
 
+Recorded deletion (issue 17): a record a partial deletion covers folds header-only here as in
+every re-fold, and each branch row names the head of its run's ``run/<R>/deletions`` chain it
+reflects (``dels``): a row reflecting another head is behind (refolded), whoever deleted, since
+a deletion moves no branch head. A deleted run is never served (every read stops at its
+``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc) remove its rows.
+
 Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded
-state, summary); ``recs`` (LSN order, ``RCHUNK`` records a row: the record id
+state, summary, the deletions head it reflects); ``recs`` (LSN order, ``RCHUNK`` records a row: the record id
 prefixes and one kind byte each — 1 for an attempt); ``attempt`` (query order,
 one row a chunk of up to ``VCHUNK`` attempts of one step: its key columns name the
 first attempt, ``view`` holds the zstd-compressed keys and canonical JSON views).

@@ -22,7 +22,10 @@ sequentially, independently of the engine's in-memory tables, and checks:
 6. the state cache: a branch row that claims the head verify sees must
    equal a cold re-fold (rows behind are cache misses; rows beyond the
    snapshot are ignored);
-7. with ``anchor``: the log still holds the anchored history as a prefix.
+7. with ``anchor``: the log still holds the anchored history as a prefix;
+8. recorded deletions (issue 17): each deletion object's schema, signature, signer's authority and
+   covered rows (``bad-deletion``), bodies gc removed that no deletion covers (``missing-body``);
+   a redacted blob is a note.
 
 Torn tails and past cuts are *notes*: a crash verifies clean.
 
