@@ -568,27 +568,30 @@ def test_a_backup_refreshed_after_delete_and_gc_holds_no_deleted_body(tmp_path, 
     from objstore.lifecycle.gc import gc
 
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
-    secret = os.urandom(32)
+    secret, in_record = os.urandom(32), os.urandom(32).hex()
     log = build(src, runs=2, per=30)
-    log.record_attempt("r0", 1, 99, "failed", prompt=log.put_blob(b"key=" + secret))
+    log.record_attempt("r0", 1, 99, "failed", prompt=log.put_blob(b"key=" + secret), error="leaked " + in_record)
     build(src, runs=2, per=30, start=100)  # the secret's segment is sealed
     kept = {oid: data for oid, _t, data in raw_objects(Store.open(src)) if b"prompt 1 " in bytes(data)}
     assert kept
     before = backup(Store.open(src), dest)
 
-    def everywhere(root):
-        found = [p for p, data in snapshot_tree(root).items() if secret in data]
+    def everywhere(root, what):
+        found = [p for p, data in snapshot_tree(root).items() if what in data]
         d = Store.open(root)
-        found += [oid.hex() for oid, _t, data in raw_objects(d) if isinstance(data, bytes) and secret in data]
+        found += [oid.hex() for oid, _t, data in raw_objects(d) if isinstance(data, bytes) and what in data]
         d.engine.close()
         return found
 
-    assert everywhere(dest), "the test wants the secret in the first backup"
+    assert everywhere(dest, secret) and everywhere(dest, in_record.encode()), "the test wants both secrets in the first backup"
+    run_cli("rebuild", store=dest, exit_code=0)  # DEST's own state cache, as a reader of it would make
+    assert os.path.exists(os.path.join(dest, "state.db"))
     log = RunLog(Store.open(src))
     delete_run(log, "r0", reason="a deletion request")
     gc(Store.open(src))
     r = backup(Store.open(src), dest)
-    assert everywhere(dest) == []
+    assert everywhere(dest, secret) == [] and everywhere(dest, in_record.encode()) == []
+    assert not os.path.exists(os.path.join(dest, "state.db")), "DEST's cache of the replaced segments is dropped"
     assert_is_snapshot(src, dest, r.anchor)
     assert verify(RunLog(Store.open(dest)), anchor=before.anchor, jobs=1) == []
     d = Store.open(dest)

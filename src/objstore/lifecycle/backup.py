@@ -78,6 +78,7 @@ from ..storage.store import FORMAT_VERSION, MARKER, Store, read_marker
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
+STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")  # DEST's state cache (runs.state), never copied
 MAGIC_LEN = 8
 TAIL_LEN = 32
 
@@ -347,6 +348,8 @@ class _Copier:
                 if p.seg < tail_seg:
                     self._copy_index(p.seg, copied=p.action != "reuse")
             self._check_links(tail_seg)
+            if self.replaced:
+                self._drop_state_cache()
             self._copy_checkpoint()
             self._check_open(pos)
             self._write_witness(pos)
@@ -541,6 +544,16 @@ class _Copier:
                 self.removed += 1
             return
         self._put_file(dp, data)
+
+    def _drop_state_cache(self) -> None:
+        """A segment of DEST was replaced or removed (gc rewrote SRC's, maybe dropping deleted bodies):
+        DEST's state cache, if a reader of DEST made one, may hold rows of what is gone. It is derived
+        and rebuilt on first use; a backup never carries one that its log no longer backs."""
+        for name in STATE_FILES:
+            path = os.path.join(self.dest, name)
+            if os.path.exists(path):
+                os.unlink(path)
+                self.removed += 1
 
     def _copy_checkpoint(self) -> None:
         """SRC's checkpoint, as it is, when DEST has none or a segment of DEST was replaced: DEST's engine
