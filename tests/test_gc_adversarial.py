@@ -86,7 +86,7 @@ def _wait_lines(paths, more, limit=60.0):
     MOST (the writer's cap)."""
     want = [min(_lines(p) + more, MOST) for p in paths]
     deadline = time.monotonic() + limit  # a bound against a hung writer, not a timed assertion
-    while any(_lines(p) < w for p, w in zip(paths, want)) and time.monotonic() < deadline:
+    while any(_lines(p) < w for p, w in zip(paths, want, strict=True)) and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
@@ -150,7 +150,7 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     finally:
         open(stop, "w").close()
         outs = [p.communicate(timeout=120) for p in writers + readers]
-    for p, (out, err) in zip(writers + readers, outs):
+    for p, (out, err) in zip(writers + readers, outs, strict=True):
         assert p.returncode == 0, (out, err[-3000:])
     reads = [o for o, _ in outs[4:]]
     assert all(o.split()[0] == "passes" for o in reads), reads
@@ -158,7 +158,7 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     s = Store.open(root)
     eng = s.engine
     by_run: dict = {}
-    for run, path in zip(runs, acks):
+    for run, path in zip(runs, acks, strict=True):
         for oid, lsn, blob in _acks(path):
             data = eng.read(oid)
             assert blake3.blake3(bytes(data)).digest() == oid
@@ -208,7 +208,7 @@ def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal)
         open(stop, "w").close()
         outs = [p.communicate(timeout=120) for p in writers]
         bout, berr = bk.communicate(timeout=120)
-    for p, (out, err) in zip(writers, outs):
+    for p, (_out, err) in zip(writers, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     assert bk.returncode == 0, (bout, berr[-3000:])
     assert int(bout.split()[-1]) >= 3, bout
@@ -222,3 +222,206 @@ def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal)
     for oid in doomed:
         with pytest.raises(BodyRemoved):
             d.engine.read(oid)
+
+
+# -- 3. bad input and refusals --------------------------------------------------------------------------------------
+def _small(root, runs=2, per=60):
+    """A store of a few sealed (not packed) segments, fsync off, one record per commit, a blob on every third."""
+    log = RunLog(Store.init(root, fsync="off"))
+    for r in range(runs):
+        run = log.start_run(f"r{r}")
+        for i in range(per):
+            b = log.put_blob(f"run {r} step {i} ".encode() * 30) if i % 3 == 0 else None
+            log.record_attempt(run, 1, i, "failed", prompt=b)
+    log.store.engine.close()
+    return RunLog(Store.open(root))
+
+
+def _one_line(err):
+    """The error: one line, the last of stderr (gc's progress lines come before it), no traceback."""
+    lines = err.strip().splitlines()
+    assert lines and "Traceback" not in err, err
+    assert [ln for ln in lines if ln.startswith("objstore:")] == lines[-1:], err
+    return lines[-1]
+
+
+def test_gc_while_another_gc_holds_the_lock_times_out_and_writes_nothing(tmp_path, small_seal):
+    root = str(tmp_path / "s")
+    _small(root)
+    with gc_lock(root, shared=False, timeout=1):  # this process is "the other gc" (an flock: per open file)
+        before = snapshot_tree(root)
+        _, _, err = run_cli("gc", "--timeout", "0.2", store=root, exit_code=9)
+        assert "gc.lock" in _one_line(err)
+        _, _, err = run_cli("gc", "--json", "--timeout", "0.2", store=root, exit_code=9)
+        _one_line(err)
+        assert snapshot_tree(root) == before
+        with pytest.raises(LockTimeout):  # the library call too
+            G.gc(Store.open(root), timeout=0.2)
+        assert snapshot_tree(root) == before
+    run_cli("gc", store=root, exit_code=0)  # the lock gone with its holder: gc goes
+
+
+@pytest.mark.parametrize("args, code", [
+    (["--delete-runs-older-than", "5x"], 5),
+    (["--delete-runs-older-than", "5x", "--reason", "r"], 5),
+    (["--delete-runs-older-than", "-1d", "--reason", "r"], 5),
+    (["--delete-runs-older-than", "1d"], 5),
+    (["--delete-runs-older-than", "1d", "--reason", "  "], 5),
+    (["--reason", "r"], 2),
+    (["--dry-run"], 2),
+    (["--timeout", "-1"], 2),
+])
+def test_bad_gc_arguments_are_one_line_and_write_nothing(tmp_path, small_seal, args, code):
+    root = str(tmp_path / "s")
+    _small(root, runs=1, per=20)
+    before = snapshot_tree(root)
+    _, out, err = run_cli("gc", *args, store=root, exit_code=code)
+    assert "Traceback" not in err and out == ""
+    if code == 5:
+        _one_line(err)
+    assert snapshot_tree(root) == before
+
+
+def test_gc_and_stats_on_a_directory_that_is_no_store(tmp_path):
+    d = tmp_path / "plain"
+    d.mkdir()
+    (d / "file.txt").write_text("not a store")
+    for cmd in (["gc"], ["gc", "--json"], ["stats"], ["stats", "--json"]):
+        _, out, err = run_cli(*cmd, store=str(d), exit_code=3)
+        _one_line(err)
+        assert out == ""
+    assert sorted(os.listdir(d)) == ["file.txt"]
+    _, _, err = run_cli("gc", store=str(tmp_path / "absent"), exit_code=3)
+    _one_line(err)
+    assert not (tmp_path / "absent").exists()
+
+
+def _record_block(root, seg):
+    """(file offset, stored length, comp) of the first block of sealed segment ``seg`` holding a record."""
+    s = Store.open(root)
+    for item in s.engine.scan(s.engine.refresh().entry):
+        e = item.entry
+        if e.seg != seg:
+            continue
+        starts = E.block_starts(e)
+        for _oid, otype, _len, bi, _off in e.objs:
+            if otype == codec.RECORD:
+                comp, _raw, stored = e.blocks[bi]
+                s.engine.close()
+                return starts[bi], stored, comp
+    raise AssertionError(f"no record in segment {seg}")
+
+
+@pytest.mark.parametrize("where", ["block", "meta"])
+def test_gc_on_a_damaged_sealed_segment_is_a_typed_error_and_touches_nothing(tmp_path, small_seal, where):
+    """A flipped byte in a sealed segment: in a record's block (the bytes gc would carry into a packed
+    file) or in the entry around it (its meta: the chain breaks). gc must stop with a typed error
+    (exit 6) before writing anything: not seal, not pack, not rewrite the index, not the checkpoint."""
+    root = str(tmp_path / "s")
+    _small(root)
+    off, stored, _comp = _record_block(root, 2)
+    p = os.path.join(root, "log", E.seg_name(2))
+    with open(p, "r+b") as f:
+        at = off + stored // 2 if where == "block" else off - 8  # the middle of the block / the meta just before it
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x40]))
+    before = snapshot_tree(root)
+    _, out, err = run_cli("gc", store=root, exit_code=6)
+    _one_line(err)
+    changed = sorted(k for k in set(before) | set(snapshot_tree(root)) if before.get(k) != snapshot_tree(root).get(k))
+    assert changed == [], f"gc on a damaged store changed {changed}"
+    with open(p, "rb") as f:
+        assert f.read(8) != b"OSPK\x01\x00\x00\x00"[:8], "the damaged segment was not packed"
+
+
+# -- 4. a full disk during gc ---------------------------------------------------------------------------------------
+def _enospc(root, k):
+    return subprocess.run([PY, os.path.join(HERE, "gc_adv_enospc.py"), root, str(k)], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+
+
+def test_a_full_disk_at_the_kth_write_of_gc(tmp_path, monkeypatch):
+    """ENOSPC at the k-th os.write of a gc (half the buffer written first), for k across the run: exit
+    10 with one line; the store opens, verifies clean, every entry and object is as before; gc run
+    again (the disk has room) finishes and leaves no unfinished rewrite behind."""
+    monkeypatch.setattr(E, "SEAL_BYTES", 16 << 10)
+    base = str(tmp_path / "base")
+    _small(base, runs=2, per=30)
+    entries = [(e.n, e.checksum) for e in Store.open(base).engine.entries()]
+    objs, _ = _all_objects(base)
+    shutil.copytree(base, tmp_path / "probe")
+    p = _enospc(str(tmp_path / "probe"), 0)
+    assert p.returncode == 0, p.stderr
+    total = int(p.stdout.split()[-1])
+    assert total >= 10, total
+    ks = sorted({1, 2, 3, total // 4, total // 2, 3 * total // 4, total - 2, total - 1, total})
+    print("writes", total, "k", ks)
+    for k in ks:
+        root = str(tmp_path / f"k{k}")
+        shutil.copytree(base, root)
+        p = _enospc(root, k)
+        assert p.returncode == 10, (k, p.returncode, p.stderr)
+        assert "No space left on device" in _one_line(p.stderr), k
+        s = Store.open(root)
+        assert [(e.n, e.checksum) for e in s.engine.entries()][: len(entries)] == entries, k
+        rep = verify_report(RunLog(s), check_state=False)
+        assert rep.problems == [], (k, rep.problems)
+        assert _all_objects(root) == (objs, set()), k
+        G.gc(Store.open(root))
+        rep = verify_report(RunLog(Store.open(root)), check_state=False)
+        assert rep.problems == [] and not [n for n in rep.notes if n.code == "gc-unfinished"], (k, rep.notes)
+        assert _all_objects(root) == (objs, set()), k
+        assert all(Store.open(root).engine._packed(s) is not None for s in range(1, Store.open(root).engine._seg)), k
+        shutil.rmtree(root)
+
+
+# -- 6. a stale reader process ----------------------------------------------------------------------------------------
+def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletion(tmp_path, small_seal):
+    """Readers that opened the store (and pinned its position) before gc read every object they knew
+    after gc, and after a deletion and a second gc that re-packs the segments holding that run's bodies:
+    right bytes, or SnapshotGone/BodyRemoved for the newly deleted run's bodies only; never
+    IntegrityError, never wrong bytes. One reader read everything before gc (its descriptors of the old
+    files still give the old bytes: allowed), one read nothing before the second gc: every deleted body
+    is gone for it, and nothing else."""
+    root = str(tmp_path / "s")
+    log, doomed, shared = _prebuilt(root, records=40)
+    for i in range(40):  # more live records after it, so the deleted run's bodies sit in segments with live ones
+        log.record_attempt("w1", 1, i, "failed", prompt=log.put_blob(f"w1 {i} ".encode() * 50))
+    ids = list(log.store.engine.iter_ids())
+    log.store.engine.close()
+    idsfile = str(tmp_path / "ids")
+    with open(idsfile, "w") as f:
+        f.write("".join(o.hex() + "\n" for o in ids))
+    go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
+    readers = [_child("gc_adv_stale.py", root, go1, go2, "all", "12", idsfile),
+               _child("gc_adv_stale.py", root, go1, go2, "none", "2", idsfile)]
+    try:
+        for r in readers:
+            _ready(r)
+        res1 = G.gc(Store.open(root))
+        assert res1.rewritten and res1.removed_records == 0
+        open(go1, "w").close()
+        assert readers[0].stdout.readline().startswith("phase 1 read"), readers[0].stderr.read()
+        log = RunLog(Store.open(root))
+        segs_of = {log.store.engine.loc(o).seg for o in doomed}
+        D.delete_run(log, "old", reason="deleted between two gcs")
+        res2 = G.gc(Store.open(root))
+        assert segs_of <= set(res2.rewritten), (segs_of, res2.rewritten)  # packed segments packed again, without the bodies
+        open(go2, "w").close()
+        outs = [r.communicate(timeout=120) for r in readers]
+    finally:
+        for g in (go1, go2):
+            open(g, "a").close()
+        for r in readers:
+            if r.poll() is None:
+                r.kill()
+    for r, (out, err) in zip(readers, outs, strict=True):
+        assert r.returncode == 0, (out[-2000:], err[-2000:])
+        assert out.splitlines()[-1] .startswith("phase 2 read"), out[-2000:]
+    gone = [{bytes.fromhex(ln.split()[1]) for ln in out.splitlines() if ln.startswith("gone ")} for out, _ in outs]
+    assert gone[0] <= doomed
+    assert "deleted old" in outs[0][0].splitlines()
+    assert gone[1] == doomed, (len(gone[1]), len(doomed))
+    assert shared not in gone[1]
