@@ -386,6 +386,14 @@ class Store:
             return self.put_blob_stream(f)
 
     def get_raw(self, oid: bytes) -> bytes:
+        data = self._raw(oid)
+        if data[:7] == b"record ":
+            self._check_record(oid, data)
+        return data
+
+    def _raw(self, oid: bytes) -> bytes:
+        """Canonical bytes, a redacted blob refused (get_raw adds the record checks; get makes
+        them on the value it decodes anyway)."""
         _check_oid(oid)
         self.check_redacted(oid)
         txn = self._txn.get()
@@ -393,10 +401,7 @@ class Store:
             pending = txn.objects.get(oid)
             if pending is not None:  # a large blob of this batch is still in its spill file
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
-        data = self.engine.read(oid)
-        if data[:7] == b"record ":
-            self._check_record(oid, data)
-        return data
+        return self.engine.read(oid)
 
     def get_decoded(self, oid: bytes) -> tuple[str, Any]:
         """(type, value) like ``get`` minus the canonical re-encoding check, for chain walks.
@@ -426,7 +431,10 @@ class Store:
         self._decoded = {}
 
     def get(self, oid: bytes) -> tuple[str, Any]:
-        return codec.decode(self.get_raw(oid), oid)
+        got = codec.decode(self._raw(oid), oid)
+        if got[0] == codec.RECORD and isinstance(got[1], dict) and type(got[1].get("run")) is str:
+            self.check_record_erasure(oid, got[1]["run"])
+        return got
 
     def get_typed(self, oid: bytes, otype: str) -> Any:
         t, value = self.get(oid)
