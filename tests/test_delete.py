@@ -443,3 +443,39 @@ def test_verify_names_a_body_gc_removed_that_no_deletion_covers(world, monkeypat
         assert detail.startswith("gc removed the body of this blob, but a live record (")
     else:
         assert detail == "gc removed the body of this record, but no recorded deletion or redaction covers it"
+
+
+def test_gc_leaves_no_covered_body_in_the_state_cache_file(world):
+    """The cache held what a covered record contributed to a folded state (an intent's name) and a
+    deleted run's folded state (its run_started meta), both stored uncompressed in state.db; after
+    gc (drop_deleted_and_vacuum) neither is in state.db or its WAL, read as raw bytes."""
+    from objstore.lifecycle import gc as GC
+
+    root, log, _owner = world
+    intent = log.record_intent("A", "SECRET-PARTIAL-7f3a", 50, "email", True)
+    log.record_attempt("A", 51, 0, "succeeded")
+    log.start_run("D", meta={"secret": "SECRET-RUN-91bc"})
+    for run in ("A", "D"):
+        query.episode(log, run)
+        log.state.state(log, log.view(run), log.view(run).live)
+
+    def cache_bytes():
+        out = b""
+        for suffix in ("", "-wal"):
+            p = os.path.join(root, "state.db" + suffix)
+            if os.path.exists(p):
+                with open(p, "rb") as f:
+                    out += f.read()
+        return out
+
+    assert b"SECRET-PARTIAL-7f3a" in cache_bytes() and b"SECRET-RUN-91bc" in cache_bytes()
+    D.delete_records(log, "A", [intent.id], reason="secret")
+    D.delete_run(log, "D", reason="secret")
+    log.state._db.close()
+    log.state._db = None  # gc runs in its own process, as 'objstore gc' would
+    GC.gc(log.store)
+    data = cache_bytes()
+    assert b"SECRET-PARTIAL-7f3a" not in data and b"SECRET-RUN-91bc" not in data
+    fresh = RunLog(Store.open(root))
+    assert query.episode(fresh, "A").to_json() == query.episode(fresh, "A", source="refold").to_json()
+    assert "SECRET-PARTIAL-7f3a" not in fresh.refold(fresh.view("A"), fresh.view("A").live)["intents"]

@@ -309,15 +309,24 @@ class StateCache:
 
     @_cache_op("drop deleted runs' cached state")
     def drop_deleted(self, store: Store) -> list[str]:
-        """Remove the rows of every run the log says is deleted (``run/<R>/deleted``): a deleted
-        run's folded state leaves the cache (gc then vacuums the file). Returns those runs."""
+        """Remove the rows of every run the log says is deleted (``run/<R>/deleted``), and of every
+        run with rows folded before its newest partial deletion (they hold what it covers): their
+        folded state leaves the cache (gc then vacuums the file). Returns the deleted runs."""
         from ..storage import runrefs
 
         if not self.exists():
             return []
-        cached = [r for (r,) in self.db.execute("SELECT DISTINCT run FROM branch").fetchall()]
-        gone = [r for r in cached if isinstance(r, str) and isinstance(store.run_refs(r).get(runrefs.deleted_ref(r)), bytes)]
-        for r in gone:
+        rows = self.db.execute("SELECT run, dels FROM branch").fetchall()
+        gone, stale = [], []
+        for r in sorted({r for r, _d in rows if isinstance(r, str)}):
+            refs = store.run_refs(r)
+            if isinstance(refs.get(runrefs.deleted_ref(r)), bytes):
+                gone.append(r)
+            else:  # rows folded before a partial deletion still hold what it covers: they go too
+                dels = refs.get(runrefs.deletions_ref(r))
+                if any(rr == r and _dels(d) != (dels if isinstance(dels, bytes) else None) for rr, d in rows):
+                    stale.append(r)
+        for r in gone + stale:
             self.drop(r)
         return gone
 
