@@ -479,3 +479,51 @@ def test_gc_leaves_no_covered_body_in_the_state_cache_file(world):
     fresh = RunLog(Store.open(root))
     assert query.episode(fresh, "A").to_json() == query.episode(fresh, "A", source="refold").to_json()
     assert "SECRET-PARTIAL-7f3a" not in fresh.refold(fresh.view("A"), fresh.view("A").live)["intents"]
+
+
+_DELETER = """
+import sys
+from objstore import RunLog, Store
+from objstore.lifecycle import delete as D
+log = RunLog(Store.open(sys.argv[1]))
+ids = [bytes.fromhex(h) for h in sys.argv[2].split(",")]
+for oid in ids:
+    D.delete_records(log, "A", [oid], reason="process " + sys.argv[3])
+"""
+
+_APPENDER = """
+import sys
+from objstore import RunLog, Store
+log = RunLog(Store.open(sys.argv[1]))
+for i in range(20):
+    log.record_attempt("A", 100 + i, 0, "succeeded", branch=0, allow_retained=True)
+"""
+
+
+def test_processes_deleting_records_of_one_run_while_another_appends(world):
+    """Three OS processes delete records of run A one at a time while a fourth appends to it: every
+    deletion lands (the run's deletions chain serializes them under the writer lock, each naming the
+    one before), every append lands, and state = re-fold and verify hold."""
+    import subprocess as sp
+
+    root, log, _owner = world
+    view = log.view("A")
+    targets = [log.record_at(view, 0, lsn) for lsn in (1, 2, 3, 4, 5)] + [log.record_at(view, 1, lsn) for lsn in (0, 1, 2)]
+    parts = [targets[0::3], targets[1::3], targets[2::3]]
+    procs = [sp.Popen([sys.executable, "-c", _DELETER, root, ",".join(t.hex() for t in part), str(i)]) for i, part in enumerate(parts)]
+    procs.append(sp.Popen([sys.executable, "-c", _APPENDER, root]))
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    fresh = RunLog(Store.open(root))
+    view = fresh.view("A")
+    chain = []
+    did = view.deletions
+    while did is not None:
+        v = fresh.store.get_typed(did, codec.DELETION)
+        chain.append(v["records"][0][0])
+        did = v["previous"]
+    assert sorted(chain) == sorted(targets)  # eight deletions, one chain, none lost
+    assert set(fresh.store.covered_records("A", view.deletions)) == set(targets)
+    assert fresh.next_of(view.head(0))[0] == 6 + 20  # run_started, five attempts, twenty appended
+    assert query.episode(fresh, "A", all_branches=True).to_json() == query.episode(fresh, "A", all_branches=True, source="refold").to_json()
+    assert_refold_identical(fresh, "A")
+    assert verify(fresh) == []
