@@ -34,11 +34,11 @@ from helpers import run_cli, snapshot_tree
 
 import objstore.storage.engine as E
 from objstore import RunLog, Store
-from objstore.errors import BodyRemoved, IntegrityError, LockTimeout, SnapshotGone
+from objstore.errors import BodyRemoved, IntegrityError, LockTimeout
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.verify import verify_report
-from objstore.storage import codec
+from objstore.storage import codec, packed
 from objstore.storage.gclock import gc_lock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -241,7 +241,7 @@ def _one_line(err):
     """The error: one line, the last of stderr (gc's progress lines come before it), no traceback."""
     lines = err.strip().splitlines()
     assert lines and "Traceback" not in err, err
-    assert [ln for ln in lines if ln.startswith("objstore:")] == lines[-1:], err
+    assert [ln for ln in lines if ln.startswith(("objstore:", '{"error"'))] == lines[-1:], err  # --json: the error as JSON
     return lines[-1]
 
 
@@ -330,10 +330,27 @@ def test_gc_on_a_damaged_sealed_segment_is_a_typed_error_and_touches_nothing(tmp
     before = snapshot_tree(root)
     _, out, err = run_cli("gc", store=root, exit_code=6)
     _one_line(err)
-    changed = sorted(k for k in set(before) | set(snapshot_tree(root)) if before.get(k) != snapshot_tree(root).get(k))
+    after = snapshot_tree(root)
+    after.pop("gc.lock", None)  # the lock file itself (empty) may appear: taking the lock is not writing the store
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert changed == [], f"gc on a damaged store changed {changed}"
     with open(p, "rb") as f:
-        assert f.read(8) != b"OSPK\x01\x00\x00\x00"[:8], "the damaged segment was not packed"
+        assert f.read(8) != packed.PK_MAGIC, "the damaged segment was not packed"
+
+
+def test_gc_again_says_it_removed_nothing(tmp_path, small_seal):
+    """What gc reports is what it did: a second gc after a deletion's bodies are gone removes nothing,
+    and its figures (library and --json) say 0."""
+    root = str(tmp_path / "s")
+    log = _small(root)
+    D.delete_run(log, "r1", reason="gone")
+    first = G.gc(Store.open(root))
+    assert (first.removed_records, first.removed_blobs) == (61, 20)  # run_started + 60 attempts; a blob on every third
+    _, out, _ = run_cli("gc", "--json", store=root, exit_code=0)
+    import json
+
+    got = json.loads(out)
+    assert (got["removed_records"], got["removed_blobs"], got["removed_other"]) == (0, 0, 0), got
 
 
 # -- 4. a full disk during gc ---------------------------------------------------------------------------------------
@@ -425,3 +442,137 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
     assert "deleted old" in outs[0][0].splitlines()
     assert gone[1] == doomed, (len(gone[1]), len(doomed))
     assert shared not in gone[1]
+
+
+# -- 5. forgery -------------------------------------------------------------------------------------------------------
+def _forge(root, seg, drop):
+    """Put in place of segment ``seg`` another valid packing of it without the bodies ``drop`` (no deletion
+    names them), its index beside it: what gc would write, had a deletion named them. The file's digest."""
+    s = Store.open(root)
+    out = os.path.join(os.path.dirname(root), "forged.seg")
+    digest, idx, removed = G.pack_segment(s.engine, seg, set(drop), out, sync=False)
+    assert removed == len(drop)
+    s.engine.close()
+    with open(s.engine.idx_path(seg), "wb") as f:
+        f.write(idx)
+    os.replace(out, s.engine.seg_path(seg))
+    return digest, blake3.blake3(idx).digest()
+
+
+def _objects_in(root, seg, otype):
+    s = Store.open(root)
+    found = [o[0] for item in s.engine.scan(s.engine.refresh().entry) if item.entry.seg == seg
+             for o in item.entry.objs if o[1] == otype and o[3] != E.REMOVED]
+    s.engine.close()
+    return found
+
+
+def _readers_never_lie(root, objs, dropped):
+    """A fresh process's view: every object but the dropped ones reads back byte for byte; a dropped one
+    is a typed error, never bytes."""
+    s = Store.open(root)
+    for oid, data in objs.items():
+        if oid in dropped:
+            with pytest.raises((BodyRemoved, IntegrityError)):
+                s.engine.read(oid)
+        else:
+            assert s.engine.read(oid) == data
+    s.engine.close()
+
+
+@pytest.mark.parametrize("packed_before", [True, False], ids=["over-a-packed-segment", "over-a-plain-segment"])
+@pytest.mark.parametrize("kind", ["blob", "record"])
+def test_a_packing_that_silently_drops_a_body_is_named_by_verify(tmp_path, small_seal, packed_before, kind):
+    root = str(tmp_path / "s")
+    _small(root)
+    if packed_before:
+        G.gc(Store.open(root))
+    objs, _ = _all_objects(root)
+    victim = _objects_in(root, 2, codec.BLOB if kind == "blob" else codec.RECORD)[1]
+    _forge(root, 2, {victim})
+    _, out, _ = run_cli("verify", store=root, exit_code=1)
+    assert f"missing-body {victim.hex()}" in out or "bad-rewrite" in out, out
+    _readers_never_lie(root, objs, {victim})
+    if kind == "record":  # the run's log: a typed error (exit 6 or 12), not a record without its body
+        run = codec.decode(objs[victim], victim, False)[1]["run"]
+        p = subprocess.run([PY, "-m", "objstore", "--store", root, "log", run], capture_output=True, text=True, env=_env(), timeout=60)
+        assert p.returncode in (6, 12), (p.returncode, p.stderr)
+        _one_line(p.stderr)
+
+
+def test_an_unreferenced_blob_dropped_by_a_forged_packing_is_named(tmp_path, small_seal):
+    """A committed blob no record names is kept by gc (stats counts it): dropping it is no deletion either."""
+    root = str(tmp_path / "s")
+    log = _small(root, runs=1, per=40)
+    lone = log.put_blob(b"committed, named by no record " * 20)
+    _small_more = [log.record_attempt("r0", 2, i, "failed") for i in range(60)]
+    assert _small_more
+    s = Store.open(root)
+    seg = s.engine.loc(lone).seg
+    assert seg < s.engine._seg
+    G.gc(Store.open(root))
+    objs, _ = _all_objects(root)
+    _forge(root, seg, {lone})
+    _, out, _ = run_cli("verify", store=root, exit_code=1)
+    assert f"missing-body {lone.hex()}" in out or "bad-rewrite" in out, out
+    _readers_never_lie(root, objs, {lone})
+
+
+def _drop_last_entry(root):
+    """Cut the log's last entry (the rewrite entry gc wrote) off the active segment, as if never
+    written: witness back to the entry before, checkpoint removed (derived). Its rows."""
+    s = Store.open(root)
+    ents = list(s.engine.entries())
+    last, prev = ents[-1], ents[-2]
+    assert last.rw and last.seg == s.engine._seg, "the rewrite entry is the log's last"
+    s.engine.close()
+    with open(s.engine.seg_path(last.seg), "r+b") as f:
+        f.truncate(last.offset)
+    with open(os.path.join(root, "log", "witness"), "r+b") as f:
+        f.write(E.WITNESS.pack(E.WITNESS_MAGIC, prev.n, prev.checksum))
+    os.unlink(os.path.join(root, "log", "checkpoint"))
+    return [list(r) for r in last.rw]
+
+
+@pytest.mark.parametrize("edit", ["name-the-forged-file", "name-a-digest-no-file-has", "name-a-plain-segment"])
+def test_a_rewrite_entry_whose_rows_are_edited_with_every_checksum_recomputed(tmp_path, small_seal, edit):
+    """The rewrite entry is the log's last: cut it off and commit another in its place through the engine
+    (its root and checksum recomputed, the witness written; what a forger with write access can do).
+    name-the-forged-file: a packing of segment 2 that drops a live blob is put in place and the new
+    entry names its file and index digests: the log now agrees with the files, and only the body
+    check can tell (missing-body). name-a-digest-no-file-has: the row for segment 2 names a file no
+    gc wrote (nothing is lost). name-a-plain-segment: a segment that is not packed is named as
+    rewritten. An anchor taken before gc still verifies: the forgery sits after it."""
+    root = str(tmp_path / "s")
+    _small(root)
+    _, before_gc, _ = run_cli("anchor", store=root, exit_code=0)
+    G.gc(Store.open(root))
+    dropped: set = set()
+    if edit == "name-a-plain-segment":  # more commits seal plain segments after the packed ones
+        log = RunLog(Store.open(root))
+        for i in range(80):
+            log.record_attempt("r0", 3, i, "failed", prompt=log.put_blob(f"late {i} ".encode() * 40))
+        log.store.engine.close()
+        plain = _unpacked(Store.open(root).engine)
+        assert plain
+    objs, _ = _all_objects(root)
+    if edit == "name-the-forged-file":
+        victim = _objects_in(root, 2, codec.BLOB)[1]
+        dropped = {victim}
+        fd, idd = _forge(root, 2, dropped)
+        rows = [[seg, fd, idd] if seg == 2 else [seg, f, i] for seg, f, i in _drop_last_entry(root)]
+    elif edit == "name-a-digest-no-file-has":
+        rows = [[seg, b"\x5a" * 32, i] if seg == 2 else [seg, f, i] for seg, f, i in _drop_last_entry(root)]
+    else:
+        rows = [[plain[0], b"\x5a" * 32, b"\x5b" * 32]]  # a new rewrite entry, the log's last
+    Store.open(root).engine.commit_rewrite(rows)
+    code = 0 if edit == "name-a-digest-no-file-has" else 1
+    rc, out, err = run_cli("verify", store=root, exit_code=code)
+    if edit == "name-the-forged-file":
+        assert f"missing-body {victim.hex()}" in out, out
+    elif edit == "name-a-digest-no-file-has":
+        assert "gc-unfinished" in err, err  # named as a note only: see the report
+    else:
+        assert "bad-rewrite" in out, out
+    run_cli("verify", "--anchor", before_gc.strip(), store=root, exit_code=code)
+    _readers_never_lie(root, objs, dropped)
