@@ -353,6 +353,57 @@ def test_gc_again_says_it_removed_nothing(tmp_path, small_seal):
     assert (got["removed_records"], got["removed_blobs"], got["removed_other"]) == (0, 0, 0), got
 
 
+# -- 1b. content addressing against removed bodies ---------------------------------------------------------------
+def _deleted_blob_store(root):
+    """A run "old" whose only record names blob X, deleted; a live run. (log, X's bytes, X's id)."""
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("old")
+    log.start_run("live")
+    data = b"the same transcript, written again later by a live run " * 20
+    x = log.put_blob(data)
+    log.record_attempt("old", 1, 0, "succeeded", prompt=x)
+    D.delete_run(log, "old", reason="deleted")
+    return log, data, x
+
+
+def test_a_blob_put_again_after_gc_removed_its_body_is_stored_again(tmp_path):
+    """Ids are content: a live run that writes the bytes of a body gc removed (a deleted run's blob) gets
+    the same id. Its acknowledged commit must hold the bytes: the blob reads back, verify is clean."""
+    root = str(tmp_path / "s")
+    _deleted_blob_store(root)
+    G.gc(Store.open(root))
+    log = RunLog(Store.open(root))
+    data = b"the same transcript, written again later by a live run " * 20
+    x = log.put_blob(data)
+    log.record_attempt("live", 1, 0, "succeeded", prompt=x)
+    fresh = Store.open(root)
+    assert fresh.get_blob(x) == data
+    assert verify_report(RunLog(fresh), check_state=False).problems == []
+
+
+def test_a_live_record_naming_a_doomed_blob_while_gc_runs_keeps_the_blob(tmp_path):
+    """The same race with gc running: gc (a child process) has decided what goes and pauses there; a
+    writer in this process puts the deleted run's blob again (deduplicated: the body is still there) and
+    commits a live record naming it; then gc goes on. The acknowledged record's blob must survive."""
+    root = str(tmp_path / "s")
+    _log, data, x = _deleted_blob_store(root)
+    ready, go = str(tmp_path / "ready"), str(tmp_path / "go")
+    g = _child("gc_adv_gc_pause.py", root, ready, go)
+    try:
+        while not os.path.exists(ready) and g.poll() is None:
+            time.sleep(0.01)
+        log = RunLog(Store.open(root))
+        assert log.put_blob(data) == x
+        log.record_attempt("live", 1, 0, "succeeded", prompt=x)
+    finally:
+        open(go, "w").close()
+        out, err = g.communicate(timeout=120)
+    assert g.returncode == 0, err
+    fresh = Store.open(root)
+    assert fresh.get_blob(x) == data
+    assert verify_report(RunLog(fresh), check_state=False).problems == []
+
+
 # -- 4. a full disk during gc ---------------------------------------------------------------------------------------
 def _enospc(root, k):
     return subprocess.run([PY, os.path.join(HERE, "gc_adv_enospc.py"), root, str(k)], capture_output=True, text=True,
