@@ -66,17 +66,21 @@ from ..storage.engine import (
     WITNESS,
     WITNESS_MAGIC,
     ZERO,
+    Entry,
     LogEngine,
     Position,
+    Tables,
     _parse_split,
     _read_segment_header,
     packed_entries,
+    root_digest,
     seg_name,
 )
 from ..storage.fileutil import FsyncPolicy
 from ..storage.store import FORMAT_VERSION, MARKER, Store, read_marker
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
+BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
 TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
 STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")  # DEST's state cache (runs.state), never copied
 MAGIC_LEN = 8
@@ -332,21 +336,42 @@ class _Copier:
         try:
             plans, drop = self._plan(tail_seg, lengths)  # may still refuse DEST: nothing is written before it
             self._clear_tmp()
-            self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
             if drop:
                 self.replaced = True
+            ckpt = os.path.join(self.dlog, "checkpoint")
+            if self.replaced and os.path.exists(ckpt):
+                os.unlink(ckpt)  # it may point into a segment about to be replaced: a reader (verify) must never find it stale
+                self.removed += 1
+            else:
+                self._drop_stale_checkpoint()
+            self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
+            if drop:
                 self._remove(drop)
             done = 0
-            for p in plans:
-                if p.action == "reuse":
-                    self.reused += 1
-                elif p.action == "append":
-                    self._append(p, done)
-                else:
-                    self._copy_whole(p, done)
-                done += 0 if p.action == "reuse" else p.length - p.start
-                if p.seg < tail_seg:
-                    self._copy_index(p.seg, copied=p.action != "reuse")
+            pending: list[tuple[_Plan, str]] = []  # whole copies written to DEST/tmp, not yet in place
+            try:
+                for p in plans:
+                    if p.action == "reuse":
+                        self.reused += 1
+                        if p.seg < tail_seg:
+                            self._copy_index(p.seg, copied=False)
+                        continue
+                    if p.action == "append":
+                        self._land(pending, tail_seg)  # the segments before it first: DEST stays a prefix
+                        self._append(p, done)
+                        if p.seg < tail_seg:
+                            self._copy_index(p.seg, copied=True)
+                    else:
+                        pending.append((p, self._write_tmp(p, done)))
+                        if sum(q.length for q, _ in pending) >= BATCH_BYTES:
+                            self._land(pending, tail_seg)
+                    done += p.length - p.start
+                self._land(pending, tail_seg)
+            except BaseException:
+                for _p, tmp in pending:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                raise
             self._check_links(tail_seg)
             if self.replaced:
                 self._drop_state_cache()
@@ -430,23 +455,46 @@ class _Copier:
                     self.removed += 1
             self.policy.dir(self.dlog)
 
-    def _copy_whole(self, p: _Plan, done: int) -> None:
-        """SRC's segment ``[0, length)`` into DEST/tmp, fsynced, checked, renamed into place."""
+    def _write_tmp(self, p: _Plan, done: int) -> str:
+        """SRC's segment ``[0, length)`` into DEST/tmp, read back and checked (``_land`` syncs it and
+        renames it into place)."""
         tmp = self._tmp_name(f"seg{p.seg}")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             with _ro(self.engine.seg_path(p.seg)) as sfd:
                 digest = self._stream(sfd, fd, 0, p.length, done, self.engine.seg_path(p.seg))
-            self.policy.file(fd)
             self._check_copy(fd, tmp, p.seg, 0, p.length, digest, ZERO, 0)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
             raise
         os.close(fd)
-        os.rename(tmp, self.dpath(p.seg))
-        self.policy.dir(self.dlog)
-        self.copied += 1
+        return tmp
+
+    def _land(self, pending: list[tuple[_Plan, str]], tail_seg: int) -> None:
+        """Put a batch of written segment copies in place: each fsynced first (all of them, so the disk
+        writes them back together, as ``cp && sync`` lets it), then, in increasing order, each one
+        renamed into place with a directory sync after it. A sealed segment's index is never beside the
+        other version of its segment (verify names an index that does not match its entries, and a
+        reader trusts the old one if the log still names it): the old one goes before the rename, the
+        new one comes after."""
+        for _p, tmp in pending:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                self.policy.file(fd)
+            finally:
+                os.close(fd)
+        while pending:
+            p, tmp = pending[0]
+            idx = os.path.join(self.dlog, f"{p.seg:010d}.idx")
+            if os.path.exists(idx):
+                os.unlink(idx)
+            os.rename(tmp, self.dpath(p.seg))
+            pending.pop(0)
+            self.policy.dir(self.dlog)
+            self.copied += 1
+            if p.seg < tail_seg:
+                self._copy_index(p.seg, copied=True)
 
     def _append(self, p: _Plan, done: int) -> None:
         """SRC's bytes ``[start, length)`` appended to DEST's segment in place; on any failure DEST's
@@ -556,18 +604,50 @@ class _Copier:
                 self.removed += 1
 
     def _copy_checkpoint(self) -> None:
-        """SRC's checkpoint, as it is, when DEST has none or a segment of DEST was replaced: DEST's engine
-        adopts it only if DEST's log commits to it (else it replays DEST's log), so the first open of a
-        big backup costs the tail, not the whole log. Otherwise DEST keeps its own (written by the last
-        backup's open), and its open replays only what this backup appended."""
-        if not self.replaced and os.path.exists(os.path.join(self.dlog, "checkpoint")):
+        """SRC's checkpoint, when DEST has none (or had one that a replaced segment made stale), if DEST's
+        log commits to it (``_adoptable``). So the first open of a big backup costs the tail since SRC's
+        checkpoint, not the whole log; otherwise DEST keeps its own, and its open replays only what this
+        backup appended."""
+        dp = os.path.join(self.dlog, "checkpoint")
+        if os.path.exists(dp):
             return
         try:
             with open(os.path.join(self.engine.dir, "checkpoint"), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
             return
-        self._put_file(os.path.join(self.dlog, "checkpoint"), data)
+        if self._adoptable(data):
+            self._put_file(dp, data)
+
+    def _drop_stale_checkpoint(self) -> None:
+        """DEST's checkpoint goes unless DEST's log commits to it: a reader of DEST between two runs
+        may have left one a reader would not adopt (verify names it)."""
+        dp = os.path.join(self.dlog, "checkpoint")
+        try:
+            with open(dp, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        if not self._adoptable(data):
+            os.unlink(dp)
+            self.removed += 1
+
+    def _adoptable(self, data: bytes) -> bool:
+        """Whether a reader of DEST would adopt checkpoint bytes ``data``: the entry ending where it
+        says, in DEST's segment, has its checksum (recomputed from its meta) and the root of its tables."""
+        if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
+            return False
+        try:
+            t, seg, off = Tables.load(data[:-32])
+        except Exception:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
+            return False
+        if type(seg) is not int or type(off) is not int or t.pos.entry <= 0 or not os.path.exists(self.dpath(seg)):
+            return False
+        with _ro(self.dpath(seg)) as fd:
+            if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC or not SEG_HEADER.size < off <= os.fstat(fd).st_size:
+                return False
+            e = _entry_ending_at(fd, off, seg)
+        return e is not None and e.n == t.pos.entry and e.checksum == t.pos.checksum and root_digest(t.acc) == e.root
 
     def _put_file(self, path: str, data: bytes) -> None:
         """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
@@ -666,10 +746,17 @@ def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     if size == SEG_HEADER.size:
         _, _, first, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
         return prev, first
+    e = _entry_ending_at(fd, size, seg)
+    return None if e is None else (bytes(e.checksum), e.n + 1)
+
+
+def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
+    """The entry of an ordinary segment whose trailer ends at ``size``, its checksum recomputed from its
+    meta and the entry before it; None if no whole entry ends there."""
     trailer = os.pread(fd, ENTRY_TRAILER.size, size - ENTRY_TRAILER.size)
     if len(trailer) != ENTRY_TRAILER.size:
         return None
-    length, checksum = ENTRY_TRAILER.unpack(trailer)
+    length, _checksum = ENTRY_TRAILER.unpack(trailer)
     start = size - length
     if start < SEG_HEADER.size or length < ENTRY_HEAD.size + ENTRY_TRAILER.size:
         return None
@@ -691,9 +778,7 @@ def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     if type(n) is not int:
         return None
     e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
-    if isinstance(e, str):
-        return None
-    return bytes(checksum), n + 1
+    return None if isinstance(e, str) else e
 
 
 def _read_into(fd: int, buf: memoryview, off: int, want: int) -> memoryview:
