@@ -43,7 +43,7 @@ from objstore.storage.gclock import gc_lock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEAL = 32 << 10
-MOST = 300  # commits per writer process: the store stays small, gc stays quick
+MOST = 1000  # commits per writer process at most (the test stops them sooner): the store stays small whatever the disk
 PY = sys.executable
 
 
@@ -211,7 +211,7 @@ def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal)
     for p, (_out, err) in zip(writers, outs, strict=True):
         assert p.returncode == 0, err[-3000:]
     assert bk.returncode == 0, (bout, berr[-3000:])
-    assert int(bout.split()[-1]) >= 3, bout
+    assert int(bout.split()[-1]) >= 2, bout  # at least one before the gcs and one after (the loop makes two at least)
     # A last backup after the writers stopped: DEST is SRC's log, the deleted run's bodies gone from it too.
     from objstore.lifecycle.backup import backup
 
