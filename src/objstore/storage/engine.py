@@ -1286,6 +1286,14 @@ class LogEngine(Engine):
         self._lfd = self._wfd = self._wit_fd = None
         self._old_wfds = []
 
+    def __del__(self) -> None:
+        # An engine nobody holds gives its descriptors back (a long test run, a service that
+        # opens stores per request), not only one whose close() was called.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown, a half-made engine: nothing to do
+            pass
+
     @staticmethod
     def create(root: str, policy: FsyncPolicy) -> None:
         d = os.path.join(root, "log")
