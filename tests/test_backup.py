@@ -14,6 +14,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -247,6 +248,29 @@ def test_a_dest_segment_that_differs_is_copied_again(tmp_path, small_seal):
     assert_is_snapshot(src, dest, r.anchor)
 
 
+def test_what_is_written_after_the_snapshot_is_not_copied(tmp_path, small_seal, monkeypatch):
+    """A commit lands right after the backup took the log's tail (deterministically: inside tail()):
+    DEST ends at the snapshot, byte for byte, and the next backup takes the commit."""
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    build(src, runs=1, per=30)
+    writer = RunLog(Store.open(src))
+    real_tail = E.LogEngine.tail
+
+    def tail_then_commit(self):
+        got = real_tail(self)
+        writer.record_attempt("r0", 1, 999, "failed")  # another handle on SRC: a writer of another process
+        return got
+
+    monkeypatch.setattr(E.LogEngine, "tail", tail_then_commit)
+    r = backup(Store.open(src), dest)
+    monkeypatch.setattr(E.LogEngine, "tail", real_tail)
+    assert Store.open(src).engine.position().entry == r.entries + 1
+    assert_is_snapshot(src, dest, r.anchor)
+    r2 = backup(Store.open(src), dest)
+    assert r2.entries == r.entries + 1
+    assert_is_snapshot(src, dest, r2.anchor)
+
+
 # -- online: 4 writer processes keep appending ---------------------------------------------------------------
 def test_backup_while_four_writers_append(tmp_path):
     src, dest, stop = str(tmp_path / "src"), str(tmp_path / "dest"), str(tmp_path / "stop")
@@ -385,6 +409,9 @@ def test_bad_destinations_are_refused_and_nothing_is_written(tmp_path, small_sea
     src_log = seg_bytes(src)
     other = str(tmp_path / "other")
     build(other, runs=1, per=5)
+    bare = str(tmp_path / "bare")  # another history without a witness: only its first entry tells
+    build(bare, runs=1, per=60)
+    os.unlink(os.path.join(bare, "log", "witness"))
     afile = tmp_path / "afile"
     afile.write_bytes(b"not a store")
     full = tmp_path / "full"
@@ -393,12 +420,13 @@ def test_bad_destinations_are_refused_and_nothing_is_written(tmp_path, small_sea
     cases = [(str(afile), "exists and is not a directory"),
              (str(full), "non-empty directory that is not an objstore store"),
              (other, "store of another history"),
+             (bare, "store of another history (its first entry"),
              (str(tmp_path / "no" / "such"), "parent directory"),
              (os.path.join(src, "tmp", "inside"), "the store itself, inside it"),
              (src, "the store itself")]
     for dest, why in cases:
         before = snapshot_tree(str(tmp_path))
-        with pytest.raises(InvalidInput, match=why):
+        with pytest.raises(InvalidInput, match=re.escape(why)):
             backup(Store.open(src), dest)
         rc, out, err = run_cli("backup", dest, store=src, exit_code=5)
         assert err.count("\n") == 1 and why in err and "Traceback" not in err
