@@ -12,11 +12,13 @@ and the same last 32 bytes (the chain checksum of its last entry) is kept: not r
 A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
 DEST's last entry is whole and its checksum is SRC's at that offset — only those bytes are read)
 gets only the new bytes, appended in place (a torn append is a torn tail, invisible to readers). A
-DEST segment that no longer matches (``gc`` rewrote SRC's) is replaced; one that does not even end
-with SRC's checksum (DEST diverged) is removed with every later one before anything is copied, so
-DEST stays a prefix of SRC's history at every instant. DEST segments beyond SRC's tail are removed.
+DEST segment that no longer matches but ends with SRC's checksum (``gc`` rewrote SRC's: the same
+entries) is replaced; one that does not (a copy torn by a crash) is replaced and every later DEST
+segment removed first, so DEST stays a prefix of SRC's history at every instant — unless DEST's head
+witness names an entry SRC does not have: DEST is then another history, refused. DEST segments beyond
+SRC's tail are removed.
 
-Checked: only what is copied is re-read. Each copied range is fsynced, read back from DEST and its
+Checked: only what is copied is re-read. Each copied range is read back from DEST and its
 BLAKE3 compared with the BLAKE3 of the bytes read from SRC; every copied entry's chain checksum is
 recomputed from its meta and chained from the entry before (an ordinary segment's entries, or a
 packed one's meta frame: ``engine.packed_entries``); each segment header (ordinary or packed) chains
@@ -25,16 +27,19 @@ to DEST's previous segment's last 32 bytes, its last entry's checksum; then DEST
 rest) and must stand at exactly the snapshot's position. Only then is DEST's own head witness
 written (atomically), so it never leads DEST's log.
 
-Crash safety: DEST is created whole (staged next to it and renamed into place); every whole segment
-file is written into ``DEST/tmp/``, fsynced and renamed into place (directory fsynced), the derived
-files (indexes, checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine
-writes its own; segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST
+Crash safety: DEST is created whole (staged next to it and renamed into place); whole segment copies
+are written into ``DEST/tmp/``, fsynced (a batch at a time, so the disk writes them back together) and
+renamed into place in increasing order (directory fsynced after each); a sealed segment's index is
+never beside the other version of its segment; DEST's checkpoint goes before a segment it may point
+into is replaced, and SRC's is copied only if DEST's log commits to it; the derived files (indexes,
+checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine writes its own.
+Segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST
 a readable store of an older snapshot or the new one, and the next backup finishes. A full disk or
 another OS error is ``StorageOSError`` (exit 10) with DEST as it was (the append truncated back, the
 temporary file removed) or holding a longer prefix of the snapshot.
 
 DEST must be absent (its parent must exist), an empty directory, or a store of the same history (its
-first entry's checksum is SRC's); anything else is ``InvalidInput`` (exit 5) with nothing written, as
+first entry's checksum is SRC's, and so is the entry its witness names); anything else is ``InvalidInput`` (exit 5) with nothing written, as
 is a DEST whose witness is ahead of SRC's head (a backup is never rolled back). DEST's writer lock is
 held for the copy: a second backup into it, or a writer of it, is ``LockTimeout`` (exit 9).
 """
