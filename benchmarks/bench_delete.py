@@ -23,6 +23,10 @@ fresh process, ``objstore --store S delete RUN... --reason x`` (unsigned: the st
 fresh process, in this order: ``objstore runs``, ``objstore log RUN`` of a run that is not deleted (the middle one),
 ``objstore log latest`` (``latest`` is a run argument: there is no ``latest`` command).
 
+The peer, in the same run: the same commands on the same store BEFORE the deletion (so the table shows, beside
+the target's ratio big / small, what the deletion itself changed: after / before, and after - before per run
+deleted, at each size), and, as context (--after-gc), after ``objstore gc``.
+
 Every child runs under ``strace -f -y`` (read, pread64, readv, preadv, preadv2, mmap) through a wrapper that, at
 exit, writes ``objstore.storage.codec.STATS`` and ``objstore.storage.engine.STATS``. Counted per command:
 
@@ -33,7 +37,8 @@ exit, writes ``objstore.storage.codec.STATS`` and ``objstore.storage.engine.STAT
   the mapped length is: an upper bound, reported apart);
 * objects decoded (codec.STATS["objects_decoded"]) and log entries decoded and blocks read (engine.STATS).
 
-The table: command, the small store's figures, the big store's figures, the ratio big / small. For ``runs``, which
+The table: command, the small store's figures, the big store's figures, the ratio big / small (medians over the
+repetitions; [min..max] is printed where repetitions differ), the same before the deletion. For ``runs``, which
 lists every live run and so grows with the store by nature, also the ratio per run listed. The ``delete`` command
 itself is printed too (its cost per run deleted). Wall time of each child is printed as context only (strace slows
 it).
@@ -199,15 +204,20 @@ def table(res, phases, a, targets):
     for title, ph, record in phases:
         say(f"\n  {title}")
         say(f"  {'command':<18} {'figure':<28} {sl + ' runs':>14} {bl + ' runs':>14} {'ratio':>8}   "
-            f"{'same store before the deletion (' + sl + ' / ' + bl + ')':<44} after/before ({sl} / {bl})")
+            f"{'before the deletion (' + sl + ' / ' + bl + ')':<30} {'after/before':<15} "
+            f"{'after - before (per run deleted)':<36}")
         for c in CMDS:
             name = {"log other": "log <another run>"}.get(c, c)
             for k, lab in FIELDS:
                 sm, bm = med(s[ph][c], k), med(b[ph][c], k)
-                sb, bb = med(s["before"][c], k), med(b["before"][c], k)
+                before = "before"
+                sb, bb = med(s[before][c], k), med(b[before][c], k)
                 r = rat(bm, sm)
-                say(f"  {name:<18} {lab:<28} {sm:>14,} {bm:>14,} {r:>7.2f}x   {f'{sb:,} / {bb:,}':<44} "
-                    f"{rat(sm, sb):.2f}x / {rat(bm, bb):.2f}x{spread(s[ph][c], k)}{spread(b[ph][c], k)}")
+                ds, db = sm - sb, bm - bb
+                delta = f"{ds:+,} ({ds / a.small_deleted:+,.1f}) / {db:+,} ({db / a.big_deleted:+,.1f})"
+                say(f"  {name:<18} {lab:<28} {sm:>14,} {bm:>14,} {r:>7.2f}x   {f'{sb:,}{spread(s[before][c], k)} / {bb:,}{spread(b[before][c], k)}':<30} "
+                    f"{f'{rat(sm, sb):.2f}x / {rat(bm, bb):.2f}x':<15} {delta:<36}"
+                    f"{spread(s[ph][c], k)}{spread(b[ph][c], k)}")
                 if record and k in ("read", "objects"):
                     targets.append((f"{name}: {lab} <= {TARGET}x", f"{r:.2f}x", r <= TARGET))
             if c == "runs":
