@@ -466,6 +466,22 @@ def test_a_backup_of_a_history_that_forked_later_is_refused(tmp_path, small_seal
     assert snapshot_tree(dest) == before
 
 
+def test_a_history_that_forked_inside_the_active_segment_is_refused(tmp_path):
+    """The same, with one segment (nothing sealed): DEST's last segment is not a prefix of SRC's, and
+    its witness names an entry SRC does not have."""
+    src, other, dest = str(tmp_path / "src"), str(tmp_path / "other"), str(tmp_path / "dest")
+    build(src, runs=1, per=10)
+    shutil.copytree(src, other)
+    build(other, runs=1, per=3, start=10)
+    build(src, runs=1, per=6, start=10)
+    assert len(segs(src)) == 1
+    backup(Store.open(other), dest)
+    before = snapshot_tree(dest)
+    with pytest.raises(InvalidInput, match="another history"):
+        backup(Store.open(src), dest)
+    assert snapshot_tree(dest) == before
+
+
 def test_a_locked_dest_is_refused(tmp_path):
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
     build(src, runs=1, per=5)

@@ -395,6 +395,7 @@ class _Copier:
         drop = [k for k in present if k > tail_seg]
         plans = []
         diverged = None
+        overwrite = False
         for k in range(1, tail_seg + 1):
             length = lengths[k]
             if k not in present or (diverged is not None):
@@ -405,10 +406,12 @@ class _Copier:
             if p is None:  # not even the same entries: this and every later DEST segment go first
                 diverged = k
                 p = _Plan(k, length, "copy")
+            elif p.action == "copy" and k == tail_seg:
+                overwrite = True  # DEST's last segment is not a prefix of SRC's: its entries may be SRC's or not
             plans.append(p)
         if diverged is not None:  # k itself is replaced atomically (segment 1 is never absent)
             drop += [k for k in present if diverged < k <= tail_seg]
-        if drop or diverged is not None:
+        if drop or diverged is not None or overwrite:
             # About to remove or replace DEST entries that SRC may not have: fine for a copy of ours
             # torn by a crash, refused for another history (commits only DEST has). DEST's witness says
             # which: the last snapshot a backup finished names an entry SRC must hold.
