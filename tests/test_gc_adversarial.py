@@ -502,7 +502,7 @@ def _forge(root, seg, drop):
     s = Store.open(root)
     out = os.path.join(os.path.dirname(root), "forged.seg")
     digest, idx, removed = G.pack_segment(s.engine, seg, set(drop), out, sync=False)
-    assert removed == len(drop)
+    assert len(removed) == len(drop)
     s.engine.close()
     with open(s.engine.idx_path(seg), "wb") as f:
         f.write(idx)

@@ -232,9 +232,9 @@ def _source_bytes(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list,
     return data
 
 
-def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, int]:
+def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, dict]:
     """Write segment ``seg`` packed into ``path`` without the bodies in ``gone``: (BLAKE3 of the
-    file, the bytes of its index, bodies removed by this rewrite)."""
+    file, the bytes of its index, {id: type} of the bodies this rewrite removes)."""
     hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
     entries = list(eng._segment_entries(seg, hdr[3], hdr[2]))
     if not entries or not entries[-1].seal:
@@ -244,7 +244,7 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
         raise IntegrityError("?", eng.seg_path(seg + 1), "the next segment does not name this segment's index")
     w = packed.Writer(path, seg, hdr[2], len(entries), hdr[3], nxt[0].idx[1])
     z = zstandard.ZstdCompressor(level=LEVEL, write_content_size=True)
-    removed = 0
+    removed: dict = {}
     try:
         structs, blobs = _Block(), _Block()
         metas: list = []
@@ -255,7 +255,8 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
             for o in e.objs:
                 oid, otype, length, bi, _off = o
                 if bi == engine.REMOVED or oid in gone:
-                    removed += bi != engine.REMOVED
+                    if bi != engine.REMOVED:
+                        removed[oid] = otype
                     objs.append([oid, otype, length, engine.REMOVED, 0])
                     continue
                 comp, raw_len, stored_len = e.blocks[bi][:3]
@@ -335,63 +336,155 @@ def _segment_bytes(eng: engine.LogEngine, segs: list[int]) -> int:
 
 
 def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0) -> GcResult:
-    """Seal, find what goes, rewrite the segments that need it, commit one rewrite entry (see the
-    module docstring). Safe to run again at any point: it finishes what a killed gc left."""
+    """Find what goes, pack every segment that needs it into ``tmp/gc/`` (the sealed ones, then the
+    active one once sealed), then under the writer lock take in what writers committed meanwhile,
+    put the packed files in place and commit one rewrite entry (see the module docstring). Nothing
+    in the store changes before every segment is packed, so damage found while packing leaves the
+    store as it was. Safe to run again at any point: it finishes what a killed gc left."""
     eng = _eng(store)
     root = store.root
     assert root is not None
     tmpdir = os.path.join(root, "tmp", TMP)
     say = progress or (lambda _m: None)
+    sync = eng.policy.enabled
     with gc_lock(root, shared=False, timeout=timeout, what="gc"):
         unfinished = _unfinished(eng, tmpdir)
-        _clean_tmp(tmpdir)
         if unfinished:
             # A gc killed after it put packed files in place and before its rewrite entry: name them now.
             eng.commit_rewrite(unfinished, timeout=timeout)
             say(f"finished an interrupted gc: segments {', '.join(str(r[0]) for r in unfinished)}")
-        last = eng.seal_now(timeout=timeout)
-        say(f"sealed: segments 1..{last}")
+        _clean_tmp(tmpdir)
+        eng.finish_seal(timeout=timeout)
+        active_then = eng._seg
+        since = eng.tables.pos.entry
         gone = doomed(store)
         every = gone.all()
-        segs = _segments_to_rewrite(eng, last, every)
-        before = _segment_bytes(eng, segs)
-        rows: list = []
-        removed = 0
-        sync = eng.policy.enabled
+        packs: dict[int, tuple] = {}  # segment -> (packed file in tmp, its index in tmp, row, removed {id: type})
         try:
             os.makedirs(tmpdir, exist_ok=True)
-            if segs:
-                mark_packed(root, sync)
-            for seg in segs:
-                say(f"rewriting segment {seg}")
-                seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))
-                idx_tmp = seg_tmp[:-4] + ".idx"
-                file_digest, idx_bytes, n = pack_segment(eng, seg, every, seg_tmp, sync)
-                removed += n
-                segindex.write(idx_tmp, idx_bytes)
-                row = [seg, file_digest, blake3.blake3(idx_bytes).digest()]
-                _note_pending(tmpdir, rows + [row])
-                # The index first: until the rewrite entry names it, its digest is not the one the
-                # log names, so a reader builds the index from the segment file it has open, old or
-                # new. Were the old index left beside the new file, a reader would trust it (its
-                # digest is still the named one) and find the wrong bytes.
-                os.replace(idx_tmp, eng.idx_path(seg))
-                os.replace(seg_tmp, eng.seg_path(seg))
-                eng.policy.dir(eng.dir)
-                eng.forget_segment(seg)
-                rows.append(row)
+            for seg in _segments_to_rewrite(eng, active_then - 1, every):
+                say(f"packing segment {seg}")
+                packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+            _check_active(eng)  # damage in the active segment is found before gc seals it
+            last = eng.seal_now(timeout=timeout)
+            for seg in range(active_then, last + 1):
+                if seg not in packs and (eng._packed(seg) is None or _holds(eng, seg, every)):
+                    say(f"packing segment {seg}")
+                    packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+            before = _segment_bytes(eng, sorted(packs))
+            entry = 0
+            if packs:
+                entry = _put_in_place(eng, root, tmpdir, packs, gone, every, since, active_then, sync, timeout)
         except OSError as e:
             raise StorageOSError("rewrite a segment (gc)", e) from None
         finally:
-            _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until the rewrite entry names them
-        entry = 0
-        if rows:
-            entry = eng.commit_rewrite(rows, timeout=timeout).entry
+            _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until a rewrite entry names them
         _clean_tmp(tmpdir)
         eng._checkpoint()
-        after = _segment_bytes(eng, segs)
+        after = _segment_bytes(eng, sorted(packs))
     _vacuum_state(store)
-    return GcResult(last, [r[0] for r in rows], len(gone.records), len(gone.blobs), len(gone.other), before, after, entry)
+    removed: dict = {}
+    for p in packs.values():
+        removed.update(p[3])
+    kinds = list(removed.values())
+    return GcResult(last, sorted(packs), kinds.count(codec.RECORD), kinds.count(codec.BLOB),
+                    len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB), before, after, entry)
+
+
+def _pack_into_tmp(eng: engine.LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:
+    seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))
+    idx_tmp = seg_tmp[:-4] + ".idx"
+    file_digest, idx_bytes, removed = pack_segment(eng, seg, every, seg_tmp, sync)
+    segindex.write(idx_tmp, idx_bytes)
+    return seg_tmp, idx_tmp, [seg, file_digest, blake3.blake3(idx_bytes).digest()], removed
+
+
+def _holds(eng: engine.LogEngine, seg: int, every: set) -> bool:
+    """Whether sealed segment ``seg`` still stores the body of one of ``every``."""
+    return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != engine.COMP_GONE for oid in every)
+
+
+def _check_active(eng: engine.LogEngine) -> None:
+    """Hash-check every object of the active segment (gc is about to seal it, a write it must not
+    make on a damaged log)."""
+    seg = eng._seg
+    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    cache: dict = {}
+    for e in eng._segment_entries(seg, hdr[3], hdr[2]):
+        starts = engine.block_starts(e)
+        for o in e.objs:
+            if o[3] != engine.REMOVED:
+                if o[1] == codec.BLOB and e.blocks[o[3]][1] > engine.LARGE_BLOB:
+                    comp, raw_len, stored = e.blocks[o[3]][:3]
+                    eng._check_loc(o[0], engine.Loc(e.n, seg, starts[o[3]], comp, stored, raw_len, 0, o[2], o[1]), prehash_above=0)
+                else:
+                    _source_bytes(eng, e, o, starts, cache)
+
+
+def _late_refs(eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:
+    """The ``candidates`` (doomed blobs) that a live record — or a live journal or segment object —
+    committed after entry ``since`` names: a writer that found such a blob stored (its body still
+    there) did not store it again, so it must stay. Reads only the segments written since."""
+    t = eng.tables
+    deleted = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
+    late: set = set()
+    for seg in range(active_then, eng._seg + 1):
+        hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+        for e in eng._segment_entries(seg, hdr[3], hdr[2]):
+            if e.n <= since:
+                continue
+            for r in e.recs:
+                if r[1] not in deleted:
+                    late.update(x for x in r[6] if x in candidates)
+            for o in e.objs:
+                if o[1] in ("journal", "segment") and o[3] != engine.REMOVED:
+                    try:
+                        value = codec.decode(eng.read(o[0]), o[0], False)[1]
+                    except ObjstoreError:
+                        continue
+                    if isinstance(value, dict) and value.get("run") not in deleted:
+                        late.update(ref for _f, ref in records.object_refs(o[1], value) if ref in candidates)
+    return late
+
+
+def _put_in_place(eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
+                  active_then: int, sync: bool, timeout: float) -> int:
+    """Under the writer lock: keep what writers named meanwhile (re-packing a segment that left it
+    out), then the index and the file of each packed segment over the old ones, and the rewrite entry."""
+    with eng.transaction(timeout) as _txn:
+        late = _late_refs(eng, since, active_then, gone.blobs - _redacted(eng)) if gone.blobs else set()
+        if late:
+            every -= late
+            for seg, p in list(packs.items()):
+                if late & set(p[3]):
+                    packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+        mark_packed(root, sync)
+        rows = [packs[seg][2] for seg in sorted(packs)]
+        _note_pending(tmpdir, rows)
+        for seg in sorted(packs):
+            seg_tmp, idx_tmp, _row, _removed = packs[seg]
+            # The index first: until the rewrite entry names it, its digest is not the one the log
+            # names, so a reader builds the index from the segment file it has open, old or new.
+            # Were the old index left beside the new file, a reader would trust it (its digest is
+            # still the named one) and find the wrong bytes.
+            os.replace(idx_tmp, eng.idx_path(seg))
+            os.replace(seg_tmp, eng.seg_path(seg))
+        eng.policy.dir(eng.dir)
+        e = eng._write_bare(rw=rows)
+        for seg in sorted(packs):
+            eng.forget_segment(seg)
+    return e.n
+
+
+def _redacted(eng: engine.LogEngine) -> set:
+    out = set()
+    for name in eng.tables.refs:
+        if name.startswith(runrefs.REDACTED_PREFIX):
+            try:
+                out.add(bytes.fromhex(name[len(runrefs.REDACTED_PREFIX):]))
+            except ValueError:
+                continue
+    return out
 
 
 PENDING = "pending"

@@ -848,6 +848,8 @@ class _Verifier:
         unbroken log) what the checks that span entries need of it."""
         oid, _otype, _readable, problems, damaged, t, value = c
         h = oid.hex()
+        if oid in self.removed and not any(p[0] == _BODY_REMOVED for p in problems):
+            del self.removed[oid]  # committed again after gc removed its body: this copy is the one read
         for code, detail, *subject in problems:
             if code == _BODY_REMOVED:
                 self.removed[oid] = (_otype, where, value)

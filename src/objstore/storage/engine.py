@@ -908,7 +908,9 @@ class Txn:
         # checked for it, while other objects are looked up everywhere (which may search every
         # sealed segment's index). Were a record ever stored twice, both copies are the same bytes
         # and the chain index keeps the first.
-        if oid in self.engine.tables.locs or (otype != codec.RECORD and self.engine.has(oid)):
+        # A body gc removed (a deletion named it) does not count: committed again, it is stored again,
+        # and the newer location is the one every reader finds (sealed segments are searched newest first).
+        if oid in self.engine.tables.locs or (otype != codec.RECORD and self.engine.has_body(oid)):
             return
         self.objects[oid] = (otype, canonical)
         if value is not None:
@@ -994,6 +996,11 @@ class Engine:
 
     def has(self, oid: bytes) -> bool:
         return self.loc(oid) is not None
+
+    def has_body(self, oid: bytes) -> bool:
+        """Stored with its body: known, and not an object whose body gc removed."""
+        loc = self.loc(oid)
+        return loc is not None and not (isinstance(loc, Loc) and loc.comp == COMP_GONE)
 
     def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
         """The chain index: the id of (run, branch)'s record at ``lsn`` (committed records only)."""
@@ -1683,7 +1690,9 @@ class LogEngine(Engine):
         if 0 < hint < self._seg and hint in self._idx:
             row = self._idx[hint].find(oid)
             if row is not None:
-                return _loc_of(row, hint)
+                if row[7] != COMP_GONE:
+                    return _loc_of(row, hint)
+                hint = 0  # a removed body may be stored again later: search every segment, newest first
         for seg in range(self._seg - 1, 0, -1):
             if seg != hint:
                 try:
@@ -2214,22 +2223,34 @@ class LogEngine(Engine):
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
 
+    def finish_seal(self, timeout: float | None = None) -> None:
+        """Write the active segment's first entry if its sealer died before it (what the next writer
+        would do anyway), so every sealed segment is followed by the entry naming its index."""
+        self.refresh()
+        if self._off == SEG_HEADER.size and self._seg > 1:
+            with self.transaction(timeout) as _txn:
+                if self._off == SEG_HEADER.size and self._seg > 1:
+                    self._write_bare()
+
     def seal_now(self, timeout: float | None = None) -> int:
         """Seal the active segment now (gc: so a small store is cleaned like a big one), unless it
         holds nothing but its first entry; the number of the last sealed segment (0: none)."""
         with self.transaction(timeout) as _txn:
             if self._off == SEG_HEADER.size and self._seg > 1:
                 self._write_bare()  # a sealer died before the new segment's first entry: write it
-            if not (self._off == SEG_HEADER.size or (self._seg > 1 and self._first_entry_only())):
+            if not (self._off == SEG_HEADER.size or self._bare_only()):
                 self._write_bare(seal=True)
                 self._seal()
         return self._seg - 1
 
-    def _first_entry_only(self) -> bool:
-        """Whether the active segment holds exactly its first entry (the one naming the previous index)."""
-        pos = self.tables.pos
+    def _bare_only(self) -> bool:
+        """Whether every entry of the active segment carries no object and no move (its first entry,
+        rewrite entries): sealing it would only make gc pack gc's own entries, time after time."""
         hdr = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))
-        return pos.entry == hdr[2]
+        for e in self._segment_entries(self._seg, hdr[3], hdr[2]):
+            if e.objs or e.moves or e.cut:
+                return False
+        return True
 
     def _cut_torn(self) -> list | None:
         if self.torn is None:
