@@ -236,7 +236,8 @@ def backup(c, dest, as_json):
 
     DEST becomes a store of its own: every commit up to the moment the backup
     starts, nothing after it, and its own head witness. Writers never wait for
-    a backup (gc does: the two never overlap). Run it again into the same DEST
+    a backup; a backup and gc wait for each other (they never overlap). Run it
+    again into the same DEST
     and only what is new is copied: sealed segments already there are kept
     without being read, the last one gets only its new bytes, segments gc
     rewrote are replaced. Prints the anchor token of what it copied (as
