@@ -135,3 +135,15 @@ def test_a_guessable_redacted_body_is_confirmable_from_its_id(tmp_path):
     G.gc(Store.open(str(tmp_path / "s")))
     hit = next(c for c in (b"%06d" % i for i in range(10**6)) if codec.hash_bytes(codec.encode("blob", c)) == blob)
     assert hit == code
+
+
+def test_a_backup_of_a_packed_store_is_format_4_too(planted, tmp_path):
+    from objstore.storage.store import read_marker
+
+    root, log, _ = planted
+    dest = str(tmp_path / "b")
+    B.backup(log.store, dest)
+    assert read_marker(dest) == 3
+    G.gc(Store.open(root))
+    B.backup(Store.open(root), dest)
+    assert read_marker(root) == read_marker(dest) == 4

@@ -82,7 +82,7 @@ from ..storage.engine import (
     seg_name,
 )
 from ..storage.fileutil import FsyncPolicy
-from ..storage.store import FORMAT_VERSION, MARKER, Store, read_marker
+from ..storage.store import FORMAT_VERSION, MARKER, PACKED_VERSION, READ_VERSIONS, Store, mark_packed, read_marker
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
@@ -137,6 +137,8 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
         if fresh:
             _create_dest(dest, policy)
         with _dest_lock(dest):
+            if read_marker(src) >= PACKED_VERSION:
+                mark_packed(dest, policy.enabled)  # DEST gets packed segments: it is format 4 too, before the first lands
             return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths)
 
 
@@ -182,8 +184,8 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
         version = read_marker(dest)
     except ObjstoreError as e:
         raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
-    if version != FORMAT_VERSION:
-        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {FORMAT_VERSION}")
+    if version not in READ_VERSIONS:
+        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {FORMAT_VERSION} or {PACKED_VERSION}")
     dlog = os.path.join(dest, "log")
     first = os.path.join(dlog, seg_name(1))
     if not os.path.isfile(first):
