@@ -464,6 +464,12 @@ def test_a_backup_of_a_history_that_forked_later_is_refused(tmp_path, small_seal
         backup(Store.open(src), dest)
     run_cli("backup", dest, store=src, exit_code=5)
     assert snapshot_tree(dest) == before
+    from objstore.lifecycle.gc import gc
+
+    gc(Store.open(src))  # SRC packed (a format-4 store): its entries are read from packed metas; DEST's marker stays
+    with pytest.raises(InvalidInput, match="another history"):
+        backup(Store.open(src), dest)
+    assert snapshot_tree(dest) == before
 
 
 def test_a_history_that_forked_inside_the_active_segment_is_refused(tmp_path):

@@ -137,9 +137,7 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
         if fresh:
             _create_dest(dest, policy)
         with _dest_lock(dest):
-            if read_marker(src) >= PACKED_VERSION:
-                mark_packed(dest, policy.enabled)  # DEST gets packed segments: it is format 4 too, before the first lands
-            return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths)
+            return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths, packed_src=read_marker(src) >= PACKED_VERSION)
 
 
 # -- checks before anything is written ----------------------------------------------------------------------
@@ -339,9 +337,11 @@ class _Copier:
     def dpath(self, k: int) -> str:
         return os.path.join(self.dlog, seg_name(k))
 
-    def run(self, pos: Position, tail_seg: int, lengths: dict[int, int]) -> BackupResult:
+    def run(self, pos: Position, tail_seg: int, lengths: dict[int, int], packed_src: bool = False) -> BackupResult:
         try:
             plans, drop = self._plan(tail_seg, lengths)  # may still refuse DEST: nothing is written before it
+            if packed_src:
+                mark_packed(self.dest, self.policy.enabled)  # DEST gets packed segments: it is format 4 too, before the first lands
             self._clear_tmp()
             if drop:
                 self.replaced = True
