@@ -2,7 +2,10 @@
 
 * ``upgrade`` — convert a format-1 or format-2 store in place to format 3;
 * ``repair`` — cut a damaged end off the log, on purpose and on the record;
-* ``delete`` — recorded deletion (whole runs, records of a run) and redaction (one blob), signed.
+* ``delete`` — recorded deletion (whole runs, records of a run) and redaction (one blob), signed;
+* ``gc`` — remove the bodies deletions name and repack sealed segments (explicit, crash-safe), retention;
+* ``backup`` — an online, incremental copy that is a store of its own;
+* ``stats`` — what a store holds and what it costs on disk.
 """
 
 

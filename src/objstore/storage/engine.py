@@ -1967,6 +1967,8 @@ class LogEngine(Engine):
         path = os.path.join(self.dir, "checkpoint")
         if self._ckpt_busy or not self._use_checkpoint:
             return  # another thread of this process is writing one
+        if self._packed(self._seg) is not None:
+            return  # the log ends in a packed segment (a copy caught between two files): no offset there to name
         self._ckpt_busy = True
         try:
             with self._mu:

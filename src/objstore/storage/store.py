@@ -116,10 +116,12 @@ def mark_packed(path: str, sync: bool = True) -> None:
         return
     marker = os.path.join(path, MARKER)
     tmp = f"{marker}.new.{os.getpid()}"
+    data = json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n")
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write")
             if sync:
                 os.fsync(fd)
         finally:
@@ -128,6 +130,10 @@ def mark_packed(path: str, sync: bool = True) -> None:
         if sync:
             fsync_dir(path)
     except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
         raise StorageOSError(f"write {marker}", e) from None
 
 
