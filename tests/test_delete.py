@@ -527,3 +527,18 @@ def test_processes_deleting_records_of_one_run_while_another_appends(world):
     assert query.episode(fresh, "A", all_branches=True).to_json() == query.episode(fresh, "A", all_branches=True, source="refold").to_json()
     assert_refold_identical(fresh, "A")
     assert verify(fresh) == []
+
+
+def test_appending_after_another_process_deleted_the_branch_head(world):
+    """A writer whose store has not seen the deletion of its branch's head record still appends: the
+    next LSN comes from the deletion's row, never from the body it may no longer read (the race the
+    four-process test above hit now and then)."""
+    root, _log, _owner = world
+    writer = RunLog(Store.open(root))
+    view = writer.view("B")
+    head = view.head(0)
+    other = RunLog(Store.open(root))
+    D.delete_records(other, "B", [head], reason="the last answer leaked a key")
+    rec = writer.record_attempt("B", 50, 0, "succeeded")
+    assert rec.lsn == 6 and rec.parent == head
+    assert verify(RunLog(Store.open(root))) == []

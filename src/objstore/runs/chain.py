@@ -333,7 +333,16 @@ class ChainReader:
             if erased is not None:  # a header-only head: its place and kind are its deletion's row
                 hit = self._next[head] = (erased[3] + 1, erased[4] == R.RUN_FINISHED)
                 return hit
-            otype, p = self.store.get(head)
+            try:
+                otype, p = self.store.get(head)
+            except Deleted:
+                # Deleted by another process since this store last looked: the check that refused
+                # the read has just taken in that deletion's rows.
+                erased = self.store.erased_records.get(head)
+                if erased is None:
+                    raise
+                hit = self._next[head] = (erased[3] + 1, erased[4] == R.RUN_FINISHED)
+                return hit
             if otype == codec.FORK:
                 hit = (0, False)
             else:
