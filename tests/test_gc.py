@@ -157,3 +157,37 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path):
         assert rep.problems == [] and not [n for n in rep.notes if n.code == "gc-unfinished"], (k, rep.notes)
         assert contents(root)[1] == objs, k
         shutil.rmtree(root)
+
+
+def test_retention_deletes_the_runs_older_than_the_age_then_collects(tmp_path):
+    """gc --delete-runs-older-than AGE --reason TEXT: --dry-run lists exactly the runs started before now - AGE and
+    writes nothing; then the same deletes them (signed by the owner key, recorded with the reason) and gc removes
+    their bodies; younger runs stay, byte for byte."""
+    import json
+    import time
+
+    from helpers import snapshot_tree
+
+    from objstore.storage import identity
+
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    identity.ensure_owner_key(log.store)
+    now = time.time()
+    for name, age_days in (("old1", 100), ("old2", 91), ("young", 10)):
+        log.start_run(name, when=now - age_days * 86400)
+        log.record_attempt(name, 0, 0, "succeeded", output=log.put_blob(f"body of {name}".encode()))
+    before = snapshot_tree(root)
+    _, out, _ = run_cli("gc", "--delete-runs-older-than", "90d", "--reason", "retention", "--dry-run", "--json", store=root, exit_code=0)
+    assert json.loads(out) == {"dry_run": True, "would_delete": ["old1", "old2"]}
+    assert snapshot_tree(root) == before
+    young = run_cli("export", "young", store=root, exit_code=0)[1]
+    _, out, _ = run_cli("gc", "--delete-runs-older-than", "90d", "--reason", "retention", "--json", store=root, exit_code=0)
+    got = json.loads(out)
+    assert got["deleted_runs"] == ["old1", "old2"] and got["removed_records"] == 4 and got["removed_blobs"] == 2
+    _, out, _ = run_cli("runs", store=root, exit_code=0)
+    assert "young" in out and "old1" not in out and "old2" not in out
+    _, _, err = run_cli("log", "old1", store=root, exit_code=12)
+    assert "retention" in err
+    assert run_cli("export", "young", store=root, exit_code=0)[1] == young
+    run_cli("verify", store=root, exit_code=0)
