@@ -191,3 +191,18 @@ def test_retention_deletes_the_runs_older_than_the_age_then_collects(tmp_path):
     assert "retention" in err
     assert run_cli("export", "young", store=root, exit_code=0)[1] == young
     run_cli("verify", store=root, exit_code=0)
+
+
+def test_a_committed_blob_no_record_names_is_kept_and_counted(tmp_path):
+    import json
+
+    root = str(tmp_path / "s")
+    log, runs = build(root, runs=1, records=10)
+    lonely = log.put_blob(b"put, never named by a record")
+    before = json.loads(run_cli("stats", "--json", store=root, exit_code=0)[1])
+    assert before["unreferenced_blobs"] == 1
+    G.gc(Store.open(root))
+    assert Store.open(root).get_blob(lonely) == b"put, never named by a record"
+    after = json.loads(run_cli("stats", "--json", store=root, exit_code=0)[1])
+    assert after["unreferenced_blobs"] == 1 and after["segments"]["packed"] >= 1 and after["removed_bodies"] == 0
+    assert after["canonical_bytes"] == before["canonical_bytes"]
