@@ -1,0 +1,49 @@
+"""Review of issue 17: deleting a session removes its compaction segments' bodies at gc.
+
+docs/FORMAT.md "What gc removes" and the gc docstring: "the fork, journal and segment objects of
+deleted runs". ``gc.doomed`` collects only fork objects into ``other``; a compaction segment object of
+a deleted session and the blobs only it names (``input``: the compactor's request, every summarized
+turn's text verbatim; ``summary``; ``snapshot``) keep their bodies, so a secret typed in a turn of
+the deleted session is still in the store after ``delete`` + ``gc``.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from test_erasure import found
+
+from objstore import RunLog, Store
+from objstore.errors import BodyRemoved
+from objstore.journal import compaction as C
+from objstore.journal import sessions as S
+from objstore.journal.compactor import StubCompactor
+from objstore.lifecycle import delete as D
+from objstore.lifecycle import gc as G
+from objstore.runs.verify import verify_report
+from objstore.storage import identity
+
+
+def test_delete_and_gc_of_a_compacted_session_leaves_no_turn_text(tmp_path):
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    owner, _ = identity.ensure_owner_key(log.store)
+    secret = secrets.token_bytes(16).hex().encode()
+    run = S.start_session(log, subject="customer-9")
+    log.start_run("kept")
+    log.record_attempt("kept", 0, 0, "succeeded")
+    for i in range(6):
+        S.record_turn(log, run, "user", f"turn {i}: my card is {secret.decode()}")
+    res = C.compact(log, run, StubCompactor(), host=None, key=owner, keep_tail=1)
+    assert found(root, secret) == ["log/0000000001.seg"]
+    D.delete_run(log, run, reason="erasure request")
+    G.gc(Store.open(root))
+    fresh = Store.open(root)
+    assert verify_report(RunLog(fresh), check_state=False).problems == []
+    assert found(root, secret) == []  # still in log/0000000001.seg: the segment's "input" blob
+    try:
+        fresh.engine.read(res.segment_id)
+        kept = True
+    except BodyRemoved:
+        kept = False
+    assert not kept, "the deleted session's compaction segment object keeps its body"
