@@ -47,3 +47,25 @@ def test_delete_and_gc_of_a_compacted_session_leaves_no_turn_text(tmp_path):
     except BodyRemoved:
         kept = False
     assert not kept, "the deleted session's compaction segment object keeps its body"
+
+
+def test_delete_and_gc_of_a_session_with_a_journal_leaves_no_journal_text(tmp_path):
+    """The same through the CLI for a journal version (``journal update``): its body blob is named by
+    the journal object only, which gc never removes for a deleted run."""
+    import json
+
+    from helpers import run_cli
+
+    root = str(tmp_path / "s")
+    env = {"HOME": str(tmp_path / "home"), "XDG_CONFIG_HOME": str(tmp_path / "home")}
+    run_cli("init", store=root, env_extra=env, exit_code=0)
+    _, out, _ = run_cli("session", "start", "--subject", "customer-9", "--json", store=root, env_extra=env, exit_code=0)
+    run = json.loads(out)["run"]
+    secret = secrets.token_bytes(16).hex()
+    run_cli("journal", "update", run, "-", "--reflects-through", "latest", store=root, env_extra=env,
+            input=json.dumps({"note": secret}).encode(), exit_code=0)
+    assert found(root, secret.encode()) == ["log/0000000001.seg"]
+    run_cli("delete", run, "--reason", "erasure request", store=root, env_extra=env, exit_code=0)
+    run_cli("gc", store=root, env_extra=env, exit_code=0)
+    run_cli("verify", store=root, env_extra=env, exit_code=0)
+    assert found(root, secret.encode()) == []  # still in log/0000000001.seg: the journal's body blob
