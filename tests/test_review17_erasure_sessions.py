@@ -69,3 +69,22 @@ def test_delete_and_gc_of_a_session_with_a_journal_leaves_no_journal_text(tmp_pa
     run_cli("gc", store=root, env_extra=env, exit_code=0)
     run_cli("verify", store=root, env_extra=env, exit_code=0)
     assert found(root, secret.encode()) == []  # still in log/0000000001.seg: the journal's body blob
+
+
+def test_a_redacted_turn_does_not_make_the_whole_session_unreadable(tmp_path):
+    """Redaction is for "an API key that leaked into one prompt". A session turn whose content blob is
+    redacted: ``context`` and ``compact`` raise Redacted for the whole session (restore._turn_text reads
+    every turn's blob unguarded), while a *deleted* turn folds to "" in both
+    (tests/test_delete.py::test_a_sessions_deleted_turn_is_header_only_in_compaction_and_context)."""
+    from objstore import journal as J
+
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    owner, _ = identity.ensure_owner_key(log.store)
+    s = J.start_session(log, "alice", run="S")
+    turns = [J.record_turn(log, s, "user", f"turn {i} key-{i}") for i in range(4)]
+    D.redact(log, turns[1].body["content"], reason="api key in a prompt")
+    texts = [i.get("text") for i in J.context(log, s) if i.get("kind") == "turn"]  # Redacted
+    assert texts[0] == "turn 0 key-0" and texts[2:] == ["turn 2 key-2", "turn 3 key-3"]
+    assert "key-1" not in (texts[1] or "")
+    res = J.compact(log, s, J.StubCompactor(), host=J.LocalJournalHost(log), key=owner, keep_tail=1)
+    assert b"key-1" not in res.request_bytes
