@@ -30,3 +30,33 @@ def test_gc_keeps_the_owner_key_blob_a_deleted_run_also_named(tmp_path):
     fresh = Store.open(root)
     assert identity.owner_public(fresh) == pub  # BodyRemoved: gc removed the keys/owner blob
     assert verify_report(RunLog(fresh)).problems == []
+
+
+def test_gc_removes_the_fork_objects_of_a_deleted_run_whose_branches_have_records(tmp_path):
+    """docs/FORMAT.md "What gc removes": "the fork, journal and segment objects of deleted runs".
+    ``gc.doomed`` collects a fork object only while a branch ref names it (a branch with no record
+    yet); once the branch has a record its ref names that record, and the fork object (its ``reason``
+    is the rewind's free text) keeps its body after delete + gc."""
+    from objstore.errors import BodyRemoved
+    from objstore.storage import codec
+
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("gone")
+    log.start_run("kept")
+    log.record_attempt("kept", 0, 0, "succeeded")
+    for i in range(3):
+        log.record_attempt("gone", i, 0, "succeeded")
+    log.rewind("gone", 1, reason="the model pasted the customer's card number")
+    log.record_attempt("gone", 9, 0, "succeeded")
+    fork = next(o[0] for e in log.store.engine.entries() for o in e.objs if o[1] == codec.FORK)
+    D.delete_run(log, "gone", reason="erasure")
+    res = G.gc(Store.open(root))
+    fresh = Store.open(root)
+    assert verify_report(RunLog(fresh), check_state=False).problems == []
+    try:
+        fresh.engine.read(fork)
+        kept = True
+    except BodyRemoved:
+        kept = False
+    assert (kept, res.removed_other) == (False, 1)  # (True, 0): the fork object's body is still there
