@@ -60,3 +60,24 @@ def test_gc_removes_the_fork_objects_of_a_deleted_run_whose_branches_have_record
     except BodyRemoved:
         kept = False
     assert (kept, res.removed_other) == (False, 1)  # (True, 0): the fork object's body is still there
+
+
+def test_verify_is_clean_after_gc_of_a_deleted_run_rewound_to_a_branch_with_no_record(tmp_path):
+    """The fork objects gc *does* remove (a deleted run's branch whose ref still names its fork object:
+    rewound, nothing appended since) make verify fail on an honest store: ``missing-body`` (its
+    ``_deletions`` accepts removed records and blobs only, any other type is ``ok = False``) and
+    ``broken-chain`` for the branch ref (its head is not read as a fork any more)."""
+    from helpers import run_cli
+
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("gone")
+    log.start_run("kept")
+    log.record_attempt("kept", 0, 0, "succeeded")
+    for i in range(3):
+        log.record_attempt("gone", i, 0, "succeeded")
+    log.rewind("gone", 1, reason="try again")  # branch 1: its ref names the fork object
+    D.delete_run(log, "gone", reason="erasure")
+    assert G.gc(Store.open(root)).removed_other == 1
+    assert [p.code for p in verify_report(RunLog(Store.open(root)), check_state=False).problems] == []
+    run_cli("verify", store=root, exit_code=0)
