@@ -556,7 +556,7 @@ class LocalJournalHost:
         found = []
         for name, val in at.refs_ending(runrefs.RUN_PREFIX, "/journal"):
             run = runrefs.journal_run(name)
-            if run is None or run in exclude:
+            if run is None or run in exclude or at.refs_ending(runrefs.deleted_ref(run)):  # a deleted session is never selected
                 continue
             try:
                 if self.log.subject(run) != subject:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Erased
 from ..runs import records as R
 from ..runs.records import SEGMENT_SCHEMA
 from ..storage import codec
@@ -87,7 +88,12 @@ def _applicable(segs: list, idx: dict) -> tuple[bytes, dict] | None:
 
 
 def _turn_text(log: ChainReader, r: R.Record) -> str:
-    return log.store.get_blob(r.body["content"]).decode("utf-8", "replace") if r.body.get("content") else ""
+    if not r.body.get("content"):
+        return ""
+    try:
+        return log.store.get_blob(r.body["content"]).decode("utf-8", "replace")
+    except Erased:
+        return ""  # a redacted turn says nothing, as a deleted one does: the session stays readable
 
 
 def _tasks_at(log: ChainReader, lineage: list[R.Record], idx: dict[bytes, int], seg: dict | None) -> list[dict]:

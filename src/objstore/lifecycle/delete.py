@@ -44,7 +44,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, Refused, RunNotFound, StateCacheError, Unauthenticated
+from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound, StateCacheError, Unauthenticated
 from ..runs import records as R
 from ..runs.verify import delete_grant, run_subject
 from ..storage import codec, identity, runrefs
@@ -147,15 +147,41 @@ def _authority(store: Store, key: identity.Key | None, run: str | None) -> bytes
 
 
 def _deletion(scope: str, *, run: str | None, records: list | None, blob: bytes | None, reason: str, previous: bytes | None,
-              key: identity.Key | None, grant: bytes | None) -> dict:
+              key: identity.Key | None, grant: bytes | None, blobs: list | None = None) -> dict:
     obj: dict[str, Any] = {"v": R.DELETION_SCHEMA, "scope": scope, "run": run, "records": records, "blob": blob, "reason": reason,
                            "time": time.time(), "by": key.public if key is not None else None, "grant": grant,
                            "previous": previous, "sig": None}
+    if blobs:
+        obj["blobs"] = blobs
     if key is not None:
         obj["sig"] = key.sign(identity.object_message(obj))
     bad = R.schema_problem(R.DELETION_TYPE, obj)
     assert bad is None, bad  # built here: a problem is a bug of this module
     return obj
+
+
+def _session_blobs(store: Store, refs: dict, run: str) -> list:
+    """The blobs a run's journal and compaction-segment objects name (a journal's body, a segment's
+    summarized turns), sorted: listed in the run's deletion, so gc removes them with the run and
+    verify can tell their removal from a loss (the objects naming them go too)."""
+    found: set = set()
+    for name in (runrefs.journal_ref(run), runrefs.segments_ref(run)):
+        cur: Any = refs.get(name)
+        seen: set = set()
+        while isinstance(cur, bytes) and cur not in seen:
+            seen.add(cur)
+            try:
+                otype, value = store.get(cur)
+            except ObjstoreError:
+                break
+            if otype not in ("journal", "segment") or not isinstance(value, dict):
+                break
+            for _f, ref in R.object_refs(otype, value):
+                loc = store.engine.loc(ref)
+                if loc is not None and (loc.otype if hasattr(loc, "otype") else loc[1]) == codec.BLOB:
+                    found.add(ref)
+            cur = value.get("previous")
+    return sorted(found)
 
 
 def _run_refs(log: ChainReader, run: object) -> dict:
@@ -204,7 +230,8 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
                 ids.append(old)
                 continue
             grant = _authority(store, key, run)
-            obj = _deletion(R.SCOPE_RUN, run=run, records=None, blob=None, reason=reason, previous=None, key=key, grant=grant)
+            obj = _deletion(R.SCOPE_RUN, run=run, records=None, blob=None, reason=reason, previous=None, key=key, grant=grant,
+                            blobs=_session_blobs(store, refs, run))
             did = store.put(codec.DELETION, obj)
             store.set_ref(runrefs.deleted_ref(run), None, did, f"delete run {run}: {reason}")
             ids.append(did)

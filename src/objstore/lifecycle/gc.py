@@ -112,11 +112,14 @@ def doomed(store: Store) -> Doomed:
     deleted_runs: set[str] = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
     covered: set = set()
     redacted: set = set()
+    named: set = set()  # blob ids a deleted run's journal and segment objects named (its deletion lists them)
     for _oid, v in deletion_objects(store):
         if not isinstance(v, dict):
             continue
         if v.get("scope") == "blob" and isinstance(v.get("blob"), bytes):
             redacted.add(v["blob"])
+        if v.get("scope") == "run" and v.get("run") in deleted_runs:
+            named.update(b for b in v.get("blobs") or () if isinstance(b, bytes))
         for row in v.get("records") or ():
             if isinstance(row, list) and row and isinstance(row[0], bytes):
                 covered.add(row[0])
@@ -127,14 +130,21 @@ def doomed(store: Store) -> Doomed:
         for (r, branch) in [k for k in t.tips if k[0] == run]:
             for _lsn, oid in eng.iter_chain(r, branch):
                 recs.add(oid)
-        for name, value in t.refs.items():
-            if name.startswith(prefix) and isinstance(value, bytes):
-                b = runrefs.branch_of(run, name)
-                loc = eng.loc(value)
-                if b is not None and loc is not None and loc.otype == codec.FORK:
-                    other.add(value)
+        for name, value in list(t.refs.items()):
+            if not (name.startswith(prefix) and isinstance(value, bytes)):
+                continue
+            b = runrefs.branch_of(run, name)
+            if b is not None and b > 0:
+                # A forked branch starts at its fork object: the branch ref names it while the branch
+                # has no record, the LSN-0 record's parent afterwards.
+                first = eng.record_at(run, b, 0)
+                for fk in (value, _parent_of(eng, first) if first is not None else None):
+                    if fk is not None and (loc := eng.loc(fk)) is not None and loc.otype == codec.FORK:
+                        other.add(fk)
+            elif name in (runrefs.journal_ref(run), runrefs.segments_ref(run)):
+                _chain_objects(eng, value, other)
     # The blobs the doomed records name (their bodies are in segments being rewritten anyway).
-    candidates: set = set()
+    candidates: set = set(named)
     for oid in recs:
         loc = eng.loc(oid)
         if loc is None or loc.comp == engine.COMP_GONE:
@@ -146,6 +156,10 @@ def doomed(store: Store) -> Doomed:
         body = value.get("body") if isinstance(value, dict) else None
         if isinstance(body, dict):
             candidates.update(engine.body_refs(body))
+    # A ref that names a blob itself (keys/owner names the owner's public key as a blob) keeps it.
+    for name, value in t.refs.items():
+        if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
+            candidates.discard(value)
     candidates -= recs
     if candidates:
         # Kept if anything live still names them: another record (its index rows' refs), or a
@@ -169,6 +183,38 @@ def doomed(store: Store) -> Doomed:
             if not candidates:
                 break
     return Doomed(recs, candidates | redacted, other)
+
+
+def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:
+    """A record's parent, from its body (None if its body is gone already or unreadable)."""
+    try:
+        value = codec.decode(eng.read(oid), oid, False)[1]
+    except ObjstoreError:
+        return None
+    parent = value.get("parent") if isinstance(value, dict) else None
+    return parent if isinstance(parent, bytes) else None
+
+
+def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
+    """Every object of a deleted run's journal or segment chain from ``head`` back (into ``out``).
+    The blobs they name go only as the run's deletion lists them (``blobs``), which verify can check."""
+    cur: Any = head
+    seen: set = set()
+    while isinstance(cur, bytes) and cur not in seen:
+        seen.add(cur)
+        loc = eng.loc(cur)
+        if loc is None or loc.otype not in ("journal", "segment"):
+            return
+        out.add(cur)
+        if loc.comp == engine.COMP_GONE:
+            return  # removed by an earlier gc, with everything behind it
+        try:
+            value = codec.decode(eng.read(cur), cur, False)[1]
+        except ObjstoreError:
+            return
+        if not isinstance(value, dict):
+            return
+        cur = value.get("previous")
 
 
 def _segments_to_rewrite(eng: engine.LogEngine, last: int, gone: set) -> list[int]:

@@ -57,7 +57,8 @@ def stats(store: Store) -> dict[str, Any]:
     runs = {r for r, _b in t.tips}
     deleted_runs = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
     redacted = sum(1 for n in t.refs if n.startswith(runrefs.REDACTED_PREFIX))
-    covered = sum(len(v.get("records") or ()) for _oid, v in deletion_objects(store) if isinstance(v, dict) and v.get("scope") == "records")
+    covered = sum(len(v.get("records") or ()) for _oid, v in deletion_objects(store)
+                  if isinstance(v, dict) and v.get("scope") == "records" and v.get("run") not in deleted_runs)
     segs = []
     seg_bytes = 0
     for s in range(1, eng._seg + 1):

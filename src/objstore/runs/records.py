@@ -874,7 +874,7 @@ DELETION_SCHEMA = 1
 SCOPES = ("run", "records", "blob")
 SCOPE_RUN, SCOPE_RECORDS, SCOPE_BLOB = SCOPES
 _KNOWN_VERSION[DELETION_TYPE] = DELETION_SCHEMA
-DELETION_FIELDS = ("v", "scope", "run", "records", "blob", "reason", "time", "by", "grant", "previous", "sig")
+DELETION_FIELDS = ("v", "scope", "run", "records", "blob", "reason", "time", "by", "grant", "previous", "sig", "blobs")
 
 
 def _records_rows_ok(v: object) -> bool:
@@ -917,6 +917,10 @@ def deletion_problem(value: dict) -> str | None:
     elif scope == SCOPE_RECORDS and not _records_rows_ok(value["records"]):
         return ("field 'records' must be a non-empty list of [id, branch, lsn, kind] rows (a 32-byte id, integers >= 0, "
                 "a record kind), sorted by (branch, lsn), without repeats")
+    if "blobs" in value:  # optional: the blobs a deleted run's journal and segment objects named (gc removes them too)
+        b = value["blobs"]
+        if scope != SCOPE_RUN or type(b) is not list or not b or not all(_is_id(x) for x in b) or b != sorted(set(b)):
+            return "field 'blobs' (a run deletion only) must be a non-empty sorted list of distinct 32-byte ids"
     if scope != SCOPE_RECORDS and value["previous"] is not None:
         return f"a {scope} deletion has no previous deletion (only the records chain of a run has one)"
     if (value["by"] is None) != (value["sig"] is None):

@@ -1519,6 +1519,11 @@ class LogEngine(Engine):
         if e.idx is not None and self._built.get(e.idx[0], e.idx[1]) != e.idx[1]:
             return f"it names an index of segment {e.idx[0]} that is not the one its entries give"
         t.commit(plan, e.n, e.checksum, e.time)
+        for seg, _f, _i in e.rw or ():
+            # Every process that takes in a rewrite entry (not only gc's) lets go of the old file's
+            # index and packed entries: its lookups must see the removed rows, or a writer would
+            # deduplicate a new put against a body that is gone.
+            self._drop_segment(seg)
         w = self._wit
         if w is not None and w[0] == e.n and w[1] != e.checksum:
             self.witness_problem = witness_disagreement(w, e.n, e.checksum)
@@ -1816,10 +1821,9 @@ class LogEngine(Engine):
             return False
         return segindex.SegmentIndex(data, seg).checksum == nxt[3]
 
-    def forget_segment(self, seg: int) -> bool:
-        """Drop what this process holds of sealed segment ``seg`` (its descriptor, index, packed
-        entries) if its file was replaced by gc, and catch up on the log: the next read opens the
-        file in place now. True if anything was dropped."""
+    def _drop_segment(self, seg: int) -> bool:
+        """Let go of sealed segment ``seg``'s index, packed entries and (if its file was replaced)
+        descriptor; True if the file was replaced or an index was held."""
         fd = self._fds.get(seg)
         try:
             st = os.stat(self.seg_path(seg))
@@ -1833,11 +1837,18 @@ class LogEngine(Engine):
             self._packs.pop(seg, None)
             self._block_cache = None
             self._hint = 0  # loc() tries the hint's segment only through a loaded index
+        return changed or had
+
+    def forget_segment(self, seg: int) -> bool:
+        """Drop what this process holds of sealed segment ``seg`` (its descriptor, index, packed
+        entries) if its file was replaced by gc, and catch up on the log: the next read opens the
+        file in place now. True if anything was dropped."""
+        dropped = self._drop_segment(seg)
         try:
             self.refresh()
         except CorruptLog:
             pass
-        return changed or had
+        return dropped
 
     def _scan_index_bytes(self, seg: int) -> bytes:
         hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
@@ -1992,7 +2003,13 @@ class LogEngine(Engine):
             raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "a large blob's block holds other bytes than the blob")
         # Two passes: the body is hash-checked while it streams (nothing held, nothing written), then
         # written. A damaged or crafted blob (64 KiB that claims gigabytes) fails before one byte goes out.
-        self._check_loc(oid, loc, prehash_above=0)
+        try:
+            self._check_loc(oid, loc, prehash_above=0)
+        except IntegrityError:
+            if not (loc.seg < self._seg and self.forget_segment(loc.seg)):
+                raise
+            loc = self._relocated(oid)  # gc replaced the file this process had open: check it where it is now
+            self._check_loc(oid, loc, prehash_above=0)
         h = blake3.blake3()
         skip = None
         n = 0
