@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from helpers import raw_objects, run_cli
 
 from objstore.lifecycle import gc as G
@@ -129,33 +130,54 @@ def _ops_of_gc(root):
     return int(p.stdout.split()[-1])
 
 
-def test_kill_9_at_every_file_operation_of_gc(tmp_path):
+def _live(root):
+    """Every entry's (number, checksum) and the canonical bytes of every object whose body is stored."""
+    s = Store.open(root)
+    entries = [(e.n, e.checksum) for e in s.engine.entries()]
+    objs = {oid: bytes(data) for oid, _t, data in raw_objects(s) if isinstance(data, (bytes, bytearray, memoryview))}
+    s.engine.close()
+    return entries, objs
+
+
+@pytest.mark.parametrize("deletions", [False, True], ids=["repack", "repack-and-remove"])
+def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     """For each k: a fresh copy of the store, gc killed at its k-th file operation (open, write,
-    fsync, rename, unlink, …); the store then verifies clean, every entry checksum and every object
-    is as before, and gc run again finishes (no packed file left unrecorded)."""
+    fsync, rename, unlink, …); the store then verifies clean, every entry checksum is as before and
+    every live object reads back byte for byte, and gc run again finishes (no packed file left
+    unrecorded, every doomed body gone). With deletions: a whole run deleted, and one record of a
+    live run, before gc."""
+    from objstore.lifecycle import delete as D
+    from objstore.runs.verify import verify_report
+
     base = str(tmp_path / "base")
     log, runs = build(base, runs=2, records=30, seal_bytes=16 << 10)
-    entries, objs = contents(base)
-    total = _ops_of_gc(str(tmp_path / "probe") if shutil.copytree(base, tmp_path / "probe") else "")
+    doomed: set = set()
+    if deletions:
+        rec = log.record_at(log.view(runs[1]), 0, 7)
+        D.delete_run(log, runs[0], reason="kill loop")
+        D.delete_records(log, runs[1], [rec], reason="kill loop")
+        doomed = G.doomed(Store.open(base)).all()
+        assert rec in doomed and len(doomed) > 30
+    entries, objs = _live(base)
+    live = {oid: b for oid, b in objs.items() if oid not in doomed}
+    shutil.copytree(base, tmp_path / "probe")
+    total = _ops_of_gc(str(tmp_path / "probe"))
     assert total > 10
     for k in range(1, total + 1):
         root = str(tmp_path / f"k{k}")
         shutil.copytree(base, root)
         p = subprocess.run([sys.executable, os.path.join(HERE, "gc_child.py"), root, str(k)], capture_output=True, text=True, timeout=120)
         assert p.returncode == -9, (k, p.returncode, p.stderr)
-        s = Store.open(root)
-        problems = verify(RunLog(s), check_state=False)
+        problems = verify(RunLog(Store.open(root)), check_state=False)
         assert problems == [], (k, problems)
-        got_entries, got_objs = contents(root)
+        got_entries, got_objs = _live(root)
         assert got_entries[: len(entries)] == entries, k
-        assert got_objs == objs, k
+        assert {oid: got_objs.get(oid) for oid in live} == live, k  # nothing acknowledged is lost
         G.gc(Store.open(root))
-        log2 = RunLog(Store.open(root))
-        from objstore.runs.verify import verify_report
-
-        rep = verify_report(log2, check_state=False)
+        rep = verify_report(RunLog(Store.open(root)), check_state=False)
         assert rep.problems == [] and not [n for n in rep.notes if n.code == "gc-unfinished"], (k, rep.notes)
-        assert contents(root)[1] == objs, k
+        after = _live(root)[1]
+        assert {oid: after.get(oid) for oid in live} == live and not (doomed & set(after)), k
         shutil.rmtree(root)
 
 
