@@ -432,7 +432,12 @@ class _Copier:
             dmagic, smagic = os.pread(dfd, MAGIC_LEN, 0), os.pread(sfd, MAGIC_LEN, 0)
             if dsize == length and dmagic == smagic:
                 if os.pread(dfd, TAIL_LEN, dsize - TAIL_LEN) == os.pread(sfd, TAIL_LEN, length - TAIL_LEN):
-                    return _Plan(k, length, "reuse")
+                    # A packed segment gc packed again (a new deletion) ends with the same checksum and
+                    # may, by chance, have the same size: a SRC file written after DEST's copy is copied
+                    # again, so a body gc removed never stays in a backup. (Ordinary sealed segments
+                    # never change.)
+                    if smagic != packed.PK_MAGIC or os.fstat(sfd).st_mtime_ns <= os.fstat(dfd).st_mtime_ns:
+                        return _Plan(k, length, "reuse")
             if SEG_HEADER.size <= dsize < length and dmagic == smagic == SEG_MAGIC:
                 got = _last_entry(dfd, dsize, k)
                 if got is not None and os.pread(sfd, TAIL_LEN, dsize - TAIL_LEN) == got[0] and (
