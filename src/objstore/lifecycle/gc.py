@@ -36,6 +36,7 @@ from ..runs import records, state
 from ..storage import codec, engine, fileutil, packed, runrefs, segindex
 from ..storage.gclock import gc_lock
 from ..storage.store import mark_packed
+from . import delete
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -84,52 +85,23 @@ def _eng(store: Store) -> engine.LogEngine:
     return eng
 
 
-def deletion_objects(store: Store) -> Iterator[tuple[bytes, dict]]:
-    """Every deletion object the refs reach: the whole-run deletions, each run's chain of partial
-    deletions (newest first), the redactions."""
-    refs = store.engine.tables.refs
-    for name, value in list(refs.items()):
-        if not isinstance(value, bytes):
-            continue
-        if runrefs.is_deleted_ref(name) or name.startswith(runrefs.REDACTED_PREFIX):
-            yield value, codec.decode(store.engine.read(value), value, False)[1]
-        elif runrefs.is_deletions_ref(name):
-            cur: Any = value
-            seen = set()
-            while isinstance(cur, bytes) and cur not in seen:
-                seen.add(cur)
-                v = codec.decode(store.engine.read(cur), cur, False)[1]
-                yield cur, v
-                cur = v.get("previous") if isinstance(v, dict) else None
-
-
 def doomed(store: Store) -> Doomed:
-    """The bodies that go (see the module docstring): from the refs, the deletion objects, the
-    index rows of the entries, and the bodies of the records that go (each read once)."""
+    """The bodies that go (see the module docstring): from the refs, the deletion objects
+    (``lifecycle.delete``'s readers), the index rows of the entries, and the bodies of the records
+    that go (each read once)."""
     eng = _eng(store)
     eng.refresh()
     t = eng.tables
-    deleted_runs: set[str] = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
-    covered: set = set()
-    redacted: set = set()
+    gone_runs = delete.deleted_runs(store)
+    deleted_runs = set(gone_runs)
+    covered, redacted = delete.covered(store)  # every record partial deletions list or deleted runs hold
     named: set = set()  # blob ids a deleted run's journal and segment objects named (its deletion lists them)
-    for _oid, v in deletion_objects(store):
-        if not isinstance(v, dict):
-            continue
-        if v.get("scope") == "blob" and isinstance(v.get("blob"), bytes):
-            redacted.add(v["blob"])
-        if v.get("scope") == "run" and v.get("run") in deleted_runs:
-            named.update(b for b in v.get("blobs") or () if isinstance(b, bytes))
-        for row in v.get("records") or ():
-            if isinstance(row, list) and row and isinstance(row[0], bytes):
-                covered.add(row[0])
+    for did in gone_runs.values():
+        named.update(b for b in store.deletion_object(did).get("blobs") or () if isinstance(b, bytes))
     recs: set = set(covered)
     other: set = set()
     for run in deleted_runs:
         prefix = runrefs.run_prefix(run)
-        for (r, branch) in [k for k in t.tips if k[0] == run]:
-            for _lsn, oid in eng.iter_chain(r, branch):
-                recs.add(oid)
         for name, value in list(t.refs.items()):
             if not (name.startswith(prefix) and isinstance(value, bytes)):
                 continue
@@ -420,7 +392,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
             before = _segment_bytes(eng, sorted(packs))
             entry = 0
             if packs:
-                entry = _put_in_place(eng, root, tmpdir, packs, gone, every, since, active_then, sync, timeout)
+                entry = _put_in_place(store, eng, root, tmpdir, packs, gone, every, since, active_then, sync, timeout)
         except OSError as e:
             raise StorageOSError("rewrite a segment (gc)", e) from None
         finally:
@@ -467,12 +439,11 @@ def _check_active(eng: engine.LogEngine) -> None:
                     _source_bytes(eng, e, o, starts, cache)
 
 
-def _late_refs(eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:
+def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:
     """The ``candidates`` (doomed blobs) that a live record — or a live journal or segment object —
     committed after entry ``since`` names: a writer that found such a blob stored (its body still
     there) did not store it again, so it must stay. Reads only the segments written since."""
-    t = eng.tables
-    deleted = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
+    deleted = set(delete.deleted_runs(store))
     late: set = set()
     for seg in range(active_then, eng._seg + 1):
         hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
@@ -493,12 +464,12 @@ def _late_refs(eng: engine.LogEngine, since: int, active_then: int, candidates: 
     return late
 
 
-def _put_in_place(eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
+def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
                   active_then: int, sync: bool, timeout: float) -> int:
     """Under the writer lock: keep what writers named meanwhile (re-packing a segment that left it
     out), then the index and the file of each packed segment over the old ones, and the rewrite entry."""
     with eng.transaction(timeout) as _txn:
-        late = _late_refs(eng, since, active_then, gone.blobs - _redacted(eng)) if gone.blobs else set()
+        late = _late_refs(store, eng, since, active_then, gone.blobs - set(delete.redacted_blobs(store))) if gone.blobs else set()
         if late:
             every -= late
             for seg, p in list(packs.items()):
@@ -520,17 +491,6 @@ def _put_in_place(eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, go
         for seg in sorted(packs):
             eng.forget_segment(seg)
     return e.n
-
-
-def _redacted(eng: engine.LogEngine) -> set:
-    out = set()
-    for name in eng.tables.refs:
-        if name.startswith(runrefs.REDACTED_PREFIX):
-            try:
-                out.add(bytes.fromhex(name[len(runrefs.REDACTED_PREFIX):]))
-            except ValueError:
-                continue
-    return out
 
 
 PENDING = "pending"

@@ -13,8 +13,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..storage import codec, engine, packed, runrefs
-from .gc import deletion_objects
+from ..storage import codec, engine, packed
+from . import delete
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -55,10 +55,9 @@ def stats(store: Store) -> dict[str, Any]:
         for r in e.recs:
             named.update(r[6])
     runs = {r for r, _b in t.tips}
-    deleted_runs = {r for n in t.refs if runrefs.is_deleted_ref(n) and (r := runrefs.run_of(n)) is not None}
-    redacted = sum(1 for n in t.refs if n.startswith(runrefs.REDACTED_PREFIX))
-    covered = sum(len(v.get("records") or ()) for _oid, v in deletion_objects(store)
-                  if isinstance(v, dict) and v.get("scope") == "records" and v.get("run") not in deleted_runs)
+    deleted_runs = set(delete.deleted_runs(store))
+    redacted = len(delete.redacted_blobs(store))
+    covered = sum(len(store.covered_records(r)) for r in runs - deleted_runs)
     segs = []
     seg_bytes = 0
     for s in range(1, eng._seg + 1):
