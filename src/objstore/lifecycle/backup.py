@@ -78,6 +78,7 @@ from ..storage.engine import (
     _parse_split,
     _read_segment_header,
     packed_entries,
+    read_witness,
     root_digest,
     seg_name,
 )
@@ -199,7 +200,7 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
             same = mine == theirs
         if not same:
             raise InvalidInput(f"backup destination {dest} is a store of another history (its first entry is not this store's)")
-    w = _read_witness(os.path.join(dlog, "witness"))
+    w = read_witness(os.path.join(dlog, "witness"))
     if w is not None and w[0] > pos.entry:
         raise InvalidInput(f"backup destination {dest} holds entry {w[0]}, beyond this store's head (entry {pos.entry}); "
                            "refusing to roll a backup back")
@@ -234,18 +235,6 @@ def _tail32(path: str) -> bytes:
             return os.pread(fd, TAIL_LEN, max(os.fstat(fd).st_size - TAIL_LEN, 0))
     except OSError as e:
         raise StorageOSError(f"read {path}", e.strerror) from None
-
-
-def _read_witness(path: str) -> tuple[int, bytes] | None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(WITNESS.size + 1)
-    except OSError:
-        return None
-    if len(raw) != WITNESS.size or raw[:4] != WITNESS_MAGIC:
-        return None
-    _, entry, checksum = WITNESS.unpack(raw)
-    return entry, checksum
 
 
 # -- DEST as a store -------------------------------------------------------------------------------------------
@@ -417,7 +406,7 @@ class _Copier:
             # About to remove or replace DEST entries that SRC may not have: fine for a copy of ours
             # torn by a crash, refused for another history (commits only DEST has). DEST's witness says
             # which: the last snapshot a backup finished names an entry SRC must hold.
-            w = _read_witness(os.path.join(self.dlog, "witness"))
+            w = read_witness(os.path.join(self.dlog, "witness"))
             if w is not None and _checksum_at(self.engine, tail_seg, lengths, w[0]) != w[1]:
                 raise InvalidInput(f"backup destination {self.dest} is a store of another history (its entry {w[0]} "
                                    "is not this store's)")
@@ -715,7 +704,7 @@ class _Copier:
     def _write_witness(self, pos: Position) -> None:
         """DEST's own head witness for the snapshot, last: every segment byte it covers is fsynced and
         checked by now, so it never leads DEST's log; then the directory is synced once more."""
-        if pos.entry and _read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
+        if pos.entry and read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
             self._put_file(os.path.join(self.dlog, "witness"), WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
         self.policy.dir(self.dlog)
 

@@ -1235,15 +1235,7 @@ class LogEngine(Engine):
     def witness(self) -> tuple[int, bytes] | None:
         """(entry, checksum) the newest writer made durable, from ``log/witness``; None if the file
         is absent, short or unreadable (no witness, not damage)."""
-        try:
-            with open(self._wit_path, "rb") as f:
-                raw = f.read(WITNESS.size + 1)
-        except OSError:
-            return None
-        if len(raw) != WITNESS.size or raw[:4] != WITNESS_MAGIC:
-            return None
-        _, entry, checksum = WITNESS.unpack(raw)
-        return entry, checksum
+        return read_witness(self._wit_path)
 
     def _check_witness(self) -> None:
         """Compare the log with the witness read at open: shorter is ``log-truncated``; a checksum
@@ -2331,22 +2323,21 @@ class LogEngine(Engine):
             self._built[seg] = blake3.blake3(data).digest()
             self._retire_active()
             self._seg, self._off, self._sealed = seg + 1, SEG_HEADER.size, False
-        t = self.tables
-        idx = [seg, blake3.blake3(data).digest()]
-        plan = t.plan(t.pos.entry + 1, [], {}, [], idx)
-        assert isinstance(plan, Plan)
-        raw, first = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], None, root=plan.root, idx=idx)
-        off = self._off
-        wfd = self._writer(seg + 1)
-        self._write_entry(wfd, raw, off)
-        with self._mu:
-            self._apply(first._replace(seg=seg + 1, offset=off, data_off=off + first.data_off), plan)
-            self._off = off + first.length
-        with self._sync_cv:
-            self._written = (Position(first.n, first.checksum), wfd)
-            self._durable = first.n
-            self._write_witness(first.n, first.checksum)
+        self._write_bare()  # the new segment's first entry: it names the index just built
         self._checkpoint()
+
+
+def read_witness(path: str) -> tuple[int, bytes] | None:
+    """(entry, checksum) a head witness file names; None if it is absent, short or unreadable."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(WITNESS.size + 1)
+    except OSError:
+        return None
+    if len(raw) != WITNESS.size or raw[:4] != WITNESS_MAGIC:
+        return None
+    _, entry, checksum = WITNESS.unpack(raw)
+    return entry, checksum
 
 
 def _write_parts(fd: int, parts: list, off: int) -> None:
