@@ -330,7 +330,7 @@ class _Copier:
         try:
             plans, drop = self._plan(tail_seg, lengths)  # may still refuse DEST: nothing is written before it
             if packed_src:
-                mark_packed(self.dest, self.policy.enabled)  # DEST gets packed segments: it is format 4 too, before the first lands
+                mark_packed(self.dest, self.policy)  # DEST gets packed segments: it is format 4 too, before the first lands
             self._clear_tmp()
             if drop:
                 self.replaced = True

@@ -310,17 +310,9 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
             engine._segment_rows(e, objects, chain)
         last = pk.entries[-1]
         idx = segindex.build(seg, hdr[2], last.n, last.checksum, objects.values(), chain)
-        h = blake3.blake3()
-        off = 0
-        while True:
-            chunk = os.pread(fd, 1 << 20, off)
-            if not chunk:
-                break
-            h.update(chunk)
-            off += len(chunk)
     finally:
         os.close(fd)
-    return h.digest(), idx, removed
+    return packed.file_digest(path), idx, removed
 
 
 def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engine.Entry]:
@@ -366,7 +358,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
     say = progress or (lambda _m: None)
     sync = eng.policy.enabled
     with gc_lock(root, shared=False, timeout=timeout, what="gc"):
-        unfinished = _unfinished(eng, tmpdir)
+        unfinished = _unfinished(eng)
         if unfinished:
             # A gc killed after it put packed files in place and before its rewrite entry: name them now.
             eng.commit_rewrite(unfinished, timeout=timeout)
@@ -475,9 +467,9 @@ def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, p
             for seg, p in list(packs.items()):
                 if late & set(p[3]):
                     packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
-        mark_packed(root, sync)
+        mark_packed(root, eng.policy)
         rows = [packs[seg][2] for seg in sorted(packs)]
-        _note_pending(tmpdir, rows)
+        _note_pending(eng, tmpdir, rows)
         for seg in sorted(packs):
             seg_tmp, idx_tmp, _row, _removed = packs[seg]
             # The index first: until the rewrite entry names it, its digest is not the one the log
@@ -493,48 +485,29 @@ def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, p
     return e.n
 
 
-PENDING = "pending"
+PENDING = os.path.basename(packed.PENDING)
 
 
-def _note_pending(tmpdir: str, rows: list) -> None:
+def _note_pending(eng: engine.LogEngine, tmpdir: str, rows: list) -> None:
     """Record, durably and before any file is replaced, the rewrite rows this gc is about to make true."""
-    path = os.path.join(tmpdir, PENDING)
-    data = _enc.encode(rows)
-    tmp = path + ".new"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data + blake3.blake3(data).digest())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fileutil.fsync_dir(tmpdir)
+    with fileutil.atomic_file(os.path.join(tmpdir, PENDING), tmpdir, eng.policy) as f:
+        f.write(packed.encode_pending(rows))
 
 
-def _unfinished(eng: engine.LogEngine, tmpdir: str) -> list:
+def _unfinished(eng: engine.LogEngine) -> list:
     """The rows of a killed gc whose packed files are in place but which the log does not name yet."""
-    try:
-        with open(os.path.join(tmpdir, PENDING), "rb") as f:
-            raw = f.read()
-        if len(raw) < 32 or blake3.blake3(raw[:-32]).digest() != raw[-32:]:
-            return []
-        rows = _dec.decode(raw[:-32])
-    except (OSError, ValueError):
+    rows = packed.read_pending(eng.root)
+    if not rows:
         return []
     eng.refresh()
     out = []
-    for row in rows:
+    for seg, file_digest, idx_digest in rows:
+        if eng.tables.packs.get(seg) == file_digest or seg not in eng.tables.idx:
+            continue
         try:
-            seg, file_digest, idx_digest = row
-            if eng.tables.packs.get(seg) == file_digest or seg not in eng.tables.idx:
-                continue
-            h = blake3.blake3()
-            with open(eng.seg_path(seg), "rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-            if h.digest() == file_digest:
+            if packed.file_digest(eng.seg_path(seg)) == file_digest:
                 out.append([seg, file_digest, idx_digest])
-        except (OSError, ValueError, TypeError):
+        except OSError:
             continue
     return out
 

@@ -324,16 +324,7 @@ def check_segment(path: str, next_path: str, idx_path: str, seg: int, upto: int 
 
 def _pending_gc_indexes(engine: object) -> set:
     """The index digests a gc recorded in tmp/gc/pending before replacing files (it was killed)."""
-    if not isinstance(engine, LogEngine):
-        return set()
-    try:
-        with open(os.path.join(engine.root, "tmp", "gc", "pending"), "rb") as f:
-            raw = f.read()
-        if len(raw) < 32 or _hash(raw[:-32]).digest() != raw[-32:]:
-            return set()
-        return {bytes(r[2]) for r in msgspec.msgpack.decode(raw[:-32])}
-    except (OSError, ValueError, TypeError, IndexError):
-        return set()
+    return {bytes(r[2]) for r in packed.read_pending(engine.root)} if isinstance(engine, LogEngine) else set()
 
 
 def _packed_facts(path: str) -> tuple | None:
@@ -341,14 +332,11 @@ def _packed_facts(path: str) -> tuple | None:
     try:
         with open(path, "rb") as f:
             head = f.read(packed.PK_HEADER.size)
-            if head[:8] != packed.PK_MAGIC or len(head) != packed.PK_HEADER.size:
-                return None
-            h = _hash(head)
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+        if head[:8] != packed.PK_MAGIC or len(head) != packed.PK_HEADER.size:
+            return None
+        return packed.PK_HEADER.unpack(head)[5], packed.file_digest(path)
     except OSError:
         return None
-    return packed.PK_HEADER.unpack(head)[5], h.digest()
 
 
 def _memory_result(items: Iterator[ScanEntry | ScanProblem], full: bool) -> SegResult:

@@ -28,6 +28,7 @@ import os
 import struct
 from typing import Any, NamedTuple
 
+import blake3
 import msgspec
 import zstandard
 
@@ -147,3 +148,36 @@ class Writer:
             os.unlink(self.path)
         except OSError:
             pass
+
+
+# -- a gc's rewrite in progress: tmp/gc/pending ------------------------------------------------------
+PENDING = os.path.join("tmp", "gc", "pending")  # under the store's root
+
+
+def file_digest(path: str) -> bytes:
+    """BLAKE3 of a file, read in 1 MiB chunks (a segment is never held whole); raises OSError."""
+    h = blake3.blake3()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.digest()
+
+
+def encode_pending(rows: list) -> bytes:
+    """The bytes of tmp/gc/pending: msgpack of the rewrite rows [[segment, file digest, index digest]],
+    then their BLAKE3 (a torn or edited file reads as none)."""
+    data = _enc.encode(rows)
+    return data + blake3.blake3(data).digest()
+
+
+def read_pending(root: str) -> list:
+    """The rewrite rows a gc recorded before replacing files (it may have been killed since); [] if none."""
+    try:
+        with open(os.path.join(root, PENDING), "rb") as f:
+            raw = f.read()
+        if len(raw) < 32 or blake3.blake3(raw[:-32]).digest() != raw[-32:]:
+            return []
+        rows = _dec.decode(raw[:-32])
+    except (OSError, ValueError, msgspec.DecodeError):
+        return []
+    return [r for r in rows if type(r) is list and len(r) == 3] if type(rows) is list else []

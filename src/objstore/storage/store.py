@@ -43,7 +43,7 @@ from ..errors import (
 )
 from . import codec, runrefs
 from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
-from .fileutil import FsyncPolicy, atomic_file, fsync_dir, tmp_name
+from .fileutil import FsyncPolicy, atomic_file, tmp_name
 
 _hash = blake3.blake3
 
@@ -108,32 +108,19 @@ def discover(start: str | None = None, ceilings: list[str] | None = None) -> str
     raise StoreNotFound(f"no {DEFAULT_DIR} in {first} or any parent up to {stop}")
 
 
-def mark_packed(path: str, sync: bool = True) -> None:
+def mark_packed(path: str, policy: FsyncPolicy) -> None:
     """Make the store's marker say format 4 before gc puts its first packed segment in place: an
     objstore that reads only format 3 then refuses the store as newer (exit 5) instead of reading a
     packed segment as damage. Atomic (written aside, renamed); a no-op on a format-4 store."""
     if read_marker(path) >= PACKED_VERSION:
         return
     marker = os.path.join(path, MARKER)
-    tmp = f"{marker}.new.{os.getpid()}"
-    data = json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n"
+    scratch = os.path.join(path, "tmp")  # a copy a kill leaves behind lands in scratch, which every reader ignores
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if os.write(fd, data) != len(data):
-                raise OSError(errno.ENOSPC, "short write")
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, marker)
-        if sync:
-            fsync_dir(path)
+        os.makedirs(scratch, exist_ok=True)
+        with atomic_file(marker, scratch, policy) as f:
+            f.write(json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n")
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise StorageOSError(f"write {marker}", e) from None
 
 
