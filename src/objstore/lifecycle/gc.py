@@ -278,10 +278,12 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
                     objs.append([oid, otype, length, engine.REMOVED, 0])
                     continue
                 comp, raw_len, stored_len = e.blocks[bi][:3]
-                if otype == codec.BLOB and raw_len > engine.LARGE_BLOB:
+                if _check_large(eng, e, o, starts):
                     # A large blob keeps its own block, its stored bytes copied as they are (hash-checked first).
-                    eng._check_loc(oid, engine.Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
-                    nbi = _copy_block(eng, w, seg, starts[bi], comp, raw_len, stored_len)
+                    try:
+                        nbi = w.copy_block(eng._fd(seg), starts[bi], comp, raw_len, stored_len)
+                    except packed.PackError as err:
+                        raise IntegrityError(oid.hex(), eng.seg_path(seg), str(err)) from None
                     objs.append([oid, otype, length, nbi, 0])
                     continue
                 data = _source_bytes(eng, e, o, starts, cache)
@@ -321,18 +323,14 @@ def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engi
         return
 
 
-def _copy_block(eng: engine.LogEngine, w: packed.Writer, seg: int, off: int, comp: int, raw_len: int, stored_len: int) -> int:
-    fd = eng._fd(seg)
-    w.blocks.append([comp, raw_len, stored_len])
-    left, pos = stored_len, off
-    while left:
-        chunk = os.pread(fd, min(left, 1 << 20), pos)
-        if not chunk:
-            raise IntegrityError("?", eng.seg_path(seg), "a large blob's block is truncated")
-        w._write(chunk)
-        left -= len(chunk)
-        pos += len(chunk)
-    return len(w.blocks) - 1
+def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) -> bool:
+    """Whether object row ``o`` is a large blob (a block of its own), hash-checked as it streams if so."""
+    oid, otype, length, bi, _off = o
+    comp, raw_len, stored_len = e.blocks[bi][:3]
+    if otype != codec.BLOB or raw_len <= engine.LARGE_BLOB:
+        return False
+    eng._check_loc(oid, engine.Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
+    return True
 
 
 def _segment_bytes(eng: engine.LogEngine, segs: list[int]) -> int:
@@ -423,12 +421,8 @@ def _check_active(eng: engine.LogEngine) -> None:
     for e in eng._segment_entries(seg, hdr[3], hdr[2]):
         starts = engine.block_starts(e)
         for o in e.objs:
-            if o[3] != engine.REMOVED:
-                if o[1] == codec.BLOB and e.blocks[o[3]][1] > engine.LARGE_BLOB:
-                    comp, raw_len, stored = e.blocks[o[3]][:3]
-                    eng._check_loc(o[0], engine.Loc(e.n, seg, starts[o[3]], comp, stored, raw_len, 0, o[2], o[1]), prehash_above=0)
-                else:
-                    _source_bytes(eng, e, o, starts, cache)
+            if o[3] != engine.REMOVED and not _check_large(eng, e, o, starts):
+                _source_bytes(eng, e, o, starts, cache)
 
 
 def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:

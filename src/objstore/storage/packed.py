@@ -128,6 +128,19 @@ class Writer:
         self._write(stored)
         return len(self.blocks) - 1
 
+    def copy_block(self, fd: int, off: int, comp: int, raw_len: int, stored_len: int) -> int:
+        """Append a block copied as stored from ``fd`` at ``off`` (a large blob: never recompressed)."""
+        self.blocks.append([comp, raw_len, stored_len])
+        left, pos = stored_len, off
+        while left:
+            chunk = os.pread(fd, min(left, 1 << 20), pos)
+            if not chunk:
+                raise PackError(f"a block of {stored_len} bytes at offset {off} is truncated")
+            self._write(chunk)
+            left -= len(chunk)
+            pos += len(chunk)
+        return len(self.blocks) - 1
+
     def finish(self, entries: list[Any], last: bytes, sync: bool) -> None:
         raw = _enc.encode({"entries": entries, "blocks": self.blocks})
         meta = zstandard.ZstdCompressor(level=META_LEVEL).compress(raw)
