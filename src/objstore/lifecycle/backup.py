@@ -83,7 +83,7 @@ from ..storage.engine import (
     seg_name,
 )
 from ..storage.fileutil import FsyncPolicy
-from ..storage.store import FORMAT_VERSION, MARKER, PACKED_VERSION, READ_VERSIONS, Store, mark_packed, read_marker
+from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
@@ -138,7 +138,7 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
         if fresh:
             _create_dest(dest, policy)
         with _dest_lock(dest):
-            return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths, packed_src=read_marker(src) >= PACKED_VERSION)
+            return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths, src_version=read_marker(src))
 
 
 # -- checks before anything is written ----------------------------------------------------------------------
@@ -184,7 +184,7 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
     except ObjstoreError as e:
         raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
     if version not in READ_VERSIONS:
-        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {FORMAT_VERSION} or {PACKED_VERSION}")
+        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {', '.join(map(str, READ_VERSIONS))}")
     dlog = os.path.join(dest, "log")
     first = os.path.join(dlog, seg_name(1))
     if not os.path.isfile(first):
@@ -326,11 +326,12 @@ class _Copier:
     def dpath(self, k: int) -> str:
         return os.path.join(self.dlog, seg_name(k))
 
-    def run(self, pos: Position, tail_seg: int, lengths: dict[int, int], packed_src: bool = False) -> BackupResult:
+    def run(self, pos: Position, tail_seg: int, lengths: dict[int, int], src_version: int = FORMAT_VERSION) -> BackupResult:
         try:
             plans, drop = self._plan(tail_seg, lengths)  # may still refuse DEST: nothing is written before it
-            if packed_src:
-                mark_packed(self.dest, self.policy)  # DEST gets packed segments: it is format 4 too, before the first lands
+            if src_version > FORMAT_VERSION:
+                # DEST gets packed segments or labelled rows: it is SRC's format too, before the first lands
+                mark_version(self.dest, src_version, self.policy)
             self._clear_tmp()
             if drop:
                 self.replaced = True

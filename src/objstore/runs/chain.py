@@ -40,6 +40,7 @@ from ..errors import Deleted, Erased, InvalidInput
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
+from . import labels as L
 from . import records as R
 from .fold import fold
 
@@ -67,6 +68,36 @@ class ChainReader:
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
         self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
+
+    # -- labels (runs.labels) ------------------------------------------------------
+    def find_run(self, **labels: str) -> str | None:
+        """The live run with exactly these labels (its id is computed: no search), or None."""
+        return L.find_run(self.store, labels)
+
+    def find_runs(self, **labels: str) -> list[str]:
+        """Every live run whose labels include all of these, newest first; reads only the index
+        rows and the run_started records it returns."""
+        return L.find_runs(self.store, labels)
+
+    def find_records(self, run: str, **labels: str) -> list[R.Record]:
+        """Every record of ``run`` (any branch) carrying all these labels, newest commit first."""
+        return [R.Record.from_payload(oid, p) for oid, p in L.find_records(self.store, run, labels)]
+
+    def find_record(self, run: str, **labels: str) -> R.Record | None:
+        """The newest record of ``run`` carrying all these labels, or None."""
+        got = L.find_records(self.store, run, labels)
+        return R.Record.from_payload(*got[0]) if got else None
+
+    def record_labels(self, oid: bytes) -> dict[str, str]:
+        """A record's labels ({} if it has none)."""
+        otype, value = self.store.get(oid)
+        if otype != codec.RECORD:
+            raise InvalidInput(f"object {oid.hex()} is a {otype}, not a record")
+        return L.labels_of(value)
+
+    def run_labels(self, run: str) -> dict[str, str]:
+        """A run's labels ({} for an unlabelled run)."""
+        return self.record_labels(self.run_started(run).id)
 
     # -- objects -------------------------------------------------------------
     def record(self, oid: bytes) -> R.Record:

@@ -32,6 +32,8 @@ import msgspec
 
 from ..errors import InvalidInput, InvalidRecord, NewerFormat
 from ..storage import codec
+from ..storage import labels as slabels
+from . import labels as labels_mod
 
 RUN_STARTED = "run_started"
 ATTEMPT = "attempt"
@@ -510,6 +512,8 @@ class RecordV1(msgspec.Struct, forbid_unknown_fields=True):
     kind: str
     time: float | int | None
     body: dict[str, Any]
+    labels: dict[str, str] | msgspec.UnsetType = msgspec.UNSET  # format 5: outside names (runs.labels)
+    schema: _Id | msgspec.UnsetType = msgspec.UNSET  # format 5: an x. record's schema object (runs.kinds)
 
 
 class CompensationV1(msgspec.Struct, forbid_unknown_fields=True):
@@ -550,6 +554,10 @@ def schema_problem(otype: str, value: dict) -> str | None:
         except msgspec.ValidationError:
             ok = False
         t = value.get("time")
+        if ok and ("labels" in value or (value["kind"] == RUN_STARTED and value["run"].startswith(labels_mod.PREFIX))):
+            bad = _labels_problem(value)
+            if bad is not None:
+                return bad
         body_struct = BODIES.get(value["kind"]) if ok else None
         if body_struct is not None and (t is None or TIME_MIN <= t <= TIME_MAX):
             try:  # a stored value came from MessagePack: no sets, tuples or out-of-range integers to compare away
@@ -605,10 +613,24 @@ def _record_problem(value: dict) -> str | None:
     assert branch is not None and lsn is not None  # ints: the field loop above returned otherwise
     if branch < 0 or lsn < 0:
         return "branch and lsn must not be negative"
+    bad = _labels_problem(value)
+    if bad is not None:
+        return bad
     try:
         check_body(value["kind"], value["body"])
     except InvalidRecord as e:
         return f"body: {e.args[0]}"
+    return None
+
+
+def _labels_problem(value: dict) -> str | None:
+    """A record's labels: a canonical label map (storage.labels); a run_started record's labels
+    give its run's id, and an ``l-`` run id is a labelled run's (runs.labels)."""
+    labels = value.get("labels")
+    if "labels" in value and slabels.canonical(labels) is None:
+        return "field 'labels' must be a non-empty map of at most 16 names to string values"
+    if value.get("kind") == RUN_STARTED and value.get("branch") == 0 and value.get("lsn") == 0:
+        return labels_mod.check_run_labels(value["run"], labels)
     return None
 
 

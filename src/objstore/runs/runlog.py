@@ -17,7 +17,8 @@ from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, Reta
 from ..storage import codec
 from ..storage.engine import Txn
 from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
-from ..storage.store import Store
+from ..storage.store import LABELS_VERSION, Store
+from . import labels as L
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
 from .resolve import check_new_run_id
@@ -59,18 +60,37 @@ class RunLog(ChainReader):
         self.state = state if state is not None else StateCache.for_store(store)
         self._live_of: dict[str, int] = {}  # live ref value -> branch number
 
-    def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None, when: float | None = None) -> str:
+    def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None,
+                  when: float | None = None, labels: dict[str, str] | None = None) -> str:
         """Create a run (branch 0, live) with its ``run_started`` record; returns the run id.
 
-        One commit: the record, the branch ref and the live ref land together or not at all."""
-        if run is None:
+        One commit: the record, the branch ref and the live ref land together or not at all.
+        ``labels``: the run's outside names (runs.labels), which determine its id (``run`` must
+        then be None); if that run exists, ``Conflict`` and nothing is written."""
+        if labels is not None:
+            labels = L.check_labels(labels)
+            if run is not None:
+                raise InvalidInput("a labelled run's id is the one its labels give: pass labels or a run id, not both")
+        elif run is None:
             run = new_run_id()
-        R.check_run_id(run)
-        check_new_run_id(run)
+        elif L.is_label_id(run):
+            raise InvalidInput(f"run id {run!r}: ids starting with {L.PREFIX!r} belong to labelled runs (start_run(labels=...))")
+        if run is not None:
+            R.check_run_id(run)
+            check_new_run_id(run)
         body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
-        payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": _now(when), "body": body}
+        t = _now(when)
         store = self.store
         with store.batch():
+            if labels is not None:
+                run, exists = L.generations(store, labels)
+                if exists:
+                    raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
+                store.require_version(LABELS_VERSION)
+            assert run is not None
+            payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": t, "body": body}
+            if labels is not None:
+                payload["labels"] = labels
             if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
                 raise InvalidInput(f"run {run} already exists")
             oid = store.put(codec.RECORD, payload)
@@ -84,12 +104,13 @@ class RunLog(ChainReader):
         return self.view(run).live
 
     def append(self, run: str, kind: str, body: dict, *, branch: int | None = None, allow_retained: bool = False, when: float | None = None,
-               expect_head: bytes | None = None, expect_branch: int | None = None) -> R.Record:
+               expect_head: bytes | None = None, expect_branch: int | None = None, labels: dict[str, str] | None = None) -> R.Record:
         """Append one record, built on the branch's head under the writer lock.
 
         Plain (no expectations): it goes to the branch live when the lock is taken and never
         conflicts. ``expect_branch``: the live branch must be that one; ``expect_head``: the
-        branch's head must be that id; otherwise ``Conflict`` and nothing is written."""
+        branch's head must be that id; otherwise ``Conflict`` and nothing is written. ``labels``:
+        the record's outside names (a checkpoint id), found again by ``find_records``."""
         if kind == R.RUN_STARTED:
             raise InvalidRecord("run_started is written by start_run only")
         body = R.check_body(kind, body)
@@ -99,19 +120,23 @@ class RunLog(ChainReader):
             raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
         t = _now(when)
+        extra: dict | None = None
+        if labels is not None:
+            extra = {"labels": L.check_labels(labels)}
+            store.require_version(LABELS_VERSION)
         txn = store.current_batch()
         if txn is None:
             with store.batch() as txn:
-                oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
+                oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
         else:
-            oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch)
+            oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
         nxt = self._next
         nxt.pop(head, None)  # only current heads are worth remembering
         nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
         return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
 
     def _append_in(self, txn: Txn, run: str, kind: str, body: dict[str, Any], t: float, branch: int | None, allow_retained: bool,
-                   expect_head: bytes | None, expect_branch: int | None) -> tuple[bytes, int, int, bytes]:
+                   expect_head: bytes | None, expect_branch: int | None, extra: dict | None = None) -> tuple[bytes, int, int, bytes]:
         """The body of ``append``, under the writer lock (the names it builds are valid ref names:
         an existing run's id passed check_run_id when it started)."""
         live_name = txn.read_ref(live_ref(run))
@@ -144,7 +169,10 @@ class RunLog(ChainReader):
         lsn, finished = self._next.get(head) or self.next_of(head)
         if finished:
             raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
-        oid = self.store.put_in(txn, codec.RECORD, {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body})
+        payload = {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body}
+        if extra:
+            payload.update(extra)
+        oid = self.store.put_in(txn, codec.RECORD, payload)
         txn.set_ref(ref, head, oid, "append")
         return oid, branch, lsn, head
 

@@ -56,6 +56,7 @@ from ..errors import (
     StorageOSError,
 )
 from . import codec, packed, runrefs, segindex
+from . import labels as labels_mod
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
 from .runrefs import RUN_PREFIX as _RUN_PREFIX
@@ -305,7 +306,13 @@ def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = N
         if type(run) is not str or type(branch) is not int or type(lsn) is not int or type(kind) is not str or not (
                 parent is None or (type(parent) is bytes and len(parent) == 32)) or not isinstance(body, dict):
             return None
-        return [run, branch, lsn, parent, kind, body_refs(body), intent_facts(kind, body)]
+        row = [run, branch, lsn, parent, kind, body_refs(body), intent_facts(kind, body)]
+        if "labels" in value:  # format 5: a labelled record's row carries its labels (storage.labels)
+            rows = labels_mod.canonical(value["labels"])
+            if rows is None:
+                return None
+            row.append(rows)
+        return row
     if otype in CHAIN_TYPES:
         if value is None:
             try:
@@ -523,12 +530,12 @@ def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any,
     no = len(objs)
     last = -1
     for r in recs:
-        if (type(r) is not list or len(r) != 8 or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] != codec.RECORD
+        if (type(r) is not list or not (len(r) == 8 or len(r) == 9 and labels_mod.rows_ok(r[8])) or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] != codec.RECORD
                 or type(r[1]) is not str or type(r[2]) is not int or type(r[3]) is not int or r[2] < 0 or r[3] < 0
                 or not (r[4] is None or (type(r[4]) is bytes and len(r[4]) == 32)) or type(r[5]) is not str
                 or type(r[6]) is not list or not all(type(x) is bytes and len(x) == 32 for x in r[6])
                 or not (r[7] is None or type(r[7]) is dict)):
-            return f"record row {r!r:.80} is not [object, run, branch, lsn, parent, kind, refs, intent]"
+            return f"record row {r!r:.80} is not [object, run, branch, lsn, parent, kind, refs, intent(, labels)]"
         last = r[0]
     last = -1
     for r in prevs:
@@ -579,6 +586,7 @@ class Plan(NamedTuple):
     root: bytes
     runs: dict = {}  # run -> its run_digest after the entry
     rw: list | None = None  # [(segment, file digest, index digest)] a rewrite entry names
+    labels: list = []  # (label key, record id) of the entry's labelled records
 
 
 class Tables:
@@ -595,6 +603,7 @@ class Tables:
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
         self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
+        self.labels: dict[bytes, list] = {}  # active segment: label key -> [(entry, record id)] (storage.labels)
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
@@ -630,13 +639,14 @@ class Tables:
         intents: list = []
         starts: list = []
         heads: dict = {}  # (run, branch) -> the value a record appended now must name as parent
+        labelled: list = []  # (label key, record id): the entry's label rows (storage.labels)
         for oid, otype in objs:
             if otype != codec.RECORD:
                 continue
             f = facts.get(oid)
             if f is None:
                 return f"record {oid.hex()} has no index row"
-            run, branch, lsn, parent, kind, _refs, ifacts = f
+            run, branch, lsn, parent, kind, _refs, ifacts = f[:7]
             key = (run, branch)
             tip = tips.get(key) or self.tips.get(key)
             want = tip[0] + 1 if tip is not None else 0
@@ -651,6 +661,8 @@ class Tables:
             heads[key] = oid
             tips[key] = (lsn, oid)
             chain.append((run, branch, lsn, oid))
+            if len(f) > 7:
+                labelled.extend((k, oid) for k in labels_mod.index_keys(run, branch, lsn, kind, f[7]))
             if kind == "run_started" and lsn == 0 and branch == 0 and run not in self.starts:
                 starts.append((run, n))
             elif kind in INTENT_KINDS:
@@ -754,7 +766,7 @@ class Tables:
                 acc += _elt(["w", seg, file_digest])
                 got_rw.append((seg, file_digest, idx_digest))
         acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw)
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled)
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -781,6 +793,8 @@ class Tables:
                 self.run_dig[run] = d
         for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
+        for k, oid in p.labels:
+            self.labels.setdefault(k, []).append((n, oid))
         for run, fact in p.intents:
             self.intents.setdefault(run, []).append(fact)
         for run, entry in p.starts:
@@ -816,6 +830,7 @@ class Tables:
         """(object rows, chain rows) of the active segment, in segindex.build's form."""
         objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
         chain = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
+        chain.extend((k, n, oid) for k, rows in self.labels.items() for n, oid in rows)
         if self.frozen is not None:
             objects.extend(self.frozen.object_rows())
             chain.extend(self.frozen.chain_rows())
@@ -1008,6 +1023,11 @@ class Engine:
 
     def iter_ids(self) -> Iterator[bytes]:
         return iter(list(self.tables.locs))
+
+    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """(entry number, record id) of every label row with this key (storage.labels), newest
+        entry first. Rows are claims: the caller checks each record carries the label."""
+        return sorted(self.tables.labels.get(key, ()), reverse=True)
 
     def release_indexes(self) -> None:
         """Let the mapped index pages touched so far leave this process's resident set (a long
@@ -1760,6 +1780,21 @@ class LogEngine(Engine):
                 return oid
         return None
 
+    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """The active segment's rows (the tail's, and the checkpoint's, which the caller checks
+        against the record as it does every row), then each sealed segment's index, newest first:
+        a binary search per segment, reading only the rows with this key."""
+        rows = list(self.tables.labels.get(key, ()))
+        if self.tables.frozen is not None:
+            rows.extend(self.tables.frozen.chain_from(key, 0))
+        for seg in range(self._seg - 1, 0, -1):
+            try:
+                idx = self._index(seg)
+            except CorruptLog:
+                continue  # a missing or damaged sealed segment: its rows are not found (verify names it)
+            rows.extend(idx.chain_from(key, 0))
+        return sorted(set(rows), reverse=True)
+
     def iter_ids(self) -> Iterator[bytes]:
         for seg in range(1, self._seg):
             for row in self._index(seg).objects():
@@ -1878,6 +1913,7 @@ class LogEngine(Engine):
             self._built[seg] = blake3.blake3(self._index_bytes(seg, hdr[2], t)).digest()
         t.locs = {}
         t.chain = {}
+        t.labels = {}
         t.frozen = None
 
     def _drop_frozen(self) -> bool:
@@ -1897,7 +1933,12 @@ class LogEngine(Engine):
         for row in objects.values():
             oid, entry, bo, st, raw, off, ln, comp, otype = row
             t.locs.setdefault(oid, Loc(entry, self._seg, bo, comp, st, raw, off, ln, otype))
-        for run, branch, lsn, oid in chain:
+        for row in chain:
+            if len(row) == 3:  # a label row
+                if row[1:] not in t.labels.get(row[0], ()):
+                    t.labels.setdefault(row[0], []).append(row[1:])
+                continue
+            run, branch, lsn, oid = row
             t.chain.setdefault((run, branch, lsn), oid)
         return True
 
@@ -2410,7 +2451,10 @@ def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
         comp, raw, stored = e.blocks[bi][:3]
         objects[oid] = (oid, e.n, starts[bi], stored, raw, boff, length, comp, otype)
     for r in e.recs:
-        chain.append((r[1], r[2], r[3], e.objs[r[0]][0]))
+        oid = e.objs[r[0]][0]
+        chain.append((r[1], r[2], r[3], oid))
+        if len(r) > 8:  # a labelled record: its label rows, (key, entry number, id)
+            chain.extend((k, e.n, oid) for k in labels_mod.index_keys(r[1], r[2], r[3], r[5], r[8]))
 
 
 def witness_disagreement(w: tuple[int, bytes], end: int, checksum_at_w: bytes | None) -> tuple[str, str] | None:

@@ -59,7 +59,11 @@ _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 MARKER = "OBJSTORE"
 FORMAT_VERSION = 3  # what a new store is
 PACKED_VERSION = 4  # format 3 with packed segments and rewrite entries: what a store becomes at its first gc
-READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION)
+# format 4 with labelled records (index rows with labels, label rows in segment indexes), schema objects
+# and cross-run forks: what a store becomes at its first labelled run or record, schema or copy (issue 18)
+LABELS_VERSION = 5
+NEWEST_VERSION = LABELS_VERSION
+READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION)
 DEFAULT_DIR = ".objstore"
 MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
 MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
@@ -112,14 +116,21 @@ def mark_packed(path: str, policy: FsyncPolicy) -> None:
     """Make the store's marker say format 4 before gc puts its first packed segment in place: an
     objstore that reads only format 3 then refuses the store as newer (exit 5) instead of reading a
     packed segment as damage. Atomic (written aside, renamed); a no-op on a format-4 store."""
-    if read_marker(path) >= PACKED_VERSION:
+    mark_version(path, PACKED_VERSION, policy)
+
+
+def mark_version(path: str, version: int, policy: FsyncPolicy) -> None:
+    """Raise the store's marker to ``version`` (never lower it) before the first entry or file that
+    needs it lands, so that an older objstore refuses the store as newer instead of taking the new
+    rows for damage. Atomic (written aside, renamed); a no-op when the marker says as much already."""
+    if read_marker(path) >= version:
         return
     marker = os.path.join(path, MARKER)
     scratch = os.path.join(path, "tmp")  # a copy a kill leaves behind lands in scratch, which every reader ignores
     try:
         os.makedirs(scratch, exist_ok=True)
         with atomic_file(marker, scratch, policy) as f:
-            f.write(json.dumps({"format": "objstore", "version": PACKED_VERSION}).encode() + b"\n")
+            f.write(json.dumps({"format": "objstore", "version": version}).encode() + b"\n")
     except OSError as e:
         raise StorageOSError(f"write {marker}", e) from None
 
@@ -146,6 +157,7 @@ class Store:
     def __init__(self, engine: Engine, root: str | None = None, policy: FsyncPolicy | None = None) -> None:
         self.engine = engine
         self.root = root
+        self._version = read_marker(root) if root is not None and os.path.exists(os.path.join(root, MARKER)) else FORMAT_VERSION
         self.policy = policy or FsyncPolicy()
         self._txn = _BatchVar(f"objstore-txn-{id(self)}")
         self._decoded: dict = {}  # the last record block decoded by get_decoded
@@ -223,10 +235,10 @@ class Store:
         version = read_marker(path)
         if version in (1, 2):
             raise StoreNeedsUpgrade(path, version, path)
-        if version > PACKED_VERSION:
-            raise NewerFormat("store", path, version, PACKED_VERSION)
+        if version > NEWEST_VERSION:
+            raise NewerFormat("store", path, version, NEWEST_VERSION)
         if version not in READ_VERSIONS:
-            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {FORMAT_VERSION} and {PACKED_VERSION}")
+            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
         policy = FsyncPolicy(fsync)
         try:
             engine = LogEngine(path, policy)
@@ -293,6 +305,19 @@ class Store:
             return None
         txn.put(oid, otype, data, value)
         return txn
+
+    def require_version(self, version: int) -> None:
+        """Raise the store's format marker to ``version`` before the first entry that needs it is
+        written (a memory store has no marker). Cheap after the first call of a process."""
+        if self.root is None or self._version >= version:
+            return
+        mark_version(self.root, version, self.policy)
+        self._version = version
+
+    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """(entry, record id) of the label rows with this key, newest first (storage.labels)."""
+        with _tables_lock(self.engine):
+            return self.engine.label_rows(key)
 
     def put_blob(self, data: bytes) -> bytes:
         """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
