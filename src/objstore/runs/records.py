@@ -33,6 +33,7 @@ import msgspec
 from ..errors import InvalidInput, InvalidRecord, NewerFormat
 from ..storage import codec
 from ..storage import labels as slabels
+from . import kinds
 from . import labels as labels_mod
 
 RUN_STARTED = "run_started"
@@ -616,6 +617,16 @@ def _record_problem(value: dict) -> str | None:
     bad = _labels_problem(value)
     if bad is not None:
         return bad
+    if kinds.is_ext(kind):
+        # a kind the core does not know: its schema object decides the body (verify reads it)
+        if not kinds.KIND.match(kind):  # type: ignore[arg-type]
+            return f"kind {kind!r:.60} is not x.<integration>.<name>"
+        sid = value.get("schema")
+        if type(sid) is not bytes or len(sid) != 32:
+            return f"a record of kind {kind} names its schema object (field 'schema', an id)"
+        return None
+    if "schema" in value:
+        return "field 'schema' belongs to records of x. kinds only"
     try:
         check_body(value["kind"], value["body"])
     except InvalidRecord as e:
@@ -655,6 +666,8 @@ def _other_problem(otype: str, value: dict) -> str | None:
         return _segment_problem(value)
     elif otype == DELETION_TYPE:
         return deletion_problem(value)
+    elif otype == codec.SCHEMA:
+        return kinds.schema_object_problem(value)
     elif type(value.get("run", "")) is not str:
         return "field 'run' must be a string"
     return None

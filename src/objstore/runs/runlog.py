@@ -18,6 +18,7 @@ from ..storage import codec
 from ..storage.engine import Txn
 from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
 from ..storage.store import LABELS_VERSION, Store
+from . import kinds as K
 from . import labels as L
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
@@ -59,6 +60,7 @@ class RunLog(ChainReader):
         super().__init__(store)
         self.state = state if state is not None else StateCache.for_store(store)
         self._live_of: dict[str, int] = {}  # live ref value -> branch number
+        self._schemas: dict[bytes, tuple[str, list]] = {}  # schema object id -> (kind, fields): objects never change
 
     def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None,
                   when: float | None = None, labels: dict[str, str] | None = None) -> str:
@@ -113,16 +115,24 @@ class RunLog(ChainReader):
         the record's outside names (a checkpoint id), found again by ``find_records``."""
         if kind == R.RUN_STARTED:
             raise InvalidRecord("run_started is written by start_run only")
-        body = R.check_body(kind, body)
+        extra: dict | None = None
+        if K.is_ext(kind):
+            sid, fields = self.schema_of(kind)
+            bad = K.body_problem(fields, body)
+            if bad is not None:
+                raise InvalidRecord(f"a {kind} body: {bad}")
+            extra = {"schema": sid}
+            self.store.require_version(LABELS_VERSION)
+        else:
+            body = R.check_body(kind, body)
         if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
             raise InvalidInput("expect_head must be a 32-byte record id")
         if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
             raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
         t = _now(when)
-        extra: dict | None = None
         if labels is not None:
-            extra = {"labels": L.check_labels(labels)}
+            extra = dict(extra or (), labels=L.check_labels(labels))
             store.require_version(LABELS_VERSION)
         txn = store.current_batch()
         if txn is None:
@@ -194,6 +204,39 @@ class RunLog(ChainReader):
 
     def finish_run(self, run: str, status: str = "succeeded", error: str | None = None, **opts: Any) -> R.Record:
         return self.append(run, R.RUN_FINISHED, {"status": status, "error": error}, **opts)
+
+    # -- record kinds the core does not know (runs.kinds) ------------------------------------
+    def register_kind(self, kind: str, fields: list, *, when: float | None = None) -> bytes:
+        """Declare (or re-declare) the record kind ``x.<integration>.<name>``: one commit of a
+        ``schema`` object behind ``schema/<kind>``. The same field list again writes nothing and
+        returns the current schema's id; a different one is a new version naming its predecessor."""
+        K.check_kind(kind)
+        fields = K.check_fields(fields)
+        t = _now(when)
+        store = self.store
+        with store.batch():
+            name = K.schema_ref(kind)
+            cur = store.read_ref(name)
+            if isinstance(cur, bytes) and self._schema(cur)[1] == fields:
+                return cur
+            store.require_version(LABELS_VERSION)
+            sid = store.put(codec.SCHEMA, {"kind": kind, "fields": fields, "previous": cur, "time": t})
+            store.set_ref(name, cur, sid, f"declare {kind}")
+        return sid
+
+    def schema_of(self, kind: str) -> tuple[bytes, list]:
+        """(id, fields) of the current schema of an x. kind; InvalidRecord if it was never declared."""
+        sid = self.store.read_ref(K.schema_ref(kind)) if K.KIND.match(kind) else None
+        if not isinstance(sid, bytes):
+            raise InvalidRecord(f"kind {kind!r} is not declared in this store (register_kind first)")
+        return sid, self._schema(sid)[1]
+
+    def _schema(self, sid: bytes) -> tuple[str, list]:
+        got = self._schemas.get(sid)
+        if got is None:
+            value = self.store.get_typed(sid, codec.SCHEMA)
+            got = self._schemas[sid] = (value["kind"], value["fields"])
+        return got
 
     def batch(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
         """One commit for everything written inside (``with log.batch(): ...``): one entry, one

@@ -72,6 +72,7 @@ from ..storage.engine import (
     scan_segment,
 )
 from ..storage.fileutil import no_gc
+from . import kinds as K
 from . import records as R
 from .fold import apply, empty_state, fold
 from .state import attempt_view, refold_branch
@@ -159,7 +160,9 @@ def _slim_record(p: dict) -> tuple:
     """What the chain checks read of a record (run, branch, LSN, parent, kind, its blob refs, the
     body of an intent), as a tuple: the rest stays in the worker."""
     body = p["body"]
-    if p["kind"] not in (R.INTENT, R.INTENT_COMMITTED):
+    if K.is_ext(p["kind"]):
+        body = dict(body, **{_SCHEMA: p.get("schema")})  # checked against its schema after the scan reads it
+    elif p["kind"] not in (R.INTENT, R.INTENT_COMMITTED):
         body = {f: body[f] for f in R.BLOB_FIELDS if f in body}
     return (p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], body)
 
@@ -167,6 +170,7 @@ def _slim_record(p: dict) -> tuple:
 _BODY_REMOVED = "body-removed"  # not a problem by itself: a deletion must cover it (_Verifier._deletions)
 _REMOVED = b"\x00" * 32  # the stand-in deletion id of a removed record's header-only body, until verify knows it
 _REFS = "_refs"  # a removed record's blob refs, from its entry's row
+_SCHEMA = "\x00schema"  # an x. record's schema id, beside its body in the slim row (no body field has a NUL)
 
 
 def _record_dict(v: tuple) -> dict:
@@ -532,6 +536,7 @@ class _Verifier:
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
+        self.schemas: dict[bytes, list] = {}  # schema object id -> fields, for x. records (runs.kinds)
         self.erased: dict[bytes, bytes] = {}  # record id -> the deletion covering it (header-only in the fold)
         self.deleted_runs: set[str] = set()  # runs whose run/<R>/deleted is set at the snapshot
         self.removed: dict[bytes, tuple] = {}  # id -> (type, where, slim record or None) of bodies gc removed
@@ -894,14 +899,59 @@ class _Verifier:
     def _where(self, oid: bytes) -> str:
         return self.where.get(oid) or getattr(self.engine, "where", lambda _o: "")(oid)
 
+    def _ext_record(self, oid: bytes, kind: str, body: dict, schema: object, where: str) -> None:
+        """A record of an x. kind: its schema object is stored (before it, in the snapshot), is a
+        schema of its kind, and its body fits it; its ref fields are followed like blob refs."""
+        sid = body.get(_SCHEMA, schema)  # the slim row carries it in the body; a full payload beside it
+        body = {k: v for k, v in body.items() if k != _SCHEMA}
+        fields = self.schemas.get(sid) if type(sid) is bytes else None
+        if fields is None and type(sid) is bytes:
+            got = self._schema_object(sid)
+            if isinstance(got, str):
+                self.add("malformed-object", oid.hex(), where, f"{kind} record: {got}")
+                return
+            if got[0] != kind:
+                self.add("malformed-object", oid.hex(), where, f"{kind} record names schema {sid.hex()}, which declares {got[0]}")
+                return
+            fields = self.schemas[sid] = got[1]
+        if fields is None:
+            self.add("malformed-object", oid.hex(), where, f"{kind} record names no schema")
+            return
+        bad = K.body_problem(fields, body)
+        if bad is not None:
+            self.add("malformed-object", oid.hex(), where, f"{kind} body does not fit its schema {sid.hex()}: {bad}")  # type: ignore[union-attr]
+        for field, ref in K.ref_ids(fields, body):
+            if ref not in self.known_blobs:
+                self.later_refs.append((codec.RECORD, oid, field, ref))
+
+    def _schema_object(self, sid: bytes) -> tuple[str, list] | str:
+        """(kind, fields) of a stored schema object, or why it is not one."""
+        t = self._type(sid)
+        if t is None:
+            return f"its schema {sid.hex()} is not stored"
+        if t != codec.SCHEMA:
+            return f"its schema {sid.hex()} is a {t}, not a schema"
+        try:
+            got, value = codec.decode(self.engine.read(sid), sid, False)
+        except ObjstoreError as e:
+            return f"its schema {sid.hex()} does not read: {e}"
+        if got != codec.SCHEMA or not isinstance(value, dict) or K.schema_object_problem(value) is not None:
+            return f"its schema {sid.hex()} is malformed"
+        return value["kind"], value["fields"]
+
     def _record(self, oid: bytes, p: dict, where: str) -> None:
         run, branch, lsn, parent = p["run"], p["branch"], p["lsn"], p["parent"]
         key = (run, branch)
         h = oid.hex()
         body = p["body"]
+        ext = K.is_ext(p["kind"])
         if oid in self.erased or run in self.deleted_runs or oid in self.removed:
             refs = body.get(_REFS) if oid in self.removed else [body.get(f) for f in R.BLOB_FIELDS]
+            if ext and oid not in self.removed:
+                refs = E.body_refs({k: v for k, v in body.items() if k != _SCHEMA})
             self.dead_refs.update(r for r in refs or () if type(r) is bytes)
+        elif ext:
+            self._ext_record(oid, p["kind"], body, p.get("schema"), where)
         elif self.removed:
             for f in R.BLOB_FIELDS:
                 ref = body.get(f)

@@ -326,7 +326,7 @@ def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = N
     return None
 
 
-CHAIN_TYPES = ("journal", "segment", "grant", "deletion")
+CHAIN_TYPES = ("journal", "segment", "grant", "deletion", "schema")
 INTENT_KINDS = ("intent", "intent_committed")
 _INTENT_FIELDS = ("intent", "step", "effect", "idempotent")
 

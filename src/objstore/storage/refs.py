@@ -58,7 +58,7 @@ _NOT_A_CHAIN = object()
 
 def forward_only(name: str) -> bool:
     """Whether ``name`` is a write-once or forward-only ref (cheap: called on every move)."""
-    if name.startswith(runrefs.KEYS_PREFIX) or name.startswith(runrefs.REDACTED_PREFIX):
+    if name.startswith(runrefs.KEYS_PREFIX) or name.startswith(runrefs.REDACTED_PREFIX) or name.startswith(runrefs.SCHEMA_PREFIX):
         return True
     return (runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name) or runrefs.is_grant_ref(name)
             or runrefs.is_deletions_ref(name) or runrefs.is_deleted_ref(name))
@@ -73,6 +73,8 @@ def chain_type(name: str) -> str:
     """The object type a forward-only chain ref holds: ``grant``, ``journal``, ``segment`` or ``deletion``."""
     if runrefs.is_grant_ref(name):
         return "grant"
+    if name.startswith(runrefs.SCHEMA_PREFIX):
+        return "schema"
     if runrefs.is_deletions_ref(name) or write_once_deletion(name):
         return "deletion"
     return "journal" if runrefs.is_journal_ref(name) else "segment"
@@ -109,5 +111,5 @@ def check_move(name: str, old: bytes | str | None, new: bytes | str | None, prev
     # (was its writer / compacting key granted then?). One stored earlier and published later — say
     # by a worker revoked in between — would be dated before its publication; so these refs move
     # only to an object stored by the same commit.
-    if want in ("journal", "segment", "deletion") and is_new is not None and not is_new(new):
+    if want in ("journal", "segment", "deletion", "schema") and is_new is not None and not is_new(new):
         raise Refused(f"ref {name} moves only to a {want} stored in the same commit")

@@ -38,6 +38,7 @@ SEGMENTS = "segments"
 DELETIONS = "deletions"
 DELETED = "deleted"
 REDACTED_PREFIX = "redacted/"
+SCHEMA_PREFIX = "schema/"  # schema/<kind>: the newest schema object of an x. record kind (append-only chain)
 
 
 def run_prefix(run: str) -> str:

@@ -35,7 +35,7 @@ HEAD = struct.Struct("<8sQQQ32sII")
 FANOUT = struct.Struct("<256I")
 OBJ = struct.Struct("<32sQQIIIIBB")
 CHAIN = struct.Struct("<16sQ32s")
-TYPES = ("blob", "record", "fork", "journal", "segment", "grant", "deletion")
+TYPES = ("blob", "record", "fork", "journal", "segment", "grant", "deletion", "schema")
 TYPE_CODE = {t: i for i, t in enumerate(TYPES)}
 
 
