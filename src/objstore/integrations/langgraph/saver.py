@@ -1,0 +1,579 @@
+"""``ObjstoreSaver``: a LangGraph checkpointer whose checkpoints are records of an objstore run.
+
+What it owns: how LangGraph's checkpoints, pending writes and thread operations map onto the
+public RunLog API (nothing here reaches below it):
+
+- **One run per (thread_id, checkpoint_ns)**, labelled with both (``start_run(labels=...)``; its
+  id is the labels' hash, so two processes starting one thread make one run and one Conflict,
+  which means "use it"). Runs are found with ``find_run`` / ``find_runs``, never from memory.
+- **A checkpoint is an ``x.langgraph.checkpoint`` record** labelled ``checkpoint_id=<id>`` (and
+  ``run_id=<metadata run_id>`` when there is one): the checkpoint without its channel values and
+  the metadata, each through the saver's serde, plus the channel values as content-addressed parts
+  (``parts``: a list channel's elements one blob each, so what did not change is stored once).
+- **Pending writes are ``x.langgraph.writes`` records**, one per ``put_writes`` call, labelled
+  ``checkpoint_id`` (the checkpoint they belong to) and ``task_id``: ``get_tuple`` by id is one
+  ``find_records`` lookup for both. A task whose writes carry LangGraph's ERROR channel is also an
+  ``attempt`` record (state failed), and a later successful put of the same task is its next
+  attempt (state succeeded), so ``objstore episode`` shows the failure and the retry.
+- **Time travel is a fork.** A checkpoint goes on the branch of its parent's record when that record
+  is still the newest checkpoint there (read from the log, appended with ``expect_head``);
+  otherwise (an older checkpoint resumed, ``update_state`` on the past, a second process that lost
+  the race) the branch is forked at the parent's record (``fork(at_record=...)``) and the
+  checkpoint is the first record of the new branch: a fork object, nothing copied, the old branch
+  byte for byte as it was.
+- **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and
+  ``prune(strategy="delete")`` delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")``
+  delete records; after ``objstore gc`` their bytes are gone. ``copy_thread`` is a cross-run fork
+  (``fork_run``): the copy names the source's head and copies nothing.
+
+"Latest" and ``list`` order are the log's commit order, newest first, across every branch of the
+namespace's run (checkpoint ids are uuid6, so within one writer that is the id order SqliteSaver
+sorts by). The async methods run the sync ones in a worker thread (``asyncio.to_thread``), so the
+event loop is never blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    SerializerProtocol,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.types import ERROR
+
+from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, RunNotFound
+from ...lifecycle import delete as D
+from ...runs import records as R
+from ...runs.runlog import RunLog
+from ...storage.store import Store
+from . import parts as P
+from .attempts import AttemptRecorder
+
+CHECKPOINT = "x.langgraph.checkpoint"
+WRITES = "x.langgraph.writes"
+ERROR_SOURCE_NODE = "__error_source_node__"  # langgraph._internal._constants: the failed task's node name
+
+# [name, type, required, is_ref] (the core's schema field lists)
+CHECKPOINT_FIELDS: list[list[Any]] = [
+    ["checkpoint_id", "str", True, False],
+    ["parent_id", "str", False, False],  # the parent checkpoint's id ("" at a thread's root)
+    ["checkpoint_type", "str", True, False],
+    ["checkpoint", "bytes", True, False],  # the checkpoint without channel_values, through the serde
+    ["metadata_type", "str", True, False],
+    ["metadata", "bytes", True, False],
+    ["layout", "list", True, False],  # [[channel, n], ...] (parts.py)
+    ["parts", "list", True, True],  # the part blob ids, flat, in layout order
+]
+WRITES_FIELDS: list[list[Any]] = [
+    ["checkpoint_id", "str", True, False],
+    ["task_id", "str", True, False],
+    ["task_path", "str", True, False],
+    ["channels", "list", True, False],
+    ["idx", "list", True, False],
+    ["parts", "list", True, True],  # one blob per written value
+]
+
+RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each try writes nothing until it wins)
+_BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
+
+
+def _iter_records(log: RunLog, run: str, *, branch: int | None = None, all_branches: bool = False, kinds: list[str] | None = None,
+                  before: bytes | None = None, limit: int | None = None) -> Iterator[R.Record]:
+    """``log.iter_records`` (newest first, lazy), or until the core has it, the same answer from
+    ``log.records`` (every own record read, ordered by time: a stop-gap, not lazy)."""
+    it = getattr(log, "iter_records", None)
+    if it is not None:
+        yield from it(run, branch=branch, all_branches=all_branches, kinds=kinds, before=before, limit=limit)
+        return
+    recs = log.records(run, branch, all_branches=all_branches)
+    recs.sort(key=lambda r: (r.time or 0.0, r.branch, r.lsn), reverse=True)
+    if before is not None:
+        at = next((i for i, r in enumerate(recs) if r.id == before), None)
+        recs = recs[at + 1:] if at is not None else []
+    n = 0
+    for r in recs:
+        if kinds is None or r.kind in kinds:
+            yield r
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+
+def _fork_at(log: RunLog, run: str, rec: R.Record, reason: str) -> Any:
+    """Fork ``run`` at record ``rec`` (``fork(at_record=)``; before the core has it, at its branch and LSN: the same fork)."""
+    try:
+        return log.fork(run, None, at_record=rec.id, reason=reason)  # type: ignore[call-arg, arg-type]
+    except TypeError:
+        return log.fork(run, rec.branch, rec.lsn, reason=reason)
+
+
+def _conf(config: RunnableConfig) -> dict[str, Any]:
+    return dict(config.get("configurable") or {})
+
+
+def _ns(config: RunnableConfig) -> str:
+    return str(_conf(config).get("checkpoint_ns") or "")
+
+
+class ObjstoreSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer on an objstore store: ``ObjstoreSaver("path/to/store")`` (created if
+    absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used."""
+
+    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.log: RunLog = log_or_path if isinstance(log_or_path, RunLog) else RunLog(Store.open(os.fspath(log_or_path), create=True))
+        self._kinds_ready = False
+        self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
+        self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        self._lineages: dict[bytes, frozenset[bytes]] = {}  # copy point -> ids on its lineage (immutable)
+
+    # -- context manager (like the other savers) --------------------------------------------------
+    def __enter__(self) -> ObjstoreSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> ObjstoreSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    # -- the store ---------------------------------------------------------------------------------
+    def _kinds(self) -> None:
+        """Register the two record kinds once per saver (a no-op commit-free call when the store has them)."""
+        if not self._kinds_ready:
+            self.log.register_kind(CHECKPOINT, CHECKPOINT_FIELDS)
+            self.log.register_kind(WRITES, WRITES_FIELDS)
+            self._kinds_ready = True
+
+    def _run(self, thread_id: str, ns: str) -> str | None:
+        return self.log.find_run(thread_id=str(thread_id), checkpoint_ns=ns)
+
+    def _ensure_run(self, thread_id: str, ns: str) -> str:
+        run = self._run(thread_id, ns)
+        if run is not None:
+            return run
+        try:
+            return self.log.start_run(labels={"thread_id": str(thread_id), "checkpoint_ns": ns}, subject="langgraph",
+                                      meta={"thread_id": str(thread_id), "checkpoint_ns": ns})
+        except Conflict:  # another process created it between the two calls: it is ours too
+            run = self._run(thread_id, ns)
+            if run is None:
+                raise
+            return run
+
+    def _thread_runs(self, thread_id: str) -> list[str]:
+        try:
+            return self.log.find_runs(thread_id=str(thread_id))
+        except Erased:
+            # The core's find_runs trips on a deleted run's label row once gc removed that run's
+            # body (reported to the lead): scan the saver's runs instead, same answer, slower.
+            return [r for r in self._all_runs() if self.log.run_labels(r).get("thread_id") == str(thread_id)]
+
+    def _all_runs(self) -> list[str]:
+        """Every live run a LangGraph saver made (labelled with a thread id and a namespace)."""
+        out = []
+        for run in self.log.runs():
+            if not run.startswith("l-"):
+                continue
+            try:
+                labels = self.log.run_labels(run)
+            except (Erased, RunNotFound, ObjectNotFound):
+                continue
+            if "thread_id" in labels and "checkpoint_ns" in labels and self.log.find_run(**labels) == run:
+                out.append(run)
+        return out
+
+    def _blob(self, oid: bytes) -> bytes:
+        with self._lock:
+            hit = self._blobs.get(oid)
+            if hit is not None:
+                self._blobs.move_to_end(oid)
+                return hit
+        data = self.log.get_blob(oid)
+        with self._lock:
+            self._blobs[oid] = data
+            if len(self._blobs) > _BLOB_CACHE:
+                self._blobs.popitem(last=False)
+        return data
+
+    # -- records -----------------------------------------------------------------------------------
+    @staticmethod
+    def _live(rec: R.Record) -> bool:
+        return R.DELETED_FIELD not in rec.body
+
+    def _source(self, run: str) -> tuple[str, bytes] | None:
+        """(source run, record) a copied run was forked from (fork_run), or None."""
+        started = self.log.run_started(run)
+        src = self.log.copy_source(run) if hasattr(self.log, "copy_source") else None
+        if src is not None:
+            return src
+        meta = started.body.get("meta") or {}
+        s, r = meta.get("copied_from_run"), meta.get("copied_from_record")
+        if isinstance(s, str) and isinstance(r, str):
+            return s, bytes.fromhex(r)
+        return None
+
+    def _walk_back(self, head: bytes) -> Iterator[R.Record]:
+        """The records a head folds over, newest first, through fork objects (inclusive of their
+        parent records) — the history a copy or a fork branch sees."""
+        oid: bytes | None = head
+        while oid is not None:
+            nxt = None
+            for item in self.log.walk(oid):
+                if isinstance(item, dict):
+                    nxt = item["parent_record"]
+                else:
+                    yield item
+            oid = nxt
+
+    def _inherited(self, run: str) -> tuple[str, list[R.Record]] | None:
+        """A copied run's inherited checkpoint and writes records (the source's lineage up to the
+        copy point), newest first; None for a run that is not a copy."""
+        src = self._source(run)
+        if src is None:
+            return None
+        src_run, rid = src
+        recs = [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
+        with self._lock:
+            self._lineages.setdefault(rid, frozenset(r.id for r in recs))
+        return src_run, recs
+
+    def _find_checkpoint(self, run: str, checkpoint_id: str) -> R.Record | None:
+        for rec in self.log.find_records(run, checkpoint_id=checkpoint_id):
+            if rec.kind == CHECKPOINT and self._live(rec):
+                return rec
+        inh = self._inherited(run)
+        if inh is not None:
+            for rec in inh[1]:
+                if rec.kind == CHECKPOINT and rec.body["checkpoint_id"] == checkpoint_id:
+                    return rec
+        return None
+
+    def _writes_of(self, run: str, rec: R.Record) -> list[R.Record]:
+        """The writes records of checkpoint record ``rec``, oldest first: its own run's, and for a
+        checkpoint a copy inherits, the source's writes on the copy's lineage plus the copy's own."""
+        cid = rec.body["checkpoint_id"]
+        found = [r for r in self.log.find_records(rec.run, checkpoint_id=cid) if r.kind == WRITES and self._live(r)]
+        if rec.run != run:
+            src = self._source(run)
+            with self._lock:
+                on = self._lineages.get(src[1]) if src is not None else None
+            found = [r for r in found if on is None or r.id in on]
+            found += [r for r in self.log.find_records(run, checkpoint_id=cid) if r.kind == WRITES and self._live(r)]
+        found.sort(key=lambda r: (r.run != rec.run, r.branch, r.lsn))
+        return found
+
+    def _pending(self, writes: list[R.Record]) -> list[tuple[str, str, Any]]:
+        """Pending writes as LangGraph wants them: a (task, idx) written twice keeps its first value
+        (a retried put_writes), a special write (negative idx) its last; in writes_sort_key order."""
+        kept: dict[tuple[str, int], tuple[str, str, str, bytes]] = {}
+        for w in writes:
+            b = w.body
+            for ch, idx, oid in zip(b["channels"], b["idx"], b["parts"], strict=True):
+                key = (b["task_id"], idx)
+                if idx >= 0 and key in kept:
+                    continue
+                kept[key] = (b["task_path"], b["task_id"], ch, oid)
+        order = sorted(kept, key=lambda k: writes_sort_key(kept[k][0], k[0], k[1]))
+        return [(kept[k][1], kept[k][2], P.decode(self.serde, self._blob(kept[k][3]))) for k in order]
+
+    def _tuple(self, run: str, thread_id: str, ns: str, rec: R.Record, metadata: Any = None) -> CheckpointTuple:
+        b = rec.body
+        checkpoint = self.serde.loads_typed((b["checkpoint_type"], b["checkpoint"]))
+        checkpoint["channel_values"] = P.join(self.serde, b["layout"], b["parts"], self._blob)
+        if metadata is None:
+            metadata = self.serde.loads_typed((b["metadata_type"], b["metadata"]))
+        parent = b.get("parent_id") or None
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": b["checkpoint_id"]}},
+            checkpoint=checkpoint,
+            metadata=metadata,
+            parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None,
+            pending_writes=self._pending(self._writes_of(run, rec)),
+        )
+
+    def _checkpoints(self, run: str, before: str | None = None) -> Iterator[R.Record]:
+        """The run's checkpoint records, newest first, across all branches, then (a copy) the inherited ones."""
+        rid = None
+        if before is not None:
+            hit = next((r for r in self.log.find_records(run, checkpoint_id=before) if r.kind == CHECKPOINT), None)
+            rid = hit.id if hit is not None else None
+        if before is None or rid is not None:
+            for rec in _iter_records(self.log, run, all_branches=True, kinds=[CHECKPOINT], before=rid):
+                if self._live(rec):
+                    yield rec
+        inh = self._inherited(run)
+        if inh is not None:
+            for rec in inh[1]:
+                if rec.kind == CHECKPOINT and (before is None or rec.body["checkpoint_id"] < before):
+                    yield rec
+
+    # -- reading -----------------------------------------------------------------------------------
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = _conf(config)
+        thread_id, ns = str(conf["thread_id"]), _ns(config)
+        run = self._run(thread_id, ns)
+        if run is None:
+            return None
+        cid = get_checkpoint_id(config)
+        rec = self._find_checkpoint(run, cid) if cid else next(self._checkpoints(run), None)
+        return None if rec is None else self._tuple(run, thread_id, ns, rec)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Newest first. A metadata ``filter`` is checked on each checkpoint's metadata as it is read
+        (metadata is not a label): a rare match reads back to the last one."""
+        if limit is not None and limit <= 0:
+            return
+        conf = _conf(config) if config else {}
+        if conf.get("thread_id") is not None:
+            runs = self._thread_runs(str(conf["thread_id"]))
+        else:
+            runs = self._all_runs()
+        want_ns = conf.get("checkpoint_ns") if config else None
+        want_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        n = 0
+        for run in runs:
+            labels = self.log.run_labels(run)
+            thread_id, ns = labels["thread_id"], labels["checkpoint_ns"]
+            if want_ns is not None and ns != want_ns:
+                continue
+            for rec in self._checkpoints(run, before_id):
+                if want_id and rec.body["checkpoint_id"] != want_id:
+                    continue
+                md = self.serde.loads_typed((rec.body["metadata_type"], rec.body["metadata"]))
+                if filter and not all(md.get(k) == v for k, v in filter.items()):
+                    continue
+                yield self._tuple(run, thread_id, ns, rec, md)
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+
+    # -- writing -----------------------------------------------------------------------------------
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        self._kinds()
+        conf = _conf(config)
+        thread_id, ns = str(conf["thread_id"]), _ns(config)
+        parent_id = conf.get("checkpoint_id")
+        c = dict(checkpoint)
+        values = c.pop("channel_values", {}) or {}
+        versions = checkpoint.get("channel_versions") or {}
+        blobs, layout = P.split(self.serde, values, [k for k in sorted(values) if k in versions])
+        ctype, cbytes = self.serde.dumps_typed(c)
+        md = get_checkpoint_metadata(config, metadata)
+        mtype, mbytes = self.serde.dumps_typed(md)
+        labels = {"checkpoint_id": checkpoint["id"]}
+        if isinstance(md.get("run_id"), str) and md["run_id"]:
+            labels["run_id"] = md["run_id"]
+        run = self._ensure_run(thread_id, ns)
+        log = self.log
+        for attempt in range(RETRIES):
+            try:
+                with log.batch():
+                    ids = [log.put_blob(b) for b in blobs]
+                    body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype,
+                            "checkpoint": cbytes, "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids}
+                    branch, head, fork_at = self._place(run, parent_id)
+                    if fork_at is not None:
+                        fr = _fork_at(log, run, fork_at, f"langgraph: checkpoint {checkpoint['id']} from {parent_id}")
+                        branch, head = fr.branch, fr.fork_id
+                    log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
+                break
+            except Conflict:
+                if attempt == RETRIES - 1:
+                    raise
+        return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
+        """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
+        append on the parent's branch, or (None, None, parent record) to fork there first. Read from
+        the log under the writer lock (inside put's batch): never from this saver's memory."""
+        view = self.log.view(run)
+        if not parent_id:
+            live = view.live
+            return live, view.head(live), None
+        prec = next((r for r in self.log.find_records(run, checkpoint_id=parent_id) if r.kind == CHECKPOINT and self._live(r)), None)
+        if prec is None:  # an inherited (copied) or unknown parent: continue the live branch
+            live = view.live
+            return live, view.head(live), None
+        newest = next(iter(_iter_records(self.log, run, branch=prec.branch, kinds=[CHECKPOINT], limit=1)), None)
+        if newest is not None and newest.id == prec.id:
+            return prec.branch, view.head(prec.branch), None
+        return None, None, prec
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        if not writes:
+            return
+        self._kinds()
+        conf = _conf(config)
+        thread_id, ns, cid = str(conf["thread_id"]), _ns(config), str(conf["checkpoint_id"])
+        run = self._ensure_run(thread_id, ns)
+        log = self.log
+        channels = [c for c, _ in writes]
+        idx = [WRITES_IDX_MAP.get(c, i) for i, (c, _) in enumerate(writes)]
+        blobs = [P.encode(self.serde, v) for _, v in writes]
+        with log.batch():
+            earlier = [r for r in log.find_records(run, checkpoint_id=cid, task_id=str(task_id)) if self._live(r)]
+            have = {(i) for r in earlier if r.kind == WRITES for i in r.body["idx"]}
+            if all(i >= 0 and i in have for i in idx):
+                return  # a retried put_writes: every regular write is stored already (LangGraph keeps the first)
+            prec = self._find_checkpoint(run, cid)
+            branch = prec.branch if prec is not None and prec.run == run else None
+            ids = [log.put_blob(b) for b in blobs]
+            body = {"checkpoint_id": cid, "task_id": str(task_id), "task_path": str(task_path), "channels": channels,
+                    "idx": idx, "parts": ids}
+            labels = {"checkpoint_id": cid, "task_id": str(task_id)}
+            log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
+            self._attempt(run, branch, prec, writes, task_id, task_path, earlier, labels)
+
+    def _attempt(self, run: str, branch: int | None, prec: R.Record | None, writes: Sequence[tuple[str, Any]], task_id: str,
+                 task_path: str, earlier: list[R.Record], labels: dict[str, str]) -> None:
+        """An ``attempt`` record for a failed task (an ERROR write) and for the next put of a task
+        that failed before (its retry: the earlier failure came as an ERROR write or from
+        ``attempt_recorder``), so ``episode`` shows both; other tasks write none."""
+        errors = [v for c, v in writes if c == ERROR]
+        tried = [r for r in self.log.find_records(run, task_id=str(task_id)) if r.kind == R.ATTEMPT]
+        if not errors and not tried:
+            return
+        last = tried[0].body if tried else None  # newest first
+        if errors and last is not None and last["state"] == "failed" and not (last.get("context") or {}).get("checkpoint_id"):
+            return  # attempt_recorder recorded this very failure (the retry budget's last try)
+        node = next((str(v) for c, v in writes if c == ERROR_SOURCE_NODE), None)
+        node = node or next((str((r.body.get("context") or {}).get("node")) for r in tried if (r.body.get("context") or {}).get("node")), None)
+        step = 0
+        if prec is not None:
+            md = self.serde.loads_typed((prec.body["metadata_type"], prec.body["metadata"]))
+            step = max(0, int(md.get("step", -1)) + 1)
+        ctx = {"task_id": str(task_id), "task_path": str(task_path), "checkpoint_id": labels["checkpoint_id"], "node": node or ""}
+        error = f"{type(errors[0]).__name__}: {errors[0]}"[:2000] if errors else None
+        self.record_attempt(run, step, len(tried), "failed" if errors else "succeeded", ctx, error, branch, labels)
+
+    def record_attempt(self, run: str, step: int, attempt: int, state: str, context: dict[str, Any], error: str | None,
+                       branch: int | None, labels: dict[str, str]) -> None:
+        if error is not None:
+            context = {**context, "error": error}  # episode shows an attempt's context, not its error field
+        body = {"step": step, "attempt": attempt, "state": state, "workflow_version": None, "context": context,
+                "prompt": None, "output": None, "tools": None, "usage": None, "error": error}
+        self.log.append(run, R.ATTEMPT, body, branch=branch, allow_retained=True, labels=labels or None)
+
+    def attempt_recorder(self) -> Any:
+        """A LangChain callback handler that records every failed attempt of a node as an ``attempt``
+        record, retries inside a RetryPolicy included (LangGraph retries those in-process and tells
+        no checkpointer): ``graph.invoke(x, {"configurable": {...}, "callbacks": [saver.attempt_recorder()]})``."""
+        return AttemptRecorder(self)
+
+    # -- thread operations -------------------------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> None:
+        runs = self._thread_runs(str(thread_id))
+        if runs:
+            D.delete_runs(self.log, runs, reason=f"langgraph delete_thread {thread_id}")
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints whose metadata ``run_id`` is listed, and their writes (records:
+        each namespace's run stays; one recorded deletion per run touched)."""
+        wanted = [str(r) for r in run_ids]
+        if not wanted:
+            return
+        for run in self._all_runs():
+            doomed: list[bytes] = []
+            for lg_run in wanted:
+                for rec in self.log.find_records(run, run_id=lg_run):
+                    if rec.kind == CHECKPOINT and self._live(rec):
+                        doomed.append(rec.id)
+                        doomed += [r.id for r in self.log.find_records(run, checkpoint_id=rec.body["checkpoint_id"])
+                                   if r.kind != CHECKPOINT and self._live(r)]
+            if doomed:
+                D.delete_records(self.log, run, list(dict.fromkeys(doomed)), reason="langgraph delete_for_runs")
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: per namespace, every checkpoint but the newest is deleted with its writes;
+        the newest keeps its pending writes, so a resume re-runs no task that completed.
+        ``delete``: the thread's runs are deleted whole."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInput(f"prune strategy must be keep_latest or delete, got {strategy!r}")
+        for tid in thread_ids:
+            runs = self._thread_runs(str(tid))
+            if strategy == "delete":
+                if runs:
+                    D.delete_runs(self.log, runs, reason=f"langgraph prune {tid}")
+                continue
+            for run in runs:
+                recs = [r for r in _iter_records(self.log, run, all_branches=True, kinds=[CHECKPOINT, WRITES]) if self._live(r)]
+                latest = next((r for r in recs if r.kind == CHECKPOINT), None)
+                if latest is None:
+                    continue
+                keep = latest.body["checkpoint_id"]
+                doomed = [r.id for r in recs if r.body.get("checkpoint_id") != keep]
+                if doomed:
+                    D.delete_records(self.log, run, doomed, reason=f"langgraph prune {tid} keep_latest")
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Every namespace of the source becomes a run of the target forked from the source's live
+        head (``fork_run``: nothing copied or replayed)."""
+        for run in self._thread_runs(str(source_thread_id)):
+            ns = self.log.run_labels(run)["checkpoint_ns"]
+            self.log.fork_run(run, labels={"thread_id": str(target_thread_id), "checkpoint_ns": ns}, reason="langgraph copy_thread")
+
+    # -- versions ----------------------------------------------------------------------------------
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Like InMemorySaver's: a zero-padded counter (string order is numeric order) and a random tail."""
+        if current is None:
+            v = 0
+        elif isinstance(current, int):
+            v = current
+        else:
+            v = int(str(current).split(".")[0])
+        return f"{v + 1:032}.{int.from_bytes(os.urandom(6), 'big') / 2**48:016}"
+
+    # -- async: the sync methods in a worker thread ------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        it = self.list(config, filter=filter, before=before, limit=limit)
+        done = object()
+        while True:
+            item = await asyncio.to_thread(next, it, done)
+            if item is done:
+                return
+            yield item  # type: ignore[misc]
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
