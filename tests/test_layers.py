@@ -29,7 +29,6 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lifecycle", ["upgrade", "repair", "delete", "gc", "backup", "stats"]),
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver"]),
-    ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver"]),
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),
