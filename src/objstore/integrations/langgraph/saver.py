@@ -35,6 +35,7 @@ event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import threading
 from collections import OrderedDict
@@ -60,6 +61,7 @@ from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, RunNotFoun
 from ...lifecycle import delete as D
 from ...runs import records as R
 from ...runs.runlog import RunLog
+from ...storage import codec
 from ...storage.store import Store
 from . import parts as P
 from .attempts import AttemptRecorder
@@ -114,14 +116,6 @@ def _iter_records(log: RunLog, run: str, *, branch: int | None = None, all_branc
                 return
 
 
-def _fork_at(log: RunLog, run: str, rec: R.Record, reason: str) -> Any:
-    """Fork ``run`` at record ``rec`` (``fork(at_record=)``; before the core has it, at its branch and LSN: the same fork)."""
-    try:
-        return log.fork(run, None, at_record=rec.id, reason=reason)  # type: ignore[call-arg, arg-type]
-    except TypeError:
-        return log.fork(run, rec.branch, rec.lsn, reason=reason)
-
-
 def _conf(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -141,6 +135,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         self._lineages: dict[bytes, frozenset[bytes]] = {}  # copy point -> ids on its lineage (immutable)
+        self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
 
     # -- context manager (like the other savers) --------------------------------------------------
     def __enter__(self) -> ObjstoreSaver:
@@ -220,16 +215,20 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         return R.DELETED_FIELD not in rec.body
 
     def _source(self, run: str) -> tuple[str, bytes] | None:
-        """(source run, record) a copied run was forked from (fork_run), or None."""
+        """(source run, record) a copied run (``fork_run``) goes on into, or None: its run_started's
+        parent is a cross-run fork object. A run's run_started never changes: cached."""
+        with self._lock:
+            if run in self._sources:
+                return self._sources[run]
         started = self.log.run_started(run)
-        src = self.log.copy_source(run) if hasattr(self.log, "copy_source") else None
-        if src is not None:
-            return src
-        meta = started.body.get("meta") or {}
-        s, r = meta.get("copied_from_run"), meta.get("copied_from_record")
-        if isinstance(s, str) and isinstance(r, str):
-            return s, bytes.fromhex(r)
-        return None
+        src = None
+        if started.parent is not None:
+            otype, fk = self.log.store.get(started.parent)
+            if otype == codec.FORK and isinstance(fk.get("parent_run"), str):
+                src = (fk["parent_run"], fk["parent_record"])
+        with self._lock:
+            self._sources[run] = src
+        return src
 
     def _walk_back(self, head: bytes) -> Iterator[R.Record]:
         """The records a head folds over, newest first, through fork objects (inclusive of their
@@ -376,7 +375,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         thread_id, ns = str(conf["thread_id"]), _ns(config)
         parent_id = conf.get("checkpoint_id")
         c = dict(checkpoint)
-        values = c.pop("channel_values", {}) or {}
+        values: dict[str, Any] = checkpoint.get("channel_values") or {}
+        c.pop("channel_values", None)
         versions = checkpoint.get("channel_versions") or {}
         blobs, layout = P.split(self.serde, values, [k for k in sorted(values) if k in versions])
         ctype, cbytes = self.serde.dumps_typed(c)
@@ -395,7 +395,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                             "checkpoint": cbytes, "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids}
                     branch, head, fork_at = self._place(run, parent_id)
                     if fork_at is not None:
-                        fr = _fork_at(log, run, fork_at, f"langgraph: checkpoint {checkpoint['id']} from {parent_id}")
+                        fr = log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: checkpoint {checkpoint['id']} from {parent_id}")
                         branch, head = fr.branch, fr.fork_id
                     log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 break
@@ -447,7 +447,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             self._attempt(run, branch, prec, writes, task_id, task_path, earlier, labels)
 
     def _attempt(self, run: str, branch: int | None, prec: R.Record | None, writes: Sequence[tuple[str, Any]], task_id: str,
-                 task_path: str, earlier: list[R.Record], labels: dict[str, str]) -> None:
+                 task_path: str, earlier: builtins.list[R.Record], labels: dict[str, str]) -> None:
         """An ``attempt`` record for a failed task (an ERROR write) and for the next put of a task
         that failed before (its retry: the earlier failure came as an ERROR write or from
         ``attempt_recorder``), so ``episode`` shows both; other tasks write none."""
