@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
-from ..errors import Deleted, Erased, InvalidInput
+from ..errors import Deleted, Erased, InvalidInput, ObjstoreError
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
@@ -68,6 +68,7 @@ class ChainReader:
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
         self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
+        self._copies: dict[str, bool] = {}  # run -> whether it is a copy of another run (never changes)
 
     # -- labels (runs.labels) ------------------------------------------------------
     def find_run(self, **labels: str) -> str | None:
@@ -233,17 +234,43 @@ class ChainReader:
 
     def iter_lineage(self, view: View, branch: int, upto: int | None = None) -> Iterator[R.Record]:
         """Every record the branch folds over (up to its LSN ``upto``), oldest first, streamed:
-        each ancestor up to its fork point (read from the fork objects), then its own records."""
-        segs = []  # (branch, upto) from the branch back to the root
+        each ancestor up to its fork point (read from the fork objects), then its own records.
+        A copy (``fork_run``) goes on into its source run at its cross-run fork object."""
+        segs = []  # (view, branch, upto) from the branch back to the root
         b = branch
+        seen = set()
         while True:
-            segs.append((b, upto))
-            fk = self.fork_object(view, b) if b != 0 else None
+            segs.append((view, b, upto))
+            fk = self.fork_object(view, b) if b != 0 or self._copied(view) else None
             if fk is None:
                 break
+            if (view.run, b) in seen:
+                raise InvalidInput(f"the forks of run {view.run} branch {b} go round in a circle")
+            seen.add((view.run, b))
+            view = self.parent_view(view, fk)
             b, upto = fk["parent_branch"], fk["parent_lsn"]
-        for b, upto in reversed(segs):
-            yield from self.iter_own(view, b, upto)
+        for v, b, upto in reversed(segs):
+            yield from self.iter_own(v, b, upto)
+
+    def _copied(self, view: View) -> bool:
+        """Whether the run is a copy: its run_started names a cross-run fork object (``fork_run``)."""
+        got = self._copies.get(view.run)
+        if got is None:
+            try:
+                first = self.run_started(view.run)
+                got = self._copies[view.run] = first.parent is not None
+            except ObjstoreError:
+                return False
+        return got
+
+    def parent_view(self, view: View, fk: dict) -> View:
+        """The view a fork object's parent lives in: the run's own, or a copy's source run."""
+        src = fk.get("parent_run")
+        return view if src is None or src == view.run else self.view(src)
+
+    def fork_base(self, view: View, fk: dict) -> Iterator[R.Record]:
+        """The records a forked branch (or a copy) folds over before its own: its parent's lineage up to the fork point."""
+        return self.iter_lineage(self.parent_view(view, fk), fk["parent_branch"], upto=fk["parent_lsn"])
 
     def lineage(self, view: View, branch: int) -> list[R.Record]:
         return self.lineage_from(view.head(branch))

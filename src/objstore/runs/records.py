@@ -537,6 +537,7 @@ class ForkV1(msgspec.Struct, forbid_unknown_fields=True):
     reason: str
     compensation: list[CompensationV1]
     time: float | int
+    parent_run: str | msgspec.UnsetType = msgspec.UNSET  # a copy's cross-run fork (fork_run; format 5)
 
 
 _convert = msgspec.convert

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
@@ -22,6 +23,7 @@ from . import kinds as K
 from . import labels as L
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
+from .listing import iter_records
 from .resolve import check_new_run_id
 from .state import StateCache
 
@@ -250,15 +252,23 @@ class RunLog(ChainReader):
     def get_blob(self, oid: bytes) -> bytes:
         return self.store.get_blob(oid)
 
-    def fork(self, run: str, from_branch: int, at_lsn: int, *, reason: str = "", make_live: bool = True, when: float | None = None,
-             expect_live: int | None = None) -> ForkResult:
-        """Start a new branch whose history is ``from_branch`` up to ``at_lsn`` (inclusive).
+    def fork(self, run: str, from_branch: int | None, at_lsn: int | None = None, *, reason: str = "", make_live: bool = True,
+             when: float | None = None, expect_live: int | None = None, at_record: bytes | None = None) -> ForkResult:
+        """Start a new branch whose history is ``from_branch`` up to ``at_lsn`` (inclusive), or up to
+        the record ``at_record`` (then ``from_branch`` is None or that record's own branch).
 
         One commit under the writer lock: the fork object, the new branch ref and (with
         ``make_live``) the live move land together. Nothing is copied or deleted. If records of
         ``from_branch`` after ``at_lsn`` commit an intent whose effect is not idempotent, the fork
         object carries a compensation flag for each, and the fork still happens.
         ``expect_live``: ``Conflict`` and nothing created unless that branch is live."""
+        if at_record is not None:
+            if at_lsn is not None:
+                raise InvalidInput("fork at an LSN or at a record, not both")
+            rec = self._record_of(run, at_record)
+            if from_branch is not None and from_branch != rec.branch:
+                raise InvalidInput(f"record {at_record.hex()} is on branch {rec.branch} of run {run}, not branch {from_branch}")
+            from_branch, at_lsn = rec.branch, rec.lsn
         if type(at_lsn) is not int or at_lsn < 0:
             raise InvalidInput(f"fork LSN must be a non-negative integer, got {at_lsn!r}")
         if type(from_branch) is not int or from_branch < 0:
@@ -298,6 +308,81 @@ class RunLog(ChainReader):
                 store.set_ref(live_ref(run), store.read_ref(live_ref(run)), symref(branch_ref(run, new_branch)), f"fork {new_branch} live")
         self._next[fork_id] = (0, False)
         return ForkResult(new_branch, fork_id, from_branch, at_lsn, parent_record, parent_head, compensation)
+
+    def iter_records(self, run: str, **options: Any) -> Iterator[R.Record]:
+        """A run's records newest first, lazily (``runs.listing.iter_records``: ``branch``,
+        ``all_branches``, ``kinds``, ``before``, ``limit``, ``labels``, ``deleted``)."""
+        return iter_records(self, run, **options)
+
+    def _record_of(self, run: str, oid: object) -> R.Record:
+        if type(oid) is not bytes or len(oid) != 32:
+            raise InvalidInput("a record id is 32 bytes")
+        rec = self.record(oid)
+        if rec.run != run:
+            raise InvalidInput(f"record {oid.hex()} is of run {rec.run}, not {run}")
+        if self.store.indexed_record(run, rec.branch, rec.lsn) != oid:
+            raise InvalidInput(f"record {oid.hex()} is not on the chain of run {run} branch {rec.branch}")
+        return rec
+
+    def fork_run(self, source: str, *, record: bytes | None = None, labels: dict[str, str] | None = None, run: str | None = None,
+                 reason: str = "copy", subject: str | None = None, meta: dict | None = None, when: float | None = None) -> str:
+        """A new run whose history is ``source`` up to ``record`` (default: the source's live head):
+        one commit of a cross-run fork object (``parent_run``, branch, LSN, record, head) and the new
+        run's ``run_started`` naming it as parent. Nothing is copied: walks, folds and the state
+        of the new run go on into the source at the fork point. ``labels`` / ``run`` as for
+        ``start_run`` (the new run must not exist: ``Conflict`` for labels). Returns the new run's id."""
+        if not isinstance(reason, str):
+            raise InvalidInput(f"a fork reason is text, got {type(reason).__name__}")
+        codec.check_text(reason, "fork reason")
+        if labels is not None:
+            labels = L.check_labels(labels)
+            if run is not None:
+                raise InvalidInput("a labelled run's id is the one its labels give: pass labels or a run id, not both")
+        elif run is None:
+            run = new_run_id()
+        elif L.is_label_id(run):
+            raise InvalidInput(f"run id {run!r}: ids starting with {L.PREFIX!r} belong to labelled runs")
+        if run is not None:
+            R.check_run_id(run)
+            check_new_run_id(run)
+        t = _now(when)
+        store = self.store
+        with store.batch():
+            view = self.view(source)
+            if record is None:
+                branch = view.live
+                head = view.head(branch)
+                lsn = self.next_of(head)[0] - 1
+                if lsn < 0:
+                    raise InvalidInput(f"branch {branch} of run {source} has no records yet; there is nothing to copy")
+                record = self.record_at(view, branch, lsn)
+            else:
+                rec = self._record_of(source, record)
+                branch, lsn = rec.branch, rec.lsn
+                head = view.head(branch)
+            started = self.run_started(source).body
+            if labels is not None:
+                run, exists = L.generations(store, labels)
+                if exists:
+                    raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
+            assert run is not None
+            if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+                raise InvalidInput(f"run {run} already exists")
+            store.require_version(LABELS_VERSION)
+            body = R.check_body(R.RUN_STARTED, {"subject": subject if subject is not None else started["subject"],
+                                                "workflow_version": started["workflow_version"],
+                                                "meta": meta if meta is not None else started.get("meta")})
+            fork_id = store.put(codec.FORK, {"run": run, "branch": 0, "parent_run": source, "parent_branch": branch, "parent_lsn": lsn,
+                                             "parent_record": record, "parent_head": head, "reason": reason, "compensation": [], "time": t})
+            payload = {"run": run, "branch": 0, "lsn": 0, "parent": fork_id, "kind": R.RUN_STARTED, "time": t, "body": body}
+            if labels is not None:
+                payload["labels"] = labels
+            oid = store.put(codec.RECORD, payload)
+            store.set_ref(branch_ref(run, 0), None, oid, f"copy of {source} branch {branch}@{lsn}: {reason}")
+            store.set_ref(live_ref(run), None, symref(branch_ref(run, 0)), "copy: branch 0 live")
+        self._next[oid] = (1, False)
+        self._subjects[run] = body["subject"]
+        return run
 
     def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None, expect_live: int | None = None) -> ForkResult:
         """Rewind the live branch to ``to_lsn``: a fork of the branch live under the writer lock,

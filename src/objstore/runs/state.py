@@ -168,7 +168,7 @@ def _refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, 
     atts = []
     for r in chains.iter_lineage(view, branch):
         apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:
+        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == view.run:
             atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
     chains.store.forget_decoded()
     atts.sort(key=lambda t: t[:3])
@@ -188,7 +188,7 @@ def refold_stream(chains: ChainReader, view: View, branch: int) -> tuple[dict, d
             state = empty_state()
             for r in chains.iter_lineage(view, branch):
                 apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-                if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:
+                if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == view.run:
                     b = r.body
                     held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
                     if len(held) >= _SPILL:
@@ -644,7 +644,7 @@ class StateCache:
             if row is None:
                 fk = chains.fork_object(view, branch)
                 if fk is not None:
-                    state = fold(chains.iter_lineage(view, fk["parent_branch"], upto=fk["parent_lsn"]))
+                    state = fold(chains.fork_base(view, fk))
                     fork_id, pb, pl = fk["id"], fk["parent_branch"], fk["parent_lsn"]
                 else:
                     state, fork_id, pb, pl = empty_state(), None, None, None

@@ -919,7 +919,7 @@ class _Verifier:
             return
         bad = K.body_problem(fields, body)
         if bad is not None:
-            self.add("malformed-object", oid.hex(), where, f"{kind} body does not fit its schema {sid.hex()}: {bad}")  # type: ignore[union-attr]
+            self.add("malformed-object", oid.hex(), where, f"{kind} body does not fit its schema {_show(sid)}: {bad}")
         for field, ref in K.ref_ids(fields, body):
             if ref not in self.known_blobs:
                 self.later_refs.append((codec.RECORD, oid, field, ref))
@@ -977,8 +977,11 @@ class _Verifier:
                 self.rejected.add(oid)
                 return
             if branch == 0:
-                if parent is not None or p["kind"] != R.RUN_STARTED:
-                    self.add("broken-chain", h, where, "branch 0 must start with a run_started record with no parent")
+                fk = self.forks.get(key)
+                copied = fk is not None and "parent_run" in fk[1] and parent == fk[0]  # a cross-run fork (fork_run)
+                if (parent is not None and not copied) or p["kind"] != R.RUN_STARTED:
+                    self.add("broken-chain", h, where, "branch 0 must start with a run_started record with no parent "
+                             "(or, in a copy, its cross-run fork object)")
                     self.rejected.add(oid)
                     return
             else:
@@ -1036,12 +1039,12 @@ class _Verifier:
         """Empty for branch 0; for a fork, the fold of its parent up to the fork point (those
         records are all earlier in the log than the fork object, so they can be read now)."""
         fk = self.forks.get(key)
-        if key[1] == 0 or fk is None:
+        if fk is None or (key[1] == 0 and "parent_run" not in fk[1]):
             return empty_state()
         p = fk[1]
         try:
             view = self.log.view(key[0])
-            return fold(self.log.iter_lineage(view, p["parent_branch"], upto=p["parent_lsn"]))
+            return fold(self.log.fork_base(view, p))
         except ObjstoreError as err:  # a parent record it needs is damaged or missing: named, never an abort
             self.unfoldable.add(key)
             self.fold_failures.append(Problem("verify-incomplete", f"{key[0]}/{key[1]}", "", f"the parent branch {p['parent_branch']} up to "
@@ -1292,8 +1295,8 @@ class _Verifier:
             subject = fid.hex()
             ref = runrefs.branch_ref(run, b)
             pb, pl = fk["parent_branch"], fk["parent_lsn"]
-            if b == 0:
-                self.add("bad-fork", subject, ref, "branch 0 cannot start at a fork object")
+            if b == 0 or "parent_run" in fk:
+                self._cross_fork(run, b, fid, fk, ref)
                 continue
             last = self.last.get((run, pb))
             if last is None:
@@ -1316,6 +1319,29 @@ class _Verifier:
             if codec.canonical_json(want) != codec.canonical_json(fk["compensation"]):
                 self.add("bad-fork", subject, ref, f"compensation flags disagree with the committed non-idempotent intents of branch {pb} "
                          f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
+
+    def _cross_fork(self, run: str, b: int, fid: bytes, fk: dict, ref: str) -> None:
+        """A cross-run fork (``fork_run``): the root of branch 0 of a copy, naming a record of
+        another run; nothing of the source is copied, so the source record must be where it says."""
+        subject = fid.hex()
+        src, pb, pl = fk.get("parent_run"), fk["parent_branch"], fk["parent_lsn"]
+        if b != 0 or not isinstance(src, str) or src == run:
+            self.add("bad-fork", subject, ref, "branch 0 starts at a fork object only in a copy of another run (parent_run)"
+                     if b == 0 else "a fork object of branch > 0 names a parent branch of its own run, not parent_run")
+            return
+        if fk["compensation"]:
+            self.add("bad-fork", subject, ref, "a copy's fork object carries no compensation flags")
+            return
+        if src in self.deleted_runs:
+            return  # the source was deleted since: its records are withheld (a copy's history before the fork reads header-only)
+        last = self.last.get((src, pb))
+        at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
+        if at != fk["parent_record"]:
+            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
+            return
+        hl = self._lsn_on(src, pb, fk["parent_head"])
+        if hl is None or hl < pl:
+            self.add("bad-fork", subject, ref, f"parent record (run {src} branch {pb} LSN {pl}) is not an ancestor of the recorded parent head")
 
     def _lsn_on(self, run: str, branch: int, oid: bytes) -> int | None:
         """The LSN of ``oid`` if it is a record on (run, branch)'s chain, else None."""

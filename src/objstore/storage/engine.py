@@ -653,8 +653,8 @@ class Tables:
             if lsn != want:
                 return f"record {oid.hex()} has LSN {lsn} on branch {branch} of run {run}, whose next LSN is {want}"
             cur = heads[key] if key in heads else self.refs.get(_branch_ref(run, branch))
-            if lsn == 0 and branch > 0 and cur is None and types.get(parent) == codec.FORK:
-                cur = parent  # the branch is forked by this very entry: its first record follows the fork object
+            if lsn == 0 and (branch > 0 or kind == "run_started") and cur is None and types.get(parent) == codec.FORK:
+                cur = parent  # forked (or, branch 0, copied) by this very entry: its first record follows the fork object
             if parent != cur:
                 return (f"record {oid.hex()} (run {run} branch {branch} LSN {lsn}) names parent {_show(parent)}, "
                         f"but the branch's head is {_show(cur)}")
@@ -829,7 +829,7 @@ class Tables:
     def active_rows(self) -> tuple[list, list]:
         """(object rows, chain rows) of the active segment, in segindex.build's form."""
         objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
-        chain = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
+        chain: list[tuple] = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
         chain.extend((k, n, oid) for k, rows in self.labels.items() for n, oid in rows)
         if self.frozen is not None:
             objects.extend(self.frozen.object_rows())

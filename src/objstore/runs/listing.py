@@ -1,0 +1,110 @@
+"""Lazy, newest-first listing of a run's records: ``RunLog.iter_records``.
+
+Records come newest commit first, read one at a time as the caller pulls them: ``limit=10``
+reads the ten newest (and the blocks that hold them), never the run. Each branch is walked from
+its head back along the parent links (its own records only: what a fork inherits belongs to its
+parent branch); with ``all_branches`` the walks are merged by log position (entry number, then
+LSN). ``before`` (a record id, exclusive) starts below that record's position.
+
+What a filter costs: ``labels`` are looked up in the log's index (``runs.labels``), so a label
+filter reads only the records it returns. ``kinds`` and any other filter on what a record says
+read each record back to the last match — a filter on unlabelled metadata is a scan of the
+branch, newest first, stopped by ``limit``. Records a recorded deletion covers are left out
+unless ``deleted=True`` (then they come header-only, as every reader sees them).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+
+from ..errors import InvalidInput
+from . import labels as L
+from . import records as R
+from .chain import ChainReader, View
+
+
+def _position(log: ChainReader, rec: R.Record) -> tuple[int, int, int]:
+    return (log.store.engine.loc_entry(rec.id) or 0, rec.lsn, rec.branch)
+
+
+def _own_newest_first(log: ChainReader, view: View, branch: int, start: bytes | None = None) -> Iterator[R.Record]:
+    """The branch's own records from its head (or from ``start``, one of them) back."""
+    if start is None:
+        start = view.head(branch)
+    for item in log.walk(start):
+        if isinstance(item, dict):
+            return  # the branch's fork object: what lies behind it is the parent's
+        if item.run != view.run:
+            return  # a copy's run_started names its source through the cross-run fork: not this run's record
+        yield item
+
+
+def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_branches: bool = False,
+                 kinds: Iterable[str] | None = None, before: bytes | None = None, limit: int | None = None,
+                 labels: dict[str, str] | None = None, deleted: bool = False) -> Iterator[R.Record]:
+    """A run's records, newest first, lazily (see the module docstring)."""
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidInput(f"limit must be a non-negative integer, got {limit!r}")
+    if before is not None and (type(before) is not bytes or len(before) != 32):
+        raise InvalidInput("before must be a 32-byte record id")
+    want_kinds = frozenset(kinds) if kinds is not None else None
+    view = log.view(run)
+    if all_branches and branch is not None:
+        raise InvalidInput("pass a branch or all_branches, not both")
+    branches = sorted(view.heads) if all_branches else [view.live if branch is None else branch]
+    for b in branches:
+        view.head(b)  # BranchNotFound for a branch the run does not have
+    cut: tuple[int, int, int] | None = None
+    start: bytes | None = None
+    if before is not None:
+        b_rec = log.record(before)
+        cut = _position(log, b_rec)
+        if len(branches) == 1 and b_rec.run == run and b_rec.branch == branches[0] and b_rec.parent is not None:
+            start = b_rec.parent  # on the branch listed: its walk starts right below it (nothing newer is read)
+    if labels is not None:
+        source: Iterator[R.Record] = iter([R.Record.from_payload(oid, p) for oid, p in L.find_records(log.store, run, labels)
+                                           if p.get("branch") in branches])
+    elif len(branches) == 1:
+        source = _own_newest_first(log, view, branches[0], start)
+    else:
+        source = _merged(log, [_own_newest_first(log, view, b) for b in branches])
+    return _filtered(log, source, want_kinds, cut, limit, deleted)
+
+
+def _merged(log: ChainReader, walks: list[Iterator[R.Record]]) -> Iterator[R.Record]:
+    heap: list = []
+    for i, w in enumerate(walks):
+        rec = next(w, None)
+        if rec is not None:
+            p = _position(log, rec)
+            heapq.heappush(heap, ((-p[0], -p[1], -p[2]), i, rec))
+    while heap:
+        _, i, rec = heapq.heappop(heap)
+        yield rec
+        nxt = next(walks[i], None)
+        if nxt is not None:
+            p = _position(log, nxt)
+            heapq.heappush(heap, ((-p[0], -p[1], -p[2]), i, nxt))
+
+
+def _filtered(log: ChainReader, source: Iterator[R.Record], kinds: frozenset[str] | None, cut: tuple | None, limit: int | None,
+              deleted: bool) -> Iterator[R.Record]:
+    if limit == 0:
+        return
+    n = 0
+    try:
+        for rec in source:
+            if cut is not None and _position(log, rec) >= cut:
+                continue
+            if not deleted and R.DELETED_FIELD in rec.body and len(rec.body) == 1:
+                continue
+            if kinds is not None and rec.kind not in kinds:
+                continue
+            yield rec
+            n += 1
+            if limit is not None and n >= limit:
+                return
+    finally:
+        log.store.forget_decoded()
+

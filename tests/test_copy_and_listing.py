@@ -1,0 +1,102 @@
+"""Fork at a record id, fork into a new run (a copy), and lazy newest-first listing (issue 18).
+
+A copy holds nothing of its source: its raw objects are counted; its fold is the source's up to
+the fork record (state ≡ re-fold, verify --check-state); forged cross-run forks are named by
+verify; listing reads only what it returns (records decoded are counted at the codec)."""
+
+from __future__ import annotations
+
+import pytest
+
+import objstore
+from objstore.errors import InvalidInput
+
+
+def _log(tmp_path):
+    return objstore.open_store(str(tmp_path / "s"))
+
+
+def _src(log, n=5):
+    run = log.start_run()
+    recs = [log.record_attempt(run, i, 0, "succeeded" if i % 2 else "failed") for i in range(n)]
+    return run, recs
+
+
+def test_fork_at_a_record_id(tmp_path):
+    log = _log(tmp_path)
+    run, recs = _src(log)
+    fr = log.fork(run, None, at_record=recs[2].id, reason="t")
+    assert (fr.parent_branch, fr.parent_lsn, fr.parent_record) == (0, 3, recs[2].id)
+    other = log.start_run()
+    with pytest.raises(InvalidInput):
+        log.fork(other, None, at_record=recs[2].id)  # a record of another run
+    with pytest.raises(InvalidInput):
+        log.fork(run, 1, at_record=recs[2].id)  # not on that branch
+    assert objstore.verify(log) == []
+
+
+def test_a_copy_is_one_commit_copies_nothing_and_folds_the_source(tmp_path):
+    log = _log(tmp_path)
+    run, recs = _src(log)
+    before = set(log.store.engine.iter_ids())
+    copy = log.fork_run(run, record=recs[2].id, labels={"thread_id": "c"})
+    new = set(log.store.engine.iter_ids()) - before
+    kinds = sorted(log.store.get(o)[0] for o in new)
+    assert kinds == ["fork", "record"]  # the cross-run fork object and the copy's run_started: nothing copied
+    started = log.run_started(copy)
+    fk = log.store.get(started.parent)[1]
+    assert (fk["parent_run"], fk["parent_branch"], fk["parent_lsn"], fk["parent_record"]) == (run, 0, 3, recs[2].id)
+    log.record_attempt(copy, 9, 0, "succeeded")
+    lineage = [(r.run, r.lsn) for r in log.iter_lineage(log.view(copy), 0)]
+    assert lineage == [(run, 0), (run, 1), (run, 2), (run, 3), (copy, 0), (copy, 1)]
+    # the copy's state before LSN 1 is the source's up to that record
+    st = log.state.state(log, log.view(copy), 0)
+    assert st == log.refold(log.view(copy), 0)
+    assert objstore.verify(_log(tmp_path), check_state=True) == []
+    # the source is untouched and goes on
+    log.record_attempt(run, 5, 0, "succeeded")
+    assert [r.lsn for r in log.iter_records(copy)] == [1, 0]  # own records only
+    assert log.find_run(thread_id="c") == copy
+
+
+def test_verify_names_a_forged_cross_run_fork(tmp_path):
+    log = _log(tmp_path)
+    run, recs = _src(log)
+    st = log.store
+    with st.batch():
+        fid = st.put("fork", {"run": "forged", "branch": 0, "parent_run": run, "parent_branch": 0, "parent_lsn": 2,
+                              "parent_record": recs[3].id, "parent_head": recs[-1].id, "reason": "x", "compensation": [], "time": 1.0})
+        oid = st.put("record", {"run": "forged", "branch": 0, "lsn": 0, "parent": fid, "kind": "run_started", "time": 1.0,
+                                "body": {"subject": "default", "workflow_version": "1", "meta": None}})
+        st.set_ref("run/forged/branch/0", None, oid, "forged")
+    got = [(p.code, p.subject) for p in objstore.verify(_log(tmp_path))]
+    assert ("bad-fork", fid.hex()) in got, got
+
+
+def test_listing_is_newest_first_lazy_and_reads_only_what_it_returns(tmp_path, monkeypatch):
+    log = _log(tmp_path)
+    run, recs = _src(log, 200)
+    fr = log.fork(run, 0, 100)
+    own = [log.record_attempt(run, 1000 + i, 0, "succeeded") for i in range(3)]
+    assert [r.id for r in log.iter_records(run)] == [r.id for r in reversed(own)]
+    allb = list(log.iter_records(run, all_branches=True))
+    assert [r.id for r in allb[:3]] == [r.id for r in reversed(own)]  # the fork's records are the newest commits
+    assert len(allb) == 204 and allb[-1].kind == "run_started"
+    assert [r.id for r in log.iter_records(run, branch=0, before=recs[150].id, limit=2)] == [recs[149].id, recs[148].id]
+    assert [r.body["step"] for r in log.iter_records(run, branch=0, kinds=["attempt"], limit=3)] == [199, 198, 197]
+    fresh = _log(tmp_path)
+    fresh.view(run)
+    decoded = []
+    real_dec = fresh.store.get_decoded
+
+    def counting(oid):
+        decoded.append(oid)
+        return real_dec(oid)
+
+    monkeypatch.setattr(fresh.store, "get_decoded", counting)
+    got = list(fresh.iter_records(run, branch=0, limit=5))
+    assert len(got) == 5 and len(decoded) == 5
+    decoded.clear()
+    got = list(fresh.iter_records(run, branch=0, before=recs[50].id, limit=3))
+    assert [r.id for r in got] == [recs[49].id, recs[48].id, recs[47].id] and len(decoded) == 3
+    assert fr.branch == 1
