@@ -185,3 +185,19 @@ def _log_bytes(path):
         if f.endswith(".seg"):
             out += open(os.path.join(d, f), "rb").read()
     return out
+
+
+def test_a_deleted_thread_is_found_no_more_and_its_labels_start_a_new_run(tmp_path):
+    from objstore.lifecycle import delete, gc
+
+    log = _open(tmp_path / "s")
+    run = log.start_run(labels={"thread_id": "T"})
+    log.append(run, "attempt", {"step": 0, "attempt": 0, "state": "running"}, labels={"checkpoint_id": "c"})
+    delete.delete_run(log, run, reason="user asked")
+    gc.gc(log.store)  # the run_started body is gone: its label row stays and names nothing readable
+    fresh = _open(tmp_path / "s")
+    assert fresh.find_runs(thread_id="T") == [] and fresh.find_run(thread_id="T") is None
+    again = fresh.start_run(labels={"thread_id": "T"})
+    assert again == run + "-1"
+    assert fresh.find_runs(thread_id="T") == [again] == [fresh.find_run(thread_id="T")]
+    assert objstore.verify(_open(tmp_path / "s")) == []

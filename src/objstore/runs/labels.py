@@ -22,7 +22,7 @@ from typing import Any
 
 import blake3
 
-from ..errors import Deleted, InvalidInput, ObjectNotFound
+from ..errors import Erased, InvalidInput, ObjectNotFound, SnapshotGone
 from ..storage import codec
 from ..storage import labels as L
 from ..storage.runrefs import branch_ref, deleted_ref
@@ -78,7 +78,7 @@ def _payload(store: Store, oid: bytes) -> dict | None:
     """A record's payload, or None if it is not a readable record (erased, missing, another type)."""
     try:
         otype, p = store.get(oid)
-    except (Deleted, ObjectNotFound):
+    except (Erased, ObjectNotFound, SnapshotGone):  # deleted or redacted, its body gone at gc, or removed meanwhile
         return None
     return p if otype == codec.RECORD and isinstance(p, dict) else None
 

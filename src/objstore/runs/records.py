@@ -918,7 +918,7 @@ def _records_rows_ok(v: object) -> bool:
         return False
     for row in v:
         if not (type(row) is list and len(row) == 4 and _is_id(row[0]) and type(row[1]) is int and row[1] >= 0
-                and type(row[2]) is int and row[2] >= 0 and type(row[3]) is str and row[3] in KINDS):
+                and type(row[2]) is int and row[2] >= 0 and type(row[3]) is str and (row[3] in KINDS or bool(kinds.KIND.match(row[3])))):
             return False
     keys = [(row[1], row[2]) for row in v]
     return keys == sorted(keys) and len(set(keys)) == len(keys) and len({row[0] for row in v}) == len(v)
