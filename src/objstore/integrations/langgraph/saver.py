@@ -407,18 +407,23 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
         """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
         append on the parent's branch, or (None, None, parent record) to fork there first. Read from
-        the log under the writer lock (inside put's batch): never from this saver's memory."""
+        the log under the writer lock (inside put's batch), never from this saver's memory: the
+        parent must be the newest checkpoint its branch folds over (found walking back from the
+        branch head past writes and attempts: a few records, not the branch)."""
         view = self.log.view(run)
-        if not parent_id:
-            live = view.live
+        live = view.live
+        prec = self._find_checkpoint(run, parent_id) if parent_id else None
+        if prec is None:  # a thread's first checkpoint, or a root put on a thread: the live branch goes on
             return live, view.head(live), None
-        prec = next((r for r in self.log.find_records(run, checkpoint_id=parent_id) if r.kind == CHECKPOINT and self._live(r)), None)
-        if prec is None:  # an inherited (copied) or unknown parent: continue the live branch
-            live = view.live
-            return live, view.head(live), None
-        newest = next(iter(_iter_records(self.log, run, branch=prec.branch, kinds=[CHECKPOINT], limit=1)), None)
+        branch = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
+        head = view.head(branch)
+        newest = next((r for r in self._walk_back(head) if r.kind == CHECKPOINT and self._live(r)), None)
         if newest is not None and newest.id == prec.id:
-            return prec.branch, view.head(prec.branch), None
+            return branch, head, None
+        if prec.run != run:
+            # An older checkpoint of the source of a copy: a fork is of a record of the run itself,
+            # so the checkpoint goes on the live branch (its parent_id still names its parent).
+            return live, view.head(live), None
         return None, None, prec
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
