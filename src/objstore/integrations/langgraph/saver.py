@@ -94,28 +94,6 @@ RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
 
 
-def _iter_records(log: RunLog, run: str, *, branch: int | None = None, all_branches: bool = False, kinds: list[str] | None = None,
-                  before: bytes | None = None, limit: int | None = None) -> Iterator[R.Record]:
-    """``log.iter_records`` (newest first, lazy), or until the core has it, the same answer from
-    ``log.records`` (every own record read, ordered by time: a stop-gap, not lazy)."""
-    it = getattr(log, "iter_records", None)
-    if it is not None:
-        yield from it(run, branch=branch, all_branches=all_branches, kinds=kinds, before=before, limit=limit)
-        return
-    recs = log.records(run, branch, all_branches=all_branches)
-    recs.sort(key=lambda r: (r.time or 0.0, r.branch, r.lsn), reverse=True)
-    if before is not None:
-        at = next((i for i, r in enumerate(recs) if r.id == before), None)
-        recs = recs[at + 1:] if at is not None else []
-    n = 0
-    for r in recs:
-        if kinds is None or r.kind in kinds:
-            yield r
-            n += 1
-            if limit is not None and n >= limit:
-                return
-
-
 def _conf(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -175,12 +153,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             return run
 
     def _thread_runs(self, thread_id: str) -> list[str]:
-        try:
-            return self.log.find_runs(thread_id=str(thread_id))
-        except Erased:
-            # The core's find_runs trips on a deleted run's label row once gc removed that run's
-            # body (reported to the lead): scan the saver's runs instead, same answer, slower.
-            return [r for r in self._all_runs() if self.log.run_labels(r).get("thread_id") == str(thread_id)]
+        return self.log.find_runs(thread_id=str(thread_id))
 
     def _all_runs(self) -> list[str]:
         """Every live run a LangGraph saver made (labelled with a thread id and a namespace)."""
@@ -316,7 +289,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             hit = next((r for r in self.log.find_records(run, checkpoint_id=before) if r.kind == CHECKPOINT), None)
             rid = hit.id if hit is not None else None
         if before is None or rid is not None:
-            for rec in _iter_records(self.log, run, all_branches=True, kinds=[CHECKPOINT], before=rid):
+            for rec in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT], before=rid):
                 if self._live(rec):
                     yield rec
         inh = self._inherited(run)
@@ -523,7 +496,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     D.delete_runs(self.log, runs, reason=f"langgraph prune {tid}")
                 continue
             for run in runs:
-                recs = [r for r in _iter_records(self.log, run, all_branches=True, kinds=[CHECKPOINT, WRITES]) if self._live(r)]
+                recs = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT, WRITES]) if self._live(r)]
                 latest = next((r for r in recs if r.kind == CHECKPOINT), None)
                 if latest is None:
                     continue
