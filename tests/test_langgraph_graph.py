@@ -101,3 +101,29 @@ def test_prune_keep_latest_then_resume_runs_no_completed_tool_again(tmp_path):
     assert sorted(out["results"]) == ["a:done", "b:done", "c:ok"]
     assert calls == Counter(plan=1, a=1, b=1, c=2)  # c ran again (it was interrupted), a and b did not
     assert verify(saver.log) == []
+
+
+def test_a_task_whose_retries_all_fail_is_a_failed_attempt_without_the_callback(tmp_path):
+    """No attempt_recorder: the tool fails all three tries of its RetryPolicy, so LangGraph writes an
+    ERROR write and the invoke raises; the saver records that as a failed attempt, and the resumed
+    run's success as the next attempt."""
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    calls: Counter = Counter()
+    graph = G.chat_graph(calls, fail_first=3).compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "t"}}
+    graph.invoke({"messages": [HumanMessage("oslo", id="h1")]}, cfg)
+    try:
+        graph.invoke(Command(resume="yes"), cfg)
+        raised = None
+    except ConnectionError as e:
+        raised = e
+    assert raised is not None and calls["tools"] == 3
+    run = saver.log.find_run(thread_id="t", checkpoint_ns="")
+    attempts = [r.body for r in saver.log.records(run) if r.kind == "attempt"]
+    # (LangGraph's put_writes names the task, not its node: the node is known only from the callback)
+    assert [(a["step"], a["attempt"], a["state"], a["context"]["node"]) for a in attempts] == [(3, 0, "failed", "")]
+    out = graph.invoke(None, cfg)
+    assert out["messages"][-1].content == "The weather: sunny in oslo" and calls["tools"] == 4
+    attempts = [r.body for r in saver.log.records(run) if r.kind == "attempt"]
+    assert [(a["attempt"], a["state"], a["context"].get("error")) for a in attempts] == [
+        (0, "failed", "ConnectionError: weather backend unreachable"), (1, "succeeded", None)]
