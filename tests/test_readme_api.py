@@ -28,3 +28,14 @@ def test_the_snippet_runs_as_written(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "OBJSTORE_KEYS": str(tmp_path / "keys")})
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
+
+
+def test_the_labels_snippet_runs_after_the_first(tmp_path):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    second = next(b for b in blocks if "labels=" in b and "fork_run" in b)
+    code = _snippet() + second + ("\nassert log.find_record(run, note_id='n1').id == rec.id and log.find_run(thread_id='t-43', "
+                                   "checkpoint_ns='') == copy\nassert objstore.verify(log) == []\nprint('ok')\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "OBJSTORE_KEYS": str(tmp_path / "keys")})
+    assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
