@@ -100,3 +100,25 @@ def test_listing_is_newest_first_lazy_and_reads_only_what_it_returns(tmp_path, m
     got = list(fresh.iter_records(run, branch=0, before=recs[50].id, limit=3))
     assert [r.id for r in got] == [recs[49].id, recs[48].id, recs[47].id] and len(decoded) == 3
     assert fr.branch == 1
+
+
+def test_the_command_line_shows_a_copy(tmp_path):
+    import subprocess
+    import sys
+
+    log = _log(tmp_path)
+    run, recs = _src(log)
+    copy = log.fork_run(run, record=recs[1].id)
+    log.record_attempt(copy, 7, 0, "succeeded")
+    bin_ = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "bin", "objstore")
+
+    def cli(*args):
+        p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), *args], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    graph = cli("log", "--graph", copy).splitlines()
+    assert len(graph) == 3 and graph[-1].endswith(f"branch 0 copied from run {run} branch 0 at lsn 2 (copy)"), graph
+    assert f"copied from run {run} branch 0 at lsn 2" in cli("branches", copy)
+    assert '"parent_run":"' + run + '"' in cli("branches", "--json", copy)
+    assert cli("verify").startswith("verify: ok")

@@ -167,7 +167,7 @@ def branches(c, run, as_json):
       objstore branches RUN
       objstore branches latest --json
     """
-    from objstore.runs import views
+    from objstore.runs import history, views
 
     log = c.log()
     rows = [views.branch(row) for row in log.branches(log.view(run))]
@@ -182,13 +182,14 @@ def branches(c, run, as_json):
         for r in rows:
             fk = r["fork"]
             t.add_row("*" if r["live"] else "", str(r["branch"]), r["head"][:12],
+                      (f"run {fk['parent_run']} " if fk and fk.get("parent_run") else "") +
                       f"branch {fk['parent_branch']} lsn {fk['parent_lsn']}" if fk else "root",
                       "REQUIRED" if fk and fk["compensation"] else "", style="bold" if r["live"] else None)
         con.print(t)
         return
     for r in rows:
         fk = r["fork"]
-        where = f"forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}" if fk else "root"
+        where = history.parent_text(fk) if fk else "root"
         comp = "  COMPENSATION REQUIRED" if fk and fk["compensation"] else ""
         click.echo(f"{'*' if r['live'] else ' '} branch {r['branch']}  head {r['head'][:12]}  {where}{comp}")
 

@@ -220,8 +220,14 @@ def compensation_text(fk: dict) -> str:
     return "COMPENSATION REQUIRED: " + "; ".join(items) if items else ""
 
 
+def parent_text(fk: dict) -> str:
+    """Where a fork object's branch comes from: a branch of its run, or (a copy) of another run."""
+    src = f"run {fk['parent_run']} branch" if fk.get("parent_run") else "branch"
+    return f"{'copied' if fk.get('parent_run') else 'forked'} from {src} {fk['parent_branch']} at lsn {fk['parent_lsn']}"
+
+
 def fork_text(fk: dict) -> str:
-    s = f"branch {fk['branch']} forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}"
+    s = f"branch {fk['branch']} {parent_text(fk)}"
     if fk.get("reason"):
         s += f" ({fk['reason']})"
     comp = compensation_text(fk)
@@ -267,7 +273,7 @@ def full_lines(e: Entry, live: int) -> list[str]:
         assert fk is not None
         out = [f"fork {fk['id'].hex()}",
                f"Run:     {fk['run']}",
-               f"Branch:  {fk['branch']}{' (live)' if fk['branch'] == live else ''} forked from branch {fk['parent_branch']} at lsn {fk['parent_lsn']}",
+               f"Branch:  {fk['branch']}{' (live)' if fk['branch'] == live else ''} {parent_text(fk)}",
                f"Parent record: {fk['parent_record'].hex()}",
                f"Parent head:   {fk['parent_head'].hex()}",
                f"Date:    {human_time(fk.get('time'))}",
@@ -296,7 +302,8 @@ def graph(log: ChainReader, view: View) -> Iterator[str]:
         items: list = ([fk] if fk is not None else []) + own
         for it in items:
             oid = it["id"] if isinstance(it, dict) else it.id
-            p = it["parent_record"] if isinstance(it, dict) else it.parent
+            # a copy's cross-run fork is this run's root: its parent record is the source run's
+            p = (None if it.get("parent_run") else it["parent_record"]) if isinstance(it, dict) else it.parent
             nodes[oid] = it
             parent[oid] = p
             children.setdefault(p, []).append(oid)

@@ -91,6 +91,7 @@ def fork(fk: dict) -> dict:
         "time": fk.get("time"),
         "compensation_required": bool(comp),
         "compensation": codec.to_jsonable(list(comp)),
+        **({"parent_run": fk["parent_run"]} if fk.get("parent_run") else {}),  # a copy's source run (fork_run)
     }
 
 
