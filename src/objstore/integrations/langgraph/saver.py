@@ -366,10 +366,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     ids = [log.put_blob(b) for b in blobs]
                     body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype,
                             "checkpoint": cbytes, "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids}
-                    branch, head, fork_at = self._place(run, parent_id)
-                    if fork_at is not None:
-                        fr = log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: checkpoint {checkpoint['id']} from {parent_id}")
-                        branch, head = fr.branch, fr.fork_id
+                    branch, head = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
                     log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 break
             except Conflict:
@@ -379,25 +376,35 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
 
     def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
         """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
-        append on the parent's branch, or (None, None, parent record) to fork there first. Read from
-        the log under the writer lock (inside put's batch), never from this saver's memory: the
-        parent must be the newest checkpoint its branch folds over (found walking back from the
-        branch head past writes and attempts: a few records, not the branch)."""
+        append there, or (None, None, the parent's record) to fork there first. A branch is taken
+        when the parent is the newest checkpoint it folds over: the parent's own branch, else the
+        live one (a branch forked at the parent that has no checkpoint of its own yet). Read from the log under the writer lock (inside the caller's
+        batch), never from this saver's memory; each check walks back from a branch head past
+        writes and attempts (a few records, not the branch)."""
         view = self.log.view(run)
         live = view.live
         prec = self._find_checkpoint(run, parent_id) if parent_id else None
         if prec is None:  # a thread's first checkpoint, or a root put on a thread: the live branch goes on
             return live, view.head(live), None
-        branch = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
-        head = view.head(branch)
-        newest = next((r for r in self._walk_back(head) if r.kind == CHECKPOINT and self._live(r)), None)
-        if newest is not None and newest.id == prec.id:
-            return branch, head, None
+        own = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
+        for branch in dict.fromkeys((own, live)):
+            head = view.head(branch)
+            newest = next((r for r in self._walk_back(head) if r.kind == CHECKPOINT and self._live(r)), None)
+            if newest is not None and newest.id == prec.id:
+                return branch, head, None
         if prec.run != run:
             # An older checkpoint of the source of a copy: a fork is of a record of the run itself,
-            # so the checkpoint goes on the live branch (its parent_id still names its parent).
+            # so the record goes on the live branch (a checkpoint's parent_id still names its parent).
             return live, view.head(live), None
         return None, None, prec
+
+    def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None]:
+        """``_place``, forking when it says so: (branch, head) to append on."""
+        branch, head, fork_at = self._place(run, parent_id)
+        if fork_at is not None:
+            fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} (checkpoint {parent_id} is not its branch's newest)")
+            branch, head = fr.branch, fr.fork_id
+        return branch, head
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         if not writes:
@@ -416,6 +423,9 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             if all(i >= 0 and i in have for i in idx):
                 return  # a retried put_writes: every regular write is stored already (LangGraph keeps the first)
             prec = self._find_checkpoint(run, cid)
+            # On the branch of their checkpoint, wherever its head is now: with durability="async"
+            # LangGraph may put the next checkpoint before these writes land, so "not the newest"
+            # is no time travel here (and writes are found by their label, not their place).
             branch = prec.branch if prec is not None and prec.run == run else None
             ids = [log.put_blob(b) for b in blobs]
             body = {"checkpoint_id": cid, "task_id": str(task_id), "task_path": str(task_path), "channels": channels,
