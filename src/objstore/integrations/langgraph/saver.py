@@ -539,7 +539,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        it = self.list(config, filter=filter, before=before, limit=limit)
+        it = await asyncio.to_thread(lambda: iter(self.list(config, filter=filter, before=before, limit=limit)))
         done = object()
         while True:
             item = await asyncio.to_thread(next, it, done)
