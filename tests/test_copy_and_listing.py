@@ -122,3 +122,30 @@ def test_the_command_line_shows_a_copy(tmp_path):
     assert f"copied from run {run} branch 0 at lsn 2" in cli("branches", copy)
     assert '"parent_run":"' + run + '"' in cli("branches", "--json", copy)
     assert cli("verify") == ""  # ok goes to stderr; nothing on stdout
+
+
+def test_a_copy_keeps_its_history_when_its_source_is_deleted_and_gc_runs(tmp_path):
+    """gc counts the source chain as reachable from a live copy: the source run is gone as a run, the
+    records the copy inherits stay (bodies included); what the copy does not reach goes."""
+    from objstore.errors import Deleted
+    from objstore.lifecycle import delete, gc
+
+    log = _log(tmp_path)
+    run, recs = _src(log)
+    reached = log.put_blob(b"R" * 3000 + b"reached")
+    beyond = log.put_blob(b"B" * 3000 + b"beyond")
+    early = log.record_attempt(run, 50, 0, "succeeded", output=reached)
+    late = log.record_attempt(run, 51, 0, "succeeded", output=beyond)
+    copy = log.fork_run(run, record=early.id)
+    log.record_attempt(copy, 60, 0, "succeeded")
+    want = [(r.run, r.lsn, r.body) for r in log.iter_lineage(log.view(copy), 0)]
+    delete.delete_run(log, run, reason="the source thread is deleted")
+    gc.gc(log.store)
+    fresh = _log(tmp_path)
+    assert [(r.run, r.lsn, r.body) for r in fresh.iter_lineage(fresh.view(copy), 0)] == want
+    assert fresh.get_blob(reached).endswith(b"reached")
+    assert not fresh.store.engine.has_body(beyond) and not fresh.store.engine.has_body(late.id)
+    with pytest.raises(Deleted):
+        fresh.view(run)
+    assert fresh.state.state(fresh, fresh.view(copy), 0) == fresh.refold(fresh.view(copy), 0)
+    assert objstore.verify(fresh, check_state=True) == []

@@ -115,6 +115,12 @@ def doomed(store: Store) -> Doomed:
                         other.add(fk)
             elif name in (runrefs.journal_ref(run), runrefs.segments_ref(run)):
                 _chain_objects(eng, value, other)
+    if recs or other:
+        # A live copy (fork_run) goes on into its source at its cross-run fork: what its lineage reaches
+        # is its history too, kept though the source run was deleted (or those records covered).
+        kept = _kept_by_copies(eng, deleted_runs)
+        recs -= kept
+        other -= kept
     # The blobs the doomed records name (their bodies are in segments being rewritten anyway).
     candidates: set = set(named)
     for oid in recs:
@@ -139,7 +145,7 @@ def doomed(store: Store) -> Doomed:
         for e in eng.entries():
             for r in e.recs:
                 oid = e.objs[r[0]][0]
-                if oid in recs or r[1] in deleted_runs:
+                if oid in recs:  # doomed (every record of a deleted run is, but those a live copy reaches)
                     continue
                 for ref in r[6]:
                     candidates.discard(ref)
@@ -155,6 +161,31 @@ def doomed(store: Store) -> Doomed:
             if not candidates:
                 break
     return Doomed(recs, candidates | redacted, other)
+
+
+def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:
+    """Every record and fork object the lineage of a live copy reaches before its own records:
+    found from the entries' rows (a run_started whose parent is set starts a copy), then walked back
+    through parent links and fork objects into the source (and its sources)."""
+    kept: set = set()
+    roots = []
+    for e in eng.entries():
+        for r in e.recs:
+            if r[5] == "run_started" and r[4] is not None and r[1] not in deleted_runs:
+                roots.append(r[4])  # the copy's cross-run fork object
+    for oid in roots:
+        cur: Any = oid
+        while isinstance(cur, bytes) and cur not in kept:
+            try:
+                otype, value = codec.decode(eng.read(cur), cur, False)
+            except ObjstoreError:
+                break  # gone already (an earlier gc, with what lies behind it) or damaged: verify names that
+            if not isinstance(value, dict) or otype not in (codec.RECORD, codec.FORK):
+                break
+            if cur != oid:
+                kept.add(cur)
+            cur = value.get("parent") if otype == codec.RECORD else value.get("parent_record")
+    return kept
 
 
 def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:

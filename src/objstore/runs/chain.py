@@ -205,8 +205,11 @@ class ChainReader:
         """A branch's own records oldest first, LSNs ``start``..``upto`` (default: its head),
         streamed through the log's chain index: memory does not grow with the branch's length."""
         head = view.head(branch)
-        head_lsn = self.next_of(head)[0] - 1
-        last = head_lsn if upto is None else min(upto, head_lsn)
+        if upto is not None and upto >= 0 and self.store.indexed_record(view.run, branch, upto) is not None:
+            last = upto  # the chain index has it: the head need not be read (a deleted source's head may be gone)
+        else:
+            head_lsn = self.next_of(head)[0] - 1
+            last = head_lsn if upto is None else min(upto, head_lsn)
         if last < 0:
             return
         get = self.store.get_decoded
@@ -266,7 +269,11 @@ class ChainReader:
     def parent_view(self, view: View, fk: dict) -> View:
         """The view a fork object's parent lives in: the run's own, or a copy's source run."""
         src = fk.get("parent_run")
-        return view if src is None or src == view.run else self.view(src)
+        if src is None or src == view.run:
+            return view
+        # deleted or not: a source deleted since is gone as a run, but what a live copy reaches stays its history (gc keeps it)
+        R.check_run_id(src)
+        return self.view_of_any(src, self.store.run_refs(src))
 
     def fork_base(self, view: View, fk: dict) -> Iterator[R.Record]:
         """The records a forked branch (or a copy) folds over before its own: its parent's lineage up to the fork point."""
