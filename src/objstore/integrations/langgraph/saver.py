@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import random
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -57,7 +58,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.types import ERROR
 
-from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, RunNotFound
+from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, Refused, RunNotFound
 from ...lifecycle import delete as D
 from ...runs import records as R
 from ...runs.runlog import RunLog
@@ -114,6 +115,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         self._lineages: dict[bytes, frozenset[bytes]] = {}  # copy point -> ids on its lineage (immutable)
         self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
+        self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
 
     # -- context manager (like the other savers) --------------------------------------------------
     def __enter__(self) -> ObjstoreSaver:
@@ -139,7 +141,20 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _run(self, thread_id: str, ns: str) -> str | None:
         return self.log.find_run(thread_id=str(thread_id), checkpoint_ns=ns)
 
-    def _ensure_run(self, thread_id: str, ns: str) -> str:
+    def _ensure_run(self, thread_id: str, ns: str, fresh: bool = False) -> str:
+        """The thread namespace's run for a write, created if absent. The id is remembered for
+        writes only (a write to a run another process deleted meanwhile fails with Deleted and is
+        retried with ``fresh``); reads always ask the log."""
+        key = (str(thread_id), ns)
+        with self._lock:
+            run = None if fresh else self._write_runs.get(key)
+        if run is None:
+            run = self._ensure_run_now(thread_id, ns)
+            with self._lock:
+                self._write_runs[key] = run
+        return run
+
+    def _ensure_run_now(self, thread_id: str, ns: str) -> str:
         run = self._run(thread_id, ns)
         if run is not None:
             return run
@@ -358,8 +373,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         labels = {"checkpoint_id": checkpoint["id"]}
         if isinstance(md.get("run_id"), str) and md["run_id"]:
             labels["run_id"] = md["run_id"]
-        run = self._ensure_run(thread_id, ns)
         log = self.log
+        run = self._ensure_run(thread_id, ns)
         for attempt in range(RETRIES):
             try:
                 with log.batch():
@@ -372,6 +387,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             except Conflict:
                 if attempt == RETRIES - 1:
                     raise
+            except (Erased, Refused, RunNotFound):  # the remembered run was deleted by another process: ask the log again
+                if attempt == RETRIES - 1:
+                    raise
+                run = self._ensure_run(thread_id, ns, fresh=True)
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
@@ -402,7 +421,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         """``_place``, forking when it says so: (branch, head) to append on."""
         branch, head, fork_at = self._place(run, parent_id)
         if fork_at is not None:
-            fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} (checkpoint {parent_id} is not its branch's newest)")
+            fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} resumes checkpoint {parent_id}, which is not its branch's newest")
             branch, head = fr.branch, fr.fork_id
         return branch, head
 
@@ -412,30 +431,40 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         self._kinds()
         conf = _conf(config)
         thread_id, ns, cid = str(conf["thread_id"]), _ns(config), str(conf["checkpoint_id"])
-        run = self._ensure_run(thread_id, ns)
-        log = self.log
         channels = [c for c, _ in writes]
         idx = [WRITES_IDX_MAP.get(c, i) for i, (c, _) in enumerate(writes)]
         blobs = [P.encode(self.serde, v) for _, v in writes]
+        run = self._ensure_run(thread_id, ns)
+        try:
+            self._put_writes_in(run, cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+        except (Erased, Refused, RunNotFound):  # the remembered run was deleted by another process: ask the log again
+            self._put_writes_in(self._ensure_run(thread_id, ns, fresh=True), cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+
+    def _put_writes_in(self, run: str, cid: str, writes: Sequence[tuple[str, Any]], channels: builtins.list[str],
+                       idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str) -> None:
+        log = self.log
         with log.batch():
-            earlier = [r for r in log.find_records(run, checkpoint_id=cid, task_id=str(task_id)) if self._live(r)]
-            have = {(i) for r in earlier if r.kind == WRITES for i in r.body["idx"]}
+            found = [r for r in log.find_records(run, checkpoint_id=cid) if self._live(r)]  # one lookup: the checkpoint and its writes
+            earlier = [r for r in found if r.kind == WRITES and r.body["task_id"] == task_id]
+            have = {i for r in earlier for i in r.body["idx"]}
             if all(i >= 0 and i in have for i in idx):
                 return  # a retried put_writes: every regular write is stored already (LangGraph keeps the first)
-            prec = self._find_checkpoint(run, cid)
+            prec = next((r for r in found if r.kind == CHECKPOINT), None) or self._find_checkpoint(run, cid)
+            if prec is None:
+                log.view(run)  # Deleted if the remembered run was deleted meanwhile (a deleted run's records are not found)
             # On the branch of their checkpoint, wherever its head is now: with durability="async"
             # LangGraph may put the next checkpoint before these writes land, so "not the newest"
             # is no time travel here (and writes are found by their label, not their place).
             branch = prec.branch if prec is not None and prec.run == run else None
             ids = [log.put_blob(b) for b in blobs]
-            body = {"checkpoint_id": cid, "task_id": str(task_id), "task_path": str(task_path), "channels": channels,
+            body = {"checkpoint_id": cid, "task_id": task_id, "task_path": task_path, "channels": channels,
                     "idx": idx, "parts": ids}
-            labels = {"checkpoint_id": cid, "task_id": str(task_id)}
+            labels = {"checkpoint_id": cid, "task_id": task_id}
             log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
-            self._attempt(run, branch, prec, writes, task_id, task_path, earlier, labels)
+            self._attempt(run, branch, prec, writes, task_id, task_path, labels)
 
     def _attempt(self, run: str, branch: int | None, prec: R.Record | None, writes: Sequence[tuple[str, Any]], task_id: str,
-                 task_path: str, earlier: builtins.list[R.Record], labels: dict[str, str]) -> None:
+                 task_path: str, labels: dict[str, str]) -> None:
         """An ``attempt`` record for a failed task (an ERROR write) and for the next put of a task
         that failed before (its retry: the earlier failure came as an ERROR write or from
         ``attempt_recorder``), so ``episode`` shows both; other tasks write none."""
@@ -531,7 +560,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             v = current
         else:
             v = int(str(current).split(".")[0])
-        return f"{v + 1:032}.{int.from_bytes(os.urandom(6), 'big') / 2**48:016}"
+        return f"{v + 1:032}.{random.random():016}"  # (os.urandom is a syscall per call: measurable per step)
 
     # -- async: the sync methods in a worker thread ------------------------------------------------
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
