@@ -298,15 +298,16 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         )
 
     def _checkpoints(self, run: str, before: str | None = None) -> Iterator[R.Record]:
-        """The run's checkpoint records, newest first, across all branches, then (a copy) the inherited ones."""
+        """The run's checkpoint records, newest first, across all branches, then (a copy) the
+        inherited ones. ``before``: only those put before that checkpoint (the listing starts at
+        its record); a checkpoint id the run does not hold compares as SqliteSaver does, by id."""
         rid = None
         if before is not None:
             hit = next((r for r in self.log.find_records(run, checkpoint_id=before) if r.kind == CHECKPOINT), None)
             rid = hit.id if hit is not None else None
-        if before is None or rid is not None:
-            for rec in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT], before=rid):
-                if self._live(rec):
-                    yield rec
+        for rec in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT], before=rid):
+            if self._live(rec) and (before is None or rid is not None or rec.body["checkpoint_id"] < before):
+                yield rec
         inh = self._inherited(run)
         if inh is not None:
             for rec in inh[1]:
