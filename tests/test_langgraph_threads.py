@@ -1,0 +1,90 @@
+"""The thread operations are native: ``copy_thread`` is a cross-run fork (the copy holds no record of
+its own but its run_started, whose parent is a fork object naming the source), ``delete_for_runs``
+and ``prune`` are recorded deletions (no record is appended: no tombstone), and after gc the deleted
+checkpoints' bytes are gone while the kept ones read back."""
+
+from __future__ import annotations
+
+import os
+
+from langgraph.checkpoint.base import empty_checkpoint
+from helpers import raw_objects
+from test_erasure import found
+
+from objstore import verify
+from objstore.integrations.langgraph import CHECKPOINT, ObjstoreSaver
+from objstore.lifecycle import gc as G
+from objstore.storage import codec
+
+
+def _chain(saver, thread, n, *, values, run_ids=None, ns=""):
+    ids, parent = [], None
+    for i in range(n):
+        cp = empty_checkpoint()
+        cp["channel_values"] = values(i)
+        cp["channel_versions"] = {k: i + 1 for k in cp["channel_values"]}
+        conf = {"thread_id": thread, "checkpoint_ns": ns} | ({"checkpoint_id": parent} if parent else {})
+        md = {"source": "loop", "step": i} | ({"run_id": run_ids[i]} if run_ids else {})
+        parent = saver.put({"configurable": conf}, cp, md, cp["channel_versions"])["configurable"]["checkpoint_id"]
+        ids.append(parent)
+    return ids
+
+
+def _ids(saver, thread, ns=None):
+    conf = {"thread_id": thread} | ({"checkpoint_ns": ns} if ns is not None else {})
+    return [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": conf})]
+
+
+def test_copy_thread_is_a_cross_run_fork_copying_nothing(tmp_path):
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    ids = _chain(saver, "src", 4, values=lambda i: {"m": [f"msg {j}" for j in range(i + 1)]})
+    saver.put_writes({"configurable": {"thread_id": "src", "checkpoint_ns": "", "checkpoint_id": ids[-1]}}, [("m", "pending")], "t1")
+    log = saver.log
+    before = {oid for oid, _t, _d in raw_objects(log.store)}
+    saver.copy_thread("src", "dst")
+    added = sorted(t for oid, t, _d in raw_objects(log.store) if oid not in before)
+    assert added == [codec.FORK, codec.RECORD]  # the cross-run fork object and the copy's run_started: nothing copied
+    src, dst = log.find_run(thread_id="src", checkpoint_ns=""), log.find_run(thread_id="dst", checkpoint_ns="")
+    assert [r.kind for r in log.records(dst)] == ["run_started"]
+    otype, fk = log.store.get(log.run_started(dst).parent)
+    assert otype == codec.FORK and fk["parent_run"] == src and fk["parent_record"] == log.view(src).heads[0]
+    assert _ids(saver, "dst") == _ids(saver, "src") == ids[::-1]
+    t = saver.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": ""}})
+    assert t.checkpoint["channel_values"] == {"m": ["msg 0", "msg 1", "msg 2", "msg 3"]}
+    assert [(w[1], w[2]) for w in t.pending_writes] == [("m", "pending")]
+    # The copy goes on by itself: a new checkpoint on the copy is not in the source.
+    new = _chain(saver, "dst", 1, values=lambda i: {"m": ["other"]})
+    cfg = {"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": new[0]}}
+    assert saver.get_tuple(cfg) is not None and new[0] not in _ids(saver, "src")
+    assert verify(log) == []
+
+
+def test_delete_for_runs_and_prune_are_recorded_deletions_gone_after_gc(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    shared = [os.urandom(16).hex() for _ in range(5)]  # message j, in every checkpoint from j on
+    own = [os.urandom(16).hex() for _ in range(5)]  # a value of checkpoint i alone
+    ids = _chain(saver, "t", 5, values=lambda i: {"m": [f"{j}:{shared[j]}" for j in range(i + 1)], "own": own[i]},
+                 run_ids=["r1", "r1", "r2", "r3", "r3"])
+    log = saver.log
+    run = log.find_run(thread_id="t", checkpoint_ns="")
+    own_before = [r.id for r in log.records(run, all_branches=True)]
+    assert all(found(root, s.encode()) for s in own)
+
+    saver.delete_for_runs(["r2"])
+    assert _ids(saver, "t") == [ids[4], ids[3], ids[1], ids[0]]
+    saver.prune(["t"], strategy="keep_latest")
+    assert _ids(saver, "t") == [ids[4]]
+    assert [r.id for r in log.records(run, all_branches=True)] == own_before  # no record appended: no tombstone
+    deleted = [r for r in log.records(run, all_branches=True) if r.kind == CHECKPOINT and "deleted" in r.body]
+    assert len(deleted) == 4
+
+    G.gc(log.store)
+    # The kept checkpoint's list holds all five messages: those parts stay. The four deleted
+    # checkpoints' own values were named by their records only: gone.
+    assert [found(root, s.encode()) != [] for s in shared] == [True] * 5
+    assert [found(root, s.encode()) != [] for s in own] == [False, False, False, False, True]
+    fresh = ObjstoreSaver(root)
+    t = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert t.checkpoint["channel_values"]["own"] == own[4] and len(t.checkpoint["channel_values"]["m"]) == 5
+    assert verify(fresh.log) == []
