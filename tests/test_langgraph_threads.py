@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
-from langgraph.checkpoint.base import empty_checkpoint
 from helpers import raw_objects
+from langgraph.checkpoint.base import empty_checkpoint
 from test_erasure import found
 
 from objstore import verify
