@@ -6,8 +6,10 @@ node's run, whose metadata names the thread, the namespace, the step and the nod
 handler, passed in the graph's config (``"callbacks": [saver.attempt_recorder()]``), appends an
 ``attempt`` record (state ``failed``) to the thread's run for each. The saver then records the
 task's successful put as its next attempt (state ``succeeded``): ``objstore episode`` shows the
-failure and the retry. Failures of the last try also reach the saver as an ERROR write, which it
-records itself; this handler skips those only in that it records the error once per try.
+failure and the retry. The last try's failure also reaches the saver, as an ERROR write; the saver
+sees this handler's record of it (the newest attempt of the task, failed, with no checkpoint id) and
+does not record it twice. LangChain calls the handler before the runner puts that ERROR write (sync
+graphs inline, async ones awaiting it), which is the order this relies on.
 """
 
 from __future__ import annotations
