@@ -3,8 +3,8 @@
     python lg_resume.py STORE THREAD PARENT_ID NAME GO_FILE
 
 Opens its own ObjstoreSaver on STORE, waits until GO_FILE exists (so both children put at once),
-puts one checkpoint whose parent is PARENT_ID with a channel value naming NAME, and prints the new
-checkpoint id. Exit 0 on success."""
+puts one checkpoint whose parent is PARENT_ID with a channel value naming NAME and one pending write
+on it, and prints the new checkpoint id. Exit 0 on success."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ def main() -> int:
         time.sleep(0.001)
     cfg = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": parent}}, cp,
                     {"source": "loop", "step": 5, "writer": name}, {"who": 2})
+    saver.put_writes(cfg, [("who", f"next after {name}")], f"task-{name}")
     print(cfg["configurable"]["checkpoint_id"])
     return 0
 

@@ -54,5 +54,6 @@ def test_two_processes_resuming_one_checkpoint_both_keep_theirs(tmp_path):
     for c, name in zip(new, ("A", "B"), strict=True):
         t = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": c}})
         assert t is not None and t.checkpoint["channel_values"] == {"who": name} and t.parent_config["configurable"]["checkpoint_id"] == ids[-1]
+        assert [(w[0], w[2]) for w in t.pending_writes] == [(f"task-{name}", f"next after {name}")]
     assert sorted(x.config["configurable"]["checkpoint_id"] for x in fresh.list({"configurable": {"thread_id": "t"}})) == sorted(ids + new)
     assert verify(log) == []
