@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import heapq
 import os
 import random
 import threading
@@ -327,34 +328,42 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
-        """Newest first. A metadata ``filter`` is checked on each checkpoint's metadata as it is read
-        (metadata is not a label): a rare match reads back to the last one."""
+        """Newest first (namespaces merged by checkpoint id, as SqliteSaver orders them). A metadata
+        ``filter`` is checked on each checkpoint's metadata as it is read (metadata is not a label):
+        a rare match reads back to the last one."""
         if limit is not None and limit <= 0:
             return
         conf = _conf(config) if config else {}
-        if conf.get("thread_id") is not None:
-            runs = self._thread_runs(str(conf["thread_id"]))
-        else:
-            runs = self._all_runs()
+        tid = conf.get("thread_id")
         want_ns = conf.get("checkpoint_ns") if config else None
+        if tid is not None and want_ns is not None:
+            one = self._run(str(tid), str(want_ns))
+            runs = [one] if one is not None else []
+        else:
+            runs = self._thread_runs(str(tid)) if tid is not None else self._all_runs()
         want_id = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
-        n = 0
+        streams = []
         for run in runs:
             labels = self.log.run_labels(run)
-            thread_id, ns = labels["thread_id"], labels["checkpoint_ns"]
-            if want_ns is not None and ns != want_ns:
+            if want_ns is None or labels["checkpoint_ns"] == want_ns:
+                streams.append(self._stream(run, labels["thread_id"], labels["checkpoint_ns"], before_id))
+        merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda x: x[0], reverse=True)
+        n = 0
+        for _cid, run, thread_id, ns, rec in merged:
+            if want_id and rec.body["checkpoint_id"] != want_id:
                 continue
-            for rec in self._checkpoints(run, before_id):
-                if want_id and rec.body["checkpoint_id"] != want_id:
-                    continue
-                md = self.serde.loads_typed((rec.body["metadata_type"], rec.body["metadata"]))
-                if filter and not all(md.get(k) == v for k, v in filter.items()):
-                    continue
-                yield self._tuple(run, thread_id, ns, rec, md)
-                n += 1
-                if limit is not None and n >= limit:
-                    return
+            md = self.serde.loads_typed((rec.body["metadata_type"], rec.body["metadata"]))
+            if filter and not all(md.get(k) == v for k, v in filter.items()):
+                continue
+            yield self._tuple(run, thread_id, ns, rec, md)
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+    def _stream(self, run: str, thread_id: str, ns: str, before: str | None) -> Iterator[tuple[str, str, str, str, R.Record]]:
+        for rec in self._checkpoints(run, before):
+            yield rec.body["checkpoint_id"], run, thread_id, ns, rec
 
     # -- writing -----------------------------------------------------------------------------------
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
