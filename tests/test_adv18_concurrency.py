@@ -117,3 +117,37 @@ def test_many_processes_declaring_one_kind_make_one_schema_or_a_clean_chain(tmp_
     rec = fresh.append("src", "x.adv.own", body)
     assert fresh.record(rec.id).kind == "x.adv.own"
     assert objstore.verify(objstore.open_store(root)) == []
+
+
+def test_many_processes_labelling_records_of_one_run_lose_none(tmp_path):
+    """Each process appends records labelled with the same checkpoint id (and one of its own) to one labelled run,
+    plain and in batches: every record is found by its labels afterwards, newest commit first, none twice."""
+    root, log = _store(tmp_path)
+    run = log.start_run(labels={"thread_id": "shared"})
+
+    def job(log, i):
+        ids = []
+        for j in range(5):
+            if j % 2:
+                with log.batch():
+                    ids.append(log.append(run, "attempt", {"step": i, "attempt": j, "state": "running"},
+                                          labels={"checkpoint_id": "C", "who": str(i)}).id.hex())
+                    ids.append(log.append(run, "attempt", {"step": i, "attempt": 10 + j, "state": "running"},
+                                          labels={"who": str(i)}).id.hex())
+            else:
+                ids.append(log.append(run, "attempt", {"step": i, "attempt": j, "state": "running"},
+                                      labels={"checkpoint_id": "C", "who": str(i)}).id.hex())
+        return ids
+
+    got = _race(root, job)
+    fresh = objstore.open_store(root)
+    shared = [r.id.hex() for r in fresh.find_records(run, checkpoint_id="C")]
+    assert len(shared) == len(set(shared)) == N * 5
+    for i, ids in enumerate(got):
+        mine = [r.id.hex() for r in fresh.find_records(run, who=str(i))]
+        assert sorted(mine) == sorted(ids) and len(ids) == 7
+        assert {r.id.hex() for r in fresh.find_records(run, who=str(i), checkpoint_id="C")} == set(ids) & set(shared)
+    entries = [fresh.store.engine.loc_entry(bytes.fromhex(h)) for h in shared]
+    assert entries == sorted(entries, reverse=True)  # newest commit first
+    assert [r.lsn for r in fresh.records(run)] == list(range(1 + N * 7))
+    assert objstore.verify(objstore.open_store(root)) == []

@@ -1,6 +1,6 @@
 """Adversarial pass on issue 18 (kill -9): the format-5 writes on a fresh format-3 store, killed at each file operation.
 
-``start_run(labels=...)``, ``register_kind`` and ``fork_run`` are the first writes that need format 5 on a store
+``start_run(labels=...)``, ``register_kind``, ``fork_run`` and ``append(..., labels=...)`` are the first writes that need format 5 on a store
 that is format 3: the marker must say 5 before the first format-5 entry lands. A forked child of the test process
 (the house technique of tests/test_backup.py) SIGKILLs itself at its k-th file operation (os-level calls and the
 builtin ``open``), for k = 1, 2, … until the call returns. After every kill the store must verify clean, be
@@ -47,6 +47,8 @@ def _do(op, log):
         return log.start_run(labels=LABELS)
     if op == "register_kind":
         return log.register_kind("x.adv.k", FIELDS)
+    if op == "append":
+        return log.append("src", "attempt", {"step": 9, "attempt": 0, "state": "running"}, labels={"checkpoint_id": "C"})
     return log.fork_run("src", labels={"copy": "1"})
 
 
@@ -100,6 +102,12 @@ def _effect(log, op):
             return False
         assert log.schema_of("x.adv.k") == (sid, FIELDS)
         return True
+    if op == "append":
+        got = log.find_records("src", checkpoint_id="C")
+        lsns = [r.lsn for r in log.records("src")]
+        assert lsns == list(range(4 + len(got)))  # appended whole or not at all
+        assert all(r.kind == "attempt" and r.body["step"] == 9 for r in got)
+        return bool(got)
     run = L.run_id({"copy": "1"})
     if run not in log.runs():
         return False
@@ -108,7 +116,7 @@ def _effect(log, op):
     return True
 
 
-@pytest.mark.parametrize("op", ["start_run", "register_kind", "fork_run"])
+@pytest.mark.parametrize("op", ["start_run", "register_kind", "fork_run", "append"])
 def test_kill_9_at_every_file_operation_of_a_first_format_5_write(tmp_path, op):
     base, root = str(tmp_path / "base"), str(tmp_path / "s")
     _base(base)
@@ -135,7 +143,7 @@ def test_kill_9_at_every_file_operation_of_a_first_format_5_write(tmp_path, op):
         try:
             _do(op, log)
         except Conflict:
-            assert op != "register_kind" and there
+            assert op in ("start_run", "fork_run") and there
         assert _effect(log, op) and _version(root) == 5
         assert objstore.verify(objstore.open_store(root)) == []
         log.store.engine.close()

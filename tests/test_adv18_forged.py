@@ -81,13 +81,20 @@ SEALED_MODES = ["point at a record without the label", "point at another run's r
                 "drop the newest row", "renumber the older row", "drop a run's store-scope row"]
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["sealed", "packed by gc"])
 @pytest.mark.parametrize("mode", SEALED_MODES)
-def test_a_forged_sealed_index_changes_no_answer_and_verify_names_it(tmp_path, monkeypatch, mode):
+def test_a_forged_sealed_index_changes_no_answer_and_verify_names_it(tmp_path, monkeypatch, mode, packed):
     monkeypatch.setattr(E, "SEAL_BYTES", 4096)
     root = str(tmp_path / "s")
     log, t, u, a, b, c, plain = _fill(root)
     for i in range(30):  # seal the segment holding the labelled records
         log.record_attempt(u, 1, i, "succeeded", output=log.put_blob(os.urandom(300)))
+    if packed:
+        from objstore.lifecycle.gc import gc
+
+        gc(log.store)
+        with open(os.path.join(root, "log", "0000000001.seg"), "rb") as f:
+            assert f.read(4) == b"OSPK"
     truth = _answers(root, t, u)
     assert truth["find_record T C"] == b.id and truth["find_records T C"] == [b.id, a.id]
     path = os.path.join(root, "log", "0000000001.idx")
