@@ -338,3 +338,25 @@ def test_a_schema_ref_moves_only_forward_and_a_refused_move_writes_nothing(tmp_p
         assert f.read() == before
     assert objstore.open_store(root).schema_of("x.t.k")[0] == v2
     assert objstore.verify(objstore.open_store(root)) == []
+
+
+@pytest.mark.parametrize("labels", [{"a": 1}, {}, {"": "v"}, [["a", "b"]], {f"k{i}": "v" for i in range(17)}, {"a": "x" * 1025},
+                                    {"a": None}], ids=["int value", "empty", "empty name", "a list", "17", "1025 chars", "None"])
+def test_a_record_whose_labels_are_no_label_set_is_refused_below_the_api(tmp_path, labels):
+    """Its index row cannot carry them, so the entry has no row for the record: the writer refuses, nothing written."""
+    root = str(tmp_path / "s")
+    log = objstore.open_store(root)
+    run = log.start_run("r")
+    st = log.store
+    head = log.view(run).heads[0]
+    seg = os.path.join(root, "log", "0000000001.seg")
+    with open(seg, "rb") as f:
+        before = f.read()
+    with pytest.raises(Refused):
+        with st.batch():
+            oid = st.put("record", {"run": run, "branch": 0, "lsn": 1, "parent": head, "kind": "attempt", "time": 1.0,
+                                    "body": {"step": 0, "attempt": 0, "state": "running"}, "labels": labels})
+            st.set_ref(f"run/{run}/branch/0", head, oid, "forged")
+    with open(seg, "rb") as f:
+        assert f.read() == before
+    assert objstore.verify(objstore.open_store(root)) == []
