@@ -150,3 +150,83 @@ def test_kill_9_at_every_file_operation_of_a_first_format_5_write(tmp_path, op):
     print(f"{op}: killed at each of {k - 1} file operations; marker 3 after {seen[3]}, 5 after {seen[5]}")
     assert k > 5, f"only {k} file operations: the child did not count them"
     assert seen[3] >= 1 and seen[5] >= 1, seen  # killed both before and after the marker moved
+
+
+def _gc_killed_at(k, root):
+    """gc in a forked child that SIGKILLs itself at its k-th file operation; True if it finished first."""
+    from objstore.lifecycle.gc import gc
+
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            store = objstore.open_store(root).store
+            count = [0]
+
+            def wrap(real):
+                def op_(*a, **kw):
+                    count[0] += 1
+                    if count[0] == k:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    return real(*a, **kw)
+                return op_
+
+            for name in OPS:
+                if hasattr(os, name):
+                    setattr(os, name, wrap(getattr(os, name)))
+            builtins.open = wrap(builtins.open)
+            gc(store)
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status):
+        assert os.WEXITSTATUS(status) == 0, "gc failed in the child instead of finishing or being killed"
+        return True
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    return False
+
+
+def _copy_reads(root, runs):
+    log = objstore.open_store(root)
+    out = {}
+    for run in runs:
+        view = log.view(run)
+        out[run] = ([(r.run, r.lsn, r.body) for r in log.iter_lineage(view, 0)], log.refold(view, 0))
+    return out
+
+
+def test_kill_9_at_every_file_operation_of_gc_on_a_store_of_copies_whose_source_was_deleted(tmp_path):
+    """gc keeps what a live copy reaches of its deleted source: killed anywhere, the store verifies, every copy
+    reads what it read before gc, and gc run again finishes."""
+    from objstore.lifecycle import delete as D
+    from objstore.lifecycle.gc import gc
+
+    base, root = str(tmp_path / "base"), str(tmp_path / "s")
+    log = objstore.open_store(base)
+    src = log.start_run(labels={"thread_id": "src"})
+    recs = [log.record_attempt(src, i, 0, "succeeded", output=log.put_blob(b"src %d" % i * 50)) for i in range(6)]
+    cp = log.fork_run(src, record=recs[3].id, labels={"thread_id": "cp"})
+    log.record_attempt(cp, 10, 0, "succeeded", output=log.put_blob(b"cp own" * 50))
+    gone = log.fork_run(src, labels={"thread_id": "gone"})
+    log.record_attempt(gone, 11, 0, "succeeded", output=log.put_blob(b"gone own" * 50))
+    D.delete_run(log, gone, reason="adv18")
+    D.delete_run(log, src, reason="adv18")
+    log.store.engine.close()
+    want = _copy_reads(base, [cp])
+    k = 0
+    while True:
+        k += 1
+        assert k < 400, "gc never finished"
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(base, root)
+        done = _gc_killed_at(k, root)
+        assert objstore.verify(objstore.open_store(root), check_state=False) == [], k
+        assert _copy_reads(root, [cp]) == want, k
+        if done:
+            break
+        gc(objstore.open_store(root).store)  # run again: it finishes, and changes no answer
+        assert _copy_reads(root, [cp]) == want and objstore.verify(objstore.open_store(root)) == []
+    print(f"gc of a store of copies: killed at each of {k - 1} file operations")
+    assert k > 20
+    fresh = objstore.open_store(root)
+    assert fresh.find_run(thread_id="cp") == cp and fresh.find_run(thread_id="gone") is None and fresh.find_runs(thread_id="src") == []
