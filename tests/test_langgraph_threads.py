@@ -57,6 +57,15 @@ def test_copy_thread_is_a_cross_run_fork_copying_nothing(tmp_path):
     cfg = {"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": new[0]}}
     assert saver.get_tuple(cfg) is not None and new[0] not in _ids(saver, "src")
     assert verify(log) == []
+    # Deleting the source thread takes nothing from the copy, gc included.
+    saver.delete_thread("src")
+    G.gc(log.store)
+    fresh = ObjstoreSaver(log.store.root)
+    assert _ids(fresh, "src") == [] and _ids(fresh, "dst") == [new[0]] + ids[::-1]
+    t = fresh.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": ids[-1]}})
+    assert t.checkpoint["channel_values"] == {"m": ["msg 0", "msg 1", "msg 2", "msg 3"]}
+    assert [(w[1], w[2]) for w in t.pending_writes] == [("m", "pending")]
+    assert verify(fresh.log) == []
 
 
 def test_delete_for_runs_and_prune_are_recorded_deletions_gone_after_gc(tmp_path):

@@ -114,7 +114,6 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         self._kinds_ready = False
         self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
-        self._lineages: dict[bytes, frozenset[bytes]] = {}  # copy point -> ids on its lineage (immutable)
         self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
         self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
 
@@ -239,10 +238,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         if src is None:
             return None
         src_run, rid = src
-        recs = [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
-        with self._lock:
-            self._lineages.setdefault(rid, frozenset(r.id for r in recs))
-        return src_run, recs
+        return src_run, [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
 
     def _find_checkpoint(self, run: str, checkpoint_id: str) -> R.Record | None:
         for rec in self.log.find_records(run, checkpoint_id=checkpoint_id):
@@ -257,15 +253,15 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
 
     def _writes_of(self, run: str, rec: R.Record) -> list[R.Record]:
         """The writes records of checkpoint record ``rec``, oldest first: its own run's, and for a
-        checkpoint a copy inherits, the source's writes on the copy's lineage plus the copy's own."""
+        checkpoint a copy inherits, the source's writes on the copy's lineage (read from that
+        lineage: the source run may be deleted since) plus the copy's own."""
         cid = rec.body["checkpoint_id"]
-        found = [r for r in self.log.find_records(rec.run, checkpoint_id=cid) if r.kind == WRITES and self._live(r)]
-        if rec.run != run:
-            src = self._source(run)
-            with self._lock:
-                on = self._lineages.get(src[1]) if src is not None else None
-            found = [r for r in found if on is None or r.id in on]
-            found += [r for r in self.log.find_records(run, checkpoint_id=cid) if r.kind == WRITES and self._live(r)]
+        own = [r for r in self.log.find_records(run, checkpoint_id=cid) if r.kind == WRITES and self._live(r)]
+        if rec.run == run:
+            found = own
+        else:
+            inh = self._inherited(run)
+            found = [r for r in (inh[1] if inh else []) if r.kind == WRITES and r.body["checkpoint_id"] == cid] + own
         found.sort(key=lambda r: (r.run != rec.run, r.branch, r.lsn))
         return found
 
