@@ -85,7 +85,9 @@ pass_ctx = click.make_pass_decorator(Ctx)
 
 class RunType(click.ParamType):
     """A RUN argument: an exact id, a unique prefix of an id or of its short id, 'latest' or
-    'latest~N' (``objstore.runs.resolve.resolve_run``); the command receives the full run id."""
+    'latest~N' (``objstore.runs.resolve.resolve_run``), or the run's labels, ``thread_id=T`` or
+    ``k=v,k2=v2``, when they name one run (``objstore.runs.labelspec.resolve_labels``); the
+    command receives the full run id."""
 
     name = "run"
 
@@ -95,8 +97,11 @@ class RunType(click.ParamType):
         c = ctx.find_object(Ctx) if ctx is not None else None
         if c is None:  # no store context (e.g. completion): leave it as given
             return value
+        from objstore.runs import labelspec
         from objstore.runs.resolve import resolve_run
 
+        if False and labelspec.is_label_spec(value):  # an unescaped '=' is never in a run id
+            return labelspec.resolve_labels(c.log(), value)
         return resolve_run(c.log(), value)
 
     def shell_complete(self, ctx, param, incomplete):
@@ -172,3 +177,24 @@ def journal_host(log, socket_path):
     from objstore.journal.backend import connect
 
     return connect(log, socket_path)
+
+
+class LabelType(click.ParamType):
+    """A ``--label NAME=VALUE`` option (``objstore.runs.labelspec``: ``k=v,k2=v2`` and backslash
+    escapes too); a malformed one is a bad command-line value (exit 2). The command receives a dict."""
+
+    name = "name=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        from objstore.errors import InvalidInput
+        from objstore.runs import labelspec
+
+        try:
+            return labelspec.parse(value)
+        except InvalidInput as e:
+            self.fail(e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e), param, ctx)
+
+
+LABEL = LabelType()

@@ -11,43 +11,84 @@ import click
 
 from . import tables
 from .output import console_and_table, echo_json, page, usage_cell
-from .params import INT64, RUN, Int64, complete_branch, pass_ctx
+from .params import INT64, LABEL, RUN, Int64, complete_branch, pass_ctx
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (docs/CLI.md, 'run').")
+@click.option("--label", "labels", type=LABEL, multiple=True, metavar="NAME=VALUE",
+              help="Only runs carrying this label (repeatable: all of them; 'k=v,k2=v2' too; '\\,' '\\=' '\\\\' escape).")
 @pass_ctx
-def runs(c, as_json):
+def runs(c, as_json, labels):
     """List runs with their live branch and branch count.
 
     The live branch is the one queries, appends and export use by default (a
     rewind makes its new branch live). A unique prefix of a run id, or its
-    short id, works wherever a RUN is asked for.
+    short id, works wherever a RUN is asked for; so do a run's labels
+    (thread_id=T, or k=v,k2=v2) when they name one run. A labelled run's
+    line ends with its labels.
 
     \b
     Examples:
       objstore runs
       objstore runs --json
+      objstore runs --label thread_id=T
+      objstore runs --label thread_id=T --label checkpoint_ns= --json
+      objstore log thread_id=T,checkpoint_ns=
     """
     from objstore.runs import views
 
-    rows = views.runs(c.log())
+    log = c.log()
+    if labels:
+        wanted: dict = {}
+        for one in labels:
+            for k, v in one.items():
+                if wanted.get(k, v) != v:
+                    raise click.BadParameter(f"label {k!r} given twice with different values", param_hint="'--label'")
+                wanted[k] = v
+        rows = _labelled_rows(log, wanted)
+    else:
+        rows = views.runs(log)
+    shown = {r["run"]: _label_text(log, r["run"]) for r in rows} if not as_json else {}
     if as_json:
         echo_json(rows)
         return
     if sys.stdout.isatty():  # a terminal: rich's table (a pipe keeps the lines scripts parse)
         con, Table = console_and_table()
         t = Table()
-        for col in ("id", "run", "subject", "live", "branches"):  # fits 80 columns with a full run id
+        labelled = any(shown.values())  # the labels column only when some run has labels
+        for col in ("id", "run", "subject", "live", "branches") + (("labels",) if labelled else ()):  # fits 80 columns with a full run id
             t.add_column(col, no_wrap=True)
         for r in rows:
-            t.add_row(r["short_id"], r["run"], str(r["subject"] or "")[:8], str(r["live_branch"]), str(r["branch_count"]))
+            t.add_row(r["short_id"], r["run"], str(r["subject"] or "")[:8], str(r["live_branch"]), str(r["branch_count"]),
+                      *((shown[r["run"]],) if labelled else ()))
         con.print(t)
         return
     for r in rows:
         n = r["branch_count"]
         name = r["run"] if r["short_id"] == r["run"] else f"{r['short_id']}  {r['run']}"
-        click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''})")
+        tail = f"  {shown[r['run']]}" if shown[r["run"]] else ""
+        click.echo(f"{name}  live branch {r['live_branch']}  ({n} branch{'es' if n != 1 else ''}){tail}")
+
+
+def _labelled_rows(log, wanted):
+    """``runs --label``: the runs carrying all of ``wanted`` (the index's label rows, not a scan of
+    every run), in the order plain ``runs`` lists them, with the short ids plain ``runs`` shows."""
+    from objstore.runs import labelspec, views
+    from objstore.runs.resolve import short_ids
+
+    ids = list(log.runs())
+    hit = set(labelspec.matching_runs(log, wanted))
+    short = short_ids(ids)
+    return [views.run(log.view(r), log.run_started(r), short[r]) for r in ids if r in hit]
+
+
+def _label_text(log, run):
+    """A run's labels as a label spec (what a RUN argument takes), '' for an unlabelled run."""
+    from objstore.runs import labelspec
+    from objstore.runs.labels import is_label_id
+
+    return labelspec.show(log.run_labels(run)) if is_label_id(run) else ""
 
 
 def _grouped(run, view, first, all_branches, entries):

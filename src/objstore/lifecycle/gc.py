@@ -118,7 +118,12 @@ def doomed(store: Store) -> Doomed:
     if recs or other:
         # A live copy (fork_run) goes on into its source at its cross-run fork: what its lineage reaches
         # is its history too, kept though the source run was deleted (or those records covered).
-        kept = _kept_by_copies(eng, deleted_runs)
+        # A record a partial deletion names goes all the same: the user deleted that very record.
+        named_records: set = set()
+        for partly in {runrefs.run_of(n) for n in t.refs if runrefs.is_deletions_ref(n)}:
+            if partly is not None:
+                named_records.update(store.covered_records(partly))
+        kept = _kept_by_copies(eng, deleted_runs) - named_records
         recs -= kept
         other -= kept
     # The blobs the doomed records name (their bodies are in segments being rewritten anyway).

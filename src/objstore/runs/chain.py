@@ -36,7 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, cast
 
-from ..errors import Deleted, Erased, InvalidInput, ObjstoreError
+import blake3
+
+from ..errors import Deleted, Erased, InvalidInput
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
@@ -259,12 +261,30 @@ class ChainReader:
         """Whether the run is a copy: its run_started names a cross-run fork object (``fork_run``)."""
         got = self._copies.get(view.run)
         if got is None:
-            try:
-                first = self.run_started(view.run)
-                got = self._copies[view.run] = first.parent is not None
-            except ObjstoreError:
-                return False
+            first = self.store.indexed_record(view.run, 0, 0)
+            if first is None:
+                return False  # no run_started indexed yet (an open batch): not decided, not remembered
+            # read below the erasure checks: a deleted middle copy is still the way its copies reach their source
+            otype, p = self.store.get_decoded(first) if first not in self.store.erased_records else ("record", {"parent": None})
+            got = self._copies[view.run] = otype == codec.RECORD and isinstance(p, dict) and p.get("parent") is not None
         return got
+
+    def state_deletions(self, view: View) -> bytes | None:
+        """What partial deletions a branch's folded state reflects (the state cache's key): the run's
+        deletions head, and for a copy its sources' too — a deletion there changes what the copy folds."""
+        if not self._copied(view):
+            return view.deletions
+        parts, v, seen = [view.deletions or bytes(32)], view, set()
+        while self._copied(v) and v.run not in seen:
+            seen.add(v.run)
+            fk = self.fork_object(v, 0)
+            if fk is None:
+                break
+            v = self.parent_view(v, fk)
+            parts.append(v.deletions or bytes(32))
+        if not any(any(p) for p in parts):
+            return None
+        return blake3.blake3(b"".join(parts)).digest()
 
     def parent_view(self, view: View, fk: dict) -> View:
         """The view a fork object's parent lives in: the run's own, or a copy's source run."""

@@ -19,6 +19,7 @@ schema of its kind, or that its body does not fit is ``malformed-object``.
 
 from __future__ import annotations
 
+import keyword
 import re
 from typing import Annotated, Any
 
@@ -27,8 +28,8 @@ import msgspec
 from ..errors import InvalidRecord
 from ..storage.runrefs import SCHEMA_PREFIX
 
-KIND = re.compile(r"^x\.[a-z0-9_]{1,64}\.[a-z0-9_]{1,64}$")
-FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+KIND = re.compile(r"\Ax\.[a-z0-9_]{1,64}\.[a-z0-9_]{1,64}\Z")
+FIELD = re.compile(r"[a-z][a-z0-9_]{0,63}")  # matched whole (fullmatch): no dunder, no trailing newline
 TYPES = ("str", "int", "float", "bool", "bytes", "id", "map", "list")
 MAX_FIELDS = 64
 
@@ -55,8 +56,8 @@ def fields_problem(fields: object) -> str | None:
         if type(f) is not list or len(f) != 4:
             return f"field {f!r:.60} is not [name, type, required, is_ref]"
         name, ftype, required, is_ref = f
-        if type(name) is not str or not FIELD.match(name):
-            return f"field name {name!r:.60} is not an identifier"
+        if type(name) is not str or not FIELD.fullmatch(name) or keyword.iskeyword(name):
+            return f"field name {name!r:.60} is not a lowercase identifier (a-z, 0-9, _; not a Python keyword)"
         if name in seen:
             return f"field {name!r} is declared twice"
         seen.add(name)
@@ -112,6 +113,8 @@ def body_problem(fields: list, body: object) -> str | None:
         msgspec.convert(body, compiled(fields))
     except msgspec.ValidationError as e:
         return str(e).replace("`", "'")
+    except (TypeError, ValueError) as e:  # a field list no Struct can hold (a forged schema): named, never a traceback
+        return f"its schema cannot be applied ({e})"
     return None
 
 

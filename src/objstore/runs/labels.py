@@ -98,46 +98,57 @@ def find_run(store: Store, labels: Mapping[str, str]) -> str | None:
     return run if exists else None
 
 
-def _candidates(store: Store, scope: str, want: dict[str, str]) -> list[bytes]:
-    """Record ids the label rows name for every pair of ``want`` in ``scope``, newest entry first."""
-    found: list[bytes] | None = None
+def _candidates(store: Store, scope: str, want: dict[str, str]) -> list[tuple[int, bytes]]:
+    """(entry, record id) the label rows name for every pair of ``want`` in ``scope``."""
+    found: dict[bytes, int] | None = None
     for k, v in want.items():
-        ids = [oid for _n, oid in store.label_rows(L.key(scope, k, v))]
-        if found is None:
-            found = ids
-        else:
-            keep = set(ids)
-            found = [oid for oid in found if oid in keep]
+        rows = {oid: n for n, oid in store.label_rows(L.key(scope, k, v))}
+        found = rows if found is None else {oid: n for oid, n in found.items() if oid in rows}
         if not found:
             return []
-    seen: set[bytes] = set()
-    return [oid for oid in found or () if not (oid in seen or seen.add(oid))]  # type: ignore[func-returns-value]
+    return [(n, oid) for oid, n in (found or {}).items()]
 
 
 def find_runs(store: Store, labels: Mapping[str, str]) -> list[str]:
     """Every live run whose labels include all of ``labels``, newest start first."""
     want = check_labels(labels)
     out = []
-    for oid in _candidates(store, L.STORE_SCOPE, want):
+    for _n, oid in sorted(_candidates(store, L.STORE_SCOPE, want), reverse=True):
         p = _payload(store, oid)
         if (p is None or p.get("kind") != "run_started" or p.get("branch") != 0 or p.get("lsn") != 0 or not _has(p, want)
                 or type(p.get("run")) is not str or check_run_labels(p["run"], p["labels"]) is not None):
             continue
         run = p["run"]
-        if _live(store, run) and run not in out:
+        if _live(store, run) and run not in out and _first_live_generation(store, run, p["labels"]):
             out.append(run)
     return out
+
+
+def _first_live_generation(store: Store, run: str, labels: dict) -> bool:
+    """Whether every generation of these labels before ``run`` is a deleted run (a live run of an
+    earlier generation beside it would be a second run for one label set: not a run these labels name)."""
+    g = generation_of(run, labels)
+    return g is not None and all(store.read_ref(deleted_ref(run_id(labels, k))) is not None for k in range(g))
+
+
+def generation_of(run: str, labels: dict) -> int | None:
+    base = run_id(labels)
+    if run == base:
+        return 0
+    g = run[len(base) + 1:] if run.startswith(base + "-") else ""
+    return int(g) if g.isdigit() and g.isascii() and g[0] != "0" else None
 
 
 def find_records(store: Store, run: str, labels: Mapping[str, str]) -> list[tuple[bytes, dict]]:
     """(id, payload) of every record of ``run`` carrying all of ``labels``, newest commit first."""
     want = check_labels(labels)
-    out = []
-    for oid in _candidates(store, run, want):
+    got = []
+    for n, oid in _candidates(store, run, want):
         p = _payload(store, oid)
         if p is not None and p.get("run") == run and _has(p, want):
-            out.append((oid, p))
-    return out
+            got.append(((n, p.get("lsn"), p.get("branch")), oid, p))
+    got.sort(key=lambda g: g[0], reverse=True)  # newest commit first; within one commit, the later LSN first
+    return [(oid, p) for _k, oid, p in got]
 
 
 def labels_of(payload: dict) -> dict[str, str]:
@@ -152,9 +163,7 @@ def check_run_labels(run: str, labels: Any) -> str | None:
         return f"run id {run} is a labelled run's id, but its run_started record has no labels" if is_label_id(run) else None
     if L.canonical(labels) is None:
         return "field 'labels' must be a non-empty map of at most 16 names to string values"
-    want = run_id(labels)
-    if run != want:
-        g = run[len(want) + 1:] if run.startswith(want + "-") else ""
-        if not (g.isdigit() and g.isascii() and g[0] != "0"):
-            return f"its labels give run id {want} (or {want}-<generation>), not {run}"
+    if generation_of(run, labels) is None:
+        want = run_id(labels)
+        return f"its labels give run id {want} (or {want}-<generation>), not {run}"
     return None

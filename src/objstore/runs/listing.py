@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from ..errors import InvalidInput
+from ..errors import Erased, InvalidInput
 from . import labels as L
 from . import records as R
 from .chain import ChainReader, View
@@ -48,6 +48,15 @@ def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_b
         raise InvalidInput(f"limit must be a non-negative integer, got {limit!r}")
     if before is not None and (type(before) is not bytes or len(before) != 32):
         raise InvalidInput("before must be a 32-byte record id")
+    if isinstance(kinds, str):
+        kinds = (kinds,)  # one kind, not a set of letters
+    if kinds is not None:
+        try:
+            kinds = tuple(kinds)
+        except TypeError:
+            raise InvalidInput(f"kinds must be a kind or a list of kinds, got {type(kinds).__name__}") from None
+        if not all(isinstance(k, str) for k in kinds):
+            raise InvalidInput("kinds must be strings")
     want_kinds = frozenset(kinds) if kinds is not None else None
     view = log.view(run)
     if all_branches and branch is not None:
@@ -58,7 +67,13 @@ def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_b
     cut: tuple[int, int, int] | None = None
     start: bytes | None = None
     if before is not None:
-        b_rec = log.record(before)
+        try:
+            b_rec = log.record(before)
+        except Erased:
+            hit = log.store.erased_records.get(before)  # a deleted record keeps its place: the listing goes on below it
+            if hit is None:
+                raise
+            b_rec = log._header_only(before, hit)
         cut = _position(log, b_rec)
         if len(branches) == 1 and b_rec.run == run and b_rec.branch == branches[0] and b_rec.parent is not None:
             start = b_rec.parent  # on the branch listed: its walk starts right below it (nothing newer is read)

@@ -124,7 +124,6 @@ class RunLog(ChainReader):
             if bad is not None:
                 raise InvalidRecord(f"a {kind} body: {bad}")
             extra = {"schema": sid}
-            self.store.require_version(LABELS_VERSION)
         else:
             body = R.check_body(kind, body)
         if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
@@ -135,7 +134,6 @@ class RunLog(ChainReader):
         t = _now(when)
         if labels is not None:
             extra = dict(extra or (), labels=L.check_labels(labels))
-            store.require_version(LABELS_VERSION)
         txn = store.current_batch()
         if txn is None:
             with store.batch() as txn:
@@ -183,6 +181,7 @@ class RunLog(ChainReader):
             raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
         payload = {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body}
         if extra:
+            self.store.require_version(LABELS_VERSION)  # under the writer lock, after every check: nothing refused moves it
             payload.update(extra)
         oid = self.store.put_in(txn, codec.RECORD, payload)
         txn.set_ref(ref, head, oid, "append")
@@ -231,12 +230,18 @@ class RunLog(ChainReader):
         sid = self.store.read_ref(K.schema_ref(kind)) if K.KIND.match(kind) else None
         if not isinstance(sid, bytes):
             raise InvalidRecord(f"kind {kind!r} is not declared in this store (register_kind first)")
-        return sid, self._schema(sid)[1]
+        got = self._schema(sid)
+        if got[0] != kind:
+            raise InvalidRecord(f"schema/{kind} names a schema of {got[0]}; run 'objstore verify'")
+        return sid, got[1]
 
     def _schema(self, sid: bytes) -> tuple[str, list]:
         got = self._schemas.get(sid)
         if got is None:
             value = self.store.get_typed(sid, codec.SCHEMA)
+            bad = K.schema_object_problem(value) if isinstance(value, dict) else "not a map"
+            if bad is not None:
+                raise InvalidRecord(f"schema {sid.hex()} is malformed ({bad}); run 'objstore verify'")
             got = self._schemas[sid] = (value["kind"], value["fields"])
         return got
 

@@ -440,8 +440,9 @@ class StateCache:
         deletions chain), tip, fork object, one record row per LSN naming the log's record there,
         one attempt view per attempt record (header-only ones have none), in query order."""
         run = view.run
-        if _dels(dels) != view.deletions:
-            raise Diverged(f"cached rows reflect deletions {_show(_dels(dels))}, the run's deletions head is {_show(view.deletions)}")
+        reflects = chains.state_deletions(view)
+        if _dels(dels) != reflects:
+            raise Diverged(f"cached rows reflect deletions {_show(_dels(dels))}, the run's deletions head is {_show(reflects)}")
         head = view.head(branch)
         head_lsn = chains.next_of(head)[0] - 1
         if tip != head_lsn:
@@ -623,7 +624,7 @@ class StateCache:
         try:
             row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn, dels FROM branch WHERE run=? AND branch=?",
                              (run, branch)).fetchone()
-            if row is not None and (not self._valid_row(row) or _dels(row[6]) != view.deletions):
+            if row is not None and (not self._valid_row(row) or _dels(row[6]) != chains.state_deletions(view)):
                 # a partial deletion since (made by any process: the view's ref says so) changes the
                 # fold of records the row has folded already: the branch is folded again
                 self._forget(run, branch)
@@ -674,7 +675,8 @@ class StateCache:
                 db.execute("COMMIT")
                 return self._refresh(chains, view, branch)
             db.execute("INSERT OR REPLACE INTO branch VALUES(?,?,?,?,?,?,?,?,?,?)",
-                       (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state)), view.deletions))
+                       (run, branch, head, tip, fork_id, pb, pl, _enc.encode(state), _enc.encode(summary_of(state)),
+                        chains.state_deletions(view)))
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")

@@ -25,7 +25,10 @@ sequentially, independently of the engine's in-memory tables, and checks:
 7. with ``anchor``: the log still holds the anchored history as a prefix;
 8. recorded deletions (issue 17): each deletion object's schema, signature, signer's authority and
    covered rows (``bad-deletion``), bodies gc removed that no deletion covers (``missing-body``);
-   a redacted blob is a note.
+   a redacted blob is a note;
+9. format 5 (issue 18): records of ``x.`` kinds against their schema objects (``malformed-object``), their
+   ref fields (``missing-object``), copies' cross-run forks (``bad-fork``), and a labelled run of generation
+   g ≥ 1 only beside deleted runs of the generations before it (``bad-labels``).
 
 Torn tails and past cuts are *notes*: a crash verifies clean.
 
@@ -73,6 +76,7 @@ from ..storage.engine import (
 )
 from ..storage.fileutil import no_gc
 from . import kinds as K
+from . import labels as RL
 from . import records as R
 from .fold import apply, empty_state, fold
 from .state import attempt_view, refold_branch
@@ -162,6 +166,8 @@ def _slim_record(p: dict) -> tuple:
     body = p["body"]
     if K.is_ext(p["kind"]):
         body = dict(body, **{_SCHEMA: p.get("schema")})  # checked against its schema after the scan reads it
+    elif p["kind"] == R.RUN_STARTED and "labels" in p:
+        body = {_LABELS: p["labels"]}  # a labelled run's generation is checked after the scan
     elif p["kind"] not in (R.INTENT, R.INTENT_COMMITTED):
         body = {f: body[f] for f in R.BLOB_FIELDS if f in body}
     return (p["run"], p["branch"], p["lsn"], p["parent"], p["kind"], body)
@@ -170,7 +176,8 @@ def _slim_record(p: dict) -> tuple:
 _BODY_REMOVED = "body-removed"  # not a problem by itself: a deletion must cover it (_Verifier._deletions)
 _REMOVED = b"\x00" * 32  # the stand-in deletion id of a removed record's header-only body, until verify knows it
 _REFS = "_refs"  # a removed record's blob refs, from its entry's row
-_SCHEMA = "\x00schema"  # an x. record's schema id, beside its body in the slim row (no body field has a NUL)
+_SCHEMA = "\x00schema"
+_LABELS = "\x00labels"  # a labelled run_started's labels, in its slim row  # an x. record's schema id, beside its body in the slim row (no body field has a NUL)
 
 
 def _record_dict(v: tuple) -> dict:
@@ -237,7 +244,7 @@ def _meta_row(oid: bytes, otype: str, data: bytes, value: dict, rows: dict, n: i
 def entry_rows(e: Entry) -> dict:
     """An entry's index rows (recs, prevs) by object id."""
     rows = {e.objs[r[0]][0]: r[1:] for r in e.recs}
-    rows.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
+    rows.update((e.objs[r[0]][0], r[1:]) for r in e.prevs)
     return rows
 
 
@@ -537,6 +544,7 @@ class _Verifier:
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
         self.schemas: dict[bytes, list] = {}  # schema object id -> fields, for x. records (runs.kinds)
+        self.labelled: dict[str, tuple] = {}  # labelled run -> (labels, run_started id hex, where)
         self.erased: dict[bytes, bytes] = {}  # record id -> the deletion covering it (header-only in the fold)
         self.deleted_runs: set[str] = set()  # runs whose run/<R>/deleted is set at the snapshot
         self.removed: dict[bytes, tuple] = {}  # id -> (type, where, slim record or None) of bodies gc removed
@@ -689,6 +697,7 @@ class _Verifier:
             self._phase("references", self._references)
             self._phase("refs", self._refs)
             self._phase("chains", self._chains_end)
+            self._phase("labels", self._generations)
             self._phase("deletions", self._deletions)
             self._phase("rewrites", self._rewritten)
         for w in want:
@@ -1005,6 +1014,9 @@ class _Verifier:
                 self.rejected.add(oid)
                 return
         self.last[key] = (oid, lsn)
+        labels = p.get("labels", body.get(_LABELS)) if lsn == 0 and branch == 0 else None
+        if labels is not None:
+            self.labelled[run] = (labels, h, where)
         if self.folding:
             self._fold(key, oid, p)
         # (the chain rows of the segment's index are made where the segment is checked: check_segment)
@@ -1320,6 +1332,18 @@ class _Verifier:
                 self.add("bad-fork", subject, ref, f"compensation flags disagree with the committed non-idempotent intents of branch {pb} "
                          f"after LSN {pl} (records say {[c['intent'] for c in want]}, fork says {[c.get('intent') for c in fk['compensation']]})")
 
+    def _generations(self) -> None:
+        """A labelled run of generation g ≥ 1 stands only beside deleted runs of generations 0 … g−1:
+        otherwise one label set would name two live runs (runs.labels)."""
+        for run, (labels, h, where) in sorted(self.labelled.items()):
+            g = RL.generation_of(run, labels) if isinstance(labels, dict) else None
+            if not g:
+                continue
+            live = [k for k in range(g) if RL.run_id(labels, k) not in self.deleted_runs]
+            if live:
+                self.add("bad-labels", h, where, f"run {run} is generation {g} of its labels, but generation {live[0]} "
+                         f"({RL.run_id(labels, live[0])}) is not a deleted run")
+
     def _cross_fork(self, run: str, b: int, fid: bytes, fk: dict, ref: str) -> None:
         """A cross-run fork (``fork_run``): the root of branch 0 of a copy, naming a record of
         another run; nothing of the source is copied, so the source record must be where it says."""
@@ -1332,13 +1356,14 @@ class _Verifier:
         if fk["compensation"]:
             self.add("bad-fork", subject, ref, "a copy's fork object carries no compensation flags")
             return
-        if src in self.deleted_runs:
-            return  # the source was deleted since: its records are withheld (a copy's history before the fork reads header-only)
         last = self.last.get((src, pb))
         at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
         if at != fk["parent_record"]:
-            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
+            what = "a record of a deleted run" if src in self.deleted_runs else self._describe(fk["parent_record"])
+            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {what}")
             return
+        if src in self.deleted_runs:
+            return  # the source was deleted since: its bodies are withheld from reads (gc keeps what the copy reaches)
         hl = self._lsn_on(src, pb, fk["parent_head"])
         if hl is None or hl < pl:
             self.add("bad-fork", subject, ref, f"parent record (run {src} branch {pb} LSN {pl}) is not an ancestor of the recorded parent head")
@@ -1415,7 +1440,7 @@ def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Proble
         except ObjstoreError:
             continue
         for b, (head, _tip, state) in cached.items():
-            if view.heads.get(b) != head or reflects.get(b) != view.deletions:
+            if view.heads.get(b) != head or reflects.get(b) != log.state_deletions(view):
                 continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
             if state is None:
                 out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state is damaged (not a folded state)"))

@@ -322,7 +322,11 @@ def object_facts(otype: str, canonical: bytes, value: Any, oid: bytes | None = N
         if not isinstance(value, dict) or "previous" not in value:
             return None
         prev = value["previous"]
-        return [prev if prev is None or (type(prev) is bytes and len(prev) == 32) else False]
+        row = [prev if prev is None or (type(prev) is bytes and len(prev) == 32) else False]
+        if otype == codec.SCHEMA:  # format 5: the kind it declares, so the schema/<kind> rule needs no read
+            kind = value.get("kind")
+            row.append(kind if type(kind) is str else False)
+        return row
     return None
 
 
@@ -401,7 +405,7 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
             if o[1] == codec.RECORD:
                 recs.append([i, *f])
             elif o[1] in CHAIN_TYPES:
-                prevs.append([i, f[0]])
+                prevs.append([i, *f])
     checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx, rw)
     fields = {"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": cut,
               "recs": recs, "prevs": prevs, "root": root, "seal": seal, "idx": idx}
@@ -539,9 +543,10 @@ def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any,
         last = r[0]
     last = -1
     for r in prevs:
-        if (type(r) is not list or len(r) != 2 or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] not in CHAIN_TYPES
+        if (type(r) is not list or type(r[0]) is not int or not last < r[0] < no or objs[r[0]][1] not in CHAIN_TYPES
+                or len(r) != (3 if objs[r[0]][1] == codec.SCHEMA else 2) or (len(r) == 3 and not (r[2] is False or type(r[2]) is str))
                 or not (r[1] is None or r[1] is False or (type(r[1]) is bytes and len(r[1]) == 32))):
-            return f"chain row {r!r:.80} is not [object, previous]"
+            return f"chain row {r!r:.80} is not [object, previous] (a schema's: [object, previous, kind])"
         last = r[0]
     return None
 
@@ -779,6 +784,11 @@ class Tables:
             return str(e.args[0]) if e.args else str(e)
         if isinstance(new, bytes) and new not in types and not name.startswith(KEYS_PREFIX):
             return f"ref {name} moves only to an object stored in the same commit"
+        if name.startswith(runrefs.SCHEMA_PREFIX):
+            f = facts.get(new)
+            declared = f[1] if f is not None and len(f) > 1 else None
+            if declared != name[len(runrefs.SCHEMA_PREFIX):]:
+                return f"ref {name} moves only to a schema of its own kind, not one declaring {declared!r}"
         return None
 
     def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
@@ -1163,7 +1173,7 @@ class MemoryEngine(Engine):
                     objs.append([oid, otype, len(data), 0, 0])
                     t.locs[oid] = (n, otype, len(data))
                 recs = [[i, *txn.facts[o[0]]] for i, o in enumerate(objs) if o[1] == codec.RECORD and o[0] in txn.facts]
-                prevs = [[i, txn.facts[o[0]][0]] for i, o in enumerate(objs) if o[1] in CHAIN_TYPES and o[0] in txn.facts]
+                prevs = [[i, *txn.facts[o[0]]] for i, o in enumerate(objs) if o[1] in CHAIN_TYPES and o[0] in txn.facts]
                 now = time.time() if txn.when is None else float(txn.when)
                 checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None, recs, prevs, plan.root)
                 t.commit(plan, n, checksum, now)
@@ -1514,7 +1524,7 @@ class LogEngine(Engine):
             for r in e.recs:
                 facts[objs[r[0]][0]] = r[1:]
             for r in e.prevs:
-                facts[objs[r[0]][0]] = [r[1]]
+                facts[objs[r[0]][0]] = r[1:]
             got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx, e.rw)
             if isinstance(got, str):
                 return got
