@@ -100,7 +100,7 @@ class RunType(click.ParamType):
         from objstore.runs import labelspec
         from objstore.runs.resolve import resolve_run
 
-        if False and labelspec.is_label_spec(value):  # an unescaped '=' is never in a run id
+        if labelspec.is_label_spec(value):  # an unescaped '=' is never in a run id
             return labelspec.resolve_labels(c.log(), value)
         return resolve_run(c.log(), value)
 

@@ -1,0 +1,114 @@
+"""Naming runs by their labels on the command line: ``thread_id=T`` or ``k=v,k2=v2``.
+
+This module owns the label spec — its grammar (``parse``), how it is told from a run id
+(``is_label_spec``), and what run it names (``resolve_labels``) — for ``objstore runs --label`` and
+for every RUN argument (``objstore_cli.params.RunType``). The labels themselves, and finding runs
+by them, are ``runs.labels`` (``ChainReader.find_run`` / ``find_runs``).
+
+Grammar: ``name=value`` pairs separated by ``,``; the first unescaped ``=`` of a pair ends its
+name (a value may hold further ``=``); a backslash escapes the next ``,``, ``=`` or ``\\`` (no other
+character), so any label can be written: ``path=a\\,b`` is the value ``a,b``. A value may be empty
+(``checkpoint_ns=``: LangGraph's root namespace); a name may not, nor appear twice. A run id is
+``[A-Za-z0-9_.-]`` only, so a text with an unescaped ``=`` is never an id: it is a label spec.
+
+Resolution: the run whose labels are exactly these (its id is computed, no search) wins; else the
+one live run whose labels include all of them; several → ``AmbiguousRun`` (exit 5) naming the
+candidates with their labels; none → ``RunNotFound`` (exit 4). Deleted runs are never found.
+Reads: the refs of the computed id, the label rows of the index and the ``run_started`` records of
+the matches (``runs.labels``), plus the labels of at most ``MAX_CANDIDATES`` candidates to name them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import AmbiguousRun, InvalidInput, RunNotFound
+from .labels import check_labels
+from .resolve import MAX_CANDIDATES, ambiguity_text
+
+if TYPE_CHECKING:
+    from .chain import ChainReader
+
+_ESCAPABLE = ",=\\"
+
+
+def is_label_spec(text: object) -> bool:
+    """Whether a RUN argument is a label spec: it has an ``=`` that no backslash escapes."""
+    if not isinstance(text, str):
+        return False
+    escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == "=":
+            return True
+    return False
+
+
+def _split(text: str, spec: str) -> list[list[tuple[str, bool]]]:
+    """``text`` cut at unescaped commas into pairs; each pair is a list of (character, was escaped)."""
+    pairs: list[list[tuple[str, bool]]] = [[]]
+    chars = iter(text)
+    for ch in chars:
+        if ch == "\\":
+            nxt = next(chars, None)
+            if nxt is None or nxt not in _ESCAPABLE:
+                shown = "a trailing '\\'" if nxt is None else f"'\\{nxt}'"
+                raise InvalidInput(f"label spec {spec!r}: {shown} (a backslash escapes only ',', '=' or '\\')")
+            pairs[-1].append((nxt, True))
+        elif ch == ",":
+            pairs.append([])
+        else:
+            pairs[-1].append((ch, False))
+    return pairs
+
+
+def parse(spec: str) -> dict[str, str]:
+    """The labels a spec names (InvalidInput for a malformed spec, with what is wrong)."""
+    if not isinstance(spec, str) or not spec:
+        raise InvalidInput("a label spec is name=value[,name=value...]")
+    out: dict[str, str] = {}
+    for pair in _split(spec, spec):
+        at = next((i for i, (ch, esc) in enumerate(pair) if ch == "=" and not esc), None)
+        if at is None:
+            shown = "".join(ch for ch, _ in pair)
+            raise InvalidInput(f"label spec {spec!r}: {shown!r} is not name=value (a ',' inside a value is written '\\,')")
+        name = "".join(ch for ch, _ in pair[:at])
+        value = "".join(ch for ch, _ in pair[at + 1:])
+        if not name:
+            raise InvalidInput(f"label spec {spec!r}: a label needs a name before '='")
+        if name in out:
+            raise InvalidInput(f"label spec {spec!r}: label {name!r} given twice")
+        out[name] = value
+    return check_labels(out, f"label spec {spec!r}")
+
+
+def show(labels: dict[str, str]) -> str:
+    """Labels written as a spec (sorted by name, escaped): what ``parse`` reads back to them."""
+
+    def esc(s: str) -> str:
+        return "".join("\\" + ch if ch in _ESCAPABLE else ch for ch in s)
+
+    return ",".join(f"{esc(k)}={esc(v)}" for k, v in sorted(labels.items()))
+
+
+def matching_runs(log: ChainReader, labels: dict[str, str]) -> list[str]:
+    """Every live run whose labels include all of ``labels``, newest first (``find_runs``)."""
+    return log.find_runs(**labels)
+
+
+def resolve_labels(log: ChainReader, spec: str) -> str:
+    """The one run a label spec names (module docstring); RunNotFound, AmbiguousRun or InvalidInput."""
+    labels = parse(spec)
+    exact = log.find_run(**labels)
+    if exact is not None:
+        return exact
+    found = matching_runs(log, labels)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise RunNotFound(f"no run has the labels {show(labels)}")
+    named = [f"{r} ({show(log.run_labels(r))})" for r in found[:MAX_CANDIDATES]] + found[MAX_CANDIDATES:]
+    raise AmbiguousRun(spec, f"{len(found)} runs: {ambiguity_text(named)}")
