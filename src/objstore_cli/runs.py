@@ -24,9 +24,12 @@ def runs(c, as_json, labels):
 
     The live branch is the one queries, appends and export use by default (a
     rewind makes its new branch live). A unique prefix of a run id, or its
-    short id, works wherever a RUN is asked for; so do a run's labels
-    (thread_id=T, or k=v,k2=v2) when they name one run. A labelled run's
-    line ends with its labels.
+    short id, works wherever a RUN is asked for; so do a run's labels when
+    they name one run: 'objstore log thread_id=T' (a run with exactly these
+    labels, else the one run that has them all; several: exit 5 listing them).
+    Write k=v,k2=v2 for several labels, '\\,' '\\=' '\\\\' for a literal ',' '='
+    '\\', and 'checkpoint_ns=' for an empty value. A labelled run's line ends
+    with its labels, written that way.
 
     \b
     Examples:
@@ -34,7 +37,6 @@ def runs(c, as_json, labels):
       objstore runs --json
       objstore runs --label thread_id=T
       objstore runs --label thread_id=T --label checkpoint_ns= --json
-      objstore log thread_id=T,checkpoint_ns=
     """
     from objstore.runs import views
 
