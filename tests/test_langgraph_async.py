@@ -39,3 +39,37 @@ def test_an_async_graph_on_the_async_saver(tmp_path):
     run = log.find_run(thread_id="a", checkpoint_ns="")
     assert [(a.body["attempt"], a.body["state"]) for a in log.records(run) if a.kind == "attempt"] == [(0, "failed"), (1, "succeeded")]
     assert verify(log) == []
+
+
+def test_a_tasks_batch_makes_its_puts_one_commit(tmp_path):
+    """``async with saver.alog.batch():`` — the task's aput/aput_writes join one store batch: one log
+    entry for all of them; without it each call is its own commit."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    saver = AsyncObjstoreSaver(str(tmp_path / "s"))
+    engine = saver.log.store.engine
+
+    async def puts(n, parent):
+        for i in range(n):
+            cp = empty_checkpoint()
+            cp["channel_values"] = {"i": i}
+            cp["channel_versions"] = {"i": i + 1}
+            conf = {"thread_id": "b", "checkpoint_ns": ""} | ({"checkpoint_id": parent} if parent else {})
+            cfg = await saver.aput({"configurable": conf}, cp, {"step": i}, {"i": i + 1})
+            await saver.aput_writes(cfg, [("i", i)], f"task{i}")
+            parent = cfg["configurable"]["checkpoint_id"]
+        return parent
+
+    async def main():
+        parent = await puts(1, None)  # the kinds and the run exist from here on
+        e0 = engine.refresh().entry
+        parent = await puts(3, parent)
+        e1 = engine.refresh().entry
+        async with saver.alog.batch():
+            parent = await puts(3, parent)
+        e2 = engine.refresh().entry
+        return e1 - e0, e2 - e1, [t.metadata["step"] async for t in saver.alist({"configurable": {"thread_id": "b"}})]
+
+    alone, batched, steps = asyncio.run(main())
+    assert (alone, batched) == (6, 1)
+    assert steps == [2, 1, 0, 2, 1, 0, 0]

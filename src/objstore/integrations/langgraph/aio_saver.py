@@ -1,10 +1,11 @@
 """``AsyncObjstoreSaver``: the LangGraph checkpointer for async graphs (``graph.ainvoke``, ``astream``).
 
-It is ``ObjstoreSaver``'s mapping (saver.py) behind async methods that never block the event loop:
-each call (one ``put``, one ``put_writes``: one batch, one commit) runs whole in a worker thread,
-so its batch lives in one thread from start to commit and concurrent tasks each get their own;
-``alist`` pulls one checkpoint at a time from the lazy listing there. (``objstore.aio.AsyncRunLog``
-would hop to a thread per RunLog call: a checkpoint of 200 parts is 200 blob puts, one hop here.)
+It is ``ObjstoreSaver``'s mapping (saver.py) on ``objstore.aio.AsyncRunLog`` (``saver.alog``): each
+async method is one ``alog.call`` of the sync implementation, so the event loop is never blocked and
+a call (one ``put``: its blobs, the branch decision, the record — one batch, one commit) runs whole
+in one worker thread, one hop rather than one per blob. Inside ``async with saver.alog.batch():``
+a task's calls run in that task's batch thread and join its batch (one commit for all of them);
+other tasks' calls stay out of it. ``alist`` pulls one checkpoint at a time from the lazy listing.
 
 Like AsyncSqliteSaver, the sync methods refuse to run on the thread of a running event loop (they
 would block it): ``asyncio.InvalidStateError`` there, and from any other thread they work.
@@ -14,12 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ...aio import AsyncRunLog
+from ...runs.runlog import RunLog
 from .saver import ObjstoreSaver
 
 
@@ -35,8 +40,47 @@ def _off_the_loop(what: str) -> None:
 class AsyncObjstoreSaver(ObjstoreSaver):
     """``async with AsyncObjstoreSaver("path") as saver: graph = builder.compile(checkpointer=saver)``."""
 
+    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(log_or_path, serde=serde)
+        self.alog = AsyncRunLog(self.log)
+
     async def __aenter__(self) -> AsyncObjstoreSaver:
         return self
+
+    # -- async: one alog.call of ObjstoreSaver's sync method each (not the guarded ones below) ---
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self.alog.call(ObjstoreSaver.get_tuple, self, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        it = await self.alog.call(lambda: iter(ObjstoreSaver.list(self, config, filter=filter, before=before, limit=limit)))
+        done = object()
+        while True:
+            item = await self.alog.call(next, it, done)
+            if item is done:
+                return
+            yield item  # type: ignore[misc]
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await self.alog.call(ObjstoreSaver.put, self, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        await self.alog.call(ObjstoreSaver.put_writes, self, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self.alog.call(ObjstoreSaver.delete_thread, self, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.alog.call(ObjstoreSaver.delete_for_runs, self, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self.alog.call(ObjstoreSaver.copy_thread, self, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self.alog.call(ObjstoreSaver.prune, self, thread_ids, strategy=strategy)
+
+    # -- sync: refused on the event loop's thread ---------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         _off_the_loop("get_tuple")
