@@ -15,6 +15,11 @@ name and signature here (and the lifecycle calls a checkpointer needs: ``delete_
     async for rec in alog.iter_own(await alog.view(run), 0):   # iterators: pulled in chunks, off the loop
         ...
 
+Iterators (``iter_records``, ``iter_own``, ``walk`` …) are async iterators that pull ``chunk``
+items (default 64) per trip to a worker thread: a lazy listing then reads up to that many ahead of
+what the caller consumes (``limit=`` still bounds it; ``AsyncRunLog(log, chunk=1)`` reads only what
+it yields). Leaving an ``async for`` early closes the synchronous iterator, off the loop too.
+
 Batches. A store batch belongs to the thread that opened it (``Store.batch``: the writer lock is
 held by that thread, and the batch counts only there), so ``async with alog.batch()`` starts a
 dedicated worker thread for this task, opens the store batch in it, and sends every call *this
@@ -330,6 +335,7 @@ class AsyncRunLog:
     next_of = _method(RunLog.next_of)
     compensation = _method(RunLog.compensation)
     parent_view = _method(RunLog.parent_view)
+    state_deletions = _method(RunLog.state_deletions)
     schema_of = _method(RunLog.schema_of)
     iter_records = _iterator(RunLog.iter_records)  # the lazy newest-first listing (runs.listing)
     walk = _iterator(RunLog.walk)
