@@ -66,17 +66,22 @@ def test_a_state_graph_runs_forks_on_time_travel_and_the_cli_reads_it(tmp_path):
     after = {oid: (t, data) for oid, t, data in raw_objects(log.store)}
     assert all(after[oid] == v for oid, v in before.items())
 
-    _, text, _ = run_cli("log", run, "--graph", store=root, exit_code=0)
+    # The CLI reaches the thread by the name its user knows (a label spec), and by run id.
+    _, text, _ = run_cli("runs", "--label", "thread_id=chat-1", store=root, exit_code=0)
+    assert run in text
+    _, text, _ = run_cli("log", "thread_id=chat-1", "--graph", store=root, exit_code=0)
     assert "fork" in text.lower() and CHECKPOINT in text
-    _, text, _ = run_cli("branches", run, store=root, exit_code=0)
+    _, text, _ = run_cli("branches", "thread_id=chat-1", store=root, exit_code=0)
     assert "1" in text and "0" in text
-    _, text, _ = run_cli("diff", run, "0", "1", "--json", store=root, exit_code=0)
+    _, text, _ = run_cli("diff", "thread_id=chat-1", "0", "1", "--json", store=root, exit_code=0)
     assert old_rec.id.hex() in text  # the fork point
-    _, text, _ = run_cli("episode", run, "--all-branches", "--json", store=root, exit_code=0)
+    _, text, _ = run_cli("episode", "thread_id=chat-1", "--all-branches", "--json", store=root, exit_code=0)
     ep = json.loads(text)
     b0 = next(b for b in ep["branches"] if b["branch"] == 0)
     assert [(a["state"], a["context"].get("error")) for a in b0["attempts"]] == [
         ("failed", "ConnectionError: weather backend unreachable"), ("succeeded", None)]
+    _, text, _ = run_cli("log", run, "-n", "2", store=root, exit_code=0)
+    assert CHECKPOINT in text and "branch 1 (live)" in text
     run_cli("verify", store=root, exit_code=0)
     assert verify(open_store(root)) == []
 
