@@ -304,6 +304,27 @@ def test_a_task_cancelled_while_waiting_for_the_lock_commits_nothing(tmp_path):
     assert [r.body["context"] for r in log.records(run)[1:]] == [{"by": "another process"}]
 
 
+def test_an_async_batch_inside_a_sync_batch_of_the_loop_thread_is_refused(tmp_path):
+    """The loop's thread holds the writer lock; the batch thread would wait for it forever."""
+    log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
+    run = log.start_run("aio-sync-batch")
+    alog = AsyncRunLog(log)
+
+    async def enter():
+        async with alog.batch():
+            raise AssertionError("entered")
+
+    async def main():
+        with log.batch():
+            with pytest.raises(InvalidInput, match="synchronous batch"):
+                await asyncio.wait_for(enter(), timeout=20)  # the bound only turns a deadlock into a failure
+            log.record_attempt(run, 1, 0, "succeeded")
+
+    asyncio.run(main())
+    assert [r.lsn for r in log.records(run)] == [0, 1]
+    assert not _batch_threads()
+
+
 def test_lock_timeout_in_batch(tmp_path):
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="full"))

@@ -187,6 +187,8 @@ class _AsyncBatch:
     async def __aenter__(self) -> None:
         if _own_batch(self._store) is not None:
             return  # nested: joins the outer batch of this task
+        if self._store.in_batch():  # a sync batch on the loop's thread holds the lock our thread would wait for: never
+            raise InvalidInput("a synchronous batch is open on the event loop's thread; write through it, or close it before 'async with alog.batch()'")
         bt = _BatchThread(self._store, self._timeout, asyncio.current_task())
         try:
             await asyncio.wrap_future(bt.opened)
