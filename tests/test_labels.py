@@ -201,3 +201,50 @@ def test_a_deleted_thread_is_found_no_more_and_its_labels_start_a_new_run(tmp_pa
     assert again == run + "-1"
     assert fresh.find_runs(thread_id="T") == [again] == [fresh.find_run(thread_id="T")]
     assert objstore.verify(_open(tmp_path / "s")) == []
+
+
+@pytest.mark.parametrize("mode", ["drop the newest row", "renumber a row", "retarget a row", "drop a store-scope row", "add a row"])
+def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp_path, monkeypatch, mode):
+    """The active segment's label rows ride in the checkpoint's ``labels`` list, covered by the root
+    (element ["L", digest of their set hash]): any edit, BLAKE3 recomputed, makes the checkpoint's
+    tables hash elsewhere than the log's root, so readers replay the log instead and answer the same."""
+    import blake3
+    import msgspec
+
+    monkeypatch.setattr(E, "CHECKPOINT_ENTRIES", 5)
+    root = str(tmp_path / "s")
+    log = _open(root)
+    run = log.start_run(labels={"thread_id": "T"})
+    other = log.start_run(labels={"thread_id": "U"})
+    old = log.append(run, "attempt", {"step": 0, "attempt": 0, "state": "failed"}, labels={"checkpoint_id": "c"})
+    new = log.append(run, "attempt", {"step": 0, "attempt": 1, "state": "succeeded"}, labels={"checkpoint_id": "c"})
+    for i in range(6):
+        log.record_attempt(other, i, 0, "succeeded")
+    assert _open(root).store.engine.tables.frozen is not None  # the genuine checkpoint is adopted
+    path = os.path.join(root, "log", "checkpoint")
+    data = open(path, "rb").read()
+    m = msgspec.msgpack.decode(data[:-32])
+    rows = m["labels"]
+    assert rows, "the checkpoint holds the active segment's label rows apart"
+    key_c = SL.key(run, "checkpoint_id", "c")
+    mine = [r for r in rows if r[0] == key_c]
+    assert sorted(r[2] for r in mine) == sorted([old.id, new.id])
+    if mode == "drop the newest row":
+        rows.remove(max(mine, key=lambda r: r[1]))
+    elif mode == "renumber a row":
+        next(r for r in mine if r[2] == old.id)[1] += 100
+    elif mode == "retarget a row":
+        next(r for r in mine if r[2] == new.id)[2] = old.id
+    elif mode == "drop a store-scope row":
+        rows.remove(next(r for r in rows if r[0] == SL.key("", "thread_id", "U")))
+    else:
+        rows.append([SL.key(run, "checkpoint_id", "forged"), 1, old.id])
+    body = msgspec.msgpack.encode(m)
+    open(path, "wb").write(body + blake3.blake3(body).digest())
+    fresh = _open(root)
+    assert fresh.store.engine.tables.frozen is None  # not adopted: replayed from the log
+    assert fresh.find_record(run, checkpoint_id="c").id == new.id
+    assert [r.id for r in fresh.find_records(run, checkpoint_id="c")] == [new.id, old.id]
+    assert fresh.find_runs(thread_id="U") == [other]
+    assert fresh.find_record(run, checkpoint_id="forged") is None
+    assert [p.code for p in objstore.verify(_open(root))] == ["damaged-checkpoint"]

@@ -752,7 +752,7 @@ class _Verifier:
         for e in engine._segment_entries(seg, hdr[3], hdr[2]):
             if e.n > t.pos.entry:
                 break
-            E._segment_rows(e, objects, chain)
+            E._segment_rows(e, objects, chain, labels=False)  # a checkpoint keeps label rows apart, in the root
             last = e.n
         if last < t.pos.entry:
             return None  # the segment does not read that far (its damage is named on its own): the rows are not judged

@@ -592,6 +592,8 @@ class Plan(NamedTuple):
     runs: dict = {}  # run -> its run_digest after the entry
     rw: list | None = None  # [(segment, file digest, index digest)] a rewrite entry names
     labels: list = []  # (label key, record id) of the entry's labelled records
+    lacc: int = 0  # the active segment's label rows' set hash after the entry
+    ldig: bytes | None = None  # and its digest (None: no label rows in the active segment)
 
 
 class Tables:
@@ -609,6 +611,10 @@ class Tables:
         self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
         self.labels: dict[bytes, list] = {}  # active segment: label key -> [(entry, record id)] (storage.labels)
+        # The active segment's label rows are in the root (a sealed segment's are in its index, named by
+        # digest): ``lacc`` is their set hash, ``ldig`` its digest, the root's element ["L", ldig].
+        self.lacc = 0
+        self.ldig: bytes | None = None
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
@@ -770,8 +776,21 @@ class Tables:
                     acc -= _elt(["w", seg, prior])
                 acc += _elt(["w", seg, file_digest])
                 got_rw.append((seg, file_digest, idx_digest))
+        lacc, ldig = self.lacc, self.ldig
+        if got_idx is not None and ldig is not None:
+            # the segment before is sealed: its label rows are in its index now, which the log names by digest
+            acc -= _elt(["L", ldig])
+            lacc, ldig = 0, None
+        if labelled:
+            for k, oid in labelled:
+                lacc += _elt(["l", k, n, oid])
+            lacc &= _ROOT_MOD
+            if ldig is not None:
+                acc -= _elt(["L", ldig])
+            ldig = root_digest(lacc)
+            acc += _elt(["L", ldig])
         acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled)
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled, lacc, ldig)
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -803,8 +822,11 @@ class Tables:
                 self.run_dig[run] = d
         for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
+        if p.idx is not None:
+            self.labels = {}  # the sealed segment's label rows are its index's now
         for k, oid in p.labels:
             self.labels.setdefault(k, []).append((n, oid))
+        self.lacc, self.ldig = p.lacc, p.ldig
         for run, fact in p.intents:
             self.intents.setdefault(run, []).append(fact)
         for run, entry in p.starts:
@@ -833,21 +855,32 @@ class Tables:
             if key[0] == "R":
                 self.run_dig[key[1]] = key[2]
             acc += _elt(key)
+        self.lacc, self.ldig = 0, None
+        if self.labels:
+            lacc = 0
+            for k, rows in self.labels.items():
+                for n, oid in rows:
+                    lacc += _elt(["l", k, n, oid])
+            self.lacc = lacc & _ROOT_MOD
+            self.ldig = root_digest(self.lacc)
+            acc += _elt(["L", self.ldig])
         return acc & _ROOT_MOD
 
     # -- checkpoints ------------------------------------------------------------------
-    def active_rows(self) -> tuple[list, list]:
-        """(object rows, chain rows) of the active segment, in segindex.build's form."""
+    def active_rows(self, labels: bool = True) -> tuple[list, list]:
+        """(object rows, chain rows) of the active segment, in segindex.build's form (``labels``:
+        with its label rows, as its sealed index holds them; a checkpoint keeps them apart)."""
         objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
         chain: list[tuple] = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
-        chain.extend((k, n, oid) for k, rows in self.labels.items() for n, oid in rows)
+        if labels:
+            chain.extend((k, n, oid) for k, rows in self.labels.items() for n, oid in rows)
         if self.frozen is not None:
             objects.extend(self.frozen.object_rows())
             chain.extend(self.frozen.chain_rows())
         return objects, chain
 
     def dump(self, seg: int, off: int, first: int) -> bytes:
-        objects, chain = self.active_rows()
+        objects, chain = self.active_rows(labels=False)
         return _enc.encode({
             "v": 3, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
             "refs": [[k, v] for k, v in self.refs.items()],
@@ -856,6 +889,8 @@ class Tables:
             "packs": [[k, v] for k, v in self.packs.items()],
             # the active segment's rows in the index layout: looked up in place, never unpacked
             "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
+            # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
+            **({"labels": [[k, n, oid] for k, rows in self.labels.items() for n, oid in rows]} if self.labels else {}),
         })
 
     @classmethod
@@ -884,6 +919,8 @@ class Tables:
         t.starts = m["starts"]
         t.idx = {k: v for k, v in m["idx"]}
         t.packs = {k: v for k, v in m.get("packs", ())}
+        for k, n, oid in m.get("labels", ()):
+            t.labels.setdefault(k, []).append((n, oid))
         t.acc = t.recompute_root()
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
@@ -1794,9 +1831,7 @@ class LogEngine(Engine):
         """The active segment's rows (the tail's, and the checkpoint's, which the caller checks
         against the record as it does every row), then each sealed segment's index, newest first:
         a binary search per segment, reading only the rows with this key."""
-        rows = list(self.tables.labels.get(key, ()))
-        if self.tables.frozen is not None:
-            rows.extend(self.tables.frozen.chain_from(key, 0))
+        rows = list(self.tables.labels.get(key, ()))  # the active segment's: in the root, whoever wrote the checkpoint
         for seg in range(self._seg - 1, 0, -1):
             try:
                 idx = self._index(seg)
@@ -1923,8 +1958,7 @@ class LogEngine(Engine):
             self._built[seg] = blake3.blake3(self._index_bytes(seg, hdr[2], t)).digest()
         t.locs = {}
         t.chain = {}
-        t.labels = {}
-        t.frozen = None
+        t.frozen = None  # (the label rows stay until the next segment's first entry names this one's index: they are in the root)
 
     def _drop_frozen(self) -> bool:
         """The checkpoint's rows of the active segment failed a check against the content they
@@ -1938,17 +1972,12 @@ class LogEngine(Engine):
         for e in self._segment_entries(self._seg, hdr[3], hdr[2]):
             if e.n > t.pos.entry:
                 break
-            _segment_rows(e, objects, chain)
+            _segment_rows(e, objects, chain, labels=False)  # label rows are in the root: never from the checkpoint
         t.frozen = None
         for row in objects.values():
             oid, entry, bo, st, raw, off, ln, comp, otype = row
             t.locs.setdefault(oid, Loc(entry, self._seg, bo, comp, st, raw, off, ln, otype))
-        for row in chain:
-            if len(row) == 3:  # a label row
-                if row[1:] not in t.labels.get(row[0], ()):
-                    t.labels.setdefault(row[0], []).append(row[1:])
-                continue
-            run, branch, lsn, oid = row
+        for run, branch, lsn, oid in chain:
             t.chain.setdefault((run, branch, lsn), oid)
         return True
 
@@ -2451,7 +2480,7 @@ def block_starts(e: Entry) -> list:
     return starts
 
 
-def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
+def _segment_rows(e: Entry, objects: dict, chain: list, labels: bool = True) -> None:
     """Add one entry's index rows (object rows as segindex.build takes them, chain rows) from its meta."""
     starts = block_starts(e)
     for oid, otype, length, bi, boff in e.objs:
@@ -2463,7 +2492,7 @@ def _segment_rows(e: Entry, objects: dict, chain: list) -> None:
     for r in e.recs:
         oid = e.objs[r[0]][0]
         chain.append((r[1], r[2], r[3], oid))
-        if len(r) > 8:  # a labelled record: its label rows, (key, entry number, id)
+        if labels and len(r) > 8:  # a labelled record: its label rows, (key, entry number, id)
             chain.extend((k, e.n, oid) for k in labels_mod.index_keys(r[1], r[2], r[3], r[5], r[8]))
 
 
