@@ -149,3 +149,22 @@ def test_a_copy_keeps_its_history_when_its_source_is_deleted_and_gc_runs(tmp_pat
         fresh.view(run)
     assert fresh.state.state(fresh, fresh.view(copy), 0) == fresh.refold(fresh.view(copy), 0)
     assert objstore.verify(fresh, check_state=True) == []
+
+
+def test_log_of_a_copy_whose_source_was_deleted_shows_the_kept_history(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from objstore.lifecycle import delete
+
+    log = _log(tmp_path)
+    run, recs = _src(log, 3)
+    copy = log.fork_run(run, run="cp")
+    log.record_attempt(copy, 9, 0, "succeeded")
+    delete.delete_run(log, run, reason="gone")
+    bin_ = os.path.join(os.path.dirname(__file__), "..", "bin", "objstore")
+    p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "log", "cp"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 1 + 2 + 1 + 4 and lines[-1].startswith("lsn 0    run_started"), lines  # header, own 2, fork, source 4
