@@ -408,20 +408,33 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         writes and attempts (a few records, not the branch)."""
         view = self.log.view(run)
         live = view.live
+        if parent_id:  # the common case first: the parent is the live branch's newest checkpoint (no label lookup)
+            newest, _ = self._newest(view.head(live))
+            if newest is not None and newest.body["checkpoint_id"] == parent_id:
+                return live, view.head(live), None
         prec = self._find_checkpoint(run, parent_id) if parent_id else None
         if prec is None:  # a thread's first checkpoint, or a root put on a thread: the live branch goes on
             return live, view.head(live), None
         own = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
-        for branch in dict.fromkeys((own, live)):
-            head = view.head(branch)
-            newest = next((r for r in self._walk_back(head) if r.kind == CHECKPOINT and self._live(r)), None)
+        if own != live:
+            head = view.head(own)
+            newest, _ = self._newest(head)
             if newest is not None and newest.id == prec.id:
-                return branch, head, None
+                return own, head, None
         if prec.run != run:
             # An older checkpoint of the source of a copy: a fork is of a record of the run itself,
             # so the record goes on the live branch (a checkpoint's parent_id still names its parent).
             return live, view.head(live), None
         return None, None, prec
+
+    def _newest(self, head: bytes) -> tuple[R.Record | None, builtins.list[R.Record]]:
+        """(the newest live checkpoint ``head`` folds over, the records after it), walking back."""
+        after: builtins.list[R.Record] = []
+        for r in self._walk_back(head):
+            if r.kind == CHECKPOINT and self._live(r):
+                return r, after
+            after.append(r)
+        return None, after
 
     def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None]:
         """``_place``, forking when it says so: (branch, head) to append on."""
@@ -450,14 +463,17 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                        idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str) -> None:
         log = self.log
         with log.batch():
-            found = [r for r in log.find_records(run, checkpoint_id=cid) if self._live(r)]  # one lookup: the checkpoint and its writes
-            earlier = [r for r in found if r.kind == WRITES and r.body["task_id"] == task_id]
+            view = log.view(run)  # Deleted if the remembered run was deleted meanwhile
+            newest, after = self._newest(view.head(view.live))
+            if newest is not None and newest.body["checkpoint_id"] == cid and newest.branch == view.live and newest.run == run:
+                found = [newest, *after]  # the common case: its writes are all after it on the live branch
+            else:
+                found = [r for r in log.find_records(run, checkpoint_id=cid) if self._live(r)]  # one lookup: the checkpoint and its writes
+            earlier = [r for r in found if r.kind == WRITES and self._live(r) and r.body["checkpoint_id"] == cid and r.body["task_id"] == task_id]
             have = {i for r in earlier for i in r.body["idx"]}
             if all(i >= 0 and i in have for i in idx):
                 return  # a retried put_writes: every regular write is stored already (LangGraph keeps the first)
             prec = next((r for r in found if r.kind == CHECKPOINT), None) or self._find_checkpoint(run, cid)
-            if prec is None:
-                log.view(run)  # Deleted if the remembered run was deleted meanwhile (a deleted run's records are not found)
             # On the branch of their checkpoint, wherever its head is now: with durability="async"
             # LangGraph may put the next checkpoint before these writes land, so "not the newest"
             # is no time travel here (and writes are found by their label, not their place).
