@@ -45,7 +45,9 @@ Rows
    find_run(thread_id, checkpoint_ns='') + find_record(run, checkpoint_id=<the thread's 2nd-oldest checkpoint>).
    Bytes read = /proc/self/io rchar delta (every read syscall; the reads of /proc itself subtracted exactly) plus
    the resident bytes of the process's mmaps of store files (/proc/self/smaps Rss: segment indexes are mmapped and
-   their page touches are not read syscalls); read_bytes (from the device) printed too; objects decoded =
+   their page touches are not read syscalls; Rss includes the kernel's fault-around, up to 64 KiB mapped per touched
+   page, so it is an upper bound; the minor-fault count, a lower bound of touches, is printed beside it (it also
+   counts the process's own heap faults)); read_bytes (from the device) printed too; objects decoded =
    codec.STATS['objects_decoded'] (engine entries decoded and blocks read printed too).
 
 Targets (issue 18): 1: steps/s >= 1.0x (sync and async), fsync+fdatasync per step <= SQLite's, CPU per step <=
@@ -162,18 +164,21 @@ def profile(a, scratch, title, op, args):
                 continue
             n = int(n)
             frames = stack.split(";")
-            # only the measured operation: stacks under lg_work's op_* (the imports before it are not measured)
-            at = next((i for i, fr in enumerate(frames) if fr.startswith(f"op_{op} ") or (op == "repeat" and fr.startswith("op_repeat "))), None)
-            if at is None:
+            # only the measured operation: the main thread's stacks under lg_work's op_* (the imports before it are
+            # not measured), and every other thread's (LangGraph's sync loop puts checkpoints from an executor
+            # thread; the async savers' calls run in asyncio.to_thread workers; aiosqlite has its own thread)
+            at = next((i for i, fr in enumerate(frames) if fr.startswith(f"op_{op} ")), None)
+            if at is not None:
+                frames = frames[at:]
+            elif not frames[0].split(" ")[0].endswith("_bootstrap") or any(fr.startswith("_find_and_load ") for fr in frames):
                 continue
-            frames = frames[at:]
             total += n
             for fr in set(frames):
                 incl[fr] += n
             selfc[frames[-1]] += n
     def short(fr):
         return fr.replace(os.path.dirname(BENCH) + "/", "").replace(os.path.dirname(os.path.dirname(PY)) + "/lib/python3.11/site-packages/", "")
-    say(f"  profile of {title} (py-spy, {total} samples at 250 Hz under lg_work.op_{op}, imports excluded; speedscope file {speed}, whole process):")
+    say(f"  profile of {title} (py-spy, {total} samples at 250 Hz under lg_work.op_{op} and in other threads, imports excluded; speedscope file {speed}, whole process):")
     say("    self time:")
     for fr, n in selfc.most_common(12):
         say(f"      {100 * n / total:5.1f}%  {short(fr)}")
@@ -396,6 +401,10 @@ def row_chat(a, scratch):
                      "image_bytes": res["image_bytes"], "objstore_wall": res["wall"], "sqlite_wall": got["sqlite"][1]["wall"]})
         say(f"  rep {r}: {cps} checkpoints; distinct messages {res['distinct_message_bytes']:,} B serialized (text "
             f"{res['text_bytes']:,} B + image {res['image_bytes']:,} B); bound 2x that + 1 KB x {cps} = {bound:,} B")
+        if r == 0 and "part_ids" in res:
+            say(f"         objstore records name {res['part_ids']:,} part ids ({32 * res['part_ids']:,} B of ids in record bodies; "
+                f"FORMAT.md: each entry's refs row lists them again), {res['checkpoint_field_bytes']:,} B of serialized "
+                f"checkpoints (without channel values), {res['metadata_bytes']:,} B of metadata")
         say(f"         objstore {before:,} B as written, {after:,} B after gc; SQLite {sq:,} B {files}; "
             f"ratio {before / sq:.4f}x (after gc {after / sq:.4f}x); objstore / bound {before / bound:.2f} (after gc {after / bound:.2f})")
         for kind in ("objstore", "sqlite"):
@@ -421,7 +430,15 @@ def row_find(a, scratch, built):
         res, _ = child("build_threads", {"saver": "objstore", "dir": d, "steps": 8, "threads": threads}, timeout=3 * 3600)
         stores[name] = {"dir": d, "thread": res["last"]["thread"], "checkpoint_id": res["last"]["old"],
                         "checkpoints": res["last"]["checkpoints"], "bytes": store_bytes(d)}
-        child("find", {"dir": d, "thread": stores[name]["thread"], "checkpoint_id": stores[name]["checkpoint_id"]})  # warm-up open
+        try:
+            child("find", {"dir": d, "thread": stores[name]["thread"], "checkpoint_id": stores[name]["checkpoint_id"]})  # warm-up open
+        except ChildFailed as ex:
+            ver = run_child(objstore_cmd(os.path.join(d, "store"), "verify"), timeout=a.timeout)
+            said = (ver.out + ver.err).strip().splitlines()
+            say(f"  !! the {name} store cannot be read back: {str(ex).strip().splitlines()[-1][:300]}")
+            joined = "\n       ".join(ln[:300] for ln in said[-6:])
+            say(f"     objstore verify on it (exit {ver.rc}):\n       {joined}")
+            stores[name]["damaged"] = said[-6:]
         progress(f"built {name} ({res['last']['checkpoints']} checkpoints each) in {time.perf_counter() - t0:.0f} s, "
                  f"{stores[name]['bytes']:,} B")
     big_thread = th["objstore"]
@@ -433,6 +450,11 @@ def row_find(a, scratch, built):
     say(f"\n[6] find_run + find_record from a fresh process (open included), {a.reps} interleaved reps; bytes = rchar "
         f"(read syscalls, /proc reads subtracted) + resident mmapped store bytes (smaps Rss)")
     for small, big in pairs:
+        if stores[small].get("damaged") or stores[big].get("damaged"):
+            bad = small if stores[small].get("damaged") else big
+            target("6", f"find: {big} vs {small}", f"not measured: the {bad} store fails verify", False)
+            OUT["rows"][f"6-{small} vs {big}"] = {"damaged": stores[bad]["damaged"]}
+            continue
         res = {small: [], big: []}
         for r in range(a.reps):
             for name in (small, big)[:: (1 if r % 2 == 0 else -1)]:
@@ -446,7 +468,7 @@ def row_find(a, scratch, built):
         for name in (small, big):
             g = res[name][0]
             say(f"  {name:<24} ({stores[name]['bytes']:>13,} B store): " + "; ".join(
-                f"{step} rchar {g[step]['rchar']:,} B, mmap rss {g['incremental_mmap'][step]:,} B, read_bytes "
+                f"{step} rchar {g[step]['rchar']:,} B, mmap rss {g['incremental_mmap'][step]:,} B ({g[step]['minflt']} minor faults), read_bytes "
                 f"{g[step]['read_bytes']:,}, decoded {g[step]['objects_decoded']} obj / {g[step]['entries_decoded']} entries / "
                 f"{g[step]['blocks_read']} blocks" for step in ("open", "find_run", "find_record")))
             say(f"  {'':<24} total bytes {fmt_mmm([tot(x) for x in res[name]], '{:,.0f}')} B; objects decoded "

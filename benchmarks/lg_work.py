@@ -30,6 +30,7 @@ import base64
 import json
 import os
 import random
+import resource
 import sqlite3
 import sys
 import time
@@ -226,7 +227,7 @@ def op_get(a: dict) -> dict:
     """Fresh process, after imports: open the saver, one get_tuple (latest, or by a['checkpoint_id'])."""
     w0, c0 = time.perf_counter(), cpu()
     saver, _ = open_sync(a["saver"], a["dir"])
-    w1, c1 = time.perf_counter(), cpu()
+    c1 = cpu()
     conf = {"thread_id": a.get("thread", "t1")}
     if a.get("checkpoint_id"):
         conf["checkpoint_id"] = a["checkpoint_id"]
@@ -270,8 +271,20 @@ def op_chat(a: dict) -> dict:
     msg_bytes = sum(len(ser.dumps_typed(m)[1]) for m in distinct)
     text_bytes = sum(len(m.content) if isinstance(m.content, str) else len(m.content[0]["text"]) for m in distinct)
     image = len(distinct[0].content[1]["image_url"]["url"])
-    return {"wall": wall, "checkpoints": len(tuples), "distinct_message_bytes": msg_bytes, "text_bytes": text_bytes,
-            "image_bytes": image, **facts}
+    out = {"wall": wall, "checkpoints": len(tuples), "distinct_message_bytes": msg_bytes, "text_bytes": text_bytes,
+           "image_bytes": image, **facts}
+    if kind == "objstore":  # what the records hold (context for the bytes: ids are 32 B each and incompressible)
+        log = saver.log
+        run = log.find_run(thread_id="chat", checkpoint_ns="")
+        ids = cbytes = mbytes = 0
+        for rec in log.records(run, all_branches=True):
+            if rec.kind.startswith("x.langgraph."):
+                ids += len(rec.body["parts"])
+            if rec.kind == "x.langgraph.checkpoint":
+                cbytes += len(rec.body["checkpoint"])
+                mbytes += len(rec.body["metadata"])
+        out.update({"part_ids": ids, "checkpoint_field_bytes": cbytes, "metadata_bytes": mbytes})
+    return out
 
 
 def _read_proc(path: str) -> tuple[str, int, int]:
@@ -308,7 +321,8 @@ def _snap(root: str) -> dict:
             size += int(head[1]) * 1024
     return {"rchar": io["rchar"], "read_bytes": io["read_bytes"], "syscr": io["syscr"], "mmap_rss": rss, "mmap_size": size,
             "objects_decoded": codec.STATS["objects_decoded"], "entries_decoded": engine.STATS["entries_decoded"],
-            "blocks_read": engine.STATS["blocks_read"], "_self_bytes": n1 + n2, "_self_calls": c1 + c2}
+            "blocks_read": engine.STATS["blocks_read"], "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+            "_self_bytes": n1 + n2, "_self_calls": c1 + c2}
 
 
 def op_find(a: dict) -> dict:
@@ -327,7 +341,7 @@ def op_find(a: dict) -> dict:
     assert run is not None and rec is not None and rec.body["checkpoint_id"] == a["checkpoint_id"]
 
     def delta(x: dict, y: dict) -> dict:
-        out = {k: y[k] - x[k] for k in ("read_bytes", "objects_decoded", "entries_decoded", "blocks_read")}
+        out = {k: y[k] - x[k] for k in ("read_bytes", "objects_decoded", "entries_decoded", "blocks_read", "minflt")}
         out["rchar"] = y["rchar"] - x["rchar"] - x["_self_bytes"]
         out["syscr"] = y["syscr"] - x["syscr"] - x["_self_calls"]
         return out
