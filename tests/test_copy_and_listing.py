@@ -168,3 +168,22 @@ def test_log_of_a_copy_whose_source_was_deleted_shows_the_kept_history(tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert len(lines) == 1 + 2 + 1 + 4 and lines[-1].startswith("lsn 0    run_started"), lines  # header, own 2, fork, source 4
+
+
+def test_verify_a_run_by_label(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    log = _log(tmp_path)
+    run, _recs = _src(log, 3)
+    copy = log.fork_run(run, labels={"thread_id": "chat-1"})
+    log.record_attempt(copy, 9, 0, "failed")
+    bin_ = os.path.join(os.path.dirname(__file__), "..", "bin", "objstore")
+    p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "verify", "thread_id=chat-1"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout == "", p.stderr
+    assert f"verify: run {copy}: 1 branch, 2 records folded (4 inherited)" in p.stderr
+    p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "verify", "thread_id=nobody"], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 4 and p.stderr.count("\n") == 1

@@ -8,7 +8,7 @@ import sys
 import click
 
 from .output import echo_json
-from .params import pass_ctx
+from .params import RUN, pass_ctx
 
 
 class _VerifyBar:
@@ -53,17 +53,28 @@ def _verify_bar(store):
 @click.option("--jobs", "-j", "jobs", type=click.IntRange(min=1, max=1024), default=None, metavar="N",
               help="Processes that check segments in parallel (default: $OBJSTORE_VERIFY_JOBS, else one per core once the log "
                    "passes 8 MiB); 1: all in this process. The report is the same.")
+@click.argument("run", type=RUN, required=False)
 @pass_ctx
-def verify(c, as_json, no_state, anchor, anchors_file, jobs):
+def verify(c, as_json, no_state, anchor, anchors_file, jobs, run):
     """Re-read the whole log: entries, checksums, objects, refs, chains, forks, the state cache.
 
     Prints one line per problem (code, object or ref, detail, path) and exits 1
     if any were found, 0 if the store is clean. Torn tails left by a crash and
     past cuts of them are printed as notes on stderr: they do not fail verify.
 
+    With RUN (an id, a prefix, 'latest', or labels such as thread_id=T), the
+    whole store is still proved — a run is sound only if the log under it is —
+    and verify also re-folds every branch of RUN (its state cache must equal the
+    re-fold) and says on stderr what it proved of it.
+
+    \b
+    Arguments:
+      RUN  optional: the run (its id, a unique prefix, 'latest', 'latest~N', or its labels: thread_id=T)
+
     \b
     Examples:
       objstore verify
+      objstore verify latest
       objstore verify --json
       objstore verify --anchor TOKEN
       objstore verify --anchors anchors.txt
@@ -81,7 +92,13 @@ def verify(c, as_json, no_state, anchor, anchors_file, jobs):
     finally:
         if bar:
             bar.stop()
-    problems = report.problems
+    problems = list(report.problems)
+    proved = None
+    if run is not None and not problems:
+        from objstore.runs.verify import verify_run
+
+        proved, more = verify_run(log, run)
+        problems.extend(more)
     if as_json:
         echo_json([views.problem(p) for p in problems])
     else:
@@ -91,6 +108,9 @@ def verify(c, as_json, no_state, anchor, anchors_file, jobs):
         click.echo(f"note: {note.line()}", err=True)
     if not problems and not as_json:
         click.echo(f"verify: ok ({report.entries} entries, {report.objects} objects)", err=True)
+        if proved is not None:
+            click.echo(f"verify: run {proved['run']}: {proved['branches']} branch{'es' if proved['branches'] != 1 else ''}, "
+                       f"{proved['records']} records folded ({proved['inherited']} inherited), every branch's state = its re-fold", err=True)
     sys.exit(1 if problems else 0)
 
 

@@ -1462,6 +1462,22 @@ def _cold(log: RunLog, view: View, b: int) -> tuple[dict, list[bytes]]:
     return state, [codec.canonical_json(v) for v in views]
 
 
+def verify_run(log: RunLog, run: str) -> tuple[dict, list[Problem]]:
+    """What ``verify RUN`` proves of one run beyond the store-wide proof: every branch re-folded from
+    the raw objects and its state cache brought up to date and compared with that re-fold
+    (``state-diverged`` otherwise). Returns ({run, branches, records, inherited}, problems)."""
+    view = log.view(run)
+    log.state.refresh(log, view, None)
+    records = inherited = 0
+    for b in sorted(view.heads):
+        for r in log.iter_lineage(view, b):
+            if r.run == run and r.branch == b:
+                records += 1
+            else:
+                inherited += 1
+    return {"run": run, "branches": len(view.heads), "records": records, "inherited": inherited}, check_state_cache(log, [run])
+
+
 def assert_refold_identical(log: RunLog, run: str, branches: list[int] | None = None) -> None:
     """Raise AssertionError unless the cached state of each branch equals a cold re-fold."""
     view = log.view(run)
