@@ -97,3 +97,32 @@ def test_delete_for_runs_and_prune_are_recorded_deletions_gone_after_gc(tmp_path
     t = fresh.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
     assert t.checkpoint["channel_values"]["own"] == own[4] and len(t.checkpoint["channel_values"]["m"]) == 5
     assert verify(fresh.log) == []
+
+
+def test_copy_thread_copies_the_branch_of_the_latest_checkpoint_not_the_live_one(tmp_path):
+    """Time travel from c2 forks a live branch (c4); resuming c3, the old branch's newest, goes on
+    that older branch (c5), which is then not live. The source's latest is c5: so is the copy's,
+    with c5's pending write (was: the copy forked at the live head, its latest c4, c5 missing)."""
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    c1, c2, c3 = _chain(saver, "src", 3, values=lambda i: {"m": [f"msg {i}"]})
+
+    def put(parent, value):
+        cp = empty_checkpoint()
+        cp["channel_values"], cp["channel_versions"] = {"m": [value]}, {"m": 9}
+        conf = {"thread_id": "src", "checkpoint_ns": "", "checkpoint_id": parent}
+        return saver.put({"configurable": conf}, cp, {"source": "loop", "step": 9}, cp["channel_versions"])["configurable"]["checkpoint_id"]
+
+    c4 = put(c2, "from c2")
+    c5 = put(c3, "from c3")
+    saver.put_writes({"configurable": {"thread_id": "src", "checkpoint_ns": "", "checkpoint_id": c5}}, [("m", "pending")], "t1")
+    run = saver.log.find_run(thread_id="src", checkpoint_ns="")
+    assert saver.log.view(run).live == 1 and saver.log.record(saver.log.view(run).heads[0]).kind != CHECKPOINT  # c5 on branch 0
+    latest = saver.get_tuple({"configurable": {"thread_id": "src", "checkpoint_ns": ""}})
+    assert latest.config["configurable"]["checkpoint_id"] == c5
+    saver.copy_thread("src", "dst")
+    t = saver.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": ""}})
+    assert t.config["configurable"]["checkpoint_id"] == c5
+    assert t.checkpoint["channel_values"] == {"m": ["from c3"]}
+    assert [(w[1], w[2]) for w in t.pending_writes] == [("m", "pending")]
+    assert _ids(saver, "dst") == [c5, c3, c2, c1] and c4 in _ids(saver, "src")
+    assert verify(saver.log) == []

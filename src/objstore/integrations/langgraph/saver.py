@@ -24,7 +24,8 @@ public RunLog API (nothing here reaches below it):
 - **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and
   ``prune(strategy="delete")`` delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")``
   delete records; after ``objstore gc`` their bytes are gone. ``copy_thread`` is a cross-run fork
-  (``fork_run``): the copy names the source's head and copies nothing.
+  (``fork_run``): the copy names the head of the source's branch holding its latest checkpoint
+  and copies nothing.
 
 "Latest" and ``list`` order are the log's commit order, newest first, across every branch of the
 namespace's run (checkpoint ids are uuid6, so within one writer that is the id order SqliteSaver
@@ -567,11 +568,19 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     D.delete_records(self.log, run, doomed, reason=f"langgraph prune {tid} keep_latest")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Every namespace of the source becomes a run of the target forked from the source's live
-        head (``fork_run``: nothing copied or replayed)."""
+        """Every namespace of the source becomes a run of the target forked from the head of the
+        branch holding the source's latest checkpoint (``fork_run``: nothing copied or replayed),
+        so the copy's latest is the source's. That branch need not be the live one: a checkpoint
+        continuing an older branch's newest goes on that branch and leaves the live one as it was."""
         for run in self._thread_runs(str(source_thread_id)):
             ns = self.log.run_labels(run)["checkpoint_ns"]
-            self.log.fork_run(run, labels={"thread_id": str(target_thread_id), "checkpoint_ns": ns}, reason="langgraph copy_thread")
+            latest = next(self._checkpoints(run), None)
+            record = None  # no checkpoint of its own (empty, or a copy not written to): the live head
+            if latest is not None and latest.run == run:
+                # the branch's newest record: the latest checkpoint and the pending writes after it
+                record = next(self._walk_back(self.log.view(run).head(latest.branch))).id
+            self.log.fork_run(run, record=record, labels={"thread_id": str(target_thread_id), "checkpoint_ns": ns},
+                              reason="langgraph copy_thread")
 
     # -- versions ----------------------------------------------------------------------------------
     def get_next_version(self, current: str | None, channel: None) -> str:
