@@ -5,7 +5,8 @@ async method is one ``alog.call`` of the sync implementation, so the event loop 
 a call (one ``put``: its blobs, the branch decision, the record — one batch, one commit) runs whole
 in one worker thread, one hop rather than one per blob. Inside ``async with saver.alog.batch():``
 a task's calls run in that task's batch thread and join its batch (one commit for all of them);
-other tasks' calls stay out of it. ``alist`` pulls one checkpoint at a time from the lazy listing.
+other tasks' calls stay out of it — LangGraph's own included: ``graph.ainvoke`` inside such a
+block never returns (its puts, made from LangGraph's tasks, wait for the lock the block holds). ``alist`` pulls one checkpoint at a time from the lazy listing.
 
 Like AsyncSqliteSaver, the sync methods refuse to run on the thread of a running event loop (they
 would block it): ``asyncio.InvalidStateError`` there, and from any other thread they work.
