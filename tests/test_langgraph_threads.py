@@ -126,3 +126,25 @@ def test_copy_thread_copies_the_branch_of_the_latest_checkpoint_not_the_live_one
     assert [(w[1], w[2]) for w in t.pending_writes] == [("m", "pending")]
     assert _ids(saver, "dst") == [c5, c3, c2, c1] and c4 in _ids(saver, "src")
     assert verify(saver.log) == []
+
+
+def test_listing_a_copy_walks_its_source_once_not_once_per_checkpoint(tmp_path):
+    """``list`` of a copy reads each inherited checkpoint's writes from the source's lineage: one
+    walk of it for the listing (was one per checkpoint: objects decoded grew with the square of
+    the source's length). Twice the checkpoints, at most about twice the objects decoded."""
+    from objstore.storage import codec
+
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    for thread, n in (("small", 30), ("big", 60)):
+        ids = _chain(saver, thread, n, values=lambda i: {"x": i})
+        for cid in ids:
+            saver.put_writes({"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid}}, [("x", "w")], "t")
+        saver.copy_thread(thread, thread + "-copy")
+    fresh = ObjstoreSaver(saver.log.store.root)
+    decoded = {}
+    for thread, n in (("small", 30), ("big", 60)):
+        before = codec.STATS["objects_decoded"]
+        got = list(fresh.list({"configurable": {"thread_id": thread + "-copy"}}))
+        decoded[thread] = codec.STATS["objects_decoded"] - before
+        assert len(got) == n and all([(w[1], w[2]) for w in t.pending_writes] == [("x", "w")] for t in got)
+    assert decoded["big"] <= 2.5 * decoded["small"], decoded

@@ -232,27 +232,35 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     yield item
             oid = nxt
 
-    def _inherited(self, run: str) -> tuple[str, list[R.Record]] | None:
+    def _inherited(self, run: str, memo: dict[str, Any] | None = None) -> tuple[str, list[R.Record]] | None:
         """A copied run's inherited checkpoint and writes records (the source's lineage up to the
-        copy point), newest first; None for a run that is not a copy."""
+        copy point), newest first; None for a run that is not a copy. ``memo``: one reader call's
+        cache (a ``list`` or ``get_tuple``), so the lineage is walked once per call, not once per
+        checkpoint read (was quadratic: each inherited tuple's writes walked it again)."""
+        if memo is not None and run in memo:
+            hit: tuple[str, list[R.Record]] | None = memo[run]
+            return hit
         src = self._source(run)
-        if src is None:
-            return None
-        src_run, rid = src
-        return src_run, [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
+        got = None
+        if src is not None:
+            src_run, rid = src
+            got = src_run, [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
+        if memo is not None:
+            memo[run] = got
+        return got
 
-    def _find_checkpoint(self, run: str, checkpoint_id: str) -> R.Record | None:
+    def _find_checkpoint(self, run: str, checkpoint_id: str, memo: dict[str, Any] | None = None) -> R.Record | None:
         for rec in self.log.find_records(run, checkpoint_id=checkpoint_id):
             if rec.kind == CHECKPOINT and self._live(rec):
                 return rec
-        inh = self._inherited(run)
+        inh = self._inherited(run, memo)
         if inh is not None:
             for rec in inh[1]:
                 if rec.kind == CHECKPOINT and rec.body["checkpoint_id"] == checkpoint_id:
                     return rec
         return None
 
-    def _writes_of(self, run: str, rec: R.Record) -> list[R.Record]:
+    def _writes_of(self, run: str, rec: R.Record, memo: dict[str, Any] | None = None) -> list[R.Record]:
         """The writes records of checkpoint record ``rec``, oldest first: its own run's, and for a
         checkpoint a copy inherits, the source's writes on the copy's lineage (read from that
         lineage: the source run may be deleted since) plus the copy's own."""
@@ -261,7 +269,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         if rec.run == run:
             found = own
         else:
-            inh = self._inherited(run)
+            inh = self._inherited(run, memo)
             found = [r for r in (inh[1] if inh else []) if r.kind == WRITES and r.body["checkpoint_id"] == cid] + own
         found.sort(key=lambda r: (r.run != rec.run, r.branch, r.lsn))
         return found
@@ -280,7 +288,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         order = sorted(kept, key=lambda k: writes_sort_key(kept[k][0], k[0], k[1]))
         return [(kept[k][1], kept[k][2], P.decode(self.serde, self._blob(kept[k][3]))) for k in order]
 
-    def _tuple(self, run: str, thread_id: str, ns: str, rec: R.Record, metadata: Any = None) -> CheckpointTuple:
+    def _tuple(self, run: str, thread_id: str, ns: str, rec: R.Record, metadata: Any = None,
+               memo: dict[str, Any] | None = None) -> CheckpointTuple:
         b = rec.body
         checkpoint = self.serde.loads_typed((b["checkpoint_type"], b["checkpoint"]))
         checkpoint["channel_values"] = P.join(self.serde, b["layout"], b["parts"], self._blob)
@@ -292,10 +301,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             checkpoint=checkpoint,
             metadata=metadata,
             parent_config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": parent}} if parent else None,
-            pending_writes=self._pending(self._writes_of(run, rec)),
+            pending_writes=self._pending(self._writes_of(run, rec, memo)),
         )
 
-    def _checkpoints(self, run: str, before: str | None = None) -> Iterator[R.Record]:
+    def _checkpoints(self, run: str, before: str | None = None, memo: dict[str, Any] | None = None) -> Iterator[R.Record]:
         """The run's checkpoint records, newest first, across all branches, then (a copy) the
         inherited ones. ``before``: only those put before that checkpoint (the listing starts at
         its record); a checkpoint id the run does not hold compares as SqliteSaver does, by id."""
@@ -306,7 +315,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         for rec in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT], before=rid):
             if self._live(rec) and (before is None or rid is not None or rec.body["checkpoint_id"] < before):
                 yield rec
-        inh = self._inherited(run)
+        inh = self._inherited(run, memo)
         if inh is not None:
             for rec in inh[1]:
                 if rec.kind == CHECKPOINT and (before is None or rec.body["checkpoint_id"] < before):
@@ -320,8 +329,9 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         if run is None:
             return None
         cid = get_checkpoint_id(config)
-        rec = self._find_checkpoint(run, cid) if cid else next(self._checkpoints(run), None)
-        return None if rec is None else self._tuple(run, thread_id, ns, rec)
+        memo: dict[str, Any] = {}
+        rec = self._find_checkpoint(run, cid, memo) if cid else next(self._checkpoints(run, memo=memo), None)
+        return None if rec is None else self._tuple(run, thread_id, ns, rec, memo=memo)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -341,10 +351,11 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         want_id = conf.get("checkpoint_id")
         before_id = get_checkpoint_id(before) if before else None
         streams = []
+        memo: dict[str, Any] = {}  # each copy's inherited lineage, walked once for this listing
         for run in runs:
             labels = self.log.run_labels(run)
             if want_ns is None or labels["checkpoint_ns"] == want_ns:
-                streams.append(self._stream(run, labels["thread_id"], labels["checkpoint_ns"], before_id))
+                streams.append(self._stream(run, labels["thread_id"], labels["checkpoint_ns"], before_id, memo))
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda x: x[0], reverse=True)
         n = 0
         for _cid, run, thread_id, ns, rec in merged:
@@ -353,13 +364,14 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             md = self.serde.loads_typed((rec.body["metadata_type"], rec.body["metadata"]))
             if filter and not all(md.get(k) == v for k, v in filter.items()):
                 continue
-            yield self._tuple(run, thread_id, ns, rec, md)
+            yield self._tuple(run, thread_id, ns, rec, md, memo)
             n += 1
             if limit is not None and n >= limit:
                 return
 
-    def _stream(self, run: str, thread_id: str, ns: str, before: str | None) -> Iterator[tuple[str, str, str, str, R.Record]]:
-        for rec in self._checkpoints(run, before):
+    def _stream(self, run: str, thread_id: str, ns: str, before: str | None,
+                memo: dict[str, Any]) -> Iterator[tuple[str, str, str, str, R.Record]]:
+        for rec in self._checkpoints(run, before, memo):
             yield rec.body["checkpoint_id"], run, thread_id, ns, rec
 
     # -- writing -----------------------------------------------------------------------------------
