@@ -136,3 +136,18 @@ def test_ambiguous_missing_and_malformed_specs_write_nothing(world):
     _, _, err = _cli(world, "runs", "--label", "a=1", "--label", "a=2", code=2)
     assert "given twice" in err
     assert snapshot_tree(world["root"]) == before
+
+
+def test_a_label_may_be_named_self(tmp_path):
+    """Any label name works on the command line, ``self`` too (it was a TypeError traceback: the
+    labels were passed to ``find_run(self, **labels)`` as keyword arguments)."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.open(root, create=True))
+    run = log.start_run(labels={"self": "x", "thread_id": "T"})
+    code, out, err = run_cli("runs", "--label", "self=x", store=root, exit_code=0)
+    assert out.startswith(run) and "Traceback" not in err
+    code, out, err = run_cli("log", "self=x", "--format", "oneline", store=root, exit_code=0)
+    assert "run_started" in out
+    code, out, err = run_cli("log", "self=y", store=root, exit_code=4)
+    assert "Traceback" not in err and "no run has the labels self=y" in err
+    assert labelspec.resolve_labels(log, "self=x,thread_id=T") == run

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousRun, InvalidInput, RunNotFound
+from . import labels as L
 from .labels import check_labels
 from .resolve import MAX_CANDIDATES, ambiguity_text
 
@@ -95,14 +96,17 @@ def show(labels: dict[str, str]) -> str:
 
 
 def matching_runs(log: ChainReader, labels: dict[str, str]) -> list[str]:
-    """Every live run whose labels include all of ``labels``, newest first (``find_runs``)."""
-    return log.find_runs(**labels)
+    """Every live run whose labels include all of ``labels``, newest first (``find_runs``).
+
+    Through ``runs.labels`` with the labels as a map, not ``log.find_runs(**labels)``: a label may
+    be named anything, ``self`` too (a keyword argument of that name was a TypeError traceback)."""
+    return L.find_runs(log.store, labels)
 
 
 def resolve_labels(log: ChainReader, spec: str) -> str:
     """The one run a label spec names (module docstring); RunNotFound, AmbiguousRun or InvalidInput."""
     labels = parse(spec)
-    exact = log.find_run(**labels)
+    exact = L.find_run(log.store, labels)  # a map, not **labels: see matching_runs
     if exact is not None:
         return exact
     found = matching_runs(log, labels)
