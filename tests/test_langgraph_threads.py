@@ -148,3 +148,22 @@ def test_listing_a_copy_walks_its_source_once_not_once_per_checkpoint(tmp_path):
         decoded[thread] = codec.STATS["objects_decoded"] - before
         assert len(got) == n and all([(w[1], w[2]) for w in t.pending_writes] == [("x", "w")] for t in got)
     assert decoded["big"] <= 2.5 * decoded["small"], decoded
+
+
+def test_another_tools_run_naming_the_thread_is_not_one_of_its_namespaces(tmp_path):
+    """Runs of other tools may carry ``thread_id=T`` (alone, or with labels of their own): the
+    saver's namespaces are the runs labelled exactly thread_id and checkpoint_ns. list, copy_thread
+    and delete_thread leave the others alone (was: list raised KeyError 'checkpoint_ns',
+    copy_thread Conflict, delete_thread deleted them)."""
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    log = saver.log
+    alone = log.start_run(labels={"thread_id": "T"})
+    extra = log.start_run(labels={"thread_id": "T", "checkpoint_ns": "", "app": "other"})
+    ids = _chain(saver, "T", 2, values=lambda i: {"x": i})
+    assert _ids(saver, "T") == ids[::-1] and _ids(saver, "T", ns="") == ids[::-1]
+    saver.copy_thread("T", "U")
+    assert _ids(saver, "U") == ids[::-1]
+    assert log.find_runs(thread_id="U") == [log.find_run(thread_id="U", checkpoint_ns="")]
+    saver.delete_thread("T")
+    assert _ids(saver, "T") == [] and sorted(log.find_runs(thread_id="T")) == sorted([alone, extra])
+    assert verify(log) == []

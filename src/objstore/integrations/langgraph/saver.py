@@ -168,8 +168,16 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 raise
             return run
 
+    @staticmethod
+    def _ours(labels: dict[str, str]) -> bool:
+        """Whether a run's labels are a LangGraph thread namespace's, as this saver makes them:
+        exactly ``thread_id`` and ``checkpoint_ns``. Another tool's run may carry ``thread_id=T``
+        too (with other labels, or without a namespace): not a namespace of the thread, so never
+        listed, copied or deleted as one (was: KeyError in list, and delete_thread deleted it)."""
+        return labels.keys() == {"thread_id", "checkpoint_ns"}
+
     def _thread_runs(self, thread_id: str) -> list[str]:
-        return self.log.find_runs(thread_id=str(thread_id))
+        return [run for run in self.log.find_runs(thread_id=str(thread_id)) if self._ours(self.log.run_labels(run))]
 
     def _all_runs(self) -> list[str]:
         """Every live run a LangGraph saver made (labelled with a thread id and a namespace)."""
@@ -181,7 +189,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 labels = self.log.run_labels(run)
             except (Erased, RunNotFound, ObjectNotFound):
                 continue
-            if "thread_id" in labels and "checkpoint_ns" in labels and self.log.find_run(**labels) == run:
+            if self._ours(labels) and self.log.find_run(**labels) == run:
                 out.append(run)
         return out
 
