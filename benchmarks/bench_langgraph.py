@@ -131,9 +131,17 @@ def pyspy():
     return p if os.path.exists(p) else shutil.which("py-spy")
 
 
-def profile(a, scratch, title, op, args):
+def profile(a, scratch, title, op, args, gil=False):
     """One py-spy'd child (op, args): the speedscope file kept, the hottest functions (self and inclusive) printed
-    from a raw (collapsed stacks) record of a second identical run."""
+    from a raw (collapsed stacks) record of a second identical run; with ``gil``, a third run sampled only while
+    a thread holds the GIL (py-spy --gil: where the Python CPU goes, fsync and lock waits left out)."""
+    out = _profile(a, scratch, title, op, args, False)
+    if gil and out is not None:
+        out["gil"] = _profile(a, scratch, title + " GIL-only", op, args, True)
+    return out
+
+
+def _profile(a, scratch, title, op, args, gil):
     spy = pyspy()
     if not a.profile or spy is None:
         say(f"  (no profile: {'--no-profile' if not a.profile else 'py-spy not installed'})")
@@ -144,12 +152,12 @@ def profile(a, scratch, title, op, args):
     speed = os.path.join(keep, f"prof-{tag}.speedscope.json")
     raw = os.path.join(scratch, f"prof-{tag}.raw")
     out = {}
-    for fmt, path in (("speedscope", speed), ("raw", raw)):
+    for fmt, path in (("raw", raw),) if gil else (("speedscope", speed), ("raw", raw)):
         d = os.path.join(scratch, f"prof-{tag}-{fmt}")
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
         args2 = {**args, "dir": d} if "dir" in args and args.get("fresh_dir", True) else args
-        cmd = [spy, "record", "-r", "250", "--nolineno", "-o", path, "--format", fmt, "--", PY, WORK, op, json.dumps(args2)]
+        cmd = [spy, "record", "-r", "250", "--nolineno", *(["--gil"] if gil else []), "-o", path, "--format", fmt, "--", PY, WORK, op, json.dumps(args2)]
         p = subprocess.run(cmd, capture_output=True, text=True, env=child_env_now(), timeout=3600)
         if p.returncode != 0:
             say(f"  (py-spy failed: {p.stderr.strip()[-500:]})")
@@ -178,14 +186,16 @@ def profile(a, scratch, title, op, args):
             selfc[frames[-1]] += n
     def short(fr):
         return fr.replace(os.path.dirname(BENCH) + "/", "").replace(os.path.dirname(os.path.dirname(PY)) + "/lib/python3.11/site-packages/", "")
-    say(f"  profile of {title} (py-spy, {total} samples at 250 Hz under lg_work.op_{op} and in other threads, imports excluded; speedscope file {speed}, whole process):")
+    where = "raw only" if gil else f"speedscope file {speed}, whole process"
+    say(f"  profile of {title} (py-spy{' --gil' if gil else ''}, {total} samples at 250 Hz under lg_work.op_{op} and in other threads, "
+        f"imports excluded; {where}):")
     say("    self time:")
     for fr, n in selfc.most_common(12):
         say(f"      {100 * n / total:5.1f}%  {short(fr)}")
     say("    inclusive time (objstore and saver frames):")
     shown = 0
     for fr, n in incl.most_common():
-        if "objstore" in fr and "lg_work" not in fr:
+        if ("objstore" in fr or "sqlite" in fr) and "lg_work" not in fr:
             say(f"      {100 * n / total:5.1f}%  {short(fr)}")
             shown += 1
             if shown >= 18:
@@ -270,7 +280,9 @@ def row_loop(a, scratch, kept):
             say("  strace: skipped (" + ("--no-strace" if not a.strace else "strace not installed") + ")")
         if md_rate < 1.0 or md_cpu > 1.0:
             row["profile"] = profile(a, scratch, f"{mode} loop {NAMES[(mode, 'objstore')]}", "loop",
-                                     {"saver": "objstore", "dir": "x", "steps": n, "aio": mode == "async"})
+                                     {"saver": "objstore", "dir": "x", "steps": n, "aio": mode == "async"}, gil=True)
+            row["profile_peer_gil"] = _profile(a, scratch, f"{mode} loop {NAMES[(mode, 'sqlite')]} GIL-only", "loop",
+                                               {"saver": "sqlite", "dir": "x", "steps": n, "aio": mode == "async"}, True)
         OUT["rows"][f"1-{mode}"] = row
 
 
