@@ -167,3 +167,28 @@ def test_another_tools_run_naming_the_thread_is_not_one_of_its_namespaces(tmp_pa
     saver.delete_thread("T")
     assert _ids(saver, "T") == [] and sorted(log.find_runs(thread_id="T")) == sorted([alone, extra])
     assert verify(log) == []
+
+
+def test_prune_of_a_source_leaves_its_copys_history(tmp_path):
+    """A copy reads its history from the source; ``prune(source, keep_latest)`` deletes records,
+    and gc removes their bodies from every reader, the copy's included: the copy's listing then
+    raised BodyRemoved. Now the checkpoints a live copy inherits are kept (the copy, a thread of
+    its own, reads back whole after gc); the source's others go."""
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    ids = _chain(saver, "src", 3, values=lambda i: {"x": i})
+    saver.copy_thread("src", "dst")
+    more = _chain(saver, "src", 1, values=lambda i: {"x": "side"})  # a root put after the copy: not the copy's
+    cfg = {"configurable": {"thread_id": "src", "checkpoint_ns": "", "checkpoint_id": more[0]}}
+    cp = empty_checkpoint()
+    cp["channel_values"], cp["channel_versions"] = {"x": "last"}, {"x": 9}
+    last = saver.put(cfg, cp, {"source": "loop", "step": 9}, cp["channel_versions"])["configurable"]["checkpoint_id"]
+    assert _ids(saver, "dst") == ids[::-1]
+    saver.prune(["src"], strategy="keep_latest")
+    assert _ids(saver, "src") == [last, *ids[::-1]]  # more[0] went; the copy's three stay
+    G.gc(saver.log.store)
+    fresh = ObjstoreSaver(root)
+    assert _ids(fresh, "dst") == ids[::-1]
+    t = fresh.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": ids[0]}})
+    assert t.checkpoint["channel_values"] == {"x": 0}
+    assert verify(fresh.log) == []

@@ -567,7 +567,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace, every checkpoint but the newest is deleted with its writes;
-        the newest keeps its pending writes, so a resume re-runs no task that completed.
+        the newest keeps its pending writes, so a resume re-runs no task that completed. Checkpoints
+        a live copy of the thread inherits are kept (``_reached_by_copies``).
         ``delete``: the thread's runs are deleted whole."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInput(f"prune strategy must be keep_latest or delete, got {strategy!r}")
@@ -585,7 +586,43 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 keep = latest.body["checkpoint_id"]
                 doomed = [r.id for r in recs if r.body.get("checkpoint_id") != keep]
                 if doomed:
+                    held = self._reached_by_copies(run)  # a copy's history is its own: not pruned with the source
+                    doomed = [oid for oid in doomed if oid not in held]
+                if doomed:
                     D.delete_records(self.log, run, doomed, reason=f"langgraph prune {tid} keep_latest")
+
+    def _reached_by_copies(self, run: str) -> set[bytes]:
+        """The records of ``run`` that a live copy (``copy_thread``, or a copy of a copy) folds over.
+
+        A copy reads them from the source (nothing was copied), and a records deletion in the
+        source reaches every copy: gc removes the bodies, after which the copy's listing raised
+        BodyRemoved. LangGraph's copies are independent threads, so ``prune`` of the source leaves
+        these. Reads each saver run's run_started (cached) and the source's lineage from each copy
+        point: ``prune`` is occasional."""
+        points: list[bytes] = []
+        for other in self._all_runs():
+            cur, seen = other, set()
+            while cur not in seen:
+                seen.add(cur)
+                try:
+                    src = self._source(cur)
+                except (Erased, RunNotFound, ObjectNotFound):
+                    break
+                if src is None:
+                    break
+                if src[0] == run:
+                    points.append(src[1])
+                    break
+                cur = src[0]
+        held: set[bytes] = set()
+        for rid in points:
+            for r in self._walk_back(rid):
+                if r.run != run:
+                    continue
+                if r.id in held:
+                    break  # walked from here back already (another copy's point lies below)
+                held.add(r.id)
+        return held
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Every namespace of the source becomes a run of the target forked from the head of the
