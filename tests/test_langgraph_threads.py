@@ -192,3 +192,26 @@ def test_prune_of_a_source_leaves_its_copys_history(tmp_path):
     t = fresh.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": "", "checkpoint_id": ids[0]}})
     assert t.checkpoint["channel_values"] == {"x": 0}
     assert verify(fresh.log) == []
+
+
+def test_a_fresh_reader_of_a_copy_sees_its_sources_deleted_checkpoints_as_deleted(tmp_path):
+    """``delete_for_runs`` deletes a source's checkpoints, and (as SqliteSaver's copied rows would
+    be) the copy's inherited ones with them. A fresh process listing the copy before anything of
+    the source listed them still (the core's walk applies only the deletions of runs this process
+    has viewed), and after gc raised BodyRemoved."""
+    import subprocess
+    import sys
+
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    ids = _chain(saver, "src", 4, values=lambda i: {"x": i}, run_ids=["r1", "r1", "r2", "r2"])
+    saver.copy_thread("src", "dst")
+    saver.delete_for_runs(["r1"])
+    code = ("from objstore.integrations.langgraph import ObjstoreSaver\n"
+            f"s = ObjstoreSaver({root!r})\n"
+            "print([t.config['configurable']['checkpoint_id'] for t in s.list({'configurable': {'thread_id': 'dst'}})])")
+    for when in ("before gc", "after gc"):
+        got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert got.returncode == 0, (when, got.stderr[-400:])
+        assert got.stdout.strip() == str([ids[3], ids[2]]), when
+        G.gc(saver.log.store)

@@ -1,7 +1,8 @@
 """``ObjstoreSaver``: a LangGraph checkpointer whose checkpoints are records of an objstore run.
 
 What it owns: how LangGraph's checkpoints, pending writes and thread operations map onto the
-public RunLog API (nothing here reaches below it):
+public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy's fork object and
+``log.store.covered_records`` of its source, see ``_walk_back``):
 
 - **One run per (thread_id, checkpoint_ns)**, labelled with both (``start_run(labels=...)``; its
   id is the labels' hash, so two processes starting one thread make one run and one Conflict,
@@ -236,6 +237,11 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             for item in self.log.walk(oid):
                 if isinstance(item, dict):
                     nxt = item["parent_record"]
+                    if isinstance(item.get("parent_run"), str):
+                        # Into a copy's source: fold that run's records deletions first. The core's
+                        # walk applies only the deletions of runs this process has viewed, so a fresh
+                        # process saw the source's deleted records live, and after gc BodyRemoved.
+                        self.log.store.covered_records(item["parent_run"])
                 else:
                     yield item
             oid = nxt
@@ -252,6 +258,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         got = None
         if src is not None:
             src_run, rid = src
+            self.log.store.covered_records(src_run)  # its records deletions first (see _walk_back)
             got = src_run, [r for r in self._walk_back(rid) if r.kind in (CHECKPOINT, WRITES) and self._live(r)]
         if memo is not None:
             memo[run] = got
@@ -615,6 +622,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     break
                 cur = src[0]
         held: set[bytes] = set()
+        if points:
+            self.log.store.covered_records(run)  # its records deletions first (see _walk_back)
         for rid in points:
             for r in self._walk_back(rid):
                 if r.run != run:
