@@ -248,3 +248,36 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     assert fresh.find_runs(thread_id="U") == [other]
     assert fresh.find_record(run, checkpoint_id="forged") is None
     assert [p.code for p in objstore.verify(_open(root))] == ["damaged-checkpoint"]
+
+
+def test_a_reader_thread_taking_in_the_writers_entry_first_adds_no_label_row_twice(tmp_path, monkeypatch):
+    """A writer's own entry can be read from the file by another thread of its process (a reader's
+    refresh) between the write and the writer's apply. The tables then take the entry once: a label
+    row counted twice made the sealed segment's index differ from its entries (verify: damaged-index,
+    and the next segment's first entry named a wrong digest). Forced here: every write is followed by a
+    refresh from another thread before the writer applies its entry."""
+    import threading
+
+    monkeypatch.setattr(E, "SEAL_BYTES", 48 << 10)
+    log = _open(tmp_path / "s")
+    eng = log.store.engine
+    real = E.LogEngine._write_entry
+
+    def write_then_read(self, wfd, raw, off, sync=True):
+        real(self, wfd, raw, off, sync)
+        t = threading.Thread(target=self.refresh)
+        t.start()
+        t.join()
+
+    monkeypatch.setattr(E.LogEngine, "_write_entry", write_then_read)
+    for i in range(40):
+        run = log.start_run(labels={"thread_id": f"t{i}"})
+        with log.batch():
+            blob = log.put_blob(os.urandom(2000))
+            log.record_attempt(run, 0, 0, "succeeded", output=blob)
+            log.append(run, "attempt", {"step": 1, "attempt": 0, "state": "running"}, labels={"checkpoint_id": f"c{i}"})
+    assert eng._seg > 1  # sealed at least once, with the race at every commit
+    monkeypatch.undo()
+    assert objstore.verify(_open(tmp_path / "s")) == []
+    fresh = _open(tmp_path / "s")
+    assert all(len(fresh.find_records(fresh.find_run(thread_id=f"t{i}"), checkpoint_id=f"c{i}")) == 1 for i in range(40))

@@ -811,7 +811,12 @@ class Tables:
         return None
 
     def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
-        """Apply a plan (its rules already checked)."""
+        """Apply a plan (its rules already checked). Once per entry: a writer's own entry may have been
+        taken in from the file already, by a reader thread of the same process between the write and
+        the writer's apply — the tables are then as the entry leaves them (a label row added twice
+        would be a row its segment's index does not hold)."""
+        if n <= self.pos.entry:
+            return
         self.tips.update(p.tips)
         for (run, branch), tip in p.tips.items():
             self.run_tips.setdefault(run, {})[branch] = tip
