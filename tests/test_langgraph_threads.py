@@ -215,3 +215,22 @@ def test_a_fresh_reader_of_a_copy_sees_its_sources_deleted_checkpoints_as_delete
         assert got.returncode == 0, (when, got.stderr[-400:])
         assert got.stdout.strip() == str([ids[3], ids[2]]), when
         G.gc(saver.log.store)
+
+
+def test_list_by_checkpoint_id_is_a_label_lookup_not_a_scan(tmp_path):
+    """``list({"configurable": {"thread_id": T, "checkpoint_id": C}})`` (SqliteSaver: WHERE
+    checkpoint_id = ?) reads C's records, not every checkpoint of the thread (was: a scan that
+    decoded each one, 60 checkpoints for one tuple)."""
+    from objstore.storage import codec
+
+    saver = ObjstoreSaver(str(tmp_path / "s"))
+    ids = _chain(saver, "t", 60, values=lambda i: {"x": i})
+    fresh = ObjstoreSaver(saver.log.store.root)
+    fresh.log.find_run(thread_id="t", checkpoint_ns="")  # the open and the run's refs, not counted
+    before = codec.STATS["objects_decoded"]
+    got = list(fresh.list({"configurable": {"thread_id": "t", "checkpoint_id": ids[0]}}))
+    decoded = codec.STATS["objects_decoded"] - before
+    assert [t.checkpoint["channel_values"] for t in got] == [{"x": 0}]
+    assert [t.config["configurable"]["checkpoint_id"] for t in got] == [ids[0]]
+    assert decoded <= 10, decoded
+    assert list(fresh.list({"configurable": {"thread_id": "t", "checkpoint_id": "no-such-id"}})) == []

@@ -370,7 +370,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         for run in runs:
             labels = self.log.run_labels(run)
             if want_ns is None or labels["checkpoint_ns"] == want_ns:
-                streams.append(self._stream(run, labels["thread_id"], labels["checkpoint_ns"], before_id, memo))
+                streams.append(self._stream(run, labels["thread_id"], labels["checkpoint_ns"], before_id, memo, want_id))
         merged = streams[0] if len(streams) == 1 else heapq.merge(*streams, key=lambda x: x[0], reverse=True)
         n = 0
         for _cid, run, thread_id, ns, rec in merged:
@@ -385,7 +385,12 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 return
 
     def _stream(self, run: str, thread_id: str, ns: str, before: str | None,
-                memo: dict[str, Any]) -> Iterator[tuple[str, str, str, str, R.Record]]:
+                memo: dict[str, Any], want_id: str | None = None) -> Iterator[tuple[str, str, str, str, R.Record]]:
+        if want_id and before is None:  # one checkpoint id: its label, not a scan of the run (SqliteSaver: WHERE checkpoint_id = ?)
+            hit = self._find_checkpoint(run, str(want_id), memo)
+            if hit is not None:
+                yield hit.body["checkpoint_id"], run, thread_id, ns, hit
+            return
         for rec in self._checkpoints(run, before, memo):
             yield rec.body["checkpoint_id"], run, thread_id, ns, rec
 
