@@ -224,7 +224,7 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     path = os.path.join(root, "log", "checkpoint")
     data = open(path, "rb").read()
     m = msgspec.msgpack.decode(data[:-32])
-    rows = m["labels"]
+    rows = [list(r) for r in E.LABEL_ROW.iter_unpack(m["labels"])]  # packed rows, commit order
     assert rows, "the checkpoint holds the active segment's label rows apart"
     key_c = SL.key(run, "checkpoint_id", "c")
     mine = [r for r in rows if r[0] == key_c]
@@ -239,6 +239,7 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
         rows.remove(next(r for r in rows if r[0] == SL.key("", "thread_id", "U")))
     else:
         rows.append([SL.key(run, "checkpoint_id", "forged"), 1, old.id])
+    m["labels"] = b"".join(E.LABEL_ROW.pack(*r) for r in rows)
     body = msgspec.msgpack.encode(m)
     open(path, "wb").write(body + blake3.blake3(body).digest())
     fresh = _open(root)

@@ -592,8 +592,8 @@ class Plan(NamedTuple):
     runs: dict = {}  # run -> its run_digest after the entry
     rw: list | None = None  # [(segment, file digest, index digest)] a rewrite entry names
     labels: list = []  # (label key, record id) of the entry's labelled records
-    lacc: int = 0  # the active segment's label rows' set hash after the entry
-    ldig: bytes | None = None  # and its digest (None: no label rows in the active segment)
+    lrows: bytes = b""  # the entry's label rows, packed (LABEL_ROW), in order
+    lhash: Any = None  # the hash of the active segment's label rows after the entry (None: unchanged)
 
 
 class Tables:
@@ -610,11 +610,12 @@ class Tables:
         self.run_refs: dict[str, dict[str, Any]] = {}  # run -> {name: value}: one run's refs without the others'
         self.locs: dict[bytes, Any] = {}  # active segment: id -> Loc
         self.chain: dict[tuple, bytes] = {}  # active segment: (run, branch, lsn) -> record id
-        self.labels: dict[bytes, list] = {}  # active segment: label key -> [(entry, record id)] (storage.labels)
-        # The active segment's label rows are in the root (a sealed segment's are in its index, named by
-        # digest): ``lacc`` is their set hash, ``ldig`` its digest, the root's element ["L", ldig].
-        self.lacc = 0
-        self.ldig: bytes | None = None
+        # The active segment's label rows (storage.labels), packed LABEL_ROW after LABEL_ROW in commit
+        # order, and searched in place (memmem): a checkpoint's are taken whole, never unpacked. They are in
+        # the root (a sealed segment's are in its index, named by digest): ``lhash`` hashes the bytes, and
+        # the root holds ["L", its digest] while there are any.
+        self.lrows = bytearray()
+        self.lhash: Any = blake3.blake3()
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
@@ -776,21 +777,22 @@ class Tables:
                     acc -= _elt(["w", seg, prior])
                 acc += _elt(["w", seg, file_digest])
                 got_rw.append((seg, file_digest, idx_digest))
-        lacc, ldig = self.lacc, self.ldig
-        if got_idx is not None and ldig is not None:
+        lrows = b""
+        lhash = None
+        had = bool(self.lrows)
+        if got_idx is not None and had:
             # the segment before is sealed: its label rows are in its index now, which the log names by digest
-            acc -= _elt(["L", ldig])
-            lacc, ldig = 0, None
+            acc -= _elt(["L", self.lhash.digest()])
+            lhash, had = blake3.blake3(), False
         if labelled:
-            for k, oid in labelled:
-                lacc += _elt(["l", k, n, oid])
-            lacc &= _ROOT_MOD
-            if ldig is not None:
-                acc -= _elt(["L", ldig])
-            ldig = root_digest(lacc)
-            acc += _elt(["L", ldig])
+            lrows = b"".join(LABEL_ROW.pack(k, n, oid) for k, oid in labelled)
+            if had:
+                acc -= _elt(["L", self.lhash.digest()])
+            lhash = (lhash or self.lhash).copy()
+            lhash.update(lrows)
+            acc += _elt(["L", lhash.digest()])
         acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled, lacc, ldig)
+        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled, lrows, lhash)
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -828,10 +830,10 @@ class Tables:
         for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
         if p.idx is not None:
-            self.labels = {}  # the sealed segment's label rows are its index's now
-        for k, oid in p.labels:
-            self.labels.setdefault(k, []).append((n, oid))
-        self.lacc, self.ldig = p.lacc, p.ldig
+            self.lrows = bytearray()  # the sealed segment's label rows are its index's now
+        self.lrows += p.lrows
+        if p.lhash is not None:
+            self.lhash = p.lhash
         for run, fact in p.intents:
             self.intents.setdefault(run, []).append(fact)
         for run, entry in p.starts:
@@ -860,16 +862,23 @@ class Tables:
             if key[0] == "R":
                 self.run_dig[key[1]] = key[2]
             acc += _elt(key)
-        self.lacc, self.ldig = 0, None
-        if self.labels:
-            lacc = 0
-            for k, rows in self.labels.items():
-                for n, oid in rows:
-                    lacc += _elt(["l", k, n, oid])
-            self.lacc = lacc & _ROOT_MOD
-            self.ldig = root_digest(self.lacc)
-            acc += _elt(["L", self.ldig])
+        self.lhash = blake3.blake3(bytes(self.lrows))  # one pass in C, whatever the number of rows
+        if self.lrows:
+            acc += _elt(["L", self.lhash.digest()])
         return acc & _ROOT_MOD
+
+    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """(entry, record id) of the active segment's label rows with this key (a search in C)."""
+        rows, buf, size = [], self.lrows, LABEL_ROW.size
+        at = buf.find(key)
+        while at >= 0:
+            if at % size == 0:
+                _k, n, oid = LABEL_ROW.unpack_from(buf, at)
+                rows.append((n, oid))
+                at = buf.find(key, at + size)
+            else:
+                at = buf.find(key, at + 1)
+        return rows
 
     # -- checkpoints ------------------------------------------------------------------
     def active_rows(self, labels: bool = True) -> tuple[list, list]:
@@ -878,7 +887,7 @@ class Tables:
         objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
         chain: list[tuple] = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
         if labels:
-            chain.extend((k, n, oid) for k, rows in self.labels.items() for n, oid in rows)
+            chain.extend(LABEL_ROW.iter_unpack(self.lrows))
         if self.frozen is not None:
             objects.extend(self.frozen.object_rows())
             chain.extend(self.frozen.chain_rows())
@@ -895,7 +904,7 @@ class Tables:
             # the active segment's rows in the index layout: looked up in place, never unpacked
             "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
             # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
-            **({"labels": [[k, n, oid] for k, rows in self.labels.items() for n, oid in rows]} if self.labels else {}),
+            **({"labels": bytes(self.lrows)} if self.lrows else {}),
         })
 
     @classmethod
@@ -924,8 +933,10 @@ class Tables:
         t.starts = m["starts"]
         t.idx = {k: v for k, v in m["idx"]}
         t.packs = {k: v for k, v in m.get("packs", ())}
-        for k, n, oid in m.get("labels", ()):
-            t.labels.setdefault(k, []).append((n, oid))
+        rows = m.get("labels", b"")
+        if type(rows) is not bytes or len(rows) % LABEL_ROW.size:
+            raise ValueError("label rows")
+        t.lrows = bytearray(rows)
         t.acc = t.recompute_root()
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]
@@ -1079,7 +1090,7 @@ class Engine:
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
         """(entry number, record id) of every label row with this key (storage.labels), newest
         entry first. Rows are claims: the caller checks each record carries the label."""
-        return sorted(self.tables.labels.get(key, ()), reverse=True)
+        return sorted(set(self.tables.label_rows(key)), reverse=True)
 
     def release_indexes(self) -> None:
         """Let the mapped index pages touched so far leave this process's resident set (a long
@@ -1836,7 +1847,7 @@ class LogEngine(Engine):
         """The active segment's rows (the tail's, and the checkpoint's, which the caller checks
         against the record as it does every row), then each sealed segment's index, newest first:
         a binary search per segment, reading only the rows with this key."""
-        rows = list(self.tables.labels.get(key, ()))  # the active segment's: in the root, whoever wrote the checkpoint
+        rows = self.tables.label_rows(key)  # the active segment's: in the root, whoever wrote the checkpoint
         for seg in range(self._seg - 1, 0, -1):
             try:
                 idx = self._index(seg)
@@ -2483,6 +2494,9 @@ def block_starts(e: Entry) -> list:
         starts.append(off)
         off += b[2]
     return starts
+
+
+LABEL_ROW = struct.Struct("<16sQ32s")  # a label row: key · entry number · record id (the index's chain row layout)
 
 
 def _segment_rows(e: Entry, objects: dict, chain: list, labels: bool = True) -> None:
