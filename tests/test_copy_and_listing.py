@@ -187,3 +187,35 @@ def test_verify_a_run_by_label(tmp_path):
     p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "verify", "thread_id=nobody"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 4 and p.stderr.count("\n") == 1
+
+
+def test_listing_all_branches_reads_only_what_it_returns(tmp_path, monkeypatch):
+    """Merged over 40 branches, the newest record is one decode; a page below a cut reads nothing newer
+    than the cut (branches are positioned by their ids' log positions and a binary search on the chain
+    index, not by decoding heads)."""
+    log = _log(tmp_path)
+    run, recs = _src(log, 50)
+    for i in range(40):
+        log.fork(run, 0, i, make_live=False)
+        log.record_attempt(run, 100 + i, 0, "succeeded", branch=i + 1, allow_retained=True)
+        log.record_attempt(run, 200 + i, 0, "succeeded", branch=i + 1, allow_retained=True)
+    want = list(log.iter_records(run, all_branches=True))
+    fresh = _log(tmp_path)
+    fresh.view(run)
+    decoded = []
+    real = fresh.store.get_decoded
+
+    def counting(oid):
+        decoded.append(oid)
+        return real(oid)
+
+    monkeypatch.setattr(fresh.store, "get_decoded", counting)
+    got = list(fresh.iter_records(run, all_branches=True, limit=1))
+    assert [r.id for r in got] == [want[0].id] and len(decoded) == 1
+    decoded.clear()
+    mid = want[30]
+    got = list(fresh.iter_records(run, all_branches=True, before=mid.id, limit=3))
+    assert [r.id for r in got] == [r.id for r in want[31:34]]
+    assert len(decoded) == 3  # the page: nothing newer than the cut, no other branch's head
+    decoded.clear()
+    assert [r.id for r in fresh.iter_records(run, all_branches=True)] == [r.id for r in want]

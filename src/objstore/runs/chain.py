@@ -73,20 +73,20 @@ class ChainReader:
         self._copies: dict[str, bool] = {}  # run -> whether it is a copy of another run (never changes)
 
     # -- labels (runs.labels) ------------------------------------------------------
-    def find_run(self, **labels: str) -> str | None:
+    def find_run(self, /, **labels: str) -> str | None:
         """The live run with exactly these labels (its id is computed: no search), or None."""
         return L.find_run(self.store, labels)
 
-    def find_runs(self, **labels: str) -> list[str]:
+    def find_runs(self, /, **labels: str) -> list[str]:
         """Every live run whose labels include all of these, newest first; reads only the index
         rows and the run_started records it returns."""
         return L.find_runs(self.store, labels)
 
-    def find_records(self, run: str, **labels: str) -> list[R.Record]:
+    def find_records(self, run: str, /, **labels: str) -> list[R.Record]:
         """Every record of ``run`` (any branch) carrying all these labels, newest commit first."""
         return [R.Record.from_payload(oid, p) for oid, p in L.find_records(self.store, run, labels)]
 
-    def find_record(self, run: str, **labels: str) -> R.Record | None:
+    def find_record(self, run: str, /, **labels: str) -> R.Record | None:
         """The newest record of ``run`` carrying all these labels, or None."""
         got = L.find_records(self.store, run, labels)
         return R.Record.from_payload(*got[0]) if got else None
@@ -152,6 +152,11 @@ class ChainReader:
                 continue
             otype, p = get(oid)
             if otype == codec.FORK:
+                src = p.get("parent_run")
+                if isinstance(src, str) and src != p.get("run"):
+                    # a copy's root: its caller may walk on into the source, whose partial deletions must
+                    # then be known (its covered records read header-only, as in every other reader)
+                    self.store.covered_records(src)
                 yield dict(p, id=oid)
                 return
             if otype != codec.RECORD:

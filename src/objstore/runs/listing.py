@@ -24,8 +24,40 @@ from . import records as R
 from .chain import ChainReader, View
 
 
+def _entry_of(log: ChainReader, oid: bytes) -> int:
+    return log.store.engine.loc_entry(oid) or 0
+
+
 def _position(log: ChainReader, rec: R.Record) -> tuple[int, int, int]:
-    return (log.store.engine.loc_entry(rec.id) or 0, rec.lsn, rec.branch)
+    """Where a record is in the log: (entry, branch, LSN) — commit order; within one entry, by branch."""
+    return (_entry_of(log, rec.id), rec.branch, rec.lsn)
+
+
+def _below(log: ChainReader, view: View, b: int, cut: tuple[int, int, int] | None) -> bytes | None:
+    """The newest record of branch ``b`` below ``cut`` (None: none), found by binary search on the
+    log's chain index — index rows and locations, no record decoded — so a listing paged by
+    ``before`` reads nothing newer than its cut. The head when there is no cut or nothing indexed to search."""
+    head = view.head(b)
+    tip = log.store.engine.tables.tips.get((view.run, b))
+    if cut is None or tip is None or tip[1] != head:
+        return head  # (an open batch's records, or a branch that is only its fork object: the walk decides)
+
+    def at(lsn: int) -> tuple[tuple[int, int, int], bytes | None]:
+        oid = log.store.indexed_record(view.run, b, lsn)
+        return ((_entry_of(log, oid), b, lsn) if oid is not None else (0, b, lsn)), oid
+
+    if at(tip[0])[0] < cut:
+        return head
+    if at(0)[0] >= cut:
+        return None
+    lo, hi = 0, tip[0]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if at(mid)[0] < cut:
+            lo = mid
+        else:
+            hi = mid - 1
+    return at(lo)[1]
 
 
 def _own_newest_first(log: ChainReader, view: View, branch: int, start: bytes | None = None) -> Iterator[R.Record]:
@@ -75,32 +107,43 @@ def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_b
                 raise
             b_rec = log._header_only(before, hit)
         cut = _position(log, b_rec)
-        if len(branches) == 1 and b_rec.run == run and b_rec.branch == branches[0] and b_rec.parent is not None:
-            start = b_rec.parent  # on the branch listed: its walk starts right below it (nothing newer is read)
+        if len(branches) == 1:
+            if b_rec.run == run and b_rec.branch == branches[0]:
+                start = b_rec.parent  # on the branch listed: its walk starts right below it (nothing newer is read)
+            else:
+                start = _below(log, view, branches[0], cut)
+            if start is None:
+                return iter(())
     if labels is not None:
         source: Iterator[R.Record] = iter([R.Record.from_payload(oid, p) for oid, p in L.find_records(log.store, run, labels)
                                            if p.get("branch") in branches])
     elif len(branches) == 1:
         source = _own_newest_first(log, view, branches[0], start)
     else:
-        source = _merged(log, [_own_newest_first(log, view, b) for b in branches])
+        source = _merged(log, view, branches, cut)
     return _filtered(log, source, want_kinds, cut, limit, deleted)
 
 
-def _merged(log: ChainReader, walks: list[Iterator[R.Record]]) -> Iterator[R.Record]:
+def _merged(log: ChainReader, view: View, branches: list[int], cut: tuple[int, int, int] | None) -> Iterator[R.Record]:
+    """The branches' own records merged newest first. A branch's next record is ordered by its id's
+    log position before it is read (the parent link of the record read last), so each record is
+    decoded only when it is the next one returned: ``limit=1`` over 40 branches reads one record."""
     heap: list = []
-    for i, w in enumerate(walks):
-        rec = next(w, None)
-        if rec is not None:
-            p = _position(log, rec)
-            heapq.heappush(heap, ((-p[0], -p[1], -p[2]), i, rec))
+    for b in branches:
+        start = _below(log, view, b, cut)
+        if start is not None:
+            heap.append(((-_entry_of(log, start), -b), b, start, None))
+    heapq.heapify(heap)
     while heap:
-        _, i, rec = heapq.heappop(heap)
+        _key, b, oid, it = heapq.heappop(heap)
+        if it is None:
+            it = _own_newest_first(log, view, b, oid)
+        rec = next(it, None)
+        if rec is None:
+            continue
         yield rec
-        nxt = next(walks[i], None)
-        if nxt is not None:
-            p = _position(log, nxt)
-            heapq.heappush(heap, ((-p[0], -p[1], -p[2]), i, nxt))
+        if rec.parent is not None:
+            heapq.heappush(heap, ((-_entry_of(log, rec.parent), -b), b, rec.parent, it))
 
 
 def _filtered(log: ChainReader, source: Iterator[R.Record], kinds: frozenset[str] | None, cut: tuple | None, limit: int | None,
