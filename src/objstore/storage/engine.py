@@ -616,6 +616,8 @@ class Tables:
         # the root holds ["L", its digest] while there are any.
         self.lrows = bytearray()
         self.lhash: Any = blake3.blake3()
+        self._lindex: dict[bytes, list] | None = None  # key -> [(entry, id)], built once lookups are many
+        self._lscans = 0
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
         self.tips: dict[tuple, tuple[int, bytes]] = {}  # (run, branch) -> (LSN, id) of the chain's newest record
         self.intents: dict[str, list] = {}  # run -> [(branch, lsn, kind, facts, id)] of intent / intent_committed records
@@ -831,7 +833,11 @@ class Tables:
             self.chain[(run, branch, lsn)] = oid
         if p.idx is not None:
             self.lrows = bytearray()  # the sealed segment's label rows are its index's now
+            self._lindex = None
         self.lrows += p.lrows
+        if self._lindex is not None and p.lrows:
+            for k, n_, oid in LABEL_ROW.iter_unpack(p.lrows):
+                self._lindex.setdefault(k, []).append((n_, oid))
         if p.lhash is not None:
             self.lhash = p.lhash
         for run, fact in p.intents:
@@ -868,7 +874,18 @@ class Tables:
         return acc & _ROOT_MOD
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
-        """(entry, record id) of the active segment's label rows with this key (a search in C)."""
+        """(entry, record id) of the active segment's label rows with this key: a search in C over the
+        packed rows for the first few look-ups of a process (a fresh reader's get_tuple unpacks nothing),
+        then a dict built once and kept up to date (a listing looks up one label per checkpoint)."""
+        if self._lindex is None:
+            self._lscans += 1
+            if self._lscans > 8:
+                index: dict[bytes, list] = {}
+                for k, n, oid in LABEL_ROW.iter_unpack(self.lrows):
+                    index.setdefault(k, []).append((n, oid))
+                self._lindex = index
+        if self._lindex is not None:
+            return list(self._lindex.get(key, ()))
         rows, buf, size = [], self.lrows, LABEL_ROW.size
         at = buf.find(key)
         while at >= 0:
