@@ -71,35 +71,45 @@ class RunLog(ChainReader):
         One commit: the record, the branch ref and the live ref land together or not at all.
         ``labels``: the run's outside names (runs.labels), which determine its id (``run`` must
         then be None); if that run exists, ``Conflict`` and nothing is written."""
-        if labels is not None:
-            labels = L.check_labels(labels)
-            if run is not None:
-                raise InvalidInput("a labelled run's id is the one its labels give: pass labels or a run id, not both")
-        elif run is None:
-            run = new_run_id()
-        elif L.is_label_id(run):
-            raise InvalidInput(f"run id {run!r}: ids starting with {L.PREFIX!r} belong to labelled runs (start_run(labels=...))")
-        if run is not None:
-            R.check_run_id(run)
-            check_new_run_id(run)
+        run, labels = _asked_run(run, labels)
         body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
         t = _now(when)
+        with self.store.batch():
+            run = self._claim_run(run, labels, new_format=labels is not None)
+            oid = self._put_start(run, labels, None, body, t, "start run", "start run: branch 0 live")
+        return self._started(run, oid, body)
+
+    def _claim_run(self, run: str | None, labels: dict[str, str] | None, new_format: bool) -> str:
+        """Under the writer lock: the new run's id (a labelled run's: the first generation of its
+        labels that is not a deleted run), ``Conflict`` if a labelled run exists, InvalidInput if
+        another does; the store's marker raised to 5 when the run needs it, after every check."""
         store = self.store
-        with store.batch():
-            if labels is not None:
-                run, exists = L.generations(store, labels)
-                if exists:
-                    raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
-                store.require_version(LABELS_VERSION)
-            assert run is not None
-            payload = {"run": run, "branch": 0, "lsn": 0, "parent": None, "kind": R.RUN_STARTED, "time": t, "body": body}
-            if labels is not None:
-                payload["labels"] = labels
-            if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
-                raise InvalidInput(f"run {run} already exists")
-            oid = store.put(codec.RECORD, payload)
-            store.set_ref(branch_ref(run, 0), None, oid, "start run")
-            store.set_ref(live_ref(run), None, symref(branch_ref(run, 0)), "start run: branch 0 live")
+        if labels is not None:
+            run, exists = L.generations(store, labels)
+            if exists:
+                raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
+        assert run is not None
+        if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+            raise InvalidInput(f"run {run} already exists")
+        if new_format:
+            store.require_version(LABELS_VERSION)
+        return run
+
+    def _put_start(self, run: str, labels: dict[str, str] | None, parent: bytes | None, body: dict, t: float, why: str,
+                   live_why: str) -> bytes:
+        """The run's ``run_started`` record (``parent``: a copy's cross-run fork object) and its branch
+        0 and live refs, into the open batch; the record's id."""
+        store = self.store
+        payload = {"run": run, "branch": 0, "lsn": 0, "parent": parent, "kind": R.RUN_STARTED, "time": t, "body": body}
+        if labels is not None:
+            payload["labels"] = labels
+        oid = store.put(codec.RECORD, payload)
+        store.set_ref(branch_ref(run, 0), None, oid, why)
+        store.set_ref(live_ref(run), None, symref(branch_ref(run, 0)), live_why)
+        return oid
+
+    def _started(self, run: str, oid: bytes, body: dict) -> str:
+        """Remember a run its commit made (only once it is committed)."""
         self._next[oid] = (1, False)
         self._subjects[run] = body["subject"]
         return run
@@ -339,17 +349,7 @@ class RunLog(ChainReader):
         if not isinstance(reason, str):
             raise InvalidInput(f"a fork reason is text, got {type(reason).__name__}")
         codec.check_text(reason, "fork reason")
-        if labels is not None:
-            labels = L.check_labels(labels)
-            if run is not None:
-                raise InvalidInput("a labelled run's id is the one its labels give: pass labels or a run id, not both")
-        elif run is None:
-            run = new_run_id()
-        elif L.is_label_id(run):
-            raise InvalidInput(f"run id {run!r}: ids starting with {L.PREFIX!r} belong to labelled runs")
-        if run is not None:
-            R.check_run_id(run)
-            check_new_run_id(run)
+        run, labels = _asked_run(run, labels)
         t = _now(when)
         store = self.store
         with store.batch():
@@ -366,28 +366,14 @@ class RunLog(ChainReader):
                 branch, lsn = rec.branch, rec.lsn
                 head = view.head(branch)
             started = self.run_started(source).body
-            if labels is not None:
-                run, exists = L.generations(store, labels)
-                if exists:
-                    raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
-            assert run is not None
-            if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
-                raise InvalidInput(f"run {run} already exists")
-            store.require_version(LABELS_VERSION)
+            run = self._claim_run(run, labels, new_format=True)
             body = R.check_body(R.RUN_STARTED, {"subject": subject if subject is not None else started["subject"],
                                                 "workflow_version": started["workflow_version"],
                                                 "meta": meta if meta is not None else started.get("meta")})
             fork_id = store.put(codec.FORK, {"run": run, "branch": 0, "parent_run": source, "parent_branch": branch, "parent_lsn": lsn,
                                              "parent_record": record, "parent_head": head, "reason": reason, "compensation": [], "time": t})
-            payload = {"run": run, "branch": 0, "lsn": 0, "parent": fork_id, "kind": R.RUN_STARTED, "time": t, "body": body}
-            if labels is not None:
-                payload["labels"] = labels
-            oid = store.put(codec.RECORD, payload)
-            store.set_ref(branch_ref(run, 0), None, oid, f"copy of {source} branch {branch}@{lsn}: {reason}")
-            store.set_ref(live_ref(run), None, symref(branch_ref(run, 0)), "copy: branch 0 live")
-        self._next[oid] = (1, False)
-        self._subjects[run] = body["subject"]
-        return run
+            oid = self._put_start(run, labels, fork_id, body, t, f"copy of {source} branch {branch}@{lsn}: {reason}", "copy: branch 0 live")
+        return self._started(run, oid, body)
 
     def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None, expect_live: int | None = None) -> ForkResult:
         """Rewind the live branch to ``to_lsn``: a fork of the branch live under the writer lock,
@@ -420,6 +406,23 @@ def new_run_id() -> str:
     with _id_lock:
         us = _last_us = max(time.time_ns() // 1000, _last_us + 1)
     return time.strftime("r%Y%m%d-%H%M%S", time.gmtime(us // 1_000_000)) + f"{us % 1_000_000:06d}-" + secrets.token_hex(6)
+
+
+def _asked_run(run: str | None, labels: dict[str, str] | None) -> tuple[str | None, dict[str, str] | None]:
+    """A new run's id as asked, checked before the lock: a run id (given, or made), or labels (the
+    id comes from them under the lock: ``run`` is then None); never both, and ``l-`` only for labels."""
+    if labels is not None:
+        labels = L.check_labels(labels)
+        if run is not None:
+            raise InvalidInput("a labelled run's id is the one its labels give: pass labels or a run id, not both")
+        return None, labels
+    if run is None:
+        run = new_run_id()
+    elif L.is_label_id(run):
+        raise InvalidInput(f"run id {run!r}: ids starting with {L.PREFIX!r} belong to labelled runs (labels=...)")
+    R.check_run_id(run)
+    check_new_run_id(run)
+    return run, None
 
 
 def _now(when: float | None) -> float:
