@@ -60,7 +60,7 @@ class _Reader:
     def get(self, oid: bytes) -> tuple[str, Any]:
         self.n += 1
         if self.n <= EAGER:
-            return codec.decode(self.store.get_raw(oid), oid, False)
+            return self.store.get_one(oid)
         return self.store.get_decoded(oid)
 
 
@@ -92,10 +92,6 @@ def entries(log: ChainReader, view: View, branch: int | None = None, *, all_bran
                     yield Entry(b, item, None)
             if fk is None:
                 return
-            if fk.get("parent_run"):
-                # into a copy's source: its records are this run's history too, read as every lineage reads
-                # them (block decoding, no per-record erasure check: a deleted source's reached records stay)
-                reader.n = max(reader.n, EAGER)
             b, head = fk["parent_branch"], fk["parent_record"]
 
     try:

@@ -421,6 +421,12 @@ class Store:
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
         return self.engine.read(oid)
 
+    def get_one(self, oid: bytes) -> tuple[str, Any]:
+        """(type, value) of one object as a chain walk reads it, without decoding its block: like
+        ``get_decoded``, no per-record erasure check (the run model walks no deleted run but a copy's
+        kept source, and folds covered records from their rows); a redacted blob is refused."""
+        return codec.decode(self._raw(oid), oid, False)
+
     def get_decoded(self, oid: bytes) -> tuple[str, Any]:
         """(type, value) like ``get`` minus the canonical re-encoding check, for chain walks.
 
