@@ -17,7 +17,7 @@ recorded deletion covers, or of a deleted run, is not found.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import blake3
@@ -119,16 +119,18 @@ def find_runs(store: Store, labels: Mapping[str, str]) -> list[str]:
                 or type(p.get("run")) is not str or check_run_labels(p["run"], p["labels"]) is not None):
             continue
         run = p["run"]
-        if _live(store, run) and run not in out and _first_live_generation(store, run, p["labels"]):
+        if (_live(store, run) and run not in out
+                and live_earlier_generation(run, p["labels"], lambda r: store.read_ref(deleted_ref(r)) is not None) is None):
             out.append(run)
     return out
 
 
-def _first_live_generation(store: Store, run: str, labels: dict) -> bool:
-    """Whether every generation of these labels before ``run`` is a deleted run (a live run of an
-    earlier generation beside it would be a second run for one label set: not a run these labels name)."""
+def live_earlier_generation(run: str, labels: dict, deleted: Callable[[str], bool]) -> int | None:
+    """The first generation of these labels before ``run`` that is not a deleted run (``deleted``
+    says which runs are), or None. A live one beside ``run`` would make two runs of one label set:
+    ``run`` is then not a run these labels name (find_runs), and verify names it (``bad-labels``)."""
     g = generation_of(run, labels)
-    return g is not None and all(store.read_ref(deleted_ref(run_id(labels, k))) is not None for k in range(g))
+    return next((k for k in range(g or 0) if not deleted(run_id(labels, k))), None)
 
 
 def generation_of(run: str, labels: dict) -> int | None:

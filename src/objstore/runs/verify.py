@@ -815,13 +815,7 @@ class _Verifier:
                  for s in range(1, top + 1)]
         jobs = self.jobs
         if jobs is None:  # automatic: workers only where they pay for their start
-            size = 0
-            for s in nums:
-                try:
-                    size += os.path.getsize(engine.seg_path(s))
-                except OSError:
-                    pass
-            jobs = _cores() if size >= PARALLEL_MIN_BYTES else 1
+            jobs = _cores() if engine.segment_bytes(nums) >= PARALLEL_MIN_BYTES else 1
         if jobs <= 1 or len(tasks) <= 1:
             for t in tasks:
                 yield check_segment(*t)
@@ -1336,13 +1330,10 @@ class _Verifier:
         """A labelled run of generation g ≥ 1 stands only beside deleted runs of generations 0 … g−1:
         otherwise one label set would name two live runs (runs.labels)."""
         for run, (labels, h, where) in sorted(self.labelled.items()):
-            g = RL.generation_of(run, labels) if isinstance(labels, dict) else None
-            if not g:
-                continue
-            live = [k for k in range(g) if RL.run_id(labels, k) not in self.deleted_runs]
-            if live:
-                self.add("bad-labels", h, where, f"run {run} is generation {g} of its labels, but generation {live[0]} "
-                         f"({RL.run_id(labels, live[0])}) is not a deleted run")
+            k = RL.live_earlier_generation(run, labels, self.deleted_runs.__contains__) if isinstance(labels, dict) else None
+            if k is not None:
+                self.add("bad-labels", h, where, f"run {run} is generation {RL.generation_of(run, labels)} of its labels, but generation {k} "
+                         f"({RL.run_id(labels, k)}) is not a deleted run")
 
     def _cross_fork(self, run: str, b: int, fid: bytes, fk: dict, ref: str) -> None:
         """A cross-run fork (``fork_run``): the root of branch 0 of a copy, naming a record of
