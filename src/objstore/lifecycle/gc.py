@@ -369,16 +369,6 @@ def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) 
     return True
 
 
-def _segment_bytes(eng: engine.LogEngine, segs: list[int]) -> int:
-    total = 0
-    for s in segs:
-        try:
-            total += os.path.getsize(eng.seg_path(s))
-        except OSError:
-            pass
-    return total
-
-
 def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0) -> GcResult:
     """Find what goes, pack every segment that needs it into ``tmp/gc/`` (the sealed ones, then the
     active one once sealed), then under the writer lock take in what writers committed meanwhile,
@@ -415,7 +405,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
                 if seg not in packs and (eng._packed(seg) is None or _holds(eng, seg, every)):
                     say(f"packing segment {seg}")
                     packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
-            before = _segment_bytes(eng, sorted(packs))
+            before = eng.segment_bytes(packs)
             entry = 0
             if packs:
                 entry = _put_in_place(store, eng, root, tmpdir, packs, gone, every, since, active_then, sync, timeout)
@@ -425,7 +415,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
             _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until a rewrite entry names them
         _clean_tmp(tmpdir)
         eng._checkpoint()
-        after = _segment_bytes(eng, sorted(packs))
+        after = eng.segment_bytes(packs)
     _vacuum_state(store)
     removed: dict = {}
     for p in packs.values():

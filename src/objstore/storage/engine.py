@@ -1358,6 +1358,16 @@ class LogEngine(Engine):
         self._wit = (entry, checksum)
 
     # -- files --------------------------------------------------------------------------
+    def segment_bytes(self, segs: Iterable[int]) -> int:
+        """The size on disk of these segment files (a missing one counts 0)."""
+        total = 0
+        for s in segs:
+            try:
+                total += os.path.getsize(self.seg_path(s))
+            except OSError:
+                pass
+        return total
+
     def seg_path(self, n: int) -> str:
         p = self._paths.get(n)
         if p is None:
