@@ -69,6 +69,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_verify import PY, child_env, code_fingerprint, env, finish, mkscratch, mmm, objstore_cmd, progress, run_child, say  # noqa: E402
+from common import dir_bytes  # noqa: E402
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(BENCH, "lg_work.py")
@@ -99,14 +100,6 @@ def fmt_mmm(xs, f="{:.3f}"):
     return f"{f.format(lo)} / {f.format(md)} / {f.format(hi)}"
 
 
-def store_bytes(path):
-    total = 0
-    for dp, _, fs in os.walk(path):
-        for f in fs:
-            total += os.path.getsize(os.path.join(dp, f))
-    return total
-
-
 def sqlite_bytes(d):
     db = os.path.join(d, "checkpoints.sqlite")
     conn = sqlite3.connect(db)
@@ -118,11 +111,11 @@ def sqlite_bytes(d):
 
 def objstore_gc(d, timeout):
     path = os.path.join(d, "store")
-    before = store_bytes(path)
+    before = dir_bytes(path)
     res = run_child(objstore_cmd(path, "gc"), timeout=timeout)
     if res.rc != 0 or res.killed:
         raise ChildFailed(f"gc: {res.killed or res.rc} {res.err[-2000:]}")
-    return before, store_bytes(path), res
+    return before, dir_bytes(path), res
 
 
 # -- profiles -------------------------------------------------------------------------------------------------
@@ -314,7 +307,7 @@ def build_threads(a, scratch, built):
         out[kind] = {"dir": d, **res}
         child("get", {"saver": kind, "dir": d})  # one open after the build, not measured (a first open may recover the tail)
         progress(f"built the {res['checkpoints']:,}-checkpoint thread on {kind} in {time.perf_counter() - t0:.0f} s "
-                 f"({store_bytes(d):,} B)")
+                 f"({dir_bytes(d):,} B)")
     built["thread"] = out
     return out
 
@@ -441,7 +434,7 @@ def row_find(a, scratch, built):
         t0 = time.perf_counter()
         res, _ = child("build_threads", {"saver": "objstore", "dir": d, "steps": 8, "threads": threads}, timeout=3 * 3600)
         stores[name] = {"dir": d, "thread": res["last"]["thread"], "checkpoint_id": res["last"]["old"],
-                        "checkpoints": res["last"]["checkpoints"], "bytes": store_bytes(d)}
+                        "checkpoints": res["last"]["checkpoints"], "bytes": dir_bytes(d)}
         try:
             child("find", {"dir": d, "thread": stores[name]["thread"], "checkpoint_id": stores[name]["checkpoint_id"]})  # warm-up open
         except ChildFailed as ex:
@@ -457,7 +450,7 @@ def row_find(a, scratch, built):
     # the thread's second-oldest checkpoint, like the small stores'
     stores[f"1 thread of {big_thread['checkpoints']}"] = {"dir": big_thread["dir"], "thread": "t1",
                                                           "checkpoint_id": big_thread["old2"],
-                                                          "checkpoints": big_thread["checkpoints"], "bytes": store_bytes(big_thread["dir"])}
+                                                          "checkpoints": big_thread["checkpoints"], "bytes": dir_bytes(big_thread["dir"])}
     pairs = [("10 threads", f"{a.threads} threads"), ("1 thread of 10", f"1 thread of {big_thread['checkpoints']}")]
     say(f"\n[6] find_run + find_record from a fresh process (open included), {a.reps} interleaved reps; bytes = rchar "
         f"(read syscalls, /proc reads subtracted) + resident mmapped store bytes (smaps Rss)")

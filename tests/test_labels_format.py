@@ -11,6 +11,7 @@ import os
 
 import blake3
 import pytest
+from test_codec import from_json  # the golden vectors' one JSON form ({"$bytes": hex} for bytes)
 
 from objstore.runs import labels as L
 from objstore.runs import records as R
@@ -24,16 +25,6 @@ UNRESERVED = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 
 def esc(s: str) -> str:
     return "".join(chr(b) if b in UNRESERVED else f"%{b:02X}" for b in s.encode())
-
-
-def from_json(v):
-    if isinstance(v, dict):
-        if set(v) == {"$bytes"}:
-            return bytes.fromhex(v["$bytes"])
-        return {k: from_json(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [from_json(x) for x in v]
-    return v
 
 
 def test_the_escaped_set_run_ids_and_keys_follow_the_documented_rules():
