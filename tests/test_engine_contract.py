@@ -18,10 +18,15 @@ from objstore.storage.fileutil import FsyncPolicy
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
 
-@pytest.fixture(params=["log", "memory"])
+@pytest.fixture(params=["log", "memory", "s3-fake"])
 def eng(request, tmp_path):
     if request.param == "memory":
         return MemoryEngine()
+    if request.param == "s3-fake":
+        from objstore.storage.bucket import MemoryBucket
+        from objstore.storage.s3engine import S3Engine
+
+        return S3Engine(MemoryBucket(), str(tmp_path / "cache"))
     root = str(tmp_path / "s")
     import os
 

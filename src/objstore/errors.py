@@ -29,6 +29,12 @@ Exit codes (also in README.md):
       its id stays, its body is gone or withheld
 13    snapshot gone: a reader's snapshot was rewritten by ``gc``
       meanwhile (reopen the store to read the new one)
+14    busy: a commit to object storage (S3) lost the race for the log's
+      head to other writers for longer than its retry bound (``Busy``);
+      nothing of it landed — retry later
+15    a batch or ingest that spans several runs' logs, which object
+      storage commits one log at a time (``MultiLogBatch``; use one batch
+      per run, or ``ingest --per-run``)
 130   interrupted (Ctrl-C)
 ====  ==========================================================
 
@@ -137,6 +143,13 @@ class CorruptPack(IntegrityError):
 class Conflict(ObjstoreError):
     exit_code = 7
     msg = "conflict: ref {} moved (expected {}, found {})"
+
+
+class StaleBase(Conflict):
+    """An optimistic commit (object storage) was built on a head that moved: a ref it read or
+    moves changed meanwhile. Self-contained commits are re-run on the new head; a caller's own batch gets this."""
+
+    msg = "the log moved under this batch: {} was {} when read, is {} now (run the batch again)"
 
 
 class Refused(ObjstoreError):
@@ -276,3 +289,17 @@ class SnapshotGone(ObjstoreError):
 
     exit_code = 13
     msg = "the snapshot this read belongs to was rewritten by gc ({}); open the store again to read the current one"
+
+
+class Busy(ObjstoreError):
+    """A commit to object storage kept losing the compare-and-swap on the log's HEAD; nothing of it landed."""
+
+    exit_code = 14
+    msg = "busy: {} (the commit lost the race for HEAD {} times in {} s; nothing of it landed, retry later)"
+
+
+class MultiLogBatch(ObjstoreError):
+    """On object storage a commit touches one run's log; this one spanned several."""
+
+    exit_code = 15
+    msg = "a batch on object storage touches one run's log; this one touches {} ({}): commit each run on its own"

@@ -74,9 +74,11 @@ class RunLog(ChainReader):
         run, labels = _asked_run(run, labels)
         body = R.check_body(R.RUN_STARTED, {"subject": subject, "workflow_version": workflow_version, "meta": meta})
         t = _now(when)
-        with self.store.batch():
-            run = self._claim_run(run, labels, new_format=labels is not None)
-            oid = self._put_start(run, labels, None, body, t, "start run", "start run: branch 0 live")
+        def commit() -> tuple[str, bytes]:
+            new = self._claim_run(run, labels, new_format=labels is not None)
+            return new, self._put_start(new, labels, None, body, t, "start run", "start run: branch 0 live")
+
+        run, oid = self.store.atomically(commit)
         return self._started(run, oid, body)
 
     def _claim_run(self, run: str | None, labels: dict[str, str] | None, new_format: bool) -> str:
@@ -146,8 +148,12 @@ class RunLog(ChainReader):
             extra = dict(extra or (), labels=L.check_labels(labels))
         txn = store.current_batch()
         if txn is None:
-            with store.batch() as txn:
-                oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
+            def commit() -> tuple[bytes, int, int, bytes]:
+                cur = store.current_batch()
+                assert cur is not None
+                return self._append_in(cur, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
+
+            oid, branch, lsn, head = store.atomically(commit)
         else:
             oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
         nxt = self._next
@@ -225,7 +231,7 @@ class RunLog(ChainReader):
         fields = K.check_fields(fields)
         t = _now(when)
         store = self.store
-        with store.batch():
+        def commit() -> bytes:
             name = K.schema_ref(kind)
             cur = store.read_ref(name)
             if isinstance(cur, bytes) and self._schema(cur)[1] == fields:
@@ -233,7 +239,9 @@ class RunLog(ChainReader):
             store.require_version(LABELS_VERSION)
             sid = store.put(codec.SCHEMA, {"kind": kind, "fields": fields, "previous": cur, "time": t})
             store.set_ref(name, cur, sid, f"declare {kind}")
-        return sid
+            return sid
+
+        return store.atomically(commit)
 
     def schema_of(self, kind: str) -> tuple[bytes, list]:
         """(id, fields) of the current schema of an x. kind; InvalidRecord if it was never declared."""
@@ -293,7 +301,8 @@ class RunLog(ChainReader):
         codec.check_text(reason, "fork reason")
         t = _now(when)  # checked before the lock is taken: a bad time writes nothing
         store = self.store
-        with store.batch():
+
+        def commit() -> tuple:
             view = self.view(run)
             if expect_live is not None and view.live != expect_live:
                 raise Conflict(live_ref(run), symref(branch_ref(run, expect_live)), symref(branch_ref(run, view.live)))
@@ -321,6 +330,9 @@ class RunLog(ChainReader):
             store.set_ref(branch_ref(run, new_branch), None, fork_id, f"fork from {from_branch}@{at_lsn}: {reason}")
             if make_live:
                 store.set_ref(live_ref(run), store.read_ref(live_ref(run)), symref(branch_ref(run, new_branch)), f"fork {new_branch} live")
+            return new_branch, fork_id, parent_record, parent_head, compensation
+
+        new_branch, fork_id, parent_record, parent_head, compensation = store.atomically(commit)
         self._next[fork_id] = (0, False)
         return ForkResult(new_branch, fork_id, from_branch, at_lsn, parent_record, parent_head, compensation)
 
@@ -352,7 +364,8 @@ class RunLog(ChainReader):
         run, labels = _asked_run(run, labels)
         t = _now(when)
         store = self.store
-        with store.batch():
+
+        def commit(record: bytes | None = record) -> tuple[str, bytes, dict]:
             view = self.view(source)
             if record is None:
                 branch = view.live
@@ -366,28 +379,34 @@ class RunLog(ChainReader):
                 branch, lsn = rec.branch, rec.lsn
                 head = view.head(branch)
             started = self.run_started(source).body
-            run = self._claim_run(run, labels, new_format=True)
+            new = self._claim_run(run, labels, new_format=True)
             body = R.check_body(R.RUN_STARTED, {"subject": subject if subject is not None else started["subject"],
                                                 "workflow_version": started["workflow_version"],
                                                 "meta": meta if meta is not None else started.get("meta")})
-            fork_id = store.put(codec.FORK, {"run": run, "branch": 0, "parent_run": source, "parent_branch": branch, "parent_lsn": lsn,
+            fork_id = store.put(codec.FORK, {"run": new, "branch": 0, "parent_run": source, "parent_branch": branch, "parent_lsn": lsn,
                                              "parent_record": record, "parent_head": head, "reason": reason, "compensation": [], "time": t})
-            oid = self._put_start(run, labels, fork_id, body, t, f"copy of {source} branch {branch}@{lsn}: {reason}", "copy: branch 0 live")
+            oid = self._put_start(new, labels, fork_id, body, t, f"copy of {source} branch {branch}@{lsn}: {reason}", "copy: branch 0 live")
+            return new, oid, body
+
+        run, oid, body = store.atomically(commit)
         return self._started(run, oid, body)
 
     def rewind(self, run: str, to_lsn: int, *, reason: str = "rewind", when: float | None = None, expect_live: int | None = None) -> ForkResult:
         """Rewind the live branch to ``to_lsn``: a fork of the branch live under the writer lock,
         which becomes live (``expect_live``: only if that branch is the live one)."""
-        with self.store.batch():
+        def commit() -> ForkResult:
             live = self.view(run).live
             return self.fork(run, live, to_lsn, reason=reason, make_live=True, when=when, expect_live=expect_live)
 
+        return self.store.atomically(commit)
+
     def set_live(self, run: str, branch: int, reason: str = "set live") -> None:
-        with self.store.batch():
-            view = self.view(run)
-            view.head(branch)
+        def commit() -> None:
+            self.view(run).head(branch)
             name = live_ref(run)
             self.store.set_ref(name, self.store.read_ref(name), symref(branch_ref(run, branch)), reason)
+
+        self.store.atomically(commit)
 
 
 _id_lock = threading.Lock()

@@ -19,16 +19,19 @@ import contextvars
 import errno
 import json
 import os
+import random
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import blake3
 import msgspec
 import zstandard
 
 from ..errors import (
+    Busy,
     Deleted,
     InvalidId,
     InvalidInput,
@@ -36,6 +39,7 @@ from ..errors import (
     NewerFormat,
     ObjectNotFound,
     Redacted,
+    StaleBase,
     StorageOSError,
     StoreFormatError,
     StoreNeedsUpgrade,
@@ -46,6 +50,7 @@ from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
 
 _hash = blake3.blake3
+_T = TypeVar("_T")
 
 
 def _check_oid(oid: object) -> bytes:
@@ -71,6 +76,24 @@ MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE)
 
 def default_path() -> str:
     return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
+
+
+S3_SCHEME = "s3://"
+CACHE_ENV = "OBJSTORE_CACHE_DIR"
+
+
+def is_remote(path: object) -> bool:
+    """Whether ``path`` names a store on object storage (``s3://bucket/prefix``) rather than a directory."""
+    return isinstance(path, str) and path.startswith(S3_SCHEME)
+
+
+def remote_cache_dir(url: str) -> str:
+    """The local directory that caches an S3 store's immutable keys and holds its state cache:
+    $OBJSTORE_CACHE_DIR, else $XDG_CACHE_HOME/objstore, else ~/.cache/objstore; one directory per
+    endpoint, bucket and prefix. Everything in it is derived and checked on use."""
+    base = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "objstore")
+    ident = f"{os.environ.get('AWS_ENDPOINT_URL', '')}|{url.rstrip('/')}"
+    return os.path.join(base, "s3-" + blake3.blake3(ident.encode()).hexdigest()[:24])
 
 
 CEILING_ENV = "OBJSTORE_CEILING_DIRECTORIES"
@@ -162,6 +185,7 @@ class Store:
         self._txn = _BatchVar(f"objstore-txn-{id(self)}")
         self._decoded: dict = {}  # the last record block decoded by get_decoded
         self.created = False  # set by ``init`` when it made the store
+        self.url: str | None = None  # s3://bucket/prefix of a store on object storage (root is then its local cache)
         # recorded deletion (issue 17): run -> (head of its run/<R>/deletions chain, {record id: row}),
         # and every covered record this store has seen, {id: (deletion id, run, branch, lsn, kind)}
         self._covered: dict[str, tuple[Any, dict]] = {}
@@ -176,7 +200,10 @@ class Store:
     def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
         """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
         which: two processes creating one new store at once both succeed, one of them created it."""
-        path = os.path.abspath(path or default_path())
+        path = path or default_path()
+        if is_remote(path):
+            return cls._open_remote(path, create=True)
+        path = os.path.abspath(path)
         policy = FsyncPolicy(fsync)
         marker = os.path.join(path, MARKER)
         if os.path.exists(marker):
@@ -221,8 +248,41 @@ class Store:
         """Open the store at ``path``. A log damaged before its end raises CorruptLog (exit 6) on
         every read, unless ``readable_prefix``: then reads answer from the entries before the
         damage (what verify does, to list everything it finds)."""
-        store = cls._open(path, fsync, create)
+        store = cls._open_remote(path, create) if is_remote(path) else cls._open(path, fsync, create)
         store.engine.prefix_ok = readable_prefix
+        return store
+
+    @classmethod
+    def _open_remote(cls, url: str, create: bool) -> Store:
+        """A store on S3-compatible object storage (storage.s3engine): the marker object says its
+        format; ``create`` writes it if absent (create-once, so two creators agree on one store)."""
+        from .s3client import open_bucket
+        from .s3engine import MARKER_KEY, S3Engine, marker_bytes
+
+        bucket = open_bucket(url)
+        cache = remote_cache_dir(bucket.url)
+        try:
+            os.makedirs(cache, exist_ok=True)
+        except OSError as e:
+            raise StorageOSError(f"create the local cache {cache}", e) from None
+        engine = S3Engine(bucket, cache)
+        version = engine.read_marker()
+        created = False
+        if version is None:
+            if not create:
+                raise StoreNotFound(url)
+            created = bucket.put_if_absent(MARKER_KEY, marker_bytes(FORMAT_VERSION)) is not None
+            version = engine.read_marker()
+            if version is None:
+                raise StoreNotFound(url)
+        if version > NEWEST_VERSION:
+            raise NewerFormat("store", url, version, NEWEST_VERSION)
+        if version not in READ_VERSIONS:
+            raise StoreFormatError(url, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
+        store = cls(engine, root=cache)
+        store._version = version
+        store.url = url
+        store.created = created
         return store
 
     @classmethod
@@ -268,6 +328,30 @@ class Store:
 
     transaction = batch
 
+    def atomically(self, fn: Callable[[], _T]) -> _T:
+        """``fn()`` as one commit. Inside an open batch it joins it. On an engine whose commits are
+        optimistic (object storage: no lock is held while the body runs), a commit that another
+        writer's entry made stale (``StaleBase``: a ref it read or moves changed) is run again on the
+        new head, within the engine's retry bound, then ``Busy``. Only self-contained commits can be
+        re-run, so a caller's own ``batch()`` gets the ``StaleBase`` (a ``Conflict``) instead."""
+        if self._txn.get() is not None:
+            return fn()
+        bound = getattr(self.engine, "retry_seconds", None)
+        if bound is None:
+            with self.batch():
+                return fn()
+        deadline = time.monotonic() + bound
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                with self.batch():
+                    return fn()
+            except StaleBase:
+                if time.monotonic() >= deadline:
+                    raise Busy(self.url or "the store", tries, bound) from None
+                time.sleep(random.uniform(0.001, min(0.2, 0.002 * (1 << min(tries, 7)))))
+
     def current_batch(self) -> Txn | None:
         """The batch open in this context, if any (writes inside it join it)."""
         return self._txn.get()
@@ -311,7 +395,11 @@ class Store:
         written (a memory store has no marker). Cheap after the first call of a process."""
         if self.root is None or self._version >= version:
             return
-        mark_version(self.root, version, self.policy)
+        remote = getattr(self.engine, "mark_version", None)
+        if remote is not None:
+            remote(version)
+        else:
+            mark_version(self.root, version, self.policy)
         self._version = version
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:

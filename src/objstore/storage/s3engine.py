@@ -1,0 +1,600 @@
+"""The log on S3-compatible object storage: one HEAD object, immutable chunks, a conditional PUT per commit.
+
+The entries are the local engine's format-3 entries (``engine.build_entry`` / ``parse_entry``), chained
+by the same checksum and checked against the same tables root; only where they live differs:
+
+- ``HEAD`` holds the log's position (entry number, checksum) and its newest entries inline (at most
+  ``TAIL_ENTRIES`` and ``INLINE_BYTES``), and names the newest chunk. It never grows with history.
+- ``chunk/<first>-<last>-<checksum of last>`` holds a run of older entries and names the chunk before
+  it. Every racer computes the same key and the same bytes for a chunk (it holds committed entries
+  only), so writing it is a plain PUT, and the checksum in its key makes any cached copy safe.
+- ``entry/<n>-<checksum>`` holds one entry too large to sit inline (written before the HEAD swap that
+  names it; invisible until then).
+
+A commit is exactly one ``PUT HEAD If-Match: <etag>`` (plus a chunk or entry PUT first when the tail
+is full or the entry large). A failed precondition is decided by content: HEAD is read again, and if
+our entry (its checksum at its number) is there, the commit landed; if HEAD did not change, the 412
+was false and the same PUT is retried; otherwise the foreign entries are taken in, and the commit is
+rebuilt on the new head when every ref it read or moves still holds what it held (else ``Conflict``).
+Retries are bounded in time with jittered backoff, then ``Busy``.
+
+Readers revalidate HEAD with ``If-None-Match`` (a 304 is one cheap request) and never trust a cached
+HEAD; chunks and large entries are cached on local disk by key and checked on use (their entries
+parse and chain to the checksum the key names).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import blake3
+import msgspec
+
+from ..errors import Busy, CorruptLog, IntegrityError, LimitExceeded, MultiLogBatch, ObjectNotFound, Refused, StaleBase
+from . import codec, runrefs
+from .bucket import NOT_MODIFIED, Bucket
+from .engine import (
+    COMP_GONE,
+    COMP_RAW,
+    COMP_ZSTD,
+    ZERO,
+    Engine,
+    Entry,
+    LargeBlob,
+    Loc,
+    Plan,
+    Position,
+    ScanEntry,
+    ScanProblem,
+    Tables,
+    Txn,
+    _decompressor,
+    _entry_objects,
+    _show,
+    block_starts,
+    build_entry,
+    parse_entry,
+)
+
+HEAD_KEY = "HEAD"
+MARKER_KEY = "OBJSTORE"
+CHUNK_PREFIX = "chunk/"
+ENTRY_PREFIX = "entry/"
+TAIL_ENTRIES = 16
+INLINE_BYTES = 64 << 10
+BUSY_SECONDS = float(os.environ.get("OBJSTORE_S3_BUSY_SECONDS", "30"))  # how long a commit retries before Busy
+FRESH_SECONDS = float(os.environ.get("OBJSTORE_S3_FRESH_MS", "100")) / 1000  # a reader rechecks HEAD at most this often
+CHUNK_CACHE = 64  # decoded chunks kept in memory
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder()
+
+
+class Head(msgspec.Struct, array_like=True, frozen=True):
+    """HEAD: format tag, entry count, checksum of the last entry, the newest chunk, the inline tail."""
+
+    fmt: str
+    n: int
+    checksum: bytes
+    chunk: list | None  # [first, last, checksum] of the newest chunk
+    tail: list  # slots of entries chunk.last+1 .. n: entry bytes, or [n, checksum] of an entry/ key
+
+
+class Chunk(msgspec.Struct, array_like=True, frozen=True):
+    fmt: str
+    prev: list | None
+    first: int
+    slots: list
+
+
+_head_dec = msgspec.msgpack.Decoder(Head)
+_chunk_dec = msgspec.msgpack.Decoder(Chunk)
+HEAD_FMT = "objstore-s3-head-1"
+CHUNK_FMT = "objstore-s3-chunk-1"
+
+
+def chunk_key(first: int, last: int, checksum: bytes) -> str:
+    return f"{CHUNK_PREFIX}{first:012d}-{last:012d}-{checksum.hex()}"
+
+
+def entry_key(n: int, checksum: bytes) -> str:
+    return f"{ENTRY_PREFIX}{n:012d}-{checksum.hex()}"
+
+
+class S3Txn(Txn):
+    """A Txn that remembers what it read, so a commit rebuilt on a newer head is checked against it."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.seen: dict[str, Any] = {}
+
+    def read_ref(self, name: str) -> bytes | str | None:
+        m = self.moves.get(name)
+        if m is not None:
+            return m[1]
+        v = self.engine.tables.refs.get(name)
+        self.seen.setdefault(name, v)
+        return v
+
+
+class S3Engine(Engine):
+    """The Engine interface over a ``Bucket``; ``cache`` is a local directory for immutable keys."""
+
+    retry_seconds = BUSY_SECONDS  # Store.atomically re-runs a stale self-contained commit this long
+
+    def __init__(self, bucket: Bucket, cache: str | None = None) -> None:
+        self.bucket = bucket
+        self.cache = cache
+        self.tables = Tables()
+        self._mu = threading.RLock()
+        self._wlock = threading.Lock()
+        self._etag: str | None = None
+        self._head: Head | None = None
+        self._checked = 0.0
+        self._src: dict[int, tuple] = {}  # entry -> ("tail", bytes) | ("chunk", key, slot index) | ("entry", key)
+        self._chunks: OrderedDict[str, Chunk] = OrderedDict()
+        self._known_chunks: dict[str, tuple[int, int]] = {}  # chunk key -> (first, last), for the walk back
+        self.root = None
+        self.damaged: str | None = None
+        if cache:
+            os.makedirs(os.path.join(cache, "keys"), exist_ok=True)
+
+    # -- reading the log ------------------------------------------------------------------
+    def refresh(self, force: bool = False) -> Position:
+        with self._mu:
+            now = time.monotonic()
+            if not force and self._head is not None and now - self._checked < FRESH_SECONDS:
+                return self.tables.pos
+            if self._etag is None:
+                got = self.bucket.get(HEAD_KEY)
+            else:
+                got = self.bucket.get_if_changed(HEAD_KEY, self._etag)
+            self._checked = time.monotonic()
+            if got is None:
+                if self.tables.pos.entry:
+                    raise CorruptLog(self._where(HEAD_KEY), f"HEAD is gone; this process has read {self.tables.pos.entry} entries")
+                return self.tables.pos
+            if got is NOT_MODIFIED:
+                return self.tables.pos
+            head = self._parse_head(got.data)
+            self._take(head)
+            self._head, self._etag = head, got.etag
+            return self.tables.pos
+
+    def _where(self, key: str) -> str:
+        return f"{self.bucket.url.rstrip('/')}/{key}"
+
+    def _parse_head(self, data: bytes) -> Head:
+        try:
+            head = _head_dec.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CorruptLog(self._where(HEAD_KEY), f"HEAD does not parse: {e}") from None
+        if head.fmt != HEAD_FMT or head.n < 0 or len(head.checksum) != 32 or len(head.tail) > head.n:
+            raise CorruptLog(self._where(HEAD_KEY), "HEAD is not an objstore S3 head")
+        if head.chunk is not None and not _chunk_ref_ok(head.chunk):
+            raise CorruptLog(self._where(HEAD_KEY), "HEAD names a malformed chunk")
+        return head
+
+    def _take(self, head: Head) -> list[bytes]:
+        """Apply the entries ``head`` has past our position; returns their checksums."""
+        t = self.tables
+        ours = t.pos.entry
+        if head.n < ours:
+            raise CorruptLog(self._where(HEAD_KEY), f"HEAD went back from entry {ours} to entry {head.n} (a rolled-back log)")
+        if head.n == ours:
+            if head.checksum != t.pos.checksum:
+                raise CorruptLog(self._where(HEAD_KEY), f"HEAD names another entry {ours} than the one this process read")
+            return []
+        tail_first = head.n - len(head.tail) + 1
+        slots: list[tuple[int, Any, tuple]] = []  # (n, slot, source)
+        if ours + 1 < tail_first:
+            slots = self._chunk_slots(head.chunk, ours + 1, tail_first - 1)
+        for i, slot in enumerate(head.tail):
+            n = tail_first + i
+            if n > ours:
+                slots.append((n, slot, ("tail",)))
+        got = []
+        for n, slot, src in slots:
+            raw, src2 = self._slot_bytes(n, slot, src)
+            e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n)
+            if isinstance(e, str):
+                raise CorruptLog(self._where(src2[1] if len(src2) > 1 else HEAD_KEY), f"entry {n}: {e}")
+            why = self._apply(e, None)
+            if why is not None:
+                raise CorruptLog(self._where(HEAD_KEY), f"entry {n} breaks a rule: {why}")
+            self._src[n] = src2
+            got.append(e.checksum)
+        if t.pos.checksum != head.checksum:
+            raise CorruptLog(self._where(HEAD_KEY), f"HEAD names checksum {head.checksum.hex()[:16]} for entry {head.n}, its entries chain to {t.pos.checksum.hex()[:16]}")
+        return got
+
+    def _slot_bytes(self, n: int, slot: Any, src: tuple) -> tuple[bytes, tuple]:
+        if isinstance(slot, bytes):
+            return slot, (("tail", slot) if src[0] == "tail" else src)
+        if isinstance(slot, list) and len(slot) == 2 and slot[0] == n and isinstance(slot[1], bytes):
+            key = entry_key(n, slot[1])
+            return self._immutable(key), ("entry", key)
+        raise CorruptLog(self._where(HEAD_KEY), f"entry {n}: malformed slot")
+
+    def _chunk_slots(self, tip: list | None, lo: int, hi: int) -> list:
+        """The slots of entries lo..hi, from the chunks walked back from ``tip``."""
+        chain: list[tuple[str, Chunk]] = []
+        ref = tip
+        while True:
+            if ref is None:
+                raise CorruptLog(self._where(HEAD_KEY), f"the chunks end before entry {lo}")
+            first, last, cks = ref
+            key = chunk_key(first, last, cks)
+            ch = self._chunk(key, first, last)
+            chain.append((key, ch))
+            if first <= lo:
+                break
+            ref = ch.prev
+            if ref is not None and (not _chunk_ref_ok(ref) or ref[1] != first - 1):
+                raise CorruptLog(self._where(key), "it names a chunk that does not end just before it")
+        out = []
+        for key, ch in reversed(chain):
+            for i, slot in enumerate(ch.slots):
+                n = ch.first + i
+                if lo <= n <= hi:
+                    out.append((n, slot, ("chunk", key, i)))
+        return out
+
+    def _chunk(self, key: str, first: int, last: int) -> Chunk:
+        ch = self._chunks.get(key)
+        if ch is not None:
+            self._chunks.move_to_end(key)
+            return ch
+        data = self._immutable(key)
+        try:
+            ch = _chunk_dec.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            raise CorruptLog(self._where(key), f"chunk does not parse: {e}") from None
+        if ch.fmt != CHUNK_FMT or ch.first != first or len(ch.slots) != last - first + 1:
+            raise CorruptLog(self._where(key), "chunk does not hold the entries its key names")
+        self._chunks[key] = ch
+        while len(self._chunks) > CHUNK_CACHE:
+            self._chunks.popitem(last=False)
+        return ch
+
+    def _immutable(self, key: str) -> bytes:
+        """An immutable key's bytes: from the local cache when there (the caller checks them), else GET."""
+        path = os.path.join(self.cache, "keys", key.replace("/", "_")) if self.cache else None
+        if path is not None:
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError:
+                pass
+        got = self.bucket.get(key)
+        if got is None:
+            raise CorruptLog(self._where(key), "missing (HEAD or a chunk names it)")
+        if path is not None:
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(got.data)
+                os.replace(tmp, path)
+            except OSError:
+                pass  # a cache that cannot be written is only slower
+        return got.data
+
+    def _forget_cached(self, key: str) -> None:
+        self._chunks.pop(key, None)
+        if self.cache:
+            try:
+                os.unlink(os.path.join(self.cache, "keys", key.replace("/", "_")))
+            except OSError:
+                pass
+
+    def _apply(self, e: Entry, plan: Plan | None) -> str | None:
+        t = self.tables
+        if plan is None:
+            if e.idx is not None or e.rw is not None or e.seal or e.cut is not None:
+                return "an S3 log's entries name no segment, index, rewrite or cut"
+            facts: dict = {}
+            objs = e.objs
+            for r in e.recs:
+                facts[objs[r[0]][0]] = r[1:]
+            for r in e.prevs:
+                facts[objs[r[0]][0]] = r[1:]
+            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, None, None)
+            if isinstance(got, str):
+                return got
+            if got.root != e.root:
+                return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
+            plan = got
+        bstarts = block_starts(e)
+        for oid, otype, length, bi, boff in e.objs:
+            comp, raw, stored = e.blocks[bi][:3]
+            t.locs[oid] = Loc(e.n, 0, bstarts[bi], comp, stored, raw, boff, length, otype)
+        t.commit(plan, e.n, e.checksum, e.time)
+        return None
+
+    def _entry_bytes(self, n: int) -> tuple[bytes, str]:
+        src = self._src.get(n)
+        if src is None:
+            raise ObjectNotFound(f"entry {n}")
+        if src[0] == "tail":
+            return src[1], HEAD_KEY
+        if src[0] == "entry":
+            return self._immutable(src[1]), src[1]
+        key, i = src[1], src[2]
+        first, last = _chunk_range(key)
+        slot = self._chunk(key, first, last).slots[i]
+        raw, _ = self._slot_bytes(n, slot, ("chunk", key, i))
+        return raw, key
+
+    def read(self, oid: bytes) -> bytes:
+        loc = self.loc(oid)
+        if loc is None:
+            self.refresh(force=True)
+            loc = self.loc(oid)
+            if loc is None:
+                raise ObjectNotFound(oid.hex())
+        assert isinstance(loc, Loc)
+        return self._read_loc(oid, loc)
+
+    def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
+        if loc.comp == COMP_GONE:
+            from ..errors import BodyRemoved
+            raise BodyRemoved(oid.hex())
+        raw, key = self._entry_bytes(loc.entry)
+        stored = raw[loc.block_off : loc.block_off + loc.stored_len]
+        if len(stored) != loc.stored_len:
+            raise IntegrityError(oid.hex(), self._where(key), "block truncated")
+        if loc.comp == COMP_ZSTD:
+            block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+        elif loc.comp == COMP_RAW:
+            block = stored
+        else:
+            raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
+        data = block[loc.off : loc.off + loc.length]
+        if len(data) != loc.length or blake3.blake3(data).digest() != oid:
+            raise IntegrityError(oid.hex(), self._where(key), "hash mismatch (content does not match id)")
+        return data
+
+    def read_block_of(self, oid: bytes) -> tuple[bytes, Loc] | None:
+        loc = self.loc(oid)
+        if not isinstance(loc, Loc) or loc.otype == codec.BLOB or loc.comp == COMP_GONE:
+            return None
+        raw, key = self._entry_bytes(loc.entry)
+        stored = raw[loc.block_off : loc.block_off + loc.stored_len]
+        block = _decompressor().decompress(stored, max_output_size=loc.block_raw) if loc.comp == COMP_ZSTD else stored
+        return block, loc
+
+    def entries(self) -> Iterator[Entry]:
+        self.refresh()
+        upto = self.tables.pos.entry
+        prev = ZERO
+        for n in range(1, upto + 1):
+            raw, key = self._entry_bytes(n)
+            e = parse_entry(raw, 0, len(raw), prev, 0, n)
+            if isinstance(e, str):
+                raise CorruptLog(self._where(key), f"entry {n}: {e}")
+            prev = e.checksum
+            yield e
+
+    def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
+        prev = ZERO
+        dec = _decompressor()
+        for n in range(1, upto + 1):
+            try:
+                raw, key = self._entry_bytes(n)
+            except CorruptLog as err:
+                yield ScanProblem("corrupt-entry", err.args[0], str(err.args[1]) if len(err.args) > 1 else str(err))
+                return
+            e = parse_entry(raw, 0, len(raw), prev, 0, n)
+            if isinstance(e, str):
+                yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: {e}")
+                return
+            prev = e.checksum
+            yield ScanEntry(e, _entry_objects(raw, e, 0, dec, -1), self._where(key))
+
+    def snapshot(self) -> Position:
+        return self.refresh(force=True)
+
+    def anchor(self) -> Position:
+        return self.refresh(force=True)
+
+    # -- writing ---------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
+            from ..errors import LockTimeout
+            raise LockTimeout("this process's S3 writer lock", timeout)
+        try:
+            if self._head is None:
+                self.refresh(force=True)  # optimistic otherwise: a stale head costs a 412, not a request per commit
+            txn = S3Txn(self)
+            try:
+                yield txn
+                moves = txn.ref_moves()
+                if txn.objects or moves:
+                    runs = sorted({r for m in moves if (r := _run_of_ref(m[0])) is not None})
+                    if len(runs) > 1:
+                        raise MultiLogBatch(f"{len(runs)} runs", ", ".join(runs[:3]) + (", …" if len(runs) > 3 else ""))
+                    self._commit(txn, moves)
+            finally:
+                for spill in txn.spills:
+                    spill.discard()
+        finally:
+            self._wlock.release()
+
+    def _commit(self, txn: S3Txn, moves: list) -> None:
+        deadline = time.monotonic() + BUSY_SECONDS
+        when = time.time() if txn.when is None else float(txn.when)
+        objects_all = [(oid, otype, c.read_all() if isinstance(c, LargeBlob) else c) for oid, (otype, c) in txn.objects.items()]
+        delay = 0.004
+        attempts = 0
+        while True:
+            attempts += 1
+            with self._mu:
+                t = self.tables
+                objects = [o for o in objects_all if o[0] not in t.locs]
+                n = t.pos.entry + 1
+                plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
+                if isinstance(plan, str):
+                    raise Refused(plan)
+                raw, e = build_entry(t.pos.checksum, n, max(when, t.last_time or 0.0), objects, moves, None, facts=txn.facts, root=plan.root)
+                assert isinstance(raw, bytes)
+                head, etag = self._head, self._etag
+            new_head, pre = self._next_head(head, n, raw, e.checksum)
+            for key, data in pre:
+                self.bucket.put(key, data)
+            body = _enc.encode(new_head)
+            if etag is None:
+                new_etag = self.bucket.put_if_absent(HEAD_KEY, body)
+            else:
+                new_etag = self.bucket.put_if_match(HEAD_KEY, body, etag)
+            with self._mu:
+                if new_etag is not None:
+                    if self.tables.pos.entry == n - 1 and self._etag == etag:
+                        self._apply(e, plan)
+                        self._src[n] = self._src_of(new_head, n)
+                        self._retail(new_head)
+                        self._head, self._etag, self._checked = new_head, new_etag, time.monotonic()
+                        return
+                    self.refresh(force=True)  # a reader thread moved us meanwhile: take it in from HEAD
+                    return
+                # 412 (or 404): decided by content
+                self.refresh(force=True)
+                landed = self._landed(n, e.checksum)
+                if landed:
+                    return
+                if self._etag == etag:
+                    pass  # a false 412: HEAD is what we based on; the same PUT again
+                else:
+                    self._check_still(txn, moves)
+            if time.monotonic() >= deadline:
+                raise Busy(self.bucket.url, attempts, BUSY_SECONDS)
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
+
+    def _landed(self, n: int, checksum: bytes) -> bool:
+        """Whether our entry ``n`` (``checksum``) is in the log now (a PUT whose answer was lost
+        or a 412 after it landed). Entries taken in were parsed and chained, so the checksum in an
+        applied entry's trailer is the one its content gives."""
+        if self.tables.pos.entry < n:
+            return False
+        try:
+            raw, _ = self._entry_bytes(n)
+        except (ObjectNotFound, CorruptLog):
+            return False
+        return raw[-32:] == checksum
+
+    def _check_still(self, txn: S3Txn, moves: list) -> None:
+        """The foreign entries left every ref this commit read or moves as it was, else Conflict."""
+        refs = self.tables.refs
+        for name, old, _new, _reason in moves:
+            if refs.get(name) != old:
+                raise StaleBase(name, _show(old), _show(refs.get(name)))
+        for name, old in txn.seen.items():
+            if name not in txn.moves and refs.get(name) != old:
+                raise StaleBase(name, _show(old), _show(refs.get(name)))
+
+    def _next_head(self, head: Head | None, n: int, raw: bytes, checksum: bytes) -> tuple[Head, list]:
+        pre: list[tuple[str, bytes]] = []
+        if len(raw) > INLINE_BYTES:
+            pre.append((entry_key(n, checksum), raw))
+            slot: Any = [n, checksum]
+        else:
+            slot = raw
+        if head is None:
+            return Head(HEAD_FMT, n, checksum, None, [slot]), pre
+        tail = list(head.tail)
+        size = sum(len(s) if isinstance(s, bytes) else 48 for s in tail) + (len(slot) if isinstance(slot, bytes) else 48)
+        if len(tail) + 1 > TAIL_ENTRIES or size > INLINE_BYTES:
+            first = head.n - len(tail) + 1
+            if tail:
+                ch = Chunk(CHUNK_FMT, head.chunk, first, tail)
+                pre.insert(0, (chunk_key(first, head.n, head.checksum), _enc.encode(ch)))
+                return Head(HEAD_FMT, n, checksum, [first, head.n, head.checksum], [slot]), pre
+        tail.append(slot)
+        return Head(HEAD_FMT, n, checksum, head.chunk, tail), pre
+
+    def _src_of(self, head: Head, n: int) -> tuple:
+        slot = head.tail[-1]
+        return ("tail", slot) if isinstance(slot, bytes) else ("entry", entry_key(n, slot[1]))
+
+    def _retail(self, head: Head) -> None:
+        """After our own swap: entries that left the inline tail are now in the chunk HEAD names."""
+        if head.chunk is None:
+            return
+        first, last, _c = head.chunk
+        key = chunk_key(*head.chunk)
+        for i, n in enumerate(range(first, last + 1)):
+            src = self._src.get(n)
+            if src is not None and src[0] == "tail":
+                self._src[n] = ("chunk", key, i)
+
+    def commit(self, objects: Iterable[tuple[bytes, str, bytes]] = (), ref_moves: Iterable[tuple] = (), expectations: Iterable[tuple] = (),
+               when: float | None = None) -> Position:
+        return super().commit(objects, ref_moves, expectations, when)
+
+    def close(self) -> None:
+        self.bucket.close()
+
+    # -- the store's marker --------------------------------------------------------------------
+    def read_marker(self) -> int | None:
+        got = self.bucket.get(MARKER_KEY)
+        if got is None:
+            return None
+        return _marker_version(got.data, self._where(MARKER_KEY))
+
+    def mark_version(self, version: int) -> None:
+        """Raise the bucket's marker to ``version`` (never lower it), by compare-and-swap."""
+        for _ in range(50):
+            got = self.bucket.get(MARKER_KEY)
+            if got is None:
+                raise CorruptLog(self._where(MARKER_KEY), "the store's marker is gone")
+            if _marker_version(got.data, self._where(MARKER_KEY)) >= version:
+                return
+            if self.bucket.put_if_match(MARKER_KEY, marker_bytes(version), got.etag) is not None:
+                return
+        raise Busy(self.bucket.url, 50, 0)
+
+
+def marker_bytes(version: int) -> bytes:
+    import json
+    return json.dumps({"format": "objstore", "version": version, "engine": "s3"}).encode() + b"\n"
+
+
+def _marker_version(data: bytes, where: str) -> int:
+    import json
+    try:
+        meta = json.loads(data)
+        version = meta.get("version") if isinstance(meta, dict) else None
+    except ValueError:
+        meta, version = None, None
+    if not isinstance(meta, dict) or meta.get("format") != "objstore" or type(version) is not int:
+        from ..errors import StoreFormatError
+        raise StoreFormatError(where, "not an objstore marker")
+    return version
+
+
+def _run_of_ref(name: str) -> str | None:
+    """The run whose log a ref belongs to (None: the store log's)."""
+    if name.startswith(runrefs.RUN_PREFIX):
+        return name[len(runrefs.RUN_PREFIX):].split("/", 1)[0]
+    return None
+
+
+def _chunk_ref_ok(ref: Any) -> bool:
+    return (isinstance(ref, list) and len(ref) == 3 and type(ref[0]) is int and type(ref[1]) is int
+            and isinstance(ref[2], bytes) and len(ref[2]) == 32 and 1 <= ref[0] <= ref[1])
+
+
+def _chunk_range(key: str) -> tuple[int, int]:
+    a, b, _c = key[len(CHUNK_PREFIX):].split("-")
+    return int(a), int(b)
+
+
+__all__ = ["S3Engine", "HEAD_KEY", "MARKER_KEY", "LimitExceeded"]
