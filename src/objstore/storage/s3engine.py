@@ -36,6 +36,7 @@ from typing import Any
 
 import blake3
 import msgspec
+import zstandard
 
 from ..errors import Busy, CorruptLog, IntegrityError, LimitExceeded, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from . import codec, runrefs
@@ -140,7 +141,7 @@ class S3Engine(Engine):
         self._checked = 0.0
         self._src: dict[int, tuple] = {}  # entry -> ("tail", bytes) | ("chunk", key, slot index) | ("entry", key)
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
-        self._known_chunks: dict[str, tuple[int, int]] = {}  # chunk key -> (first, last), for the walk back
+        self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
         self.root = None
         self.damaged: str | None = None
         if cache:
@@ -164,7 +165,12 @@ class S3Engine(Engine):
             if got is NOT_MODIFIED:
                 return self.tables.pos
             head = self._parse_head(got.data)
-            self._take(head)
+            try:
+                self._take(head)
+            except CorruptLog:
+                if not self._drop_cached():
+                    raise
+                self._take(head)  # a damaged local cache copy, not a damaged log: from the bucket again
             self._head, self._etag = head, got.etag
             return self.tables.pos
 
@@ -264,13 +270,26 @@ class S3Engine(Engine):
             self._chunks.popitem(last=False)
         return ch
 
+    def _cache_path(self, key: str) -> str | None:
+        return os.path.join(self.cache, "keys", key.replace("/", "_")) if self.cache else None
+
+    def _drop_cached(self) -> bool:
+        """Forget every cached copy read since the last drop; whether there was any (worth a retry)."""
+        used, self._from_cache = self._from_cache, set()
+        for key in used:
+            self._forget_cached(key)
+        return bool(used)
+
     def _immutable(self, key: str) -> bytes:
-        """An immutable key's bytes: from the local cache when there (the caller checks them), else GET."""
-        path = os.path.join(self.cache, "keys", key.replace("/", "_")) if self.cache else None
+        """An immutable key's bytes: from the local cache when there (the caller checks them: a
+        copy that fails its check is dropped and read from the bucket again), else GET."""
+        path = self._cache_path(key)
         if path is not None:
             try:
                 with open(path, "rb") as f:
-                    return f.read()
+                    data = f.read()
+                self._from_cache.add(key)
+                return data
             except OSError:
                 pass
         got = self.bucket.get(key)
@@ -288,9 +307,10 @@ class S3Engine(Engine):
 
     def _forget_cached(self, key: str) -> None:
         self._chunks.pop(key, None)
-        if self.cache:
+        path = self._cache_path(key)
+        if path is not None:
             try:
-                os.unlink(os.path.join(self.cache, "keys", key.replace("/", "_")))
+                os.unlink(path)
             except OSError:
                 pass
 
@@ -340,7 +360,12 @@ class S3Engine(Engine):
             if loc is None:
                 raise ObjectNotFound(oid.hex())
         assert isinstance(loc, Loc)
-        return self._read_loc(oid, loc)
+        try:
+            return self._read_loc(oid, loc)
+        except (IntegrityError, CorruptLog, zstandard.ZstdError):
+            if not self._drop_cached():
+                raise
+            return self._read_loc(oid, loc)
 
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
         if loc.comp == COMP_GONE:
@@ -351,7 +376,10 @@ class S3Engine(Engine):
         if len(stored) != loc.stored_len:
             raise IntegrityError(oid.hex(), self._where(key), "block truncated")
         if loc.comp == COMP_ZSTD:
-            block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+            try:
+                block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+            except zstandard.ZstdError as e:
+                raise IntegrityError(oid.hex(), self._where(key), f"zstd data corrupt: {e}") from None
         elif loc.comp == COMP_RAW:
             block = stored
         else:
@@ -383,20 +411,96 @@ class S3Engine(Engine):
             yield e
 
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
-        prev = ZERO
+        """Entries 1..upto with their objects, read from the bucket itself (never the local cache:
+        an auditor proves what every other reader will read): HEAD, then each chunk with one GET."""
+        got = self.bucket.get(HEAD_KEY)
+        if got is None:
+            if upto:
+                yield ScanProblem("corrupt-entry", self._where(HEAD_KEY), "HEAD is missing")
+            return
+        try:
+            head = self._parse_head(got.data)
+        except CorruptLog as err:
+            yield ScanProblem("corrupt-entry", self._where(HEAD_KEY), str(err.args[1]))
+            return
+        refs: list = []  # chunk refs, newest first
+        walked: dict[str, Chunk] = {}  # each chunk is read once (the walk back needs its prev link)
+        ref = head.chunk
+        while ref is not None:
+            refs.append(ref)
+            if ref[0] == 1:
+                break
+            key = chunk_key(*ref)
+            data = self.bucket.get(key)
+            ch = self._decode_chunk(key, ref, data.data if data is not None else None)
+            if isinstance(ch, str):
+                yield ScanProblem("corrupt-entry", self._where(key), ch)
+                return
+            walked[key] = ch
+            ref = ch.prev
+            if ref is not None and (not _chunk_ref_ok(ref) or ref[1] != refs[-1][0] - 1):
+                yield ScanProblem("corrupt-entry", self._where(key), "it names a chunk that does not end just before it")
+                return
+        prev, n = ZERO, 1
         dec = _decompressor()
-        for n in range(1, upto + 1):
-            try:
-                raw, key = self._entry_bytes(n)
-            except CorruptLog as err:
-                yield ScanProblem("corrupt-entry", err.args[0], str(err.args[1]) if len(err.args) > 1 else str(err))
+        sources: list[tuple[str, int, list]] = []
+        for ref in reversed(refs):
+            sources.append((chunk_key(*ref), ref[0], []))
+        sources.append((HEAD_KEY, head.n - len(head.tail) + 1, list(head.tail)))
+        for key, first, slots in sources:
+            if n > upto:
                 return
-            e = parse_entry(raw, 0, len(raw), prev, 0, n)
-            if isinstance(e, str):
-                yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: {e}")
+            if key != HEAD_KEY:
+                ch2 = walked.pop(key, None)
+                if ch2 is None:
+                    data = self.bucket.get(key)
+                    got2 = self._decode_chunk(key, None, data.data if data is not None else None)
+                    if isinstance(got2, str):
+                        yield ScanProblem("corrupt-entry", self._where(key), got2)
+                        return
+                    ch2 = got2
+                slots = ch2.slots
+            if first != n:
+                yield ScanProblem("corrupt-entry", self._where(key), f"it starts at entry {first}, the log before it ends at entry {n - 1}")
                 return
-            prev = e.checksum
-            yield ScanEntry(e, _entry_objects(raw, e, 0, dec, -1), self._where(key))
+            for slot in slots:
+                if n > upto:
+                    return
+                where = key
+                if isinstance(slot, bytes):
+                    raw: bytes | None = slot
+                elif isinstance(slot, list) and len(slot) == 2 and slot[0] == n and isinstance(slot[1], bytes):
+                    where = entry_key(n, slot[1])
+                    g = self.bucket.get(where)
+                    raw = g.data if g is not None else None
+                    if raw is None:
+                        yield ScanProblem("corrupt-entry", self._where(where), f"entry {n} is missing")
+                        return
+                else:
+                    yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: malformed slot")
+                    return
+                e = parse_entry(raw, 0, len(raw), prev, 0, n)
+                if isinstance(e, str):
+                    yield ScanProblem("corrupt-entry", self._where(where), f"entry {n}: {e}")
+                    return
+                prev, n = e.checksum, n + 1
+                yield ScanEntry(e, _entry_objects(raw, e, 0, dec, -1), self._where(where))
+            named = head.checksum if key == HEAD_KEY else bytes.fromhex(key.rsplit("-", 1)[1])
+            if prev != named:
+                yield ScanProblem("corrupt-entry", self._where(key), f"its entries chain to {prev.hex()[:16]}, it names {named.hex()[:16]}")
+                return
+
+    def _decode_chunk(self, key: str, ref: list | None, data: bytes | None) -> Chunk | str:
+        if data is None:
+            return "the chunk is missing (HEAD or a later chunk names it)"
+        try:
+            ch = _chunk_dec.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            return f"the chunk does not parse: {e}"
+        first, last = _chunk_range(key)
+        if ch.fmt != CHUNK_FMT or ch.first != first or len(ch.slots) != last - first + 1:
+            return "the chunk does not hold the entries its key names"
+        return ch
 
     def snapshot(self) -> Position:
         return self.refresh(force=True)

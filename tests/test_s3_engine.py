@@ -1,0 +1,195 @@
+"""The S3 engine's own rules, over the in-memory bucket (storage.bucket.MemoryBucket), which can make a server
+misbehave on cue: a 412 after our PUT landed, a false 412, a rolled-back HEAD, a damaged chunk. The same engine
+runs against a real SeaweedFS in tests/test_s3_real.py; what is here needs a server that lies exactly once."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+import pytest
+
+from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
+from objstore.runs.runlog import RunLog
+from objstore.runs.verify import anchor_token, verify
+from objstore.storage import codec, s3engine
+from objstore.storage.bucket import MemoryBucket
+from objstore.storage.s3engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine
+from objstore.storage.store import Store
+
+
+def _log(bucket: MemoryBucket, cache: str) -> RunLog:
+    st = Store(S3Engine(bucket, cache), root=cache)
+    st._version = 3
+    return RunLog(st)
+
+
+def _obj(data: bytes) -> tuple:
+    canon = codec.encode("blob", data)
+    return codec.object_id(canon), "blob", canon
+
+
+def _entries(bucket: MemoryBucket) -> int:
+    return msgspec.msgpack.decode(bucket.raw()[HEAD_KEY])[1]
+
+
+def test_a_412_that_carries_our_own_entry_is_success(tmp_path):
+    b = MemoryBucket()
+    ours, other = S3Engine(b, str(tmp_path / "a")), S3Engine(b, str(tmp_path / "b"))
+    x = _obj(b"x")
+    ours.commit([x], [("run/r/x", None, x[0], "first")])
+    other.refresh(force=True)
+    y, z = _obj(b"ours"), _obj(b"theirs")
+
+    def lands_then_foreign_then_412(bucket, key, data, etag):
+        bucket.poke(key, data)  # our PUT lands; its answer is lost
+        other.refresh(force=True)
+        other.commit([z], [("run/q/z", None, z[0], "foreign")])  # and another writer builds on it
+        return "412"
+
+    b.before_put_if_match.append(lands_then_foreign_then_412)
+    pos = ours.commit([y], [("run/r/y", None, y[0], "ours")])
+    assert pos.entry == 3 and _entries(b) == 3  # ours once (entry 2), theirs after it; nothing written twice
+    assert ours.tables.refs["run/r/y"] == y[0] and ours.tables.refs["run/q/z"] == z[0]
+    assert [e.moves[0][0] for e in ours.entries()] == ["run/r/x", "run/r/y", "run/q/z"]
+
+
+def test_a_false_412_is_retried_and_lands_once(tmp_path):
+    b = MemoryBucket()
+    eng = S3Engine(b, str(tmp_path / "a"))
+    x = _obj(b"x")
+    eng.commit([x], [("run/r/x", None, x[0], "first")])
+    b.before_put_if_match.append(lambda *_: "412")  # HEAD unchanged: the swap simply failed
+    y = _obj(b"y")
+    assert eng.commit([y], [("run/r/y", None, y[0], "second")]).entry == 2
+    assert _entries(b) == 2 and b.requests["PUT"] == 3
+
+
+def test_a_foreign_commit_on_other_refs_is_rebased_on(tmp_path):
+    b = MemoryBucket()
+    a, c = S3Engine(b, str(tmp_path / "a")), S3Engine(b, str(tmp_path / "c"))
+    x = _obj(b"x")
+    a.commit([x], [("run/r/x", None, x[0], "first")])
+    c.refresh(force=True)
+    y = _obj(b"y")
+    c.commit([y], [("run/q/y", None, y[0], "c")])
+    z = _obj(b"z")
+    a.commit([z], [("run/r/z", None, z[0], "a, on a stale head")])  # a 412, then rebuilt on c's entry
+    assert a.position() == c.refresh(force=True) and a.position().entry == 3
+
+
+def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path):
+    b = MemoryBucket()
+    la, lb = _log(b, str(tmp_path / "a")), _log(b, str(tmp_path / "b"))
+    run = la.start_run(subject="s")
+    lb.store.engine.refresh(force=True)
+    la.append(run, "task_opened", {"task": "a1"})
+    with pytest.raises(StaleBase) as got:  # b's own batch was built on the old head: it cannot be re-run for it
+        with lb.batch():
+            lb.append(run, "task_opened", {"task": "b-in-batch"})
+    assert got.value.exit_code == 7
+    rec = lb.append(run, "task_opened", {"task": "b1"})  # a self-contained append re-runs on the new head
+    assert rec.lsn == 2
+    la.store.engine.refresh(force=True)
+    texts = [r.body["task"] for r in la.iter_records(run) if r.kind == "task_opened"]
+    assert texts == ["b1", "a1"]
+    assert verify(la) == []
+
+
+def test_a_batch_over_two_runs_is_multilogbatch_and_writes_nothing(tmp_path):
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    r1, r2 = log.start_run(subject="s"), log.start_run(subject="s")
+    before = dict(b.raw())
+    with pytest.raises(MultiLogBatch) as got:
+        with log.batch():
+            log.append(r1, "task_opened", {"task": "1"})
+            log.append(r2, "task_opened", {"task": "2"})
+    assert got.value.exit_code == 15 and r1 in str(got.value) and r2 in str(got.value)
+    assert b.raw() == before
+
+
+def test_busy_after_the_retry_bound_and_nothing_landed(tmp_path, monkeypatch):
+    monkeypatch.setattr(s3engine, "BUSY_SECONDS", 0.2)
+    b = MemoryBucket()
+    eng = S3Engine(b, str(tmp_path / "a"))
+    x = _obj(b"x")
+    eng.commit([x], [("run/r/x", None, x[0], "first")])
+    before = dict(b.raw())
+    b.before_put_if_match = [lambda *_: "412"] * 10_000
+    orig = b.put_if_match
+
+    def always_412(key, data, etag):
+        b.before_put_if_match.append(lambda *_: "412")
+        return orig(key, data, etag)
+
+    b.put_if_match = always_412  # type: ignore[method-assign]
+    y = _obj(b"y")
+    with pytest.raises(Busy) as got:
+        eng.commit([y], [("run/r/y", None, y[0], "never")])
+    assert got.value.exit_code == 14
+    assert b.raw() == before
+
+
+def test_head_never_grows_with_history(tmp_path):
+    b = MemoryBucket()
+    eng = S3Engine(b, str(tmp_path / "a"))
+    prev = None
+    sizes = []
+    for i in range(300):
+        o = _obj(os.urandom(200) if i % 50 else os.urandom(INLINE_BYTES + 10))
+        eng.commit([o], [("run/r/x", prev, o[0], "m")])
+        prev = o[0]
+        sizes.append(len(b.raw()[HEAD_KEY]))
+    assert max(sizes) <= INLINE_BYTES + 4096
+    head = msgspec.msgpack.decode(b.raw()[HEAD_KEY])
+    assert len(head[4]) <= TAIL_ENTRIES
+    keys = b.raw()
+    assert sum(k.startswith("entry/") for k in keys) == 6  # the six large entries, each under its own key
+    fresh = S3Engine(b, str(tmp_path / "fresh"))
+    assert fresh.refresh() == eng.position()
+    assert fresh.read(prev) == eng.read(prev)
+
+
+def test_a_rolled_back_head_is_refused_and_named_by_the_anchor(tmp_path):
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    run = log.start_run(subject="s")
+    old_head = b.raw()[HEAD_KEY]
+    for i in range(3):
+        log.append(run, "task_opened", {"task": str(i)})
+    pos = log.store.engine.anchor()
+    token = anchor_token(pos.entry, pos.checksum)
+    b.poke(HEAD_KEY, old_head)  # someone with write access to the bucket rolls the log back
+    with pytest.raises(CorruptLog, match="went back from entry 4 to entry 1"):
+        log.store.engine.refresh(force=True)
+    fresh = _log(b, str(tmp_path / "fresh"))
+    problems = verify(fresh, anchor=token)
+    assert [p.code for p in problems] and all(p.code.startswith("anchor") for p in problems)
+
+
+def test_a_damaged_chunk_is_found_by_verify_and_a_damaged_cache_copy_is_not_believed(tmp_path):
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    run = log.start_run(subject="s")
+    for i in range(40):
+        log.append(run, "task_opened", {"task": f"n{i}"})
+    chunks = sorted(k for k in b.raw() if k.startswith("chunk/"))
+    assert len(chunks) == 2
+    # a damaged local cache copy: the reader drops it and reads the bucket
+    reader = _log(b, str(tmp_path / "r"))
+    assert reader.store.engine.refresh().entry == 41
+    cached = os.path.join(str(tmp_path / "r"), "keys", chunks[0].replace("/", "_"))
+    with open(cached, "r+b") as f:
+        f.seek(200)
+        f.write(b"\xff\xff\xff\xff")
+    again = _log(b, str(tmp_path / "r"))
+    assert again.store.engine.refresh().entry == 41
+    assert verify(again) == []
+    # a damaged chunk in the bucket: verify names it
+    data = bytearray(b.raw()[chunks[0]])
+    data[200] ^= 0xFF
+    b.poke(chunks[0], bytes(data))
+    problems = verify(_log(b, str(tmp_path / "v")))
+    assert problems and problems[0].code in ("corrupt-entry", "corrupt-log"), [p.line() for p in problems]
+    assert any(chunks[0] in (p.where + p.subject + p.detail) for p in problems), [p.line() for p in problems]
