@@ -28,19 +28,21 @@ def init(c, as_json):
     \b
     Examples:
       objstore --store ./runs init
+      objstore --store s3://bucket/agents init
       objstore init --json
     """
     from objstore.storage import identity
-    from objstore.storage.store import DEFAULT_DIR, Store
+    from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
-    target = os.path.abspath(c.path or DEFAULT_DIR)  # never a parent's store: init makes ./.objstore
+    # never a parent's store: init makes ./.objstore (or the s3://bucket/prefix named)
+    target = c.path if is_remote(c.path) else os.path.abspath(c.path or DEFAULT_DIR)
     s = Store.init(target)
     key, created = identity.ensure_owner_key(s)
     path = identity.owner_key_path()
     if as_json:
-        echo_json({"store": s.root, "owner_key": path, "owner_public": key.public, "created": created})
+        echo_json({"store": s.url or s.root, "owner_key": path, "owner_public": key.public, "created": created})
         return
-    click.echo(f"{'initialised' if s.created else 'already initialised'} objstore store in {s.root}")
+    click.echo(f"{'initialised' if s.created else 'already initialised'} objstore store in {s.url or s.root}")
     click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
 
 

@@ -91,7 +91,7 @@ class Group(click.Group):
 
 
 @click.group(cls=Group, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store", metavar="PATH", envvar="OBJSTORE_DIR", help="Store directory (env OBJSTORE_DIR; default: the .objstore in this directory or the nearest parent, like git; OBJSTORE_CEILING_DIRECTORIES stops the search).")
+@click.option("--store", "store", metavar="PATH|URL", envvar="OBJSTORE_DIR", help="Store directory, or s3://bucket/prefix for a store on S3-compatible object storage (endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION) (env OBJSTORE_DIR; default: the .objstore in this directory or the nearest parent, like git; OBJSTORE_CEILING_DIRECTORIES stops the search).")
 @click.version_option(objstore.__version__, package_name="objstore")
 @click.pass_context
 def cli(ctx, store):

@@ -209,7 +209,9 @@ def _drop_cached(log: ChainReader, runs: Iterable[str]) -> None:
 
 def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.Key | None = None) -> list[bytes]:
     """Delete whole runs in one entry; returns each run's deletion id (an already deleted run's
-    existing one: no-op). RunNotFound for an unknown run, nothing written."""
+    existing one: no-op). RunNotFound for an unknown run, nothing written. On object storage,
+    where a commit touches one run's log, each run is one commit, in the order given: after a
+    failure the runs before it are deleted, and running it again finishes the rest (idempotent)."""
     runs = list(runs)
     if not runs:
         raise InvalidInput("name at least one run to delete")
@@ -222,21 +224,30 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
     key = _key(store, key)
     ids: list[bytes] = []
     fresh = []
-    with store.batch():
-        for run in runs:
-            refs = _run_refs(log, run)
-            old = refs.get(runrefs.deleted_ref(run))
-            if isinstance(old, bytes):
-                ids.append(old)
-                continue
-            grant = _authority(store, key, run)
-            obj = _deletion(R.SCOPE_RUN, run=run, records=None, blob=None, reason=reason, previous=None, key=key, grant=grant,
-                            blobs=_session_blobs(store, refs, run))
-            did = store.put(codec.DELETION, obj)
-            store.set_ref(runrefs.deleted_ref(run), None, did, f"delete run {run}: {reason}")
-            ids.append(did)
-            fresh.append(run)
-    _drop_cached(log, fresh)
+
+    def one(run: str) -> bytes:
+        refs = _run_refs(log, run)
+        old = refs.get(runrefs.deleted_ref(run))
+        if isinstance(old, bytes):
+            return old
+        grant = _authority(store, key, run)
+        obj = _deletion(R.SCOPE_RUN, run=run, records=None, blob=None, reason=reason, previous=None, key=key, grant=grant,
+                        blobs=_session_blobs(store, refs, run))
+        did = store.put(codec.DELETION, obj)
+        store.set_ref(runrefs.deleted_ref(run), None, did, f"delete run {run}: {reason}")
+        fresh.append(run)
+        return did
+
+    try:
+        if getattr(store.engine, "one_log_per_commit", False):
+            for run in runs:
+                ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
+        else:
+            with store.batch():
+                for run in runs:
+                    ids.append(one(run))
+    finally:
+        _drop_cached(log, fresh)
     return ids
 
 
@@ -254,7 +265,8 @@ def _delete_rows(log: RunLog, run: str, pick: Any, *, reason: str, key: identity
     if isinstance(refs.get(runrefs.deleted_ref(run)), bytes):
         log.view(run)  # Deleted: the whole run is gone already
     key = _key(store, key)
-    with store.batch():
+
+    def commit() -> bytes | None:
         view = log.view(run)
         rows = sorted(pick(view), key=lambda r: (r[1], r[2]))
         if any(b == 0 and lsn == 0 for _o, b, lsn, _k in rows):
@@ -267,7 +279,9 @@ def _delete_rows(log: RunLog, run: str, pick: Any, *, reason: str, key: identity
         obj = _deletion(R.SCOPE_RECORDS, run=run, records=rows, blob=None, reason=reason, previous=view.deletions, key=key, grant=grant)
         did = store.put(codec.DELETION, obj)
         store.set_ref(runrefs.deletions_ref(run), view.deletions, did, f"delete {len(rows)} record{'s' if len(rows) != 1 else ''} of run {run}: {reason}")
-    return did
+        return did
+
+    return store.atomically(commit)
 
 
 def delete_branch_from(log: RunLog, run: str, branch: int, lsn: int, *, reason: str, key: identity.Key | None = None) -> bytes | None:
@@ -345,11 +359,13 @@ def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None
         raise InvalidInput(f"{blob_id.hex()} is a {otype}, not a blob: only a blob is redacted (delete records with 'objstore delete')")
     key = _key(store, key)
     grant = _authority(store, key, None)
-    with store.batch():
+    def commit() -> bytes:
         old = store.read_ref(runrefs.redacted_ref(blob_id))
         if isinstance(old, bytes):
             return old
         obj = _deletion(R.SCOPE_BLOB, run=None, records=None, blob=blob_id, reason=reason, previous=None, key=key, grant=grant)
         did = store.put(codec.DELETION, obj)
         store.set_ref(runrefs.redacted_ref(blob_id), None, did, f"redact blob {blob_id.hex()[:12]}: {reason}")
-    return did
+        return did
+
+    return store.atomically(commit)

@@ -129,6 +129,7 @@ class S3Engine(Engine):
     """The Engine interface over a ``Bucket``; ``cache`` is a local directory for immutable keys."""
 
     retry_seconds = BUSY_SECONDS  # Store.atomically re-runs a stale self-contained commit this long
+    one_log_per_commit = True  # a commit's ref moves touch one run's log (MultiLogBatch otherwise)
 
     def __init__(self, bucket: Bucket, cache: str | None = None) -> None:
         self.bucket = bucket
