@@ -33,6 +33,8 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=_
     env.pop("OBJSTORE_DIR", None)
     if env_extra:
         env.update(env_extra)
+    if store is not None and os.environ.get("OBJSTORE_TEST_S3_BASE"):
+        store = s3_mapped(store)
     cmd = [sys.executable, "-m", "objstore"]
     if store is not None:
         cmd += ["--store", store]
@@ -184,3 +186,20 @@ def run_on_pty(argv, *, raw=False, **popen):
     err = p.stderr.read().decode()
     p.stderr.close()
     return p.wait(timeout=60), got, err
+
+
+def s3_mapped(path):
+    """Where a store a test makes at ``path`` lives when the suite runs on S3 (OBJSTORE_TEST_S3_BASE set,
+    tests/test_s3_suites.py): an S3 store's root (its local cache, which names its URL) is that URL; a directory
+    that is not a store yet is BASE/<hash of the path>; anything else stays as it is."""
+    import blake3
+
+    base = os.environ.get("OBJSTORE_TEST_S3_BASE")
+    if not base or path is None or str(path).startswith("s3://"):
+        return path
+    if os.path.isfile(os.path.join(str(path), "STORE_URL")):
+        with open(os.path.join(str(path), "STORE_URL")) as f:
+            return f.read().strip()
+    if os.path.exists(os.path.join(str(path), "OBJSTORE")):
+        return path
+    return f"{base.rstrip('/')}/{blake3.blake3(os.path.abspath(str(path)).encode()).hexdigest()[:16]}"

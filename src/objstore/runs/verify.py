@@ -582,6 +582,8 @@ class _Verifier:
             # bad bytes, where a reader without the readable prefix would have raised: scan on to
             # name them (an entry that breaks a rule is named by the replay below)
             broken = CorruptLog(engine.seg_path(damaged[0]), f"damaged entry at offset {damaged[1]} ({damaged[2]})")
+        if broken is None and isinstance(damaged, CorruptLog):  # an engine that keeps the error itself (S3)
+            broken = damaged
         # verify proves the log from its first entry: readers open through a checkpoint, and someone
         # who forged an entry can forge a checkpoint to match its root. So every entry's rules and
         # root are replayed here from the first, apart from the engine readers use.

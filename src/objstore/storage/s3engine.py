@@ -144,12 +144,29 @@ class S3Engine(Engine):
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
         self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
         self.root = None
-        self.damaged: str | None = None
+        self.damaged: CorruptLog | None = None
         if cache:
             os.makedirs(os.path.join(cache, "keys"), exist_ok=True)
+        try:
+            self.refresh(force=True)  # like a log on disk, the log is read at open...
+        except CorruptLog:
+            pass  # ...and a damaged one opens: every read raises (verify reads the readable prefix)
 
     # -- reading the log ------------------------------------------------------------------
     def refresh(self, force: bool = False) -> Position:
+        """Take in what HEAD has past our position. A damaged log raises CorruptLog on every call
+        (the tables keep the readable prefix), unless ``prefix_ok``: then the prefix's position."""
+        try:
+            pos = self._refresh(force or self.damaged is not None)
+        except CorruptLog as err:
+            self.damaged = err
+            if self.prefix_ok:
+                return self.tables.pos
+            raise
+        self.damaged = None
+        return pos
+
+    def _refresh(self, force: bool) -> Position:
         with self._mu:
             now = time.monotonic()
             if not force and self._head is not None and now - self._checked < FRESH_SECONDS:
@@ -516,7 +533,7 @@ class S3Engine(Engine):
             from ..errors import LockTimeout
             raise LockTimeout("this process's S3 writer lock", timeout)
         try:
-            if self._head is None:
+            if self._head is None or self.damaged is not None:
                 self.refresh(force=True)  # optimistic otherwise: a stale head costs a 412, not a request per commit
             txn = S3Txn(self)
             try:

@@ -266,6 +266,11 @@ class Store:
         except OSError as e:
             raise StorageOSError(f"create the local cache {cache}", e) from None
         engine = S3Engine(bucket, cache)
+        try:  # which store this cache is for, for the person who finds the directory
+            with open(os.path.join(cache, "STORE_URL"), "w") as f:
+                f.write(bucket.url + "\n")
+        except OSError:
+            pass
         version = engine.read_marker()
         created = False
         if version is None:
