@@ -26,13 +26,13 @@ ORDER: list[tuple[str, list[str]]] = [
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
-    ("objstore.lifecycle", ["upgrade", "repair", "delete", "gc", "backup", "stats"]),
+    ("objstore.lifecycle", ["upgrade", "repair", "delete", "gc", "backup", "transfer", "stats"]),
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver"]),
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),
-    ("objstore_cli", ["output", "params", "tables", "objects", "runs", "audit", "journal", "sessions", "admin", "lifecycle", "maintenance", "main"]),
+    ("objstore_cli", ["output", "params", "tables", "objects", "runs", "audit", "journal", "sessions", "admin", "lifecycle", "maintenance", "remote", "main"]),
     ("objstore.__main__", []),  # ``python -m objstore``: the command line's entry point
 ]
 

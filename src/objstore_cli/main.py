@@ -32,6 +32,7 @@ from .maintenance import gc, stats
 from .objects import cat, put_blob, refs, show
 from .output import EXIT_CODES_HELP, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
+from .remote import clone, push
 from .runs import branches, diff, episode, export, fork, ingest, log_cmd, rewind, runs
 from .sessions import compact, journal_serve, segments_cmd, session, task
 
@@ -131,6 +132,8 @@ cli.add_command(delete)
 cli.add_command(redact)
 cli.add_command(gc)
 cli.add_command(stats)
+cli.add_command(push)
+cli.add_command(clone)
 
 
 def main():

@@ -1,0 +1,416 @@
+"""``objstore push`` / ``objstore clone``: copy runs from one store to another, fast-forward only.
+
+``transfer(source, target, runs)`` is both directions (local -> S3, S3 -> local, local -> local): the
+target's log entries are its own (re-chained: its entry numbers, checksums and anchors differ from
+the source's), its objects are the source's, byte for byte (content-addressed: the same ids).
+
+Units. First the store-level refs (every ref that is not ``run/<R>/…``: ``keys/owner``, ``schema/*``,
+``subjects/*/grant/*``, ``redacted/*``), then each run. A unit's commits touch only its own refs, so
+an S3 target (one log per commit, ``MultiLogBatch`` otherwise) takes them as they are.
+
+What a ref reaches is what verify checks a store holds: from each ref's value, every object that
+``records.object_refs`` names (a record's parent and blob fields, a fork's parent record and head,
+every id in a journal, segment, grant, deletion or schema object), plus every id a record body names
+(``engine.body_refs``, what gc's index rows hold), walked until an object the target has already.
+An object the target holds is never read again, so a second push of the same store reads refs only
+and writes nothing.
+
+Fast-forward, decided before anything of the unit is written. For each source ref: absent in the
+target -> set; equal -> nothing; a branch ref whose target value the walk from the source's value
+reaches (an ancestor on its chain) -> moved; a chain ref (journal, segments, deletions, grants,
+schemas) whose target value is an earlier element of the source's chain -> moved, one element at a
+time; the live ref follows the source; anything else -> a conflict naming the run and the ref, and
+nothing of that run is written (other runs go on). A target ref the source does not have is left.
+
+Commits. One commit per run, plus one per further element of a chain ref: the forward-only rules
+(``storage.refs.check_move``) move a chain ref by exactly one element per entry, and a journal
+version, a segment or a deletion is dated by its entry against the grants then in force, so the
+chain steps are committed in the source's log order, a grant step never sharing a commit after a
+step it could re-date. A run without journal, grant or deletion chains is one commit.
+
+A copy (``fork_run``) names its source run's record: the source run is pushed first, whether asked
+for or not. Recorded deletion travels: partial deletions (``run/<R>/deletions``) as chain steps, the
+covered records with their bodies as long as the source has them (the target withholds them at once,
+``Deleted``; a local target is gc'd at the end of a transfer that moved a deletion, which removes
+them; an S3 target has no gc yet, so they stay in its objects until it does — the report says so). A
+deleted run (``run/<R>/deleted``) is not sent to a target that lacks it (its bodies are not spread
+further); a target that has it receives the deletion. What cannot be sent is said, not faked: a run
+one of whose missing objects the source no longer has (its body removed by gc) or withholds (a
+redacted blob) is reported ``erased`` and nothing of it is written — the engines have no way to
+store an object "as removed", and a target holding records whose parents or blobs it lacks would
+fail verify. A redaction is sent only to a target holding the blob.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound
+from ..runs import records
+from ..storage import codec, runrefs
+from ..storage.engine import LogEngine, body_refs
+from ..storage.refs import forward_only, write_once_deletion
+from ..storage.store import LABELS_VERSION, Store
+
+Progress = Callable[[str], None]
+GC_UNAVAILABLE = "unavailable: gc on object storage is not implemented yet"
+
+
+@dataclass
+class TransferReport:
+    """What a transfer did. ``store_refs``: landed | already | conflict. Runs by outcome: ``landed``
+    (written now), ``already`` (the target had everything), ``conflicts`` (run, ref, detail),
+    ``deleted`` (deleted in the source and absent from the target: not sent), ``erased`` (run, detail:
+    an object it needs is gone from the source). ``entries``: the target's log entries written."""
+
+    source: str
+    target: str
+    store_refs: str = "already"
+    landed: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    conflicts: list[tuple[str, str, str]] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    erased: list[tuple[str, str]] = field(default_factory=list)
+    entries: int = 0
+    objects: int = 0
+    bytes: int = 0
+    gc: str | None = None  # None: no deletion moved; "ran": the target was gc'd; GC_UNAVAILABLE
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "target": self.target, "store_refs": self.store_refs,
+                "landed": self.landed, "already": self.already,
+                "conflicts": [{"run": r, "ref": n, "detail": d} for r, n, d in self.conflicts],
+                "deleted": self.deleted, "erased": [{"run": r, "detail": d} for r, d in self.erased],
+                "entries": self.entries, "objects": self.objects, "bytes": self.bytes, "gc": self.gc}
+
+
+class _Needs(Exception):
+    """The unit's walk reached a record of another run the target lacks (a copy's source)."""
+
+    def __init__(self, run: str) -> None:
+        super().__init__(run)
+        self.run = run
+
+
+class _Unsendable(Exception):
+    """An object the unit needs is not readable in the source (gc removed it, or it is redacted)."""
+
+
+class _Diverged(Exception):
+    def __init__(self, ref: str, detail: str) -> None:
+        super().__init__(ref, detail)
+        self.ref = ref
+        self.detail = detail
+
+
+def label(store: Store) -> str:
+    """How a report names a store: its URL or its directory."""
+    return store.url or store.root or "(memory)"
+
+
+def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, progress: Progress | None = None) -> TransferReport:
+    """Copy the store-level refs and ``runs`` (default: every run, deleted ones included) from
+    ``source`` to ``target`` (see the module docstring). Raises only before anything is written
+    (``InvalidInput``: the same store twice; ``RunNotFound``: a named run the source does not have);
+    conflicts and unsendable runs are in the report."""
+    say = progress or (lambda _m: None)
+    if source.engine is target.engine or (source.url or os.path.realpath(source.root or "\0")) == (target.url or os.path.realpath(target.root or "\1")):
+        raise InvalidInput(f"push source and target are the same store ({label(source)})")
+    source.engine.refresh()
+    every = _all_runs(source)
+    if runs is None:
+        wanted = sorted(every)
+    else:
+        wanted = list(dict.fromkeys(runs))
+        for r in wanted:
+            if r not in every:
+                raise RunNotFound(r)
+    rep = TransferReport(label(source), label(target))
+    t = _Transfer(source, target, rep, say)
+    if source._version >= LABELS_VERSION:
+        target.require_version(LABELS_VERSION)  # labelled records, schemas, cross-run forks: format 5
+    t.store_level()
+    for r in wanted:
+        t.run(r)
+    if t.deletion_moved:
+        if isinstance(target.engine, LogEngine) and target.root is not None:
+            from .gc import gc
+
+            say("gc of the target (a deletion was carried)")
+            gc(target)
+            rep.gc = "ran"
+        else:
+            rep.gc = GC_UNAVAILABLE
+    return rep
+
+
+def _all_runs(store: Store) -> set[str]:
+    """Every run the store has a branch 0 of, deleted ones included (run_names leaves those out)."""
+    with store.engine._mu:
+        return {r for r, d in store.engine.tables.run_refs.items() if runrefs.branch_ref(r, 0) in d}
+
+
+class _Transfer:
+    def __init__(self, source: Store, target: Store, rep: TransferReport, say: Progress) -> None:
+        self.src = source
+        self.dst = target
+        self.rep = rep
+        self.say = say
+        self.done: dict[str, str] = {}  # run -> its outcome (landed, already, conflict, deleted, erased)
+        self.active: set[str] = set()
+        self.deletion_moved = False
+        self.reason = f"transfer from {rep.source}"
+        self.redacted = {name[len(runrefs.REDACTED_PREFIX):] for name, v in source.list_refs(runrefs.REDACTED_PREFIX) if isinstance(v, bytes)}
+
+    # -- the walk ------------------------------------------------------------------------------
+    def _reach(self, start: Any, run: str | None, have: dict) -> list:
+        """(id, type, canonical bytes, value) of every object reachable from ``start`` that the
+        target lacks and ``have`` does not hold yet, dependencies first (a record after its parent),
+        added to ``have``. Raises ``_Needs`` at another run's record, ``_Unsendable`` at a body the
+        source does not give."""
+        if not isinstance(start, bytes):
+            return []
+        out: list = []
+        stack: list = [(start, None)]
+        seen: set = set()
+        eng = self.dst.engine
+        while stack:
+            oid, got = stack.pop()
+            if got is not None:  # every reference of it is out already: it goes next
+                out.append(got)
+                have[oid] = got
+                continue
+            if oid in have or oid in seen or eng.has_body(oid):
+                continue
+            seen.add(oid)
+            got = self._read(oid, run)
+            stack.append((oid, got))
+            otype, value = got[1], got[3]
+            if otype == codec.BLOB or not isinstance(value, dict):
+                continue
+            refs = [ref for _f, ref in records.object_refs(otype, value)]
+            if otype == codec.RECORD and isinstance(value.get("body"), dict):
+                refs += body_refs(value["body"])
+            for ref in reversed(refs):
+                if type(ref) is bytes and len(ref) == 32 and ref not in have and ref not in seen:
+                    stack.append((ref, None))
+        return out
+
+    def _read(self, oid: bytes, run: str | None) -> tuple:
+        if oid.hex() in self.redacted:
+            raise _Unsendable(f"blob {oid.hex()} is redacted in the source")
+        try:
+            data = self.src.engine.read(oid)  # below the erasure checks: a covered record travels as it is
+        except BodyRemoved:
+            raise _Unsendable(f"the body of object {oid.hex()} was removed by gc in the source") from None
+        except ObjectNotFound:
+            raise _Unsendable(f"object {oid.hex()} is not in the source") from None
+        otype, value = codec.decode(data, oid, False)
+        if otype == codec.RECORD and isinstance(value, dict) and value.get("run") != run:
+            raise _Needs(str(value.get("run")))
+        return (oid, otype, data, value if isinstance(value, dict) else None)
+
+    def _chain(self, name: str, sv: bytes, tv: Any) -> list[bytes]:
+        """The elements of a chain ref's chain after ``tv`` up to ``sv``, oldest first; _Diverged if
+        ``tv`` is set and is not one of them."""
+        out: list[bytes] = []
+        cur: Any = sv
+        while isinstance(cur, bytes) and cur != tv:
+            out.append(cur)
+            try:
+                value = codec.decode(self.src.engine.read(cur), cur, False)[1]
+            except BodyRemoved:
+                raise _Unsendable(f"chain object {cur.hex()} of {name} was removed by gc in the source") from None
+            cur = value.get("previous") if isinstance(value, dict) else None
+        if cur != tv:
+            raise _Diverged(name, f"the target's {_show(tv)} is not on the source's chain")
+        return out[::-1]
+
+    # -- planning a unit -----------------------------------------------------------------------
+    def _plan(self, run: str | None, src: dict, tgt: dict) -> list:
+        """The unit's commits: [(objects, moves)], the first holding the records and branch moves.
+        Raises _Diverged / _Needs / _Unsendable before anything is written."""
+        have: dict = {}
+        first_objs: list = []
+        first_moves: list = []
+        steps: list = []  # (source entry, chain ref, old, new, is grant)
+        for name, sv in sorted(src.items()):
+            tv = tgt.get(name)
+            if tv == sv:
+                continue
+            if run is not None and runrefs.branch_of(run, name) is not None:
+                if not isinstance(sv, bytes):
+                    raise _Diverged(name, f"the source's value {sv!r} is not an id")
+                got = self._reach(sv, run, have)
+                if tv is not None and not self._reached(tv, have):
+                    raise _Diverged(name, f"the target's head {_show(tv)} is not an ancestor of the source's {_show(sv)}")
+                first_objs += got
+                first_moves.append((name, tv, sv))
+            elif run is not None and name == runrefs.live_ref(run):
+                first_moves.append((name, tv, sv))
+            elif write_once_deletion(name) or name.startswith(runrefs.KEYS_PREFIX):
+                if tv is not None:
+                    raise _Diverged(name, f"written once: the target holds {_show(tv)}, the source {_show(sv)}")
+                if name.startswith(runrefs.REDACTED_PREFIX):
+                    try:
+                        blob = codec.parse_id(name[len(runrefs.REDACTED_PREFIX):])
+                    except InvalidInput:
+                        continue
+                    if not self.dst.engine.has(blob):
+                        continue  # the target never held the blob: nothing there to withhold
+                first_objs += self._reach(sv, run, have)
+                first_moves.append((name, None, sv))
+                self.deletion_moved = self.deletion_moved or write_once_deletion(name)
+            elif forward_only(name) and isinstance(sv, bytes):
+                for i, new in enumerate(chain := self._chain(name, sv, tv)):
+                    old = tv if i == 0 else chain[i - 1]
+                    steps.append((self.src.engine.loc_entry(new) or 0, name, old, new, runrefs.is_grant_ref(name)))
+            else:
+                if tv is not None:
+                    raise _Diverged(name, f"the target holds {_show(tv)}, the source {_show(sv)}")
+                first_objs += self._reach(sv, run, have)
+                first_moves.append((name, None, sv))
+        commits: list = [(first_objs, first_moves)]
+        names: set = set()
+        dated = False  # the current commit holds a step dated by grants (journal, segment, deletion, schema)
+        for _e, name, old, new, grant in sorted(steps, key=lambda s: (s[0], not s[4])):  # a grant before what it dates
+            if name in names or (grant and dated):
+                commits.append(([], []))
+                names, dated = set(), False
+            objs, moves = commits[-1]
+            objs += self._reach(new, run, have)
+            moves.append((name, old, new))
+            names.add(name)
+            dated = dated or not grant
+            if runrefs.is_deletions_ref(name):
+                self.deletion_moved = True
+        return [c for c in commits if c[0] or c[1]]
+
+    @staticmethod
+    def _reached(tv: Any, have: dict) -> bool:
+        """Whether the branch walk stopped at ``tv`` (the target's head): a record or fork it read
+        names ``tv`` as its lineage (parent, parent record). A record names its run and branch, so
+        a source object continuing from ``tv`` continues the target's branch: a fast-forward."""
+        for _oid, otype, _data, value in have.values():
+            if value is None:
+                continue
+            if (otype == codec.RECORD and value.get("parent") == tv) or (otype == codec.FORK and value.get("parent_record") == tv):
+                return True
+        return False
+
+    def _commit(self, commits: list) -> int:
+        """Each planned commit as one target commit; the number of entries written."""
+        eng = self.dst.engine
+        before = eng.refresh().entry
+        for objs, moves in commits:
+            with self.dst.batch() as txn:
+                for oid, otype, data, value in objs:
+                    if oid not in txn.objects and not eng.has_body(oid):
+                        self.rep.objects += 1
+                        self.rep.bytes += len(data)
+                    txn.put(oid, otype, data, value)
+                for name, old, new in moves:
+                    txn.set_ref(name, old, new, self.reason)
+        n = eng.refresh().entry - before
+        self.rep.entries += n
+        return n
+
+    # -- units ---------------------------------------------------------------------------------
+    def store_level(self) -> None:
+        self.dst.engine.refresh()
+        src = {n: v for n, v in self.src.list_refs() if runrefs.run_of(n) is None}
+        tgt = {n: v for n, v in self.dst.list_refs() if runrefs.run_of(n) is None}
+        try:
+            commits = self._plan(None, src, tgt)
+            self.rep.store_refs = "landed" if self._commit(commits) else "already"
+        except (_Diverged, Conflict, Refused) as e:
+            self.rep.store_refs = "conflict"
+            ref, detail = (e.ref, e.detail) if isinstance(e, _Diverged) else ("?", str(e))
+            self.rep.conflicts.append(("", ref, detail))
+        except (_Needs, _Unsendable) as e:
+            self.rep.store_refs = "conflict"
+            self.rep.conflicts.append(("", "?", f"a store-level ref reaches {e}"))
+
+    def run(self, run: str) -> str:
+        """Push one run (its copy sources first); its outcome."""
+        got = self.done.get(run)
+        if got is not None:
+            return got
+        if run in self.active:  # two copies' sources naming each other cannot be: content addressing
+            return "erased"
+        self.active.add(run)
+        try:
+            out = self._run(run)
+        finally:
+            self.active.discard(run)
+        self.done[run] = out
+        self.say(f"run {run}: {out}")
+        return out
+
+    def _run(self, run: str) -> str:
+        rep = self.rep
+        for _ in range(64):  # each pass pushes one more copy source first
+            self.dst.engine.refresh()
+            src = self.src.run_refs(run)
+            tgt = self.dst.run_refs(run)
+            gone = runrefs.deleted_ref(run)
+            try:
+                if gone in src or gone in tgt:
+                    commits = self._plan_deleted(run, src, tgt)
+                    if commits is None:
+                        rep.deleted.append(run)
+                        return "deleted"
+                else:
+                    commits = self._plan(run, src, tgt)
+            except _Needs as e:
+                if e.run not in _all_runs(self.src):
+                    rep.erased.append((run, f"its copy source {e.run} is not in the source"))
+                    return "erased"
+                dep = self.run(e.run)
+                if dep not in ("landed", "already"):
+                    rep.erased.append((run, f"its copy source {e.run} was not pushed ({dep})"))
+                    return "erased"
+                continue
+            except _Diverged as e:
+                rep.conflicts.append((run, e.ref, e.detail))
+                return "conflict"
+            except _Unsendable as e:
+                rep.erased.append((run, str(e)))
+                return "erased"
+            try:
+                n = self._commit(commits)
+            except (Conflict, Refused) as e:  # a writer of the target moved a ref of this run meanwhile; a rule of the target
+                rep.conflicts.append((run, "?", str(e)))
+                return "conflict"
+            (rep.landed if n else rep.already).append(run)
+            return "landed" if n else "already"
+        rep.erased.append((run, "its copies' sources nest too deep"))
+        return "erased"
+
+    def _plan_deleted(self, run: str, src: dict, tgt: dict) -> list | None:
+        """A run deleted in the source: None when the target lacks it (not sent); its deletion when
+        the target has it live; nothing when the target holds the same deletion."""
+        gone = runrefs.deleted_ref(run)
+        sv, tv = src.get(gone), tgt.get(gone)
+        if sv == tv:
+            return []
+        if tv is not None:
+            raise _Diverged(gone, f"the target's run is deleted ({_show(tv)}), the source's {'is not' if sv is None else 'by ' + _show(sv)}")
+        if runrefs.branch_ref(run, 0) not in tgt:
+            return None
+        assert isinstance(sv, bytes)
+        have: dict = {}
+        self.deletion_moved = True
+        return [(self._reach(sv, run, have), [(gone, None, sv)])]
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "(absent)"
+    return v.hex() if isinstance(v, bytes) else str(v)
+
+
+__all__ = ["transfer", "TransferReport", "GC_UNAVAILABLE", "label", "ObjstoreError"]

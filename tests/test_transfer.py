@@ -1,0 +1,249 @@
+"""push / clone (objstore.lifecycle.transfer, objstore_cli.remote): runs copied between a local store and an
+S3 store, one commit per run (re-chained), fast-forward only, idempotent.
+
+Round trips local -> S3 (a MemoryBucket, and once the real SeaweedFS) -> local compare every object's
+canonical bytes by id and every run's refs; verify is clean on all three stores; a second push writes no
+entry (the engines' positions); a diverged branch is a Conflict naming the run while the other runs go on;
+copies, rewinds, grants revoked after a deletion, partial and whole-run deletions travel; what the
+source's gc removed is reported, not faked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from helpers import new_key, raw_objects, run_cli
+
+from objstore import RunLog, Store
+from objstore.errors import Deleted, Erased, InvalidInput, RunNotFound
+from objstore.journal import grants as G
+from objstore.lifecycle import delete as D
+from objstore.lifecycle.gc import gc
+from objstore.lifecycle.transfer import GC_UNAVAILABLE, transfer
+from objstore.runs.verify import verify
+from objstore.storage import codec, identity, runrefs
+from objstore.storage.bucket import MemoryBucket
+from objstore.storage.engine import COMP_GONE
+from objstore.storage.s3engine import MARKER_KEY, S3Engine, marker_bytes
+
+
+def fake_s3(tmp_path, name="s3"):
+    """A store on a MemoryBucket (the S3 engine, no server), its marker written as `init` writes it."""
+    bucket = MemoryBucket()
+    bucket.put_if_absent(MARKER_KEY, marker_bytes(3))
+    cache = str(tmp_path / name)
+    st = Store(S3Engine(bucket, cache), root=cache)
+    st._version = 3
+    return st
+
+
+def world(root):
+    """A: 4 attempts, rewound to LSN 2 (branch 1) with one more; B: 4 attempts; a copy of B with one
+    of its own. Blobs named by records; the owner key set."""
+    log = RunLog(Store.init(root))
+    owner, _ = identity.ensure_owner_key(log.store)
+    for run in ("A", "B"):
+        log.start_run(run)
+        p = log.put_blob(f"prompt of {run}".encode())
+        for i in range(4):
+            log.record_attempt(run, i, 0, "succeeded", prompt=p, output=log.put_blob(f"out {run} {i}".encode()))
+    log.rewind("A", 2, reason="again")
+    log.record_attempt("A", 10, 0, "succeeded")
+    copy = log.fork_run("B", run="C")
+    log.record_attempt(copy, 20, 0, "succeeded")
+    return log, owner
+
+
+def objects(store):
+    """{id: canonical bytes} of every object with its body, read from the log's entries."""
+    return {oid: data for oid, _t, data in raw_objects(store) if data is not None}
+
+
+def run_refs(store):
+    runs = {r for r in store.engine.tables.run_refs}
+    return {r: store.run_refs(r) for r in sorted(runs)}
+
+
+def entries(store):
+    return store.engine.refresh().entry
+
+
+def test_round_trip_local_s3_local(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    src = log.store
+    s3 = fake_s3(tmp_path)
+    rep = transfer(src, s3)
+    assert (rep.store_refs, rep.landed, rep.conflicts, rep.erased, rep.gc) == ("landed", ["A", "B", "C"], [], [], None)
+    assert entries(s3) == 4  # the store-level refs, then one commit per run: none spans two logs (MultiLogBatch)
+    back = Store.init(str(tmp_path / "b"))
+    rep2 = transfer(s3, back)
+    assert rep2.landed == ["A", "B", "C"] and entries(back) == 4
+    want = objects(src)
+    assert len(want) > 20
+    for st in (s3, back):
+        assert objects(st) == want  # every record, fork and blob: the same bytes under the same id, nothing more
+        assert run_refs(st) == run_refs(src)  # branch heads and live refs
+        assert dict(st.list_refs("keys/")) == dict(src.list_refs("keys/"))
+        assert verify(RunLog(st)) == []
+        assert RunLog(st).view("A").live == 1
+    assert verify(log) == []
+    # the copy reads into its source on the far end too
+    assert [r.id for r in RunLog(back).records("C")] == [r.id for r in log.records("C")]
+    # anchors differ between the ends (re-chained), heads do not
+    assert s3.engine.anchor() != src.engine.anchor()
+
+
+def test_second_push_writes_nothing_and_more_appends_fast_forward(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    s3 = fake_s3(tmp_path)
+    transfer(log.store, s3)
+    n = entries(s3)
+    puts = s3.engine.bucket.requests.copy()
+    rep = transfer(log.store, s3)
+    assert (rep.landed, rep.already, rep.entries, rep.objects, rep.store_refs) == ([], ["A", "B", "C"], 0, 0, "already")
+    assert entries(s3) == n
+    assert {k: v for k, v in s3.engine.bucket.requests.items() if k != "get"} == {k: v for k, v in puts.items() if k != "get"}
+    for i in range(3):
+        log.record_attempt("A", 30 + i, 0, "succeeded", output=log.put_blob(f"late {i}".encode()))
+    log.rewind("B", 1, reason="back")
+    rep = transfer(log.store, s3)
+    assert (rep.landed, rep.already, rep.entries) == (["A", "B"], ["C"], 2)
+    assert run_refs(s3) == run_refs(log.store)
+    assert objects(s3) == objects(log.store)
+    assert verify(RunLog(s3)) == []
+
+
+def test_diverged_branch_is_a_conflict_naming_the_run_and_the_others_go_on(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    s3 = fake_s3(tmp_path)
+    transfer(log.store, s3)
+    RunLog(s3).record_attempt("A", 40, 0, "succeeded")  # written on the far end only
+    log.record_attempt("A", 41, 0, "succeeded")
+    log.record_attempt("B", 42, 0, "succeeded")
+    before_a = s3.run_refs("A")
+    n = entries(s3)
+    rep = transfer(log.store, s3)
+    assert [(r, ref) for r, ref, _d in rep.conflicts] == [("A", runrefs.branch_ref("A", 1))]
+    assert "not an ancestor" in rep.conflicts[0][2]
+    assert rep.landed == ["B"] and entries(s3) == n + 1
+    assert s3.run_refs("A") == before_a  # nothing of A written
+    assert s3.run_refs("B") == log.store.run_refs("B")
+    assert verify(RunLog(s3)) == []
+
+
+def test_a_copy_pushed_alone_brings_its_source_run_first(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    target = Store.init(str(tmp_path / "b"))
+    rep = transfer(log.store, target, ["C"])
+    assert rep.landed == ["B", "C"]
+    assert sorted(r for r in target.engine.tables.run_refs) == ["B", "C"]
+    assert verify(RunLog(target)) == []
+    with pytest.raises(RunNotFound):
+        transfer(log.store, target, ["nope"])
+    with pytest.raises(InvalidInput):
+        transfer(log.store, Store.open(str(tmp_path / "a")))
+
+
+def test_a_partial_deletion_and_a_grant_revoked_after_it_travel(tmp_path):
+    log, owner = world(str(tmp_path / "a"))
+    w, _ = new_key(tmp_path, "w")
+    G.grant(log, owner, "A", w.public, rights=["delete"], name="deleter")
+    doomed = log.store.indexed_record("A", 0, 3)
+    did = D.delete_records(log, "A", [doomed], reason="pii", key=w)
+    G.revoke(log, owner, "A", w.public)  # after the deletion: the deletion stays valid, judged at its entry
+    assert verify(log) == []
+    s3 = fake_s3(tmp_path)
+    rep = transfer(log.store, s3)
+    assert rep.landed == ["A", "B", "C"] and rep.gc == GC_UNAVAILABLE
+    # A: its records, the grant and the deletion in one commit, the revocation in the next (a chain moves one step per entry)
+    assert entries(s3) == 5
+    assert s3.run_refs("A")[runrefs.deletions_ref("A")] == did
+    with pytest.raises(Deleted):
+        s3.get(doomed)
+    assert verify(RunLog(s3)) == []
+    back = Store.init(str(tmp_path / "b"))
+    rep = transfer(s3, back)
+    assert rep.gc == "ran"  # a local target is gc'd: the covered body leaves its files
+    with pytest.raises(Erased):  # BodyRemoved now
+        back.get(doomed)
+    assert back.engine.loc(doomed).comp == COMP_GONE
+    assert verify(RunLog(back)) == []
+    assert run_refs(back) == run_refs(log.store)
+
+
+def test_what_the_source_gc_removed_is_reported_not_faked(tmp_path):
+    log, owner = world(str(tmp_path / "a"))
+    early = fake_s3(tmp_path, "early")
+    transfer(log.store, early)  # holds A before the deletion
+    doomed = log.store.indexed_record("A", 0, 3)
+    D.delete_records(log, "A", [doomed], reason="pii", key=owner)
+    D.delete_run(log, "B", reason="gone", key=owner)
+    gc(log.store)
+    assert log.store.engine.loc(doomed).comp == COMP_GONE
+    fresh = fake_s3(tmp_path, "fresh")
+    rep = transfer(log.store, fresh)
+    # A needs a body gc removed; B is deleted and fresh never had it; C is a copy of the deleted B
+    assert [r for r, _d in rep.erased] == ["A", "C"] and "removed by gc" in rep.erased[0][1]
+    assert rep.deleted == ["B"] and rep.landed == []
+    assert sorted(fresh.engine.tables.run_refs) == []
+    assert verify(RunLog(fresh)) == []
+    # a target that had them receives the deletions, and nothing else is needed
+    rep = transfer(log.store, early)
+    assert rep.landed == ["A", "B"] and rep.erased == [] and rep.already == ["C"]
+    with pytest.raises(Deleted):
+        early.get(doomed)
+    assert runrefs.deleted_ref("B") in early.run_refs("B")
+    assert RunLog(early).runs() == ["A", "C"]
+    assert verify(RunLog(early)) == []
+
+
+def test_round_trip_through_a_real_server(tmp_path, s3_url):
+    log, _ = world(str(tmp_path / "a"))
+    s3 = Store.open(s3_url, create=True)
+    rep = transfer(log.store, s3)
+    assert rep.landed == ["A", "B", "C"] and rep.conflicts == []
+    assert transfer(log.store, Store.open(s3_url)).entries == 0
+    back = Store.init(str(tmp_path / "b"))
+    transfer(Store.open(s3_url), back)
+    for st in (Store.open(s3_url), back):
+        assert objects(st) == objects(log.store)
+        assert run_refs(st) == run_refs(log.store)
+        assert verify(RunLog(st)) == []
+
+
+# -- the command line ----------------------------------------------------------------------------------------------
+def test_cli_push_and_clone(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    a, mirror, c = str(tmp_path / "a"), str(tmp_path / "mirror"), str(tmp_path / "c")
+    _, out, _ = run_cli("push", mirror, store=a, exit_code=0)
+    assert "3 run(s) written" in out and "0 conflict(s)" in out
+    _, out, _ = run_cli("push", mirror, "--json", store=a, exit_code=0)
+    got = json.loads(out)
+    assert (got["landed"], got["already"], got["entries"], got["objects"]) == ([], ["A", "B", "C"], 0, 0)
+    RunLog(Store.open(mirror)).record_attempt("B", 50, 0, "succeeded")
+    log.record_attempt("B", 51, 0, "succeeded")
+    log.record_attempt("A", 52, 0, "succeeded")
+    _, out, _ = run_cli("push", mirror, "--run", "B", "--run", "A", "--json", store=a, exit_code=7)
+    got = json.loads(out)
+    assert got["landed"] == ["A"] and [x["run"] for x in got["conflicts"]] == ["B"]
+    _, out, _ = run_cli("clone", a, c, exit_code=0)
+    assert "3 run(s) written" in out
+    assert run_refs(Store.open(c)) == run_refs(log.store)
+    run_cli("verify", store=c, exit_code=0)
+    _, out, err = run_cli("clone", a, c, "--json", exit_code=5)
+    assert json.loads(err)["exit"] == 5 and not os.path.exists(os.path.join(str(tmp_path), "d"))
+    _, _, err = run_cli("push", mirror, "--run", "nope", store=a, exit_code=4)
+    assert "nope" in err and "Traceback" not in err
+
+
+def test_cli_clone_of_a_real_server(tmp_path, s3_url):
+    world(str(tmp_path / "a"))
+    a, c = str(tmp_path / "a"), str(tmp_path / "c")
+    _, out, _ = run_cli("push", s3_url, "--json", store=a, exit_code=0)
+    assert json.loads(out)["landed"] == ["A", "B", "C"]
+    _, out, _ = run_cli("clone", s3_url, c, "--json", exit_code=0)
+    assert json.loads(out)["landed"] == ["A", "B", "C"]
+    assert codec.HEX_LEN == 64 and run_refs(Store.open(c)) == run_refs(Store.open(a))
+    run_cli("verify", store=c, exit_code=0)
