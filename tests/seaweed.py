@@ -193,7 +193,7 @@ class _Base:
             json.dump({"identities": [{"name": "objstore", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
                                        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
         self.stages = []
-        self._grpc_socks: list[str] = []
+        self._ports: list[int] = []
         self.start_seconds = 0.0
 
     @property
@@ -264,15 +264,21 @@ class _Base:
     def _spawn(self) -> None:
         raise NotImplementedError
 
+    def _port(self) -> int:
+        p = free_port()
+        self._ports.append(p)
+        return p
+
     def stop(self) -> None:
         for stage in self.stages:
             _stop_stage(stage)
         self.stages = []
-        for sock in self._grpc_socks:  # weed puts the gateways' gRPC socket in /tmp whatever we pass
-            try:
-                os.unlink(sock)
-            except OSError:
-                pass
+        for p in self._ports:  # weed leaves a unix socket per gRPC port in /tmp, whatever -localSocket says
+            for kind in ("master", "volume", "filer", "s3"):
+                try:
+                    os.unlink(f"/tmp/seaweedfs-{kind}-grpc-{p + 10000}.sock")
+                except OSError:
+                    pass
         if self in _live:
             _live.remove(self)
         if self._own_tmp:
@@ -294,7 +300,7 @@ class Server(_Base):
     volume_count = 1
 
     def _spawn(self) -> None:
-        mp, vp, fp, sp = (free_port() for _ in range(4))
+        mp, vp, fp, sp = (self._port() for _ in range(4))
         self.master_port = mp
         self.gateways = [f"http://127.0.0.1:{sp}"]
         data, mdir = os.path.join(self.tmp, "data"), os.path.join(self.tmp, "master")
@@ -305,7 +311,6 @@ class Server(_Base):
                 "-volume.preStopSeconds=0", "-filer", f"-filer.port={fp}", f"-filer.localSocket={self.tmp}/filer.sock",
                 "-s3", f"-s3.port={sp}", "-s3.port.iceberg=0", "-s3.port.lance=0", f"-s3.config={self.config}",
                 f"-s3.localSocket={self.tmp}/s3.sock"]
-        self._grpc_socks = [f"/tmp/seaweedfs-s3-grpc-{sp + 10000}.sock"]
         self.stages = [[_Proc("server", args, self.tmp)]]
 
 
@@ -315,7 +320,7 @@ class Cluster(_Base):
     volume_count = 2
 
     def _spawn(self) -> None:
-        mp = free_port()
+        mp = self._port()
         self.master_port = mp
         master = f"127.0.0.1:{mp}"
         dirs = {}
@@ -327,18 +332,17 @@ class Cluster(_Base):
         self.stages = [[m]]
         vols = []
         for i in (1, 2):
-            vp = free_port()
+            vp = self._port()
             vols.append(_Proc(f"volume{i}", [self.weed, "volume", *_COMMON, f"-port={vp}", f"-dir={dirs[f'vol{i}']}",
                                               f"-master={master}", "-max=100", "-preStopSeconds=0"], self.tmp))
-        fp = free_port()
+        fp = self._port()
         f = _Proc("filer", [self.weed, "filer", *_COMMON, f"-port={fp}", f"-master={master}",
                             f"-defaultStoreDir={dirs['filer']}", f"-localSocket={self.tmp}/filer.sock"], self.tmp)
         gws = []
         self.gateways = []
         for i in (1, 2):
-            sp = free_port()
+            sp = self._port()
             self.gateways.append(f"http://127.0.0.1:{sp}")
-            self._grpc_socks.append(f"/tmp/seaweedfs-s3-grpc-{sp + 10000}.sock")
             gws.append(_Proc(f"s3gw{i}", [self.weed, "s3", *_COMMON, f"-port={sp}", f"-filer=127.0.0.1:{fp}",
                                           f"-config={self.config}", "-port.iceberg=0", "-port.lance=0",
                                           f"-localSocket={self.tmp}/s3-{i}.sock"], self.tmp))
