@@ -1,5 +1,5 @@
-"""One contract, every engine: the segment log (LogEngine) and the in-memory engine pass the same
-tests, and a later engine (S3) joins by adding a fixture parameter.
+"""One contract, every engine: the segment log (LogEngine), the in-memory engine and the S3 engine (over the
+in-memory bucket, and over the session's real SeaweedFS) pass the same tests.
 
 The contract: ``commit(objects, ref_moves, expectations) -> position`` is all or nothing and
 compare-and-swap; ``snapshot()`` is a position; ``read_at(id, snapshot)`` re-checks hashes and
@@ -18,10 +18,15 @@ from objstore.storage.fileutil import FsyncPolicy
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
 
-@pytest.fixture(params=["log", "memory", "s3-fake"])
+@pytest.fixture(params=["log", "memory", "s3-fake", "s3"])
 def eng(request, tmp_path):
     if request.param == "memory":
         return MemoryEngine()
+    if request.param == "s3":  # the real SeaweedFS of the session (tests/conftest.py)
+        from objstore.storage.s3client import open_bucket
+        from objstore.storage.s3engine import S3Engine
+
+        return S3Engine(open_bucket(request.getfixturevalue("s3_url")), str(tmp_path / "cache"))
     if request.param == "s3-fake":
         from objstore.storage.bucket import MemoryBucket
         from objstore.storage.s3engine import S3Engine
