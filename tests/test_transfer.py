@@ -173,6 +173,33 @@ def test_a_partial_deletion_and_a_grant_revoked_after_it_travel(tmp_path):
     assert run_refs(back) == run_refs(log.store)
 
 
+def test_a_journal_chain_moves_one_version_per_commit_judged_by_the_grants_of_its_time(tmp_path):
+    from objstore.journal.updates import update_journal
+
+    log, owner = world(str(tmp_path / "a"))
+    w, _ = new_key(tmp_path, "w")
+    G.grant(log, owner, "A", w.public, name="worker")
+    update_journal(log, "A", w, {"entries": [{"id": "e1", "text": "one"}]})
+    update_journal(log, "A", w, {"entries": [{"id": "e1", "text": "two"}]})
+    G.revoke(log, owner, "A", w.public)  # after v2: v1 and v2 stay valid, judged at their entries
+    update_journal(log, "A", owner, {"entries": [{"id": "e1", "text": "three"}]})
+    assert verify(log) == []
+    s3 = fake_s3(tmp_path)
+    rep = transfer(log.store, s3, ["A"])
+    # [records, grant, v1], [v2], [revocation, v3]: a chain ref moves one element per entry, a grant
+    # step never after a version it would re-date
+    assert (rep.landed, entries(s3)) == (["A"], 1 + 3)
+    assert s3.run_refs("A") == log.store.run_refs("A")
+    assert verify(RunLog(s3)) == []
+    for i in range(2):  # two more versions: the target's journal head is two elements behind
+        update_journal(log, "A", owner, {"entries": [{"id": "e1", "text": f"later {i}"}]})
+    rep = transfer(log.store, s3, ["A"])
+    assert (rep.landed, rep.entries) == (["A"], 2)
+    assert s3.run_refs("A") == log.store.run_refs("A")
+    assert objects(s3).items() <= objects(log.store).items()  # the same bytes under the same ids
+    assert verify(RunLog(s3)) == []
+
+
 def test_what_the_source_gc_removed_is_reported_not_faked(tmp_path):
     log, owner = world(str(tmp_path / "a"))
     early = fake_s3(tmp_path, "early")
@@ -232,8 +259,11 @@ def test_cli_push_and_clone(tmp_path):
     assert "3 run(s) written" in out
     assert run_refs(Store.open(c)) == run_refs(log.store)
     run_cli("verify", store=c, exit_code=0)
-    _, out, err = run_cli("clone", a, c, "--json", exit_code=5)
-    assert json.loads(err)["exit"] == 5 and not os.path.exists(os.path.join(str(tmp_path), "d"))
+    _, out, err = run_cli("clone", a, c, "--json", exit_code=5)  # DIR is not empty
+    assert json.loads(err)["exit"] == 5
+    d = str(tmp_path / "d")
+    run_cli("clone", str(tmp_path / "missing"), d, exit_code=3)
+    assert not os.path.exists(d)
     _, _, err = run_cli("push", mirror, "--run", "nope", store=a, exit_code=4)
     assert "nope" in err and "Traceback" not in err
 

@@ -9,7 +9,7 @@ import sys
 import click
 
 from .output import echo_json
-from .params import pass_ctx
+from .params import RUN, pass_ctx
 
 _NOTES = """\b
 The target's log is its own: its entries are re-chained, so its anchors
@@ -54,7 +54,8 @@ def _report(rep, verb: str, as_json: bool) -> None:
 
 @click.command("push", epilog=_NOTES)
 @click.argument("url", metavar="URL")
-@click.option("--run", "runs", multiple=True, metavar="RUN", help="Push this run (an exact run id; repeatable); default: every run.")
+@click.option("--run", "runs", multiple=True, type=RUN, metavar="RUN",
+              help="Push this run (an id, a unique prefix, latest, or its labels; repeatable); default: every run, and a copy's source run with it.")
 @click.option("--json", "as_json", is_flag=True, help="What was pushed as JSON (see docs/CLI.md).")
 @pass_ctx
 def push(c, url, runs, as_json):
