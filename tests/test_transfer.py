@@ -226,6 +226,26 @@ def test_what_the_source_gc_removed_is_reported_not_faked(tmp_path):
     assert verify(RunLog(early)) == []
 
 
+def test_a_redacted_blob_never_travels_and_its_redaction_does(tmp_path):
+    log, owner = world(str(tmp_path / "a"))
+    blob = codec.object_id(codec.encode(codec.BLOB, b"prompt of A"))
+    early = Store.init(str(tmp_path / "early"))
+    transfer(log.store, early)  # holds the blob before the redaction
+    D.redact(log, blob, reason="secret", key=owner)
+    fresh = fake_s3(tmp_path, "fresh")
+    rep = transfer(log.store, fresh)
+    assert [r for r, _d in rep.erased] == ["A"] and "redacted" in rep.erased[0][1]
+    assert rep.landed == ["B", "C"] and rep.store_refs == "landed"  # the owner key; the redaction has nothing to withhold there
+    assert not fresh.engine.has(blob) and runrefs.redacted_ref(blob) not in dict(fresh.list_refs())
+    assert verify(RunLog(fresh)) == []
+    rep = transfer(log.store, early)
+    assert (rep.store_refs, rep.gc, rep.already) == ("landed", "ran", ["A", "B", "C"])
+    with pytest.raises(Erased):
+        early.get_blob(blob)
+    assert early.engine.loc(blob).comp == COMP_GONE  # the target's gc removed it
+    assert verify(RunLog(early)) == []
+
+
 def test_round_trip_through_a_real_server(tmp_path, s3_url):
     log, _ = world(str(tmp_path / "a"))
     s3 = Store.open(s3_url, create=True)

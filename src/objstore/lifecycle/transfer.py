@@ -320,19 +320,22 @@ class _Transfer:
 
     # -- units ---------------------------------------------------------------------------------
     def store_level(self) -> None:
+        """Each store-level ref on its own (its own commits): one that conflicts, or that the
+        target refuses (a subject grant on S3), leaves the others to land."""
         self.dst.engine.refresh()
         src = {n: v for n, v in self.src.list_refs() if runrefs.run_of(n) is None}
         tgt = {n: v for n, v in self.dst.list_refs() if runrefs.run_of(n) is None}
-        try:
-            commits = self._plan(None, src, tgt)
-            self.rep.store_refs = "landed" if self._commit(commits) else "already"
-        except (_Diverged, Conflict, Refused) as e:
-            self.rep.store_refs = "conflict"
-            ref, detail = (e.ref, e.detail) if isinstance(e, _Diverged) else ("?", str(e))
-            self.rep.conflicts.append(("", ref, detail))
-        except (_Needs, _Unsendable) as e:
-            self.rep.store_refs = "conflict"
-            self.rep.conflicts.append(("", "?", f"a store-level ref reaches {e}"))
+        wrote = False
+        for name in sorted(src):
+            try:
+                wrote = self._commit(self._plan(None, {name: src[name]}, {name: tgt.get(name)})) > 0 or wrote
+            except _Diverged as e:
+                self.rep.conflicts.append(("", e.ref, e.detail))
+            except (Conflict, Refused) as e:
+                self.rep.conflicts.append(("", name, str(e)))
+            except (_Needs, _Unsendable) as e:
+                self.rep.conflicts.append(("", name, f"it reaches what cannot be sent: {e}" if isinstance(e, _Unsendable) else f"it names a record of run {e.run}"))
+        self.rep.store_refs = "conflict" if self.rep.conflicts else "landed" if wrote else "already"
 
     def run(self, run: str) -> str:
         """Push one run (its copy sources first); its outcome."""
