@@ -297,3 +297,26 @@ def test_cli_clone_of_a_real_server(tmp_path, s3_url):
     assert json.loads(out)["landed"] == ["A", "B", "C"]
     assert codec.HEX_LEN == 64 and run_refs(Store.open(c)) == run_refs(Store.open(a))
     run_cli("verify", store=c, exit_code=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4])
+def test_a_large_run_is_pushed_in_several_commits_each_a_consistent_prefix(tmp_path, monkeypatch, chunk):
+    from objstore.lifecycle import transfer as T
+
+    log, _ = world(str(tmp_path / "a"))
+    monkeypatch.setattr(T, "CHUNK_OBJECTS", chunk)
+    s3 = fake_s3(tmp_path)
+    seen = []
+    real = T._Transfer._commit
+
+    def commit(self, commits):  # every commit of the split, checked as the target stands after it
+        for c in commits:
+            n = real(self, [c])
+            assert n == 1 and verify(RunLog(self.dst)) == []
+            seen.append(len(c[0]))
+        return len(commits)
+
+    monkeypatch.setattr(T._Transfer, "_commit", commit)
+    rep = transfer(log.store, s3)
+    assert rep.landed == ["A", "B", "C"] and max(seen) <= chunk and entries(s3) == len(seen) >= 1 + 25 // chunk
+    assert objects(s3) == objects(log.store) and run_refs(s3) == run_refs(log.store)

@@ -26,7 +26,10 @@ Commits. One commit per run, plus one per further element of a chain ref: the fo
 (``storage.refs.check_move``) move a chain ref by exactly one element per entry, and a journal
 version, a segment or a deletion is dated by its entry against the grants then in force, so the
 chain steps are committed in the source's log order, a grant step never sharing a commit after a
-step it could re-date. A run without journal, grant or deletion chains is one commit.
+step it could re-date. A run without journal, grant or deletion chains is one commit — unless it is
+large (over ``CHUNK_OBJECTS`` objects or ``CHUNK_BYTES`` bytes to send): its records then go in several
+commits, each a prefix of them moving each branch to its newest record so far, so the target holds
+an earlier consistent state of the run between them and a push killed midway is finished by the next.
 
 A copy (``fork_run``) names its source run's record: the source run is pushed first, whether asked
 for or not. Recorded deletion travels: partial deletions (``run/<R>/deletions``) as chain steps, the
@@ -56,6 +59,8 @@ from ..storage.refs import forward_only, write_once_deletion
 from ..storage.store import LABELS_VERSION, Store
 
 Progress = Callable[[str], None]
+CHUNK_OBJECTS = 50_000  # objects in one commit of a run's records at most (a larger run takes several)
+CHUNK_BYTES = 64 << 20  # canonical bytes in one such commit at most
 GC_UNAVAILABLE = "unavailable: gc on object storage is not implemented yet"
 
 
@@ -273,7 +278,7 @@ class _Transfer:
                     raise _Diverged(name, f"the target holds {_show(tv)}, the source {_show(sv)}")
                 first_objs += self._reach(sv, run, have)
                 first_moves.append((name, None, sv))
-        commits: list = [(first_objs, first_moves)]
+        commits = self._split(run, first_objs, first_moves)
         names: set = set()
         dated = False  # the current commit holds a step dated by grants (journal, segment, deletion, schema)
         for _e, name, old, new, grant in sorted(steps, key=lambda s: (s[0], not s[4])):  # a grant before what it dates
@@ -288,6 +293,44 @@ class _Transfer:
             if runrefs.is_deletions_ref(name):
                 self.deletion_moved = True
         return [c for c in commits if c[0] or c[1]]
+
+    @staticmethod
+    def _split(run: str | None, objs: list, moves: list) -> list:
+        """The records commit of a large run as several, each at most CHUNK_OBJECTS objects or
+        CHUNK_BYTES canonical bytes (an entry's meta holds a row per object; the local engine caps it
+        at 256 MiB, and an S3 entry is one PUT): each commit a prefix of the objects, which come
+        dependencies first, moving each branch to its newest record (or its fork object) so far, so
+        the target holds a consistent earlier state of the run after each; the other moves (live,
+        write-once and plain refs) go with the last."""
+        if run is None or (len(objs) <= CHUNK_OBJECTS and sum(len(o[2]) for o in objs) <= CHUNK_BYTES):
+            return [(objs, moves)]
+        branch = {name: [old, new] for name, old, new in moves if runrefs.branch_of(run, name) is not None}
+        head_of = {new: name for name, (_old, new) in branch.items()}
+        out: list = []
+        cur: list = []
+        size = 0
+        for i, o in enumerate(objs):
+            cur.append(o)
+            size += len(o[2])
+            if len(cur) < CHUNK_OBJECTS and size < CHUNK_BYTES and i < len(objs) - 1:
+                continue
+            tips: dict = {}
+            for oid, otype, _data, value in cur:
+                if otype in (codec.RECORD, codec.FORK) and value is not None and value.get("run") == run and type(value.get("branch")) is int:
+                    # a branch's records in order; its fork object first (a later commit's LSN-0 record names it as the head)
+                    tips[runrefs.branch_ref(run, value["branch"])] = oid
+                if oid in head_of:
+                    tips[head_of[oid]] = oid
+            ms = []
+            for name, oid in tips.items():
+                got = branch.get(name)
+                if got is not None and got[0] != oid:
+                    ms.append((name, got[0], oid))
+                    got[0] = oid
+            out.append((cur, ms))
+            cur, size = [], 0
+        out[-1][1].extend(m for m in moves if m[0] not in branch)
+        return out
 
     @staticmethod
     def _reached(tv: Any, have: dict) -> bool:
