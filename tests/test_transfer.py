@@ -200,6 +200,21 @@ def test_a_journal_chain_moves_one_version_per_commit_judged_by_the_grants_of_it
     assert verify(RunLog(s3)) == []
 
 
+def test_appending_after_a_deleted_tail_pushes_again_and_never_resends_what_the_target_gc_removed(tmp_path):
+    log, owner = world(str(tmp_path / "a"))
+    tail = [log.store.indexed_record("B", 0, lsn) for lsn in (3, 4)]
+    D.delete_branch_from(log, "B", 0, 3, reason="tail", key=owner)
+    target = Store.init(str(tmp_path / "b"))
+    assert transfer(log.store, target).gc == "ran"
+    assert all(target.engine.loc(oid).comp == COMP_GONE for oid in tail)
+    log.record_attempt("B", 60, 0, "succeeded")  # its parent is a covered record, whose body the target no longer has
+    rep = transfer(log.store, target)
+    assert (rep.landed, rep.entries, rep.objects) == (["B"], 1, 1)
+    assert all(target.engine.loc(oid).comp == COMP_GONE for oid in tail)
+    assert run_refs(target) == run_refs(log.store)
+    assert verify(RunLog(target)) == []
+
+
 def test_what_the_source_gc_removed_is_reported_not_faked(tmp_path):
     log, owner = world(str(tmp_path / "a"))
     early = fake_s3(tmp_path, "early")

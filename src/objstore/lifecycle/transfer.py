@@ -188,7 +188,8 @@ class _Transfer:
                 out.append(got)
                 have[oid] = got
                 continue
-            if oid in have or oid in seen or eng.has_body(oid):
+            # known to the target, with its body or without (its gc removed it): never sent again
+            if oid in have or oid in seen or eng.has(oid):
                 continue
             seen.add(oid)
             got = self._read(oid, run)
