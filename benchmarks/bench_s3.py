@@ -487,8 +487,8 @@ def summarize_calls(calls):
 
 
 def part_log(a, server):
-    print(f"\n3. log RUN -n 10 in a fresh process (click CliRunner in a child; every bucket call counted): cold = empty "
-          f"OBJSTORE_CACHE_DIR, warm = a second fresh process on the same cache dir")
+    print("\n3. log RUN -n 10 in a fresh process (click CliRunner in a child; every bucket call counted): cold = empty "
+          "OBJSTORE_CACHE_DIR, warm = a second fresh process on the same cache dir")
     shapes = [("one run", 1, max(20, int(a.log_commits * a.scale))),
               ("many runs", max(2, int(a.log_runs * a.scale)), max(10, int(a.log_per_run * a.scale)))]
     out = {}
@@ -504,7 +504,7 @@ def part_log(a, server):
         fig = {"runs": runs, "per_run": per, "entries": entries, "chunks": chunks}
         for arg_label, arg in (("full id", ids[-1]), ("prefix", ids[-1][:-8]), ("latest", "latest")):
             rows = []
-            for r in range(a.reps):
+            for _r in range(a.reps):
                 cache = scratch("cache")
                 try:
                     cold = run_cli(url, arg, 10, cache)
