@@ -21,6 +21,7 @@ from objstore.storage.store import Store
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:
     st = Store(S3Engine(bucket, cache), root=cache)
     st._version = 3
+    st.url = bucket.url
     return RunLog(st)
 
 
@@ -193,3 +194,85 @@ def test_a_damaged_chunk_is_found_by_verify_and_a_damaged_cache_copy_is_not_beli
     problems = verify(_log(b, str(tmp_path / "v")))
     assert problems and problems[0].code in ("corrupt-entry", "corrupt-log"), [p.line() for p in problems]
     assert any(chunks[0] in (p.where + p.subject + p.detail) for p in problems), [p.line() for p in problems]
+
+
+def _holds(bucket: MemoryBucket, secret: bytes) -> list[str]:
+    """The keys whose bytes hold ``secret``, raw or inside any zstd frame (every frame is tried)."""
+    import zstandard
+
+    out = []
+    for key, data in bucket.raw().items():
+        if secret in data:
+            out.append(key)
+            continue
+        i = data.find(b"\x28\xb5\x2f\xfd")
+        while i >= 0:
+            try:
+                if secret in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:]):
+                    out.append(key)
+                    break
+            except zstandard.ZstdError:
+                pass
+            i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
+    return out
+
+
+def test_gc_on_s3_removes_deleted_bodies_everywhere_and_anchors_still_verify(tmp_path):
+    from objstore.errors import Erased
+    from objstore.lifecycle import delete as D
+    from objstore.lifecycle import gc as G
+
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    keep, doomed = log.start_run(subject="s"), log.start_run(subject="s")
+    secrets = {}
+    for i in range(40):  # enough for chunks, the HEAD tail and one entry key above the inline limit
+        run = doomed if i % 2 else keep
+        secret = os.urandom(24).hex().encode()
+        size = INLINE_BYTES + 100 if i == 5 else 0
+        blob = log.put_blob(secret + os.urandom(size // 2).hex().encode())
+        rec = log.record_attempt(run, i, 0, "succeeded", output=blob)
+        secrets[secret] = (run, rec.id)
+    pos = log.store.engine.anchor()
+    token = anchor_token(pos.entry, pos.checksum)
+    assert all(_holds(b, s) for s in secrets)
+    D.delete_run(log, doomed, reason="test")
+    res = G.gc(log.store)
+    gone = [s for s, (run, _) in secrets.items() if run == doomed]
+    assert res.removed_records == 21 and res.removed_blobs == 20  # its run_started too
+    assert [s for s in gone if _holds(b, s)] == []
+    assert all(_holds(b, s) for s, (run, _) in secrets.items() if run == keep)
+    fresh = _log(b, str(tmp_path / "fresh"))
+    for s, (run, rid) in secrets.items():
+        if run == keep:
+            assert fresh.get_blob(fresh.record(rid).body["output"]).startswith(s)
+    with pytest.raises(Erased):
+        fresh.record(secrets[gone[0]][1])
+    # a reader that read the entries before gc rewrote them reads the kept ones still
+    for s, (run, rid) in secrets.items():
+        if run == keep:
+            assert log.get_blob(log.record(rid).body["output"]).startswith(s)
+    assert verify(fresh, anchor=token) == []
+    assert G.gc(fresh.store).removed_records == 0  # nothing left to do
+
+
+def test_gc_prunes_unreferenced_blobs_and_unnamed_keys_only_when_asked(tmp_path):
+    from objstore.lifecycle import gc as G
+
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    run = log.start_run(subject="s")
+    lonely = log.put_blob(b"nobody names me " + os.urandom(8).hex().encode())
+    named = log.put_blob(b"a record names me")
+    log.record_attempt(run, 0, 0, "succeeded", output=named)
+    b.poke("chunk/000000000001-000000000016-" + "ab" * 32, b"an orphan a lost swap left", modified=0.0)
+    assert G.gc(log.store).removed_blobs == 0 and lonely in {o for o in log.store.engine.tables.locs}
+    res = G.gc(log.store, prune_unreferenced_older_than=0)
+    assert res.removed_blobs == 1 and res.removed_other == 1
+    assert "chunk/000000000001-000000000016-" + "ab" * 32 not in b.raw()
+    fresh = _log(b, str(tmp_path / "f"))
+    from objstore.errors import Erased
+    with pytest.raises(Erased):
+        fresh.get_blob(lonely)
+    assert fresh.get_blob(named) == b"a record names me"
+    assert verify(fresh) == []

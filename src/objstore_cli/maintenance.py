@@ -18,9 +18,12 @@ from .params import pass_ctx
 @click.option("--dry-run", is_flag=True, help="With --delete-runs-older-than: list the runs it would delete; write nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
               help="How long to wait for another gc or a backup to finish.")
+@click.option("--prune-unreferenced-older-than", "prune", metavar="AGE", default=None,
+              help="Also remove committed blobs that nothing names (no record, ref or journal object), committed more than AGE ago "
+                   "(recorded as redactions, so verify stays clean), and on object storage the keys no entry names (a lost commit's).")
 @click.option("--json", "as_json", is_flag=True, help="What gc did as JSON.")
 @pass_ctx
-def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
+def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
     """Remove the bodies recorded deletions name, and repack sealed segments.
 
     Never automatic. gc seals the active segment, then rewrites every sealed
@@ -29,7 +32,9 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
     before still verifies), the objects merged into large compressed blocks,
     the removed bodies left out. A blob that a live record of another run
     still names is kept; a committed blob no record names is kept too
-    (objstore stats counts them). Writers and readers go on meanwhile; a
+    (objstore stats counts them), unless --prune-unreferenced-older-than.
+    On object storage (--store s3://...), gc rewrites in place the chunks
+    and entry keys that hold a body that goes (same entries, same anchors). Writers and readers go on meanwhile; a
     reader that held a file gc replaced reads the new one, or gets exit 13.
     Killed at any point, the store stays readable and verifies clean; run gc
     again to finish.
@@ -42,6 +47,7 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
     Examples:
       objstore gc
       objstore gc --json
+      objstore gc --prune-unreferenced-older-than 1h
       objstore gc --delete-runs-older-than 90d --reason "retention policy" --dry-run
     """
     from objstore.errors import InvalidInput
@@ -71,7 +77,9 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, as_json):
             deleted = old
     elif reason is not None or dry_run:
         raise click.UsageError("--reason and --dry-run go with --delete-runs-older-than")
-    res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True))
+    prune_age = G.parse_age(prune) if prune is not None else None
+    res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True),
+               prune_unreferenced_older_than=prune_age)
     if as_json:
         echo_json({**res.to_json(), "deleted_runs": deleted})
         return

@@ -24,6 +24,7 @@ Explicit, never automatic (git ``gc``, borg ``compact``, restic ``prune``). Unde
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -85,11 +86,58 @@ def _eng(store: Store) -> engine.LogEngine:
     return eng
 
 
+def _reader(store: Store) -> Any:
+    """The engine gc reads what goes from: a log on disk, or one on object storage."""
+    if store.url is not None:
+        return store.engine
+    return _eng(store)
+
+
+def unreferenced(store: Store, age: float, now: float | None = None) -> set:
+    """Blobs committed more than ``age`` seconds ago that nothing names: no record (its index row's
+    refs), no ref, no journal, segment, grant, fork or deletion object. What ``gc
+    --prune-unreferenced-older-than`` removes, explicitly: by default gc keeps them (``stats`` counts them)."""
+    eng = _reader(store)
+    eng.refresh()
+    cutoff = (time.time() if now is None else now) - age
+    candidates: set = set()
+    named: set = {v for v in eng.tables.refs.values() if isinstance(v, bytes)}
+    for e in eng.entries():
+        for r in e.recs:
+            named.update(r[6])
+        for o in e.objs:
+            if o[1] == codec.BLOB:
+                if e.time < cutoff and o[3] != engine.REMOVED:
+                    candidates.add(o[0])
+            elif o[1] not in (codec.RECORD, codec.BLOB) and o[3] != engine.REMOVED:
+                try:
+                    otype, value = codec.decode(eng.read(o[0]), o[0], False)
+                except ObjstoreError:
+                    continue
+                if isinstance(value, dict):
+                    named.update(ref for _f, ref in records.object_refs(otype, value))
+                    named.update(b for b in value.get("blobs") or () if isinstance(b, bytes))
+    return candidates - named
+
+
+def _redact_unreferenced(store: Store, age: float) -> int:
+    """Record the removal of every unreferenced blob older than ``age`` as a redaction (signed like
+    'objstore redact', reason 'unreferenced'), so verify finds each removed body covered."""
+    from ..runs.runlog import RunLog
+
+    blobs = sorted(unreferenced(store, age))
+    if blobs:
+        log = RunLog(store)
+        for oid in blobs:
+            delete.redact(log, oid, reason=f"unreferenced for more than {age:g} s: pruned by gc")
+    return len(blobs)
+
+
 def doomed(store: Store) -> Doomed:
     """The bodies that go (see the module docstring): from the refs, the deletion objects
     (``lifecycle.delete``'s readers), the index rows of the entries, and the bodies of the records
     that go (each read once)."""
-    eng = _eng(store)
+    eng = _reader(store)
     eng.refresh()
     t = eng.tables
     gone_runs = delete.deleted_runs(store)
@@ -369,12 +417,20 @@ def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) 
     return True
 
 
-def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0) -> GcResult:
+def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0,
+       prune_unreferenced_older_than: float | None = None) -> GcResult:
     """Find what goes, pack every segment that needs it into ``tmp/gc/`` (the sealed ones, then the
     active one once sealed), then under the writer lock take in what writers committed meanwhile,
     put the packed files in place and commit one rewrite entry (see the module docstring). Nothing
     in the store changes before every segment is packed, so damage found while packing leaves the
-    store as it was. Safe to run again at any point: it finishes what a killed gc left."""
+    store as it was. Safe to run again at any point: it finishes what a killed gc left.
+    ``prune_unreferenced_older_than`` (seconds): also remove the committed blobs that nothing names
+    (``unreferenced``), and on object storage the keys no entry names, older than that.
+    A store on object storage is collected by ``_gc_remote``."""
+    if prune_unreferenced_older_than is not None and (isinstance(prune_unreferenced_older_than, bool) or prune_unreferenced_older_than < 0):
+        raise InvalidInput("--prune-unreferenced-older-than must be an age of 0 or more")
+    if store.url is not None:
+        return _gc_remote(store, progress or (lambda _m: None), prune_unreferenced_older_than)
     eng = _eng(store)
     root = store.root
     assert root is not None
@@ -391,6 +447,8 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
         eng.finish_seal(timeout=timeout)
         active_then = eng._seg
         since = eng.tables.pos.entry
+        if prune_unreferenced_older_than is not None:
+            _redact_unreferenced(store, prune_unreferenced_older_than)
         gone = doomed(store)
         every = gone.all()
         packs: dict[int, tuple] = {}  # segment -> (packed file in tmp, its index in tmp, row, removed {id: type})
@@ -423,6 +481,53 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
     kinds = list(removed.values())
     return GcResult(last, sorted(packs), kinds.count(codec.RECORD), kinds.count(codec.BLOB),
                     len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB), before, after, entry)
+
+
+def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) -> GcResult:
+    """gc on object storage (storage.s3engine): the entries that store a body that goes are written
+    again without it, in place (chunks and entry keys PUT again under their keys, HEAD's tail by
+    compare-and-swap): the same entries and checksums, so anchors hold. A blob a writer named
+    meanwhile — it found the body stored and did not store it again — is committed again. With
+    ``prune``, the chunk and entry keys no entry names (a writer's PUT before a HEAD swap it lost)
+    older than that are deleted."""
+    eng: Any = store.engine
+    since = eng.refresh(force=True).entry
+    if prune is not None:
+        _redact_unreferenced(store, prune)
+    gone = doomed(store)
+    every = gone.all()
+    before = eng.stored_bytes()
+    removed, blobs = eng.remove_bodies(every)
+    if removed:
+        say(f"removed {len(removed)} bodies")
+    keep = set(blobs) - set(delete.redacted_blobs(store))
+    late: set = set()
+    if keep:
+        deleted = set(delete.deleted_runs(store))
+        for e in eng.entries():
+            if e.n <= since:
+                continue
+            for r in e.recs:
+                if r[1] not in deleted:
+                    late.update(x for x in r[6] if x in keep)
+    if late:
+        eng.commit([(oid, codec.BLOB, blobs[oid]) for oid in sorted(late)])
+        for oid in late:
+            removed.pop(oid, None)
+        say(f"kept {len(late)} blob(s) a writer named meanwhile (committed again)")
+    pruned = 0
+    if prune is not None:
+        cutoff = time.time() - prune
+        for x in eng.unnamed_keys():
+            if x.modified < cutoff:
+                eng.bucket.delete(x.key)
+                pruned += 1
+        if pruned:
+            say(f"deleted {pruned} key(s) no entry names")
+    _vacuum_state(store)
+    kinds = list(removed.values())
+    return GcResult(0, [], kinds.count(codec.RECORD), kinds.count(codec.BLOB),
+                    len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB) + pruned, before, eng.stored_bytes(), 0)
 
 
 def _pack_into_tmp(eng: engine.LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:

@@ -463,7 +463,7 @@ def has_entry_after(buf: bytes | bytearray | memoryview, start: int, min_n: int 
         i += 1
 
 
-def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int) -> tuple | str:
+def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int, removed_ok: bool = False) -> tuple | str:
     """(n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx) of an entry's meta, checked
     against its trailer's chain checksum, the expected entry number and the data length; or the
     reason it is not valid."""
@@ -484,7 +484,7 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         return f"malformed entry meta: {e}"
     if expect_n is not None and n != expect_n:
         return f"entry number {n} where {expect_n} was expected"
-    bad = (_meta_shape_problem(n, t, moves, objs, blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+    bad = (_meta_shape_problem(n, t, moves, objs, blocks, removed_ok) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
            or _rw_shape_problem(rw))
     if bad is not None:
         return f"malformed entry meta: {bad}"
@@ -551,8 +551,9 @@ def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any,
     return None
 
 
-def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> Entry | str:
-    """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
+def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None, removed_ok: bool = False) -> Entry | str:
+    """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry.
+    ``removed_ok``: object rows whose body gc removed (block REMOVED) are allowed (an S3 log's entries)."""
     if end - pos < ENTRY_HEAD.size:
         return "incomplete entry header"
     magic, mlen, dlen = ENTRY_HEAD.unpack_from(buf, pos)
@@ -566,7 +567,7 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
     tlen, checksum = ENTRY_TRAILER.unpack_from(buf, pos + length - ENTRY_TRAILER.size)
     if tlen != length:
         return "trailer length disagrees"
-    got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen)
+    got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen, removed_ok)
     if isinstance(got, str):
         return got
     n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got

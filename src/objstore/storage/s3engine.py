@@ -38,13 +38,18 @@ import blake3
 import msgspec
 import zstandard
 
-from ..errors import Busy, CorruptLog, IntegrityError, LimitExceeded, MultiLogBatch, ObjectNotFound, Refused, StaleBase
+from ..errors import BodyRemoved, Busy, CorruptLog, IntegrityError, LimitExceeded, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from . import codec, runrefs
 from .bucket import NOT_MODIFIED, Bucket
 from .engine import (
     COMP_GONE,
     COMP_RAW,
     COMP_ZSTD,
+    ENTRY_HEAD,
+    ENTRY_MAGIC,
+    ENTRY_TRAILER,
+    MIN_COMPRESS,
+    REMOVED,
     ZERO,
     Engine,
     Entry,
@@ -56,8 +61,8 @@ from .engine import (
     ScanProblem,
     Tables,
     Txn,
+    _compressor,
     _decompressor,
-    _entry_objects,
     _show,
     block_starts,
     build_entry,
@@ -76,6 +81,8 @@ CHUNK_CACHE = 64  # decoded chunks kept in memory
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
+_meta_enc = msgspec.msgpack.Encoder(order="sorted")  # an entry's meta, as engine.build_entry encodes it
+_meta_dec = msgspec.msgpack.Decoder()
 
 
 class Head(msgspec.Struct, array_like=True, frozen=True):
@@ -116,6 +123,18 @@ class S3Txn(Txn):
         super().__init__(engine)
         self.seen: dict[str, Any] = {}
 
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
+        loc = self.engine.tables.locs.get(oid)
+        if loc is not None and loc.comp == COMP_GONE and otype != codec.RECORD and oid not in self.objects:
+            # gc removed this body (a deletion named it): committed again, it is stored again
+            del self.engine.tables.locs[oid]
+            try:
+                super().put(oid, otype, canonical, value)
+            finally:
+                self.engine.tables.locs.setdefault(oid, loc)
+            return
+        super().put(oid, otype, canonical, value)
+
     def read_ref(self, name: str) -> bytes | str | None:
         m = self.moves.get(name)
         if m is not None:
@@ -142,6 +161,7 @@ class S3Engine(Engine):
         self._checked = 0.0
         self._src: dict[int, tuple] = {}  # entry -> ("tail", bytes) | ("chunk", key, slot index) | ("entry", key)
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
+        self._cks: dict[int, bytes] = {}  # entry -> its chain checksum (a rewritten entry must keep it)
         self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
         self.root = None
         self.damaged: CorruptLog | None = None
@@ -215,6 +235,7 @@ class S3Engine(Engine):
         if head.n == ours:
             if head.checksum != t.pos.checksum:
                 raise CorruptLog(self._where(HEAD_KEY), f"HEAD names another entry {ours} than the one this process read")
+            self._retake_tail(head)  # the same entries, perhaps with bodies gc removed: their bytes, not their meaning, changed
             return []
         tail_first = head.n - len(head.tail) + 1
         slots: list[tuple[int, Any, tuple]] = []  # (n, slot, source)
@@ -227,17 +248,48 @@ class S3Engine(Engine):
         got = []
         for n, slot, src in slots:
             raw, src2 = self._slot_bytes(n, slot, src)
-            e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n)
+            e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n, True)
             if isinstance(e, str):
                 raise CorruptLog(self._where(src2[1] if len(src2) > 1 else HEAD_KEY), f"entry {n}: {e}")
             why = self._apply(e, None)
             if why is not None:
                 raise CorruptLog(self._where(HEAD_KEY), f"entry {n} breaks a rule: {why}")
             self._src[n] = src2
+            self._cks[n] = e.checksum
             got.append(e.checksum)
         if t.pos.checksum != head.checksum:
             raise CorruptLog(self._where(HEAD_KEY), f"HEAD names checksum {head.checksum.hex()[:16]} for entry {head.n}, its entries chain to {t.pos.checksum.hex()[:16]}")
         return got
+
+    def _retake_tail(self, head: Head) -> None:
+        first = head.n - len(head.tail) + 1
+        for i, slot in enumerate(head.tail):
+            src = self._src.get(first + i)
+            if isinstance(slot, bytes) and src is not None and src[0] == "tail" and src[1] != slot:
+                self._relocate(first + i, slot, ("tail", slot))
+
+    def _relocate(self, n: int, raw: bytes | None = None, src: tuple | None = None) -> bool:
+        """Take entry ``n``'s object locations again from its bytes (``raw``, else read afresh from the
+        bucket): gc rewrote it without the bodies it removed, so its blocks moved. The entry must be
+        the one the log holds (same checksum); whether anything was taken."""
+        old = self._src.get(n)
+        if old is None:
+            return False
+        if raw is None:
+            if old[0] == "tail":
+                self.refresh(force=True)
+                return False
+            self._forget_cached(old[1])
+            raw, _key = self._entry_bytes(n)
+            src = old
+        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
+        if not isinstance(e, Entry) or e.checksum != self._cks.get(n):
+            return False  # not the entry this process took in (the chain from its predecessor and its own checksum say so)
+        with self._mu:
+            self._set_locs(e)
+            if src is not None:
+                self._src[n] = src
+        return True
 
     def _slot_bytes(self, n: int, slot: Any, src: tuple) -> tuple[bytes, tuple]:
         if isinstance(slot, bytes):
@@ -349,12 +401,22 @@ class S3Engine(Engine):
             if got.root != e.root:
                 return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
             plan = got
-        bstarts = block_starts(e)
-        for oid, otype, length, bi, boff in e.objs:
-            comp, raw, stored = e.blocks[bi][:3]
-            t.locs[oid] = Loc(e.n, 0, bstarts[bi], comp, stored, raw, boff, length, otype)
+        self._set_locs(e)
         t.commit(plan, e.n, e.checksum, e.time)
         return None
+
+    def _set_locs(self, e: Entry) -> None:
+        locs = self.tables.locs
+        bstarts = block_starts(e)
+        for oid, otype, length, bi, boff in e.objs:
+            if bi == REMOVED:
+                locs[oid] = Loc(e.n, 0, 0, COMP_GONE, 0, 0, 0, length, otype)
+                continue
+            cur = locs.get(oid)
+            if cur is not None and cur.entry != e.n and cur.comp != COMP_GONE:
+                continue  # stored earlier too (a body put again after gc removed one): the first that has it
+            comp, raw, stored = e.blocks[bi][:3]
+            locs[oid] = Loc(e.n, 0, bstarts[bi], comp, stored, raw, boff, length, otype)
 
     def _entry_bytes(self, n: int) -> tuple[bytes, str]:
         src = self._src.get(n)
@@ -380,14 +442,17 @@ class S3Engine(Engine):
         assert isinstance(loc, Loc)
         try:
             return self._read_loc(oid, loc)
-        except (IntegrityError, CorruptLog, zstandard.ZstdError):
-            if not self._drop_cached():
+        except (IntegrityError, CorruptLog):
+            # a damaged cache copy, or an entry gc rewrote (its blocks moved): read it afresh, once
+            self._drop_cached()
+            if not self._relocate(loc.entry):
                 raise
+            loc = self.loc(oid)
+            assert isinstance(loc, Loc)
             return self._read_loc(oid, loc)
 
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
         if loc.comp == COMP_GONE:
-            from ..errors import BodyRemoved
             raise BodyRemoved(oid.hex())
         raw, key = self._entry_bytes(loc.entry)
         stored = raw[loc.block_off : loc.block_off + loc.stored_len]
@@ -422,7 +487,7 @@ class S3Engine(Engine):
         prev = ZERO
         for n in range(1, upto + 1):
             raw, key = self._entry_bytes(n)
-            e = parse_entry(raw, 0, len(raw), prev, 0, n)
+            e = parse_entry(raw, 0, len(raw), prev, 0, n, True)
             if isinstance(e, str):
                 raise CorruptLog(self._where(key), f"entry {n}: {e}")
             prev = e.checksum
@@ -497,12 +562,12 @@ class S3Engine(Engine):
                 else:
                     yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: malformed slot")
                     return
-                e = parse_entry(raw, 0, len(raw), prev, 0, n)
+                e = parse_entry(raw, 0, len(raw), prev, 0, n, True)
                 if isinstance(e, str):
                     yield ScanProblem("corrupt-entry", self._where(where), f"entry {n}: {e}")
                     return
                 prev, n = e.checksum, n + 1
-                yield ScanEntry(e, _entry_objects(raw, e, 0, dec, -1), self._where(where))
+                yield ScanEntry(e, objects_of(raw, e, dec), self._where(where))
             named = head.checksum if key == HEAD_KEY else bytes.fromhex(key.rsplit("-", 1)[1])
             if prev != named:
                 yield ScanProblem("corrupt-entry", self._where(key), f"its entries chain to {prev.hex()[:16]}, it names {named.hex()[:16]}")
@@ -581,6 +646,7 @@ class S3Engine(Engine):
                     if self.tables.pos.entry == n - 1 and self._etag == etag:
                         self._apply(e, plan)
                         self._src[n] = self._src_of(new_head, n)
+                        self._cks[n] = e.checksum
                         self._retail(new_head)
                         self._head, self._etag, self._checked = new_head, new_etag, time.monotonic()
                         return
@@ -664,6 +730,123 @@ class S3Engine(Engine):
     def close(self) -> None:
         self.bucket.close()
 
+    # -- gc: bodies recorded deletions name, keys no entry names --------------------------------
+    def remove_bodies(self, gone: set) -> tuple[dict, dict]:
+        """Rewrite every chunk, entry key and HEAD tail slot that stores a body of ``gone`` without it:
+        the same entries (same checksums, so anchors hold), their blocks laid again. Chunks and entry
+        keys are PUT again under their keys; HEAD by compare-and-swap (retried on the newer HEAD).
+        Returns ({id: type} removed, {id: bytes} of the removed blobs)."""
+        removed: dict = {}
+        blobs: dict = {}
+        for _ in range(20):
+            self.refresh(force=True)
+            with self._mu:
+                targets = sorted({loc.entry for oid in gone if isinstance(loc := self.tables.locs.get(oid), Loc) and loc.comp != COMP_GONE})
+                srcs = {n: self._src[n] for n in targets}
+            if not targets:
+                return removed, blobs
+            chunks: dict[str, list[int]] = {}
+            tail = []
+            for n, src in srcs.items():
+                if src[0] == "chunk":
+                    chunks.setdefault(src[1], []).append(n)
+                elif src[0] == "entry":
+                    got = self.bucket.get(src[1])
+                    if got is None:
+                        raise CorruptLog(self._where(src[1]), "missing (HEAD or a chunk names it)")
+                    new = self._stripped(n, got.data, gone, removed, blobs)
+                    if new is not None:
+                        self.bucket.put(src[1], new)
+                        self._forget_cached(src[1])
+                        self._relocate(n, new, src)
+                else:
+                    tail.append(n)
+            for key, ns in chunks.items():
+                got = self.bucket.get(key)
+                first, last = _chunk_range(key)
+                ch = self._decode_chunk(key, None, got.data if got is not None else None)
+                if isinstance(ch, str):
+                    raise CorruptLog(self._where(key), ch)
+                slots = list(ch.slots)
+                for n in ns:
+                    i = n - first
+                    if isinstance(slots[i], bytes):
+                        new = self._stripped(n, slots[i], gone, removed, blobs)
+                        if new is not None:
+                            slots[i] = new
+                self.bucket.put(key, _enc.encode(Chunk(CHUNK_FMT, ch.prev, ch.first, slots)))
+                self._forget_cached(key)
+                for n in ns:
+                    i = n - first
+                    if isinstance(slots[i], bytes):
+                        self._relocate(n, slots[i], ("chunk", key, i))
+            if tail:
+                with self._mu:
+                    head, etag = self._head, self._etag
+                assert head is not None and etag is not None
+                first = head.n - len(head.tail) + 1
+                slots = list(head.tail)
+                for n in tail:
+                    i = n - first
+                    if 0 <= i < len(slots) and isinstance(slots[i], bytes):
+                        new = self._stripped(n, slots[i], gone, removed, blobs)
+                        if new is not None:
+                            slots[i] = new
+                new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots)
+                if self.bucket.put_if_match(HEAD_KEY, _enc.encode(new_head), etag) is not None:
+                    self.refresh(force=True)
+        raise Busy(self.bucket.url, 20, 0)
+
+    def _stripped(self, n: int, raw: bytes, gone: set, removed: dict, blobs: dict) -> bytes | None:
+        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
+        if isinstance(e, str) or e.checksum != self._cks.get(n):
+            raise CorruptLog(self._where(HEAD_KEY), f"entry {n}: {e if isinstance(e, str) else 'not the entry the log chains'}")
+        got = strip_entry(raw, e, gone)
+        if got is None:
+            return None
+        new, rem = got
+        for oid, (otype, data) in rem.items():
+            removed[oid] = otype
+            if otype == codec.BLOB:
+                blobs[oid] = data
+        return new
+
+    def named_keys(self) -> set[str]:
+        """Every chunk and entry key the log names (HEAD's chunk chain, and entry keys in any slot)."""
+        self.refresh(force=True)
+        with self._mu:
+            head = self._head
+        if head is None:
+            return set()
+        keys: set[str] = set()
+        for slot in head.tail:
+            if isinstance(slot, list):
+                keys.add(entry_key(slot[0], slot[1]))
+        ref = head.chunk
+        while ref is not None:
+            key = chunk_key(*ref)
+            keys.add(key)
+            got = self.bucket.get(key)
+            ch = self._decode_chunk(key, None, got.data if got is not None else None)
+            if isinstance(ch, str):
+                raise CorruptLog(self._where(key), ch)
+            for j, slot in enumerate(ch.slots):
+                if isinstance(slot, list):
+                    keys.add(entry_key(ch.first + j, slot[1]))
+            ref = ch.prev
+        return keys
+
+    def unnamed_keys(self) -> list:
+        """(key, size, modified) of every chunk/ and entry/ key no entry names: what a writer PUT
+        before a HEAD swap it lost (never read). Listed before the log is walked, so a key a writer
+        PUTs meanwhile is not in the list at all."""
+        listed = [x for p in (CHUNK_PREFIX, ENTRY_PREFIX) for x in self.bucket.list(p)]
+        named = self.named_keys()
+        return [x for x in listed if x.key not in named]
+
+    def stored_bytes(self) -> int:
+        return sum(x.size for x in self.bucket.list(""))
+
     # -- the store's marker --------------------------------------------------------------------
     def read_marker(self) -> int | None:
         got = self.bucket.get(MARKER_KEY)
@@ -700,6 +883,79 @@ def _marker_version(data: bytes, where: str) -> int:
         from ..errors import StoreFormatError
         raise StoreFormatError(where, "not an objstore marker")
     return version
+
+
+def objects_of(raw: bytes, e: Entry, dec: Any = None) -> list:
+    """(id, type, canonical bytes | IntegrityError | BodyRemoved) of an entry's objects, from its bytes."""
+    dec = dec or _decompressor()
+    blocks: list[Any] = []
+    starts = block_starts(e)
+    for bi, (comp, raw_len, stored_len) in enumerate(e.blocks):
+        stored = raw[starts[bi] : starts[bi] + stored_len]
+        if len(stored) != stored_len:
+            blocks.append("block truncated")
+        elif comp == COMP_ZSTD:
+            try:
+                got = dec.decompress(stored, max_output_size=raw_len)
+                blocks.append(got if len(got) == raw_len else "block decompresses to the wrong size")
+            except zstandard.ZstdError as err:
+                blocks.append(f"zstd data corrupt: {err}")
+        else:
+            blocks.append(stored)
+    out: list = []
+    for oid, otype, length, bi, off in e.objs:
+        if bi == REMOVED:
+            out.append((oid, otype, BodyRemoved(oid.hex())))
+            continue
+        b = blocks[bi]
+        out.append((oid, otype, IntegrityError(oid.hex(), "", b) if isinstance(b, str) else b[off : off + length]))
+    return out
+
+
+def strip_entry(raw: bytes, e: Entry, gone: set) -> tuple[bytes, dict] | None:
+    """The entry's bytes without the bodies of ``gone`` (their rows kept, block REMOVED: the logical
+    checksum covers ids, types and lengths, not blocks, so it is unchanged), and {id: (type, bytes)}
+    of what was removed; None when it stores none of them."""
+    objs = objects_of(raw, e)
+    if not any(row[0] in gone and row[3] != REMOVED for row in e.objs):
+        return None
+    rows = [list(r) for r in e.objs]
+    per_block: dict[int, list] = {}
+    removed: dict = {}
+    for i, (row, (oid, otype, data)) in enumerate(zip(e.objs, objs, strict=True)):
+        if row[3] == REMOVED:
+            continue
+        if isinstance(data, (IntegrityError, BodyRemoved)):
+            raise IntegrityError(oid.hex(), "", f"entry {e.n}: {data}")
+        if oid in gone:
+            removed[oid] = (otype, bytes(data))
+            rows[i] = [oid, otype, row[2], REMOVED, 0]
+        else:
+            per_block.setdefault(row[3], []).append((i, bytes(data)))
+    blocks: list = []
+    data_parts: list = []
+    for bi in sorted(per_block):
+        members = per_block[bi]
+        block = b"".join(d for _i, d in members)
+        comp, stored = COMP_RAW, block
+        if e.blocks[bi][0] == COMP_ZSTD and len(block) >= MIN_COMPRESS:
+            z = _compressor().compress(block)
+            if len(z) < len(block) - 16:
+                comp, stored = COMP_ZSTD, z
+        off = 0
+        for i, d in members:
+            rows[i][3], rows[i][4] = len(blocks), off
+            off += len(d)
+        blocks.append([comp, len(block), len(stored)])
+        data_parts.append(stored)
+    _magic, mlen, _dlen = ENTRY_HEAD.unpack_from(raw, 0)
+    meta = _meta_dec.decode(raw[ENTRY_HEAD.size : ENTRY_HEAD.size + mlen])
+    meta["objs"], meta["blocks"] = rows, blocks
+    mb = _meta_enc.encode(meta)
+    dlen = sum(len(d) for d in data_parts)
+    length = ENTRY_HEAD.size + len(mb) + dlen + ENTRY_TRAILER.size
+    new = b"".join((ENTRY_HEAD.pack(ENTRY_MAGIC, len(mb), dlen), mb, *data_parts, ENTRY_TRAILER.pack(length, e.checksum)))
+    return new, removed
 
 
 def _run_of_ref(name: str) -> str | None:
