@@ -77,7 +77,7 @@ def test_building_the_click_app_imports_nothing_heavy(tmp_path):
     assert sorted(m for m in mods if m.split(".")[0] in ("objstore", "objstore_cli")) == [
         "objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "objstore_cli.admin", "objstore_cli.audit", "objstore_cli.journal",
         "objstore_cli.lifecycle", "objstore_cli.main", "objstore_cli.maintenance", "objstore_cli.objects", "objstore_cli.output",
-        "objstore_cli.params", "objstore_cli.runs", "objstore_cli.sessions", "objstore_cli.tables"]
+        "objstore_cli.params", "objstore_cli.remote", "objstore_cli.runs", "objstore_cli.sessions", "objstore_cli.tables"]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["journal", "--help"], ["--version"]])

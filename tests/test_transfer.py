@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 from helpers import new_key, raw_objects, run_cli
@@ -273,6 +275,47 @@ def test_round_trip_through_a_real_server(tmp_path, s3_url):
         assert objects(st) == objects(log.store)
         assert run_refs(st) == run_refs(log.store)
         assert verify(RunLog(st)) == []
+
+
+def _writer(store, run, n):
+    """tests/transfer_writer.py in its own process: RUN started if absent, N attempts appended."""
+    return subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "transfer_writer.py"), store, run, str(n)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_pushes_while_another_process_appends_to_the_source_catch_up(tmp_path):
+    log, _ = world(str(tmp_path / "a"))
+    target = fake_s3(tmp_path)
+    p = _writer(str(tmp_path / "a"), "A", 150)
+    pushes = 0
+    while p.poll() is None or pushes == 0:
+        rep = transfer(Store.open(str(tmp_path / "a")), target)  # each push: the source at some instant, per run
+        assert rep.conflicts == [] and rep.erased == []
+        pushes += 1
+    out, err = p.communicate()
+    assert p.returncode == 0 and out.split() == [b"done", b"150"], err
+    transfer(Store.open(str(tmp_path / "a")), target)
+    src = Store.open(str(tmp_path / "a"))
+    assert run_refs(target) == run_refs(src) and objects(target) == objects(src)
+    assert verify(RunLog(target)) == []
+
+
+def test_a_push_to_a_real_server_while_another_process_writes_another_run_there(tmp_path, s3_url):
+    log, _ = world(str(tmp_path / "a"))
+    Store.open(s3_url, create=True)
+    p = _writer(s3_url, "W", 60)
+    reps = [transfer(log.store, Store.open(s3_url))]
+    for i in range(3):  # more to push while W is being written
+        log.record_attempt("A", 70 + i, 0, "succeeded")
+        reps.append(transfer(log.store, Store.open(s3_url)))
+    out, err = p.communicate()
+    assert p.returncode == 0 and out.split() == [b"done", b"60"], err
+    assert all(r.conflicts == [] and r.erased == [] for r in reps)  # a foreign commit on another run is rebased on, never a conflict
+    s3 = Store.open(s3_url)
+    got = run_refs(s3)
+    assert len(RunLog(s3).records("W")) == 61
+    assert {r: v for r, v in got.items() if r != "W"} == run_refs(log.store)
+    assert verify(RunLog(s3)) == []
 
 
 # -- the command line ----------------------------------------------------------------------------------------------
