@@ -325,6 +325,73 @@ def test_a_server_serving_another_chunk_is_caught(tmp_path):
     assert lines == [f"corrupt-log {b.url}/{first}: chunk does not hold the entries its key names"]
 
 
+_Z = b"\x00" * 32
+
+
+def _malformed(h: Head, case: str) -> bytes:
+    """HEAD as someone with write access could re-encode it: it parses, and lies."""
+    enc = s3engine._enc.encode
+    return {
+        "n negative": lambda: enc(Head(h.fmt, -1, h.checksum, h.chunk, h.tail)),
+        "short checksum": lambda: enc(Head(h.fmt, h.n, b"x", h.chunk, h.tail)),
+        "tail longer than n": lambda: enc(Head(h.fmt, 2, h.checksum, None, h.tail)),
+        "a slot that is a number": lambda: enc(Head(h.fmt, h.n, h.checksum, h.chunk, [*h.tail[:-1], 7])),
+        "a slot naming another entry": lambda: enc(Head(h.fmt, h.n, h.checksum, h.chunk, [*h.tail[:-1], [h.n + 5, _Z]])),
+        "a slot naming a missing key": lambda: enc(Head(h.fmt, h.n, h.checksum, h.chunk, [*h.tail[:-1], [h.n, _Z]])),
+        "a malformed chunk ref": lambda: enc(Head(h.fmt, h.n, h.checksum, [1, "x", _Z], h.tail)),
+        "a reversed chunk ref": lambda: enc(Head(h.fmt, h.n, h.checksum, [16, 1, h.chunk[2]], h.tail)),
+        "a missing chunk": lambda: enc(Head(h.fmt, h.n, h.checksum, [1, 16, _Z], h.tail)),
+        "no chunk": lambda: enc(Head(h.fmt, h.n, h.checksum, None, h.tail)),
+        "an empty tail": lambda: enc(Head(h.fmt, h.n, h.checksum, h.chunk, [])),
+        "another checksum": lambda: enc(Head(h.fmt, h.n, _Z, h.chunk, h.tail)),
+        "a huge entry count": lambda: enc(Head(h.fmt, 2**62, h.checksum, h.chunk, h.tail)),
+        "a map": lambda: msgspec.msgpack.encode({"fmt": h.fmt}),
+    }[case]()
+
+
+_MISSING_CHUNK = "chunk/000000000001-000000000016-" + "00" * 32
+
+
+@pytest.mark.parametrize("case,where,detail,verify_line", [
+    ("n negative", "HEAD", "HEAD is not an objstore S3 head", "corrupt-entry"),
+    ("short checksum", "HEAD", "HEAD is not an objstore S3 head", "corrupt-entry"),
+    ("tail longer than n", "HEAD", "HEAD is not an objstore S3 head", "corrupt-entry"),
+    ("a slot that is a number", "HEAD", "entry 21: malformed slot", "corrupt-log"),
+    ("a slot naming another entry", "HEAD", "entry 21: malformed slot", "corrupt-log"),
+    ("a slot naming a missing key", f"entry/000000000021-{'00' * 32}", "missing (HEAD or a chunk names it)", "corrupt-log"),
+    ("a malformed chunk ref", "HEAD", "HEAD names a malformed chunk", "corrupt-entry"),
+    ("a reversed chunk ref", "HEAD", "HEAD names a malformed chunk", "corrupt-entry"),
+    ("a missing chunk", _MISSING_CHUNK, "missing (HEAD or a chunk names it)", "corrupt-log"),
+    ("no chunk", "HEAD", "the chunks end before entry 1", "corrupt-log"),
+    ("an empty tail", "HEAD", "HEAD names checksum {named} for entry 21, its entries chain to {chained16}", "corrupt-log"),
+    ("another checksum", "HEAD", "HEAD names checksum 0000000000000000 for entry 21, its entries chain to {chained21}", None),
+    ("a huge entry count", "HEAD", "entry 4611686018427387900: entry number 17 where 4611686018427387900 was expected", "corrupt-log"),
+    ("a map", "HEAD", "HEAD does not parse: Expected `array`, got `object`", "corrupt-entry"),
+])
+def test_a_head_that_parses_and_lies_is_one_typed_error(tmp_path, case, where, detail, verify_line):
+    """Each read raises CorruptLog (exit 6) naming the key and what is wrong, the first time and every
+    time after (a fresh process never "read another entry"); verify lists it as one line."""
+    b = MemoryBucket()
+    log = _mem_log(b, str(tmp_path / "w"))
+    run = log.start_run(subject="s")
+    for i in range(20):
+        log.append(run, "task_opened", {"task": f"n{i}"})
+    h = msgspec.msgpack.decode(b.raw()[HEAD_KEY], type=Head)
+    ch = msgspec.msgpack.decode(b.raw()[chunk_key(*h.chunk)], type=Chunk)
+    detail = detail.format(named=h.checksum.hex()[:16], chained16=ch.slots[-1][-32:].hex()[:16], chained21=h.checksum.hex()[:16])
+    b.poke(HEAD_KEY, _malformed(h, case))
+    reader = _mem_log(b, str(tmp_path / "r"))
+    for _ in range(2):
+        with pytest.raises(CorruptLog) as got:
+            reader.records(run)
+        assert str(got.value) == f"integrity error: log {b.url}/{where}: {detail}"
+    lines = [p.line() for p in objstore.verify(_mem_log(b, str(tmp_path / "v")))]
+    if verify_line is None:  # verify's own walk names the disagreement from the other side
+        assert lines == [f"corrupt-entry {b.url}/HEAD: its entries chain to {h.checksum.hex()[:16]}, it names 0000000000000000"]
+    else:
+        assert lines == [f"{verify_line} {b.url}/{where}: {detail}"]
+
+
 # -- bad input at the command line ------------------------------------------------------------------
 
 
