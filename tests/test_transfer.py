@@ -19,7 +19,7 @@ import pytest
 from helpers import new_key, raw_objects, run_cli
 
 from objstore import RunLog, Store
-from objstore.errors import Deleted, Erased, InvalidInput, RunNotFound
+from objstore.errors import Erased, InvalidInput, RunNotFound
 from objstore.journal import grants as G
 from objstore.lifecycle import delete as D
 from objstore.lifecycle.gc import gc
@@ -31,13 +31,16 @@ from objstore.storage.engine import COMP_GONE
 from objstore.storage.s3engine import MARKER_KEY, S3Engine, marker_bytes
 
 
-def fake_s3(tmp_path, name="s3"):
-    """A store on a MemoryBucket (the S3 engine, no server), its marker written as `init` writes it."""
+def fake_s3(tmp_path, name="s3", url=True):
+    """A store on a MemoryBucket (the S3 engine, no server), its marker written as `init` writes it;
+    ``url=False``: without the URL Store.open sets, so gc does not take it (its bodies stay)."""
     bucket = MemoryBucket()
     bucket.put_if_absent(MARKER_KEY, marker_bytes(3))
     cache = str(tmp_path / name)
     st = Store(S3Engine(bucket, cache), root=cache)
     st._version = 3
+    if url:
+        st.url = bucket.url  # what Store.open of an s3:// URL sets (gc takes the store for a remote one by it)
     return st
 
 
@@ -158,16 +161,24 @@ def test_a_partial_deletion_and_a_grant_revoked_after_it_travel(tmp_path):
     assert verify(log) == []
     s3 = fake_s3(tmp_path)
     rep = transfer(log.store, s3)
-    assert rep.landed == ["A", "B", "C"] and rep.gc == GC_UNAVAILABLE
+    assert rep.landed == ["A", "B", "C"] and rep.gc == "ran"  # the S3 target's gc took the covered body out
     # A: its records, the grant and the deletion in one commit, the revocation in the next (a chain moves one step per entry)
     assert entries(s3) == 5
     assert s3.run_refs("A")[runrefs.deletions_ref("A")] == did
-    with pytest.raises(Deleted):
+    with pytest.raises(Erased):
         s3.get(doomed)
+    assert s3.engine.loc(doomed).comp == COMP_GONE
     assert verify(RunLog(s3)) == []
+    # what the S3 target's gc removed cannot be sent on: a clone of it lacks A (the engines cannot store a
+    # record "as removed"), and says so
+    rep = transfer(s3, Store.init(str(tmp_path / "c")))
+    assert [r for r, _d in rep.erased] == ["A"] and "removed by gc" in rep.erased[0][1] and rep.landed == ["B", "C"]
+    # an S3 store before its gc: there the grant and the deletion share one entry; the grant goes first again
+    kept = fake_s3(tmp_path, "kept", url=False)
+    assert transfer(log.store, kept).gc == GC_UNAVAILABLE
     back = Store.init(str(tmp_path / "b"))
-    rep = transfer(s3, back)
-    assert rep.gc == "ran"  # a local target is gc'd: the covered body leaves its files
+    rep = transfer(kept, back)
+    assert rep.landed == ["A", "B", "C"] and rep.gc == "ran"  # a local target is gc'd: the covered body leaves its files
     with pytest.raises(Erased):  # BodyRemoved now
         back.get(doomed)
     assert back.engine.loc(doomed).comp == COMP_GONE
@@ -236,7 +247,7 @@ def test_what_the_source_gc_removed_is_reported_not_faked(tmp_path):
     # a target that had them receives the deletions, and nothing else is needed
     rep = transfer(log.store, early)
     assert rep.landed == ["A", "B"] and rep.erased == [] and rep.already == ["C"]
-    with pytest.raises(Deleted):
+    with pytest.raises(Erased):  # the S3 target's gc removed it
         early.get(doomed)
     assert runrefs.deleted_ref("B") in early.run_refs("B")
     assert RunLog(early).runs() == ["A", "C"]

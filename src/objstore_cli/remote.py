@@ -16,8 +16,8 @@ The target's log is its own: its entries are re-chained, so its anchors
 differ from the source's ('objstore anchor' on each end); its runs' branch
 heads, live branches and every object are the source's, byte for byte.
 A record a recorded deletion covers travels with its body while the source
-still has it (the target withholds it at once); a local target is gc'd
-afterwards, an S3 target keeps it until gc runs there (not implemented yet).
+still has it (the target withholds it at once); the target is gc'd
+afterwards ('objstore gc' there), which removes it from its files or keys.
 
 \b
 Exit codes: 0 every run landed or was there already; 7 a run conflicted

@@ -34,8 +34,8 @@ an earlier consistent state of the run between them and a push killed midway is 
 A copy (``fork_run``) names its source run's record: the source run is pushed first, whether asked
 for or not. Recorded deletion travels: partial deletions (``run/<R>/deletions``) as chain steps, the
 covered records with their bodies as long as the source has them (the target withholds them at once,
-``Deleted``; a local target is gc'd at the end of a transfer that moved a deletion, which removes
-them; an S3 target has no gc yet, so they stay in its objects until it does — the report says so). A
+``Deleted``; the target — local or S3 — is gc'd at the end of a transfer that moved a deletion or a
+redaction, which removes them from its files or keys; a store in memory has no gc: the report says so). A
 deleted run (``run/<R>/deleted``) is not sent to a target that lacks it (its bodies are not spread
 further); a target that has it receives the deletion. What cannot be sent is said, not faked: a run
 one of whose missing objects the source no longer has (its body removed by gc) or withholds (a
@@ -61,7 +61,7 @@ from ..storage.store import LABELS_VERSION, Store
 Progress = Callable[[str], None]
 CHUNK_OBJECTS = 50_000  # objects in one commit of a run's records at most (a larger run takes several)
 CHUNK_BYTES = 64 << 20  # canonical bytes in one such commit at most
-GC_UNAVAILABLE = "unavailable: gc on object storage is not implemented yet"
+GC_UNAVAILABLE = "unavailable: a store in memory has no gc"
 
 
 @dataclass
@@ -141,7 +141,7 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
     for r in wanted:
         t.run(r)
     if t.deletion_moved:
-        if isinstance(target.engine, LogEngine) and target.root is not None:
+        if target.url is not None or (isinstance(target.engine, LogEngine) and target.root is not None):
             from .gc import gc
 
             say("gc of the target (a deletion was carried)")
