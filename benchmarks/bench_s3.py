@@ -157,9 +157,15 @@ def one_commits(where, g, commits, seed):
     req = diff_req(requests_of(store), before)
     n = len(log.records(run)) - 1
     assert n == g * commits, (n, g, commits)
+    keys = {}
+    b = getattr(store.engine, "bucket", None)
+    if b is not None:  # what the log left in the bucket (counted after the timed commits: not in req)
+        for kind in ("chunk/", "entry/", "HEAD"):
+            ls = list(b.list(kind))
+            keys[kind.rstrip("/")] = [len(ls), sum(x.size for x in ls)]
     store.engine.close()
     return {"commits_s": commits / dt, "records_s": g * commits / dt, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3,
-            "req": req, "req_per_commit": total(req) / commits}
+            "req": req, "req_per_commit": total(req) / commits, "keys": keys}
 
 
 def part_commits(a, server):
@@ -205,6 +211,10 @@ def part_commits(a, server):
                 methods.setdefault(k, []).append(v / commits)
         fig["s3_req_by_method_median"] = {k: statistics.median(v) for k, v in methods.items()}
         print(f"    S3 requests per commit by method (median): {fig['s3_req_by_method_median']}")
+        keys = res["s3"][-1]["keys"]
+        fig["s3_keys_last_rep"] = keys
+        print(f"    S3 keys after the last rep ({commits} commits + run start + prompt): " + ", ".join(
+            f"{k} {v[0]} ({v[1] / max(1, v[0]) / 1024:,.1f} KiB each)" for k, v in keys.items()))
         md = fig["s3_req_per_commit"][1]
         if g == 1:
             TARGETS.append(("requests per 1-record commit <= 1.1", md, 1.1, "le"))
@@ -227,6 +237,7 @@ def writer_child(where, n, seed, idx):
     print("ready", flush=True)
     sys.stdin.readline()
     lat, busy, errors = [], 0, []
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     for j, rec in enumerate(work):
         t = time.monotonic()
@@ -240,8 +251,10 @@ def writer_child(where, n, seed, idx):
             continue
         lat.append(time.monotonic() - t)
     t1 = time.monotonic()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
     req = diff_req(requests_of(store), before)
-    print(json.dumps({"start": t0, "end": t1, "lat": lat, "landed": len(lat), "busy": busy, "errors": errors, "req": req,
+    cpu = ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime
+    print(json.dumps({"start": t0, "end": t1, "cpu": cpu, "lat": lat, "landed": len(lat), "busy": busy, "errors": errors, "req": req,
                       "pid": os.getpid()}), flush=True)
 
 
@@ -252,13 +265,29 @@ def profile_cmd(out_base):
     return None, "cProfile"
 
 
-def run_writers(where, count, n, seed, envs, profile_base=None):
-    """``count`` writer children (child i with envs[i % len(envs)]); total commits/s, latencies, requests."""
+def proc_cpu(pids):
+    """CPU seconds (user + system) the processes ``pids`` have used so far (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def run_writers(where, count, n, seed, envs, profile_base=None, servers=()):
+    """``count`` writer children (child i with envs[i % len(envs)]); total commits/s, latencies, requests, and the
+    CPU seconds of the writers' commit loops and of the ``servers`` pids meanwhile."""
     procs = []
     for i in range(count):
         env = dict(os.environ)
         env.update(envs[i % len(envs)])
-        cmd = [sys.executable, ME, "--writer-child", where, str(n), str(seed), str(i)]
+        w = where[i] if isinstance(where, list) else where
+        cmd = [sys.executable, ME, "--writer-child", w, str(n), str(seed), str(i)]
         if profile_base is not None and i == 0:
             pre, how = profile_cmd(profile_base)
             cmd = pre + cmd if pre else [sys.executable, "-m", "cProfile", "-o", profile_base + ".prof", *cmd[1:]]
@@ -272,6 +301,7 @@ def run_writers(where, count, n, seed, envs, profile_base=None):
                 for q in procs:
                     q.kill()
                 raise RuntimeError(f"writer child did not start: {p.stderr.read()[-800:]}")
+    srv0 = proc_cpu(servers)
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -281,6 +311,7 @@ def run_writers(where, count, n, seed, envs, profile_base=None):
         if p.returncode != 0:
             raise RuntimeError(f"writer child exit {p.returncode}: {se.strip()[-800:]}")
         outs.append(json.loads([ln for ln in so.splitlines() if ln.startswith("{")][-1]))
+    srv = proc_cpu(servers) - srv0
     start, end = min(o["start"] for o in outs), max(o["end"] for o in outs)
     landed = sum(o["landed"] for o in outs)
     lat = [x for o in outs for x in o["lat"]]
@@ -291,7 +322,8 @@ def run_writers(where, count, n, seed, envs, profile_base=None):
     errors = [e for o in outs for e in o["errors"]]
     return {"rate": landed / (end - start), "landed": landed, "busy": sum(o["busy"] for o in outs), "errors": errors[:3],
             "nerrors": len(errors), "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "req": req,
-            "req_per_commit": total(req) / max(1, landed)}
+            "req_per_commit": total(req) / max(1, landed), "client_cpu_ms": 1e3 * sum(o["cpu"] for o in outs) / max(1, landed),
+            "server_cpu_ms": 1e3 * srv / max(1, landed), "cpu_busy": (sum(o["cpu"] for o in outs) + srv) / (end - start)}
 
 
 def part_writers(a, cluster):
@@ -302,7 +334,9 @@ def part_writers(a, cluster):
     print(f"\n2. writers: {P} processes on {P} runs ({P // len(genv)} per gateway, {len(genv)} gateways, 1 filer, 2 volume servers), "
           f"{n} commits each, vs 1 writer ({solo_n} commits); 1 record + fresh 2 KB blob per commit; local (fsync=full) beside; "
           f"{a.reps} reps")
-    shapes = [("s3", 1), ("s3", P), ("local", 1), ("local", P)]
+    # "s3-heads": the same P writers, each on its own store prefix, so each commits against its own HEAD object:
+    # what one HEAD per run would give on this machine and cluster (the engine as built has one HEAD per store)
+    shapes = [("s3", 1), ("s3", P), ("s3-heads", P), ("local", 1), ("local", P)]
     res: dict = {s: [] for s in shapes}
     for r in range(a.reps):
         for system, count in shapes[:: (1 if r % 2 == 0 else -1)]:
@@ -310,12 +344,14 @@ def part_writers(a, cluster):
             prof = None
             if a.profile and system == "s3" and count == P and r == a.reps - 1:
                 prof = os.path.join(a.profile_dir, "writer0")
-            if system == "s3":
-                url = f"s3://{cluster.bucket}/w{count}-{uuid.uuid4().hex[:8]}"
+            if system.startswith("s3"):
                 from objstore import Store
                 os.environ.update(genv[0])
-                Store.init(url).engine.close()  # the store exists before the writers open it
-                res[(system, count)].append(run_writers(url, count, k, a.seed + r, genv, prof))
+                urls = [f"s3://{cluster.bucket}/w{count}-{uuid.uuid4().hex[:8]}" for _ in range(count if system == "s3-heads" else 1)]
+                for url in urls:
+                    Store.init(url).engine.close()  # the store exists before the writers open it
+                res[(system, count)].append(run_writers(urls if system == "s3-heads" else urls[0], count, k, a.seed + r, genv, prof,
+                                                          servers=[p.proc.pid for p in cluster.procs]))
             else:
                 d = scratch("w")
                 try:
@@ -329,14 +365,16 @@ def part_writers(a, cluster):
         for s in shapes:
             x = res[s][-1]
             line.append(f"{s[0]} x{s[1]} {x['rate']:,.1f}/s p50 {x['p50_ms']:.1f} p99 {x['p99_ms']:.1f} ms"
-                        + (f" {x['req_per_commit']:.2f} req/c busy {x['busy']}" if s[0] == "s3" else "")
+                        + (f" {x['req_per_commit']:.2f} req/c busy {x['busy']}" if s[0].startswith("s3") else "")
                         + (f" ERRORS {x['nerrors']}: {x['errors']}" if x["nerrors"] else ""))
         print(f"  rep {r + 1}: " + "; ".join(line), flush=True)
     fig: dict = {"writers": P, "commits_each": n, "solo_commits": solo_n}
     print(f"  {'':<44} {'min':>10} {'median':>10} {'max':>10}")
     for s in shapes:
-        for key, label in (("rate", "commits/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms")) + (
-                (("req_per_commit", "requests/commit"), ("busy", "Busy commits")) if s[0] == "s3" else ()):
+        common = (("rate", "commits/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("client_cpu_ms", "client CPU ms/commit"))
+        extra = (("req_per_commit", "requests/commit"), ("busy", "Busy commits"), ("server_cpu_ms", "SeaweedFS CPU ms/commit"),
+                 ("cpu_busy", "cores busy (client+server)"))
+        for key, label in common + (extra if s[0].startswith("s3") else ()):
             lo, md, hi = mmm([x[key] for x in res[s]])
             print(f"  {s[0] + ' ' + str(s[1]) + ' writer(s) ' + label:<44} {lo:>10,.2f} {md:>10,.2f} {hi:>10,.2f}")
             fig[f"{s[0]}_{s[1]}_{key}"] = [lo, md, hi]
@@ -344,13 +382,15 @@ def part_writers(a, cluster):
         for x in res[s]:
             for k2, v in x["req"].items():
                 reqm.setdefault(k2, []).append(v / max(1, x["landed"]))
-        if s[0] == "s3":
-            fig[f"s3_{s[1]}_req_by_method_median"] = {k2: round(statistics.median(v), 3) for k2, v in reqm.items()}
-            print(f"  s3 {s[1]} writer(s) requests per landed commit by method (median): {fig[f's3_{s[1]}_req_by_method_median']}")
-    for system in ("s3", "local"):
-        ratio = [x["rate"] / y["rate"] for x, y in zip(res[(system, P)], res[(system, 1)], strict=True)]
+        if s[0].startswith("s3"):
+            fig[f"{s[0]}_{s[1]}_req_by_method_median"] = {k2: round(statistics.median(v), 3) for k2, v in reqm.items()}
+            print(f"  {s[0]} {s[1]} writer(s) requests per landed commit by method (median): "
+                  f"{fig[f'{s[0]}_{s[1]}_req_by_method_median']}")
+    for system, solo in (("s3", "s3"), ("s3-heads", "s3"), ("local", "local")):
+        ratio = [x["rate"] / y["rate"] for x, y in zip(res[(system, P)], res[(solo, 1)], strict=True)]
         lo, md, hi = mmm(ratio)
-        print(f"  {'ratio ' + system + f' {P} writers / 1 writer':<44} {lo:>9.2f}x {md:>9.2f}x {hi:>9.2f}x")
+        what = f" {P} writers / 1 writer" + (f" ({P} HEADs: one store each)" if system == "s3-heads" else "")
+        print(f"  {'ratio ' + system + what:<44} {lo:>9.2f}x {md:>9.2f}x {hi:>9.2f}x")
         fig[f"ratio_{system}"] = [lo, md, hi]
     TARGETS.append((f"S3 {P} writers on {P} runs / 1 writer >= 2.0", fig["ratio_s3"][1], 2.0, "ge"))
     FIGS["writers"] = fig
