@@ -403,7 +403,7 @@ def test_a_head_that_parses_and_lies_is_one_typed_error(tmp_path, case, where, d
     ("s3://objstore-test/a/../b", "bad key prefix 'a/../b'"),
     ("s3://objstore-test/a?b", "bad key prefix 'a?b'"),
 ])
-def test_a_malformed_url_is_one_line_exit_5(seaweed, url, says):
+def test_a_malformed_url_is_one_line_exit_5(url, says):
     _code, out, err = run_cli("log", "latest", store=url, exit_code=5)
     assert out == "" and err.count("\n") == 1 and err.startswith(f"objstore: error: invalid input: {says} in {url!r}")
     _code, _out, err = run_cli("log", "latest", "--json", store=url, exit_code=5)
