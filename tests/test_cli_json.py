@@ -109,6 +109,7 @@ def world(tmp_path_factory):
                     for i, r in enumerate(["user", "model", "user", "model"]))
     fork_line = json.dumps({"v": 1, "type": "rewind", "run": s, "to_lsn": 2, "reason": "ingested rewind"}) + "\n"
     cli_json("ingest", "-", input=(turns + fork_line + turns).encode())
+    cli_json("ingest", "-", "--per-run", input=(turns + fork_line + turns).encode())
     cli_json("journal update", s, "-", "--reflects-through", "latest", input=b'{"entries": [{"id": "e1", "text": "x"}]}')
     cli_json("journal show", s)
     cli_json("journal disable", s)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from helpers import run_cli
+
 from objstore.errors import Erased
 from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog

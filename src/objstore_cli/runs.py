@@ -375,13 +375,19 @@ def export(c, run, as_json):
 
 @click.command()
 @click.argument("source", type=click.File("rb"))
+@click.option("--per-run", is_flag=True, help="One commit per run instead of one for the whole file (needed on object storage "
+              "for events of several runs); a run that fails is named and the others still land.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON (docs/CLI.md, 'ingest').")
 @pass_ctx
-def ingest(c, source, as_json):
+def ingest(c, source, per_run, as_json):
     """Ingest JSON Lines events (schema v1, docs/INGEST.md) from FILE or - (stdin).
 
     All or nothing: a bad line is reported with its number and no line lands.
-    Creates the store if absent.
+    Creates the store if absent. On object storage (--store s3://...) a
+    commit touches one run's log: a file with events of several runs is
+    refused (exit 15) unless --per-run, which commits each run's events as
+    one commit and reports which runs landed (exit 0 when all did, else the
+    first failed run's exit code).
 
     \b
     Arguments:
@@ -391,20 +397,27 @@ def ingest(c, source, as_json):
     Examples:
       objstore ingest events.jsonl
       cat events.jsonl | objstore ingest - --json
+      objstore --store s3://bucket/agents ingest events.jsonl --per-run
     """
     from objstore.runs import views
-    from objstore.runs.ingest import apply_events, read_events
+    from objstore.runs.ingest import apply_events, apply_events_per_run, read_events
 
     events = read_events(source)  # every line checked before the store is opened, or created
     log = c.log(create=True)
-    summary = apply_events(log, events)
+    summary = apply_events_per_run(log, events) if per_run else apply_events(log, events)
     if as_json:
         echo_json(views.ingest_summary(log, summary))
-        return
-    click.echo(f"ingested {summary['events']} event(s): {summary['records']} record(s), {len(summary['runs'])} new run(s), {len(summary['forks'])} fork(s)")
-    for f in summary["forks"]:
-        if f["compensation_required"]:
-            click.echo(f"COMPENSATION REQUIRED on run {f['run']} branch {f['branch']} (line {f['line']})", err=True)
+    else:
+        click.echo(f"ingested {summary['events']} event(s): {summary['records']} record(s), {len(summary['runs'])} new run(s), {len(summary['forks'])} fork(s)")
+        for f in summary["forks"]:
+            if f["compensation_required"]:
+                click.echo(f"COMPENSATION REQUIRED on run {f['run']} branch {f['branch']} (line {f['line']})", err=True)
+        if per_run:
+            click.echo(f"{len(summary['landed'])} run(s) landed" + (f": {', '.join(summary['landed'])}" if summary["landed"] else ""))
+            for f in summary["failed"]:
+                click.echo(f"run {f['run']} did not land: {f['error']['message']} (exit {f['error']['exit']})", err=True)
+    if per_run and summary["failed"]:
+        raise SystemExit(summary["failed"][0]["error"]["exit"])
 
 
 @click.command()

@@ -169,6 +169,8 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     conversion ``objects`` copied, ``dropped`` (structured objects no ref ever reached),
     ``refs``, ``moves`` (ref log lines replayed), ``unapplied``, ``reconciled``, ``skipped``,
     ``entries`` and ``backup`` (where the format-1 store now is)."""
+    if path.startswith("s3://"):
+        raise InvalidInput(f"upgrade converts a store on disk; {path} is on object storage, which only ever held format 3 and later")
     path = os.path.abspath(path)
     backup, staging = path + BACKUP_SUFFIX, path + STAGING_SUFFIX
     policy = FsyncPolicy(fsync)

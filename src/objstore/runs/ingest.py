@@ -267,34 +267,68 @@ def ingest(log: RunLog, stream: IO) -> dict:
 
 
 def apply_events(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
-    """Apply events from ``read_events`` in one group commit; returns a summary."""
+    """Apply events from ``read_events`` in one group commit; returns a summary. On object storage,
+    where a commit touches one run's log, events of several runs are ``MultiLogBatch`` (exit 15):
+    ``apply_events_per_run`` commits them run by run."""
     summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": []}
-    store = log.store
-    with store.batch():
-        for lineno, ev, body in events:
-            t = ev["type"]
-            run = ev["run"]
-            when = ev.get("time")
-            try:
-                if t == R.RUN_STARTED:
-                    log.start_run(run, subject=body.get("subject", "default"), workflow_version=str(body.get("workflow_version", "1")), meta=body.get("meta"), when=when)
-                    summary["runs"].append(run)
-                elif t in ("rewind", "fork"):
-                    if t == "rewind":
-                        fr = log.rewind(run, body["to_lsn"], reason=body.get("reason", "rewind"), when=when)
-                    else:
-                        fr = log.fork(run, body["from_branch"], body["at_lsn"], reason=body.get("reason", ""), make_live=body.get("live", True), when=when)
-                    summary["forks"].append(dict(fr.as_dict(), run=run, line=lineno))
-                    continue
-                else:
-                    for f in R.BLOB_FIELDS:
-                        v = body.get(f)
-                        if isinstance(v, str):
-                            body[f] = store.put_blob(v.encode("utf-8"))
-                        elif isinstance(v, bytes) and not store.has(v):
-                            raise IngestError(lineno, f"{f}: blob {v.hex()} is not in the store")
-                    log.append(run, t, body, branch=ev.get("branch"), allow_retained=ev.get("branch") is not None, when=when)
-            except ObjstoreError as e:
-                raise _at_line(lineno, e) from None
-            summary["records"] += 1
+    with log.store.batch():
+        _apply(log, events, summary)
     return summary
+
+
+def apply_events_per_run(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
+    """Apply events run by run, in the order of each run's first line: each run's events are one
+    commit (all or nothing for that run), re-run on a newer head if another writer moved it. A run
+    that fails is named with its error and the others go on. The summary adds ``landed`` (runs
+    committed) and ``failed`` ([{run, error}], the error's JSON); running it again after fixing the
+    input re-applies only what a failed run needed (runs that landed conflict: start them once)."""
+    by_run: dict[str, list] = {}
+    for item in events:
+        by_run.setdefault(item[1]["run"], []).append(item)
+    summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": [], "landed": [], "failed": []}
+    for run, evs in by_run.items():
+        def one(evs: list = evs) -> dict:
+            sub: dict[str, Any] = {"records": 0, "runs": [], "forks": []}
+            _apply(log, evs, sub)
+            return sub
+        try:
+            sub = log.store.atomically(one)
+        except ObjstoreError as e:
+            summary["failed"].append({"run": run, "error": e.to_json()})
+            continue
+        summary["records"] += sub["records"]
+        summary["runs"] += sub["runs"]
+        summary["forks"] += sub["forks"]
+        summary["landed"].append(run)
+    return summary
+
+
+def _apply(log: RunLog, events: list[tuple[int, dict, dict]], summary: dict) -> None:
+    """The events, into the batch open around the call."""
+    store = log.store
+    for lineno, ev, body in events:
+        t = ev["type"]
+        run = ev["run"]
+        when = ev.get("time")
+        try:
+            if t == R.RUN_STARTED:
+                log.start_run(run, subject=body.get("subject", "default"), workflow_version=str(body.get("workflow_version", "1")), meta=body.get("meta"), when=when)
+                summary["runs"].append(run)
+            elif t in ("rewind", "fork"):
+                if t == "rewind":
+                    fr = log.rewind(run, body["to_lsn"], reason=body.get("reason", "rewind"), when=when)
+                else:
+                    fr = log.fork(run, body["from_branch"], body["at_lsn"], reason=body.get("reason", ""), make_live=body.get("live", True), when=when)
+                summary["forks"].append(dict(fr.as_dict(), run=run, line=lineno))
+                continue
+            else:
+                for f in R.BLOB_FIELDS:
+                    v = body.get(f)
+                    if isinstance(v, str):
+                        body[f] = store.put_blob(v.encode("utf-8"))
+                    elif isinstance(v, bytes) and not store.has(v):
+                        raise IngestError(lineno, f"{f}: blob {v.hex()} is not in the store")
+                log.append(run, t, body, branch=ev.get("branch"), allow_retained=ev.get("branch") is not None, when=when)
+        except ObjstoreError as e:
+            raise _at_line(lineno, e) from None
+        summary["records"] += 1

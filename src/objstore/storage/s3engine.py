@@ -250,7 +250,7 @@ class S3Engine(Engine):
             raw, src2 = self._slot_bytes(n, slot, src)
             e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n, True)
             if isinstance(e, str):
-                raise CorruptLog(self._where(src2[1] if len(src2) > 1 else HEAD_KEY), f"entry {n}: {e}")
+                raise CorruptLog(self._where(src2[1] if src2[0] in ("chunk", "entry") else HEAD_KEY), f"entry {n}: {e}")
             why = self._apply(e, None)
             if why is not None:
                 raise CorruptLog(self._where(HEAD_KEY), f"entry {n} breaks a rule: {why}")
@@ -551,14 +551,14 @@ class S3Engine(Engine):
                     return
                 where = key
                 if isinstance(slot, bytes):
-                    raw: bytes | None = slot
+                    raw = slot
                 elif isinstance(slot, list) and len(slot) == 2 and slot[0] == n and isinstance(slot[1], bytes):
                     where = entry_key(n, slot[1])
                     g = self.bucket.get(where)
-                    raw = g.data if g is not None else None
-                    if raw is None:
+                    if g is None:
                         yield ScanProblem("corrupt-entry", self._where(where), f"entry {n} is missing")
                         return
+                    raw = g.data
                 else:
                     yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: malformed slot")
                     return

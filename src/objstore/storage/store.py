@@ -248,6 +248,7 @@ class Store:
         """Open the store at ``path``. A log damaged before its end raises CorruptLog (exit 6) on
         every read, unless ``readable_prefix``: then reads answer from the entries before the
         damage (what verify does, to list everything it finds)."""
+        path = path or default_path()  # OBJSTORE_DIR may name an s3:// store too
         store = cls._open_remote(path, create) if is_remote(path) else cls._open(path, fsync, create)
         store.engine.prefix_ok = readable_prefix
         return store
