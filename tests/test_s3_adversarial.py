@@ -128,6 +128,8 @@ def test_a_damaged_head_is_one_verify_line_and_every_read_raises(s3_url, fresh, 
     bucket.put(HEAD_KEY, data)
     assert _lines(fresh(s3_url)) == [f"corrupt-entry {s3_url}/HEAD: {detail}"]
     assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/HEAD: {detail}"
+    err = run_cli("log", run, store=s3_url, exit_code=6)[2]
+    assert err == f"objstore: error: integrity error: log {s3_url}/HEAD: {detail}\n"
 
 
 def test_a_damaged_chunk_is_named_by_verify_and_by_every_read(s3_url, fresh):
@@ -170,6 +172,8 @@ def test_a_forged_last_entry_of_a_chunk_disagrees_with_the_chunk_key(s3_url, fre
     now, named = slots[15][-32:].hex()[:16], key.rsplit("-", 1)[1][:16]
     assert _lines(fresh(s3_url)) == [f"corrupt-entry {s3_url}/{key}: its entries chain to {now}, it names {named}"]
     assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/HEAD: entry 17: checksum mismatch"
+    err = run_cli("log", run, store=s3_url, exit_code=6)[2]
+    assert err == f"objstore: error: integrity error: log {s3_url}/HEAD: entry 17: checksum mismatch\n"
 
 
 def test_a_damaged_entry_key(s3_url, fresh):
