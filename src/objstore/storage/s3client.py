@@ -95,7 +95,11 @@ class ObstoreBucket(Bucket):
     environment's credentials, plain http allowed when the endpoint is ``http://``)."""
 
     def __init__(self, bucket: str, prefix: str = "") -> None:
-        from obstore.store import S3Store
+        try:
+            from obstore.store import S3Store
+        except ImportError:  # the base install stays small: object storage is the extra objstore[s3]
+            raise InvalidInput(f"s3://{bucket}/{prefix}: a store on object storage needs the obstore client "
+                               "(pip install 'objstore[s3]')") from None
 
         self.bucket_name = bucket
         self.prefix = prefix

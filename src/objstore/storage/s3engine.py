@@ -161,6 +161,8 @@ class S3Engine(Engine):
         self._checked = 0.0
         self._src: dict[int, tuple] = {}  # entry -> ("tail", bytes) | ("chunk", key, slot index) | ("entry", key)
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
+        self._last_entry: tuple[str, bytes] | None = None  # the entry/ key read last, and its bytes
+        self._last_block: tuple[tuple, bytes] | None = None  # (entry, offset, length) of the structured block read last, decompressed
         self._cks: dict[int, bytes] = {}  # entry -> its chain checksum (a rewritten entry must keep it)
         self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
         self.root = None
@@ -234,6 +236,8 @@ class S3Engine(Engine):
             raise CorruptLog(self._where(HEAD_KEY), f"HEAD went back from entry {ours} to entry {head.n} (a rolled-back log)")
         if head.n == ours:
             if head.checksum != t.pos.checksum:
+                if self.damaged is not None:
+                    raise self.damaged  # the HEAD that failed before, read again: the damage found then
                 raise CorruptLog(self._where(HEAD_KEY), f"HEAD names another entry {ours} than the one this process read")
             self._retake_tail(head)  # the same entries, perhaps with bodies gc removed: their bytes, not their meaning, changed
             return []
@@ -289,6 +293,7 @@ class S3Engine(Engine):
             self._set_locs(e)
             if src is not None:
                 self._src[n] = src
+            self._last_block = None
         return True
 
     def _slot_bytes(self, n: int, slot: Any, src: tuple) -> tuple[bytes, tuple]:
@@ -377,6 +382,9 @@ class S3Engine(Engine):
 
     def _forget_cached(self, key: str) -> None:
         self._chunks.pop(key, None)
+        self._last_block = None
+        if self._last_entry is not None and self._last_entry[0] == key:
+            self._last_entry = None
         path = self._cache_path(key)
         if path is not None:
             try:
@@ -425,7 +433,12 @@ class S3Engine(Engine):
         if src[0] == "tail":
             return src[1], HEAD_KEY
         if src[0] == "entry":
-            return self._immutable(src[1]), src[1]
+            seen = self._last_entry
+            if seen is not None and seen[0] == src[1]:
+                return seen[1], src[1]
+            raw = self._immutable(src[1])
+            self._last_entry = (src[1], raw)  # a large entry's objects are read one after another
+            return raw, src[1]
         key, i = src[1], src[2]
         first, last = _chunk_range(key)
         slot = self._chunk(key, first, last).slots[i]
@@ -455,18 +468,25 @@ class S3Engine(Engine):
         if loc.comp == COMP_GONE:
             raise BodyRemoved(oid.hex())
         raw, key = self._entry_bytes(loc.entry)
-        stored = raw[loc.block_off : loc.block_off + loc.stored_len]
-        if len(stored) != loc.stored_len:
-            raise IntegrityError(oid.hex(), self._where(key), "block truncated")
-        if loc.comp == COMP_ZSTD:
-            try:
-                block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
-            except zstandard.ZstdError as e:
-                raise IntegrityError(oid.hex(), self._where(key), f"zstd data corrupt: {e}") from None
-        elif loc.comp == COMP_RAW:
-            block = stored
+        where = (loc.entry, loc.block_off, loc.stored_len)
+        cached = self._last_block
+        if cached is not None and cached[0] == where:
+            block = cached[1]
         else:
-            raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
+            stored = raw[loc.block_off : loc.block_off + loc.stored_len]
+            if len(stored) != loc.stored_len:
+                raise IntegrityError(oid.hex(), self._where(key), "block truncated")
+            if loc.comp == COMP_ZSTD:
+                try:
+                    block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+                except zstandard.ZstdError as e:
+                    raise IntegrityError(oid.hex(), self._where(key), f"zstd data corrupt: {e}") from None
+            elif loc.comp == COMP_RAW:
+                block = stored
+            else:
+                raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
+            if loc.otype != codec.BLOB:
+                self._last_block = (where, block)  # records of one block are read together (a walk, a listing)
         data = block[loc.off : loc.off + loc.length]
         if len(data) != loc.length or blake3.blake3(data).digest() != oid:
             raise IntegrityError(oid.hex(), self._where(key), "hash mismatch (content does not match id)")
