@@ -577,6 +577,23 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
 # -- the derived tables ---------------------------------------------------------------
 
 
+def plan_taken(t: Tables, e: Entry) -> Plan | str:
+    """The plan of an entry a reader takes in, from its meta alone (its index rows are the facts),
+    checked against the rules and against the root the entry names; or what is wrong with it."""
+    facts: dict = {}
+    objs = e.objs
+    for r in e.recs:
+        facts[objs[r[0]][0]] = r[1:]
+    for r in e.prevs:
+        facts[objs[r[0]][0]] = r[1:]
+    got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx, e.rw)
+    if isinstance(got, str):
+        return got
+    if got.root != e.root:
+        return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
+    return got
+
+
 class Plan(NamedTuple):
     """What applying one entry changes in the tables, worked out (and checked against the rules)
     before anything changes: writers plan the entry they are about to write, readers each entry
@@ -1600,17 +1617,9 @@ class LogEngine(Engine):
                     return f"the first entry of segment {e.seg} does not name the index of segment {e.seg - 1}"
             elif e.idx is not None:
                 return "only the first entry of a segment names an index"
-            facts: dict = {}
-            objs = e.objs
-            for r in e.recs:
-                facts[objs[r[0]][0]] = r[1:]
-            for r in e.prevs:
-                facts[objs[r[0]][0]] = r[1:]
-            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, e.idx, e.rw)
+            got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
-            if got.root != e.root:
-                return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
             plan = got
         bstarts = block_starts(e)
         for oid, otype, length, bi, boff in e.objs:

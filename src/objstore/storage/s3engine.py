@@ -25,6 +25,7 @@ parse and chain to the checksum the key names).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import threading
@@ -67,6 +68,7 @@ from .engine import (
     block_starts,
     build_entry,
     parse_entry,
+    plan_taken,
 )
 
 HEAD_KEY = "HEAD"
@@ -167,8 +169,19 @@ class S3Engine(Engine):
         self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
         self.root = None
         self.damaged: CorruptLog | None = None
+        self.head_unchanged = False  # HEAD answered 304 to the copy this cache kept: nothing new since then
+        self._cached_head: bytes | None = None
         if cache:
             os.makedirs(os.path.join(cache, "keys"), exist_ok=True)
+            try:  # the HEAD this cache saw last, with its ETag: revalidated at open (a 304), never trusted unasked
+                with open(os.path.join(cache, "HEAD"), "rb") as f:
+                    tag, _, body = f.read().partition(b"\n")
+                # A 304 says the server's HEAD still has this ETag; the copy is believed only if it is the
+                # bytes that ETag names (an S3 ETag of a plain PUT is their MD5), so an edited copy is not.
+                if hashlib.md5(body, usedforsecurity=False).hexdigest() == tag.decode("ascii"):
+                    self._etag, self._cached_head = tag.decode("ascii"), body
+            except (OSError, UnicodeDecodeError):
+                self._etag = None
         try:
             self.refresh(force=True)  # like a log on disk, the log is read at open...
         except CorruptLog:
@@ -203,16 +216,36 @@ class S3Engine(Engine):
                     raise CorruptLog(self._where(HEAD_KEY), f"HEAD is gone; this process has read {self.tables.pos.entry} entries")
                 return self.tables.pos
             if got is NOT_MODIFIED:
+                if self._head is None and self._cached_head is not None:  # the cached copy, now revalidated
+                    head = self._parse_head(self._cached_head)
+                    self._take_checked(head)
+                    self._head, self._cached_head, self.head_unchanged = head, None, True
                 return self.tables.pos
             head = self._parse_head(got.data)
-            try:
-                self._take(head)
-            except CorruptLog:
-                if not self._drop_cached():
-                    raise
-                self._take(head)  # a damaged local cache copy, not a damaged log: from the bucket again
+            self._take_checked(head)
             self._head, self._etag = head, got.etag
+            self._keep_head(got)
             return self.tables.pos
+
+    def _take_checked(self, head: Head) -> None:
+        try:
+            self._take(head)
+        except CorruptLog:
+            if not self._drop_cached():
+                raise
+            self._take(head)  # a damaged local cache copy, not a damaged log: from the bucket again
+
+    def _keep_head(self, got: Any) -> None:
+        if not self.cache:
+            return
+        path = os.path.join(self.cache, "HEAD")
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(got.etag.encode("ascii") + b"\n" + got.data)
+            os.replace(tmp, path)
+        except (OSError, UnicodeEncodeError):
+            pass  # only the next open's first request is dearer
 
     def _where(self, key: str) -> str:
         return f"{self.bucket.url.rstrip('/')}/{key}"
@@ -397,17 +430,9 @@ class S3Engine(Engine):
         if plan is None:
             if e.idx is not None or e.rw is not None or e.seal or e.cut is not None:
                 return "an S3 log's entries name no segment, index, rewrite or cut"
-            facts: dict = {}
-            objs = e.objs
-            for r in e.recs:
-                facts[objs[r[0]][0]] = r[1:]
-            for r in e.prevs:
-                facts[objs[r[0]][0]] = r[1:]
-            got = t.plan(e.n, [(o[0], o[1]) for o in objs], facts, e.moves, None, None)
+            got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
-            if got.root != e.root:
-                return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
             plan = got
         self._set_locs(e)
         t.commit(plan, e.n, e.checksum, e.time)
@@ -872,7 +897,7 @@ class S3Engine(Engine):
         got = self.bucket.get(MARKER_KEY)
         if got is None:
             return None
-        return _marker_version(got.data, self._where(MARKER_KEY))
+        return marker_version(got.data, self._where(MARKER_KEY))
 
     def mark_version(self, version: int) -> None:
         """Raise the bucket's marker to ``version`` (never lower it), by compare-and-swap."""
@@ -880,7 +905,7 @@ class S3Engine(Engine):
             got = self.bucket.get(MARKER_KEY)
             if got is None:
                 raise CorruptLog(self._where(MARKER_KEY), "the store's marker is gone")
-            if _marker_version(got.data, self._where(MARKER_KEY)) >= version:
+            if marker_version(got.data, self._where(MARKER_KEY)) >= version:
                 return
             if self.bucket.put_if_match(MARKER_KEY, marker_bytes(version), got.etag) is not None:
                 return
@@ -892,7 +917,7 @@ def marker_bytes(version: int) -> bytes:
     return json.dumps({"format": "objstore", "version": version, "engine": "s3"}).encode() + b"\n"
 
 
-def _marker_version(data: bytes, where: str) -> int:
+def marker_version(data: bytes, where: str) -> int:
     import json
     try:
         meta = json.loads(data)

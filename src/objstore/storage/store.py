@@ -258,12 +258,12 @@ class Store:
         """A store on S3-compatible object storage (storage.s3engine): the marker object says its
         format; ``create`` writes it if absent (create-once, so two creators agree on one store)."""
         from .s3client import open_bucket
-        from .s3engine import MARKER_KEY, S3Engine, marker_bytes
+        from .s3engine import MARKER_KEY, S3Engine, marker_bytes, marker_version
 
         bucket = open_bucket(url)
         cache = remote_cache_dir(bucket.url)
         try:
-            os.makedirs(cache, exist_ok=True)
+            os.makedirs(os.path.join(cache, "tmp"), exist_ok=True)  # spill files of large blobs, the marker's copy
         except OSError as e:
             raise StorageOSError(f"create the local cache {cache}", e) from None
         engine = S3Engine(bucket, cache)
@@ -272,7 +272,16 @@ class Store:
                 f.write(bucket.url + "\n")
         except OSError:
             pass
-        version = engine.read_marker()
+        marker = os.path.join(cache, "marker")  # the bucket's OBJSTORE as this cache read it last
+        version = None
+        if engine.head_unchanged:  # nothing was committed since this cache read the marker: its copy holds
+            try:
+                with open(marker, "rb") as f:
+                    version = marker_version(f.read(), marker)
+            except (OSError, StoreFormatError):
+                version = None
+        if version is None:
+            version = engine.read_marker()
         created = False
         if version is None:
             if not create:
@@ -285,6 +294,12 @@ class Store:
             raise NewerFormat("store", url, version, NEWEST_VERSION)
         if version not in READ_VERSIONS:
             raise StoreFormatError(url, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
+        if not engine.head_unchanged:
+            try:
+                with atomic_file(marker, os.path.join(cache, "tmp"), FsyncPolicy("off")) as f:
+                    f.write(marker_bytes(version))
+            except OSError:
+                pass
         store = cls(engine, root=cache)
         store._version = version
         store.url = url
