@@ -320,9 +320,11 @@ def run_writers(where, count, n, seed, envs, profile_base=None, servers=()):
         for k, v in o["req"].items():
             req[k] = req.get(k, 0) + v
     errors = [e for o in outs for e in o["errors"]]
+    spans = [(round(o["start"] - start, 3), round(o["end"] - start, 3), round(sum(o["lat"]), 3)) for o in outs]
     return {"rate": landed / (end - start), "landed": landed, "busy": sum(o["busy"] for o in outs), "errors": errors[:3],
-            "nerrors": len(errors), "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "req": req,
-            "req_per_commit": total(req) / max(1, landed), "client_cpu_ms": 1e3 * sum(o["cpu"] for o in outs) / max(1, landed),
+            "nerrors": len(errors), "spans": spans, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3, "max_ms": max(lat, default=0) * 1e3,
+            "mean_ms": 1e3 * sum(lat) / max(1, len(lat)), "first_done_s": min(sp[1] for sp in spans),
+            "last_done_s": max(sp[1] for sp in spans), "req": req, "req_per_commit": total(req) / max(1, landed), "client_cpu_ms": 1e3 * sum(o["cpu"] for o in outs) / max(1, landed),
             "server_cpu_ms": 1e3 * srv / max(1, landed), "cpu_busy": (sum(o["cpu"] for o in outs) + srv) / (end - start)}
 
 
@@ -364,14 +366,16 @@ def part_writers(a, cluster):
         line = []
         for s in shapes:
             x = res[s][-1]
-            line.append(f"{s[0]} x{s[1]} {x['rate']:,.1f}/s p50 {x['p50_ms']:.1f} p99 {x['p99_ms']:.1f} ms"
+            line.append(f"{s[0]} x{s[1]} {x['rate']:,.1f}/s p50 {x['p50_ms']:.1f} p99 {x['p99_ms']:.1f} max {x['max_ms']:.0f} ms"
                         + (f" {x['req_per_commit']:.2f} req/c busy {x['busy']}" if s[0].startswith("s3") else "")
                         + (f" ERRORS {x['nerrors']}: {x['errors']}" if x["nerrors"] else ""))
         print(f"  rep {r + 1}: " + "; ".join(line), flush=True)
     fig: dict = {"writers": P, "commits_each": n, "solo_commits": solo_n}
     print(f"  {'':<44} {'min':>10} {'median':>10} {'max':>10}")
     for s in shapes:
-        common = (("rate", "commits/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("client_cpu_ms", "client CPU ms/commit"))
+        common = (("rate", "commits/s"), ("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"), ("mean_ms", "mean ms"), ("max_ms", "max ms"),
+                  ("first_done_s", "first writer done, s after go"), ("last_done_s", "last writer done, s after go"),
+                  ("client_cpu_ms", "client CPU ms/commit"))
         extra = (("req_per_commit", "requests/commit"), ("busy", "Busy commits"), ("server_cpu_ms", "SeaweedFS CPU ms/commit"),
                  ("cpu_busy", "cores busy (client+server)"))
         for key, label in common + (extra if s[0].startswith("s3") else ()):
@@ -719,7 +723,11 @@ def main(argv):
     weed = subprocess.run([os.path.join(os.path.dirname(sys.executable), "weed"), "version"], capture_output=True, text=True).stdout.strip()
     print(f"bench_s3: parts {','.join(a.parts)}; {a.reps} interleaved repetitions, scale {a.scale}; {os.cpu_count()} CPUs; "
           f"{weed.splitlines()[0] if weed else 'weed ?'}; scratch in {os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
-    FIGS["meta"] = {"reps": a.reps, "scale": a.scale, "cpus": os.cpu_count(), "weed": weed, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "src"], capture_output=True, text=True).stdout.split("\n")
+    dirty = [ln[3:] for ln in dirty if ln.strip()]
+    print(f"  code: the working tree at {rev or '?'}" + (f", uncommitted changes in {', '.join(dirty)}" if dirty else ", clean"))
+    FIGS["meta"] = {"code": rev, "dirty": dirty, "reps": a.reps, "scale": a.scale, "cpus": os.cpu_count(), "weed": weed, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     t_all = time.perf_counter()
     cache = scratch("cache-main")
     os.environ["OBJSTORE_CACHE_DIR"] = cache
