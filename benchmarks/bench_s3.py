@@ -460,7 +460,8 @@ def cli_child(url, run, n):
 
     from objstore.storage import s3client
 
-    calls: list = []
+    calls: list = []  # [method, key, answer, ms since the command started]
+    t0 = [time.perf_counter()]
     cls = s3client.ObstoreBucket
 
     def wrap(name):
@@ -470,11 +471,12 @@ def cli_child(url, run, n):
             res = real(self, key, *rest)
             if name == "list":
                 res = list(res)
-                calls.append([name, key, len(res)])
+                calls.append([name, key, len(res), round((time.perf_counter() - t0[0]) * 1e3, 1)])
                 return iter(res)
             from objstore.storage.bucket import NOT_MODIFIED
 
-            calls.append([name, key, "304" if res is NOT_MODIFIED else ("missing" if res is None else "ok")])
+            calls.append([name, key, "304" if res is NOT_MODIFIED else ("missing" if res is None else "ok"),
+                          round((time.perf_counter() - t0[0]) * 1e3, 1)])
             return res
         setattr(cls, name, counted)
 
@@ -482,7 +484,7 @@ def cli_child(url, run, n):
         wrap(name)
     from objstore_cli.main import cli
 
-    t = time.perf_counter()
+    t = t0[0] = time.perf_counter()
     res = CliRunner().invoke(cli, ["--store", url, "log", run, "-n", str(n)])
     dt = time.perf_counter() - t
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -565,8 +567,12 @@ def part_log(a, server):
             print(f"    {arg_label:<8} cold: {mmm(cn)[1]} requests {summarize_calls(cold['calls'])} in {statistics.median(cs) * 1e3:.0f} ms "
                   f"(min/median/max {mmm(cn)}); warm: {mmm(wn)[1]} requests {summarize_calls(warm['calls'])} in "
                   f"{statistics.median(ws) * 1e3:.0f} ms; {cold['lines']} output lines")
+            twice = [w for _, w in rows if len(w["calls"]) > 1]
+            if twice:
+                print(f"      a warm run with {len(twice[0]['calls'])} requests: {[c[:1] + c[2:] for c in twice[0]['calls']]} "
+                      f"(method, answer, ms after the command started)")
             if arg_label == "full id":
-                warm_keys = [c[:3] for c in warm["calls"]]
+                warm_keys = [c[:4] for c in warm["calls"]]
                 print(f"      warm calls: {warm_keys[:6]}{' ...' if len(warm_keys) > 6 else ''}")
                 first = [c[:2] for c in cold["calls"][:4]]
                 print(f"      cold calls begin {first} ...")
