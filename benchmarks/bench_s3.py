@@ -261,7 +261,7 @@ def writer_child(where, n, seed, idx):
 def profile_cmd(out_base):
     spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.path.exists(spy):
-        return [spy, "record", "--idle", "-r", "250", "-f", "raw", "-o", out_base + ".txt", "--"], "py-spy"
+        return [spy, "record", "--idle", "-r", "100", "-f", "raw", "-o", out_base + ".txt", "--"], "py-spy"
     return None, "cProfile"
 
 
@@ -288,9 +288,9 @@ def run_writers(where, count, n, seed, envs, profile_base=None, servers=()):
         env.update(envs[i % len(envs)])
         w = where[i] if isinstance(where, list) else where
         cmd = [sys.executable, ME, "--writer-child", w, str(n), str(seed), str(i)]
-        if profile_base is not None and i == 0:
-            pre, how = profile_cmd(profile_base)
-            cmd = pre + cmd if pre else [sys.executable, "-m", "cProfile", "-o", profile_base + ".prof", *cmd[1:]]
+        if profile_base is not None:  # every writer: a lucky one and a starved one spend their time differently
+            pre, how = profile_cmd(f"{profile_base}{i}")
+            cmd = pre + cmd if pre else [sys.executable, "-m", "cProfile", "-o", f"{profile_base}{i}.prof", *cmd[1:]]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     for p in procs:
         while True:  # a profiler wrapping the child may print its own lines first
@@ -345,7 +345,7 @@ def part_writers(a, cluster):
             k = solo_n if count == 1 else n
             prof = None
             if a.profile and system == "s3" and count == P and r == a.reps - 1:
-                prof = os.path.join(a.profile_dir, "writer0")
+                prof = os.path.join(a.profile_dir, "writer")
             if system.startswith("s3"):
                 from objstore import Store
                 os.environ.update(genv[0])
@@ -399,7 +399,7 @@ def part_writers(a, cluster):
     TARGETS.append((f"S3 {P} writers on {P} runs / 1 writer >= 2.0", fig["ratio_s3"][1], 2.0, "ge"))
     FIGS["writers"] = fig
     if a.profile:
-        report_profile(os.path.join(a.profile_dir, "writer0"))
+        report_profile(os.path.join(a.profile_dir, "writer"), P)
 
 
 def source_of(frame):
@@ -414,14 +414,24 @@ def source_of(frame):
     return "   | " + linecache.getline(full, int(line)).strip()[:80]
 
 
-def report_profile(base):
-    """Top frames of the profiled writer: by own samples (leaf) and by samples under a frame (inclusive)."""
-    txt = base + ".txt"
-    prof = base + ".prof"
-    if os.path.exists(txt):
-        leaf: dict = {}
-        incl: dict = {}
-        samples = 0
+def report_profile(base, count):
+    """Top frames of the profiled writers (all of them, samples summed): by own samples (leaf) and inclusive."""
+    import glob
+    import pstats
+
+    txts = sorted(glob.glob(base + "*.txt"))
+    if not txts:
+        profs = sorted(glob.glob(base + "*.prof"))
+        if profs:
+            print(f"\n  profile (cProfile, the {count} writers of the last S3 {count}-writer rep; {base}*.prof)")
+            pstats.Stats(*profs).sort_stats("cumulative").print_stats(20)
+        return
+    leaf: dict = {}
+    incl: dict = {}
+    samples = 0
+    per: list = []
+    for txt in txts:
+        mine = 0
         with open(txt) as f:
             for line in f:
                 stack, _, cnt = line.rstrip("\n").rpartition(" ")
@@ -432,25 +442,22 @@ def report_profile(base):
                 if not any(fr.startswith("commit_group ") for fr in frames):
                     continue  # start-up, imports and the wait for "go" are not what is profiled
                 samples += c
+                mine += c
                 leaf[frames[-1]] = leaf.get(frames[-1], 0) + c
                 for fr in set(frames):
                     incl[fr] = incl.get(fr, 0) + c
-        print(f"\n  profile (py-spy record --idle, 250 Hz, writer 0 of the last S3 8-writer rep; {samples} samples "
-              f"inside commit_group, i.e. the timed commits; raw stacks in {txt})")
-        print("  own samples (leaf frames):")
-        for fr, c in sorted(leaf.items(), key=lambda kv: -kv[1])[:12]:
-            print(f"    {100 * c / samples:5.1f}%  {fr[:150]}{source_of(fr)}")
-        print("  inclusive, objstore and obstore frames:")
-        keep = [(fr, c) for fr, c in incl.items() if ("objstore" in fr or "obstore" in fr or "sleep" in fr) and "bench_s3" not in fr]
-        for fr, c in sorted(keep, key=lambda kv: -kv[1])[:18]:
-            print(f"    {100 * c / samples:5.1f}%  {fr[:150]}")
-        FIGS["profile"] = {"samples": samples, "leaf": sorted(leaf.items(), key=lambda kv: -kv[1])[:12],
-                           "inclusive": sorted(keep, key=lambda kv: -kv[1])[:18], "raw": txt}
-    elif os.path.exists(prof):
-        import pstats
-
-        print(f"\n  profile (cProfile, writer 0 of the last S3 8-writer rep; {prof})")
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
+        per.append(mine)
+    print(f"\n  profile (py-spy record --idle, 100 Hz, each of the {len(txts)} writers of the last S3 {count}-writer rep; {samples} "
+          f"samples inside commit_group, i.e. the timed commits, summed over writers (per writer {per}); raw stacks {base}N.txt)")
+    print("  own samples (leaf frames):")
+    for fr, c in sorted(leaf.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"    {100 * c / samples:5.1f}%  {fr[:110]}{source_of(fr)}")
+    print("  inclusive, objstore and obstore frames:")
+    keep = [(fr, c) for fr, c in incl.items() if ("objstore" in fr or "obstore" in fr or "sleep" in fr) and "bench_s3" not in fr]
+    for fr, c in sorted(keep, key=lambda kv: -kv[1])[:14]:
+        print(f"    {100 * c / samples:5.1f}%  {fr[:110]}{source_of(fr)}")
+    FIGS["profile"] = {"samples": samples, "per_writer": per, "leaf": sorted(leaf.items(), key=lambda kv: -kv[1])[:12],
+                       "inclusive": sorted(keep, key=lambda kv: -kv[1])[:14], "raw": base + "N.txt"}
 
 
 # -- 3. log RUN -n 10, cold and warm ------------------------------------------------------------------------------
