@@ -124,19 +124,7 @@ def seaweed_cluster(tmp_path_factory):
 # --- the same suites on S3 (tests/test_s3_suites.py): with OBJSTORE_TEST_S3_BASE=s3://bucket/prefix set, every
 # store a test makes in a local directory that is not a store yet is made on object storage instead, under
 # BASE/<hash of the path>; opening that path again opens the same S3 store. Only API-level suites run so.
-_S3_BASE = os.environ.get("OBJSTORE_TEST_S3_BASE")
-if _S3_BASE:
-    from objstore.storage import store as _store_mod
+if os.environ.get("OBJSTORE_TEST_S3_BASE"):
+    from helpers import install_s3_redirect
 
-    _orig_init, _orig_open = _store_mod.Store.init.__func__, _store_mod.Store.open.__func__
-
-    from helpers import s3_mapped as _mapped
-
-    def _init(cls, path=None, fsync=None):
-        return _orig_init(cls, _mapped(path), fsync)
-
-    def _open(cls, path=None, fsync=None, create=False, readable_prefix=False):
-        return _orig_open(cls, _mapped(path), fsync, create, readable_prefix)
-
-    _store_mod.Store.init = classmethod(_init)
-    _store_mod.Store.open = classmethod(_open)
+    install_s3_redirect()

@@ -203,3 +203,26 @@ def s3_mapped(path):
     if os.path.exists(os.path.join(str(path), "OBJSTORE")):
         return path
     return f"{base.rstrip('/')}/{blake3.blake3(os.path.abspath(str(path)).encode()).hexdigest()[:16]}"
+
+
+def install_s3_redirect():
+    """With OBJSTORE_TEST_S3_BASE set, make every store opened or created at a local path live on S3 instead
+    (``s3_mapped``): for the child pytest of tests/test_s3_suites.py, and through tests/s3redirect/sitecustomize.py
+    for every Python process it starts (a CLI, a writer script)."""
+    if not os.environ.get("OBJSTORE_TEST_S3_BASE"):
+        return
+    from objstore.storage import store as store_mod
+
+    if getattr(store_mod.Store, "_s3_redirected", False):
+        return
+    orig_init, orig_open = store_mod.Store.init.__func__, store_mod.Store.open.__func__
+
+    def init(cls, path=None, fsync=None):
+        return orig_init(cls, s3_mapped(path), fsync)
+
+    def open_(cls, path=None, fsync=None, create=False, readable_prefix=False):
+        return orig_open(cls, s3_mapped(path), fsync, create, readable_prefix)
+
+    store_mod.Store.init = classmethod(init)
+    store_mod.Store.open = classmethod(open_)
+    store_mod.Store._s3_redirected = True

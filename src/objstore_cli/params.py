@@ -49,6 +49,9 @@ class Int64(click.ParamType):
 INT64 = Int64()
 
 
+CLI_FRESH_SECONDS = 1.0
+
+
 class Ctx:
     def __init__(self, path: str | None):
         self.path = path
@@ -74,6 +77,9 @@ class Ctx:
             from objstore.storage.store import Store
 
             self._log = RunLog(Store.open(self.store_path(create), create=create))
+            engine = self._log.store.engine
+            if hasattr(engine, "fresh_seconds"):  # object storage: one command reads as of its start (HEAD rechecked each second)
+                engine.fresh_seconds = max(engine.fresh_seconds, CLI_FRESH_SECONDS)
             problem = self._log.store.engine.witness_problem
             if problem is not None:  # readers still answer from the log; writers refuse (exit 6)
                 click.echo(f"objstore: warning: {problem[0]}: {problem[1]} (run 'objstore verify')", err=True)

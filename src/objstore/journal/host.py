@@ -183,6 +183,16 @@ def capture_refs(store: Store, runs: list[str], names: list[str]) -> tuple[Posit
         pos = engine.position()
         got_runs = {r: dict(t.run_refs.get(r, {})) for r in runs}
         got_names = {n: t.refs.get(n) for n in names}
+    watch = getattr(txn, "watch", None)
+    if watch is not None:
+        # An optimistic commit (object storage: no writer lock) must not land if a grant or the owner
+        # key it was authorized by moved before it: those refs join its read set, and a commit whose
+        # read set changed is rebuilt from the new head, where the decision is taken again.
+        for name in names:
+            watch(name, got_names[name])
+        for watched in runs:
+            prefix = runrefs.run_grant_prefix(watched)
+            watch(prefix, {k: v for k, v in got_runs[watched].items() if k.startswith(prefix)}, prefix=True)
     if txn is not None:
         for name, (_, new, _) in txn.moves.items():
             run = runrefs.run_of(name)
@@ -645,10 +655,13 @@ class LocalJournalHost:
             raise InvalidInput("update parameters are reflects_through, checkpoint and enabled")
         rt, cp = self._own_record(run, p["reflects_through"], "reflects_through"), self._own_record(run, p["checkpoint"], "checkpoint")
         store = self.log.store
-        with store.batch():
+
+        def commit() -> tuple[bytes, dict]:
             # decided under the writer lock, at the position the version is written on: a key
             # revoked by another process before this commit cannot write (it could between a
-            # decision taken before the batch and the write)
+            # decision taken before the batch and the write). On object storage, where no lock is
+            # held, the grants it was decided on are the commit's read set: if one moved first, the
+            # commit is run again on the new head and decided again (Store.atomically).
             principal = self._decide(req, subject, self.capture(req, subject), write=True)
             hook = self.on_update_authorized
             if hook is not None:
@@ -665,6 +678,9 @@ class LocalJournalHost:
                    "writer": req.key, "request": req.to_json(), "time": time.time()}
             jid = store.put(codec.JOURNAL, obj)
             store.set_ref(runrefs.journal_ref(run), cur, jid, f"journal v{obj['version']} by {principal.name}")
+            return jid, obj
+
+        jid, obj = store.atomically(commit)
         return {"journal": jid.hex(), "version": obj["version"]}
 
     def _own_record(self, run: str, h: Any, what: str) -> bytes | None:

@@ -78,7 +78,10 @@ ENTRY_PREFIX = "entry/"
 TAIL_ENTRIES = 16
 INLINE_BYTES = 64 << 10
 BUSY_SECONDS = float(os.environ.get("OBJSTORE_S3_BUSY_SECONDS", "30"))  # how long a commit retries before Busy
-FRESH_SECONDS = float(os.environ.get("OBJSTORE_S3_FRESH_MS", "100")) / 1000  # a reader rechecks HEAD at most this often
+# How stale a read may be: 0 (the default) revalidates HEAD at every refresh (one conditional GET, a 304 when
+# nothing changed), so a process sees every commit made before its read, as on disk. A short-lived reader (a CLI
+# command) may read as of its start instead (Ctx.log sets a window).
+FRESH_SECONDS = float(os.environ.get("OBJSTORE_S3_FRESH_MS", "0")) / 1000
 CHUNK_CACHE = 64  # decoded chunks kept in memory
 
 _enc = msgspec.msgpack.Encoder()
@@ -124,6 +127,15 @@ class S3Txn(Txn):
     def __init__(self, engine: Engine) -> None:
         super().__init__(engine)
         self.seen: dict[str, Any] = {}
+        self.seen_prefixes: dict[str, dict] = {}
+
+    def watch(self, name: str, value: Any, prefix: bool = False) -> None:
+        """Add a ref (or, with ``prefix``, every ref under a prefix: {name: value}) this commit's
+        decision was taken on to its read set, as a ``read_ref`` would."""
+        if prefix:
+            self.seen_prefixes.setdefault(name, dict(value))
+        else:
+            self.seen.setdefault(name, value)
 
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
         loc = self.engine.tables.locs.get(oid)
@@ -151,6 +163,7 @@ class S3Engine(Engine):
 
     retry_seconds = BUSY_SECONDS  # Store.atomically re-runs a stale self-contained commit this long
     one_log_per_commit = True  # a commit's ref moves touch one run's log (MultiLogBatch otherwise)
+    fresh_seconds = FRESH_SECONDS
 
     def __init__(self, bucket: Bucket, cache: str | None = None) -> None:
         self.bucket = bucket
@@ -204,7 +217,7 @@ class S3Engine(Engine):
     def _refresh(self, force: bool) -> Position:
         with self._mu:
             now = time.monotonic()
-            if not force and self._head is not None and now - self._checked < FRESH_SECONDS:
+            if not force and self._head is not None and now - self._checked < self.fresh_seconds:
                 return self.tables.pos
             if self._etag is None:
                 got = self.bucket.get(HEAD_KEY)
@@ -732,6 +745,12 @@ class S3Engine(Engine):
         for name, old in txn.seen.items():
             if name not in txn.moves and refs.get(name) != old:
                 raise StaleBase(name, _show(old), _show(refs.get(name)))
+        for prefix, items in txn.seen_prefixes.items():
+            run = _run_of_ref(prefix)
+            now = {k: v for k, v in (self.tables.run_refs.get(run, {}) if run is not None else refs).items() if k.startswith(prefix)}
+            for k in set(now) | set(items):
+                if k not in txn.moves and now.get(k) != items.get(k):
+                    raise StaleBase(k, _show(items.get(k)), _show(now.get(k)))
 
     def _next_head(self, head: Head | None, n: int, raw: bytes, checksum: bytes) -> tuple[Head, list]:
         pre: list[tuple[str, bytes]] = []
