@@ -276,3 +276,37 @@ def test_gc_prunes_unreferenced_blobs_and_unnamed_keys_only_when_asked(tmp_path)
         fresh.get_blob(lonely)
     assert fresh.get_blob(named) == b"a record names me"
     assert verify(fresh) == []
+
+
+def test_a_stale_writers_late_chunk_put_does_not_bring_a_removed_body_back(tmp_path, monkeypatch):
+    """A writer that built a chunk from a HEAD older than gc's rewrite may PUT it after gc wrote the stripped one
+    (the same key: it held the same entries); gc reads what it rewrote back after a pause and strips it again."""
+    from objstore.lifecycle import delete as D
+    from objstore.lifecycle import gc as G
+
+    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    keep, doomed = log.start_run(subject="s"), log.start_run(subject="s")
+    secret = os.urandom(16).hex().encode()
+    log.record_attempt(doomed, 0, 0, "succeeded", output=log.put_blob(secret))
+    for i in range(20):
+        log.record_attempt(keep, i, 0, "succeeded")
+    chunk = next(k for k in b.raw() if k.startswith("chunk/"))
+    assert _holds(b, secret) == [chunk]
+    old = b.raw()[chunk]
+    D.delete_run(log, doomed, reason="test")
+    real_put = b.put
+    late = []
+
+    def put(key, data):
+        etag = real_put(key, data)
+        if key == chunk and not late:
+            late.append(key)
+            b.poke(key, old)  # the stale writer's PUT lands just after gc's
+        return etag
+
+    b.put = put  # type: ignore[method-assign]
+    G.gc(log.store)
+    assert late == [chunk] and _holds(b, secret) == []
+    assert verify(_log(b, str(tmp_path / "fresh"))) == []

@@ -83,6 +83,7 @@ BUSY_SECONDS = float(os.environ.get("OBJSTORE_S3_BUSY_SECONDS", "30"))  # how lo
 # command) may read as of its start instead (Ctx.log sets a window).
 FRESH_SECONDS = float(os.environ.get("OBJSTORE_S3_FRESH_MS", "0")) / 1000
 CHUNK_CACHE = 64  # decoded chunks kept in memory
+GC_SETTLE_SECONDS = float(os.environ.get("OBJSTORE_S3_GC_SETTLE_SECONDS", "0.5"))  # gc reads what it rewrote back after this
 
 _enc = msgspec.msgpack.Encoder()
 _dec = msgspec.msgpack.Decoder()
@@ -799,51 +800,27 @@ class S3Engine(Engine):
         """Rewrite every chunk, entry key and HEAD tail slot that stores a body of ``gone`` without it:
         the same entries (same checksums, so anchors hold), their blocks laid again. Chunks and entry
         keys are PUT again under their keys; HEAD by compare-and-swap (retried on the newer HEAD).
+        Then, after GC_SETTLE_SECONDS, every key written is read back and stripped again if a writer
+        that was rolling a stale HEAD's tail into that chunk PUT its old bytes over ours meanwhile.
         Returns ({id: type} removed, {id: bytes} of the removed blobs)."""
         removed: dict = {}
         blobs: dict = {}
+        written: dict[str, list[int]] = {}
         for _ in range(20):
             self.refresh(force=True)
             with self._mu:
                 targets = sorted({loc.entry for oid in gone if isinstance(loc := self.tables.locs.get(oid), Loc) and loc.comp != COMP_GONE})
                 srcs = {n: self._src[n] for n in targets}
             if not targets:
-                return removed, blobs
-            chunks: dict[str, list[int]] = {}
+                break
             tail = []
             for n, src in srcs.items():
-                if src[0] == "chunk":
-                    chunks.setdefault(src[1], []).append(n)
-                elif src[0] == "entry":
-                    got = self.bucket.get(src[1])
-                    if got is None:
-                        raise CorruptLog(self._where(src[1]), "missing (HEAD or a chunk names it)")
-                    new = self._stripped(n, got.data, gone, removed, blobs)
-                    if new is not None:
-                        self.bucket.put(src[1], new)
-                        self._forget_cached(src[1])
-                        self._relocate(n, new, src)
+                if src[0] in ("chunk", "entry"):
+                    written.setdefault(src[1], []).append(n)
                 else:
                     tail.append(n)
-            for key, ns in chunks.items():
-                got = self.bucket.get(key)
-                first, last = _chunk_range(key)
-                ch = self._decode_chunk(key, None, got.data if got is not None else None)
-                if isinstance(ch, str):
-                    raise CorruptLog(self._where(key), ch)
-                slots = list(ch.slots)
-                for n in ns:
-                    i = n - first
-                    if isinstance(slots[i], bytes):
-                        new = self._stripped(n, slots[i], gone, removed, blobs)
-                        if new is not None:
-                            slots[i] = new
-                self.bucket.put(key, _enc.encode(Chunk(CHUNK_FMT, ch.prev, ch.first, slots)))
-                self._forget_cached(key)
-                for n in ns:
-                    i = n - first
-                    if isinstance(slots[i], bytes):
-                        self._relocate(n, slots[i], ("chunk", key, i))
+            for key in {src[1] for src in srcs.values() if src[0] != "tail"}:
+                self._strip_key(key, written[key], gone, removed, blobs)
             if tail:
                 with self._mu:
                     head, etag = self._head, self._etag
@@ -859,7 +836,49 @@ class S3Engine(Engine):
                 new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots)
                 if self.bucket.put_if_match(HEAD_KEY, _enc.encode(new_head), etag) is not None:
                     self.refresh(force=True)
-        raise Busy(self.bucket.url, 20, 0)
+        else:
+            raise Busy(self.bucket.url, 20, 0)
+        if written:
+            time.sleep(GC_SETTLE_SECONDS)
+            for key, ns in written.items():
+                self._strip_key(key, ns, gone, removed, blobs)
+        return removed, blobs
+
+    def _strip_key(self, key: str, ns: list[int], gone: set, removed: dict, blobs: dict) -> bool:
+        """Read ``key`` (a chunk or an entry key) from the bucket and PUT it again without the bodies of
+        ``gone`` its entries ``ns`` store; whether it had any."""
+        got = self.bucket.get(key)
+        if got is None:
+            raise CorruptLog(self._where(key), "missing (HEAD or a chunk names it)")
+        if key.startswith(ENTRY_PREFIX):
+            n = ns[0]
+            new = self._stripped(n, got.data, gone, removed, blobs)
+            if new is None:
+                return False
+            self.bucket.put(key, new)
+            self._forget_cached(key)
+            self._relocate(n, new, ("entry", key))
+            return True
+        first, _last = _chunk_range(key)
+        ch = self._decode_chunk(key, None, got.data)
+        if isinstance(ch, str):
+            raise CorruptLog(self._where(key), ch)
+        slots = list(ch.slots)
+        changed = False
+        for n in sorted(set(ns)):
+            i = n - first
+            if isinstance(slots[i], bytes):
+                new = self._stripped(n, slots[i], gone, removed, blobs)
+                if new is not None:
+                    slots[i], changed = new, True
+        if not changed:
+            return False
+        self.bucket.put(key, _enc.encode(Chunk(CHUNK_FMT, ch.prev, ch.first, slots)))
+        self._forget_cached(key)
+        for n in sorted(set(ns)):
+            if isinstance(slots[n - first], bytes):
+                self._relocate(n, slots[n - first], ("chunk", key, n - first))
+        return True
 
     def _stripped(self, n: int, raw: bytes, gone: set, removed: dict, blobs: dict) -> bytes | None:
         e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
