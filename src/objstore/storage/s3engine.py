@@ -180,7 +180,8 @@ class S3Engine(Engine):
         self._last_entry: tuple[str, bytes] | None = None  # the entry/ key read last, and its bytes
         self._last_block: tuple[tuple, bytes] | None = None  # (entry, offset, length) of the structured block read last, decompressed
         self._cks: dict[int, bytes] = {}  # entry -> its chain checksum (a rewritten entry must keep it)
-        self._from_cache: set[str] = set()  # keys read from the local cache since the last check failed
+        self._from_cache: set[str] = set()
+        self._fetched: dict[str, bytes] = {}  # key -> BLAKE3 of the bytes this process GOT from the bucket for it  # keys read from the local cache since the last check failed
         self.root = None
         self.damaged: CorruptLog | None = None
         self.head_unchanged = False  # HEAD answered 304 to the copy this cache kept: nothing new since then
@@ -417,6 +418,7 @@ class S3Engine(Engine):
         got = self.bucket.get(key)
         if got is None:
             raise CorruptLog(self._where(key), "missing (HEAD or a chunk names it)")
+        self._fetched[key] = blake3.blake3(got.data).digest()
         if path is not None:
             tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
@@ -427,7 +429,24 @@ class S3Engine(Engine):
                 pass  # a cache that cannot be written is only slower
         return got.data
 
+    def _bucket_bytes(self, key: str) -> bytes | None:
+        """A key's bytes as the bucket holds them, for verify: what this process GOT from the bucket
+        itself (its cache copy, if it still hashes to what arrived), else a GET; None if absent."""
+        want = self._fetched.get(key)
+        path = self._cache_path(key)
+        if want is not None and path is not None:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                if blake3.blake3(data).digest() == want:
+                    return data
+            except OSError:
+                pass
+        got = self.bucket.get(key)
+        return None if got is None else got.data
+
     def _forget_cached(self, key: str) -> None:
+        self._fetched.pop(key, None)
         self._chunks.pop(key, None)
         self._last_block = None
         if self._last_entry is not None and self._last_entry[0] == key:
@@ -553,8 +572,10 @@ class S3Engine(Engine):
             yield e
 
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
-        """Entries 1..upto with their objects, read from the bucket itself (never the local cache:
-        an auditor proves what every other reader will read): HEAD, then each chunk with one GET."""
+        """Entries 1..upto with their objects, read from the bucket itself (never a cache copy this
+        process did not fetch: an auditor proves what every other reader will read): HEAD, then each
+        chunk with one GET — or none, when this process GOT it from the bucket at open and its copy
+        still hashes to what arrived."""
         got = self.bucket.get(HEAD_KEY)
         if got is None:
             if upto:
@@ -573,8 +594,7 @@ class S3Engine(Engine):
             if ref[0] == 1:
                 break
             key = chunk_key(*ref)
-            data = self.bucket.get(key)
-            ch = self._decode_chunk(key, ref, data.data if data is not None else None)
+            ch = self._decode_chunk(key, ref, self._bucket_bytes(key))
             if isinstance(ch, str):
                 yield ScanProblem("corrupt-entry", self._where(key), ch)
                 return
@@ -595,8 +615,7 @@ class S3Engine(Engine):
             if key != HEAD_KEY:
                 ch2 = walked.pop(key, None)
                 if ch2 is None:
-                    data = self.bucket.get(key)
-                    got2 = self._decode_chunk(key, None, data.data if data is not None else None)
+                    got2 = self._decode_chunk(key, None, self._bucket_bytes(key))
                     if isinstance(got2, str):
                         yield ScanProblem("corrupt-entry", self._where(key), got2)
                         return
@@ -613,11 +632,11 @@ class S3Engine(Engine):
                     raw = slot
                 elif isinstance(slot, list) and len(slot) == 2 and slot[0] == n and isinstance(slot[1], bytes):
                     where = entry_key(n, slot[1])
-                    g = self.bucket.get(where)
-                    if g is None:
+                    got3 = self._bucket_bytes(where)
+                    if got3 is None:
                         yield ScanProblem("corrupt-entry", self._where(where), f"entry {n} is missing")
                         return
-                    raw = g.data
+                    raw = got3
                 else:
                     yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: malformed slot")
                     return
@@ -680,6 +699,7 @@ class S3Engine(Engine):
         objects_all = [(oid, otype, c.read_all() if isinstance(c, LargeBlob) else c) for oid, (otype, c) in txn.objects.items()]
         delay = 0.004
         attempts = 0
+        moved = False
         while True:
             attempts += 1
             with self._mu:
@@ -716,14 +736,19 @@ class S3Engine(Engine):
                 landed = self._landed(n, e.checksum)
                 if landed:
                     return
-                if self._etag == etag:
-                    pass  # a false 412: HEAD is what we based on; the same PUT again
-                else:
+                moved = self._etag != etag
+                if moved:
                     self._check_still(txn, moves)
             if time.monotonic() >= deadline:
                 raise Busy(self.bucket.url, attempts, BUSY_SECONDS)
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.25)
+            if moved and attempts <= 8:
+                # another writer's entry landed and ours is rebuilt on it: sending at once is what makes the
+                # next swap ours (a backoff here hands HEAD back to whoever just won); a little jitter keeps
+                # the losers from arriving together
+                time.sleep(random.random() * 0.002)
+            else:  # a false 412 (HEAD unchanged), or a long losing streak: back off
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.1)
 
     def _landed(self, n: int, checksum: bytes) -> bool:
         """Whether our entry ``n`` (``checksum``) is in the log now (a PUT whose answer was lost
