@@ -109,7 +109,7 @@ def test_second_push_writes_nothing_and_more_appends_fast_forward(tmp_path):
     rep = transfer(log.store, s3)
     assert (rep.landed, rep.already, rep.entries, rep.objects, rep.store_refs) == ([], ["A", "B", "C"], 0, 0, "already")
     assert entries(s3) == n
-    assert {k: v for k, v in s3.engine.bucket.requests.items() if k != "get"} == {k: v for k, v in puts.items() if k != "get"}
+    assert {k: v for k, v in s3.engine.bucket.requests.items() if k != "GET"} == {k: v for k, v in puts.items() if k != "GET"}
     for i in range(3):
         log.record_attempt("A", 30 + i, 0, "succeeded", output=log.put_blob(f"late {i}".encode()))
     log.rewind("B", 1, reason="back")
