@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from objstore.errors import BodyRemoved
+from objstore.errors import BodyRemoved, Erased
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog
@@ -125,3 +125,92 @@ def test_a_long_lived_reader_does_not_serve_a_removed_body_from_memory(tmp_path)
     reader.store.engine.refresh(force=True)  # it takes in the deletion and whatever gc changed in HEAD
     with pytest.raises(BodyRemoved):
         reader.store.engine.read(blob)
+
+
+# -- the read set of a commit rebuilt on a newer head ------------------------------------------------------------
+# On S3 a commit body runs without a lock; when its HEAD swap loses to another writer's entry, the engine rebuilds the
+# same entry on the new head if every ref the body read through ``txn.read_ref`` (or ``watch``) still holds. A body
+# that reads a run's refs through ``store.run_refs`` (``RunLog.view``) leaves them out of that set.
+
+def _race(writer: RunLog, other_commit) -> None:
+    """The next HEAD swap ``writer`` sends loses to ``other_commit()``, run just before it (another process)."""
+    bucket = writer.store.engine.bucket  # type: ignore[attr-defined]
+
+    def foreign_then_412(b, key, data, etag):
+        other_commit()
+        return "412"
+
+    bucket.before_put_if_match.append(foreign_then_412)
+
+
+def test_a_fork_rebuilt_after_a_racing_commit_of_a_side_effect_flags_it(tmp_path):
+    """fork() computes the compensation from the parent branch's records up to its head; a non-idempotent effect
+    committed on that branch past the fork point by a writer that wins the race must be flagged on the fork
+    (locally the writer lock orders them), or the fork must be refused/re-run — never land unflagged."""
+    b = MemoryBucket()
+    a = _log(b, str(tmp_path / "cache-a"))
+    run = a.start_run(subject="s")
+    a.record_attempt(run, 0, 0, "succeeded")
+    a.record_intent(run, "refund-1", 1, "issue_refund", False)
+    other = _log(b, str(tmp_path / "cache-b"))
+    _race(a, lambda: other.commit_intent(run, "refund-1"))
+    fork = a.fork(run, 0, 1, reason="retry", make_live=False)
+    head = other.view(run).head(0)
+    assert fork.parent_head == head, "the fork names a parent head older than the branch's head when it landed"
+    assert [c["intent"] for c in fork.compensation] == ["refund-1"], "a committed refund past the fork point is not flagged"
+
+
+def test_a_copy_of_a_run_deleted_while_it_was_built_does_not_land(tmp_path, monkeypatch):
+    """fork_run() reads the source's refs through RunLog.view: a deletion of the source that wins the race is not in
+    the copy's read set, so the copy is rebuilt on the head that deleted its source and lands; gc then keeps the
+    deleted run's bodies for the copy's lineage. Locally the writer lock orders them and the copy raises Deleted."""
+    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    b = MemoryBucket()
+    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))  # a copy raises the store's format marker
+    a = _log(b, str(tmp_path / "cache-a"))
+    source = a.start_run(subject="s")
+    secret = os.urandom(16).hex().encode()
+    a.record_attempt(source, 0, 0, "succeeded", output=a.put_blob(secret))
+    other = _log(b, str(tmp_path / "cache-b"))
+    _race(a, lambda: D.delete_run(other, source, reason="user asked"))
+    with pytest.raises(Erased):
+        copy = a.fork_run(source)
+        G.gc(other.store)
+        assert _holds(b, secret) == [], f"copy {copy} of a deleted run landed and keeps its bodies from gc"
+
+
+def test_a_langgraph_put_writes_that_loses_the_race_to_another_process_still_lands(tmp_path):
+    """put_writes runs in the caller-batch form (``log.batch()``), so on S3 a commit made stale by another process's
+    write to the same thread raises StaleBase (a Conflict, exit 7) out of put_writes instead of being re-run; put()
+    retries a Conflict, put_writes does not. Locally the writer lock orders the two and both land."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from objstore.integrations.langgraph import ObjstoreSaver
+
+    b = MemoryBucket()
+    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    sa, sb = ObjstoreSaver(_log(b, str(tmp_path / "cache-a"))), ObjstoreSaver(_log(b, str(tmp_path / "cache-b")))
+    cp = empty_checkpoint()
+    cfg = sa.put({"configurable": {"thread_id": "T", "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 0}, {})
+    sb.get_tuple(cfg)  # B knows the thread's run
+    _race(sa.log, lambda: sb.put_writes(cfg, [("ch", "from b")], "task-b"))
+    sa.put_writes(cfg, [("ch", "from a")], "task-a")
+    got = sorted((w[0], w[2]) for w in sb.get_tuple(cfg).pending_writes)
+    assert got == [("task-a", "from a"), ("task-b", "from b")]
+
+
+def test_task_open_after_another_process_appended_to_the_session_lands(tmp_path):
+    """sessions.open_task / close_task decide in a caller batch (``store.batch()``) and append. A process's HEAD copy
+    is only refreshed by a 412 on S3, so after another process appended to the same run the append's branch move is
+    stale: StaleBase (exit 7) out of open_task, where locally the writer lock serializes them and both land. (The same
+    shape: grants.py grant/revoke, compaction.py's segment commit, the LangGraph saver's put_writes.)"""
+    from objstore.journal import sessions as S
+
+    b = MemoryBucket()
+    a = _log(b, str(tmp_path / "cache-a"))
+    run = a.start_run(subject="s")
+    S.open_task(a, run, "t1")
+    other = _log(b, str(tmp_path / "cache-b"))
+    other.record_attempt(run, 0, 0, "succeeded")  # another process (the agent, a Host) appends to the session
+    S.open_task(a, run, "t2")
+    assert [t["task"] for t in S.open_tasks(other, run)] == ["t1", "t2"]

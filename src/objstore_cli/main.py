@@ -81,7 +81,9 @@ class Group(click.Group):
             msg = e.format_message()
             fail({"error": "usage-error" if e.exit_code == 2 else "error", "message": msg, "exit": e.exit_code}, msg, as_json)
         except OSError as e:  # a net: the library wraps the OS errors it meets as StorageOSError
-            err = StorageOSError(f"run objstore {' '.join(argv[:1])}".rstrip(), e)
+            # the command's name, not "--store" (or its value) when the store is named first
+            words = [a for i, a in enumerate(argv) if not a.startswith("-") and not (i and argv[i - 1] == "--store")]
+            err = StorageOSError(f"run objstore {' '.join(words[:1])}".rstrip(), e)
             fail(error_views().error(err), str(err), as_json)
         except Exception as e:
             if not is_sqlite_error(e):

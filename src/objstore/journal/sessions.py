@@ -100,16 +100,22 @@ def open_tasks(log: ChainReader, run: str, view: View | None = None) -> list[dic
 
 
 def open_task(log: RunLog, run: str, task: str, title: str = "") -> R.Record:
-    with log.store.batch():
+    # decided and appended as one self-contained commit: on object storage (no writer lock) a commit another
+    # process's append made stale is run again on the new head (Store.atomically), not raised as a Conflict
+    def commit() -> R.Record:
         if any(t["task"] == task for t in open_tasks(log, run)):
             raise InvalidInput(f"task {task!r} is already open in run {run}")
         return log.append(run, R.TASK_OPENED, {"task": task, "title": title})
 
+    return log.store.atomically(commit)
+
 
 def close_task(log: RunLog, run: str, task: str, outcome: str = "done") -> R.Record:
-    with log.store.batch():
+    def commit() -> R.Record:  # as open_task
         if not any(t["task"] == task for t in open_tasks(log, run)):
             raise InvalidInput(f"task {task!r} is not open in run {run}")
         return log.append(run, R.TASK_CLOSED, {"task": task, "outcome": outcome})
+
+    return log.store.atomically(commit)
 
 

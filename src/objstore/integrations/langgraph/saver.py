@@ -495,7 +495,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _put_writes_in(self, run: str, cid: str, writes: Sequence[tuple[str, Any]], channels: builtins.list[str],
                        idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str) -> None:
         log = self.log
-        with log.batch():
+
+        # one self-contained commit: on object storage (no writer lock) one that another process's write to this
+        # thread made stale is run again on the new head (Store.atomically) instead of raising StaleBase
+        def commit() -> None:
             view = log.view(run)  # Deleted if the remembered run was deleted meanwhile
             newest, after = self._newest(view.head(view.live))
             if newest is not None and newest.body["checkpoint_id"] == cid and newest.branch == view.live and newest.run == run:
@@ -517,6 +520,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels = {"checkpoint_id": cid, "task_id": task_id}
             log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
             self._attempt(run, branch, prec, writes, task_id, task_path, labels)
+
+        log.store.atomically(commit)
 
     def _attempt(self, run: str, branch: int | None, prec: R.Record | None, writes: Sequence[tuple[str, Any]], task_id: str,
                  task_path: str, labels: dict[str, str]) -> None:
