@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from objstore.errors import BodyRemoved, Erased
+from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog
@@ -214,3 +214,87 @@ def test_task_open_after_another_process_appended_to_the_session_lands(tmp_path)
     other.record_attempt(run, 0, 0, "succeeded")  # another process (the agent, a Host) appends to the session
     S.open_task(a, run, "t2")
     assert [t["task"] for t in S.open_tasks(other, run)] == ["t1", "t2"]
+
+
+def test_a_run_deletion_rebuilt_after_a_racing_journal_update_lists_its_body(tmp_path, monkeypatch):
+    """delete_runs lists the session's journal and segment blobs in the deletion (gc removes the blobs it lists,
+    and only those), reading the journal ref through store.run_refs: a journal version written by another process
+    while the deletion was built is not in its read set, so the deletion lands without that version's body, which
+    then outlives gc in the bucket. Locally the writer lock orders them."""
+    from objstore import journal as J
+    from objstore.storage import identity
+
+    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
+    b = MemoryBucket()
+    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    a = _log(b, str(tmp_path / "cache-a"))
+    owner, _ = identity.ensure_owner_key(a.store)
+    run = J.start_session(a, "alice", run="s1")
+    J.update_journal(a, run, owner, {"entries": [{"id": "e", "text": "v1"}]})
+    other = _log(b, str(tmp_path / "cache-b"))
+    secret = os.urandom(16).hex()
+    _race(a, lambda: J.update_journal(other, run, owner, {"entries": [{"id": "e", "text": secret}]}))
+    D.delete_run(a, run, reason="user asked")
+    G.gc(a.store)
+    assert _holds(b, secret.encode()) == [], "the journal version written meanwhile outlived the run's deletion and gc"
+
+
+def test_a_journal_update_rebuilt_after_a_racing_deletion_of_its_run_does_not_land(tmp_path, monkeypatch):
+    """The Host's update watches the grants and the owner key it decided on (capture_refs), not the run's other
+    refs: a deletion of the session by another process that wins the race leaves the update's read set as it was,
+    so the update is rebuilt on the head that deleted the run. The log's rule that a deleted run's refs do not move
+    refuses it then (Refused, exit 8, where the same update after the deletion locally is Deleted, exit 12): nothing
+    lands. A guard, passing: it fails if that rule is ever the only thing relaxed."""
+    from objstore import journal as J
+    from objstore.storage import identity, runrefs
+
+    monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
+    b = MemoryBucket()
+    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    a = _log(b, str(tmp_path / "cache-a"))
+    owner, _ = identity.ensure_owner_key(a.store)
+    run = J.start_session(a, "alice", run="s1")
+    J.update_journal(a, run, owner, {"entries": [{"id": "e", "text": "v1"}]})
+    other = _log(b, str(tmp_path / "cache-b"))
+    before = other.store.read_ref(runrefs.journal_ref(run))
+    _race(a, lambda: D.delete_run(other, run, reason="user asked"))
+    with pytest.raises((Erased, Refused)):
+        J.update_journal(a, run, owner, {"entries": [{"id": "e", "text": "after the deletion"}]})
+    fresh = _log(b, str(tmp_path / "cache-f"))
+    assert fresh.store.read_ref(runrefs.journal_ref(run)) == before
+
+
+def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_path):
+    """gc's stripped form of an entry keeps its checksum (it covers ids, types and lengths, not blocks), so a cached
+    chunk copy edited into that form (s3engine.strip_entry on a live body: what gc would write) still chains and is
+    believed: the live blob reads as BodyRemoved (exit 12, 'erased') though no deletion or redaction names it. An edited
+    cache copy must never change an answer: a removed body read from a cached copy should be read from the bucket once."""
+    import msgspec
+
+    from objstore.storage.engine import ZERO, parse_entry
+
+    b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
+    a.record_attempt(keep, 1000, 0, "succeeded")  # the secret's entry goes into a chunk
+    cache = str(tmp_path / "cache-r")
+    reader = _log(b, cache)
+    assert reader.get_blob(blob) == secret
+    keys = os.path.join(cache, "keys")
+    edited = 0
+    for name in os.listdir(keys):
+        with open(os.path.join(keys, name), "rb") as f:
+            ch = msgspec.msgpack.decode(f.read(), type=s3engine.Chunk)
+        eng = reader.store.engine
+        slots = list(ch.slots)
+        for i, slot in enumerate(slots):
+            n = ch.first + i
+            if not isinstance(slot, bytes):
+                continue
+            e = parse_entry(slot, 0, len(slot), eng._cks.get(n - 1, ZERO), 0, n, True)  # type: ignore[attr-defined]
+            got = s3engine.strip_entry(slot, e, {blob})
+            if got is not None:
+                slots[i], edited = got[0], edited + 1
+        with open(os.path.join(keys, name), "wb") as f:
+            f.write(msgspec.msgpack.encode(s3engine.Chunk(ch.fmt, ch.prev, ch.first, slots)))
+    assert edited == 1
+    assert _log(b, cache).store.engine.read(blob) == secret  # the bucket still holds it; nothing deleted it
