@@ -298,3 +298,25 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
             f.write(msgspec.msgpack.encode(s3engine.Chunk(ch.fmt, ch.prev, ch.first, slots)))
     assert edited == 1
     assert _log(b, cache).store.engine.read(blob) == secret  # the bucket still holds it; nothing deleted it
+
+
+def test_a_writer_that_read_a_blob_before_gc_stripped_it_stores_it_again_when_it_names_it(tmp_path, monkeypatch):
+    """A commit leaves out the objects its tables say are stored (content addressing), and S3Txn.put stores one again
+    only if its tables know gc removed it. gc strips a chunk in place (HEAD is unchanged when no tail slot is), so a
+    process that read the chunk before gc keeps the blob's old location; when it then names the same content in a
+    new record after gc's 'named meanwhile' scan, the record lands without the body: a live record whose blob is
+    gone (verify: missing-body), though both its writer and gc succeeded."""
+    from objstore.runs.verify import verify
+
+    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
+    a.record_attempt(keep, 1000, 0, "succeeded")  # the blob's entry goes into a chunk
+    writer = _log(b, str(tmp_path / "cache-w"))  # opened before gc: its tables hold the blob's location
+    gcer = _log(b, str(tmp_path / "cache-g"))
+    D.delete_run(gcer, doomed, reason="user asked")
+    G.gc(gcer.store)
+    assert _holds(b, secret) == []
+    rec = writer.record_attempt(keep, 1001, 0, "succeeded", output=writer.put_blob(secret))  # the same content, live now
+    fresh = _log(b, str(tmp_path / "cache-f"))
+    assert fresh.get_blob(fresh.record(rec.id).body["output"]) == secret
+    assert verify(fresh) == []
