@@ -320,3 +320,23 @@ def test_a_writer_that_read_a_blob_before_gc_stripped_it_stores_it_again_when_it
     fresh = _log(b, str(tmp_path / "cache-f"))
     assert fresh.get_blob(fresh.record(rec.id).body["output"]) == secret
     assert verify(fresh) == []
+
+
+def test_a_per_run_ingest_rerun_on_a_newer_head_lands(tmp_path):
+    """ingest --per-run commits each run's events with Store.atomically, which runs the body again after StaleBase.
+    _apply replaces an event's text blob fields by the blob ids it put (in place, in the parsed events), so the
+    re-run finds an id whose blob was put only in the aborted attempt: IngestError 'blob … is not in the store'
+    (exit 5, the run reported failed) for input that is fine, where locally it lands."""
+    import json
+
+    from objstore.runs import ingest as I
+
+    b = MemoryBucket()
+    a = _log(b, str(tmp_path / "cache-a"))
+    run = a.start_run("r-1", subject="s")
+    other = _log(b, str(tmp_path / "cache-b"))
+    events = I.parse([json.dumps({"v": 1, "type": "attempt", "run": run, "step": 0, "attempt": 0, "state": "succeeded",
+                                  "output": "the output"})])
+    _race(a, lambda: other.record_attempt(run, 9, 0, "succeeded"))  # another process appends to the run first
+    summary = I.apply_events_per_run(a, events)
+    assert summary["failed"] == [] and summary["landed"] == [run]

@@ -307,6 +307,7 @@ def _apply(log: RunLog, events: list[tuple[int, dict, dict]], summary: dict) -> 
     """The events, into the batch open around the call."""
     store = log.store
     for lineno, ev, body in events:
+        body = dict(body)  # blob fields become ids below: a body run again (Store.atomically, StaleBase) starts from the text
         t = ev["type"]
         run = ev["run"]
         when = ev.get("time")
