@@ -74,3 +74,18 @@ def test_an_operating_system_error_names_the_command_not_the_store_option(s3_url
         kw.setdefault("env_extra", env)
         _, _, err = run_cli("journal-serve", "--socket", str(tmp_path / "no" / "such" / "dir" / "sock"), exit_code=10, **kw)
         assert err.count("\n") == 1 and "run objstore journal-serve:" in err, err
+
+
+def test_an_edited_cached_marker_does_not_make_the_store_unreadable(s3_url, tmp_path):
+    """A warm open believes the cache's copy of the bucket's OBJSTORE marker when HEAD answers 304 (store.py
+    _open_remote): edited to another version, it makes this machine's every command fail ('newer format', exit 5;
+    'unsupported store format', exit 3) while the bucket is fine. Everything in the cache is to be checked on use."""
+    env = _env(tmp_path)
+    run_cli("init", store=s3_url, env_extra=env, exit_code=0)
+    run_cli("demo", store=s3_url, env_extra=env, exit_code=0)
+    want = run_cli("runs", "--json", store=s3_url, env_extra=env, exit_code=0)[1]  # a warm cache: HEAD and the marker
+    (marker,) = [os.path.join(d, "marker") for d in (tmp_path / "cache").iterdir() if (d / "marker").exists()]
+    for version in (99, 1):
+        with open(marker, "w") as f:
+            f.write(json.dumps({"format": "objstore", "version": version, "engine": "s3"}) + "\n")
+        assert run_cli("runs", "--json", store=s3_url, env_extra=env, exit_code=0)[1] == want
