@@ -340,3 +340,58 @@ def test_a_per_run_ingest_rerun_on_a_newer_head_lands(tmp_path):
     _race(a, lambda: other.record_attempt(run, 9, 0, "succeeded"))  # another process appends to the run first
     summary = I.apply_events_per_run(a, events)
     assert summary["failed"] == [] and summary["landed"] == [run]
+
+
+class _WriterDuringPrune(MemoryBucket):
+    """After gc lists the chunk/ and entry/ keys, the first chunk GET of its walk of the named chain lets
+    ``during()`` run first (another process's commit)."""
+
+    during = None
+    listed = False
+
+    def list(self, prefix: str = ""):
+        if prefix == "chunk/":
+            self.listed = True
+        return super().list(prefix)
+
+    def get(self, key: str):
+        if self.listed and key.startswith("chunk/") and self.during is not None:
+            during, self.during = self.during, None
+            during()
+        return super().get(key)
+
+
+def test_gc_pruning_an_old_orphan_chunk_a_writer_adopts_meanwhile_does_not_break_the_log(tmp_path):
+    """A writer killed between its chunk PUT and its HEAD swap leaves the chunk of HEAD's full tail unnamed; the next
+    commit after it PUTs the same key again (the same bytes) and names it. gc --prune-unreferenced-older-than lists
+    the keys, walks the named chain, then deletes what is unnamed and old by the listing's time: when that next commit
+    lands between its walk and its DELETE, the chunk HEAD now names is deleted — the log is damaged (CorruptLog on
+    every read). An unnamed chunk that starts right after the newest named chunk can still be named: not prunable."""
+    from objstore.errors import CorruptLog
+
+    b = _WriterDuringPrune()
+    a = _log(b, str(tmp_path / "cache-a"))
+    run = a.start_run(subject="s")
+    i = 0
+    while not [k for k in b.raw() if k.startswith("chunk/")] or _tail(a) != TAIL_ENTRIES:  # a chunk named, the tail full
+        a.record_attempt(run, i, 0, "succeeded")
+        i += 1
+
+    def killed(bucket, key, data, etag):
+        raise KeyboardInterrupt  # kill -9 after the chunk PUT, before the HEAD swap lands
+
+    b.before_put_if_match.append(killed)
+    with pytest.raises(KeyboardInterrupt):
+        a.record_attempt(run, i, 0, "succeeded")
+    (orphan,) = [k for k in b.raw() if k.startswith("chunk/") and k not in a.store.engine.named_keys()]  # type: ignore[attr-defined]
+    b.poke(orphan, b.raw()[orphan], modified=0.0)  # written long ago (the store was idle since)
+    writer = _log(b, str(tmp_path / "cache-w"))
+    b.during = lambda: writer.record_attempt(run, 1000, 0, "succeeded")  # the first commit after the idle time
+    G.gc(_log(b, str(tmp_path / "cache-g")).store, prune_unreferenced_older_than=3600)
+    assert orphan in b.raw(), "gc deleted the chunk HEAD names"
+    fresh = _log(b, str(tmp_path / "cache-f"))
+    try:
+        n = len(fresh.records(run))
+    except CorruptLog as e:
+        raise AssertionError(f"the log is damaged after gc: {e}") from None
+    assert n == i + 2
