@@ -41,10 +41,15 @@ def main() -> int:
     if die:
         bucket = log.store.engine.bucket  # type: ignore[attr-defined]
         last_put: list[str] = []
-        plain_put, swap = bucket.put, bucket.put_if_match
+        plain_put, create, swap = bucket.put, bucket.put_if_absent, bucket.put_if_match
 
         def put(key: str, data: bytes) -> str:
             etag = plain_put(key, data)
+            last_put.append(key)
+            return etag
+
+        def put_if_absent(key: str, data: bytes) -> str | None:  # how a chunk is written (create-once)
+            etag = create(key, data)
             last_put.append(key)
             return etag
 
@@ -55,7 +60,7 @@ def main() -> int:
             last_put.clear()
             return swap(key, data, etag)
 
-        bucket.put, bucket.put_if_match = put, put_if_match
+        bucket.put, bucket.put_if_absent, bucket.put_if_match = put, put_if_absent, put_if_match
     while True:  # the writers start their runs at once: with a tiny retry bound (the Busy test) that may be Busy too
         try:
             own = log.start_run(subject=f"writer-{writer}")

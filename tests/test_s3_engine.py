@@ -180,7 +180,7 @@ def test_a_damaged_chunk_is_found_by_verify_and_a_damaged_cache_copy_is_not_beli
     # a damaged local cache copy: the reader drops it and reads the bucket
     reader = _log(b, str(tmp_path / "r"))
     assert reader.store.engine.refresh().entry == 41
-    cached = os.path.join(str(tmp_path / "r"), "keys", chunks[0].replace("/", "_"))
+    cached = os.path.join(str(tmp_path / "r"), "keys", "g0_" + chunks[0].replace("/", "_"))
     with open(cached, "r+b") as f:
         f.seek(200)
         f.write(b"\xff\xff\xff\xff")
@@ -265,11 +265,13 @@ def test_gc_prunes_unreferenced_blobs_and_unnamed_keys_only_when_asked(tmp_path)
     lonely = log.put_blob(b"nobody names me " + os.urandom(8).hex().encode())
     named = log.put_blob(b"a record names me")
     log.record_attempt(run, 0, 0, "succeeded", output=named)
-    b.poke("chunk/000000000001-000000000016-" + "ab" * 32, b"an orphan a lost swap left", modified=0.0)
+    b.poke("chunk/000000000001-000000000002-" + "ab" * 32, b"an orphan a lost swap left", modified=0.0)  # not the log's entries 1-2
+    b.poke("chunk/000000000004-000000000019-" + "cd" * 32, b"entries the log has not reached", modified=0.0)
     assert G.gc(log.store).removed_blobs == 0 and lonely in {o for o in log.store.engine.tables.locs}
     res = G.gc(log.store, prune_unreferenced_older_than=0)
     assert res.removed_blobs == 1 and res.removed_other == 1
-    assert "chunk/000000000001-000000000016-" + "ab" * 32 not in b.raw()
+    assert "chunk/000000000001-000000000002-" + "ab" * 32 not in b.raw()
+    assert "chunk/000000000004-000000000019-" + "cd" * 32 in b.raw()  # a commit may still name it: never pruned
     fresh = _log(b, str(tmp_path / "f"))
     from objstore.errors import Erased
     with pytest.raises(Erased):

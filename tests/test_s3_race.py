@@ -358,21 +358,25 @@ def test_kill_between_the_chunk_put_and_the_head_swap(seaweed_cluster, tmp_path,
     assert objstore.verify(log) == []
     assert counting.got[orphan] == 0 and counting.got[HEAD_KEY] >= 1
 
-    # The next writer commits fine: its chunk PUT is the same key with the same bytes.
+    # The next writer commits fine: its chunk PUT (create-once) finds the same key with the same bytes and names it.
     _point(monkeypatch, cluster, 0, str(tmp_path / "cache-next"))
     nxt = objstore.open_store(url, create=False)
     puts: list[tuple[str, bytes]] = []
     bucket = nxt.store.engine.bucket  # type: ignore[attr-defined]
-    plain_put = bucket.put
+    plain_put, create = bucket.put, bucket.put_if_absent
 
     def put(key: str, data: bytes) -> str:
         puts.append((key, bytes(data)))
         return plain_put(key, data)
 
-    bucket.put = put
+    def put_if_absent(key: str, data: bytes) -> str | None:
+        puts.append((key, bytes(data)))
+        return create(key, data)
+
+    bucket.put, bucket.put_if_absent = put, put_if_absent
     rec = nxt.append(own, "task_opened", {"task": "next-writer"})
     assert rec.lsn == TAIL_ENTRIES
-    assert puts == [(orphan, orphan_bytes.data)]  # the orphan overwritten with the bytes it already held
+    assert puts == [(orphan, orphan_bytes.data)]  # the orphan's key, with the bytes it already holds: left as it is
     again = raw.get(orphan)
     assert again is not None and again.data == orphan_bytes.data
     head = _head(cluster, url)

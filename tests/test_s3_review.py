@@ -297,7 +297,7 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
         with open(os.path.join(keys, name), "wb") as f:
             f.write(msgspec.msgpack.encode(s3engine.Chunk(ch.fmt, ch.prev, ch.first, slots)))
     assert edited == 1
-    assert _log(b, cache).store.engine.read(blob) == secret  # the bucket still holds it; nothing deleted it
+    assert _log(b, cache).get_blob(blob) == secret  # the bucket still holds it; nothing deleted it
 
 
 def test_a_writer_that_read_a_blob_before_gc_stripped_it_stores_it_again_when_it_names_it(tmp_path, monkeypatch):

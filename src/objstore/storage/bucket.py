@@ -32,6 +32,18 @@ class RemoteError(ObjstoreError):
     msg = "object storage: {}: {}"
 
 
+class Requests(Counter):
+    """Requests by kind (GET, PUT, LIST, DELETE), counted safely from several threads at once."""
+
+    def __init__(self, counts: dict | None = None) -> None:
+        super().__init__(counts or {})
+        self._lock = threading.Lock()
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self[kind] += n
+
+
 class Got(NamedTuple):
     data: bytes
     etag: str
@@ -58,7 +70,7 @@ class Bucket:
     """The interface; ``url`` is ``s3://bucket/prefix`` (what a user passes as ``--store``)."""
 
     url: str = ""
-    requests: Counter
+    requests: Requests
 
     def get(self, key: str) -> Got | None:
         raise NotImplementedError
@@ -94,7 +106,7 @@ class MemoryBucket(Bucket):
 
     def __init__(self, url: str = "s3://memory/store", etag_form: str | None = None, missing_if_match: int = 412) -> None:
         self.url = url
-        self.requests = Counter()
+        self.requests = Requests()
         self._data: dict[str, tuple[bytes, str, float]] = {}
         self._mu = threading.Lock()
         self.etag_form = etag_form
@@ -113,13 +125,13 @@ class MemoryBucket(Bucket):
         return True
 
     def get(self, key: str) -> Got | None:
-        self.requests["GET"] += 1
+        self.requests.add("GET")
         with self._mu:
             got = self._data.get(key)
         return None if got is None else Got(got[0], plain_etag(got[1]))
 
     def get_if_changed(self, key: str, etag: str) -> Got | None:
-        self.requests["GET"] += 1
+        self.requests.add("GET")
         with self._mu:
             got = self._data.get(key)
         if got is None:
@@ -129,14 +141,14 @@ class MemoryBucket(Bucket):
         return Got(got[0], plain_etag(got[1]))
 
     def put(self, key: str, data: bytes) -> str:
-        self.requests["PUT"] += 1
+        self.requests.add("PUT")
         tag = self._etag(bytes(data))
         with self._mu:
             self._data[key] = (bytes(data), tag, time.time())
         return plain_etag(tag)
 
     def put_if_absent(self, key: str, data: bytes) -> str | None:
-        self.requests["PUT"] += 1
+        self.requests.add("PUT")
         tag = self._etag(bytes(data))
         with self._mu:
             if key in self._data:
@@ -145,7 +157,7 @@ class MemoryBucket(Bucket):
         return plain_etag(tag)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str | None:
-        self.requests["PUT"] += 1
+        self.requests.add("PUT")
         hooks, self.before_put_if_match = self.before_put_if_match, []
         for hook in hooks:
             if hook(self, key, data, etag) == "412":
@@ -162,12 +174,12 @@ class MemoryBucket(Bucket):
         return plain_etag(tag)
 
     def delete(self, key: str) -> None:
-        self.requests["DELETE"] += 1
+        self.requests.add("DELETE")
         with self._mu:
             self._data.pop(key, None)
 
     def list(self, prefix: str = "") -> Iterator[Listed]:
-        self.requests["LIST"] += 1
+        self.requests.add("LIST")
         with self._mu:
             items = sorted((k, len(v[0]), v[2]) for k, v in self._data.items() if k.startswith(prefix))
         for k, size, mod in items:

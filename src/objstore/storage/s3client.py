@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 from ..errors import InvalidInput
-from .bucket import NOT_MODIFIED, Bucket, Got, Listed, RemoteError, plain_etag
+from .bucket import NOT_MODIFIED, Bucket, Got, Listed, RemoteError, Requests, plain_etag
 
 # S3's page size for ListObjectsV2 (max-keys defaults to 1000 on AWS and SeaweedFS; obstore does
 # not change it). obstore hides pages, so ``list`` counts one LIST per started page of this size.
@@ -104,7 +103,7 @@ class ObstoreBucket(Bucket):
         self.bucket_name = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        self.requests = Counter()
+        self.requests = Requests()
         config: dict[str, Any] = {}
         endpoint = _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
         if endpoint:
@@ -140,7 +139,7 @@ class ObstoreBucket(Bucket):
 
     def get(self, key: str) -> Got | None:
         import obstore
-        self.requests["GET"] += 1
+        self.requests.add("GET")
         try:
             return self._got(obstore.get(self._store, key))
         except FileNotFoundError as e:
@@ -153,7 +152,7 @@ class ObstoreBucket(Bucket):
         import obstore
         from obstore.exceptions import NotModifiedError
 
-        self.requests["GET"] += 1
+        self.requests.add("GET")
         try:
             return self._got(obstore.get(self._store, key, options={"if_none_match": _quoted(etag)}))
         except NotModifiedError:
@@ -169,7 +168,7 @@ class ObstoreBucket(Bucket):
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         conditional = mode != "overwrite"
-        self.requests["PUT"] += 1
+        self.requests.add("PUT")
         try:
             res = obstore.put(self._store, key, bytes(data), mode=mode)
         except (AlreadyExistsError, PreconditionError, FileNotFoundError) as e:
@@ -196,7 +195,7 @@ class ObstoreBucket(Bucket):
     def delete(self, key: str) -> None:
         import obstore
 
-        self.requests["DELETE"] += 1
+        self.requests.add("DELETE")
         try:
             obstore.delete(self._store, key)  # a missing key is no error (S3 answers 204)
         except Exception as e:
@@ -221,9 +220,9 @@ class ObstoreBucket(Bucket):
                     if path.startswith(prefix):
                         out.append(Listed(path, int(m["size"]), m["last_modified"].timestamp()))
         except Exception as e:
-            self.requests["LIST"] += 1 + max(0, seen - 1) // LIST_PAGE
+            self.requests.add("LIST", 1 + max(0, seen - 1) // LIST_PAGE)
             raise self._fail(f"LIST {prefix or '(all)'}", e) from None
-        self.requests["LIST"] += 1 + max(0, seen - 1) // LIST_PAGE
+        self.requests.add("LIST", 1 + max(0, seen - 1) // LIST_PAGE)
         out.sort()
         yield from out
 

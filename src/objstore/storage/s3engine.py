@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import struct
 import threading
 import time
 from collections import OrderedDict
@@ -83,6 +84,10 @@ BUSY_SECONDS = float(os.environ.get("OBJSTORE_S3_BUSY_SECONDS", "30"))  # how lo
 # command) may read as of its start instead (Ctx.log sets a window).
 FRESH_SECONDS = float(os.environ.get("OBJSTORE_S3_FRESH_MS", "0")) / 1000
 CHUNK_CACHE = 64  # decoded chunks kept in memory
+PREFETCH_ABOVE = 8  # a walk back over more chunks than this LISTs them and GETs them in parallel first
+PREFETCH_THREADS = 8
+SKIPPED_KEEP = 1024
+SKIPPED_BYTES = 64 << 20
 GC_SETTLE_SECONDS = float(os.environ.get("OBJSTORE_S3_GC_SETTLE_SECONDS", "0.5"))  # gc reads what it rewrote back after this
 
 _enc = msgspec.msgpack.Encoder()
@@ -92,13 +97,15 @@ _meta_dec = msgspec.msgpack.Decoder()
 
 
 class Head(msgspec.Struct, array_like=True, frozen=True):
-    """HEAD: format tag, entry count, checksum of the last entry, the newest chunk, the inline tail."""
+    """HEAD: format tag, entry count, checksum of the last entry, the newest chunk, the inline tail, and the gc
+    generation (how many gc runs rewrote keys in place; omitted while 0)."""
 
     fmt: str
     n: int
     checksum: bytes
     chunk: list | None  # [first, last, checksum] of the newest chunk
     tail: list  # slots of entries chunk.last+1 .. n: entry bytes, or [n, checksum] of an entry/ key
+    gc: int = 0
 
 
 class Chunk(msgspec.Struct, array_like=True, frozen=True):
@@ -112,6 +119,14 @@ _head_dec = msgspec.msgpack.Decoder(Head)
 _chunk_dec = msgspec.msgpack.Decoder(Chunk)
 HEAD_FMT = "objstore-s3-head-1"
 CHUNK_FMT = "objstore-s3-chunk-1"
+
+
+def encode_head(h: Head) -> bytes:
+    """HEAD's bytes: five elements while no gc rewrote anything (the layout before the gc generation), six after."""
+    fields: list = [h.fmt, h.n, h.checksum, h.chunk, h.tail]
+    if h.gc:
+        fields.append(h.gc)
+    return _enc.encode(fields)
 
 
 def chunk_key(first: int, last: int, checksum: bytes) -> str:
@@ -129,6 +144,7 @@ class S3Txn(Txn):
         super().__init__(engine)
         self.seen: dict[str, Any] = {}
         self.seen_prefixes: dict[str, dict] = {}
+        self.skipped: dict[bytes, tuple] = {}  # id -> (type, canonical) of puts left out as stored already
 
     def watch(self, name: str, value: Any, prefix: bool = False) -> None:
         """Add a ref (or, with ``prefix``, every ref under a prefix: {name: value}) this commit's
@@ -140,6 +156,14 @@ class S3Txn(Txn):
 
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
         loc = self.engine.tables.locs.get(oid)
+        if loc is not None and loc.comp != COMP_GONE and oid not in self.objects:
+            # stored already, so left out of the entry; kept here in case gc removes that body before this
+            # commit lands (the commit, rebuilt after gc's HEAD swap, then stores it again)
+            self.skipped[oid] = (otype, canonical)
+            if otype == codec.BLOB and isinstance(canonical, bytes):
+                keep = getattr(self.engine, "recently_skipped", None)
+                if keep is not None:
+                    keep(oid, canonical)
         if loc is not None and loc.comp == COMP_GONE and otype != codec.RECORD and oid not in self.objects:
             # gc removed this body (a deletion named it): committed again, it is stored again
             del self.engine.tables.locs[oid]
@@ -179,6 +203,9 @@ class S3Engine(Engine):
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
         self._last_entry: tuple[str, bytes] | None = None  # the entry/ key read last, and its bytes
         self._last_block: tuple[tuple, bytes] | None = None  # (entry, offset, length) of the structured block read last, decompressed
+        self._gen = 0  # the gc generation of the HEAD taken in last
+        self._skipped: OrderedDict[bytes, bytes] = OrderedDict()  # blobs puts left out as stored, newest last
+        self._skipped_bytes = 0
         self._cks: dict[int, bytes] = {}  # entry -> its chain checksum (a rewritten entry must keep it)
         self._from_cache: set[str] = set()
         self._fetched: dict[str, bytes] = {}  # key -> BLAKE3 of the bytes this process GOT from the bucket for it  # keys read from the local cache since the last check failed
@@ -278,6 +305,10 @@ class S3Engine(Engine):
 
     def _take(self, head: Head) -> list[bytes]:
         """Apply the entries ``head`` has past our position; returns their checksums."""
+        if head.gc != self._gen:
+            if head.gc < self._gen:
+                raise CorruptLog(self._where(HEAD_KEY), f"HEAD's gc generation went back from {self._gen} to {head.gc}")
+            self._new_generation(head.gc)
         t = self.tables
         ours = t.pos.entry
         if head.n < ours:
@@ -352,10 +383,34 @@ class S3Engine(Engine):
             return self._immutable(key), ("entry", key)
         raise CorruptLog(self._where(HEAD_KEY), f"entry {n}: malformed slot")
 
+    def _prefetch(self, lo: int, hi: int) -> None:
+        """Before a long walk back (a cold open): LIST the chunk keys and GET those covering lo..hi that
+        the cache lacks, PREFETCH_THREADS at a time, into the cache (the walk then checks each as
+        usual). A key a lost commit left is fetched too and never used."""
+        if not self.cache:
+            return
+        want = []
+        for x in self.bucket.list(CHUNK_PREFIX):
+            try:
+                first, last = _chunk_range(x.key)
+            except ValueError:
+                continue
+            path = self._cache_path(x.key)
+            if last >= lo and first <= hi and path is not None and not os.path.exists(path):
+                want.append(x.key)
+        if len(want) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(PREFETCH_THREADS) as pool:
+                list(pool.map(self._immutable, want))
+            self._from_cache.difference_update(want)
+
     def _chunk_slots(self, tip: list | None, lo: int, hi: int) -> list:
         """The slots of entries lo..hi, from the chunks walked back from ``tip``."""
         chain: list[tuple[str, Chunk]] = []
         ref = tip
+        if tip is not None and (tip[1] - lo) // TAIL_ENTRIES >= PREFETCH_ABOVE:
+            self._prefetch(lo, hi)
         while True:
             if ref is None:
                 raise CorruptLog(self._where(HEAD_KEY), f"the chunks end before entry {lo}")
@@ -394,7 +449,28 @@ class S3Engine(Engine):
         return ch
 
     def _cache_path(self, key: str) -> str | None:
-        return os.path.join(self.cache, "keys", key.replace("/", "_")) if self.cache else None
+        # A copy is named with the gc generation it was read under: gc rewrites keys in place (same key,
+        # same checksums, fewer bodies), so a copy from before a gc is never read after it.
+        return os.path.join(self.cache, "keys", f"g{self._gen}_" + key.replace("/", "_")) if self.cache else None
+
+    def _new_generation(self, gen: int) -> None:
+        """gc rewrote keys in place since this process read them: forget every copy (on disk, in memory)
+        and every location taken from them, and take the log in again from its first entry."""
+        self._gen = gen
+        if self.cache:
+            keys = os.path.join(self.cache, "keys")
+            try:
+                for name in os.listdir(keys):
+                    if not name.startswith(f"g{gen}_"):
+                        os.unlink(os.path.join(keys, name))
+            except OSError:
+                pass  # copies of an older generation are never read: their names say so
+        self.tables = Tables()
+        self._src, self._cks = {}, {}
+        self._chunks.clear()
+        self._last_entry = self._last_block = None
+        self._fetched.clear()
+        self._from_cache.clear()
 
     def _drop_cached(self) -> bool:
         """Forget every cached copy read since the last drop; whether there was any (worth a retry)."""
@@ -512,6 +588,18 @@ class S3Engine(Engine):
                 raise ObjectNotFound(oid.hex())
         assert isinstance(loc, Loc)
         try:
+            return self._read_loc(oid, loc)
+        except BodyRemoved:
+            # gc's form of an entry keeps its checksum, so a cache copy could be edited into it: a removal
+            # read from a copy is believed only once the bucket's bytes say so too
+            src = self._src.get(loc.entry)
+            if src is None or src[0] == "tail" or src[1] not in self._from_cache:
+                raise
+            self._drop_cached()
+            if not self._relocate(loc.entry):
+                raise
+            loc = self.loc(oid)
+            assert isinstance(loc, Loc)
             return self._read_loc(oid, loc)
         except (IntegrityError, CorruptLog):
             # a damaged cache copy, or an entry gc rewrote (its blocks moved): read it afresh, once
@@ -705,6 +793,16 @@ class S3Engine(Engine):
             with self._mu:
                 t = self.tables
                 objects = [o for o in objects_all if o[0] not in t.locs]
+                skipped = dict(txn.skipped)
+                for f in txn.facts.values():  # blobs the records name, put (and left out) by an earlier commit
+                    for ref in f[5] if len(f) > 5 and isinstance(f[5], list) else ():
+                        if ref not in skipped and (got := self._skipped.get(ref)) is not None:
+                            skipped[ref] = (codec.BLOB, got)
+                for oid, (otype, canon) in skipped.items():
+                    loc = t.locs.get(oid)
+                    if (loc is None or loc.comp == COMP_GONE) and otype != codec.RECORD and oid not in txn.objects:
+                        data = canon.read_all() if isinstance(canon, LargeBlob) else canon
+                        objects.append((oid, otype, data))  # its body went (gc) while this commit was built
                 n = t.pos.entry + 1
                 plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
                 if isinstance(plan, str):
@@ -714,8 +812,11 @@ class S3Engine(Engine):
                 head, etag = self._head, self._etag
             new_head, pre = self._next_head(head, n, raw, e.checksum)
             for key, data in pre:
-                self.bucket.put(key, data)
-            body = _enc.encode(new_head)
+                if key.startswith(CHUNK_PREFIX):
+                    self._put_chunk(key, data)
+                else:
+                    self.bucket.put(key, data)
+            body = encode_head(new_head)
             if etag is None:
                 new_etag = self.bucket.put_if_absent(HEAD_KEY, body)
             else:
@@ -749,6 +850,41 @@ class S3Engine(Engine):
             else:  # a false 412 (HEAD unchanged), or a long losing streak: back off
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.1)
+
+    def recently_skipped(self, oid: bytes, canonical: bytes) -> None:
+        """Remember a blob a put left out as stored: a record naming it may commit after gc removed that
+        body, and is then rebuilt with these bytes (bounded: SKIPPED_KEEP blobs, SKIPPED_BYTES)."""
+        if len(canonical) > SKIPPED_BYTES // 4:
+            return
+        with self._mu:
+            self._skipped[oid] = canonical
+            self._skipped.move_to_end(oid)
+            self._skipped_bytes += len(canonical)
+            while len(self._skipped) > SKIPPED_KEEP or self._skipped_bytes > SKIPPED_BYTES:
+                _o, old = self._skipped.popitem(last=False)
+                self._skipped_bytes -= len(old)
+
+    def _put_chunk(self, key: str, data: bytes) -> None:
+        """Create a chunk once. Every writer rolling the same tail computes the same key; the copy there
+        may differ from ours only by bodies gc removed (from the tail, or from the chunk in place), so
+        the two are merged entry by entry keeping the form with fewer bodies, by compare-and-swap:
+        a removed body never comes back, and a body nothing removed is never lost."""
+        if self.bucket.put_if_absent(key, data) is not None:
+            return
+        for _ in range(20):
+            got = self.bucket.get(key)
+            if got is None:
+                if self.bucket.put_if_absent(key, data) is not None:
+                    return
+                continue
+            if got.data == data:
+                return
+            merged = _merge_chunks(got.data, data)
+            if merged is None or merged == got.data:
+                return  # not a chunk of the same entries (verify names it), or ours adds nothing
+            if self.bucket.put_if_match(key, merged, got.etag) is not None:
+                return
+        raise Busy(self.bucket.url, 20, 0)
 
     def _landed(self, n: int, checksum: bytes) -> bool:
         """Whether our entry ``n`` (``checksum``) is in the log now (a PUT whose answer was lost
@@ -794,9 +930,9 @@ class S3Engine(Engine):
             if tail:
                 ch = Chunk(CHUNK_FMT, head.chunk, first, tail)
                 pre.insert(0, (chunk_key(first, head.n, head.checksum), _enc.encode(ch)))
-                return Head(HEAD_FMT, n, checksum, [first, head.n, head.checksum], [slot]), pre
+                return Head(HEAD_FMT, n, checksum, [first, head.n, head.checksum], [slot], head.gc), pre
         tail.append(slot)
-        return Head(HEAD_FMT, n, checksum, head.chunk, tail), pre
+        return Head(HEAD_FMT, n, checksum, head.chunk, tail, head.gc), pre
 
     def _src_of(self, head: Head, n: int) -> tuple:
         slot = head.tail[-1]
@@ -858,8 +994,8 @@ class S3Engine(Engine):
                         new = self._stripped(n, slots[i], gone, removed, blobs)
                         if new is not None:
                             slots[i] = new
-                new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots)
-                if self.bucket.put_if_match(HEAD_KEY, _enc.encode(new_head), etag) is not None:
+                new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots, head.gc)
+                if self.bucket.put_if_match(HEAD_KEY, encode_head(new_head), etag) is not None:
                     self.refresh(force=True)
         else:
             raise Busy(self.bucket.url, 20, 0)
@@ -867,7 +1003,26 @@ class S3Engine(Engine):
             time.sleep(GC_SETTLE_SECONDS)
             for key, ns in written.items():
                 self._strip_key(key, ns, gone, removed, blobs)
+        if removed:
+            self._bump_generation()
         return removed, blobs
+
+    def _bump_generation(self) -> None:
+        """One HEAD swap that raises the gc generation: every reader and writer that takes it in drops
+        what it read before gc rewrote keys in place, and a writer whose commit was built before it
+        loses its swap and builds again from what the bucket now holds."""
+        for _ in range(200):
+            self.refresh(force=True)
+            with self._mu:
+                head, etag = self._head, self._etag
+            if head is None or etag is None:
+                return
+            new = Head(HEAD_FMT, head.n, head.checksum, head.chunk, list(head.tail), head.gc + 1)
+            if self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag) is not None:
+                self.refresh(force=True)
+                return
+            time.sleep(random.random() * 0.01)
+        raise Busy(self.bucket.url, 200, 0)
 
     def _strip_key(self, key: str, ns: list[int], gone: set, removed: dict, blobs: dict) -> bool:
         """Read ``key`` (a chunk or an entry key) from the bucket and PUT it again without the bodies of
@@ -950,7 +1105,26 @@ class S3Engine(Engine):
         PUTs meanwhile is not in the list at all."""
         listed = [x for p in (CHUNK_PREFIX, ENTRY_PREFIX) for x in self.bucket.list(p)]
         named = self.named_keys()
-        return [x for x in listed if x.key not in named]
+        with self._mu:
+            head = self._head
+        covered = head.chunk[1] if head is not None and head.chunk is not None else 0
+        top = head.n if head is not None else 0
+        out = []
+        for x in listed:
+            if x.key in named:
+                continue
+            try:
+                if x.key.startswith(CHUNK_PREFIX):
+                    first, last = _chunk_range(x.key)
+                    cks = bytes.fromhex(x.key.rsplit("-", 1)[1])
+                    if first > covered and (last > top or self._cks.get(last) == cks):
+                        continue  # entries past the named chunks, which the next commit may still name it for
+                elif int(x.key[len(ENTRY_PREFIX):].split("-", 1)[0]) > top:
+                    continue  # an entry past HEAD: a commit in flight may still name it
+            except ValueError:
+                pass
+            out.append(x)
+        return out
 
     def stored_bytes(self) -> int:
         return sum(x.size for x in self.bucket.list(""))
@@ -991,6 +1165,36 @@ def marker_version(data: bytes, where: str) -> int:
         from ..errors import StoreFormatError
         raise StoreFormatError(where, "not an objstore marker")
     return version
+
+
+def _removed_rows(raw: bytes) -> int:
+    """How many of an entry's object rows name a body gc removed (-1 if its meta does not decode)."""
+    try:
+        _magic, mlen, _dlen = ENTRY_HEAD.unpack_from(raw, 0)
+        objs = _meta_dec.decode(raw[ENTRY_HEAD.size : ENTRY_HEAD.size + mlen])["objs"]
+        return sum(1 for o in objs if o[3] == REMOVED)
+    except (struct.error, msgspec.DecodeError, KeyError, TypeError, IndexError):
+        return -1
+
+
+def _merge_chunks(a: bytes, b: bytes) -> bytes | None:
+    """Two copies of one chunk (the same entries, perhaps with other bodies removed), merged slot by
+    slot into the one with the most rows removed; None if they are not copies of one chunk."""
+    try:
+        ca, cb = _chunk_dec.decode(a), _chunk_dec.decode(b)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if (ca.fmt, ca.prev, ca.first, len(ca.slots)) != (cb.fmt, cb.prev, cb.first, len(cb.slots)):
+        return None
+    slots = []
+    for x, y in zip(ca.slots, cb.slots, strict=True):
+        if x == y or not (isinstance(x, bytes) and isinstance(y, bytes)):
+            slots.append(x)
+            continue
+        if x[-32:] != y[-32:]:
+            return None  # other entries, not other forms of one
+        slots.append(y if _removed_rows(y) > _removed_rows(x) else x)  # readers check the chain of what is kept
+    return _enc.encode(Chunk(ca.fmt, ca.prev, ca.first, slots))
 
 
 def objects_of(raw: bytes, e: Entry, dec: Any = None) -> list:

@@ -278,6 +278,8 @@ class Store:
             try:
                 with open(marker, "rb") as f:
                     version = marker_version(f.read(), marker)
+                if version not in READ_VERSIONS:
+                    version = None  # a copy can only save a request, never change an answer: the bucket's says
             except (OSError, StoreFormatError):
                 version = None
         if version is None:
@@ -646,6 +648,11 @@ class Store:
             out = dict(t.run_refs.get(run, {}))
         if txn is not None:
             prefix = runrefs.run_prefix(run)
+            watch = getattr(txn, "watch", None)
+            if watch is not None:
+                # An optimistic commit (object storage) decided on these refs: they join its read set, so a
+                # commit of that run landing first makes it run again (as the writer lock orders them on disk).
+                watch(prefix, {k: v for k, v in out.items() if k not in txn.moves}, prefix=True)
             for name, (_, new, _) in txn.moves.items():
                 if name.startswith(prefix):
                     if new is None:
