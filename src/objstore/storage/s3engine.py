@@ -410,7 +410,9 @@ class S3Engine(Engine):
         chain: list[tuple[str, Chunk]] = []
         ref = tip
         if tip is not None and (tip[1] - lo) // TAIL_ENTRIES >= PREFETCH_ABOVE:
-            self._prefetch(lo, hi)
+            path = self._cache_path(chunk_key(*tip))
+            if path is not None and not os.path.exists(path) and chunk_key(*tip) not in self._chunks:
+                self._prefetch(lo, hi)  # a cold cache (a warm one holds the newest chunk: no LIST)
         while True:
             if ref is None:
                 raise CorruptLog(self._where(HEAD_KEY), f"the chunks end before entry {lo}")
