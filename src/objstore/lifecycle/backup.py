@@ -125,8 +125,7 @@ class _Plan(NamedTuple):
 def backup(store: Store, dest: str, *, progress: Progress | None = None) -> BackupResult:
     """Copy a consistent snapshot of ``store`` to ``dest`` (see the module docstring)."""
     engine = store.engine
-    if store.url is not None:
-        raise InvalidInput(f"backup copies a store on disk; {store.url} is on object storage: 'objstore clone {store.url} DIR' copies it")
+    store.require_local("backup copies", f"'objstore clone {store.url} DIR' copies it")
     if not isinstance(engine, LogEngine) or store.root is None:
         raise InvalidInput("only a store on disk can be backed up")
     src = os.path.realpath(store.root)

@@ -35,8 +35,7 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
         raise InvalidInput("a repair needs a reason (--reason TEXT)")
     codec.check_text(reason, "repair reason")
     engine = store.engine
-    if store.url is not None:
-        raise InvalidInput(f"repair cuts a log on disk; {store.url} is on object storage (restore its objects from the bucket's versions or a clone)")
+    store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
     if not isinstance(engine, LogEngine):
         raise InvalidInput("only a store on disk has a log to repair")
     engine.prefix_ok = True  # the store is damaged: read what can be read

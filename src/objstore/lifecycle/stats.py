@@ -30,8 +30,7 @@ def _size(path: str) -> int:
 def stats(store: Store) -> dict[str, Any]:
     """The figures ``objstore stats --json`` prints (docs/CLI.md gives the schema)."""
     eng = store.engine
-    if store.url is not None:
-        raise InvalidInput(f"stats reads a store on disk; {store.url} is on object storage (objstore clone it to a directory to see its figures)")
+    store.require_local("stats reads", "objstore clone it to a directory to see its figures")
     if not isinstance(eng, engine.LogEngine) or store.root is None:
         raise InvalidInput("stats reads a store on disk (this one lives in memory)")
     pos = eng.refresh()

@@ -71,7 +71,7 @@ from ..storage.engine import LogEngine
 from ..storage.fileutil import FsyncPolicy, fsync_dir
 from ..storage.format1 import Format1Reader, Move, merge
 from ..storage.format2 import Format2Reader
-from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, read_marker
+from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, is_remote, read_marker
 
 RECONCILE = "upgrade: reconcile"
 ENTRY_BYTES = 64 << 20  # objects of one entry beyond this go ahead in entries of their own
@@ -169,7 +169,7 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     conversion ``objects`` copied, ``dropped`` (structured objects no ref ever reached),
     ``refs``, ``moves`` (ref log lines replayed), ``unapplied``, ``reconciled``, ``skipped``,
     ``entries`` and ``backup`` (where the format-1 store now is)."""
-    if path.startswith("s3://"):
+    if is_remote(path):
         raise InvalidInput(f"upgrade converts a store on disk; {path} is on object storage, which only ever held format 3 and later")
     path = os.path.abspath(path)
     backup, staging = path + BACKUP_SUFFIX, path + STAGING_SUFFIX

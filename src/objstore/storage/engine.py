@@ -1023,7 +1023,7 @@ class Txn:
         # and the chain index keeps the first.
         # A body gc removed (a deletion named it) does not count: committed again, it is stored again,
         # and the newer location is the one every reader finds (sealed segments are searched newest first).
-        if oid in self.engine.tables.locs or (otype != codec.RECORD and self.engine.has_body(oid)):
+        if self.engine.has_body(oid) if otype != codec.RECORD else oid in self.engine.tables.locs:
             return
         self.objects[oid] = (otype, canonical)
         if value is not None:

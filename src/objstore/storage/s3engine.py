@@ -32,7 +32,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -40,7 +40,7 @@ import blake3
 import msgspec
 import zstandard
 
-from ..errors import BodyRemoved, Busy, CorruptLog, IntegrityError, LimitExceeded, MultiLogBatch, ObjectNotFound, Refused, StaleBase
+from ..errors import BodyRemoved, Busy, CorruptLog, IntegrityError, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from . import codec, runrefs
 from .bucket import NOT_MODIFIED, Bucket
 from .engine import (
@@ -121,6 +121,19 @@ HEAD_FMT = "objstore-s3-head-1"
 CHUNK_FMT = "objstore-s3-chunk-1"
 
 
+def _write_copy(path: str, data: bytes) -> None:
+    """Put a cache copy in place whole (written aside, renamed: a reader never sees half of one). Not
+    synced: a copy lost to a crash is read from the bucket again. A cache that cannot be written is
+    only slower."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 def encode_head(h: Head) -> bytes:
     """HEAD's bytes: five elements while no gc rewrote anything (the layout before the gc generation), six after."""
     fields: list = [h.fmt, h.n, h.checksum, h.chunk, h.tail]
@@ -160,18 +173,9 @@ class S3Txn(Txn):
             # stored already, so left out of the entry; kept here in case gc removes that body before this
             # commit lands (the commit, rebuilt after gc's HEAD swap, then stores it again)
             self.skipped[oid] = (otype, canonical)
-            if otype == codec.BLOB and isinstance(canonical, bytes):
-                keep = getattr(self.engine, "recently_skipped", None)
-                if keep is not None:
-                    keep(oid, canonical)
-        if loc is not None and loc.comp == COMP_GONE and otype != codec.RECORD and oid not in self.objects:
-            # gc removed this body (a deletion named it): committed again, it is stored again
-            del self.engine.tables.locs[oid]
-            try:
-                super().put(oid, otype, canonical, value)
-            finally:
-                self.engine.tables.locs.setdefault(oid, loc)
-            return
+            keep = getattr(self.engine, "recently_skipped", None)
+            if keep is not None and otype == codec.BLOB and isinstance(canonical, bytes):
+                keep(oid, canonical)
         super().put(oid, otype, canonical, value)
 
     def read_ref(self, name: str) -> bytes | str | None:
@@ -280,14 +284,10 @@ class S3Engine(Engine):
     def _keep_head(self, got: Any) -> None:
         if not self.cache:
             return
-        path = os.path.join(self.cache, "HEAD")
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            with open(tmp, "wb") as f:
-                f.write(got.etag.encode("ascii") + b"\n" + got.data)
-            os.replace(tmp, path)
-        except (OSError, UnicodeEncodeError):
-            pass  # only the next open's first request is dearer
+            _write_copy(os.path.join(self.cache, "HEAD"), got.etag.encode("ascii") + b"\n" + got.data)
+        except UnicodeEncodeError:
+            pass  # an ETag that is not ASCII is not kept: only the next open's first request is dearer
 
     def _where(self, key: str) -> str:
         return f"{self.bucket.url.rstrip('/')}/{key}"
@@ -498,13 +498,7 @@ class S3Engine(Engine):
             raise CorruptLog(self._where(key), "missing (HEAD or a chunk names it)")
         self._fetched[key] = blake3.blake3(got.data).digest()
         if path is not None:
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                with open(tmp, "wb") as f:
-                    f.write(got.data)
-                os.replace(tmp, path)
-            except OSError:
-                pass  # a cache that cannot be written is only slower
+            _write_copy(path, got.data)
         return got.data
 
     def _bucket_bytes(self, key: str) -> bytes | None:
@@ -591,20 +585,13 @@ class S3Engine(Engine):
         assert isinstance(loc, Loc)
         try:
             return self._read_loc(oid, loc)
-        except BodyRemoved:
-            # gc's form of an entry keeps its checksum, so a cache copy could be edited into it: a removal
-            # read from a copy is believed only once the bucket's bytes say so too
-            src = self._src.get(loc.entry)
-            if src is None or src[0] == "tail" or src[1] not in self._from_cache:
-                raise
-            self._drop_cached()
-            if not self._relocate(loc.entry):
-                raise
-            loc = self.loc(oid)
-            assert isinstance(loc, Loc)
-            return self._read_loc(oid, loc)
-        except (IntegrityError, CorruptLog):
-            # a damaged cache copy, or an entry gc rewrote (its blocks moved): read it afresh, once
+        except (BodyRemoved, IntegrityError, CorruptLog) as err:
+            # A damaged cache copy, or an entry gc rewrote (its blocks moved): read it afresh, once. A removal
+            # read from a copy too: gc's form of an entry keeps its checksum, so a copy could be edited into it.
+            if isinstance(err, BodyRemoved):
+                src = self._src.get(loc.entry)
+                if src is None or src[0] == "tail" or src[1] not in self._from_cache:
+                    raise
             self._drop_cached()
             if not self._relocate(loc.entry):
                 raise
@@ -951,10 +938,6 @@ class S3Engine(Engine):
             if src is not None and src[0] == "tail":
                 self._src[n] = ("chunk", key, i)
 
-    def commit(self, objects: Iterable[tuple[bytes, str, bytes]] = (), ref_moves: Iterable[tuple] = (), expectations: Iterable[tuple] = (),
-               when: float | None = None) -> Position:
-        return super().commit(objects, ref_moves, expectations, when)
-
     def close(self) -> None:
         self.bucket.close()
 
@@ -1289,4 +1272,4 @@ def _chunk_range(key: str) -> tuple[int, int]:
     return int(a), int(b)
 
 
-__all__ = ["S3Engine", "HEAD_KEY", "MARKER_KEY", "LimitExceeded"]
+__all__ = ["S3Engine", "HEAD_KEY", "MARKER_KEY"]

@@ -46,6 +46,7 @@ from ..errors import (
     StoreNotFound,
 )
 from . import codec, runrefs
+from .bucket import Bucket
 from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
 
@@ -255,13 +256,19 @@ class Store:
 
     @classmethod
     def _open_remote(cls, url: str, create: bool) -> Store:
-        """A store on S3-compatible object storage (storage.s3engine): the marker object says its
-        format; ``create`` writes it if absent (create-once, so two creators agree on one store)."""
         from .s3client import open_bucket
+
+        return cls.on_bucket(open_bucket(url), create=create)
+
+    @classmethod
+    def on_bucket(cls, bucket: Bucket, cache: str | None = None, create: bool = True) -> Store:
+        """The store on one bucket and prefix of object storage (storage.s3engine): its marker object says
+        its format; ``create`` writes it if absent (create-once, so two creators agree on one store).
+        ``cache``: the local directory of its cache (default: ``remote_cache_dir``)."""
         from .s3engine import MARKER_KEY, S3Engine, marker_bytes, marker_version
 
-        bucket = open_bucket(url)
-        cache = remote_cache_dir(bucket.url)
+        url = bucket.url
+        cache = cache or remote_cache_dir(url)
         try:
             os.makedirs(os.path.join(cache, "tmp"), exist_ok=True)  # spill files of large blobs, the marker's copy
         except OSError as e:
@@ -269,7 +276,7 @@ class Store:
         engine = S3Engine(bucket, cache)
         try:  # which store this cache is for, for the person who finds the directory
             with open(os.path.join(cache, "STORE_URL"), "w") as f:
-                f.write(bucket.url + "\n")
+                f.write(url + "\n")
         except OSError:
             pass
         marker = os.path.join(cache, "marker")  # the bucket's OBJSTORE as this cache read it last
@@ -307,6 +314,12 @@ class Store:
         store.url = url
         store.created = created
         return store
+
+    def require_local(self, what: str, instead: str) -> None:
+        """InvalidInput (exit 5) in one line when this store is on object storage: ``what`` works on a store
+        on disk only; ``instead`` says what to do about it."""
+        if self.url is not None:
+            raise InvalidInput(f"{what} a store on disk; {self.url} is on object storage ({instead})")
 
     @classmethod
     def _open(cls, path: str | None, fsync: str | None, create: bool) -> Store:
