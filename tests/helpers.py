@@ -226,3 +226,34 @@ def install_s3_redirect():
     store_mod.Store.init = classmethod(init)
     store_mod.Store.open = classmethod(open_)
     store_mod.Store._s3_redirected = True
+
+
+def s3_log(bucket, cache):
+    """The run log of a store on ``bucket`` (an in-memory bucket, for tests that make a server misbehave), its
+    marker written as ``init`` writes it and its cache in ``cache``: what Store.open of an s3:// URL opens."""
+    from objstore.runs.runlog import RunLog
+    from objstore.storage.store import Store
+
+    return RunLog(Store.on_bucket(bucket, str(cache)))
+
+
+def keys_holding(items, secret):
+    """The keys of ``items`` ((key, bytes) pairs: a bucket's objects) whose bytes hold ``secret``, raw or inside
+    any zstd frame (every frame start is tried): where a body gc should have removed could still be."""
+    import zstandard
+
+    out = []
+    for key, data in items:
+        if secret in data:
+            out.append(key)
+            continue
+        i = data.find(b"\x28\xb5\x2f\xfd")
+        while i >= 0:
+            try:
+                if secret in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:]):
+                    out.append(key)
+                    break
+            except zstandard.ZstdError:
+                pass
+            i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
+    return out

@@ -23,6 +23,7 @@ processes, for the race tests. Both:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import datetime
 import hashlib
@@ -48,6 +49,21 @@ START_TIMEOUT = 60.0
 
 _live: list = []  # started Server/Cluster objects, stopped at exit
 _taken: set[int] = set()  # ports handed out by this process (a port is free until its server binds it)
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]):
+    """``os.environ`` with ``env`` set (what a server's ``env()`` gives), restored as it was on exit."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def weed_binary() -> str | None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, s3_log
 
 from objstore.errors import Erased
 from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog
 from objstore.runs.verify import verify
 from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import S3Engine
 from objstore.storage.store import Store
 
 
@@ -22,10 +21,7 @@ from objstore.storage.store import Store
 def log(request, tmp_path):
     if request.param == "local":
         return RunLog(Store.init(str(tmp_path / "s")))
-    cache = str(tmp_path / "cache")
-    st = Store(S3Engine(MemoryBucket(), cache), root=cache)
-    st._version, st.url = 3, "s3://memory/store"
-    return RunLog(st)
+    return s3_log(MemoryBucket(), tmp_path / "cache")
 
 
 def _raw_holds(log, data: bytes) -> bool:

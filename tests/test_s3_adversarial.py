@@ -24,7 +24,7 @@ from collections import Counter
 
 import msgspec
 import pytest
-from helpers import run_cli
+from helpers import run_cli, s3_log
 
 import objstore
 from objstore.errors import CorruptLog
@@ -34,8 +34,7 @@ from objstore.storage import engine as eng
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.s3client import open_bucket
-from objstore.storage.s3engine import HEAD_KEY, Chunk, Head, S3Engine, chunk_key
-from objstore.storage.store import Store
+from objstore.storage.s3engine import HEAD_KEY, Chunk, Head, chunk_key
 
 
 @pytest.fixture(autouse=True)
@@ -274,9 +273,7 @@ def test_edited_cache_files_are_not_believed(s3_url, fresh, tmp_path):
 
 
 def _mem_log(bucket: MemoryBucket, cache: str) -> RunLog:
-    st = Store(S3Engine(bucket, cache), root=cache)
-    st._version = 3
-    return RunLog(st)
+    return s3_log(bucket, cache)
 
 
 class _DropsChunks(MemoryBucket):

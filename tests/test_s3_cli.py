@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from helpers import run_cli
+from helpers import keys_holding, run_cli
 
 from objstore.storage.s3client import open_bucket
 
@@ -57,22 +57,7 @@ def test_gc_on_s3_removes_a_deleted_secret_from_the_bucket(s3_url, tmp_path):
     bucket = open_bucket(s3_url)
 
     def holding() -> list[str]:
-        import zstandard
-
-        out = []
-        for x in bucket.list(""):
-            data = bucket.get(x.key).data
-            plain = [data]
-            i = data.find(b"\x28\xb5\x2f\xfd")
-            while i >= 0:
-                try:
-                    plain.append(zstandard.ZstdDecompressor().decompressobj().decompress(data[i:]))
-                except zstandard.ZstdError:
-                    pass
-                i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
-            if any(secret.encode() in p for p in plain):
-                out.append(x.key)
-        return out
+        return keys_holding(((x.key, bucket.get(x.key).data) for x in bucket.list("")), secret.encode())
 
     assert holding()
     run_cli("delete", "gone", "--reason", "user asked", store=s3_url, env_extra=env, exit_code=0)

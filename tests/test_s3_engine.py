@@ -8,6 +8,7 @@ import os
 
 import msgspec
 import pytest
+from helpers import keys_holding, s3_log
 
 from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
 from objstore.runs.runlog import RunLog
@@ -15,14 +16,10 @@ from objstore.runs.verify import anchor_token, verify
 from objstore.storage import codec, s3engine
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.s3engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine
-from objstore.storage.store import Store
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:
-    st = Store(S3Engine(bucket, cache), root=cache)
-    st._version = 3
-    st.url = bucket.url
-    return RunLog(st)
+    return s3_log(bucket, cache)
 
 
 def _obj(data: bytes) -> tuple:
@@ -197,24 +194,7 @@ def test_a_damaged_chunk_is_found_by_verify_and_a_damaged_cache_copy_is_not_beli
 
 
 def _holds(bucket: MemoryBucket, secret: bytes) -> list[str]:
-    """The keys whose bytes hold ``secret``, raw or inside any zstd frame (every frame is tried)."""
-    import zstandard
-
-    out = []
-    for key, data in bucket.raw().items():
-        if secret in data:
-            out.append(key)
-            continue
-        i = data.find(b"\x28\xb5\x2f\xfd")
-        while i >= 0:
-            try:
-                if secret in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:]):
-                    out.append(key)
-                    break
-            except zstandard.ZstdError:
-                pass
-            i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
-    return out
+    return keys_holding(bucket.raw().items(), secret)
 
 
 def test_gc_on_s3_removes_deleted_bodies_everywhere_and_anchors_still_verify(tmp_path):

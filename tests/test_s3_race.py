@@ -28,6 +28,7 @@ import uuid
 from collections import Counter
 
 import msgspec
+from seaweed import environment
 
 import objstore
 from objstore.runs.runlog import RunLog
@@ -389,13 +390,5 @@ def test_kill_between_the_chunk_put_and_the_head_swap(seaweed_cluster, tmp_path,
 
 def open_bucket_at(cluster, url: str):
     """A raw bucket (no engine) through gateway 0, as a test or an attacker reads it."""
-    saved = {k: os.environ.get(k) for k in _aws(cluster, 0)}
-    os.environ.update(_aws(cluster, 0))
-    try:
+    with environment(_aws(cluster, 0)):
         return open_bucket(url)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

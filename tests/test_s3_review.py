@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers import keys_holding, s3_log
 
 from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
@@ -24,36 +25,15 @@ from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import TAIL_ENTRIES, S3Engine
-from objstore.storage.store import Store
+from objstore.storage.s3engine import TAIL_ENTRIES
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:
-    st = Store(S3Engine(bucket, cache), root=cache)
-    st._version = 3
-    st.url = bucket.url
-    return RunLog(st)
+    return s3_log(bucket, cache)
 
 
 def _holds(bucket: MemoryBucket, secret: bytes) -> list[str]:
-    """The keys whose bytes hold ``secret``, raw or inside any zstd frame."""
-    import zstandard
-
-    out = []
-    for key, data in bucket.raw().items():
-        if secret in data:
-            out.append(key)
-            continue
-        i = data.find(b"\x28\xb5\x2f\xfd")
-        while i >= 0:
-            try:
-                if secret in zstandard.ZstdDecompressor().decompressobj().decompress(data[i:]):
-                    out.append(key)
-                    break
-            except zstandard.ZstdError:
-                pass
-            i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
-    return out
+    return keys_holding(bucket.raw().items(), secret)
 
 
 def _tail(log: RunLog) -> int:

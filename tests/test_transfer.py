@@ -28,19 +28,14 @@ from objstore.runs.verify import verify
 from objstore.storage import codec, identity, runrefs
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.engine import COMP_GONE
-from objstore.storage.s3engine import MARKER_KEY, S3Engine, marker_bytes
 
 
 def fake_s3(tmp_path, name="s3", url=True):
     """A store on a MemoryBucket (the S3 engine, no server), its marker written as `init` writes it;
     ``url=False``: without the URL Store.open sets, so gc does not take it (its bodies stay)."""
-    bucket = MemoryBucket()
-    bucket.put_if_absent(MARKER_KEY, marker_bytes(3))
-    cache = str(tmp_path / name)
-    st = Store(S3Engine(bucket, cache), root=cache)
-    st._version = 3
-    if url:
-        st.url = bucket.url  # what Store.open of an s3:// URL sets (gc takes the store for a remote one by it)
+    st = Store.on_bucket(MemoryBucket(), str(tmp_path / name))
+    if not url:
+        st.url = None  # gc takes a store for a remote one by its URL
     return st
 
 
