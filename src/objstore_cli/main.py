@@ -30,14 +30,14 @@ from .journal import journal, key_group
 from .lifecycle import delete, redact
 from .maintenance import gc, stats
 from .objects import cat, put_blob, refs, show
-from .output import EXIT_CODES_HELP, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
+from .output import EXIT_CODES_HELP, BareHelpGroup, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
 from .remote import clone, push
 from .runs import branches, diff, episode, export, fork, ingest, log_cmd, rewind, runs
 from .sessions import compact, journal_serve, segments_cmd, session, task
 
 
-class Group(click.Group):
+class Group(BareHelpGroup):
     """The root group: every error becomes one line on stderr (one JSON object under --json)
     and its documented exit code; Ctrl-C is exit 130; never a traceback for bad input."""
 

@@ -164,7 +164,20 @@ def is_sqlite_error(e: Exception) -> bool:
     return sqlite3 is not None and isinstance(e, sqlite3.Error)
 
 
-class JsonGroup(click.Group):
+class BareHelpGroup(click.Group):
+    """A group typed without its subcommand (a bare ``objstore``, ``objstore journal``) prints its
+    help on stdout and exits 2, click's usage code. click >= 8.2 raises that help as an error instead
+    (NoArgsIsHelpError), which the one-line error printer would escape into literal ``\\n``; click 8.1
+    printed it and exited 0. Done here, the same on every click version and for every group."""
+
+    def parse_args(self, ctx, args):
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+
+class JsonGroup(BareHelpGroup):
     """A command group whose ``--json`` before the subcommand (``objstore journal --json show RUN``)
     means the subcommand's ``--json``, as a git or click user tries it (issue 16): the flag is an
     option of the group, and ``resolve_command`` hands it on to the subcommand it resolves."""
