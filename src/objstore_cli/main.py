@@ -123,11 +123,42 @@ def cli(ctx, store):
     ctx.obj = Ctx(store)
 
 
+@click.command("help")
+@click.argument("words", nargs=-1, metavar="[COMMAND]...")
+@click.pass_context
+def help_cmd(ctx, words):
+    """Print the help of objstore, of a command, or of a group's subcommand.
+
+    The same text as the command's --help.
+
+    \b
+    Arguments:
+      [COMMAND]...  a command, or a group and its subcommand (journal show); none: objstore's own help
+
+    \b
+    Examples:
+      objstore help
+      objstore help log
+      objstore help journal show
+    """
+    at = ctx.parent if ctx.parent is not None else ctx
+    for word in words:
+        cmd = at.command
+        if not isinstance(cmd, click.Group):
+            raise click.UsageError(f"'{at.command_path}' has no subcommands (no {word!r})", ctx)
+        sub = cmd.get_command(at, word)
+        if sub is None:
+            raise click.UsageError(f"no such command {word!r} in '{at.command_path}'", ctx)
+        # resilient: no required-argument error, no bare-group help; only what --help needs
+        at = sub.make_context(word, [], parent=at, resilient_parsing=True)
+    click.echo(at.get_help(), color=at.color)
+
+
 # In the order the commands stood in when they were all in this file; `objstore --help` lists them
 # alphabetically (click's default) whatever the order.
 for _command in (init, cat, show, refs, put_blob, verify, anchor, upgrade, repair, runs, log_cmd, branches, rewind, fork,
                  diff, export, rebuild, ingest, episode, key_group, journal, compact, segments_cmd, session, task,
-                 journal_serve, demo):
+                 journal_serve, demo, help_cmd):
     cli.add_command(_command)
 cli.add_command(backup)
 cli.add_command(delete)

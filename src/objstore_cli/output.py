@@ -9,6 +9,7 @@ subcommand's. Imports on demand: the codec, rich and the view shapes load only w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -86,6 +87,22 @@ def console_and_table():
     if console_cls is _PlainConsole:
         return _PlainConsole(), table_cls
     return console_cls(highlight=False, **({"color_system": None} if os.environ.get("NO_COLOR") else {})), table_cls
+
+
+@contextlib.contextmanager
+def paged_console(no_pager: bool):
+    """(console, Table) as ``console_and_table``, whose output on a terminal goes through ``page``
+    (the pager ``log`` uses) when the command is done printing, unless ``no_pager``; into a pipe the
+    plain lines print as they come."""
+    con, table = console_and_table()
+    # click pages only when stdin is a terminal too; otherwise print straight (and keep the colours,
+    # which click's no-pager path would strip)
+    if no_pager or isinstance(con, _PlainConsole) or not sys.stdin.isatty():
+        yield con, table
+        return
+    with con.capture() as captured:  # rendered for this terminal: its width, its colours (or none)
+        yield con, table
+    page(captured.get().rstrip("\n").split("\n"), no_pager)
 
 
 def usage_cell(usage, width: int = 16) -> str:

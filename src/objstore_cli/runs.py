@@ -10,7 +10,7 @@ import sys
 import click
 
 from . import tables
-from .output import console_and_table, echo_json, page, usage_cell
+from .output import console_and_table, echo_json, page, paged_console, usage_cell
 from .params import INT64, LABEL, RUN, Int64, complete_branch, pass_ctx
 
 
@@ -129,11 +129,12 @@ def _when(history, option, text):
 @click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")
 @click.option("--format", "fmt", type=click.Choice(["oneline", "full", "json"]), default=None,
               help="oneline: one short line per entry; full: every field; json: one JSON object per line.")
+@click.option("--oneline", is_flag=True, help="The same as --format oneline (git's spelling).")
 @click.option("--graph", is_flag=True, help="Draw every branch as a tree with fork points, reasons and compensation flags.")
 @click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
 @click.option("--json", "as_json", is_flag=True, help="The entries as one JSON list.")
 @pass_ctx
-def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, no_pager, as_json):
+def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline, graph, no_pager, as_json):
     """Show a run's history, newest first, like git log.
 
     By default the live branch (the one queries and appends use): its own
@@ -151,12 +152,16 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, graph, n
     Examples:
       objstore log latest
       objstore log RUN --all-branches -n 20
-      objstore log RUN --format oneline --since yesterday
+      objstore log RUN --oneline --since yesterday
       objstore log RUN --graph
       objstore log RUN --json
     """
     from objstore.runs import history, views
 
+    if oneline:
+        if fmt not in (None, "oneline"):
+            raise click.UsageError(f"--oneline is --format oneline; it does not go with --format {fmt}")
+        fmt = "oneline"
     log = c.log()
     view = log.view(run)
     if graph:
@@ -309,8 +314,9 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
 @click.argument("a", type=INT64, shell_complete=complete_branch)
 @click.argument("b", type=INT64, shell_complete=complete_branch)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
+@click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
 @pass_ctx
-def diff(c, run, a, b, as_json):
+def diff(c, run, a, b, as_json, no_pager):
     """Compare branches A and B: fork point, records unique to each, state difference.
 
     \b
@@ -332,7 +338,8 @@ def diff(c, run, a, b, as_json):
         return
     cm = d["common"]
     if sys.stdout.isatty():
-        tables.diff_tables(run, a, b, d)
+        with paged_console(no_pager) as (con, Table):
+            tables.diff_tables(run, a, b, d, con, Table)
         return
     click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
     for side, key in ((a, "only_a"), (b, "only_b")):
@@ -425,8 +432,9 @@ def ingest(c, source, per_run, as_json):
 @click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the EpisodeView as canonical JSON (docs/CLI.md, 'episode').")
 @click.option("--source", type=click.Choice(["state", "refold"]), default="state", show_default=True, help="Materialized state, or a cold re-fold of the raw log.")
+@click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
 @pass_ctx
-def episode(c, run, all_branches, as_json, source):
+def episode(c, run, all_branches, as_json, source, no_pager):
     """Every attempt of a run (failed ones included) with blob refs, never bodies.
 
     An attempt is one try of one step; its prompt and output are blob ids
@@ -443,7 +451,7 @@ def episode(c, run, all_branches, as_json, source):
       objstore episode RUN --source refold --json
     """
     from objstore.runs.query import episode as run_episode
-    from objstore.runs.query import inherited_attempts, iter_episode_json
+    from objstore.runs.query import iter_episode_json
 
     if as_json:  # streamed: the attempts are never all in memory (the bytes of EpisodeView.to_json())
         out = click.get_binary_stream("stdout")
@@ -455,7 +463,14 @@ def episode(c, run, all_branches, as_json, source):
     log = c.log()
     ep = run_episode(log, run, all_branches=all_branches, source=source)
     view = log.view(ep.run)
-    con, Table = console_and_table()  # rich only for a terminal; no escape code under NO_COLOR
+    with paged_console(no_pager) as (con, Table):  # rich only for a terminal; no escape code under NO_COLOR
+        _episode_tables(log, view, ep, con, Table)
+
+
+def _episode_tables(log, view, ep, con, Table) -> None:
+    """``episode``'s tables: one per branch, what it inherits first (dim, with the branch it is from)."""
+    from objstore.runs.query import inherited_attempts
+
     plain = not sys.stdout.isatty()
     con.print(f"run {ep.run} subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")
     for b in ep.branches:

@@ -76,10 +76,12 @@ def log_tables(run, view, first, all_branches, entries):
         yield from render(title, rows, header)
 
 
-def diff_tables(run, a, b, d):
+def diff_tables(run, a, b, d, con=None, Table=None):
     """``diff`` on a terminal: the records unique to each side and the state difference as rich
-    tables, one line a row (a long JSON value ends in '…' instead of wrapping; --json has it whole)."""
-    con, Table = console_and_table()
+    tables, one line a row (a long JSON value ends in '…' instead of wrapping; --json has it whole).
+    ``con``/``Table``: where to print (``output.paged_console``); default: the terminal."""
+    if con is None or Table is None:
+        con, Table = console_and_table()
     cm = d["common"]
     con.print(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn "
               f"{cm['lsn'] if cm['lsn'] is not None else 'its head'}", markup=False)
