@@ -16,8 +16,8 @@ The code is in packages by subsystem, lowest first; imports only go down
 * ``errors`` — the one typed error hierarchy (with each failure's exit code);
 * ``storage`` — canonical bytes and ids, the format-3 log engine, the store, keys;
 * ``runs`` — the run model: records, chains, the fold, the state cache, queries, verify;
-* ``journal`` — sessions, journal versions, Hosts and compaction (seed T-745);
-* ``lifecycle`` — upgrade and repair of a whole store;
+* ``journal`` — sessions, journal versions, Hosts and compaction (docs/JOURNAL.md);
+* ``lifecycle`` — what happens to a whole store: upgrade, repair, deletion, gc, backup, push/clone, stats;
 * ``integrations`` — other frameworks and engines (each a subpackage, imported by its users only);
 * ``demo`` — the stub model and the demo run.
 

@@ -4,39 +4,9 @@ Modelled on BorgBackup's ``helpers/errors.py``: each class carries its own
 message template and exit code, so the CLI turns any ``ObjstoreError`` into one
 line on stderr and a documented exit code without knowing the cases.
 
-Exit codes (also in README.md):
-
-====  ==========================================================
-0     success
-1     ``verify`` found problems
-2     usage error (bad command line; click's own code)
-3     no store here / not a store
-4     object, ref, run or branch not found
-5     invalid input (ref name, id, ingest line, argument value); an
-      object of a newer schema version than this objstore reads
-      (``NewerFormat``)
-6     integrity error: stored bytes do not hash to their id, or do
-      not parse
-7     conflict: a ref moved under a compare-and-swap
-8     refused: the operation is not allowed (retained branch,
-      authorization, revoked writer)
-9     limit exceeded (object too large, compactor input too long, lock timeout)
-10    operating-system error (disk full, short write, permissions; a
-      journal Host that cannot be reached)
-11    state cache error: the derived SQLite cache cannot be read or
-      written (``objstore rebuild`` remakes it from the objects)
-12    erased: the object was deleted or redacted (a recorded deletion);
-      its id stays, its body is gone or withheld
-13    snapshot gone: a reader's snapshot was rewritten by ``gc``
-      meanwhile (reopen the store to read the new one)
-14    busy: a commit to object storage (S3) lost the race for the log's
-      head to other writers for longer than its retry bound (``Busy``);
-      nothing of it landed — retry later
-15    a batch or ingest that spans several runs' logs, which object
-      storage commits one log at a time (``MultiLogBatch``; use one batch
-      per run, or ``ingest --per-run``)
-130   interrupted (Ctrl-C)
-====  ==========================================================
+Exit codes: ``EXIT_CODES`` below is the one table of them. ``objstore --help`` is generated from
+it; docs/CLI.md ("Exit codes") and README.md explain each code, and tests/test_exit_codes.py checks
+that every class's code is in it and that those documents list every code.
 
 Every error has a stable kebab-case ``code`` (``RunNotFound`` → ``run-not-found``)
 and ``to_json()`` gives the one JSON shape the CLI prints under ``--json``.
@@ -46,6 +16,28 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+# (code, what it means), in the words of ``objstore --help``; a new code goes here, in its class, and in
+# docs/CLI.md's and README.md's lists (tests/test_exit_codes.py)
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "ok"),
+    (1, "verify found problems"),
+    (2, "usage"),
+    (3, "no store"),
+    (4, "not found"),
+    (5, "invalid input (incl. a bad key file, a store that needs upgrade, a newer format)"),
+    (6, "integrity error"),
+    (7, "conflict"),
+    (8, "refused (not the owner key, unauthenticated, job, revoked, never granted, stale or replayed request)"),
+    (9, "limit exceeded"),
+    (10, "operating-system error (incl. a journal host or object storage that cannot be reached)"),
+    (11, "state cache error (run 'objstore rebuild')"),
+    (12, "erased (deleted or redacted)"),
+    (13, "snapshot gone (gc rewrote it: open again)"),
+    (14, "busy (a commit to object storage kept losing the race for HEAD: retry)"),
+    (15, "a batch spanning several runs on object storage (use ingest --per-run)"),
+    (130, "interrupted"),
+)
 
 
 def _kebab(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Keys and the journal (T-745): the ``key`` and ``journal`` groups.
+"""Keys and the journal (docs/JOURNAL.md): the ``key`` and ``journal`` groups.
 
 Every write here signs as the caller's key (--key, env OBJSTORE_KEY, default the owner key made by
 `objstore init`) and goes through a journal Host: the in-process one, or with --socket the Backend Host

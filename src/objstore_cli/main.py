@@ -9,7 +9,7 @@ group, whose ``Group`` turns any ``ObjstoreError`` into one line on stderr (one 
 
 Imports on demand (issue 15): at module level only click, the stdlib and ``objstore.errors``, so
 building the click app (``--help``, completion, a usage error) loads no storage engine, codec,
-zstandard, SQLite, rich, cryptography or T-745 module. Each command imports what it uses in its
+zstandard, SQLite, rich, cryptography or journal module. Each command imports what it uses in its
 body; tests/test_startup.py pins the list of modules that must stay out.
 """
 

@@ -15,15 +15,29 @@ import sys
 
 import click
 
-EXIT_CODES_HELP = """\b
-Exit codes: 0 ok; 1 verify found problems; 2 usage; 3 no store;
-4 not found; 5 invalid input (incl. a bad key file); 6 integrity error;
-7 conflict; 8 refused (not the owner key, unauthenticated, job,
-revoked, never granted, stale or replayed request); 9 limit exceeded;
-10 operating-system error (incl. a journal host that cannot be reached);
-11 state cache error (run 'objstore rebuild'); 12 erased (deleted or
-redacted); 13 snapshot gone (gc rewrote it: open again); 130 interrupted.
-Under --json an error is one JSON object on stderr: {"error", "message", "exit"}."""
+from objstore.errors import EXIT_CODES
+
+
+def _exit_codes_help(width: int = 76) -> str:
+    """The exit-code epilog of ``objstore --help``, from the one table (``objstore.errors.EXIT_CODES``),
+    wrapped so that a code never ends a line apart from its meaning; ``\\b`` keeps click from
+    re-flowing the lines."""
+    atoms: list[str] = ["Exit", "codes:"]
+    for i, (code, what) in enumerate(EXIT_CODES):
+        first, _, rest = what.partition(" ")
+        atoms.append(f"{code} {first}")
+        atoms.extend(rest.split())
+        atoms[-1] += "." if i == len(EXIT_CODES) - 1 else ";"
+    lines = [atoms[0]]
+    for atom in atoms[1:]:
+        if len(lines[-1]) + 1 + len(atom) > width:
+            lines.append(atom)
+        else:
+            lines[-1] += " " + atom
+    return "\b\n" + "\n".join(lines) + '\nUnder --json an error is one JSON object on stderr: {"error", "message", "exit"}.'
+
+
+EXIT_CODES_HELP = _exit_codes_help()
 
 
 def echo_json(value) -> None:

@@ -1,4 +1,4 @@
-"""Sessions, tasks and compaction (T-745): ``session``, ``task``, ``compact``, ``segments`` and
+"""Sessions, tasks and compaction (docs/JOURNAL.md): ``session``, ``task``, ``compact``, ``segments`` and
 ``journal-serve`` (the Backend Host), over the objstore.journal package.
 
 Like the journal commands, those that read or write a journal sign as the caller's key and go through

@@ -1,4 +1,4 @@
-"""The journal (seed T-745): sessions, journal versions, Hosts, frozen snapshots, compaction, segments.
+"""The journal (docs/JOURNAL.md): sessions, journal versions, Hosts, frozen snapshots, compaction, segments.
 
 The package is one subsystem over the run model (``objstore.runs``) and storage; nothing below it
 imports it. Its members, lowest first (each imports only those before it):

@@ -1,4 +1,4 @@
-"""The Backend Host: the journal Host served over a Unix socket, as its own process (seed T-745).
+"""The Backend Host: the journal Host served over a Unix socket, as its own process.
 
 ``serve`` (CLI ``objstore journal-serve --socket PATH``) answers signed requests
 with a ``LocalJournalHost`` over the store; ``BackendHost`` is the client, with

@@ -1,4 +1,4 @@
-"""The compaction core (seed T-745): one Host answer, frozen, rendered once, used twice.
+"""The compaction core: one Host answer, frozen, rendered once, used twice.
 
 ``compact`` sends one signed read to the Host and **freezes** the answer at once
 (its canonical JSON bytes; nothing later reads the Host's object again). The

@@ -1,4 +1,4 @@
-"""The compactor interface and the deterministic stub (T-745).
+"""The compactor interface and the deterministic built-in compactor (``StubCompactor``).
 
 A compactor takes the compaction request (turns, journal context, previous summary, historical
 journal texts, open tasks) and its exact bytes, and returns ``{"role", "text"}``. There is no

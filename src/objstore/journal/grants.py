@@ -1,4 +1,4 @@
-"""Grants: who may read and write a session's journal, as objects signed by the owner key (T-745 point 8).
+"""Grants: who may read and write a session's journal, as objects signed by the owner key (docs/JOURNAL.md, condition 8).
 
 A grant (schema 2) names a grantee's public key, a role (``worker`` or ``job``), rights
 (``read``, ``write``; ``delete`` for recorded deletion, issue 17) and a scope — one session (``run/<run>/grant/<key>``) or every session of
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..runs.runlog import RunLog
 
 
-grant_ref = run_grant_ref  # the name the T-745 surface has always used
+grant_ref = run_grant_ref  # the name the journal API has always used
 
 
 def _check_owner(log: ChainReader, key: Key) -> None:

@@ -1,4 +1,4 @@
-"""Journal Hosts: the one place that selects a journal, authorizes a caller and reads (seed T-745).
+"""Journal Hosts: the one place that selects a journal, authorizes a caller and reads.
 
 The seed's division of labour: **the Host selects and authorizes; the compaction
 core neither selects nor decides.** A Host answers a signed ``Request``

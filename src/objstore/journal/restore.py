@@ -1,4 +1,4 @@
-"""Segments and restore (T-745 points 3, 5 and 9).
+"""Segments and restore (docs/JOURNAL.md, conditions 3, 5 and 9).
 
 A compaction's result is a ``segment`` (schema 2) behind the forward-only ref
 ``run/<run>/segments``: the summary, the frozen journal snapshot, the turns it covers, the

@@ -1,4 +1,4 @@
-"""Sessions, turns and the TaskStore (T-745 points 3 and 9).
+"""Sessions, turns and the TaskStore (docs/JOURNAL.md, conditions 3 and 9).
 
 A *session* is a run whose records are conversation ``turn``s. ``start_session`` does the
 startup read: the Host selects the startup journal (the predecessor's, else the newest of

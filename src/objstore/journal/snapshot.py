@@ -1,4 +1,4 @@
-"""The frozen snapshot of a Host answer (T-745 points 6 and 7).
+"""The frozen snapshot of a Host answer (docs/JOURNAL.md, conditions 6 and 7).
 
 ``freeze`` turns a Host's answer into its canonical JSON bytes at once; nothing later reads the
 Host's object again. ``render`` makes the one text of those bytes that goes both into the

@@ -1,4 +1,4 @@
-"""Journal versions (seed T-745): the versioned document about a session's work.
+"""Journal versions: the versioned document about a session's work.
 
 Each version is an immutable ``journal`` object (schema 2) behind the forward-only ref
 ``run/<run>/journal``. A version names the record it reflects through (``reflects_through``:

@@ -10,7 +10,7 @@ turned), then its own records; never the parent's records again.
 Each entry is ``{"schema": 1}`` plus the record or fork view of
 ``objstore.runs.views`` (the layout of ``log --json``). Each entry's ``id`` is the id of the object it describes, so entries are stable
 across calls and relaying one twice is recognisably the same entry. Derived
-material (summaries, journal context: T-745) is never public: such records
+material (summaries, journal context: docs/JOURNAL.md) is never public: such records
 are not exported.
 """
 

@@ -42,7 +42,7 @@ INTENT = "intent"
 INTENT_COMMITTED = "intent_committed"
 RUN_FINISHED = "run_finished"
 TURN = "turn"
-TASK_OPENED = "task_opened"  # the TaskStore (T-745 C6): a session's open tasks are the fold of its lineage
+TASK_OPENED = "task_opened"  # the TaskStore (docs/JOURNAL.md, condition 6): a session's open tasks are the fold of its lineage
 TASK_CLOSED = "task_closed"
 KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN, TASK_OPENED, TASK_CLOSED)
 
@@ -50,10 +50,10 @@ ATTEMPT_STATES = ("running", "succeeded", "failed")
 _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
 RUN_STATUSES = ("succeeded", "failed")
 
-# Material origins (T-745): source material is what happened; derived is made from it.
+# Material origins (docs/JOURNAL.md): source material is what happened; derived is made from it.
 ORIGIN_SOURCE = "source"
 ORIGIN_DERIVED = "derived"
-# The typed startup event in a session's run_started meta (T-745): derived material, known by its type.
+# The typed startup event in a session's run_started meta (docs/JOURNAL.md): derived material, known by its type.
 STARTUP_EVENT = "journal_startup"
 
 
@@ -674,7 +674,7 @@ def _other_problem(otype: str, value: dict) -> str | None:
     return None
 
 
-# -- journal, grant and segment objects (T-745; docs/FORMAT.md) ----------------------------------------
+# -- journal, grant and segment objects (docs/FORMAT.md) -----------------------------------------------
 #
 # Each has a schema version in its ``v`` field: 2 now; an object without ``v`` is schema 1 (legacy,
 # still read). Field specs are (name, predicate, what it must be); extra fields are allowed.
@@ -764,7 +764,7 @@ def _schema_version(otype: str, value: dict, current: int) -> int | str:
     return f"unknown {otype} schema version {_show(v)} (known: 1, written without 'v', and {current})"
 
 
-# The vocabulary of the T-745 objects, defined here (the record model) and imported by the modules
+# The vocabulary of the journal objects, defined here (the record model) and imported by the modules
 # that write them (host, grants, journal, segments), so the schema checks below need nothing above.
 PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET = "present", "absent", "disabled", "unavailable", "over_budget"
 OUTCOMES = (PRESENT, ABSENT, DISABLED, UNAVAILABLE, OVER_BUDGET)

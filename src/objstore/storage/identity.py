@@ -1,6 +1,6 @@
 """Keys, signatures and signed requests: who is asking, proven rather than claimed.
 
-Threat model (T-745 point 8): a caller may use every public API and read every
+Threat model (docs/JOURNAL.md, condition 8): a caller may use every public API and read every
 store file, but holds only its own private key. So nothing here trusts a name a
 caller gives itself; every identity is an ed25519 public key, and every grant,
 revocation and journal request is checked by its signature.

@@ -6,7 +6,7 @@ spells ``run/…`` or ``ref: …`` by hand::
 
     run/<R>/branch/<N>           head of branch N of run R (its newest record, or its fork object)
     run/<R>/live                 ref: run/<R>/branch/<N> — the live branch, like git's HEAD
-    run/<R>/journal              head of R's journal version chain (T-745)
+    run/<R>/journal              head of R's journal version chain (docs/JOURNAL.md)
     run/<R>/segments             head of R's compaction segment chain
     run/<R>/grant/<public key>   head of a grant chain about one key on run R
     run/<R>/deletions            head of R's chain of partial deletions (records, a branch from an LSN)
