@@ -74,7 +74,7 @@ def _timeline(log: RunLog, run: str, view: View, at: At | None = None
     compaction and restore: the segment chain is walked and its signatures checked once. With
     ``at`` (the position ``view`` was built from), the segments and grants are read there too."""
     lineage = log.lineage(view, view.live)
-    idx = {r.id: i for i, r in enumerate(lineage)}
+    idx: dict[bytes, int] = {r.id: i for i, r in enumerate(lineage)}
     segs = segments(log, run, trusted_only=True, at=at)
     return lineage, idx, segs, _applicable(segs, idx)
 

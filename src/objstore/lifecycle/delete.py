@@ -298,7 +298,7 @@ def delete_branch_from(log: RunLog, run: str, branch: int, lsn: int, *, reason: 
         head_lsn = log.next_of(view.head(branch))[0] - 1
         if lsn > head_lsn:
             raise InvalidInput(f"branch {branch} of run {run} has no record at LSN {lsn} (its head is at LSN {head_lsn})")
-        return [(r.id, r.branch, r.lsn, r.kind) for r in log.iter_own(view, branch, start=lsn)]
+        return [(bytes(r.id), r.branch, r.lsn, r.kind) for r in log.iter_own(view, branch, start=lsn)]  # plain, as stored
 
     return _delete_rows(log, run, pick, reason=reason, key=key)
 
@@ -315,7 +315,9 @@ def delete_records(log: RunLog, run: str, ids: Iterable[bytes], *, reason: str, 
         rows = []
         for oid in ids:
             if type(oid) is not bytes or len(oid) != 32:
-                raise InvalidInput("a record id is 32 bytes (parse hex with codec.parse_id)")
+                if not (isinstance(oid, bytes) and len(oid) == 32):
+                    raise InvalidInput("a record id is 32 bytes (parse hex with codec.parse_id)")
+                oid = bytes(oid)  # an Id (codec.Id): the plain bytes it is
             hit = store.covered_records(run, view.deletions).get(oid)
             if hit is not None:
                 rows.append((oid, hit[2], hit[3], hit[4]))
@@ -344,7 +346,9 @@ def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None
     reason = _reason(reason)
     store = log.store
     if type(blob_id) is not bytes or len(blob_id) != 32:
-        raise InvalidInput("a blob id is 32 bytes (parse hex with codec.parse_id)")
+        if not (isinstance(blob_id, bytes) and len(blob_id) == 32):
+            raise InvalidInput("a blob id is 32 bytes (parse hex with codec.parse_id)")
+        blob_id = bytes(blob_id)  # an Id (codec.Id): the plain bytes it is
     old = store.read_ref(runrefs.redacted_ref(blob_id))
     if isinstance(old, bytes):
         return old

@@ -79,7 +79,9 @@ def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_b
     if limit is not None and (type(limit) is not int or limit < 0):
         raise InvalidInput(f"limit must be a non-negative integer, got {limit!r}")
     if before is not None and (type(before) is not bytes or len(before) != 32):
-        raise InvalidInput("before must be a 32-byte record id")
+        if not (isinstance(before, bytes) and len(before) == 32):
+            raise InvalidInput("before must be a 32-byte record id")
+        before = bytes(before)  # an Id (codec.Id): the plain bytes it is
     if isinstance(kinds, str):
         kinds = (kinds,)  # one kind, not a set of letters
     if kinds is not None:

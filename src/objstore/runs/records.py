@@ -69,7 +69,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 BLOB_FIELDS = ("prompt", "output", "content")
 
 
-class Record(NamedTuple):
+class _RecordRow(NamedTuple):
     id: bytes
     run: str
     branch: int
@@ -78,6 +78,26 @@ class Record(NamedTuple):
     kind: str
     time: float | None
     body: dict
+
+
+class Record(_RecordRow):
+    """One record: its id, run, branch, LSN, parent, kind, time and body. ``id`` and ``parent`` are
+    ``codec.Id``: bytes that print as their hex (the tuple itself holds the plain bytes)."""
+
+    __slots__ = ()
+
+    @property
+    def id(self) -> codec.Id:
+        return codec.Id(self[0])
+
+    @property
+    def parent(self) -> codec.Id | None:
+        p = self[4]
+        return None if p is None else codec.Id(p)
+
+    def __repr__(self) -> str:  # the ids as the hex a command takes, not b'\x..'
+        return (f"Record(id={self.id}, run={self.run!r}, branch={self.branch}, lsn={self.lsn}, parent={self.parent}, "
+                f"kind={self.kind!r}, time={self.time!r}, body={self.body!r})")
 
     @classmethod
     def from_payload(cls, oid: bytes, p: dict) -> Record:
@@ -153,7 +173,7 @@ def _opt_id(value: object, where: str) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes) and len(value) == 32:
-        return value
+        return value if type(value) is bytes else bytes(value)  # an Id (codec.Id): the plain bytes it is
     raise InvalidRecord(f"{where} must be a 32-byte blob id or None")
 
 
@@ -267,7 +287,15 @@ BODIES: dict[str, type[_Body]] = {
 }
 _BODY_FIELDS = {k: frozenset(S.__struct_fields__) for k, S in BODIES.items()}
 _BODY_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {}
-_body_enc = msgspec.msgpack.Encoder()
+def _plain_id(value: Any) -> bytes:
+    """The encoder's hook for a type it does not know: an Id (codec.Id, a bytes subclass) is encoded as
+    the plain bytes it is, so a body naming ``put_blob``'s ids stays on the C path and decodes plain."""
+    if isinstance(value, bytes):
+        return bytes(value)
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+_body_enc = msgspec.msgpack.Encoder(enc_hook=_plain_id)
 _asdict = msgspec.structs.asdict
 # what encoding a value MessagePack cannot hold raises: an integer outside int64/uint64
 # (OverflowError), a lone surrogate (UnicodeEncodeError, a ValueError), a type msgspec does not
@@ -351,9 +379,9 @@ def _check_body_py(kind: str, body: dict) -> dict:
         if wv is not None:
             wv = _str(str(wv), "workflow_version")
         if prompt is not None and (type(prompt) is not bytes or len(prompt) != 32):
-            _opt_id(prompt, "prompt")
+            prompt = _opt_id(prompt, "prompt")
         if output is not None and (type(output) is not bytes or len(output) != 32):
-            _opt_id(output, "output")
+            output = _opt_id(output, "output")
         if context is not None:
             _jsonmap(context, "context")
         if tools is not None:

@@ -139,7 +139,9 @@ class RunLog(ChainReader):
         else:
             body = R.check_body(kind, body)
         if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
-            raise InvalidInput("expect_head must be a 32-byte record id")
+            if not (isinstance(expect_head, bytes) and len(expect_head) == 32):
+                raise InvalidInput("expect_head must be a 32-byte record id")
+            expect_head = bytes(expect_head)  # an Id (codec.Id): the plain bytes it is
         if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
             raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
         store = self.store
@@ -269,8 +271,9 @@ class RunLog(ChainReader):
         to their own timeout). Nested batches join the outer one."""
         return self.store.batch(timeout)
 
-    def put_blob(self, data: bytes) -> bytes:
-        return self.store.put_blob(data)
+    def put_blob(self, data: bytes) -> codec.Id:
+        """Store a blob once (deduplicated by content); its id, which prints as its hex (``codec.Id``)."""
+        return codec.Id(self.store.put_blob(data))
 
     def get_blob(self, oid: bytes) -> bytes:
         return self.store.get_blob(oid)
@@ -343,7 +346,9 @@ class RunLog(ChainReader):
 
     def _record_of(self, run: str, oid: object) -> R.Record:
         if type(oid) is not bytes or len(oid) != 32:
-            raise InvalidInput("a record id is 32 bytes")
+            if not (isinstance(oid, bytes) and len(oid) == 32):
+                raise InvalidInput("a record id is 32 bytes")
+            oid = bytes(oid)  # an Id: the plain bytes it is
         rec = self.record(oid)
         if rec.run != run:
             raise InvalidInput(f"record {oid.hex()} is of run {rec.run}, not {run}")

@@ -150,6 +150,41 @@ def decode(canonical: bytes, oid: bytes | None = None, strict: bool = True) -> t
     return otype, value
 
 
+class Id(bytes):
+    """An object id as the API hands it out (``RunLog.put_blob``, ``Record.id``): the 32 bytes themselves
+    — it is ``bytes``, equal to, hashing and slicing as the plain bytes, so nothing that takes bytes
+    breaks — whose ``str``, ``format`` and ``repr`` are the 64 hex digits every command takes
+    (``objstore cat <id>``). Where an id enters the store it is stored as the plain bytes it is
+    (``plain_ids``): the store's own checks (``type(v) is bytes``) and the encoder see plain bytes."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return self.hex()
+
+    __repr__ = __str__
+
+    def __format__(self, spec: str) -> str:
+        return format(self.hex(), spec)
+
+    def __reduce__(self) -> tuple[type[Id], tuple[bytes]]:
+        return (Id, (bytes(self),))
+
+
+def plain_ids(value: Any) -> Any:
+    """``value`` with every bytes subclass (an ``Id``) inside maps and lists replaced by its plain bytes:
+    what the store keeps and the encoder takes. Called only on the rare path where an encode refused
+    a value (``Store.put``), never per commit."""
+    t = type(value)
+    if t is dict:
+        return {k: plain_ids(v) for k, v in value.items()}
+    if t is list or t is tuple:
+        return t(plain_ids(v) for v in value)
+    if t is not bytes and isinstance(value, bytes):
+        return bytes(value)
+    return value
+
+
 def parse_id(text: str) -> bytes:
     """A full 64-hex id as bytes; raises InvalidId."""
     if not isinstance(text, str) or len(text) != HEX_LEN:

@@ -57,6 +57,8 @@ _T = TypeVar("_T")
 def _check_oid(oid: object) -> bytes:
     """An object id as the API takes it: 32 bytes (``codec.parse_id`` turns hex into one)."""
     if type(oid) is not bytes or len(oid) != 32:
+        if isinstance(oid, bytes) and len(oid) == 32:  # an Id (codec.Id): the plain bytes it is
+            return bytes(oid)
         raise InvalidId(oid if isinstance(oid, str) else type(oid).__name__, "an object id is 32 bytes (parse hex with codec.parse_id)")
     return oid
 _encode = codec._enc.encode
@@ -394,7 +396,10 @@ class Store:
 
     def put_in(self, txn: Txn, otype: str, value: dict) -> bytes:
         """``put`` of a structured object into an open batch (the hot path of appends)."""
-        payload = _encode_input(value)
+        try:
+            payload = _encode(value)
+        except Exception:
+            value, payload = _checked_payload(value)
         data = _HEADS[otype] % len(payload) + payload
         oid = _hash(data).digest()
         txn.put(oid, otype, data, value)
@@ -408,7 +413,10 @@ class Store:
         if otype == codec.BLOB:
             return self.put_blob(value)
         if type(value) is dict and otype in _HEADS:  # the hot path: codec.encode, inlined
-            payload = _encode_input(value)
+            try:
+                payload = _encode(value)
+            except Exception:
+                value, payload = _checked_payload(value)
             data = _HEADS[otype] % len(payload) + payload
         else:
             data = codec.encode(otype, value)
@@ -644,6 +652,8 @@ class Store:
         from .refs import check_ref_name
 
         check_ref_name(name)
+        if type(new) is not bytes and isinstance(new, bytes):  # an Id: the plain bytes it is
+            new = bytes(new)
         txn = self._txn.get()
         if txn is None:
             with self.batch() as t:
@@ -846,6 +856,18 @@ class _BatchVar:
 
     def reset(self, token: contextvars.Token[list | None]) -> None:
         self._var.reset(token)
+
+
+def _checked_payload(value: dict) -> tuple[dict, bytes]:
+    """(the value as stored, its canonical payload) for a value the encoder refused: an ``Id`` (a bytes
+    subclass msgspec does not take) becomes the plain bytes it is — in the value too, which the entry's
+    index facts (``engine.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
+    else is ``_encode_input``'s InvalidInput."""
+    try:
+        value = codec.plain_ids(value)
+    except RecursionError:
+        pass  # nested past the encoder's limit too: _encode_input names that
+    return value, _encode_input(value)
 
 
 def _encode_input(value: dict) -> bytes:
