@@ -58,12 +58,12 @@ class Ctx:
         self._log = None
 
     def store_path(self, create: bool = False) -> str:
-        """--store / OBJSTORE_DIR, else the .objstore found in the current directory or a parent
+        """--store / OBJSTORE_DIR (a store, or a directory holding one), else the .objstore found in the current directory or a parent
         (``store.discover``); with ``create``, ./.objstore when none is found."""
-        from objstore.storage.store import DEFAULT_DIR, discover
+        from objstore.storage.store import DEFAULT_DIR, discover, is_remote, store_dir
 
-        if self.path:
-            return self.path
+        if self.path:  # a store, or a directory holding .objstore (a clone)
+            return self.path if is_remote(self.path) else store_dir(self.path)
         try:
             return discover()
         except StoreNotFound:

@@ -91,15 +91,17 @@ def push(c, url, runs, as_json):
 @click.argument("directory", metavar="DIR")
 @click.option("--json", "as_json", is_flag=True, help="What was copied as JSON (the push schema, see docs/CLI.md).")
 def clone(url, directory, as_json):
-    """Copy a store (s3://bucket/prefix or a directory) into a new local store DIR.
+    """Copy a store (s3://bucket/prefix or a directory) into DIR/.objstore, like git clone.
 
-    The same copy as 'objstore push', the other way: every run, then
-    'objstore --store DIR verify' holds the same run heads as the source.
+    The same copy as 'objstore push', the other way: every run. DIR is a
+    directory holding the new store, as git's holds .git: 'cd DIR' and every
+    command finds it ('objstore --store DIR ...' too); its run heads are the
+    source's.
 
     \b
     Arguments:
       URL  the source store: s3://bucket/prefix or a directory
-      DIR  the new store's directory: absent or empty (anything else: exit 5)
+      DIR  the directory to hold the new store (DIR/.objstore): absent or empty (anything else: exit 5)
 
     \b
     Examples:
@@ -108,12 +110,12 @@ def clone(url, directory, as_json):
     """
     from objstore.errors import InvalidInput
     from objstore.lifecycle.transfer import transfer
-    from objstore.storage.store import Store, is_remote
+    from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
     if is_remote(directory):
         raise InvalidInput(f"clone makes a local store: {directory} is not a directory (push to it instead)")
     if os.path.lexists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
         raise InvalidInput(f"clone target {directory} exists and is not an empty directory")
     source = Store.open(url)  # before DIR is made: a missing source leaves nothing behind
-    target = Store.init(directory)
+    target = Store.init(os.path.join(directory, DEFAULT_DIR))
     _report(transfer(source, target), "clone", as_json)

@@ -102,6 +102,17 @@ def remote_cache_dir(url: str) -> str:
 CEILING_ENV = "OBJSTORE_CEILING_DIRECTORIES"
 
 
+def store_dir(path: str) -> str:
+    """The store a local path names: ``path`` itself when it is a store (or none is in it), else the
+    ``.objstore`` in it — a directory holding a store, as ``objstore clone URL DIR`` makes one (git's
+    working directory holding ``.git``). So ``--store DIR`` takes a clone and a store cloned the old
+    way (DIR itself the store) alike."""
+    if os.path.isfile(os.path.join(path, MARKER)):
+        return path
+    inner = os.path.join(path, DEFAULT_DIR)
+    return inner if os.path.isfile(os.path.join(inner, MARKER)) else path
+
+
 def discover(start: str | None = None, ceilings: list[str] | None = None) -> str:
     """The store a command uses when none is named, found like git finds ``.git``: a ``.objstore``
     directory holding an OBJSTORE marker in ``start`` (default: the current directory), else in
@@ -325,7 +336,7 @@ class Store:
 
     @classmethod
     def _open(cls, path: str | None, fsync: str | None, create: bool) -> Store:
-        path = os.path.abspath(path or default_path())
+        path = store_dir(os.path.abspath(path or default_path()))
         if not os.path.isfile(os.path.join(path, MARKER)):
             if create:
                 return cls.init(path, fsync=fsync)
