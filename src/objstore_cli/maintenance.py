@@ -11,11 +11,16 @@ from .params import pass_ctx
 
 @click.command()
 @click.option("--delete-runs-older-than", "older_than", metavar="AGE", default=None,
-              help="Retention: first delete (recorded, signed) every run started more than AGE ago (90d, 12h, 2w, 30m, 45s), then gc.")
-@click.option("--reason", metavar="TEXT", default=None, help="Why the runs are deleted (required with --delete-runs-older-than; recorded).")
+              help="Retention by start: first delete (recorded, signed) every run STARTED more than AGE ago (its run_started "
+                   "record's time), even one written to since; then gc. For a run still in use, see --delete-runs-inactive-for.")
+@click.option("--delete-runs-inactive-for", "inactive_for", metavar="AGE", default=None,
+              help="Retention by last activity: first delete (recorded, signed) every run whose newest entry (newest record or "
+                   "fork on any branch, read now) is more than AGE old; then gc. AGE: 90d, 1.5d, 2.days, '2 hours', 1h30m, 2w, "
+                   "an ISO date, ... (the forms --since takes).")
+@click.option("--reason", metavar="TEXT", default=None, help="Why the runs are deleted (required with either retention option; recorded).")
 @click.option("--key", "key_file", metavar="FILE", envvar="OBJSTORE_KEY", default=None,
               help="The key that signs the retention deletions (env OBJSTORE_KEY; default: the owner key).")
-@click.option("--dry-run", is_flag=True, help="With --delete-runs-older-than: list the runs it would delete; write nothing.")
+@click.option("--dry-run", is_flag=True, help="With a retention option: list the runs it would delete; write nothing.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
               help="How long to wait for another gc or a backup to finish.")
 @click.option("--prune-unreferenced-older-than", "prune", metavar="AGE", default=None,
@@ -23,7 +28,7 @@ from .params import pass_ctx
                    "(recorded as redactions, so verify stays clean), and on object storage the keys no entry names (a lost commit's).")
 @click.option("--json", "as_json", is_flag=True, help="What gc did as JSON.")
 @pass_ctx
-def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
+def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, as_json):
     """Remove the bodies recorded deletions name, and repack sealed segments.
 
     Never automatic. gc seals the active segment, then rewrites every sealed
@@ -39,9 +44,11 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
     Killed at any point, the store stays readable and verifies clean; run gc
     again to finish.
 
-    With --delete-runs-older-than AGE --reason TEXT (retention), gc first
-    writes the deletion of every run started before now - AGE, signed like
-    'objstore delete', then collects.
+    With --delete-runs-older-than AGE --reason TEXT (retention by start), gc
+    first writes the deletion of every run started before now - AGE, signed
+    like 'objstore delete', then collects; --delete-runs-inactive-for AGE
+    instead deletes the runs whose newest entry is older than that (a
+    months-long thread written to today stays).
 
     \b
     Examples:
@@ -49,17 +56,21 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
       objstore gc --json
       objstore gc --prune-unreferenced-older-than 1h
       objstore gc --delete-runs-older-than 90d --reason "retention policy" --dry-run
+      objstore gc --delete-runs-inactive-for 90d --reason "retention policy" --dry-run
     """
     from objstore.errors import InvalidInput
     from objstore.lifecycle import gc as G
 
     log = c.log()
     deleted: list[str] = []
-    if older_than is not None:
-        age = G.parse_age(older_than)
+    if older_than is not None and inactive_for is not None:
+        raise click.UsageError("give one of --delete-runs-older-than (by start) and --delete-runs-inactive-for (by last activity)")
+    option, given = ("--delete-runs-older-than", older_than) if older_than is not None else ("--delete-runs-inactive-for", inactive_for)
+    if given is not None:
+        age = G.parse_age(given)
         if reason is None or not reason.strip():
-            raise InvalidInput("--delete-runs-older-than needs --reason TEXT (it is recorded with each deletion)")
-        old = G.runs_older_than(log, age)
+            raise InvalidInput(f"{option} needs --reason TEXT (it is recorded with each deletion)")
+        old = G.runs_older_than(log, age) if older_than is not None else G.runs_inactive_for(log, age)
         if dry_run:
             if as_json:
                 echo_json({"dry_run": True, "would_delete": old})
@@ -76,7 +87,7 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
             D.delete_runs(log, old, reason=reason, key=key)
             deleted = old
     elif reason is not None or dry_run:
-        raise click.UsageError("--reason and --dry-run go with --delete-runs-older-than")
+        raise click.UsageError("--reason and --dry-run go with --delete-runs-older-than or --delete-runs-inactive-for")
     prune_age = G.parse_age(prune) if prune is not None else None
     res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True),
                prune_unreferenced_older_than=prune_age)
@@ -84,7 +95,7 @@ def gc(c, older_than, reason, key_file, dry_run, timeout, prune, as_json):
         echo_json({**res.to_json(), "deleted_runs": deleted})
         return
     if deleted:
-        click.echo(f"deleted {len(deleted)} run(s) older than {older_than}")
+        click.echo(f"deleted {len(deleted)} run(s) {'older than' if older_than is not None else 'inactive for'} {given}")
     before, after = res.bytes_before, res.bytes_after
     click.echo(f"gc: rewrote {len(res.rewritten)} segment(s), removed {res.removed_records} record(s), {res.removed_blobs} blob(s), "
                f"{res.removed_other} other object(s); {before} -> {after} bytes in the rewritten segments")

@@ -658,15 +658,18 @@ def _vacuum_state(store: Store) -> None:
         fn(store)
 
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+def parse_age(text: str, now: float | None = None) -> float:
+    """Seconds in an AGE (``--delete-runs-older-than``, ``--delete-runs-inactive-for``,
+    ``--prune-unreferenced-older-than``): ``now`` minus the time ``text`` names, read by the one time
+    parser ``--since`` uses (``runs.history.parse_time``: ``90d``, ``1.5d``, ``2.days``, ``'2 hours'``,
+    ``1h30m``, an ISO date, ...). A time in the future is no age (InvalidInput)."""
+    from ..runs.history import parse_time
 
-
-def parse_age(text: str) -> float:
-    """Seconds in an age like ``90d``, ``12h``, ``30m``, ``2w``, ``45s`` (``--delete-runs-older-than``)."""
-    t = text.strip()
-    if len(t) < 2 or t[-1] not in _UNITS or not t[:-1].isdigit() or not t[:-1].isascii():
-        raise InvalidInput(f"age {text!r} is not a whole number followed by s, m, h, d or w (e.g. 90d)")
-    return int(t[:-1]) * _UNITS[t[-1]]
+    now = time.time() if now is None else now
+    age = now - parse_time(text, now)
+    if age < 0:
+        raise InvalidInput(f"age {text!r} names a time in the future")
+    return age
 
 
 def runs_older_than(log: Any, seconds: float, now: float | None = None) -> list[str]:
@@ -680,4 +683,33 @@ def runs_older_than(log: Any, seconds: float, now: float | None = None) -> list[
         t = log.run_started(run).time
         if isinstance(t, (int, float)) and t < cutoff:
             found.append((t, run))
+    return [r for _t, r in sorted(found)]
+
+
+def runs_inactive_for(log: Any, seconds: float, now: float | None = None) -> list[str]:
+    """The runs (not deleted) whose last activity is older than ``seconds``, least recently active
+    first. Last activity is read now, from each run's newest entries: the time of every branch's head
+    (its newest record, or the fork object of a branch with none yet) and of its newest recorded
+    deletion of records. A run with no readable time is never chosen."""
+    import time as _time
+
+    from ..errors import Erased
+
+    cutoff = (_time.time() if now is None else now) - seconds
+    found = []
+    for run in log.runs():
+        try:
+            view = log.view(run)
+        except Erased:
+            continue
+        times = []
+        for oid in [*view.heads.values(), *([view.deletions] if view.deletions else [])]:
+            try:
+                t = log.store.get(oid)[1].get("time")
+            except Erased:  # a head whose body a deletion withholds: the deletion's time counts instead
+                continue
+            if isinstance(t, (int, float)) and not isinstance(t, bool):
+                times.append(t)
+        if times and max(times) < cutoff:
+            found.append((max(times), run))
     return [r for _t, r in sorted(found)]

@@ -3,10 +3,12 @@
 * ``entries`` walks a run's history newest first and lazily, like ``git log``: the first
   entries are read one object at a time (a ``log -n 3`` decodes about three objects, however
   long the run), and only a caller that keeps reading switches to whole-block decoding.
-* ``parse_time`` reads ``--since``/``--until``: ISO dates and times (local unless they carry
+* ``parse_time`` reads ``--since``/``--until`` and, as ``now`` minus it, every AGE of ``gc``
+  (``lifecycle.gc.parse_age``): the one time parser. ISO dates and times (local unless they carry
   an offset), ``@EPOCH``, ``now``, ``today``, ``yesterday``, and spans ago in every form git's
-  approxidate and a duration take (``90s``, ``30m``, ``1h30m``, ``3d``, ``1w``, ``2 hours ago``,
-  ``2.days``, ``1.week.ago``, ``3.months.ago``; months and years are calendar ones, as in git).
+  approxidate and a duration take (``90s``, ``30m``, ``1h30m``, ``3d``, ``1.5d``, ``1w``,
+  ``2 hours``, ``2 hours ago``, ``2.days``, ``1.week.ago``, ``3.months.ago``; months and years are
+  calendar ones, as in git).
 * ``record_line``/``fork_line``/``full_lines`` are the text forms (``--format oneline|full``
   and the default grouped layout); JSON shapes are ``views``'s, never defined here.
 * ``graph`` draws every branch of a run like ``git log --graph --all``: fork points where they
@@ -110,8 +112,9 @@ def entries(log: ChainReader, view: View, branch: int | None = None, *, all_bran
 _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hr": 3600, "hour": 3600,
           "d": 86400, "day": 86400, "w": 604800, "week": 604800}
 _CALENDAR = {"mo": 1, "month": 1, "y": 12, "yr": 12, "year": 12}  # months per unit
-_SPAN = re.compile(r"(?:\d+[a-z]+)+")  # after dots and blanks are dropped: 1h30m, 2days, 1weekago
-_PART = re.compile(r"(\d+)([a-z]+)")
+_SPAN = re.compile(r"(?:\d+(?:\.\d+)?[a-z]+)+")  # after blanks and word dots are dropped: 1h30m, 1.5d, 2days, 1weekago
+_PART = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
+_WORD_GAP = re.compile(r"\s+|(?<![0-9])\.|\.(?![0-9])")  # blanks, and dots not inside a number (2.days, not 1.5d)
 
 _TIME_HELP = ("use an ISO date/time (2026-12-01, 2026-12-01 05:20), @EPOCH, now, today, yesterday, "
               "or a span ago (90s, 30m, 1h30m, 3d, 1w, 2.days.ago, 2 hours ago)")
@@ -142,21 +145,25 @@ def _unit(name: str) -> str | None:
 
 
 def _span_ago(s: str, now: float) -> float | None:
-    """``now`` minus a span (``1h30m``, ``2 days``, ``1.week.ago``), or None if ``s`` is not one."""
-    compact = re.sub(r"[\s.]+", "", s)
+    """``now`` minus a span (``1h30m``, ``2 days``, ``1.week.ago``, ``1.5d``), or None if ``s`` is not one.
+    Fractions are for fixed units only (``1.5d``, ``0.5h``); months and years are whole calendar ones."""
+    compact = _WORD_GAP.sub("", s)
     if compact.endswith("ago"):
         compact = compact[:-3]
     if not compact or not _SPAN.fullmatch(compact):
         return None
-    seconds, months = 0, 0
+    seconds: float = 0
+    months = 0
     for n, name in _PART.findall(compact):
         unit = _unit(name)
         if unit is None:
             return None
         if unit in _CALENDAR:
+            if not n.isdigit():
+                return None  # half a calendar month is no date
             months += int(n) * _CALENDAR[unit]
         else:
-            seconds += int(n) * _UNITS[unit]
+            seconds += (int(n) if n.isdigit() else float(n)) * _UNITS[unit]
     t = now - seconds
     if months:
         d = _dt.datetime.fromtimestamp(t)
