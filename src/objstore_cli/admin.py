@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .output import echo_json
+from .output import echo_json, human_size, progress_bar
 from .params import RUN, pass_ctx
 
 
@@ -261,10 +261,11 @@ def backup(c, dest, as_json):
     from objstore.lifecycle.backup import backup as run_backup
     from objstore.storage.store import Store
 
-    result = run_backup(Store.open(c.store_path()), dest)  # the store alone: no run model to import
+    with progress_bar("backup", as_json, sizes=True) as bar:  # bytes of log copied of the total
+        result = run_backup(Store.open(c.store_path()), dest, progress=bar)  # the store alone: no run model to import
     if as_json:
         echo_json(result.to_json())
         return
     click.echo(result.anchor)
-    click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({result.bytes_copied} bytes of log), "
+    click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({human_size(result.bytes_copied)} of log), "
                f"{result.reused} segment(s) kept, {result.removed} file(s) removed", err=True)

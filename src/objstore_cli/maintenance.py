@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from .output import echo_json
+from .output import echo_json, human_size, progress_bar
 from .params import pass_ctx
 
 
@@ -89,8 +89,9 @@ def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, a
     elif reason is not None or dry_run:
         raise click.UsageError("--reason and --dry-run go with --delete-runs-older-than or --delete-runs-inactive-for")
     prune_age = G.parse_age(prune) if prune is not None else None
-    res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True),
-               prune_unreferenced_older_than=prune_age)
+    with progress_bar("gc", as_json) as bar:  # segments packed so far (how many gc packs is known as it goes)
+        res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True),
+                   prune_unreferenced_older_than=prune_age, step=(lambda n: bar(n, None, "segment(s) packed")) if bar else None)
     if as_json:
         echo_json({**res.to_json(), "deleted_runs": deleted})
         return
@@ -98,7 +99,7 @@ def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, a
         click.echo(f"deleted {len(deleted)} run(s) {'older than' if older_than is not None else 'inactive for'} {given}")
     before, after = res.bytes_before, res.bytes_after
     click.echo(f"gc: rewrote {len(res.rewritten)} segment(s), removed {res.removed_records} record(s), {res.removed_blobs} blob(s), "
-               f"{res.removed_other} other object(s); {before} -> {after} bytes in the rewritten segments")
+               f"{res.removed_other} other object(s); {human_size(before)} -> {human_size(after)} in the rewritten segments")
 
 
 @click.command()

@@ -119,6 +119,43 @@ def paged_console(no_pager: bool):
     page(captured.get().rstrip("\n").split("\n"), no_pager)
 
 
+def human_size(n: int) -> str:
+    """A byte count as people read it: ``512 bytes``, ``1.2 KiB``, ``3.4 MiB`` (--json keeps the integer)."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        size /= 1024
+        if size < 1024 or unit == "PiB":
+            break
+    return f"{size:.1f} {unit}"
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, as_json: bool, sizes: bool = False):
+    """A rich progress bar on stderr while a long command runs (push, clone, backup, gc): yields
+    ``update(done, total, note="")`` (``total`` None: not known yet; ``sizes``: done and total are
+    bytes, shown as human sizes), or None — no bar, not even an escape code — when stderr is not a
+    terminal or under --json. rich loads only for a terminal; the bar is gone when the command ends."""
+    if as_json or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), TextColumn("{task.fields[what]}"), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(label, total=None, what="")
+
+    def update(done: int, total: int | None, note: str = "") -> None:
+        show = human_size if sizes else str
+        what = f"{show(done)}/{show(total)}" if total is not None else show(done)
+        bar.update(task, completed=done, total=total, what=f"{what} {note}".rstrip())
+
+    with bar:
+        yield update
+
+
 def usage_cell(usage, width: int = 16) -> str:
     """A usage dict as one short cell, ``tokens=12`` (the sum of its token counts; else ``k=v ...``,
     not its JSON), cut with '…' past ``width``,

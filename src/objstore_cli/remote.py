@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .output import echo_json
+from .output import echo_json, human_size, progress_bar
 from .params import RUN, pass_ctx
 
 _NOTES = """\b
@@ -31,13 +31,22 @@ def _open_target(url: str):
     return Store.open(url, create=True)
 
 
+def _copy(source, target, runs, verb: str, as_json: bool):
+    """transfer, with a progress bar on a terminal (runs done of the total, bytes written so far)."""
+    from objstore.lifecycle.transfer import transfer
+
+    with progress_bar(verb, as_json) as bar:
+        step = (lambda done, total, size: bar(done, total, f"runs  {human_size(size)}")) if bar else None
+        return transfer(source, target, runs, step=step)
+
+
 def _report(rep, verb: str, as_json: bool) -> None:
     if as_json:
         echo_json(rep.to_json())
     else:
         click.echo(f"{verb}: {rep.source} -> {rep.target}: {len(rep.landed)} run(s) written, {len(rep.already)} already there, "
                    f"{len(rep.conflicts)} conflict(s), {len(rep.erased)} not sendable, {len(rep.deleted)} deleted (not sent); "
-                   f"{rep.entries} entr{'y' if rep.entries == 1 else 'ies'}, {rep.objects} object(s), {rep.bytes} bytes; store refs {rep.store_refs}")
+                   f"{rep.entries} entr{'y' if rep.entries == 1 else 'ies'}, {rep.objects} object(s), {human_size(rep.bytes)}; store refs {rep.store_refs}")
         for run, ref, detail in rep.conflicts:
             click.echo(f"conflict: {'run ' + run if run else 'store'}: {ref}: {detail}")
         for run, detail in rep.erased:
@@ -78,12 +87,11 @@ def push(c, url, runs, as_json):
       objstore push /mnt/mirror/runs --run r20260101-120000000000-0a1b2c3d4e5f
       objstore --store ./runs push s3://runs/team-a --json
     """
-    from objstore.lifecycle.transfer import transfer
     from objstore.storage.store import Store
 
     source = Store.open(c.store_path())
     target = _open_target(url)
-    _report(transfer(source, target, list(runs) or None), "push", as_json)
+    _report(_copy(source, target, list(runs) or None, "push", as_json), "push", as_json)
 
 
 @click.command("clone", epilog=_NOTES)
@@ -109,7 +117,6 @@ def clone(url, directory, as_json):
       objstore clone s3://runs/team-a ./runs --json
     """
     from objstore.errors import InvalidInput
-    from objstore.lifecycle.transfer import transfer
     from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
     if is_remote(directory):
@@ -118,4 +125,4 @@ def clone(url, directory, as_json):
         raise InvalidInput(f"clone target {directory} exists and is not an empty directory")
     source = Store.open(url)  # before DIR is made: a missing source leaves nothing behind
     target = Store.init(os.path.join(directory, DEFAULT_DIR))
-    _report(transfer(source, target), "clone", as_json)
+    _report(_copy(source, target, None, "clone", as_json), "clone", as_json)

@@ -418,7 +418,7 @@ def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) 
 
 
 def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0,
-       prune_unreferenced_older_than: float | None = None) -> GcResult:
+       prune_unreferenced_older_than: float | None = None, step: Callable[[int], None] | None = None) -> GcResult:
     """Find what goes, pack every segment that needs it into ``tmp/gc/`` (the sealed ones, then the
     active one once sealed), then under the writer lock take in what writers committed meanwhile,
     put the packed files in place and commit one rewrite entry (see the module docstring). Nothing
@@ -426,6 +426,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
     store as it was. Safe to run again at any point: it finishes what a killed gc left.
     ``prune_unreferenced_older_than`` (seconds): also remove the committed blobs that nothing names
     (``unreferenced``), and on object storage the keys no entry names, older than that.
+    ``step(segments packed so far)``: called as each segment is packed (a progress bar's).
     A store on object storage is collected by ``_gc_remote``."""
     if prune_unreferenced_older_than is not None and (isinstance(prune_unreferenced_older_than, bool) or prune_unreferenced_older_than < 0):
         raise InvalidInput("--prune-unreferenced-older-than must be an age of 0 or more")
@@ -457,12 +458,16 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
             for seg in _segments_to_rewrite(eng, active_then - 1, every):
                 say(f"packing segment {seg}")
                 packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+                if step is not None:
+                    step(len(packs))
             _check_active(eng)  # damage in the active segment is found before gc seals it
             last = eng.seal_now(timeout=timeout)
             for seg in range(active_then, last + 1):
                 if seg not in packs and (eng._packed(seg) is None or _holds(eng, seg, every)):
                     say(f"packing segment {seg}")
                     packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+                    if step is not None:
+                        step(len(packs))
             before = eng.segment_bytes(packs)
             entry = 0
             if packs:

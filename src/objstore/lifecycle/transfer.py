@@ -116,11 +116,13 @@ def label(store: Store) -> str:
     return store.url or store.root or "(memory)"
 
 
-def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, progress: Progress | None = None) -> TransferReport:
+def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, progress: Progress | None = None,
+             step: Callable[[int, int, int], None] | None = None) -> TransferReport:
     """Copy the store-level refs and ``runs`` (default: every run, deleted ones included) from
     ``source`` to ``target`` (see the module docstring). Raises only before anything is written
     (``InvalidInput``: the same store twice; ``RunNotFound``: a named run the source does not have);
-    conflicts and unsendable runs are in the report."""
+    conflicts and unsendable runs are in the report. ``step(runs done, runs in all, bytes written)``:
+    called as the runs go (a progress bar's)."""
     say = progress or (lambda _m: None)
     if source.engine is target.engine or (source.url or os.path.realpath(source.root or "\0")) == (target.url or os.path.realpath(target.root or "\1")):
         raise InvalidInput(f"push source and target are the same store ({label(source)})")
@@ -137,9 +139,13 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
     t = _Transfer(source, target, rep, say)
     if source._version >= LABELS_VERSION:
         target.require_version(LABELS_VERSION)  # labelled records, schemas, cross-run forks: format 5
+    if step is not None:
+        step(0, len(wanted), 0)
     t.store_level()
-    for r in wanted:
+    for i, r in enumerate(wanted, 1):
         t.run(r)
+        if step is not None:
+            step(i, len(wanted), rep.bytes)
     if t.deletion_moved:
         if target.url is not None or (isinstance(target.engine, LogEngine) and target.root is not None):
             from .gc import gc
