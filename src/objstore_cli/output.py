@@ -19,21 +19,22 @@ from objstore.errors import EXIT_CODES
 
 
 def _exit_codes_help(width: int = 76) -> str:
-    """The exit-code epilog of ``objstore --help``, from the one table (``objstore.errors.EXIT_CODES``),
-    wrapped so that a code never ends a line apart from its meaning; ``\\b`` keeps click from
-    re-flowing the lines."""
-    atoms: list[str] = ["Exit", "codes:"]
+    """The exit-code epilog of ``objstore --help``, from the one table (``objstore.errors.EXIT_CODES``):
+    a code and its meaning stay on one line where they fit (else they start a line and wrap); ``\\b``
+    keeps click from re-flowing the lines."""
+    lines = ["Exit codes:"]
     for i, (code, what) in enumerate(EXIT_CODES):
-        first, _, rest = what.partition(" ")
-        atoms.append(f"{code} {first}")
-        atoms.extend(rest.split())
-        atoms[-1] += "." if i == len(EXIT_CODES) - 1 else ";"
-    lines = [atoms[0]]
-    for atom in atoms[1:]:
-        if len(lines[-1]) + 1 + len(atom) > width:
-            lines.append(atom)
-        else:
-            lines[-1] += " " + atom
+        item = f"{code} {what}{'.' if i == len(EXIT_CODES) - 1 else ';'}"
+        if len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+            continue
+        lines.append("")
+        first, *rest = item.split(" ")
+        for atom in [f"{first} {rest[0]}", *rest[1:]]:  # a long one wraps, its code kept with its first word
+            if lines[-1] and len(lines[-1]) + 1 + len(atom) > width:
+                lines.append(atom)
+            else:
+                lines[-1] = f"{lines[-1]} {atom}".lstrip()
     return "\b\n" + "\n".join(lines) + '\nUnder --json an error is one JSON object on stderr: {"error", "message", "exit"}.'
 
 
