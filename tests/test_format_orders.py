@@ -257,6 +257,8 @@ def check_orders(root: str, index_1: bytes) -> dict:
     objs, chain = index_rows(index_1)
     assert chain == expected_chain_rows(entries, 1)
     assert max(r[1] for r in chain) > 255 and any(0 < r[1] < 256 for r in chain)
+    l1 = next(r[1] for e in entries for r in e["recs"] if r[5] == "run_started" and len(r) > 8)
+    assert any(r[0] == chain_key(l1, 12) for r in chain)  # branch 12: its key hashes the two bytes "12"
     assert chain != sorted(chain, key=lambda r: (r[0], struct.pack("<Q", r[1]), r[2])), "a byte sort would give the same rows"
     assert [o[0] for o in objs] == sorted(o[0] for o in objs)
     types = {o[0]: o[1] for e in entries if e["seg"] == 1 for o in e["objs"]}
