@@ -1,0 +1,103 @@
+"""What verify calls forged is not served by readers either (issue 13, item 5).
+
+Where the entry's own index rows decide it — a labelled run's labels give its id, generation g ≥ 1 of a
+label set only beside deleted generations 0 … g−1 — it is a rule of applying the entry
+(``storage.labels.birth_problem``, called from ``Tables.plan``): a writer refuses it (``Refused``, nothing
+written); an entry written past it (the rule patched out of the forger's process) makes every reader stop
+before it (exit 6, one line naming the entry) and verify names it.
+
+Where only a body decides it — a record of an ``x.`` kind against the schema its payload names, a schema
+object's fields — the read of that record refuses it (``MalformedObject``-style ``IntegrityError``, exit 6 at the
+CLI, one line naming it), and listings that show it (``log``, ``episode``) say so by failing the same way.
+
+A copy whose fork object names a record that is not the source's record at that place is refused where the
+copy's lineage crosses into the source (one look-up in the source's chain index)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import objstore
+from objstore.errors import Refused
+from objstore.lifecycle.delete import delete_run
+from objstore.runs import labels as L
+from objstore.storage import engine as E
+from tests.helpers import run_cli
+
+SB = {"subject": "default", "workflow_version": "1", "meta": None}
+
+
+def _started(run, labels=None, parent=None):
+    p = {"run": run, "branch": 0, "lsn": 0, "parent": parent, "kind": "run_started", "time": 1.0, "body": SB}
+    if labels is not None:
+        p["labels"] = labels
+    return p
+
+
+def _seg_bytes(root):
+    d = os.path.join(root, "log")
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)) if f.endswith(".seg")}
+
+
+BIRTH_CASES = {
+    "labels that do not give the run id": lambda: (L.run_id({"thread_id": "Q"}), {"thread_id": "other"}),
+    "an l- run without labels": lambda: (L.run_id({"thread_id": "Q"}), None),
+    "a plain run with labels": lambda: ("plain", {"thread_id": "S"}),
+    "generation 1 while generation 0 is live": lambda: (L.run_id({"thread_id": "S"}, 1), {"thread_id": "S"}),
+}
+
+
+def _forge_birth(log, case):
+    run, labels = BIRTH_CASES[case]()
+    st = log.store
+    with st.batch():
+        oid = st.put("record", _started(run, labels))
+        st.set_ref(f"run/{run}/branch/0", None, oid, "forged")
+        st.set_ref(f"run/{run}/live", None, f"ref: run/{run}/branch/0", "forged")
+    return run, oid
+
+
+def _base(root):
+    log = objstore.open_store(root)
+    src = log.start_run(labels={"thread_id": "S"})
+    log.record_attempt(src, 0, 0, "succeeded")
+    return log, src
+
+
+@pytest.mark.parametrize("case", list(BIRTH_CASES))
+def test_a_run_whose_labels_break_the_rule_is_refused_by_the_writer(tmp_path, case):
+    root = str(tmp_path / "s")
+    log, _src = _base(root)
+    before = _seg_bytes(root)
+    with pytest.raises(Refused) as err:
+        _forge_birth(log, case)
+    assert "run_started record" in str(err.value), err.value
+    assert _seg_bytes(root) == before, "a refused entry wrote nothing"
+    assert objstore.verify(objstore.open_store(root)) == []
+
+
+@pytest.mark.parametrize("case", list(BIRTH_CASES))
+def test_a_forged_run_birth_stops_every_reader_and_verify_names_it(tmp_path, monkeypatch, case):
+    root = str(tmp_path / "s")
+    log, src = _base(root)
+    with monkeypatch.context() as m:  # the forger: its process has the rule patched out
+        m.setattr(E.Tables, "_birth_rule", lambda *a: None, raising=False)
+        run, oid = _forge_birth(objstore.open_store(root), case)
+    # a fresh reader process: it stops before the entry, one line naming it, exit 6
+    for args in (("log", src), ("episode", src, "--json"), ("runs",)):
+        _, out, err = run_cli(*args, store=root, exit_code=6)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "run_started record " + oid.hex() in lines[0], (args, err)
+    _, out, _ = run_cli("verify", store=root, exit_code=1)
+    assert any(line.startswith("corrupt-entry ") and oid.hex() in line for line in out.splitlines()), out
+
+
+def test_a_labelled_run_of_a_later_generation_is_created_once_the_earlier_is_deleted(tmp_path):
+    root = str(tmp_path / "s")
+    log, src = _base(root)
+    delete_run(log, src, reason="done")
+    again = log.start_run(labels={"thread_id": "S"})
+    assert again == L.run_id({"thread_id": "S"}, 1)
+    assert objstore.verify(objstore.open_store(root)) == []
