@@ -101,3 +101,53 @@ def test_a_labelled_run_of_a_later_generation_is_created_once_the_earlier_is_del
     again = log.start_run(labels={"thread_id": "S"})
     assert again == L.run_id({"thread_id": "S"}, 1)
     assert objstore.verify(objstore.open_store(root)) == []
+
+
+# -- decided by a body: the read of the record refuses it ----------------------------------------------------------
+
+XF = [["a", "str", True, False]]
+
+
+def _x_payload(run, lsn, parent, schema, body):
+    return {"run": run, "branch": 0, "lsn": lsn, "parent": parent, "kind": "x.t.k", "time": 1.0, "body": body, "schema": schema}
+
+
+def _forge_x(root, case):
+    """A run r with one x.t.k record written below the API (the writer's body check is in RunLog.append,
+    which a forger skips); returns (run, the id every reader must name)."""
+    log = objstore.open_store(root)
+    run = log.start_run("r")
+    log.record_attempt(run, 0, 0, "succeeded")
+    sid = log.register_kind("x.t.k", XF)
+    st = log.store
+    head = log.view(run).heads[0]
+    with st.batch():
+        if case == "a body that breaks its schema":
+            oid = st.put("record", _x_payload(run, 2, head, sid, {"a": 5}))
+            named = oid
+        elif case == "a schema object with invalid fields":
+            bad = st.put("schema", {"kind": "x.t.k", "fields": [["a", "date", True, False], ["a", "str", True, False]],
+                                    "previous": None, "time": 1.0})
+            oid = st.put("record", _x_payload(run, 2, head, bad, {"a": "v"}))
+            named = oid
+        st.set_ref(f"run/{run}/branch/0", head, oid, "forged")
+    return run, named, bad if case == "a schema object with invalid fields" else None
+
+
+X_CASES = ["a body that breaks its schema", "a schema object with invalid fields"]
+
+
+@pytest.mark.parametrize("case", X_CASES)
+def test_a_record_its_schema_does_not_allow_is_refused_by_every_read(tmp_path, case):
+    root = str(tmp_path / "s")
+    run, oid, schema = _forge_x(root, case)
+    _, out, _ = run_cli("verify", store=root, exit_code=1)
+    assert any(line.startswith(f"malformed-object {oid.hex()}") for line in out.splitlines()), out
+    for args in (("log", run), ("log", run, "--json"), ("show", oid.hex()), ("episode", run, "--json"),
+                 ("episode", run, "--source", "refold", "--json")):
+        _, _out, err = run_cli(*args, store=root, exit_code=6)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and f"object {oid.hex()} is malformed: x.t.k " in lines[0], (args, err)
+    if schema is not None:
+        _, _out, err = run_cli("show", schema.hex(), store=root, exit_code=6)
+        assert err.strip().count("\n") == 0 and f"object {schema.hex()} is malformed: its schema {schema.hex()} is malformed (" in err, err

@@ -38,10 +38,11 @@ from typing import Any, NamedTuple, cast
 
 import blake3
 
-from ..errors import Deleted, Erased, InvalidInput
+from ..errors import Deleted, Erased, InvalidInput, MalformedObject, ObjectNotFound
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
+from . import kinds as K
 from . import labels as L
 from . import records as R
 from .fold import fold
@@ -71,6 +72,7 @@ class ChainReader:
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
         self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
         self._copies: dict[str, bool] = {}  # run -> whether it is a copy of another run (never changes)
+        self._xschemas: dict[bytes, tuple[str, list] | str] = {}  # schema id -> K.schema_fields (objects never change)
 
     # -- labels (runs.labels) ------------------------------------------------------
     def find_run(self, /, **labels: str) -> str | None:
@@ -84,12 +86,17 @@ class ChainReader:
 
     def find_records(self, run: str, /, **labels: str) -> list[R.Record]:
         """Every record of ``run`` (any branch) carrying all these labels, newest commit first."""
-        return [R.Record.from_payload(oid, p) for oid, p in L.find_records(self.store, run, labels)]
+        return [self.served_record(oid, p) for oid, p in L.find_records(self.store, run, labels)]
 
     def find_record(self, run: str, /, **labels: str) -> R.Record | None:
         """The newest record of ``run`` carrying all these labels, or None."""
         got = L.find_records(self.store, run, labels)
-        return R.Record.from_payload(*got[0]) if got else None
+        return self.served_record(*got[0]) if got else None
+
+    def served_record(self, oid: bytes, p: dict) -> R.Record:
+        if p["kind"].startswith("x."):
+            self.check_ext(oid, p)
+        return R.Record.from_payload(oid, p)
 
     def record_labels(self, oid: bytes) -> dict[str, str]:
         """A record's labels ({} if it has none)."""
@@ -108,7 +115,38 @@ class ChainReader:
         otype, value = self.store.get(oid)
         if otype != codec.RECORD:
             raise InvalidInput(f"object {oid.hex()} is a {otype}, not a record")
+        if value["kind"].startswith("x."):
+            self.check_ext(oid, value)
         return R.Record.from_payload(oid, value)
+
+    def check_ext(self, oid: bytes, p: dict) -> None:
+        """Refuse (``MalformedObject``, exit 6) a record of an ``x.`` kind that its schema does not allow
+        (``kinds.ext_record_problem``, the rule verify names ``malformed-object``): readers never serve
+        what verify calls forged. Schemas are read once per reader."""
+        bad = K.ext_record_problem(p["kind"], p["body"], p.get("schema"), self.schema_fields)
+        if bad is not None:
+            raise MalformedObject(oid.hex(), bad)
+
+    def check_object(self, oid: bytes, otype: str, value: Any) -> None:
+        """Refuse (``MalformedObject``) an object ``show`` would print that verify calls forged: a
+        record of an ``x.`` kind its schema does not allow, a schema object that is none."""
+        if otype == codec.RECORD and isinstance(value, dict) and str(value.get("kind")).startswith("x."):
+            self.check_ext(oid, value)
+        elif otype == codec.SCHEMA:
+            got = self.schema_fields(oid)
+            if isinstance(got, str):
+                raise MalformedObject(oid.hex(), got)
+
+    def schema_fields(self, sid: bytes) -> tuple[str, list] | str:
+        """(kind, fields) of schema object ``sid``, or why it is none (``kinds.schema_fields``)."""
+        got = self._xschemas.get(sid)
+        if got is None:
+            try:
+                otype, value = self.store.get(sid)
+            except ObjectNotFound:
+                otype, value = None, None
+            got = self._xschemas[sid] = K.schema_fields(sid, otype, value)
+        return got
 
     def fork_object(self, view: View, branch: int) -> dict | None:
         """The fork object at the root of ``branch`` (None for branch 0), with its id: the parent
@@ -165,6 +203,8 @@ class ChainReader:
                 branch = p["branch"]
             elif p["branch"] != branch:
                 raise InvalidInput(f"chain of branch {branch} reaches record {oid.hex()} of branch {p['branch']}")
+            if p["kind"].startswith("x."):
+                self.check_ext(oid, p)
             parent = p["parent"]
             yield _new_record(Record, (oid, p["run"], branch, p["lsn"], parent, p["kind"], p.get("time"), p["body"]))
             oid = parent
@@ -234,6 +274,8 @@ class ChainReader:
                     expect = lsn + 1
                     continue
                 otype, p = get(oid)
+                if p["kind"].startswith("x."):
+                    self.check_ext(oid, p)
                 yield _new_record(Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
                 expect = lsn + 1
             if expect > last:
