@@ -151,3 +151,36 @@ def test_a_record_its_schema_does_not_allow_is_refused_by_every_read(tmp_path, c
     if schema is not None:
         _, _out, err = run_cli("show", schema.hex(), store=root, exit_code=6)
         assert err.strip().count("\n") == 0 and f"object {schema.hex()} is malformed: its schema {schema.hex()} is malformed (" in err, err
+
+
+# -- a copy whose fork object names a record that is not at the place it says --------------------------------------
+
+def _forge_copy(root, case):
+    log = objstore.open_store(root)
+    src = log.start_run("src")
+    recs = [log.record_attempt(src, i, 0, "succeeded") for i in range(3)]
+    other = log.start_run("other")
+    theirs = [log.record_attempt(other, 7, i, "failed") for i in range(2)]
+    st = log.store
+    parent = {"another run's record": theirs[0].id, "its source's record at another LSN": recs[2].id}[case]
+    with st.batch():
+        fid = st.put("fork", {"run": "cp", "branch": 0, "parent_branch": 0, "parent_lsn": 1, "parent_record": parent,
+                              "parent_head": recs[-1].id, "reason": "forged", "compensation": [], "time": 1.0, "parent_run": src})
+        oid = st.put("record", _started("cp", parent=fid))
+        st.set_ref("run/cp/branch/0", None, oid, "forged")
+        st.set_ref("run/cp/live", None, "ref: run/cp/branch/0", "forged")
+    return fid
+
+
+@pytest.mark.parametrize("case", ["another run's record", "its source's record at another LSN"])
+def test_a_copy_whose_fork_names_a_record_elsewhere_is_refused_by_its_readers(tmp_path, case):
+    root = str(tmp_path / "s")
+    fid = _forge_copy(root, case)
+    _, out, _ = run_cli("verify", store=root, exit_code=1)
+    assert any(line.startswith(f"bad-fork {fid.hex()}") and "copy says run src branch 0 LSN 1" in line for line in out.splitlines()), out
+    for args in (("log", "cp"), ("log", "cp", "--json"), ("episode", "cp", "--json"), ("episode", "cp", "--source", "refold", "--json"),
+                 ("episode", "cp")):
+        _, _out, err = run_cli(*args, store=root, exit_code=6)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and f"object {fid.hex()} is malformed: copy says run src branch 0 LSN 1, but its parent record is " in lines[0], (args, err)
+    run_cli("log", "src", store=root, exit_code=0)  # the source itself reads as ever

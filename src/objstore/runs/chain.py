@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, cast
 
 import blake3
 
-from ..errors import Deleted, Erased, InvalidInput, MalformedObject, ObjectNotFound
+from ..errors import Deleted, Erased, InvalidInput, MalformedObject, ObjectNotFound, ObjstoreError
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
@@ -127,6 +127,33 @@ class ChainReader:
         if bad is not None:
             raise MalformedObject(oid.hex(), bad)
 
+    def check_fork_place(self, fk: dict) -> None:
+        """Refuse (``MalformedObject``, exit 6) a fork object whose ``parent_record`` is not the record
+        at the place it names (``records.fork_place_problem``, verify's ``bad-fork``): a reader never
+        walks on into another run's or branch's history. One chain-index look-up per fork crossed; a
+        record of an open batch (not indexed yet) is placed by its own payload instead."""
+        src = fk.get("parent_run")
+        run = src if isinstance(src, str) else fk.get("run")
+        pb, pl, want = fk["parent_branch"], fk["parent_lsn"], fk["parent_record"]
+        if not isinstance(run, str):
+            return  # not a fork object the walk can follow: its own checks name it
+        at = self.store.indexed_record(run, pb, pl)
+        if at is None:  # not indexed: the open batch's, or nowhere; the record says where it is
+            hit = self.store.erased_records.get(want)
+            if hit is not None:
+                place = hit[1:4]
+            else:
+                try:
+                    p = self.store.get_decoded(want)[1]
+                except ObjstoreError:
+                    return  # unreadable (a body gc removed, a missing object): the walk names it as ever
+                place = (p.get("run"), p.get("branch"), p.get("lsn")) if isinstance(p, dict) else None
+            if place == (run, pb, pl):
+                at = want
+        bad = R.fork_place_problem(fk, at, bytes.hex)
+        if bad is not None:
+            raise MalformedObject(fk["id"].hex(), bad)
+
     def check_object(self, oid: bytes, otype: str, value: Any) -> None:
         """Refuse (``MalformedObject``) an object ``show`` would print that verify calls forged: a
         record of an ``x.`` kind its schema does not allow, a schema object that is none."""
@@ -156,7 +183,9 @@ class ChainReader:
         if head not in self.store.erased_records:
             otype, p = get(head)
             if otype == codec.FORK:
-                return dict(p, id=head)
+                fk = dict(p, id=head)
+                self.check_fork_place(fk)
+                return fk
         first = self.store.indexed_record(view.run, branch, 0)
         if first is None or not self._is_ancestor(view.run, branch, 0, head):
             return self.chain(head)[1]  # not indexed (an open batch): walk
@@ -165,7 +194,11 @@ class ChainReader:
         if parent is None:
             return None
         otype, p = get(parent)
-        return dict(p, id=parent) if otype == codec.FORK else None
+        if otype != codec.FORK:
+            return None
+        fk = dict(p, id=parent)
+        self.check_fork_place(fk)
+        return fk
 
     def walk(self, head: bytes, stop_at: bytes | None = None,
              get: Callable[[bytes], tuple[str, Any]] | None = None) -> Iterator[R.Record | dict]:
@@ -195,7 +228,9 @@ class ChainReader:
                     # a copy's root: its caller may walk on into the source, whose partial deletions must
                     # then be known (its covered records read header-only, as in every other reader)
                     self.store.covered_records(src)
-                yield dict(p, id=oid)
+                fk = dict(p, id=oid)
+                self.check_fork_place(fk)
+                yield fk
                 return
             if otype != codec.RECORD:
                 raise InvalidInput(f"chain reaches {otype} object {oid.hex()}")

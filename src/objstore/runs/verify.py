@@ -1306,8 +1306,9 @@ class _Verifier:
                 continue
             # LSN -> id from the log's chain index (its files are compared with the entries above)
             at = self.engine.record_at(run, pb, pl) if 0 <= pl <= last[1] else None
-            if at != fk["parent_record"]:
-                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
+            bad = R.fork_place_problem(fk, at, self._describe)
+            if bad is not None:
+                self.add("bad-fork", subject, ref, bad)
                 continue
             if run in self.deleted_runs:
                 continue  # a deleted run's records are withheld (and gc drops their bodies): its chain rows were checked above
@@ -1345,9 +1346,9 @@ class _Verifier:
             return
         last = self.last.get((src, pb))
         at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
-        if at != fk["parent_record"]:
-            what = "a record of a deleted run" if src in self.deleted_runs else self._describe(fk["parent_record"])
-            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {what}")
+        bad = R.fork_place_problem(fk, at, lambda oid: "a record of a deleted run" if src in self.deleted_runs else self._describe(oid))
+        if bad is not None:
+            self.add("bad-fork", subject, ref, bad)
             return
         if src in self.deleted_runs:
             return  # the source was deleted since: its bodies are withheld from reads (gc keeps what the copy reaches)
