@@ -45,7 +45,7 @@ from ..storage.store import Store
 from . import kinds as K
 from . import labels as L
 from . import records as R
-from .fold import fold
+from .fold import apply, empty_state, fold
 
 _new_record = tuple.__new__  # NamedTuple construction without the keyword machinery
 Record = R.Record
@@ -367,6 +367,29 @@ class ChainReader:
         if not any(any(p) for p in parts):
             return None
         return blake3.blake3(b"".join(parts)).digest()
+
+    RUN_FIELDS = ("run", "subject", "workflow_version", "meta")
+
+    def run_fields(self, view: View) -> dict:
+        """``run``, ``subject``, ``workflow_version`` and ``meta`` as the fold of any branch of the run
+        sets them (``fold.apply``: only run_started records at LSN 0 of branch 0 set them), read from
+        the log: the run's run_started and, for a copy, its sources' (oldest first) — one record a run.
+        What the state cache serves of them comes from here, never from its rows (invariant 15)."""
+        views, v, seen = [view], view, {view.run}
+        while self._copied(v):
+            fk = self.fork_object(v, 0)
+            if fk is None:
+                break
+            v = self.parent_view(v, fk)
+            if v.run in seen:
+                break
+            seen.add(v.run)
+            views.append(v)
+        st = empty_state()
+        for v in reversed(views):
+            for rec in self.iter_own(v, 0, upto=0):
+                apply(st, rec)
+        return {k: st[k] for k in self.RUN_FIELDS}
 
     def parent_view(self, view: View, fk: dict) -> View:
         """The view a fork object's parent lives in: the run's own, or a copy's source run."""
