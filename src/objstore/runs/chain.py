@@ -140,6 +140,7 @@ class ChainReader:
         at = self.store.indexed_record(run, pb, pl)
         if at is None:  # not indexed: the open batch's, or nowhere; the record says where it is
             hit = self.store.erased_records.get(want)
+            place: tuple | None
             if hit is not None:
                 place = hit[1:4]
             else:

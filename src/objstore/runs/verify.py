@@ -923,9 +923,9 @@ class _Verifier:
     def _schema_object(self, sid: bytes) -> tuple[str, list] | str:
         """(kind, fields) of a stored schema object, or why it is not one (``kinds.schema_fields``),
         read once per pass."""
-        got = self.schemas.get(sid)
-        if got is not None:
-            return got
+        known = self.schemas.get(sid)
+        if known is not None:
+            return known
         t = self._type(sid)
         value = None
         if t == codec.SCHEMA:
