@@ -92,6 +92,13 @@ def test_a_forged_run_birth_stops_every_reader_and_verify_names_it(tmp_path, mon
         assert len(lines) == 1 and "run_started record " + oid.hex() in lines[0], (args, err)
     _, out, _ = run_cli("verify", store=root, exit_code=1)
     assert any(line.startswith("corrupt-entry ") and oid.hex() in line for line in out.splitlines()), out
+    # and a writer (another fresh process) refuses to append after it, writing nothing
+    before = _seg_bytes(root)
+    blob = tmp_path / "b.txt"
+    blob.write_bytes(b"x")
+    _, _out, err = run_cli("put-blob", str(blob), store=root, exit_code=6)
+    assert err.strip().count("\n") == 0 and "run_started record " + oid.hex() in err, err
+    assert _seg_bytes(root) == before
 
 
 def test_a_labelled_run_of_a_later_generation_is_created_once_the_earlier_is_deleted(tmp_path):
