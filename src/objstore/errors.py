@@ -136,6 +136,14 @@ class UnknownObjectType(IntegrityError):
     msg = "integrity error: object {} ({}): unknown object type {!r}"
 
 
+class MalformedObject(IntegrityError):
+    """A stored object reads (its hash holds) but breaks its schema: a record of an ``x.`` kind its
+    schema does not allow, a schema object that is no schema. Only a forger writes one; every read
+    of it refuses it, as verify names it (``malformed-object``)."""
+
+    msg = "integrity error: object {} is malformed: {}; run 'objstore verify'"
+
+
 class CorruptPack(IntegrityError):
     msg = "integrity error: pack {}: {}"
 

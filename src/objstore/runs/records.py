@@ -439,6 +439,19 @@ def object_refs(otype: str, value: dict) -> list[tuple[str, bytes]]:
     return out
 
 
+def fork_place_problem(fk: dict, at: bytes | None, describe: Callable[[bytes], str]) -> str | None:
+    """What is wrong with where a fork object says its branch (or, with ``parent_run``, its copy)
+    parts from its parent, or None: ``at`` is the id the parent's chain index holds at
+    (parent run, ``parent_branch``, ``parent_lsn``), which must be its ``parent_record`` — the fork
+    point is data (invariant 3), and a fork naming a record elsewhere would give a reader another
+    run's or branch's history. The one rule: readers refuse such a fork, verify names it (``bad-fork``)."""
+    if at == fk["parent_record"]:
+        return None
+    pb, pl, src = fk["parent_branch"], fk["parent_lsn"], fk.get("parent_run")
+    said = f"copy says run {src} branch {pb} LSN {pl}" if isinstance(src, str) and src != fk.get("run") else f"fork says parent branch {pb} LSN {pl}"
+    return f"{said}, but its parent record is {describe(fk['parent_record'])}"
+
+
 def compensation_for(facts: Sequence[tuple], forks: dict, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:
     """The compensation flags of rewinding ``branch`` to ``after_lsn``: one per intent committed by
     the branch's own records in (after_lsn, upto_lsn] whose declared effect is not idempotent.

@@ -543,7 +543,7 @@ class _Verifier:
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
-        self.schemas: dict[bytes, list] = {}  # schema object id -> fields, for x. records (runs.kinds)
+        self.schemas: dict[bytes, tuple[str, list]] = {}  # schema object id -> (kind, fields), for x. records (runs.kinds)
         self.labelled: dict[str, tuple] = {}  # labelled run -> (labels, run_started id hex, where)
         self.erased: dict[bytes, bytes] = {}  # record id -> the deletion covering it (header-only in the fold)
         self.deleted_runs: set[str] = set()  # runs whose run/<R>/deleted is set at the snapshot
@@ -909,40 +909,34 @@ class _Verifier:
         schema of its kind, and its body fits it; its ref fields are followed like blob refs."""
         sid = body.get(_SCHEMA, schema)  # the slim row carries it in the body; a full payload beside it
         body = {k: v for k, v in body.items() if k != _SCHEMA}
-        fields = self.schemas.get(sid) if type(sid) is bytes else None
-        if fields is None and type(sid) is bytes:
-            got = self._schema_object(sid)
-            if isinstance(got, str):
-                self.add("malformed-object", oid.hex(), where, f"{kind} record: {got}")
-                return
-            if got[0] != kind:
-                self.add("malformed-object", oid.hex(), where, f"{kind} record names schema {sid.hex()}, which declares {got[0]}")
-                return
-            fields = self.schemas[sid] = got[1]
-        if fields is None:
-            self.add("malformed-object", oid.hex(), where, f"{kind} record names no schema")
-            return
-        bad = K.body_problem(fields, body)
+        bad = K.ext_record_problem(kind, body, sid, self._schema_object)
         if bad is not None:
-            self.add("malformed-object", oid.hex(), where, f"{kind} body does not fit its schema {_show(sid)}: {bad}")
+            self.add("malformed-object", oid.hex(), where, bad)
+        got = self._schema_object(sid) if type(sid) is bytes else None
+        if not isinstance(got, tuple) or got[0] != kind:
+            return
+        fields = got[1]
         for field, ref in K.ref_ids(fields, body):
             if ref not in self.known_blobs:
                 self.later_refs.append((codec.RECORD, oid, field, ref))
 
     def _schema_object(self, sid: bytes) -> tuple[str, list] | str:
-        """(kind, fields) of a stored schema object, or why it is not one."""
+        """(kind, fields) of a stored schema object, or why it is not one (``kinds.schema_fields``),
+        read once per pass."""
+        known = self.schemas.get(sid)
+        if known is not None:
+            return known
         t = self._type(sid)
-        if t is None:
-            return f"its schema {sid.hex()} is not stored"
-        if t != codec.SCHEMA:
-            return f"its schema {sid.hex()} is a {t}, not a schema"
-        try:
-            got, value = codec.decode(self.engine.read(sid), sid, False)
-        except ObjstoreError as e:
-            return f"its schema {sid.hex()} does not read: {e}"
-        if got != codec.SCHEMA or not isinstance(value, dict) or K.schema_object_problem(value) is not None:
-            return f"its schema {sid.hex()} is malformed"
-        return value["kind"], value["fields"]
+        value = None
+        if t == codec.SCHEMA:
+            try:
+                t, value = codec.decode(self.engine.read(sid), sid, False)
+            except ObjstoreError as e:
+                return f"its schema {sid.hex()} does not read: {e}"
+        got = K.schema_fields(sid, t, value)
+        if isinstance(got, tuple):  # only a schema is remembered: an id not stored yet may be by a later entry
+            self.schemas[sid] = got
+        return got
 
     def _record(self, oid: bytes, p: dict, where: str) -> None:
         run, branch, lsn, parent = p["run"], p["branch"], p["lsn"], p["parent"]
@@ -1312,8 +1306,9 @@ class _Verifier:
                 continue
             # LSN -> id from the log's chain index (its files are compared with the entries above)
             at = self.engine.record_at(run, pb, pl) if 0 <= pl <= last[1] else None
-            if at != fk["parent_record"]:
-                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
+            bad = R.fork_place_problem(fk, at, self._describe)
+            if bad is not None:
+                self.add("bad-fork", subject, ref, bad)
                 continue
             if run in self.deleted_runs:
                 continue  # a deleted run's records are withheld (and gc drops their bodies): its chain rows were checked above
@@ -1351,9 +1346,9 @@ class _Verifier:
             return
         last = self.last.get((src, pb))
         at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
-        if at != fk["parent_record"]:
-            what = "a record of a deleted run" if src in self.deleted_runs else self._describe(fk["parent_record"])
-            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {what}")
+        bad = R.fork_place_problem(fk, at, lambda oid: "a record of a deleted run" if src in self.deleted_runs else self._describe(oid))
+        if bad is not None:
+            self.add("bad-fork", subject, ref, bad)
             return
         if src in self.deleted_runs:
             return  # the source was deleted since: its bodies are withheld from reads (gc keeps what the copy reaches)

@@ -773,6 +773,10 @@ class Tables:
                 if new_d is not None:
                     acc += _elt(["R", run, new_d])
             runs[run] = new_d
+        if starts:  # only an entry creating a run pays: its run_started row must give the run id
+            bad = self._birth_rule(starts, chain, facts, refs)
+            if bad is not None:
+                return bad
         got_idx = None
         if idx is not None:
             seg, digest = idx[0], idx[1]
@@ -830,6 +834,23 @@ class Tables:
             declared = f[1] if f is not None and len(f) > 1 else None
             if declared != name[len(runrefs.SCHEMA_PREFIX):]:
                 return f"ref {name} moves only to a schema of its own kind, not one declaring {declared!r}"
+        return None
+
+    def _birth_rule(self, starts: list, chain: list, facts: dict, refs: dict) -> str | None:
+        """The rule of creating a run, judged from the ``run_started`` record's index row (its labels)
+        wherever an entry is applied (``storage.labels.birth_problem``): a labelled run's id is the one
+        its labels give, an ``l-`` id is a labelled run's, and generation g ≥ 1 of a label set is
+        created only once generations 0 … g−1 are deleted runs (in the tables, or by this entry)."""
+        def deleted(run: str) -> bool:
+            name = runrefs.deleted_ref(run)
+            return (refs[name] if name in refs else self.refs.get(name)) is not None
+
+        for run, _n in starts:
+            oid = next(o for r, b, lsn, o in chain if r == run and b == 0 and lsn == 0)
+            f = facts[oid]
+            bad = labels_mod.birth_problem(run, f[7] if len(f) > 7 else None, deleted)
+            if bad is not None:
+                return f"run_started record {oid.hex()} of run {run}: {bad}"
         return None
 
     def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
