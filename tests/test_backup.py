@@ -118,7 +118,7 @@ def test_backup_is_a_store_of_the_snapshot(tmp_path, small_seal):
     rc, out, err = run_cli("backup", dest, "--json", store=src, exit_code=0)
     got = json.loads(out)
     assert got == {"entries": position(token).entry, "anchor": token, "copied": 0, "reused": len(segs(src)), "removed": 0,
-                   "bytes_copied": 0}
+                   "bytes_copied": 0, "recopied": []}
 
 
 def test_empty_store_backs_up(tmp_path):

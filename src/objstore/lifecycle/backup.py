@@ -8,7 +8,11 @@ tail — the position, the active segment and the end offset of its last complet
 bytes ``[0, end)``: what writers append after ``end`` meanwhile is not copied.
 
 Incremental. A sealed segment already in DEST with the same size, the same first 8 bytes (its magic)
-and the same last 32 bytes (the chain checksum of its last entry) is kept: not read, not re-hashed.
+and the same last 32 bytes (the chain checksum of its last entry) is kept, once checked: DEST's file is
+read and its BLAKE3 compared with the file digest the log names (a packed segment), else with the one the
+last backup recorded in ``DEST/backup-digests`` when it wrote and read back that file, else with SRC's
+bytes hashed (``_intact``); a file that differs (bit rot keeps size, magic and last bytes) is copied
+again and named (``recopied``). The same check covers the old bytes of a segment appended to.
 A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
 DEST's last entry is whole and its checksum is SRC's at that offset — only those bytes are read)
 gets only the new bytes, appended in place (a torn append is a torn tail, invisible to readers). A
@@ -89,6 +93,7 @@ CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
 TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
 STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")  # DEST's state cache (runs.state), never copied
+DIGESTS = "backup-digests"  # DEST/backup-digests: each segment file's size and BLAKE3 as the last backup checked it
 MAGIC_LEN = 8
 TAIL_LEN = 32
 
@@ -107,10 +112,11 @@ class BackupResult(NamedTuple):
     reused: int
     removed: int
     bytes_copied: int
+    recopied: list[int] = []  # DEST segments found damaged (not the bytes they must be) and copied again
 
     def to_json(self) -> dict:
         return {"entries": self.entries, "anchor": self.anchor, "copied": self.copied, "reused": self.reused,
-                "removed": self.removed, "bytes_copied": self.bytes_copied}
+                "removed": self.removed, "bytes_copied": self.bytes_copied, "recopied": list(self.recopied)}
 
 
 class _Plan(NamedTuple):
@@ -323,6 +329,10 @@ class _Copier:
         self.total = 0
         self.buf = memoryview(bytearray(CHUNK))  # one buffer for every chunk read (no fresh 4 MiB per read)
         self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
+        self.sums = _read_digests(os.path.join(dest, DIGESTS))  # segment -> (size, BLAKE3) the last backup checked
+        self.new_sums: dict[int, tuple[int, bytes]] = {}  # the same for this backup's DEST, written at the end
+        self.prefix: dict[int, blake3.blake3] = {}  # append: the hash of DEST's checked bytes, continued by the copy
+        self.recopied: list[int] = []
 
     def dpath(self, k: int) -> str:
         return os.path.join(self.dlog, seg_name(k))
@@ -375,11 +385,12 @@ class _Copier:
                 self._drop_state_cache()
             self._copy_checkpoint()
             self._check_open(pos)
+            self._write_digests()
             self._write_witness(pos)
         except OSError as e:
             raise StorageOSError(f"back up to {self.dest}", e.strerror or str(e)) from None
         return BackupResult(self.dest, pos.entry, anchor_token(pos), self.copied, self.reused,
-                            self.removed, self.bytes)
+                            self.removed, self.bytes, self.recopied)
 
     # -- deciding ----------------------------------------------------------------------------------------------
     def _plan(self, tail_seg: int, lengths: dict[int, int]) -> tuple[list[_Plan], list[int]]:
@@ -428,17 +439,59 @@ class _Copier:
                     # again, so a body gc removed never stays in a backup. (Ordinary sealed segments
                     # never change.)
                     if smagic != packed.PK_MAGIC or os.fstat(sfd).st_mtime_ns <= os.fstat(dfd).st_mtime_ns:
-                        return _Plan(k, length, "reuse")
+                        if self._intact(k, sfd, dfd, dsize):
+                            return _Plan(k, length, "reuse")
+                        return _Plan(k, length, "copy")  # damaged: SRC's file in its place (same entries)
             if SEG_HEADER.size <= dsize < length and dmagic == smagic == SEG_MAGIC:
                 got = _last_entry(dfd, dsize, k)
                 if got is not None and os.pread(sfd, TAIL_LEN, dsize - TAIL_LEN) == got[0] and (
                         dsize > SEG_HEADER.size or os.pread(sfd, SEG_HEADER.size, 0) == os.pread(dfd, SEG_HEADER.size, 0)):
-                    return _Plan(k, length, "append", dsize, got[0], got[1])
+                    if self._intact(k, sfd, dfd, dsize):
+                        return _Plan(k, length, "append", dsize, got[0], got[1])
+                    return _Plan(k, length, "copy")  # its checked bytes are not SRC's: copied whole
             if sealed and dsize >= TAIL_LEN and os.pread(dfd, TAIL_LEN, dsize - TAIL_LEN) == os.pread(sfd, TAIL_LEN, length - TAIL_LEN):
                 return _Plan(k, length, "copy")  # the same entries in another layout (gc rewrote one of them)
             if not sealed:
                 return _Plan(k, length, "copy")  # DEST's last segment: nothing after it to keep consistent
         return None
+
+    def _intact(self, k: int, sfd: int, dfd: int, size: int) -> bool:
+        """Whether DEST's segment ``k`` holds exactly SRC's bytes ``[0, size)``: DEST's file is read and
+        hashed (a flipped byte keeps size, magic and last 32 bytes), and the BLAKE3 compared with the
+        digest the log names for a packed file, else the one the last backup recorded when it wrote and
+        read back this file, else SRC's bytes hashed. A DEST segment that differs is named
+        (``recopied``) and copied again; one that matches is recorded for the next backup."""
+        h = self._hash(dfd, size)
+        got = h.digest()
+        ok = (got == self.engine.tables.packs.get(k) and size == os.fstat(sfd).st_size) or self.sums.get(k) == (size, got)
+        if not ok:
+            ok = self._hash(sfd, size).digest() == got
+        if not ok:
+            self.recopied.append(k)
+            return False
+        self.new_sums[k] = (size, got)
+        self.prefix[k] = h
+        return True
+
+    def _hash(self, fd: int, size: int) -> blake3.blake3:
+        h = blake3.blake3()
+        off = 0
+        while off < size:
+            data = _read_into(fd, self.buf, off, size - off)
+            if not data:
+                break
+            h.update(data)
+            off += len(data)
+        return h
+
+    def _write_digests(self) -> None:
+        """DEST/backup-digests: each DEST segment's size and BLAKE3, all checked by this backup, so the next
+        one compares DEST's files with them instead of reading SRC's again. Derived: a missing, stale or
+        damaged one only makes the next backup hash SRC's files too (it never keeps a file that differs)."""
+        if self.new_sums == self.sums:
+            return
+        rows = {str(k): [size, d.hex()] for k, (size, d) in sorted(self.new_sums.items())}
+        self._put_file(os.path.join(self.dest, DIGESTS), json.dumps({"segments": rows}, sort_keys=True).encode(), count=False)
 
     # -- writing ----------------------------------------------------------------------------------------------
     def _clear_tmp(self) -> None:
@@ -470,6 +523,7 @@ class _Copier:
             with _ro(self.engine.seg_path(p.seg)) as sfd:
                 digest = self._stream(sfd, fd, 0, p.length, done, self.engine.seg_path(p.seg))
             self._check_copy(fd, tmp, p.seg, 0, p.length, digest, ZERO, 0)
+            self.new_sums[p.seg] = (p.length, digest)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
@@ -509,11 +563,13 @@ class _Copier:
         fd = os.open(path, os.O_RDWR)
         try:
             try:
+                whole = self.prefix.pop(p.seg)  # DEST's bytes [0, start), checked by _intact
                 with _ro(self.engine.seg_path(p.seg)) as sfd:
                     os.lseek(fd, p.start, os.SEEK_SET)
-                    digest = self._stream(sfd, fd, p.start, p.length, done, self.engine.seg_path(p.seg))
+                    digest = self._stream(sfd, fd, p.start, p.length, done, self.engine.seg_path(p.seg), whole)
                 self.policy.file(fd)
                 self._check_copy(fd, path, p.seg, p.start, p.length, digest, p.prev, p.n)
+                self.new_sums[p.seg] = (p.length, whole.digest())
             except BaseException:
                 try:
                     os.ftruncate(fd, p.start)
@@ -524,7 +580,7 @@ class _Copier:
             os.close(fd)
         self.copied += 1
 
-    def _stream(self, sfd: int, dfd: int, start: int, end: int, done: int, path: str) -> bytes:
+    def _stream(self, sfd: int, dfd: int, start: int, end: int, done: int, path: str, whole: blake3.blake3 | None = None) -> bytes:
         h = blake3.blake3()
         off = start
         while off < end:
@@ -532,6 +588,8 @@ class _Copier:
             if not data:
                 raise IntegrityError("?", path, f"segment ended at offset {off} while being copied")
             h.update(data)
+            if whole is not None:
+                whole.update(data)
             _write_all(dfd, data)
             off += len(data)
             self.bytes += len(data)  # segment bytes only: indexes and the checkpoint are counted as files
@@ -655,7 +713,7 @@ class _Copier:
             e = _entry_ending_at(fd, off, seg)
         return e is not None and e.n == t.pos.entry and e.checksum == t.pos.checksum and root_digest(t.acc) == e.root
 
-    def _put_file(self, path: str, data: bytes) -> None:
+    def _put_file(self, path: str, data: bytes, count: bool = True) -> None:
         """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
         not fsynced, as the engine writes them: one lost to an OS crash is rebuilt from the log (or, for
         the witness, is no witness), and a kill leaves the old file or the new one, whole."""
@@ -669,7 +727,7 @@ class _Copier:
             raise
         os.close(fd)
         os.rename(tmp, path)
-        self.copied += path != os.path.join(self.dlog, "witness")
+        self.copied += count and path != os.path.join(self.dlog, "witness")
 
     def _tmp_name(self, what: str) -> str:
         return os.path.join(self.tmp, f"{TMP_PREFIX}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -785,6 +843,16 @@ def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
         return None
     e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
     return None if isinstance(e, str) else e
+
+
+def _read_digests(path: str) -> dict[int, tuple[int, bytes]]:
+    """DEST/backup-digests as the last backup wrote it; {} if absent or not of its shape (derived)."""
+    try:
+        with open(path, "rb") as f:
+            rows = json.loads(f.read())["segments"]
+        return {int(k): (int(v[0]), bytes.fromhex(v[1])) for k, v in rows.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return {}
 
 
 def _read_into(fd: int, buf: memoryview, off: int, want: int) -> memoryview:
