@@ -50,12 +50,15 @@ held for the copy: a second backup into it, or a writer of it, is ``LockTimeout`
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
 import os
+import platform
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -346,15 +349,24 @@ class _Copier:
             self._clear_tmp()
             if drop:
                 self.replaced = True
-            ckpt = os.path.join(self.dlog, "checkpoint")
-            if self.replaced and os.path.exists(ckpt):
-                os.unlink(ckpt)  # it may point into a segment about to be replaced: a reader (verify) must never find it stale
-                self.removed += 1
+            live = self.dlog
+            swap = self._lands_packed(plans) and _exchange_works(self.tmp)
+            if swap:
+                # A packed segment may lack bodies that a deletion in a later segment justifies: the
+                # new log is put together beside DEST's (kept files hard-linked) and exchanged with it
+                # in one rename, so DEST never holds a packed segment without what justifies it.
+                plans = [p if p.action == "reuse" else _Plan(p.seg, p.length, "copy") for p in plans]
+                self.dlog = self._stage(live, plans, drop)
             else:
-                self._drop_stale_checkpoint()
+                ckpt = os.path.join(self.dlog, "checkpoint")
+                if self.replaced and os.path.exists(ckpt):
+                    os.unlink(ckpt)  # it may point into a segment about to be replaced: a reader (verify) must never find it stale
+                    self.removed += 1
+                else:
+                    self._drop_stale_checkpoint()
+                if drop:
+                    self._remove(drop)
             self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
-            if drop:
-                self._remove(drop)
             done = 0
             pending: list[tuple[_Plan, str]] = []  # whole copies written to DEST/tmp, not yet in place
             try:
@@ -384,6 +396,8 @@ class _Copier:
             if self.replaced:
                 self._drop_state_cache()
             self._copy_checkpoint()
+            if swap:
+                self._swap(live)
             self._check_open(pos)
             self._write_digests()
             self._write_witness(pos)
@@ -498,7 +512,50 @@ class _Copier:
         os.makedirs(self.tmp, exist_ok=True)
         for f in os.listdir(self.tmp):
             if f.startswith(TMP_PREFIX + "."):
-                os.unlink(os.path.join(self.tmp, f))  # a killed backup's (DEST's lock is ours: none is running)
+                path = os.path.join(self.tmp, f)  # a killed backup's (DEST's lock is ours: none is running)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)  # a staged log, or the old one a swap left
+                else:
+                    os.unlink(path)
+
+    def _lands_packed(self, plans: list[_Plan]) -> bool:
+        """Whether this backup puts a packed segment (one gc rewrote, maybe without bodies a later
+        deletion removed) into DEST: it then lands in one swap of DEST's log (``_stage``, ``_swap``)."""
+        for p in plans:
+            if p.action != "reuse":
+                with _ro(self.engine.seg_path(p.seg)) as fd:
+                    if os.pread(fd, MAGIC_LEN, 0) == packed.PK_MAGIC:
+                        return True
+        return False
+
+    def _stage(self, live: str, plans: list[_Plan], drop: list[int]) -> str:
+        """A new log directory in DEST/tmp holding, hard-linked, what DEST keeps of its log: the segments
+        kept as they are, their indexes, and the head witness (``_plan`` checked that SRC holds the
+        entry it names, within the snapshot). Every other segment is copied into it; the rest of DEST's
+        log (segments SRC no longer has, replaced ones, the checkpoint) is left behind."""
+        stage = self._tmp_name("log")
+        os.mkdir(stage)
+        keep = {p.seg for p in plans if p.action == "reuse"}
+        gone = set(drop)
+        for f in sorted(os.listdir(live)):
+            k = int(f[:-4]) if f[-4:] in (".seg", ".idx") and f[:-4].isdigit() else None
+            if f == "witness" or (k is not None and k in keep):
+                os.link(os.path.join(live, f), os.path.join(stage, f))
+            elif f == "checkpoint" or k in gone:
+                self.removed += 1
+        self.policy.dir(stage)
+        return stage
+
+    def _swap(self, live: str) -> None:
+        """The staged log (checked: every copy read back, the segments chaining) takes the place of
+        DEST's in one exchange of the two directories; the old one is then removed."""
+        stage = self.dlog
+        self.policy.dir(stage)
+        _exchange(stage, live)
+        self.policy.dir(self.tmp)
+        self.policy.dir(self.dest)
+        self.dlog = live
+        shutil.rmtree(stage)  # DEST's old log now
 
     def _remove(self, segs: list[int]) -> None:
         """Remove DEST segments, highest first (so DEST is a prefix of the log at every step), after
@@ -843,6 +900,49 @@ def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
         return None
     e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
     return None if isinstance(e, str) else e
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "i686": 353, "armv7l": 382, "ppc64le": 357, "s390x": 347, "riscv64": 276}
+
+
+def _exchange(a: str, b: str) -> None:
+    """Linux ``renameat2(RENAME_EXCHANGE)``: directories ``a`` and ``b`` trade places atomically."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    args = (ctypes.c_int(_AT_FDCWD), os.fsencode(a), ctypes.c_int(_AT_FDCWD), os.fsencode(b), ctypes.c_uint(_RENAME_EXCHANGE))
+    if fn is not None:
+        r = fn(*args)
+    elif platform.machine() in _SYS_RENAMEAT2:
+        r = libc.syscall(ctypes.c_long(_SYS_RENAMEAT2[platform.machine()]), *args)
+    else:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    if r != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _exchange_works(tmp: str) -> bool:
+    """Whether DEST's file system exchanges two directories (Linux 3.15+, most local file systems).
+    Where it does not, packed segments land one by one in increasing order as every other copy does,
+    and a kill between two of them can leave one in DEST before the deletion that justifies it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    a, b = os.path.join(tmp, f"{TMP_PREFIX}.probe-a.{os.getpid()}"), os.path.join(tmp, f"{TMP_PREFIX}.probe-b.{os.getpid()}")
+    try:
+        os.mkdir(a)
+        os.mkdir(b)
+        _exchange(a, b)
+        return True
+    except OSError:
+        return False
+    finally:
+        for d in (a, b):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
 
 
 def _read_digests(path: str) -> dict[int, tuple[int, bytes]]:
