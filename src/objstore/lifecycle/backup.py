@@ -38,7 +38,11 @@ never beside the other version of its segment; DEST's checkpoint goes before a s
 into is replaced, and SRC's is copied only if DEST's log commits to it; the derived files (indexes,
 checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine writes its own.
 Segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST
-a readable store of an older snapshot or the new one, and the next backup finishes. A full disk or
+a readable store of an older snapshot or the new one, and the next backup finishes. A backup that brings
+a packed segment (one gc rewrote, which may lack bodies a deletion in a later segment justifies) builds
+the new log whole in ``DEST/tmp/`` (kept files hard-linked) and exchanges it with ``DEST/log`` in one
+``renameat2(RENAME_EXCHANGE)``, so DEST never holds a packed segment without the entries that explain it
+(``_stage``, ``_swap``; where the file system cannot exchange directories they land in order). A full disk or
 another OS error is ``StorageOSError`` (exit 10) with DEST as it was (the append truncated back, the
 temporary file removed) or holding a longer prefix of the snapshot.
 
