@@ -422,6 +422,9 @@ def kill_loop(tmp_path, pack):
         print(f"{'fresh' if fresh else 'incremental'} backup{' of a packed store' if pack else ''}: {len(kinds)} file operations "
               f"({', '.join(sorted(set(kinds)))}), killed at the {len(points)} that can leave DEST different")
     assert sorted(os.listdir(tmp_path)) == ["dest", "older", "src"], "a killed backup's staging directory was left behind"
+    log = RunLog(Store.open(src))  # the killed backups left SRC as every writer finds it
+    log.record_attempt("r0", 2, 0, "failed")
+    assert verify(log, jobs=1) == []
 
 
 @pytest.fixture
