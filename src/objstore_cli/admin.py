@@ -268,3 +268,5 @@ def backup(c, dest, as_json):
     click.echo(result.anchor)
     click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({result.bytes_copied} bytes of log), "
                f"{result.reused} segment(s) kept, {result.removed} file(s) removed", err=True)
+    for seg in result.recopied:
+        click.echo(f"backup: segment {seg} of DEST was damaged: copied again from the store", err=True)

@@ -689,6 +689,8 @@ class _Verifier:
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
         seen = E.witness_disagreement(wit, count, wit_sum) if wit is not None and isinstance(engine, LogEngine) else None
+        if seen is not None and wit is not None and isinstance(engine, LogEngine) and engine.repair_explains(wit):
+            seen = None  # a repair killed before its new witness: its note records this one
         # a log that stops at damage named above is short of the witness because of that damage
         if seen is not None and isinstance(engine, LogEngine) and (
                 seen[0] != "log-truncated" or (not self.log_broken and broken is None and breach is None)):

@@ -86,6 +86,7 @@ COMP_GONE = 2  # an index row whose object's body gc removed (a recorded deletio
 REMOVED = -1  # a packed segment's object row whose body gc removed: no block
 WITNESS_MAGIC = b"OSW3"
 WITNESS = struct.Struct("<4sQ32s")  # magic, entry number, chain checksum: log/witness
+REPAIRS_REF = "log/repairs"  # the ref naming the newest repair's note (lifecycle.repair writes it)
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -1380,10 +1381,28 @@ class LogEngine(Engine):
         """Compare the log with the witness read at open: shorter is ``log-truncated``; a checksum
         the log does not have at that entry is ``witness-mismatch`` (writers refuse; readers warn)."""
         w = self._wit
-        if w is None or self.witness_problem is not None:
+        if w is None:
             return
-        pos = self.tables.pos
-        self.witness_problem = witness_disagreement(w, pos.entry, pos.checksum if w[0] == pos.entry else None)
+        if self.witness_problem is None:
+            pos = self.tables.pos
+            self.witness_problem = witness_disagreement(w, pos.entry, pos.checksum if w[0] == pos.entry else None)
+        if self.witness_problem is not None and self.repair_explains(w):
+            self.witness_problem = None
+
+    def repair_explains(self, w: tuple[int, bytes]) -> bool:
+        """Whether the newest repair's note (the blob ``log/repairs`` names) records head witness
+        ``w`` as the one it found: a repair killed after its entry and before it wrote the witness
+        leaves that witness behind, which its own recorded cut explains (the store stays writable;
+        the next commit writes a witness of the repaired log). Read only when the witness disagrees."""
+        oid = self.tables.refs.get(REPAIRS_REF)
+        if not isinstance(oid, bytes):
+            return False
+        try:
+            otype, body = codec.decode(self.read(oid))
+            note = msgspec.json.decode(body) if otype == codec.BLOB and isinstance(body, bytes) else None
+        except (ObjstoreError, msgspec.DecodeError, ValueError):
+            return False
+        return isinstance(note, dict) and note.get("witness") == [w[0], w[1].hex()]
 
     def _write_witness(self, entry: int, checksum: bytes) -> None:
         """After the entry's fdatasync, before the commit returns; never synced itself: it may lag
@@ -2212,6 +2231,8 @@ class LogEngine(Engine):
                     seg, off, why = self.damaged
                     raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
                                      "refusing to write (run 'objstore verify')")
+                if self.witness_problem is not None and self._wit is not None and self.repair_explains(self._wit):
+                    self.witness_problem = None  # met while catching up: the witness predates a repair's cut
                 if self.witness_problem is not None:
                     raise CorruptLog(self._wit_path, f"{self.witness_problem[0]}: {self.witness_problem[1]}; refusing to write "
                                      "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")
