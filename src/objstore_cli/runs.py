@@ -18,8 +18,10 @@ from .params import INT64, LABEL, RUN, Int64, complete_branch, pass_ctx
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (docs/CLI.md, 'run').")
 @click.option("--label", "labels", type=LABEL, multiple=True, metavar="NAME=VALUE",
               help="Only runs carrying this label (repeatable: all of them; 'k=v,k2=v2' too; '\\,' '\\=' '\\\\' escape).")
+@click.option("--all-namespaces", is_flag=True,
+              help="Also the runs that are namespaces of another (a LangGraph subgraph's); --label lists them always.")
 @pass_ctx
-def runs(c, as_json, labels):
+def runs(c, as_json, labels, all_namespaces):
     """List runs with their live branch and branch count.
 
     The live branch is the one queries, appends and export use by default (a
@@ -29,11 +31,16 @@ def runs(c, as_json, labels):
     labels, else the one run that has them all; several: exit 5 listing them).
     Write k=v,k2=v2 for several labels, '\\,' '\\=' '\\\\' for a literal ',' '='
     '\\', and 'checkpoint_ns=' for an empty value. A labelled run's line ends
-    with its labels, written that way.
+    with its labels, written that way. A run whose labels are another's but
+    for one value that is empty in the other (a LangGraph subgraph's
+    checkpoint_ns beside the thread's 'checkpoint_ns=') is a namespace of it:
+    a spec matching both names the other, and runs lists it only with
+    --all-namespaces or --label.
 
     \b
     Examples:
       objstore runs
+      objstore runs --all-namespaces
       objstore runs --json
       objstore runs --label thread_id=T
       objstore runs --label thread_id=T --label checkpoint_ns= --json
@@ -51,6 +58,8 @@ def runs(c, as_json, labels):
         rows = _labelled_rows(log, wanted)
     else:
         rows = views.runs(log)
+        if not all_namespaces:
+            rows = _without_namespaces(log, rows, as_json)
     shown = {r["run"]: _label_text(log, r["run"]) for r in rows} if not as_json else {}
     if as_json:
         echo_json(rows)
@@ -83,6 +92,20 @@ def _labelled_rows(log, wanted):
     hit = set(labelspec.matching_runs(log, wanted))
     short = short_ids(ids)
     return [views.run(log.view(r), log.run_started(r), short[r]) for r in ids if r in hit]
+
+
+def _without_namespaces(log, rows, as_json):
+    """Plain ``runs``: a run that is a namespace of another listed run (labelspec.namespace_root)
+    is left out, and a line on stderr says how many and how to see them (not under --json)."""
+    from objstore.runs import labelspec
+    from objstore.runs.labels import is_label_id
+
+    listed = {r["run"] for r in rows}
+    kept = [r for r in rows if not is_label_id(r["run"]) or labelspec.namespace_root(log, log.run_labels(r["run"])) not in listed]
+    hidden = len(rows) - len(kept)
+    if hidden and not as_json:
+        click.echo(f"objstore: {hidden} run{'s' if hidden != 1 else ''} of other namespaces not listed (--all-namespaces lists them)", err=True)
+    return kept
 
 
 def _label_text(log, run):
