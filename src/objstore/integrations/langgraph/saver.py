@@ -21,7 +21,8 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   otherwise (an older checkpoint resumed, ``update_state`` on the past, a second process that lost
   the race) the branch is forked at the parent's record (``fork(at_record=...)``) and the
   checkpoint is the first record of the new branch: a fork object, nothing copied, the old branch
-  byte for byte as it was.
+  byte for byte as it was. With ``on_concurrent="raise"`` such a put raises ``ParentSuperseded``
+  instead (for workers that must be told another continued the thread first).
 - **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and
   ``prune(strategy="delete")`` delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")``
   delete records; after ``objstore gc`` their bytes are gone. ``copy_thread`` is a cross-run fork
@@ -62,7 +63,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR
 
-from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, Refused, RunNotFound
+from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, ParentSuperseded, Refused, RunNotFound
 from ...lifecycle import delete as D
 from ...runs import records as R
 from ...runs.runlog import RunLog
@@ -449,6 +450,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     branch, head = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
                     log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 break
+            except ParentSuperseded:
+                raise  # on_concurrent="raise": the caller is told, never retried into a fork
             except Conflict:
                 if attempt == RETRIES - 1:
                     raise
@@ -500,6 +503,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None]:
         """``_place``, forking when it says so: (branch, head) to append on."""
         branch, head, fork_at = self._place(run, parent_id)
+        if fork_at is not None and self.on_concurrent == "raise":
+            labels = self.log.run_labels(run)
+            raise ParentSuperseded(f"checkpoint {parent_id} of thread {labels.get('thread_id')!r} namespace {labels.get('checkpoint_ns')!r} "
+                                   f"is no longer its branch's newest (another writer continued it); {why} was not stored")
         if fork_at is not None:
             fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} resumes checkpoint {parent_id}, which is not its branch's newest")
             branch, head = fr.branch, fr.fork_id
