@@ -443,6 +443,18 @@ def ingest(c, source, per_run, as_json):
         raise SystemExit(summary["failed"][0]["error"]["exit"])
 
 
+def _note_unrecorded_attempts(log, run):
+    """One line on stderr when a writer labelled a record of ``run`` UNRECORDED_ATTEMPTS (it could
+    not see every failed try: a LangGraph saver without its callback handler). Text output only:
+    under --json stderr carries errors alone. One label lookup of the run."""
+    from objstore.runs.records import UNRECORDED_ATTEMPTS
+
+    k, v = UNRECORDED_ATTEMPTS
+    if log.find_record(run, **{k: v}) is not None:
+        click.echo("objstore: note: this run was written (in part) without recording failed attempts: a failed try that "
+                   'a retry fixed is not shown (LangGraph: config["callbacks"] = [saver.attempt_recorder()]; docs/LANGGRAPH.md)',
+                   err=True)
+
 @click.command()
 @click.argument("run", type=RUN)
 @click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
@@ -453,7 +465,9 @@ def episode(c, run, all_branches, as_json, source):
     """Every attempt of a run (failed ones included) with blob refs, never bodies.
 
     An attempt is one try of one step; its prompt and output are blob ids
-    (fetch a body with 'objstore cat --body ID').
+    (fetch a body with 'objstore cat --body ID'). A run written without
+    recording every failed try (a LangGraph thread without
+    saver.attempt_recorder()) gets a note on stderr saying so.
 
     \b
     Arguments:
@@ -478,6 +492,7 @@ def episode(c, run, all_branches, as_json, source):
     log = c.log()
     ep = run_episode(log, run, all_branches=all_branches, source=source)
     view = log.view(ep.run)
+    _note_unrecorded_attempts(log, ep.run)
     con, Table = console_and_table()  # rich only for a terminal; no escape code under NO_COLOR
     plain = not sys.stdout.isatty()
     con.print(f"run {ep.run} subject {ep.subject} workflow {ep.workflow_version} live branch {ep.live_branch}")

@@ -119,6 +119,14 @@ def strict_serde(serde: SerializerProtocol | None, allowed_types: Iterable[type 
     return serde
 
 
+def _records_attempts(config: RunnableConfig) -> bool:
+    """Whether the graph's config carries this package's AttemptRecorder (a list of handlers, or a
+    callback manager holding them): without it, tries a RetryPolicy retried reach no saver."""
+    cbs = config.get("callbacks")
+    handlers = getattr(cbs, "handlers", cbs) or []
+    return isinstance(handlers, (list, tuple)) and any(isinstance(h, AttemptRecorder) for h in handlers)
+
+
 def _conf(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -145,6 +153,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
         # (run, checkpoint id) -> {task: (writes, task_path)}: attempts waiting for their checkpoint (_await_checkpoint)
         self._early: dict[tuple[str, str], dict[str, tuple[builtins.list[tuple[str, Any]], str]]] = {}
+        self._unrecorded: set[str] = set()  # runs this saver has labelled UNRECORDED_ATTEMPTS (see put)
 
     # -- context manager (like the other savers) --------------------------------------------------
     def __enter__(self) -> ObjstoreSaver:
@@ -441,6 +450,9 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels["run_id"] = md["run_id"]
         log = self.log
         run = self._ensure_run(thread_id, ns)
+        unseen = run not in self._unrecorded and not _records_attempts(config)
+        if unseen:  # once per run and saver: episode says the retried failures are missing (R.UNRECORDED_ATTEMPTS)
+            labels[R.UNRECORDED_ATTEMPTS[0]] = R.UNRECORDED_ATTEMPTS[1]
         for attempt in range(RETRIES):
             try:
                 with log.batch():
@@ -459,6 +471,9 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 if attempt == RETRIES - 1:
                     raise
                 run = self._ensure_run(thread_id, ns, fresh=True)
+        if unseen:
+            with self._lock:
+                self._unrecorded.add(run)
         if self._early:  # rare: a task's writes came before this checkpoint (async durability)
             self._settle(run, checkpoint["id"])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
