@@ -14,7 +14,7 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from objstore import open_store, verify
-from objstore.errors import Conflict, ObjstoreError, ParentSuperseded
+from objstore.errors import Conflict, InvalidInput, ObjstoreError, ParentSuperseded
 from objstore.integrations.langgraph import CHECKPOINT, AsyncObjstoreSaver, ObjstoreSaver
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,7 +66,7 @@ def test_the_default_still_forks_and_time_travel_needs_it(tmp_path):
     assert sorted(log.view(run).heads) == [0]
     ObjstoreSaver(root).put(conf, _cp("B"), {"step": 1}, {"who": 1})  # the default: a fork, as before
     assert sorted(open_store(root).view(run).heads) == [0, 1]
-    with pytest.raises(Exception, match="on_concurrent must be 'fork' or 'raise'"):
+    with pytest.raises(InvalidInput, match="on_concurrent must be .fork. or .raise."):
         ObjstoreSaver(root, on_concurrent="merge")
 
 

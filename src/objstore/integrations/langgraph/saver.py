@@ -29,6 +29,10 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   (``fork_run``): the copy names the head of the source's branch holding its latest checkpoint
   and copies nothing.
 
+- **Reading constructs only allow-listed types** (``strict_serde``): anyone who can commit can
+  write a checkpoint naming any callable as a value's type, so the default serializer is
+  LangGraph's in strict msgpack mode (its safe built-ins plus ``allowed_types``); pickle is never read.
+
 "Latest" and ``list`` order are the log's commit order, newest first, across every branch of the
 namespace's run (checkpoint ids are uuid6, so within one writer that is the id order SqliteSaver
 sorts by). The async methods run the sync ones in a worker thread (``asyncio.to_thread``), so the
@@ -137,7 +141,12 @@ def _ns(config: RunnableConfig) -> str:
 
 class ObjstoreSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on an objstore store: ``ObjstoreSaver("path/to/store")`` (created if
-    absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used."""
+    absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used.
+
+    ``allowed_types``: classes (or ``(module, name)`` pairs) a checkpoint may be read back as, beyond
+    LangGraph's safe built-ins (``strict_serde``). ``on_concurrent``: ``"fork"`` (default) keeps a
+    put whose parent is no longer its branch's newest checkpoint as a fork; ``"raise"`` refuses it
+    with ``ParentSuperseded``."""
 
     def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
                  allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork") -> None:
