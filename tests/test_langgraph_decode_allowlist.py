@@ -154,3 +154,29 @@ def test_the_types_graphs_use_round_trip_and_extra_types_need_the_allow_list(tmp
 
         got = asyncio.run(allowed.aget_tuple(conf)).checkpoint["channel_values"]
     assert got["plan"] == Plan(["a", "b"], "me") and isinstance(got["command"], Command)
+
+
+def test_an_encrypted_serializer_around_the_strict_one_stays_strict(tmp_path):
+    """docs/LANGGRAPH.md's way to encrypt: LangGraph's EncryptedSerializer around ``strict_serde``
+    (a toy cipher: what is checked is what the inner serializer constructs)."""
+    from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+
+    from objstore.integrations.langgraph import strict_serde
+
+    class Xor:
+        def encrypt(self, plaintext):
+            return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+        def decrypt(self, ciphername, ciphertext):
+            assert ciphername == "xor"
+            return bytes(b ^ 0x5A for b in ciphertext)
+
+    root = str(tmp_path / "s")
+    marker = tmp_path / "enc-marker"
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"state": _evil(f"touch {marker}"), "plan": Plan(["a"], "me")}
+    cp["channel_versions"] = {"state": 1, "plan": 1}
+    conf = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    ObjstoreSaver(root, serde=EncryptedSerializer(Xor(), JsonPlusSerializer(allowed_msgpack_modules=True))).put(conf, cp, {"step": 0}, {"state": 1})
+    got = ObjstoreSaver(root, serde=EncryptedSerializer(Xor(), strict_serde(None, [Plan]))).get_tuple(conf).checkpoint["channel_values"]
+    assert not marker.exists() and got["plan"] == Plan(["a"], "me") and got["state"] == f"touch {marker}"
