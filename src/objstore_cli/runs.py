@@ -48,6 +48,7 @@ def runs(c, as_json, labels, all_namespaces):
     from objstore.runs import views
 
     log = c.log()
+    read: dict = {}  # run -> its labels, read once for both uses below
     if labels:
         wanted: dict = {}
         for one in labels:
@@ -59,8 +60,8 @@ def runs(c, as_json, labels, all_namespaces):
     else:
         rows = views.runs(log)
         if not all_namespaces:
-            rows = _without_namespaces(log, rows, as_json)
-    shown = {r["run"]: _label_text(log, r["run"]) for r in rows} if not as_json else {}
+            rows = _without_namespaces(log, rows, as_json, read)
+    shown = {r["run"]: _label_text(log, r["run"], read) for r in rows} if not as_json else {}
     if as_json:
         echo_json(rows)
         return
@@ -94,26 +95,32 @@ def _labelled_rows(log, wanted):
     return [views.run(log.view(r), log.run_started(r), short[r]) for r in ids if r in hit]
 
 
-def _without_namespaces(log, rows, as_json):
+def _without_namespaces(log, rows, as_json, read):
     """Plain ``runs``: a run that is a namespace of another listed run (labelspec.namespace_root)
     is left out, and a line on stderr says how many and how to see them (not under --json)."""
     from objstore.runs import labelspec
     from objstore.runs.labels import is_label_id
 
-    listed = {r["run"] for r in rows}
-    kept = [r for r in rows if not is_label_id(r["run"]) or labelspec.namespace_root(log, log.run_labels(r["run"])) not in listed]
+    live = labelspec.by_first_generation(r["run"] for r in rows)
+    kept = [r for r in rows if not is_label_id(r["run"]) or labelspec.namespace_root(_labels(log, r["run"], read), live) is None]
     hidden = len(rows) - len(kept)
     if hidden and not as_json:
         click.echo(f"objstore: {hidden} run{'s' if hidden != 1 else ''} of other namespaces not listed (--all-namespaces lists them)", err=True)
     return kept
 
 
-def _label_text(log, run):
+def _labels(log, run, read):
+    if run not in read:
+        read[run] = log.run_labels(run)
+    return read[run]
+
+
+def _label_text(log, run, read):
     """A run's labels as a label spec (what a RUN argument takes), '' for an unlabelled run."""
     from objstore.runs import labelspec
     from objstore.runs.labels import is_label_id
 
-    return labelspec.show(log.run_labels(run)) if is_label_id(run) else ""
+    return labelspec.show(_labels(log, run, read)) if is_label_id(run) else ""
 
 
 def _grouped(run, view, first, all_branches, entries):

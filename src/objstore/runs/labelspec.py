@@ -23,6 +23,7 @@ the matches (``runs.labels``), plus the labels of at most ``MAX_CANDIDATES`` can
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousRun, InvalidInput, RunNotFound
@@ -123,16 +124,22 @@ def root_namespace(log: ChainReader, spec: dict[str, str], found: list[str]) -> 
     return empty[0] if len(empty) == 1 else None
 
 
-def namespace_root(log: ChainReader, labels: dict[str, str]) -> str | None:
-    """The live run a run with ``labels`` is a namespace of (the same labels, one non-empty value
-    empty there: ``root_namespace``'s rule read from the other side), or None. One computed id and
-    its refs per non-empty label: ``runs`` lists a run's namespaces under its root only."""
+def namespace_root(labels: dict[str, str], live: Mapping[str, str]) -> str | None:
+    """The run a run with ``labels`` is a namespace of (the same labels, one non-empty value empty
+    there: ``root_namespace``'s rule read from the other side), or None. ``live`` maps the
+    generation-0 id of each live labelled run (``L.run_id``; a later generation's id is that plus
+    ``-<g>``) to the run: the lookup is computed ids, no read (``runs`` does it for every run)."""
     for k, v in labels.items():
         if v != "":
-            top = L.find_run(log.store, {**labels, k: ""})
+            top = live.get(L.run_id({**labels, k: ""}))
             if top is not None:
                 return top
     return None
+
+
+def by_first_generation(runs: Iterable[str]) -> dict[str, str]:
+    """{the generation-0 id of a labelled run: the run} of ``runs`` (for ``namespace_root``)."""
+    return {r[:len(L.PREFIX) + 48]: r for r in runs if L.is_label_id(r)}
 
 
 def resolve_labels(log: ChainReader, spec: str) -> str:
