@@ -160,6 +160,14 @@ class StaleBase(Conflict):
     msg = "the log moved under this batch: {} was {} when read, is {} now (run the batch again)"
 
 
+class ParentSuperseded(Conflict):
+    """A checkpoint put (the LangGraph savers with ``on_concurrent="raise"``) whose parent is no
+    longer the newest checkpoint of its branch: another writer continued the thread first. Nothing
+    of the put landed."""
+
+    msg = "parent superseded: {}"
+
+
 class Refused(ObjstoreError):
     exit_code = 8
     msg = "refused: {}"

@@ -47,6 +47,10 @@ TASK_CLOSED = "task_closed"
 KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN, TASK_OPENED, TASK_CLOSED)
 
 ATTEMPT_STATES = ("running", "succeeded", "failed")
+# A record label a writer puts on (one of) its records when it cannot see every failed attempt of the
+# run it writes (LangGraph's RetryPolicy retries a node unseen unless the saver's callback handler is
+# in the config): ``objstore episode`` then says its attempts may be incomplete.
+UNRECORDED_ATTEMPTS = ("attempts", "unrecorded")
 _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
 RUN_STATUSES = ("succeeded", "failed")
 
