@@ -49,10 +49,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from contextlib import ExitStack
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
@@ -885,7 +885,7 @@ class _Verifier:
                 out.append(seg)
         return out
 
-    def _segments(self, bound: int | None) -> Iterator[SegResult]:
+    def _segments(self, bound: int | None) -> Generator[SegResult, None, None]:
         """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
         time ahead of this process, which consumes them in order)."""
         engine = self.engine
