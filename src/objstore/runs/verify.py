@@ -1077,8 +1077,13 @@ class _Verifier:
                     return
             else:
                 fk = self.forks.get(key)
-                if fk is None and run in self.deleted_runs and parent in self.dead_objs and parent in self.removed:
-                    pass  # the fork object of a deleted run's branch: gc removed its body, its row stays
+                if fk is None and run in self.deleted_runs and parent in self.removed and (
+                        parent in self.dead_objs or self.removed[parent][0] == codec.FORK):
+                    # The fork object of a deleted run's branch: gc removed its body, its row stays. gc
+                    # finds it as this record's parent, so verify covers it so too: no ref of the run need
+                    # ever have named it (a copy, or a fork made in one batch with its first records,
+                    # moves the branch's ref straight to a record).
+                    self.dead_objs.add(parent)
                 elif fk is None or parent != fk[0]:
                     self.add("broken-chain", h, where, f"LSN 0 of branch {branch} does not name its fork object as parent")
                     self.rejected.add(oid)
