@@ -10,6 +10,7 @@ inside the pass at a chosen point every time (not by chance), and asserts that t
 last test checks that damage found beside such a gc is still named."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -113,3 +114,45 @@ def test_damage_beside_a_gc_is_still_named(tmp_path):
     assert [p.code for p in report.problems] == ["damaged-index"], [p.line() for p in report.problems]
     assert report.problems[0].subject == idx
     assert [n.code for n in report.notes] == ["verified-again"]
+
+
+_GC_STOPPED_BEFORE_ITS_ENTRY = """
+import os, signal, sys
+from objstore.lifecycle import gc as G
+from objstore.storage import engine as E
+from objstore.storage.store import Store
+real = E.LogEngine._write_bare
+def bare(self, seal=False, rw=None):
+    if rw is not None:
+        os.kill(os.getpid(), signal.SIGSTOP)  # every packed file in place; the parent resumes it
+    return real(self, seal, rw)
+E.LogEngine._write_bare = bare
+G.gc(Store.open(sys.argv[1]))
+"""
+
+
+def test_a_rewrite_entry_committed_after_the_snapshot_is_no_unfinished_gc(tmp_path):
+    """verify begins while a gc has put every packed file in place and not yet committed its rewrite
+    entry; the entry lands during the pass. The files verify read are that rewrite's, which its
+    snapshot does not name: it reads the store again rather than call the gc unfinished."""
+    root = str(tmp_path / "s")
+    build(root, runs=2, records=40, seal_bytes=16 << 10)
+    gc = subprocess.Popen([sys.executable, "-c", _GC_STOPPED_BEFORE_ITS_ENTRY, root], stderr=subprocess.PIPE)
+    try:
+        _, status = os.waitpid(gc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        calls = [0]
+
+        def progress(_objects, _bytes):
+            calls[0] += 1
+            if calls[0] == 1:
+                os.kill(gc.pid, signal.SIGCONT)
+                assert gc.wait(timeout=120) == 0, gc.stderr.read() if gc.stderr else ""
+
+        report = V.verify_report(RunLog(Store.open(root)), jobs=1, progress=progress)
+    finally:
+        if gc.poll() is None:
+            gc.kill()
+            gc.wait()
+    assert [p.line() for p in report.problems] == []
+    assert [n.code for n in report.notes] == ["verified-again"], [n.line() for n in report.notes]

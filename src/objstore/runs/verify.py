@@ -639,7 +639,7 @@ class _Verifier:
         wit_sum = None
         segments = self._segments(bound)
         for res in segments:
-            if self._replaced([res.seg]):
+            if self.earlier is None and self._replaced([res.seg]):
                 segments.close()  # a pass abandoned midway stops its workers
                 raise _Rewritten(self._replaced(self.files))
             head = res.head
@@ -748,7 +748,10 @@ class _Verifier:
             self.problems.extend(self.fold_failures)
         if self.folding and not self.problems:
             self._phase("state", self._check_state)
-        raced = self._replaced(self.files)  # the checks after the scan read through the engine too
+        # the checks after the scan read through the engine too; and a gc whose files were in place
+        # before the start may have committed their rewrite entry after the snapshot. (A second pass
+        # holds gc off: it reports what it read.)
+        raced = (self._replaced(self.files) or self._recorded_since()) if self.earlier is None else None
         if raced:
             raise _Rewritten(raced)
         return Report(self.problems, self.notes, count, n_objects, checksum)
@@ -867,6 +870,20 @@ class _Verifier:
                     continue
                 out[int(f[:-4])] = (st.st_dev, st.st_ino)
         return out
+
+    def _recorded_since(self) -> list[int]:
+        """The packed files read that no rewrite entry of the snapshot names and the log names now: a
+        gc in its last step when verify began, its rewrite entry committed after the snapshot (not
+        a gc that was killed, whose files no entry names: ``gc-unfinished``)."""
+        unnamed = [seg for seg, (_orig, digest) in self.packed.items() if self.rewrites.get(seg, (None,))[0] != digest]
+        if not unnamed or self.log_broken or not isinstance(self.engine, LogEngine):  # a break: the rewrites were not read
+            return []
+        try:
+            self.engine.refresh()
+        except CorruptLog:
+            return []
+        packs = self.engine.tables.packs
+        return [seg for seg in unnamed if packs.get(seg) == self.packed[seg][1]]
 
     def _replaced(self, segs: Iterable[int]) -> list[int]:
         """Those of ``segs`` whose file is no longer the one verify found at its start."""
