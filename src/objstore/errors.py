@@ -219,6 +219,13 @@ class CorruptLog(IntegrityError):
     msg = "integrity error: log {}: {}"
 
 
+class UntrustedGcPending(IntegrityError):
+    """tmp/gc/pending names a rewrite that gc cannot trust (a row that is not one a gc wrote for the
+    packed file in place): gc commits none of it."""
+
+    msg = "integrity error: {}: {}; gc commits nothing (if no gc is running, delete the file and run gc again)"
+
+
 class HostUnavailable(ObjstoreError):
     """A journal Host that does not answer (socket gone, process dead). Compaction and startup
     record it as the outcome ``unavailable (read_failed: …)``; only a write fails with it."""

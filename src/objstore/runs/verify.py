@@ -49,9 +49,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
@@ -75,6 +76,7 @@ from ..storage.engine import (
     scan_segment,
 )
 from ..storage.fileutil import no_gc
+from ..storage.gclock import gc_lock
 from . import kinds as K
 from . import labels as RL
 from . import records as R
@@ -404,7 +406,35 @@ def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None =
     want = [parse_anchor(t) for t in ([anchor] if anchor is not None else []) + list(anchors)]
     n_jobs = resolve_jobs(jobs)
     with no_gc():
-        return _Verifier(log, progress, n_jobs).run(check_state, want)
+        first = _Verifier(log, progress, n_jobs)
+        try:
+            return first.run(check_state, want)
+        except _Rewritten as raced:
+            segs = raced.segs
+        # A gc put rewritten segment files in place during the pass: what was read may mix two
+        # versions of a segment (its old index and its new file) or bodies removed for a deletion
+        # after the snapshot. Pass again with gc held off (the gc lock, shared, as a backup holds
+        # it): the new snapshot holds the rewrite entry. Rare (gc is explicit), so the first pass
+        # takes no lock at all.
+        with ExitStack() as held:
+            root = log.store.root
+            if root is not None:
+                try:
+                    held.enter_context(gc_lock(root, shared=True, what="verify"))
+                except StorageOSError:
+                    pass  # a store this process cannot lock (read-only): no gc can run on it from here either
+            report = _Verifier(log, progress, n_jobs, earlier=first).run(check_state, want)
+        report.notes.append(Problem("verified-again", "log", "", f"gc rewrote segment{'s' if len(segs) > 1 else ''} {_span(segs)} "
+                                    f"during the pass; verified again, gc held off, up to entry {report.entries}"))
+        return report
+
+
+class _Rewritten(Exception):
+    """A segment file verify found at its start was replaced during the pass (by a gc's rewrite)."""
+
+    def __init__(self, segs: list[int]) -> None:
+        super().__init__(segs)
+        self.segs = segs
 
 
 def _replayed_breach(engine: LogEngine) -> tuple | None:
@@ -513,8 +543,12 @@ def anchor_info(store: Store) -> dict:
 
 
 class _Verifier:
-    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1) -> None:
+    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1,
+                 earlier: _Verifier | None = None) -> None:
         self.jobs = jobs
+        self.earlier = earlier  # a pass a gc raced: the index files it found are the ones judged
+        self.files: dict[int, tuple[int, int]] = {}  # segment -> (device, inode) of its file at the start
+        self.idx_seen: dict[int, bytes] = {}
         self.log = log
         self.store = log.store
         self.engine = log.store.engine
@@ -569,7 +603,9 @@ class _Verifier:
     def _run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
         wanted = {n for n, _ in want}  # the entries whose checksums the anchors name
         engine = self.engine
-        self.idx_seen = self._index_files() if isinstance(engine, LogEngine) else {}
+        if isinstance(engine, LogEngine):
+            self.files = self._segment_files()  # before the index files: a gc replaces an index, then its segment
+            self.idx_seen = self._index_files()
         # The witness first, then the log: a witness never leads the log it was written after, so
         # one read before the snapshot can only lag it (a writer may commit in between).
         wit = engine.witness() if isinstance(engine, LogEngine) else None
@@ -601,7 +637,11 @@ class _Verifier:
         last: SegResult | None = None
         apart: list[int] = []  # segments after a break, checked each on its own
         wit_sum = None
-        for res in self._segments(bound):
+        segments = self._segments(bound)
+        for res in segments:
+            if self.earlier is None and self._replaced([res.seg]):
+                segments.close()  # a pass abandoned midway stops its workers
+                raise _Rewritten(self._replaced(self.files))
             head = res.head
             if head is not None and bound is not None and head.first > bound and head.seg == res.seg:
                 break  # a segment begun after the snapshot (a seal during this scan): not this verify's
@@ -710,6 +750,12 @@ class _Verifier:
             self.problems.extend(self.fold_failures)
         if self.folding and not self.problems:
             self._phase("state", self._check_state)
+        # the checks after the scan read through the engine too; and a gc whose files were in place
+        # before the start may have committed their rewrite entry after the snapshot. (A second pass
+        # holds gc off: it reports what it read.)
+        raced = (self._replaced(self.files) or self._recorded_since()) if self.earlier is None else None
+        if raced:
+            raise _Rewritten(raced)
         return Report(self.problems, self.notes, count, n_objects, checksum)
 
     def _checkpoint_file(self, engine: LogEngine) -> None:
@@ -799,9 +845,66 @@ class _Verifier:
                 digest = _file_digest(os.path.join(engine.dir, f))
                 if digest:
                     out[int(f[:-4])] = digest
+        if self.earlier is not None:
+            # A pass again after a gc raced the first: a segment whose file is the same one is judged by
+            # the index file the first pass found (a writer may have replaced a wrong one since).
+            for seg, seen in self.earlier.idx_seen.items():
+                if seg in self.files and self.earlier.files.get(seg) == self.files[seg]:
+                    out[seg] = seen
         return out
 
-    def _segments(self, bound: int | None) -> Iterator[SegResult]:
+    def _segment_files(self) -> dict[int, tuple[int, int]]:
+        """{segment: (device, inode) of its file} as verify starts. gc puts a rewritten segment in
+        place by renaming over it a file it wrote in tmp/ while the old one was still there, so a
+        segment whose inode changed during the pass is one a gc rewrote (``_replaced``)."""
+        engine = self.engine
+        assert isinstance(engine, LogEngine)
+        try:
+            names = os.listdir(engine.dir)
+        except OSError:
+            return {}
+        out = {}
+        for f in names:
+            if f.endswith(".seg") and f[:-4].isdigit():
+                try:
+                    st = os.stat(os.path.join(engine.dir, f))
+                except OSError:
+                    continue
+                out[int(f[:-4])] = (st.st_dev, st.st_ino)
+        return out
+
+    def _recorded_since(self) -> list[int]:
+        """The packed files read that no rewrite entry of the snapshot names and the log names now: a
+        gc in its last step when verify began, its rewrite entry committed after the snapshot (not
+        a gc that was killed, whose files no entry names: ``gc-unfinished``)."""
+        unnamed = [seg for seg, (_orig, digest) in self.packed.items() if self.rewrites.get(seg, (None,))[0] != digest]
+        if not unnamed or self.log_broken or not isinstance(self.engine, LogEngine):  # a break: the rewrites were not read
+            return []
+        try:
+            self.engine.refresh()
+        except CorruptLog:
+            return []
+        packs = self.engine.tables.packs
+        return [seg for seg in unnamed if packs.get(seg) == self.packed[seg][1]]
+
+    def _replaced(self, segs: Iterable[int]) -> list[int]:
+        """Those of ``segs`` whose file is no longer the one verify found at its start."""
+        if not isinstance(self.engine, LogEngine):
+            return []
+        out = []
+        for seg in segs:
+            was = self.files.get(seg)
+            if was is None:
+                continue  # begun after the start (a seal): not a rewrite
+            try:
+                st = os.stat(self.engine.seg_path(seg))
+            except OSError:
+                continue  # gone: the scan names a missing segment
+            if (st.st_dev, st.st_ino) != was:
+                out.append(seg)
+        return out
+
+    def _segments(self, bound: int | None) -> Generator[SegResult, None, None]:
         """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
         time ahead of this process, which consumes them in order)."""
         engine = self.engine
@@ -987,8 +1090,13 @@ class _Verifier:
                     return
             else:
                 fk = self.forks.get(key)
-                if fk is None and run in self.deleted_runs and parent in self.dead_objs and parent in self.removed:
-                    pass  # the fork object of a deleted run's branch: gc removed its body, its row stays
+                if fk is None and run in self.deleted_runs and parent in self.removed and (
+                        parent in self.dead_objs or self.removed[parent][0] == codec.FORK):
+                    # The fork object of a deleted run's branch: gc removed its body, its row stays. gc
+                    # finds it as this record's parent, so verify covers it so too: no ref of the run need
+                    # ever have named it (a copy, or a fork made in one batch with its first records,
+                    # moves the branch's ref straight to a record).
+                    self.dead_objs.add(parent)
                 elif fk is None or parent != fk[0]:
                     self.add("broken-chain", h, where, f"LSN 0 of branch {branch} does not name its fork object as parent")
                     self.rejected.add(oid)

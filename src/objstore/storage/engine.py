@@ -789,6 +789,9 @@ class Tables:
         if rw is not None:
             # A rewrite entry (gc): a sealed segment's file and index are replaced by ones with the
             # same logical entries; the tables name the new digests instead of the old.
+            bad = _rw_shape_problem(rw)  # readers refuse such a meta: a writer must not write one
+            if bad is not None:
+                return bad
             got_rw = []
             for seg, file_digest, idx_digest in rw:
                 old = self.idx.get(seg)
