@@ -125,12 +125,16 @@ def test_wrong_secret_is_remote_error_not_missing(s3_url, monkeypatch):
         assert "\n" not in str(e.value) and "SignatureDoesNotMatch" in str(e.value)
 
 
-def test_missing_bucket_is_remote_error_not_missing_key(seaweed):
+def test_missing_bucket_is_bucket_not_found_not_missing_key(seaweed):
+    """A missing bucket is no store there (exit 3), never a missing key. (Writes are not asked here: SeaweedFS
+    answers a PUT into a missing bucket by making it; a store's open reads HEAD first.)"""
+    from objstore.storage.bucket import BucketNotFound
+
     b = open_bucket("s3://objstore-no-such-bucket/p")
-    with pytest.raises(RemoteError, match="NoSuchBucket"):
-        b.get("k")
-    with pytest.raises(RemoteError, match="NoSuchBucket"):
-        list(b.list())
+    for call in (lambda: b.get("k"), lambda: b.get_if_changed("k", "x"), lambda: list(b.list())):
+        with pytest.raises(BucketNotFound, match="bucket objstore-no-such-bucket does not exist at http://127.0.0.1:") as e:
+            call()
+        assert e.value.exit_code == 3
 
 
 def test_seaweedfs_takes_both_etag_forms(s3_url):
