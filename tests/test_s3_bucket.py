@@ -252,6 +252,13 @@ class _Scripted:
         self.srv.server_close()
 
 
+def _scripted_env(monkeypatch, endpoint: str) -> None:
+    """The AWS environment for a scripted server: credentials of its own (without them obstore asks the instance
+    metadata service), never the session's SeaweedFS's, which the README's test command does not start."""
+    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+
+
 @pytest.mark.parametrize("what", ["put", "put_if_absent", "put_if_match"])
 def test_obstore_retries_every_put_on_5xx_then_gives_up_with_remote_error(monkeypatch, what):
     """obstore retries a 5xx for every method, a conditional PUT included (RETRY: 3 retries), and sends
@@ -261,7 +268,7 @@ def test_obstore_retries_every_put_on_5xx_then_gives_up_with_remote_error(monkey
 
     fake = _Scripted([503])
     try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", fake.endpoint)
+        _scripted_env(monkeypatch, fake.endpoint)
         b = open_bucket("s3://bucket/p")
         call = {"put": lambda: b.put("k", b"x"), "put_if_absent": lambda: b.put_if_absent("k", b"x"),
                 "put_if_match": lambda: b.put_if_match("k", b"x", "abc")}[what]
@@ -278,7 +285,7 @@ def test_obstore_retries_every_put_on_5xx_then_gives_up_with_remote_error(monkey
 def test_a_retried_conditional_put_answering_412_is_none(monkeypatch):
     fake = _Scripted([503, 412])
     try:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", fake.endpoint)
+        _scripted_env(monkeypatch, fake.endpoint)
         b = open_bucket("s3://bucket/p")
         assert b.put_if_match("k", b"x", "abc") is None
         assert len(fake.seen) == 2
