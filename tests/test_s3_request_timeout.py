@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -40,6 +41,29 @@ class FrozenServer:
         self.sock.close()
         for c in self.conns:
             c.close()
+
+
+class TricklingServer(FrozenServer):
+    """Answers every request with a 200 whose body comes one byte every 0.2 s: never silent long, never done."""
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            threading.Thread(target=self._trickle, args=(c,), daemon=True).start()
+
+    def _trickle(self, c: socket.socket) -> None:
+        try:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nETag: \"x\"\r\n\r\n")
+            for _ in range(100000):
+                c.sendall(b"x")
+                time.sleep(0.2)
+        except OSError:
+            return
 
 
 @pytest.fixture
@@ -81,3 +105,14 @@ def test_the_default_request_timeout_is_at_most_15_seconds(monkeypatch):
     assert 0 < s3client.request_timeout() <= 15
     monkeypatch.setenv("OBJSTORE_S3_TIMEOUT", "2.5")
     assert s3client.request_timeout() == 2.5
+
+
+def test_a_transfer_that_keeps_moving_is_bounded_too(tmp_path):
+    """Each read resets the wait for the server; the whole request is bounded at 20 times it."""
+    s = TricklingServer()
+    try:
+        p = _run(s.endpoint, tmp_path, "runs", timeout="0.5")
+    finally:
+        s.close()
+    assert p.returncode == 10, p.stderr
+    assert p.stderr.count("\n") == 1 and s.endpoint in p.stderr and "did not finish" in p.stderr and "10 s in all" in p.stderr, p.stderr

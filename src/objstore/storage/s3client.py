@@ -10,9 +10,10 @@ obstore has no bucket calls, so it is one SigV4-signed ``PUT /bucket`` of our ow
 ``obstore`` is imported lazily, inside the functions that need it: the command line on a local store
 must not pay its import.
 
-Timeouts: one request may take ``OBJSTORE_S3_TIMEOUT`` seconds (default ``DEFAULT_TIMEOUT``, 15), connecting
-at most 5 of them; a gateway that accepts and never answers (a frozen filer behind it) is then one
-``RemoteError`` naming the endpoint, not a minute's hang. A large entry on a slow link may need more.
+Timeouts: a request may wait ``OBJSTORE_S3_TIMEOUT`` seconds (default ``DEFAULT_TIMEOUT``, 15) for the server
+— to connect (at most 5), or between two reads of its answer — so a gateway that accepts and never answers (a
+frozen filer behind it) is one ``RemoteError`` naming the endpoint, not a minute's hang. A transfer that keeps
+moving (a large entry on a slow link) may take ``WHOLE_REQUEST`` times that in all.
 
 Retries: obstore (the Rust ``object_store`` crate) retries 5xx answers and connection errors for
 every method, PUT included, with jittered exponential backoff; it does not retry a timeout of a
@@ -50,8 +51,9 @@ RETRY: dict[str, Any] = {
     "retry_timeout": timedelta(seconds=10),
     "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=1), "base": 2},
 }
-DEFAULT_TIMEOUT = 15.0  # seconds one request may take (OBJSTORE_S3_TIMEOUT)
+DEFAULT_TIMEOUT = 15.0  # seconds a request may wait for the server (OBJSTORE_S3_TIMEOUT)
 CONNECT_TIMEOUT = 5.0
+WHOLE_REQUEST = 20  # a whole request, answer included, may take this many times OBJSTORE_S3_TIMEOUT
 
 # S3 bucket names: 3-63 of lower-case letters, digits, dots and hyphens, starting and ending alphanumeric.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -83,7 +85,7 @@ def open_bucket(url: str) -> Bucket:
 
 
 def request_timeout() -> float:
-    """Seconds one request may take: ``OBJSTORE_S3_TIMEOUT``, else ``DEFAULT_TIMEOUT``; InvalidInput when it is
+    """Seconds a request may wait for the server: ``OBJSTORE_S3_TIMEOUT``, else ``DEFAULT_TIMEOUT``; InvalidInput when it is
     not a number of seconds above 0 (read at each open, so a process may change it between stores)."""
     text = os.environ.get("OBJSTORE_S3_TIMEOUT", "").strip()
     if not text:
@@ -155,7 +157,8 @@ class ObstoreBucket(Bucket):
         self.endpoint = endpoint or _aws_endpoint(region)
         self.timeout = request_timeout()
         client: dict[str, Any] = {"connect_timeout": timedelta(seconds=min(CONNECT_TIMEOUT, self.timeout)),
-                                  "timeout": timedelta(seconds=self.timeout)}
+                                  "read_timeout": timedelta(seconds=self.timeout),
+                                  "timeout": timedelta(seconds=self.timeout * WHOLE_REQUEST)}
         if endpoint and endpoint.startswith("http://"):
             client["allow_http"] = True
         retry = dict(RETRY, retry_timeout=min(RETRY["retry_timeout"], timedelta(seconds=self.timeout)))
@@ -169,9 +172,14 @@ class ObstoreBucket(Bucket):
         if _no_bucket(e):
             return BucketNotFound(self.bucket_name, self.endpoint, self.url)
         if _timed_out(e):
-            where = re.search(r"https?://[^/\s]+", str(e))
-            return RemoteError(f"{what} {self.url}", f"no answer from {where.group(0) if where else self.endpoint} within "
-                                                     f"{self.timeout:g} s (OBJSTORE_S3_TIMEOUT sets the limit)")
+            text = str(e)
+            where = re.search(r"https?://[^/\s]+", text)
+            endpoint = where.group(0) if where else self.endpoint
+            if "kind: Body" in text:  # the answer began: it stalled, or kept moving past the whole request's bound
+                return RemoteError(f"{what} {self.url}", f"the answer from {endpoint} stalled or did not finish (OBJSTORE_S3_TIMEOUT: "
+                                                         f"{self.timeout:g} s without a byte, {self.timeout * WHOLE_REQUEST:g} s in all)")
+            return RemoteError(f"{what} {self.url}", f"no answer from {endpoint} within {self.timeout:g} s "
+                                                     "(OBJSTORE_S3_TIMEOUT sets the limit)")
         return RemoteError(f"{what} {self.url}", _one_line(e))
 
     def _missing(self, what: str, e: BaseException) -> None:
