@@ -44,6 +44,13 @@ def test_init_on_a_missing_bucket_says_so_in_one_line_and_create_bucket_makes_it
     # again: the bucket and the store are there, both kept
     _, out, _ = run_cli("init", "--create-bucket", store=url, env_extra=env, exit_code=0)
     assert "already initialised" in out and "created bucket" not in out, out
+    doc = json.loads(run_cli("init", "--create-bucket", "--json", store=url, env_extra=env, exit_code=0)[1])
+    validator("init --json").validate(doc)
+    assert doc["bucket_created"] is False and doc["store"] == url
+    other = f"s3://nb-{uuid.uuid4().hex[:12]}"  # a store at the bucket's root
+    doc = json.loads(run_cli("init", "--create-bucket", "--json", store=other, env_extra=env, exit_code=0)[1])
+    validator("init --json").validate(doc)
+    assert doc["bucket_created"] is True and doc["store"] == other
 
 
 def test_create_bucket_is_for_object_storage_only(tmp_path):
