@@ -10,7 +10,8 @@ Exit codes (also in README.md):
 0     success
 1     ``verify`` found problems
 2     usage error (bad command line; click's own code)
-3     no store here / not a store
+3     no store here / not a store (also: the bucket of an s3:// store
+      does not exist — ``BucketNotFound``)
 4     object, ref, run or branch not found
 5     invalid input (ref name, id, ingest line, argument value); an
       object of a newer schema version than this objstore reads
@@ -22,7 +23,8 @@ Exit codes (also in README.md):
       authorization, revoked writer)
 9     limit exceeded (object too large, compactor input too long, lock timeout)
 10    operating-system error (disk full, short write, permissions; a
-      journal Host that cannot be reached)
+      journal Host that cannot be reached; object storage that cannot be
+      reached or does not answer within OBJSTORE_S3_TIMEOUT — ``RemoteError``)
 11    state cache error: the derived SQLite cache cannot be read or
       written (``objstore rebuild`` remakes it from the objects)
 12    erased: the object was deleted or redacted (a recorded deletion);
@@ -326,3 +328,10 @@ class MultiLogBatch(ObjstoreError):
 
     exit_code = 15
     msg = "a batch on object storage touches one run's log; this one touches {} ({}): commit each run on its own"
+
+
+class IngestMultiLog(MultiLogBatch):
+    """``ingest`` of events of several runs onto object storage, refused as one commit: the line names the way out."""
+
+    msg = ("ingest on object storage commits one run's log at a time; these events touch {} ({}): "
+           "run it with --per-run to commit each run on its own")
