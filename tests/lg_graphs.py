@@ -91,3 +91,31 @@ def fan_graph(calls: Counter) -> Any:
     b.add_conditional_edges("plan", fan, ["tool"])
     b.add_edge("tool", END)
     return b
+
+
+class NestState(TypedDict):
+    notes: Annotated[list, operator.add]
+
+
+def nested_graph(calls: Counter) -> Any:
+    """outer -> child (a compiled subgraph as a node: its checkpoints are LangGraph's namespace
+    ``child:<task id>``, a run of its own) -> END."""
+
+    def inner(state: NestState) -> dict:
+        calls["inner"] += 1
+        return {"notes": ["inner"]}
+
+    sub = StateGraph(NestState)
+    sub.add_node("inner", inner)
+    sub.add_edge(START, "inner")
+
+    def outer(state: NestState) -> dict:
+        calls["outer"] += 1
+        return {"notes": ["outer"]}
+
+    b = StateGraph(NestState)
+    b.add_node("outer", outer)
+    b.add_node("child", sub.compile())
+    b.add_edge(START, "outer")
+    b.add_edge("outer", "child")
+    return b

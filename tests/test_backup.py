@@ -118,7 +118,7 @@ def test_backup_is_a_store_of_the_snapshot(tmp_path, small_seal):
     rc, out, err = run_cli("backup", dest, "--json", store=src, exit_code=0)
     got = json.loads(out)
     assert got == {"entries": position(token).entry, "anchor": token, "copied": 0, "reused": len(segs(src)), "removed": 0,
-                   "bytes_copied": 0}
+                   "bytes_copied": 0, "recopied": []}
 
 
 def test_empty_store_backs_up(tmp_path):
@@ -303,27 +303,41 @@ def test_backup_while_four_writers_append(tmp_path):
 
 
 # -- kill -9 at every file operation ---------------------------------------------------------------------------
-OPS = ("open", "write", "pwrite", "rename", "replace", "fsync", "fdatasync", "unlink", "ftruncate", "mkdir", "link")
+OPS = ("open", "write", "pwrite", "rename", "replace", "fsync", "fdatasync", "unlink", "ftruncate", "mkdir", "link", "rmdir")
+# What a kill -9 can leave different from a kill at the operation before: the files' contents and names
+# (fsync only matters to a power loss; a read-only open changes nothing).
+CHANGES = {"write", "pwrite", "rename", "replace", "unlink", "ftruncate", "mkdir", "link", "rmdir", "open-create"}
 
 
-def backup_killed_at(k, src, dest):
+def _op_kind(name, a, kw):
+    flags = a[1] if len(a) > 1 else kw.get("flags", 0)
+    return "open-create" if name == "open" and flags & (os.O_CREAT | os.O_TRUNC) else name
+
+
+def backup_killed_at(k, src, dest, trace=None):
     """Run a backup in a forked child that SIGKILLs itself at its k-th file operation; True if it
-    finished first."""
+    finished first. With ``trace`` (a path), the child writes there the kind of each of its file
+    operations, in order."""
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
             count = [0]
+            kinds = []
             for name in OPS:
                 real = getattr(os, name)
 
-                def op(*a, _real=real, **kw):
+                def op(*a, _real=real, _name=name, **kw):
                     count[0] += 1
                     if count[0] == k:
                         os.kill(os.getpid(), signal.SIGKILL)
+                    kinds.append(_op_kind(_name, a, kw))
                     return _real(*a, **kw)
 
                 setattr(os, name, op)
             backup(Store.open(src), dest)
+            if trace is not None:
+                with open(trace, "w") as f:  # io's open: not one of the counted os calls
+                    json.dump(kinds, f)
         except BaseException:
             os._exit(3)
         os._exit(0)
@@ -362,41 +376,82 @@ def check_after_kill(src, dest, older, token, packed_tail_reader_bug=False):
 
 def kill_loop(tmp_path, pack):
     src, dest, base = str(tmp_path / "src"), str(tmp_path / "dest"), str(tmp_path / "older")
-    build(src, runs=1, per=12)
+    build(src, runs=2 if pack else 1, per=12)  # r1: the run deleted below
     genesis = "objstore-anchor:1:0:" + "0" * 64
     older = backup(Store.open(src), base).anchor
     build(src, runs=1, per=6, start=12)  # the older backup's active segment grows and is sealed, new ones follow
     if pack:
+        from objstore.lifecycle.delete import delete_run
         from objstore.lifecycle.gc import gc
 
-        gc(Store.open(src))  # every sealed segment packed: the incremental backup replaces the older copies
+        # A deletion in a later segment than the bodies it covers, then gc: every sealed segment packed
+        # (the incremental backup replaces the older copies), the deleted run's bodies left out. A
+        # packed segment must never be in DEST without the deletion (and the rewrite entry) justifying
+        # what it lacks (issue 13, item 8).
+        log = build(src, runs=1, per=8, start=18)
+        delete_run(log, "r1", reason="a deletion request")
+        log.store.engine.close()
+        gc(Store.open(src))
     token = Store.open(src).engine.anchor()
     token = f"objstore-anchor:1:{token.entry}:{token.checksum.hex()}"
     assert len(segs(src)) > len(segs(base)) >= 3
+    trace = str(tmp_path / "ops.json")
     for fresh in (True, False):
-        k = 0
-        while True:
-            k += 1
-            assert k < 400, "the backup never finished"
+        # One backup run to its end, its file operations listed; then one killed at each operation that
+        # can leave DEST different from a kill at the one before (the first after each change to a
+        # file or a name) and at the first of each kind: a kill anywhere else leaves the same files.
+        shutil.rmtree(dest, ignore_errors=True)
+        if not fresh:
+            shutil.copytree(base, dest)
+        assert backup_killed_at(0, src, dest, trace)
+        assert_is_snapshot(src, dest, token, check_state=False)
+        with open(trace) as f:
+            kinds = json.load(f)
+        os.unlink(trace)
+        points = {1} | {i + 2 for i, kind in enumerate(kinds[:-1]) if kind in CHANGES}
+        points |= {kinds.index(kind) + 1 for kind in set(kinds)}
+        assert set(kinds) >= {"open", "open-create", "write", "fsync", "rename"}, set(kinds)
+        for k in sorted(points):
             shutil.rmtree(dest, ignore_errors=True)
             if not fresh:
                 shutil.copytree(base, dest)
             if backup_killed_at(k, src, dest):
-                break
+                assert k > len(kinds) - 5, f"the backup finished before its operation {k} of {len(kinds)}"
             check_after_kill(src, dest, genesis if fresh else older, token, packed_tail_reader_bug=pack)
-        assert k > 20, f"only {k} file operations: the child did not count them"
-        print(f"{'fresh' if fresh else 'incremental'} backup{' of a packed store' if pack else ''}: killed at each of {k - 1} file operations")
+        assert len(kinds) > 20, f"only {len(kinds)} file operations: the child did not count them"
+        print(f"{'fresh' if fresh else 'incremental'} backup{' of a packed store' if pack else ''}: {len(kinds)} file operations "
+              f"({', '.join(sorted(set(kinds)))}), killed at the {len(points)} that can leave DEST different")
     assert sorted(os.listdir(tmp_path)) == ["dest", "older", "src"], "a killed backup's staging directory was left behind"
+    log = RunLog(Store.open(src))  # the killed backups left SRC as every writer finds it
+    log.record_attempt("r0", 2, 0, "failed")
+    assert verify(log, jobs=1) == []
 
 
-def test_kill_9_at_every_file_operation(tmp_path, monkeypatch):
+@pytest.fixture
+def in_memory_dir(tmp_path):
+    """A directory on tmpfs where there is one: a kill -9 loses nothing the page cache holds, so the
+    loops below test the same states without waiting for a disk's fsyncs (a power loss is not theirs)."""
+    import pathlib
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    d = tempfile.mkdtemp(prefix="objstore-kill-", dir="/dev/shm")
+    try:
+        yield pathlib.Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_kill_9_at_every_file_operation(in_memory_dir, monkeypatch):
     monkeypatch.setattr(E, "SEAL_BYTES", 2048)
-    kill_loop(tmp_path, pack=False)
+    kill_loop(in_memory_dir, pack=False)
 
 
-def test_kill_9_at_every_file_operation_after_gc_packed_the_store(tmp_path, monkeypatch):
+def test_kill_9_at_every_file_operation_after_gc_packed_the_store(in_memory_dir, monkeypatch):
     monkeypatch.setattr(E, "SEAL_BYTES", 2048)
-    kill_loop(tmp_path, pack=True)
+    kill_loop(in_memory_dir, pack=True)
 
 
 # -- bad input writes nothing --------------------------------------------------------------------------------

@@ -142,8 +142,8 @@ def _live(root):
 @pytest.mark.parametrize("deletions", [False, True], ids=["repack", "repack-and-remove"])
 def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     """For each k: a fresh copy of the store, gc killed at its k-th file operation (open, write,
-    fsync, rename, unlink, …); the store then verifies clean, every entry checksum is as before and
-    every live object reads back byte for byte, and gc run again finishes (no packed file left
+    fsync, rename, unlink, …); the store then verifies clean, every entry checksum is as before,
+    every live object reads back byte for byte and a writer commits, and gc run again finishes (no packed file left
     unrecorded, every doomed body gone). With deletions: a whole run deleted, and one record of a
     live run, before gc."""
     from objstore.lifecycle import delete as D
@@ -173,6 +173,11 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
         got_entries, got_objs = _live(root)
         assert got_entries[: len(entries)] == entries, k
         assert {oid: got_objs.get(oid) for oid in live} == live, k  # nothing acknowledged is lost
+        # and every writer can write: a fresh one (as a new process opens the store) commits a record
+        w = RunLog(Store.open(root))
+        rec = w.record_attempt(runs[1], 100 + k, 0, "succeeded", output=w.put_blob(f"after kill {k}".encode()))
+        assert rec.lsn == 31, k  # run_started and 30 attempts before it
+        w.store.engine.close()
         G.gc(Store.open(root))
         rep = verify_report(RunLog(Store.open(root)), check_state=False)
         assert rep.problems == [] and not [n for n in rep.notes if n.code == "gc-unfinished"], (k, rep.notes)

@@ -163,19 +163,27 @@ def test_lookups_read_only_what_they_return(tmp_path, monkeypatch):
     assert fresh.find_runs(thread_id="t4") and decoded.count("record") == 1
 
 
-def test_a_forged_run_label_is_named_by_verify(tmp_path):
-    """A run_started whose labels do not give its id (written below the API) is malformed."""
-    log = _open(tmp_path / "s")
-    store = log.store
-    with store.batch():
-        oid = store.put("record", {"run": "l-" + "ab" * 24, "branch": 0, "lsn": 0, "parent": None, "kind": "run_started",
-                                   "time": 1.0, "body": {"subject": "default", "workflow_version": "1", "meta": None},
-                                   "labels": {"thread_id": "other"}})
-        store.set_ref("run/l-" + "ab" * 24 + "/branch/0", None, oid, "forged")
+def test_a_forged_run_label_is_refused_and_named_by_verify(tmp_path, monkeypatch):
+    """A run_started whose labels do not give its id (written below the API) breaks a rule of applying
+    its entry: the writer refuses it; written past the rule, verify names the entry (corrupt-entry)."""
+    from objstore.errors import Refused
+    from objstore.storage import engine as E
+
+    def forge():
+        store = _open(tmp_path / "s").store
+        with store.batch():
+            oid = store.put("record", {"run": "l-" + "ab" * 24, "branch": 0, "lsn": 0, "parent": None, "kind": "run_started",
+                                       "time": 1.0, "body": {"subject": "default", "workflow_version": "1", "meta": None},
+                                       "labels": {"thread_id": "other"}})
+            store.set_ref("run/l-" + "ab" * 24 + "/branch/0", None, oid, "forged")
+
+    with pytest.raises(Refused, match="its labels give run id"):
+        forge()
+    with monkeypatch.context() as m:
+        m.setattr(E.Tables, "_birth_rule", lambda *a: None)
+        forge()
     problems = objstore.verify(_open(tmp_path / "s"))
-    assert any("its labels give run id" in p.detail for p in problems), problems
-    # and the forged run is not what find_runs answers for those labels
-    assert _open(tmp_path / "s").find_runs(thread_id="other") == []
+    assert [p.code for p in problems] == ["corrupt-entry"] and "its labels give run id" in problems[0].detail, problems
 
 
 def _log_bytes(path):

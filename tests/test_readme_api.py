@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -41,6 +43,7 @@ def test_the_labels_snippet_runs_after_the_first(tmp_path):
     assert p.returncode == 0 and p.stdout == "ok\n", p.stderr
 
 
+@pytest.mark.langgraph  # imports LangGraph (or runs a process that does): left out without it
 def test_the_langgraph_snippet_runs_as_written(tmp_path):
     """The README's one-line switch: the StateGraph example, run as written in a fresh directory, leaves a
     labelled run that the command line finds by the thread id its user knows."""

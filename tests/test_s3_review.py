@@ -159,6 +159,7 @@ def test_a_copy_of_a_run_deleted_while_it_was_built_does_not_land(tmp_path, monk
         assert _holds(b, secret) == [], f"copy {copy} of a deleted run landed and keeps its bodies from gc"
 
 
+@pytest.mark.langgraph  # imports LangGraph (or runs a process that does): left out without it
 def test_a_langgraph_put_writes_that_loses_the_race_to_another_process_still_lands(tmp_path):
     """put_writes runs in the caller-batch form (``log.batch()``), so on S3 a commit made stale by another process's
     write to the same thread raises StaleBase (a Conflict, exit 7) out of put_writes instead of being re-run; put()

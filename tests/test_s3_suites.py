@@ -20,6 +20,8 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 MODULES = ["test_rewind_fork.py", "test_episode_query_equivalence.py", "test_threads.py", "test_ingest.py",
@@ -44,6 +46,7 @@ LEFT_OUT = {
 }
 
 
+@pytest.mark.langgraph  # imports LangGraph (or runs a process that does): left out without it
 def test_the_suites_pass_on_s3(seaweed, tmp_path):
     env = dict(os.environ, OBJSTORE_TEST_S3_BASE=f"s3://{seaweed.bucket}/suite-{uuid.uuid4().hex[:8]}",
                OBJSTORE_CACHE_DIR=str(tmp_path / "cache"),

@@ -23,14 +23,14 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "ok"),
     (1, "verify found problems"),
     (2, "usage"),
-    (3, "no store"),
+    (3, "no store (incl. an s3:// bucket that does not exist)"),
     (4, "not found"),
     (5, "invalid input (incl. a bad key file, a store that needs upgrade, a newer format)"),
     (6, "integrity error"),
     (7, "conflict"),
     (8, "refused (not the owner key, unauthenticated, job, revoked, never granted, stale or replayed request)"),
     (9, "limit exceeded"),
-    (10, "operating-system error (incl. a journal host or object storage that cannot be reached)"),
+    (10, "operating-system error (incl. a journal host or object storage that cannot be reached or does not answer in time)"),
     (11, "state cache error (run 'objstore rebuild')"),
     (12, "erased (deleted or redacted)"),
     (13, "snapshot gone (gc rewrote it: open again)"),
@@ -128,6 +128,14 @@ class UnknownObjectType(IntegrityError):
     msg = "integrity error: object {} ({}): unknown object type {!r}"
 
 
+class MalformedObject(IntegrityError):
+    """A stored object reads (its hash holds) but breaks its schema: a record of an ``x.`` kind its
+    schema does not allow, a schema object that is no schema. Only a forger writes one; every read
+    of it refuses it, as verify names it (``malformed-object``)."""
+
+    msg = "integrity error: object {} is malformed: {}; run 'objstore verify'"
+
+
 class CorruptPack(IntegrityError):
     msg = "integrity error: pack {}: {}"
 
@@ -142,6 +150,14 @@ class StaleBase(Conflict):
     moves changed meanwhile. Self-contained commits are re-run on the new head; a caller's own batch gets this."""
 
     msg = "the log moved under this batch: {} was {} when read, is {} now (run the batch again)"
+
+
+class ParentSuperseded(Conflict):
+    """A checkpoint put (the LangGraph savers with ``on_concurrent="raise"``) whose parent is no
+    longer the newest checkpoint of its branch: another writer continued the thread first. Nothing
+    of the put landed."""
+
+    msg = "parent superseded: {}"
 
 
 class Refused(ObjstoreError):
@@ -193,6 +209,13 @@ class LockTimeout(ObjstoreError):
 
 class CorruptLog(IntegrityError):
     msg = "integrity error: log {}: {}"
+
+
+class UntrustedGcPending(IntegrityError):
+    """tmp/gc/pending names a rewrite that gc cannot trust (a row that is not one a gc wrote for the
+    packed file in place): gc commits none of it."""
+
+    msg = "integrity error: {}: {}; gc commits nothing (if no gc is running, delete the file and run gc again)"
 
 
 class HostUnavailable(ObjstoreError):
@@ -295,3 +318,10 @@ class MultiLogBatch(ObjstoreError):
 
     exit_code = 15
     msg = "a batch on object storage touches one run's log; this one touches {} ({}): commit each run on its own"
+
+
+class IngestMultiLog(MultiLogBatch):
+    """``ingest`` of events of several runs onto object storage, refused as one commit: the line names the way out."""
+
+    msg = ("ingest on object storage commits one run's log at a time; these events touch {} ({}): "
+           "run it with --per-run to commit each run on its own")

@@ -14,8 +14,10 @@ from .params import RUN, pass_ctx
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Store path, owner key path and public key as JSON.")
+@click.option("--create-bucket", is_flag=True, help="On object storage (--store s3://bucket/prefix): create the bucket "
+              "if it does not exist (a missing bucket is exit 3 otherwise).")
 @pass_ctx
-def init(c, as_json):
+def init(c, as_json, create_bucket):
     """Create an empty store and the owner key (both kept if already there).
 
     The owner key pair is made outside the store, at $OBJSTORE_KEYS/owner.key
@@ -25,23 +27,45 @@ def init(c, as_json):
     made another way (a library call, ingest) adopts the default owner key the
     first time a signing command runs on it without --key, as init would.
 
+    On object storage the bucket must exist: a missing one is exit 3, unless
+    --create-bucket, which creates it (a signed CreateBucket request with the
+    AWS_* credentials) and then the store in it.
+
     \b
     Examples:
       objstore --store ./runs init
       objstore --store s3://bucket/agents init
+      objstore --store s3://new-bucket/agents init --create-bucket
       objstore init --json
     """
     from objstore.storage import identity
+    from objstore.storage.bucket import BucketNotFound
     from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
+    if create_bucket and not is_remote(c.path):
+        raise click.UsageError("--create-bucket is for a store on object storage (--store s3://bucket/prefix)")
     # never a parent's store: init makes ./.objstore (or the s3://bucket/prefix named)
     target = c.path if is_remote(c.path) else os.path.abspath(c.path or DEFAULT_DIR)
-    s = Store.init(target)
+    made_bucket = False
+    try:
+        s = Store.init(target)
+    except BucketNotFound:
+        if not create_bucket:
+            raise
+        from objstore.storage.s3client import create_bucket as make_bucket
+
+        made_bucket = make_bucket(target)
+        s = Store.init(target)
     key, created = identity.ensure_owner_key(s)
     path = identity.owner_key_path()
     if as_json:
-        echo_json({"store": s.url or s.root, "owner_key": path, "owner_public": key.public, "created": created})
+        doc = {"store": s.url or s.root, "owner_key": path, "owner_public": key.public, "created": created}
+        if create_bucket:
+            doc["bucket_created"] = made_bucket
+        echo_json(doc)
         return
+    if made_bucket:
+        click.echo(f"created bucket {target[len('s3://'):].split('/', 1)[0]}")
     click.echo(f"{'initialised' if s.created else 'already initialised'} objstore store in {s.url or s.root}")
     click.echo(f"owner key {path} ({'created' if created else 'existing, matches the store'}); public {key.public}")
 
@@ -269,3 +293,5 @@ def backup(c, dest, as_json):
     click.echo(result.anchor)
     click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({human_size(result.bytes_copied)} of log), "
                f"{result.reused} segment(s) kept, {result.removed} file(s) removed", err=True)
+    for seg in result.recopied:
+        click.echo(f"backup: segment {seg} of DEST was damaged: copied again from the store", err=True)

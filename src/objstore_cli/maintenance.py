@@ -114,6 +114,9 @@ def stats(c, as_json):
     deleted records and bodies gc removed; derived files (indexes, checkpoint,
     witness) and the state cache (state.db and its WAL) apart; the anchor of
     the log's head. Counts come from the log's index rows: no body is read.
+    On object storage (--store s3://...) the bucket's keys and bytes by kind
+    (HEAD, marker, chunks, large entries; one LIST) stand for segments and
+    derived files.
 
     \b
     Examples:
@@ -126,18 +129,24 @@ def stats(c, as_json):
     if as_json:
         echo_json(st)
         return
-    seg = st["segments"]
+    seg, bucket = st["segments"], st["bucket"]
     ratio = f"{st['stored_ratio']:.2f}x" if st["stored_ratio"] is not None else "-"
     d, sc = st["derived_bytes"], st["state_cache_bytes"]
+    if bucket is not None:  # a store on object storage: its keys stand for segments and derived files
+        kinds = ", ".join(f"{k} {v['keys']} ({v['bytes']} bytes)" for k, v in bucket["by_kind"].items() if v["keys"])
+        where = [f"bucket           {bucket['keys']} keys, {bucket['bytes']} bytes = {ratio} the canonical {st['canonical_bytes']}",
+                 f"bucket keys      {kinds}"]
+    else:
+        where = [f"segments         {seg['count']} ({seg['packed']} packed), {seg['bytes']} bytes = {ratio} the canonical {st['canonical_bytes']}"]
     for line in (
         f"store            {st['store']}",
         f"entries          {st['entries']}",
-        f"segments         {seg['count']} ({seg['packed']} packed), {seg['bytes']} bytes = {ratio} the canonical {st['canonical_bytes']}",
+        *where,
         f"runs             {st['runs']} (+{st['deleted_runs']} deleted)",
         f"records          {st['records']} ({st['deleted_records']} deleted in runs that remain)",
         f"blobs            {st['blobs']} ({st['unreferenced_blobs']} named by no record, {st['redacted_blobs']} redacted)",
         f"removed bodies   {st['removed_bodies']}",
-        f"derived files    indexes {d['indexes']}, checkpoint {d['checkpoint']}, witness {d['witness']} bytes",
+        *([f"derived files    indexes {d['indexes']}, checkpoint {d['checkpoint']}, witness {d['witness']} bytes"] if d is not None else []),
         f"state cache      state.db {sc['state.db']}, -wal {sc['state.db-wal']}, -shm {sc['state.db-shm']} bytes",
         f"anchor           {st['anchor']}",
     ):

@@ -76,9 +76,11 @@ def show(c, oid, as_json, raw):
     from objstore.runs import views
     from objstore.storage import codec
 
-    store = c.log().store
+    log = c.log()
+    store = log.store
     key = store.resolve_id(oid)
     otype, value = store.get(key)
+    log.check_object(key, otype, value)  # what verify calls forged is not shown (exit 6)
     if as_json:
         echo_json(views.object_(key, otype, value))
         return

@@ -18,8 +18,10 @@ from .params import INT64, LABEL, RUN, Int64, complete_branch, pass_ctx
 @click.option("--json", "as_json", is_flag=True, help="Print the runs as JSON (docs/CLI.md, 'run').")
 @click.option("--label", "labels", type=LABEL, multiple=True, metavar="NAME=VALUE",
               help="Only runs carrying this label (repeatable: all of them; 'k=v,k2=v2' too; '\\,' '\\=' '\\\\' escape).")
+@click.option("--all-namespaces", is_flag=True,
+              help="Also the runs that are namespaces of another (a LangGraph subgraph's); --label lists them always.")
 @pass_ctx
-def runs(c, as_json, labels):
+def runs(c, as_json, labels, all_namespaces):
     """List runs with their live branch and branch count.
 
     The live branch is the one queries, appends and export use by default (a
@@ -29,11 +31,16 @@ def runs(c, as_json, labels):
     labels, else the one run that has them all; several: exit 5 listing them).
     Write k=v,k2=v2 for several labels, '\\,' '\\=' '\\\\' for a literal ',' '='
     '\\', and 'checkpoint_ns=' for an empty value. A labelled run's line ends
-    with its labels, written that way.
+    with its labels, written that way. A run whose labels are another's but
+    for one value that is empty in the other (a LangGraph subgraph's
+    checkpoint_ns beside the thread's 'checkpoint_ns=') is a namespace of it:
+    a spec matching both names the other, and runs lists it only with
+    --all-namespaces or --label.
 
     \b
     Examples:
       objstore runs
+      objstore runs --all-namespaces
       objstore runs --json
       objstore runs --label thread_id=T
       objstore runs --label thread_id=T --label checkpoint_ns= --json
@@ -41,6 +48,7 @@ def runs(c, as_json, labels):
     from objstore.runs import views
 
     log = c.log()
+    read: dict = {}  # run -> its labels, read once for both uses below
     if labels:
         wanted: dict = {}
         for one in labels:
@@ -51,7 +59,9 @@ def runs(c, as_json, labels):
         rows = _labelled_rows(log, wanted)
     else:
         rows = views.runs(log)
-    shown = {r["run"]: _label_text(log, r["run"]) for r in rows} if not as_json else {}
+        if not all_namespaces:
+            rows = _without_namespaces(log, rows, as_json, read)
+    shown = {r["run"]: _label_text(log, r["run"], read) for r in rows} if not as_json else {}
     if as_json:
         echo_json(rows)
         return
@@ -85,12 +95,32 @@ def _labelled_rows(log, wanted):
     return [views.run(log.view(r), log.run_started(r), short[r]) for r in ids if r in hit]
 
 
-def _label_text(log, run):
+def _without_namespaces(log, rows, as_json, read):
+    """Plain ``runs``: a run that is a namespace of another listed run (labelspec.namespace_root)
+    is left out, and a line on stderr says how many and how to see them (not under --json)."""
+    from objstore.runs import labelspec
+    from objstore.runs.labels import is_label_id
+
+    live = labelspec.by_first_generation(r["run"] for r in rows)
+    kept = [r for r in rows if not is_label_id(r["run"]) or labelspec.namespace_root(_labels(log, r["run"], read), live) is None]
+    hidden = len(rows) - len(kept)
+    if hidden and not as_json:
+        click.echo(f"objstore: {hidden} run{'s' if hidden != 1 else ''} of other namespaces not listed (--all-namespaces lists them)", err=True)
+    return kept
+
+
+def _labels(log, run, read):
+    if run not in read:
+        read[run] = log.run_labels(run)
+    return read[run]
+
+
+def _label_text(log, run, read):
     """A run's labels as a label spec (what a RUN argument takes), '' for an unlabelled run."""
     from objstore.runs import labelspec
     from objstore.runs.labels import is_label_id
 
-    return labelspec.show(log.run_labels(run)) if is_label_id(run) else ""
+    return labelspec.show(_labels(log, run, read)) if is_label_id(run) else ""
 
 
 def _grouped(run, view, first, all_branches, entries):
@@ -427,6 +457,18 @@ def ingest(c, source, per_run, as_json):
         raise SystemExit(summary["failed"][0]["error"]["exit"])
 
 
+def _note_unrecorded_attempts(log, run):
+    """One line on stderr when a writer labelled a record of ``run`` UNRECORDED_ATTEMPTS (it could
+    not see every failed try: a LangGraph saver without its callback handler). Text output only:
+    under --json stderr carries errors alone. One label lookup of the run."""
+    from objstore.runs.records import UNRECORDED_ATTEMPTS
+
+    k, v = UNRECORDED_ATTEMPTS
+    if log.find_record(run, **{k: v}) is not None:
+        click.echo("objstore: note: this run was written (in part) without recording failed attempts: a failed try that "
+                   'a retry fixed is not shown (LangGraph: config["callbacks"] = [saver.attempt_recorder()]; docs/LANGGRAPH.md)',
+                   err=True)
+
 @click.command()
 @click.argument("run", type=RUN)
 @click.option("--all-branches", is_flag=True, help="Every branch (grading); default is the live branch.")
@@ -438,7 +480,9 @@ def episode(c, run, all_branches, as_json, source, no_pager):
     """Every attempt of a run (failed ones included) with blob refs, never bodies.
 
     An attempt is one try of one step; its prompt and output are blob ids
-    (fetch a body with 'objstore cat --body ID').
+    (fetch a body with 'objstore cat --body ID'). A run written without
+    recording every failed try (a LangGraph thread without
+    saver.attempt_recorder()) gets a note on stderr saying so.
 
     \b
     Arguments:
@@ -463,6 +507,7 @@ def episode(c, run, all_branches, as_json, source, no_pager):
     log = c.log()
     ep = run_episode(log, run, all_branches=all_branches, source=source)
     view = log.view(ep.run)
+    _note_unrecorded_attempts(log, ep.run)
     with paged_console(no_pager) as (con, Table):  # rich only for a terminal; no escape code under NO_COLOR
         _episode_tables(log, view, ep, con, Table)
 

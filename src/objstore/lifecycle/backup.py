@@ -8,7 +8,11 @@ tail — the position, the active segment and the end offset of its last complet
 bytes ``[0, end)``: what writers append after ``end`` meanwhile is not copied.
 
 Incremental. A sealed segment already in DEST with the same size, the same first 8 bytes (its magic)
-and the same last 32 bytes (the chain checksum of its last entry) is kept: not read, not re-hashed.
+and the same last 32 bytes (the chain checksum of its last entry) is kept, once checked: DEST's file is
+read and its BLAKE3 compared with the file digest the log names (a packed segment), else with the one the
+last backup recorded in ``DEST/backup-digests`` when it wrote and read back that file, else with SRC's
+bytes hashed (``_intact``); a file that differs (bit rot keeps size, magic and last bytes) is copied
+again and named (``recopied``). The same check covers the old bytes of a segment appended to.
 A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
 DEST's last entry is whole and its checksum is SRC's at that offset — only those bytes are read)
 gets only the new bytes, appended in place (a torn append is a torn tail, invisible to readers). A
@@ -34,7 +38,11 @@ never beside the other version of its segment; DEST's checkpoint goes before a s
 into is replaced, and SRC's is copied only if DEST's log commits to it; the derived files (indexes,
 checkpoint, witness) go through ``DEST/tmp/`` and a rename unsynced, as the engine writes its own.
 Segments are copied in increasing order, so a ``kill -9`` at any point leaves DEST
-a readable store of an older snapshot or the new one, and the next backup finishes. A full disk or
+a readable store of an older snapshot or the new one, and the next backup finishes. A backup that brings
+a packed segment (one gc rewrote, which may lack bodies a deletion in a later segment justifies) builds
+the new log whole in ``DEST/tmp/`` (kept files hard-linked) and exchanges it with ``DEST/log`` in one
+``renameat2(RENAME_EXCHANGE)``, so DEST never holds a packed segment without the entries that explain it
+(``_stage``, ``_swap``; where the file system cannot exchange directories they land in order). A full disk or
 another OS error is ``StorageOSError`` (exit 10) with DEST as it was (the append truncated back, the
 temporary file removed) or holding a longer prefix of the snapshot.
 
@@ -46,12 +54,15 @@ held for the copy: a second backup into it, or a writer of it, is ``LockTimeout`
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
 import os
+import platform
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
@@ -89,6 +100,7 @@ CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
 TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
 STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")  # DEST's state cache (runs.state), never copied
+DIGESTS = "backup-digests"  # DEST/backup-digests: each segment file's size and BLAKE3 as the last backup checked it
 MAGIC_LEN = 8
 TAIL_LEN = 32
 
@@ -107,10 +119,11 @@ class BackupResult(NamedTuple):
     reused: int
     removed: int
     bytes_copied: int
+    recopied: list[int] = []  # DEST segments found damaged (not the bytes they must be) and copied again
 
     def to_json(self) -> dict:
         return {"entries": self.entries, "anchor": self.anchor, "copied": self.copied, "reused": self.reused,
-                "removed": self.removed, "bytes_copied": self.bytes_copied}
+                "removed": self.removed, "bytes_copied": self.bytes_copied, "recopied": list(self.recopied)}
 
 
 class _Plan(NamedTuple):
@@ -323,6 +336,10 @@ class _Copier:
         self.total = 0
         self.buf = memoryview(bytearray(CHUNK))  # one buffer for every chunk read (no fresh 4 MiB per read)
         self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
+        self.sums = _read_digests(os.path.join(dest, DIGESTS))  # segment -> (size, BLAKE3) the last backup checked
+        self.new_sums: dict[int, tuple[int, bytes]] = {}  # the same for this backup's DEST, written at the end
+        self.prefix: dict[int, blake3.blake3] = {}  # append: the hash of DEST's checked bytes, continued by the copy
+        self.recopied: list[int] = []
 
     def dpath(self, k: int) -> str:
         return os.path.join(self.dlog, seg_name(k))
@@ -336,15 +353,24 @@ class _Copier:
             self._clear_tmp()
             if drop:
                 self.replaced = True
-            ckpt = os.path.join(self.dlog, "checkpoint")
-            if self.replaced and os.path.exists(ckpt):
-                os.unlink(ckpt)  # it may point into a segment about to be replaced: a reader (verify) must never find it stale
-                self.removed += 1
+            live = self.dlog
+            swap = self._lands_packed(plans) and _exchange_works(self.tmp)
+            if swap:
+                # A packed segment may lack bodies that a deletion in a later segment justifies: the
+                # new log is put together beside DEST's (kept files hard-linked) and exchanged with it
+                # in one rename, so DEST never holds a packed segment without what justifies it.
+                plans = [p if p.action == "reuse" else _Plan(p.seg, p.length, "copy") for p in plans]
+                self.dlog = self._stage(live, plans, drop)
             else:
-                self._drop_stale_checkpoint()
+                ckpt = os.path.join(self.dlog, "checkpoint")
+                if self.replaced and os.path.exists(ckpt):
+                    os.unlink(ckpt)  # it may point into a segment about to be replaced: a reader (verify) must never find it stale
+                    self.removed += 1
+                else:
+                    self._drop_stale_checkpoint()
+                if drop:
+                    self._remove(drop)
             self.total = sum(p.length - p.start for p in plans if p.action != "reuse")
-            if drop:
-                self._remove(drop)
             done = 0
             pending: list[tuple[_Plan, str]] = []  # whole copies written to DEST/tmp, not yet in place
             try:
@@ -374,12 +400,15 @@ class _Copier:
             if self.replaced:
                 self._drop_state_cache()
             self._copy_checkpoint()
+            if swap:
+                self._swap(live)
             self._check_open(pos)
+            self._write_digests()
             self._write_witness(pos)
         except OSError as e:
             raise StorageOSError(f"back up to {self.dest}", e.strerror or str(e)) from None
         return BackupResult(self.dest, pos.entry, anchor_token(pos), self.copied, self.reused,
-                            self.removed, self.bytes)
+                            self.removed, self.bytes, self.recopied)
 
     # -- deciding ----------------------------------------------------------------------------------------------
     def _plan(self, tail_seg: int, lengths: dict[int, int]) -> tuple[list[_Plan], list[int]]:
@@ -428,24 +457,109 @@ class _Copier:
                     # again, so a body gc removed never stays in a backup. (Ordinary sealed segments
                     # never change.)
                     if smagic != packed.PK_MAGIC or os.fstat(sfd).st_mtime_ns <= os.fstat(dfd).st_mtime_ns:
-                        return _Plan(k, length, "reuse")
+                        if self._intact(k, sfd, dfd, dsize):
+                            return _Plan(k, length, "reuse")
+                        return _Plan(k, length, "copy")  # damaged: SRC's file in its place (same entries)
             if SEG_HEADER.size <= dsize < length and dmagic == smagic == SEG_MAGIC:
                 got = _last_entry(dfd, dsize, k)
                 if got is not None and os.pread(sfd, TAIL_LEN, dsize - TAIL_LEN) == got[0] and (
                         dsize > SEG_HEADER.size or os.pread(sfd, SEG_HEADER.size, 0) == os.pread(dfd, SEG_HEADER.size, 0)):
-                    return _Plan(k, length, "append", dsize, got[0], got[1])
+                    if self._intact(k, sfd, dfd, dsize):
+                        return _Plan(k, length, "append", dsize, got[0], got[1])
+                    return _Plan(k, length, "copy")  # its checked bytes are not SRC's: copied whole
             if sealed and dsize >= TAIL_LEN and os.pread(dfd, TAIL_LEN, dsize - TAIL_LEN) == os.pread(sfd, TAIL_LEN, length - TAIL_LEN):
                 return _Plan(k, length, "copy")  # the same entries in another layout (gc rewrote one of them)
             if not sealed:
                 return _Plan(k, length, "copy")  # DEST's last segment: nothing after it to keep consistent
         return None
 
+    def _intact(self, k: int, sfd: int, dfd: int, size: int) -> bool:
+        """Whether DEST's segment ``k`` holds exactly SRC's bytes ``[0, size)``: DEST's file is read and
+        hashed (a flipped byte keeps size, magic and last 32 bytes), and the BLAKE3 compared with the
+        digest the log names for a packed file, else the one the last backup recorded when it wrote and
+        read back this file, else SRC's bytes hashed. A DEST segment that differs is named
+        (``recopied``) and copied again; one that matches is recorded for the next backup."""
+        h = self._hash(dfd, size)
+        got = h.digest()
+        ok = (got == self.engine.tables.packs.get(k) and size == os.fstat(sfd).st_size) or self.sums.get(k) == (size, got)
+        if not ok:
+            ok = self._hash(sfd, size).digest() == got
+        if not ok:
+            self.recopied.append(k)
+            return False
+        self.new_sums[k] = (size, got)
+        self.prefix[k] = h
+        return True
+
+    def _hash(self, fd: int, size: int) -> blake3.blake3:
+        h = blake3.blake3()
+        off = 0
+        while off < size:
+            data = _read_into(fd, self.buf, off, size - off)
+            if not data:
+                break
+            h.update(data)
+            off += len(data)
+        return h
+
+    def _write_digests(self) -> None:
+        """DEST/backup-digests: each DEST segment's size and BLAKE3, all checked by this backup, so the next
+        one compares DEST's files with them instead of reading SRC's again. Derived: a missing, stale or
+        damaged one only makes the next backup hash SRC's files too (it never keeps a file that differs)."""
+        if self.new_sums == self.sums:
+            return
+        rows = {str(k): [size, d.hex()] for k, (size, d) in sorted(self.new_sums.items())}
+        self._put_file(os.path.join(self.dest, DIGESTS), json.dumps({"segments": rows}, sort_keys=True).encode(), count=False)
+
     # -- writing ----------------------------------------------------------------------------------------------
     def _clear_tmp(self) -> None:
         os.makedirs(self.tmp, exist_ok=True)
         for f in os.listdir(self.tmp):
             if f.startswith(TMP_PREFIX + "."):
-                os.unlink(os.path.join(self.tmp, f))  # a killed backup's (DEST's lock is ours: none is running)
+                path = os.path.join(self.tmp, f)  # a killed backup's (DEST's lock is ours: none is running)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)  # a staged log, or the old one a swap left
+                else:
+                    os.unlink(path)
+
+    def _lands_packed(self, plans: list[_Plan]) -> bool:
+        """Whether this backup puts a packed segment (one gc rewrote, maybe without bodies a later
+        deletion removed) into DEST: it then lands in one swap of DEST's log (``_stage``, ``_swap``)."""
+        for p in plans:
+            if p.action != "reuse":
+                with _ro(self.engine.seg_path(p.seg)) as fd:
+                    if os.pread(fd, MAGIC_LEN, 0) == packed.PK_MAGIC:
+                        return True
+        return False
+
+    def _stage(self, live: str, plans: list[_Plan], drop: list[int]) -> str:
+        """A new log directory in DEST/tmp holding, hard-linked, what DEST keeps of its log: the segments
+        kept as they are, their indexes, and the head witness (``_plan`` checked that SRC holds the
+        entry it names, within the snapshot). Every other segment is copied into it; the rest of DEST's
+        log (segments SRC no longer has, replaced ones, the checkpoint) is left behind."""
+        stage = self._tmp_name("log")
+        os.mkdir(stage)
+        keep = {p.seg for p in plans if p.action == "reuse"}
+        gone = set(drop)
+        for f in sorted(os.listdir(live)):
+            k = int(f[:-4]) if f[-4:] in (".seg", ".idx") and f[:-4].isdigit() else None
+            if f == "witness" or (k is not None and k in keep):
+                os.link(os.path.join(live, f), os.path.join(stage, f))
+            elif f == "checkpoint" or k in gone:
+                self.removed += 1
+        self.policy.dir(stage)
+        return stage
+
+    def _swap(self, live: str) -> None:
+        """The staged log (checked: every copy read back, the segments chaining) takes the place of
+        DEST's in one exchange of the two directories; the old one is then removed."""
+        stage = self.dlog
+        self.policy.dir(stage)
+        _exchange(stage, live)
+        self.policy.dir(self.tmp)
+        self.policy.dir(self.dest)
+        self.dlog = live
+        shutil.rmtree(stage)  # DEST's old log now
 
     def _remove(self, segs: list[int]) -> None:
         """Remove DEST segments, highest first (so DEST is a prefix of the log at every step), after
@@ -470,6 +584,7 @@ class _Copier:
             with _ro(self.engine.seg_path(p.seg)) as sfd:
                 digest = self._stream(sfd, fd, 0, p.length, done, self.engine.seg_path(p.seg))
             self._check_copy(fd, tmp, p.seg, 0, p.length, digest, ZERO, 0)
+            self.new_sums[p.seg] = (p.length, digest)
         except BaseException:
             os.close(fd)
             os.unlink(tmp)
@@ -509,11 +624,13 @@ class _Copier:
         fd = os.open(path, os.O_RDWR)
         try:
             try:
+                whole = self.prefix.pop(p.seg)  # DEST's bytes [0, start), checked by _intact
                 with _ro(self.engine.seg_path(p.seg)) as sfd:
                     os.lseek(fd, p.start, os.SEEK_SET)
-                    digest = self._stream(sfd, fd, p.start, p.length, done, self.engine.seg_path(p.seg))
+                    digest = self._stream(sfd, fd, p.start, p.length, done, self.engine.seg_path(p.seg), whole)
                 self.policy.file(fd)
                 self._check_copy(fd, path, p.seg, p.start, p.length, digest, p.prev, p.n)
+                self.new_sums[p.seg] = (p.length, whole.digest())
             except BaseException:
                 try:
                     os.ftruncate(fd, p.start)
@@ -524,7 +641,7 @@ class _Copier:
             os.close(fd)
         self.copied += 1
 
-    def _stream(self, sfd: int, dfd: int, start: int, end: int, done: int, path: str) -> bytes:
+    def _stream(self, sfd: int, dfd: int, start: int, end: int, done: int, path: str, whole: blake3.blake3 | None = None) -> bytes:
         h = blake3.blake3()
         off = start
         while off < end:
@@ -532,6 +649,8 @@ class _Copier:
             if not data:
                 raise IntegrityError("?", path, f"segment ended at offset {off} while being copied")
             h.update(data)
+            if whole is not None:
+                whole.update(data)
             _write_all(dfd, data)
             off += len(data)
             self.bytes += len(data)  # segment bytes only: indexes and the checkpoint are counted as files
@@ -655,7 +774,7 @@ class _Copier:
             e = _entry_ending_at(fd, off, seg)
         return e is not None and e.n == t.pos.entry and e.checksum == t.pos.checksum and root_digest(t.acc) == e.root
 
-    def _put_file(self, path: str, data: bytes) -> None:
+    def _put_file(self, path: str, data: bytes, count: bool = True) -> None:
         """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
         not fsynced, as the engine writes them: one lost to an OS crash is rebuilt from the log (or, for
         the witness, is no witness), and a kill leaves the old file or the new one, whole."""
@@ -669,7 +788,7 @@ class _Copier:
             raise
         os.close(fd)
         os.rename(tmp, path)
-        self.copied += path != os.path.join(self.dlog, "witness")
+        self.copied += count and path != os.path.join(self.dlog, "witness")
 
     def _tmp_name(self, what: str) -> str:
         return os.path.join(self.tmp, f"{TMP_PREFIX}.{what}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -785,6 +904,59 @@ def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
         return None
     e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
     return None if isinstance(e, str) else e
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "i686": 353, "armv7l": 382, "ppc64le": 357, "s390x": 347, "riscv64": 276}
+
+
+def _exchange(a: str, b: str) -> None:
+    """Linux ``renameat2(RENAME_EXCHANGE)``: directories ``a`` and ``b`` trade places atomically."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    args = (ctypes.c_int(_AT_FDCWD), os.fsencode(a), ctypes.c_int(_AT_FDCWD), os.fsencode(b), ctypes.c_uint(_RENAME_EXCHANGE))
+    if fn is not None:
+        r = fn(*args)
+    elif platform.machine() in _SYS_RENAMEAT2:
+        r = libc.syscall(ctypes.c_long(_SYS_RENAMEAT2[platform.machine()]), *args)
+    else:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    if r != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _exchange_works(tmp: str) -> bool:
+    """Whether DEST's file system exchanges two directories (Linux 3.15+, most local file systems).
+    Where it does not, packed segments land one by one in increasing order as every other copy does,
+    and a kill between two of them can leave one in DEST before the deletion that justifies it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    a, b = os.path.join(tmp, f"{TMP_PREFIX}.probe-a.{os.getpid()}"), os.path.join(tmp, f"{TMP_PREFIX}.probe-b.{os.getpid()}")
+    try:
+        os.mkdir(a)
+        os.mkdir(b)
+        _exchange(a, b)
+        return True
+    except OSError:
+        return False
+    finally:
+        for d in (a, b):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def _read_digests(path: str) -> dict[int, tuple[int, bytes]]:
+    """DEST/backup-digests as the last backup wrote it; {} if absent or not of its shape (derived)."""
+    try:
+        with open(path, "rb") as f:
+            rows = json.loads(f.read())["segments"]
+        return {int(k): (int(v[0]), bytes.fromhex(v[1])) for k, v in rows.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
+        return {}
 
 
 def _read_into(fd: int, buf: memoryview, off: int, want: int) -> memoryview:

@@ -32,7 +32,7 @@ import blake3
 import msgspec
 import zstandard
 
-from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError
+from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UntrustedGcPending
 from ..runs import records, state
 from ..storage import codec, engine, fileutil, packed, runrefs, segindex
 from ..storage.gclock import gc_lock
@@ -385,20 +385,31 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
         w.abort()
         raise
     # Read the new file back as a reader will: its chain must end where the old one did.
+    idx = _index_of_packed(path, seg, entries[-1].checksum)
+    if isinstance(idx, str):
+        raise IntegrityError("?", path, f"the packed segment does not read back ({idx})")
+    return packed.file_digest(path), idx, removed
+
+
+def _index_of_packed(path: str, seg: int, last: bytes) -> bytes | str:
+    """The index a packed segment file's entries give, read as a reader reads the file (its chain
+    recomputed from the metas); or what is wrong: it does not read, or its chain does not end at
+    ``last`` (where the log's segment ``seg`` ends)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        if not packed.is_packed(fd):
+            return "it is not a packed segment"
         pk = engine.packed_entries(fd, seg)
-        if pk.problem is not None or pk.entries[-1].checksum != entries[-1].checksum:
-            raise IntegrityError("?", path, f"the packed segment does not read back ({pk.problem or 'its chain ends elsewhere'})")
+        if pk.problem is not None or not pk.entries or pk.entries[-1].checksum != last:
+            return pk.problem or "its chain ends elsewhere"
         objects: dict = {}
         chain: list = []
         for e in pk.entries:
             engine._segment_rows(e, objects, chain)
-        last = pk.entries[-1]
-        idx = segindex.build(seg, hdr[2], last.n, last.checksum, objects.values(), chain)
+        end = pk.entries[-1]
+        return segindex.build(seg, pk.entries[0].n, end.n, end.checksum, objects.values(), chain)
     finally:
         os.close(fd)
-    return packed.file_digest(path), idx, removed
 
 
 def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engine.Entry]:
@@ -625,7 +636,8 @@ def _note_pending(eng: engine.LogEngine, tmpdir: str, rows: list) -> None:
 
 
 def _unfinished(eng: engine.LogEngine) -> list:
-    """The rows of a killed gc whose packed files are in place but which the log does not name yet."""
+    """The rows of a killed gc whose packed files are in place but which the log does not name yet,
+    each checked before it is committed (``_untrusted``)."""
     rows = packed.read_pending(eng.root)
     if not rows:
         return []
@@ -639,7 +651,33 @@ def _unfinished(eng: engine.LogEngine) -> list:
                 out.append([seg, file_digest, idx_digest])
         except OSError:
             continue
+    for row in out:
+        why = _untrusted(eng, row)
+        if why is not None:
+            raise UntrustedGcPending(os.path.join(eng.root, packed.PENDING), f"its row for segment {row[0]} {why}")
     return out
+
+
+def _untrusted(eng: engine.LogEngine, row: list) -> str | None:
+    """Why a pending row whose file is in place is not one this gc would commit, else None. Anyone who
+    can write the store's files can write tmp/gc/pending (its checksum is BLAKE3 of its bytes), so
+    a row is trusted only as far as it is checked: it has the shape readers require of a rewrite row,
+    its file is a packed segment whose entries end where the log's segment does (the next segment's
+    header chains from there, as readers check), and the index digest is the one those entries give."""
+    seg, _file_digest, idx_digest = row
+    bad = engine._rw_shape_problem([row])
+    if bad is not None:
+        return f"is not [segment, 32-byte file digest, 32-byte index digest] ({bad})"
+    try:
+        nxt = engine._read_segment_header(eng._fd(seg + 1), eng.seg_path(seg + 1))
+        idx = _index_of_packed(eng.seg_path(seg), seg, nxt[3])
+    except (OSError, ObjstoreError) as err:
+        return f"names a file that cannot be read back ({err})"
+    if isinstance(idx, str):
+        return f"names a file that is not the log's segment packed ({idx})"
+    if blake3.blake3(idx).digest() != idx_digest:
+        return f"names index digest {bytes(idx_digest).hex()}, the packed file's entries give {blake3.blake3(idx).hexdigest()}"
+    return None
 
 
 def _clean_tmp(tmpdir: str, keep: str | None = None) -> None:

@@ -7,8 +7,11 @@ writers refuse such a store, so nothing can be appended until someone decides. R
 byte after entry N from the last segment, and its own commit entry records the cut in the log
 (``cut``: segment, offset, length, BLAKE3 of the removed bytes) together with a blob under the ref
 ``log/repairs`` saying who cut what and why — signed by the store's owner key where the store has
-one (an unsigned repair is refused there, as is a key that is not the owner's). The head witness
-then names the repair entry.
+one (an unsigned repair is refused there, as is a key that is not the owner's). The note also
+records the head witness the repair found (``witness``: entry, checksum hex), and the head witness
+then names the repair entry: a repair killed between its entry and the witness leaves the old
+witness, which the note explains, so writers and verify accept the repaired log (a kill at any
+point of a repair leaves the store as it was, or repaired and writable).
 
 Prefer restoring a backup: repair discards whatever the removed bytes held, acknowledged commits
 included. Whole segments are never removed (restore from a backup instead), and entries before the
@@ -21,10 +24,8 @@ import time
 
 from ..errors import InvalidInput, Refused, Unauthenticated
 from ..storage import codec, identity
-from ..storage.engine import LogEngine
+from ..storage.engine import REPAIRS_REF, LogEngine
 from ..storage.store import Store
-
-REPAIRS_REF = "log/repairs"
 
 
 def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None = None) -> dict:
@@ -49,6 +50,9 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
         torn = engine.torn
         removed = [] if torn is None else [{"segment": torn[0], "offset": torn[1], "length": torn[2]}]
         note = {"repair": 1, "cut_after": cut_after, "removed": removed, "reason": reason, "time": time.time()}
+        found = engine.witness()
+        if found is not None:  # what the witness said before this cut: a kill before the new one is explained
+            note["witness"] = [found[0], found[1].hex()]
         if key is not None:
             note = identity.sign_object(key, note)
         canonical = codec.encode(codec.BLOB, codec.canonical_json(note))

@@ -4,7 +4,8 @@ Counts come from the entries' index rows (object rows, record rows, their ``refs
 decoded body: segments (sealed, packed, active), bytes stored against canonical bytes, runs (and
 deleted runs), records, blobs (and the committed blobs no record names, which gc keeps), redacted
 blobs and deleted records, the derived files (indexes, checkpoint, witness) and the state cache
-(``state.db`` and its WAL, reported apart), and the anchor of the log's head.
+(``state.db`` and its WAL, reported apart), and the anchor of the log's head. On object storage the log's
+figures are the same, and the keys and bytes of the bucket by kind (one LIST) stand for segments and derived files.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..storage import codec, engine, packed
+from ..storage import codec, engine, packed, s3engine
 from . import delete
 
 if TYPE_CHECKING:
+    from ..storage.s3engine import S3Engine
     from ..storage.store import Store
 
 
@@ -27,13 +29,85 @@ def _size(path: str) -> int:
         return 0
 
 
+def _bucket_keys(eng: S3Engine) -> dict[str, Any]:
+    """Keys and bytes of a store on object storage by kind, from one LIST of its prefix (a request per 1000 keys):
+    what it costs in the bucket. ``other`` is what no objstore writes there (another tool's keys under the prefix)."""
+    by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "other")}
+    for x in eng.bucket.list(""):
+        if x.key == s3engine.HEAD_KEY:
+            kind = "head"
+        elif x.key == s3engine.MARKER_KEY:
+            kind = "marker"
+        elif x.key.startswith(s3engine.CHUNK_PREFIX):
+            kind = "chunk"
+        elif x.key.startswith(s3engine.ENTRY_PREFIX):
+            kind = "entry"
+        else:
+            kind = "other"
+        by_kind[kind]["keys"] += 1
+        by_kind[kind]["bytes"] += x.size
+    return {"keys": sum(k["keys"] for k in by_kind.values()), "bytes": sum(k["bytes"] for k in by_kind.values()),
+            "by_kind": by_kind}
+
+
 def stats(store: Store) -> dict[str, Any]:
-    """The figures ``objstore stats --json`` prints (docs/CLI.md gives the schema)."""
+    """The figures ``objstore stats --json`` prints (docs/CLI.md gives the schema). On object storage the log's
+    figures are the same (its entries are read at open anyway); segments and derived files are a disk store's,
+    ``bucket`` (keys and bytes by kind, from a LIST) stands for them."""
     eng = store.engine
-    store.require_local("stats reads", "objstore clone it to a directory to see its figures")
+    if isinstance(eng, s3engine.S3Engine) and store.root is not None:
+        pos = eng.refresh()
+        bucket = _bucket_keys(eng)
+        figures = _log_figures(store, eng, pos)
+        return {
+            "store": store.url or store.root,
+            "entries": pos.entry,
+            "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+            "segments": None,
+            "bucket": bucket,
+            **figures,
+            "stored_ratio": round(bucket["bytes"] / figures["canonical_bytes"], 4) if figures["canonical_bytes"] else None,
+            "derived_bytes": None,
+            "state_cache_bytes": _state_cache(store.root),
+        }
     if not isinstance(eng, engine.LogEngine) or store.root is None:
-        raise InvalidInput("stats reads a store on disk (this one lives in memory)")
+        raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
     pos = eng.refresh()
+    figures = _log_figures(store, eng, pos)
+    segs = []
+    seg_bytes = 0
+    for s in range(1, eng._seg + 1):
+        p = eng.seg_path(s)
+        size = _size(p)
+        seg_bytes += size
+        try:
+            with open(p, "rb") as f:
+                kind = "packed" if f.read(8) == packed.PK_MAGIC else ("active" if s == eng._seg else "sealed")
+        except OSError:
+            kind = "missing"
+        segs.append({"segment": s, "kind": kind, "bytes": size})
+    idx_bytes = sum(_size(eng.idx_path(s)) for s in range(1, eng._seg))
+    derived = {"indexes": idx_bytes, "checkpoint": _size(os.path.join(eng.dir, "checkpoint")), "witness": _size(os.path.join(eng.dir, "witness"))}
+    canonical = figures["canonical_bytes"]
+    return {
+        "store": store.root,
+        "entries": pos.entry,
+        "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+        "segments": {"count": len(segs), "packed": sum(1 for s in segs if s["kind"] == "packed"), "bytes": seg_bytes, "files": segs},
+        "bucket": None,
+        **figures,
+        "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
+        "derived_bytes": derived,
+        "state_cache_bytes": _state_cache(store.root),
+    }
+
+
+def _state_cache(root: str) -> dict[str, int]:
+    return {name: _size(os.path.join(root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
+
+
+def _log_figures(store: Store, eng: engine.Engine, pos: engine.Position) -> dict[str, Any]:
+    """What the log's entries say, up to ``pos``: objects and their canonical bytes, runs, records, blobs."""
     t = eng.tables
     objects = records = blobs = removed = canonical = 0
     blob_ids: set = set()
@@ -59,28 +133,8 @@ def stats(store: Store) -> dict[str, Any]:
     deleted_runs = set(delete.deleted_runs(store))
     redacted = len(delete.redacted_blobs(store))
     covered = sum(len(store.covered_records(r)) for r in runs - deleted_runs)
-    segs = []
-    seg_bytes = 0
-    for s in range(1, eng._seg + 1):
-        p = eng.seg_path(s)
-        size = _size(p)
-        seg_bytes += size
-        try:
-            with open(p, "rb") as f:
-                kind = "packed" if f.read(8) == packed.PK_MAGIC else ("active" if s == eng._seg else "sealed")
-        except OSError:
-            kind = "missing"
-        segs.append({"segment": s, "kind": kind, "bytes": size})
-    idx_bytes = sum(_size(eng.idx_path(s)) for s in range(1, eng._seg))
-    derived = {"indexes": idx_bytes, "checkpoint": _size(os.path.join(eng.dir, "checkpoint")), "witness": _size(os.path.join(eng.dir, "witness"))}
-    state = {name: _size(os.path.join(store.root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
     return {
-        "store": store.root,
-        "entries": pos.entry,
-        "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
-        "segments": {"count": len(segs), "packed": sum(1 for s in segs if s["kind"] == "packed"), "bytes": seg_bytes, "files": segs},
         "canonical_bytes": canonical,
-        "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
         "runs": len(runs - deleted_runs),
         "deleted_runs": len(deleted_runs & runs),
         "records": records,
@@ -91,6 +145,4 @@ def stats(store: Store) -> dict[str, Any]:
         "deleted_records": covered,
         "removed_bodies": removed,
         "redacted_blobs": redacted,
-        "derived_bytes": derived,
-        "state_cache_bytes": state,
     }

@@ -38,13 +38,14 @@ from typing import Any, NamedTuple, cast
 
 import blake3
 
-from ..errors import Deleted, Erased, InvalidInput
+from ..errors import Deleted, Erased, InvalidInput, MalformedObject, ObjectNotFound, ObjstoreError
 from ..storage import codec, runrefs
 from ..storage.fileutil import no_gc
 from ..storage.store import Store
+from . import kinds as K
 from . import labels as L
 from . import records as R
-from .fold import fold
+from .fold import apply, empty_state, fold
 
 _new_record = tuple.__new__  # NamedTuple construction without the keyword machinery
 Record = R.Record
@@ -71,6 +72,7 @@ class ChainReader:
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
         self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
         self._copies: dict[str, bool] = {}  # run -> whether it is a copy of another run (never changes)
+        self._xschemas: dict[bytes, tuple[str, list] | str] = {}  # schema id -> K.schema_fields (objects never change)
 
     # -- labels (runs.labels) ------------------------------------------------------
     def find_run(self, /, **labels: str) -> str | None:
@@ -84,12 +86,17 @@ class ChainReader:
 
     def find_records(self, run: str, /, **labels: str) -> list[R.Record]:
         """Every record of ``run`` (any branch) carrying all these labels, newest commit first."""
-        return [R.Record.from_payload(oid, p) for oid, p in L.find_records(self.store, run, labels)]
+        return [self.served_record(oid, p) for oid, p in L.find_records(self.store, run, labels)]
 
     def find_record(self, run: str, /, **labels: str) -> R.Record | None:
         """The newest record of ``run`` carrying all these labels, or None."""
         got = L.find_records(self.store, run, labels)
-        return R.Record.from_payload(*got[0]) if got else None
+        return self.served_record(*got[0]) if got else None
+
+    def served_record(self, oid: bytes, p: dict) -> R.Record:
+        if p["kind"].startswith("x."):
+            self.check_ext(oid, p)
+        return R.Record.from_payload(oid, p)
 
     def record_labels(self, oid: bytes) -> dict[str, str]:
         """A record's labels ({} if it has none)."""
@@ -108,7 +115,66 @@ class ChainReader:
         otype, value = self.store.get(oid)
         if otype != codec.RECORD:
             raise InvalidInput(f"object {oid.hex()} is a {otype}, not a record")
+        if value["kind"].startswith("x."):
+            self.check_ext(oid, value)
         return R.Record.from_payload(oid, value)
+
+    def check_ext(self, oid: bytes, p: dict) -> None:
+        """Refuse (``MalformedObject``, exit 6) a record of an ``x.`` kind that its schema does not allow
+        (``kinds.ext_record_problem``, the rule verify names ``malformed-object``): readers never serve
+        what verify calls forged. Schemas are read once per reader."""
+        bad = K.ext_record_problem(p["kind"], p["body"], p.get("schema"), self.schema_fields)
+        if bad is not None:
+            raise MalformedObject(oid.hex(), bad)
+
+    def check_fork_place(self, fk: dict) -> None:
+        """Refuse (``MalformedObject``, exit 6) a fork object whose ``parent_record`` is not the record
+        at the place it names (``records.fork_place_problem``, verify's ``bad-fork``): a reader never
+        walks on into another run's or branch's history. One chain-index look-up per fork crossed; a
+        record of an open batch (not indexed yet) is placed by its own payload instead."""
+        src = fk.get("parent_run")
+        run = src if isinstance(src, str) else fk.get("run")
+        pb, pl, want = fk["parent_branch"], fk["parent_lsn"], fk["parent_record"]
+        if not isinstance(run, str):
+            return  # not a fork object the walk can follow: its own checks name it
+        at = self.store.indexed_record(run, pb, pl)
+        if at is None:  # not indexed: the open batch's, or nowhere; the record says where it is
+            hit = self.store.erased_records.get(want)
+            place: tuple | None
+            if hit is not None:
+                place = hit[1:4]
+            else:
+                try:
+                    p = self.store.get_decoded(want)[1]
+                except ObjstoreError:
+                    return  # unreadable (a body gc removed, a missing object): the walk names it as ever
+                place = (p.get("run"), p.get("branch"), p.get("lsn")) if isinstance(p, dict) else None
+            if place == (run, pb, pl):
+                at = want
+        bad = R.fork_place_problem(fk, at, bytes.hex)
+        if bad is not None:
+            raise MalformedObject(fk["id"].hex(), bad)
+
+    def check_object(self, oid: bytes, otype: str, value: Any) -> None:
+        """Refuse (``MalformedObject``) an object ``show`` would print that verify calls forged: a
+        record of an ``x.`` kind its schema does not allow, a schema object that is none."""
+        if otype == codec.RECORD and isinstance(value, dict) and str(value.get("kind")).startswith("x."):
+            self.check_ext(oid, value)
+        elif otype == codec.SCHEMA:
+            got = self.schema_fields(oid)
+            if isinstance(got, str):
+                raise MalformedObject(oid.hex(), got)
+
+    def schema_fields(self, sid: bytes) -> tuple[str, list] | str:
+        """(kind, fields) of schema object ``sid``, or why it is none (``kinds.schema_fields``)."""
+        got = self._xschemas.get(sid)
+        if got is None:
+            try:
+                otype, value = self.store.get(sid)
+            except ObjectNotFound:
+                otype, value = None, None
+            got = self._xschemas[sid] = K.schema_fields(sid, otype, value)
+        return got
 
     def fork_object(self, view: View, branch: int) -> dict | None:
         """The fork object at the root of ``branch`` (None for branch 0), with its id: the parent
@@ -118,7 +184,9 @@ class ChainReader:
         if head not in self.store.erased_records:
             otype, p = get(head)
             if otype == codec.FORK:
-                return dict(p, id=head)
+                fk = dict(p, id=head)
+                self.check_fork_place(fk)
+                return fk
         first = self.store.indexed_record(view.run, branch, 0)
         if first is None or not self._is_ancestor(view.run, branch, 0, head):
             return self.chain(head)[1]  # not indexed (an open batch): walk
@@ -127,7 +195,11 @@ class ChainReader:
         if parent is None:
             return None
         otype, p = get(parent)
-        return dict(p, id=parent) if otype == codec.FORK else None
+        if otype != codec.FORK:
+            return None
+        fk = dict(p, id=parent)
+        self.check_fork_place(fk)
+        return fk
 
     def walk(self, head: bytes, stop_at: bytes | None = None,
              get: Callable[[bytes], tuple[str, Any]] | None = None) -> Iterator[R.Record | dict]:
@@ -157,7 +229,9 @@ class ChainReader:
                     # a copy's root: its caller may walk on into the source, whose partial deletions must
                     # then be known (its covered records read header-only, as in every other reader)
                     self.store.covered_records(src)
-                yield dict(p, id=oid)
+                fk = dict(p, id=oid)
+                self.check_fork_place(fk)
+                yield fk
                 return
             if otype != codec.RECORD:
                 raise InvalidInput(f"chain reaches {otype} object {oid.hex()}")
@@ -165,6 +239,8 @@ class ChainReader:
                 branch = p["branch"]
             elif p["branch"] != branch:
                 raise InvalidInput(f"chain of branch {branch} reaches record {oid.hex()} of branch {p['branch']}")
+            if p["kind"].startswith("x."):
+                self.check_ext(oid, p)
             parent = p["parent"]
             yield _new_record(Record, (oid, p["run"], branch, p["lsn"], parent, p["kind"], p.get("time"), p["body"]))
             oid = parent
@@ -234,6 +310,8 @@ class ChainReader:
                     expect = lsn + 1
                     continue
                 otype, p = get(oid)
+                if p["kind"].startswith("x."):
+                    self.check_ext(oid, p)
                 yield _new_record(Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
                 expect = lsn + 1
             if expect > last:
@@ -290,6 +368,29 @@ class ChainReader:
         if not any(any(p) for p in parts):
             return None
         return blake3.blake3(b"".join(parts)).digest()
+
+    RUN_FIELDS = ("run", "subject", "workflow_version", "meta")
+
+    def run_fields(self, view: View) -> dict:
+        """``run``, ``subject``, ``workflow_version`` and ``meta`` as the fold of any branch of the run
+        sets them (``fold.apply``: only run_started records at LSN 0 of branch 0 set them), read from
+        the log: the run's run_started and, for a copy, its sources' (oldest first) — one record a run.
+        What the state cache serves of them comes from here, never from its rows (invariant 15)."""
+        views, v, seen = [view], view, {view.run}
+        while self._copied(v):
+            fk = self.fork_object(v, 0)
+            if fk is None:
+                break
+            v = self.parent_view(v, fk)
+            if v.run in seen:
+                break
+            seen.add(v.run)
+            views.append(v)
+        st = empty_state()
+        for v in reversed(views):
+            for rec in self.iter_own(v, 0, upto=0):
+                apply(st, rec)
+        return {k: st[k] for k in self.RUN_FIELDS}
 
     def parent_view(self, view: View, fk: dict) -> View:
         """The view a fork object's parent lives in: the run's own, or a copy's source run."""

@@ -3,6 +3,11 @@
 A record a partial deletion covers is folded as a header-only record (``apply``): it counts in
 ``records`` and nothing else, the same in the state cache, a re-fold and verify's fold.
 
+A run's own fields (``run``, ``subject``, ``workflow_version``, ``meta``) come from ``run_started``
+records at LSN 0 of branch 0 only — of the run, and for a copy of its sources first — so a reader
+can take them from those few records in the log (``ChainReader.run_fields``) instead of trusting
+a cached fold (invariant 15).
+
 The state of a branch is the fold of its lineage: the parent branch's records up
 to the fork LSN (recursively), then the branch's own records. The chain walking
 that feeds this lives in ``runlog``; this module only says what each record
@@ -53,6 +58,8 @@ def apply(state: dict, rec: R.Record) -> dict:
     if R.DELETED_FIELD in b:
         return state
     if k == R.RUN_STARTED:
+        if rec.lsn != 0 or rec.branch != 0:
+            return state  # a run starts at LSN 0 of branch 0 (the writer writes no other): what is elsewhere starts nothing
         state["run"] = rec.run
         state["subject"] = b["subject"]
         state["workflow_version"] = b["workflow_version"]

@@ -32,8 +32,10 @@ import msgspec
 from ..errors import (
     Conflict,
     IngestError,
+    IngestMultiLog,
     IntegrityError,
     LimitExceeded,
+    MultiLogBatch,
     ObjstoreError,
     Refused,
     StorageOSError,
@@ -268,11 +270,14 @@ def ingest(log: RunLog, stream: IO) -> dict:
 
 def apply_events(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
     """Apply events from ``read_events`` in one group commit; returns a summary. On object storage,
-    where a commit touches one run's log, events of several runs are ``MultiLogBatch`` (exit 15):
+    where a commit touches one run's log, events of several runs are ``IngestMultiLog`` (a ``MultiLogBatch``, exit 15):
     ``apply_events_per_run`` commits them run by run."""
     summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": []}
-    with log.store.batch():
-        _apply(log, events, summary)
+    try:
+        with log.store.batch():
+            _apply(log, events, summary)
+    except MultiLogBatch as e:  # the one line names the way out (``IngestMultiLog``, still a MultiLogBatch)
+        raise IngestMultiLog(*e.args) from None
     return summary
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -115,6 +116,37 @@ def body_problem(fields: list, body: object) -> str | None:
         return str(e).replace("`", "'")
     except (TypeError, ValueError) as e:  # a field list no Struct can hold (a forged schema): named, never a traceback
         return f"its schema cannot be applied ({e})"
+    return None
+
+
+def schema_fields(sid: bytes, otype: str | None, value: object) -> tuple[str, list] | str:
+    """(kind, fields) of the object a record names as its schema (``otype`` None: not stored), or why
+    it is none: the one reading of a schema object, shared by every reader and verify."""
+    if otype is None:
+        return f"its schema {sid.hex()} is not stored"
+    if otype != "schema":
+        return f"its schema {sid.hex()} is a {otype}, not a schema"
+    bad = schema_object_problem(value) if isinstance(value, dict) else "not a map"
+    if bad is not None:
+        return f"its schema {sid.hex()} is malformed ({bad})"
+    assert isinstance(value, dict)
+    return value["kind"], value["fields"]
+
+
+def ext_record_problem(kind: str, body: object, sid: object, schema_of: Callable[[bytes], tuple[str, list] | str]) -> str | None:
+    """What is wrong with a record of an ``x.`` kind against the schema its payload names, or None:
+    the schema is stored, is a well-formed schema of the record's kind, and the body fits it.
+    ``schema_of(sid)`` gives ``schema_fields`` of that object. One rule for readers and verify."""
+    if type(sid) is not bytes:
+        return f"{kind} record names no schema"
+    got = schema_of(sid)
+    if isinstance(got, str):
+        return f"{kind} record: {got}"
+    if got[0] != kind:
+        return f"{kind} record names schema {sid.hex()}, which declares {got[0]}"
+    bad = body_problem(got[1], body)
+    if bad is not None:
+        return f"{kind} body does not fit its schema {sid.hex()}: {bad}"
     return None
 
 

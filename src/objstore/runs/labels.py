@@ -20,15 +20,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import blake3
-
 from ..errors import Erased, InvalidInput, ObjectNotFound, SnapshotGone
 from ..storage import codec
 from ..storage import labels as L
 from ..storage.runrefs import branch_ref, deleted_ref
 from ..storage.store import Store
 
-PREFIX = "l-"  # the ids of labelled runs; reserved: an unlabelled run never takes one
+PREFIX = L.RUN_PREFIX  # the ids of labelled runs; reserved: an unlabelled run never takes one
 
 
 def check_labels(labels: object, what: str = "labels") -> dict[str, str]:
@@ -50,14 +48,13 @@ def check_labels(labels: object, what: str = "labels") -> dict[str, str]:
 
 def run_id(labels: Mapping[str, str], generation: int = 0) -> str:
     """The id of the run these labels name: ``l-`` + 48 hex digits of BLAKE3 of the escaped set,
-    and ``-<g>`` for generation g ≥ 1. A deleted run's id is never used again (its refs are
-    write-once), so the labels of a deleted run name the next generation's run: ``find_run`` and
-    ``start_run`` step past deleted generations."""
+    and ``-<g>`` for generation g ≥ 1 (``storage.labels.run_id_of``). A deleted run's id is never
+    used again (its refs are write-once), so the labels of a deleted run name the next generation's
+    run: ``find_run`` and ``start_run`` step past deleted generations."""
     rows = L.canonical(dict(labels))
     if rows is None:
         raise InvalidInput("labels must be a non-empty map of names to values")
-    base = PREFIX + blake3.blake3(L.set_text(rows).encode()).hexdigest()[:48]
-    return base if generation == 0 else f"{base}-{generation}"
+    return L.run_id_of(rows, generation)
 
 
 def generations(store: Store, labels: Mapping[str, str]) -> tuple[str, bool]:
@@ -128,17 +125,15 @@ def find_runs(store: Store, labels: Mapping[str, str]) -> list[str]:
 def live_earlier_generation(run: str, labels: dict, deleted: Callable[[str], bool]) -> int | None:
     """The first generation of these labels before ``run`` that is not a deleted run (``deleted``
     says which runs are), or None. A live one beside ``run`` would make two runs of one label set:
-    ``run`` is then not a run these labels name (find_runs), and verify names it (``bad-labels``)."""
-    g = generation_of(run, labels)
-    return next((k for k in range(g or 0) if not deleted(run_id(labels, k))), None)
+    the entry creating ``run`` is refused (``storage.labels.birth_problem``, a rule of applying it),
+    and verify names it."""
+    rows = L.canonical(labels)
+    return None if rows is None else L.live_earlier_generation(run, rows, deleted)
 
 
 def generation_of(run: str, labels: dict) -> int | None:
-    base = run_id(labels)
-    if run == base:
-        return 0
-    g = run[len(base) + 1:] if run.startswith(base + "-") else ""
-    return int(g) if g.isdigit() and g.isascii() and g[0] != "0" else None
+    rows = L.canonical(labels)
+    return None if rows is None else L.generation_of(run, rows)
 
 
 def find_records(store: Store, run: str, labels: Mapping[str, str]) -> list[tuple[bytes, dict]]:
@@ -160,12 +155,11 @@ def labels_of(payload: dict) -> dict[str, str]:
 
 def check_run_labels(run: str, labels: Any) -> str | None:
     """What is wrong with a stored run_started record's labels for its run id, or None: a labelled
-    run's id is the one its labels give, and an ``l-`` id belongs to a labelled run only."""
+    run's id is the one its labels give, and an ``l-`` id belongs to a labelled run only
+    (``storage.labels.run_labels_problem``)."""
     if labels is None:
-        return f"run id {run} is a labelled run's id, but its run_started record has no labels" if is_label_id(run) else None
-    if L.canonical(labels) is None:
+        return L.run_labels_problem(run, None)
+    rows = L.canonical(labels)
+    if rows is None:
         return "field 'labels' must be a non-empty map of at most 16 names to string values"
-    if generation_of(run, labels) is None:
-        want = run_id(labels)
-        return f"its labels give run id {want} (or {want}-<generation>), not {run}"
-    return None
+    return L.run_labels_problem(run, rows)

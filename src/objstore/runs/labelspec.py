@@ -12,14 +12,18 @@ character), so any label can be written: ``path=a\\,b`` is the value ``a,b``. A 
 ``[A-Za-z0-9_.-]`` only, so a text with an unescaped ``=`` is never an id: it is a label spec.
 
 Resolution: the run whose labels are exactly these (its id is computed, no search) wins; else the
-one live run whose labels include all of them; several → ``AmbiguousRun`` (exit 5) naming the
-candidates with their labels; none → ``RunNotFound`` (exit 4). Deleted runs are never found.
+one live run whose labels include all of them; else, when those runs differ only in one label the
+spec does not give and exactly one has it empty, that one (the namespace rule, ``root_namespace``:
+``thread_id=T`` names a LangGraph thread's root namespace, not its subgraphs'); several others →
+``AmbiguousRun`` (exit 5) naming the candidates with their labels; none → ``RunNotFound`` (exit 4).
+Deleted runs are never found.
 Reads: the refs of the computed id, the label rows of the index and the ``run_started`` records of
 the matches (``runs.labels``), plus the labels of at most ``MAX_CANDIDATES`` candidates to name them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import AmbiguousRun, InvalidInput, RunNotFound
@@ -103,6 +107,41 @@ def matching_runs(log: ChainReader, labels: dict[str, str]) -> list[str]:
     return L.find_runs(log.store, labels)
 
 
+def root_namespace(log: ChainReader, spec: dict[str, str], found: list[str]) -> str | None:
+    """Of several runs a spec matches, the one the namespace rule names, or None: the runs carry
+    the same label names and agree on every label but one (a label the spec does not give), and
+    exactly one of them has that label empty — the root, the others its namespaces (LangGraph's
+    ``checkpoint_ns``: a subgraph's checkpoints are a run of their own beside the thread's). Reads
+    the labels of every match (the ``run_started`` record each)."""
+    got = {r: log.run_labels(r) for r in found}
+    names = {frozenset(lab) for lab in got.values()}
+    if len(names) != 1:
+        return None
+    varying = [k for k in next(iter(names)) - spec.keys() if len({lab[k] for lab in got.values()}) > 1]
+    if len(varying) != 1:
+        return None
+    empty = [r for r, lab in got.items() if lab[varying[0]] == ""]
+    return empty[0] if len(empty) == 1 else None
+
+
+def namespace_root(labels: dict[str, str], live: Mapping[str, str]) -> str | None:
+    """The run a run with ``labels`` is a namespace of (the same labels, one non-empty value empty
+    there: ``root_namespace``'s rule read from the other side), or None. ``live`` maps the
+    generation-0 id of each live labelled run (``L.run_id``; a later generation's id is that plus
+    ``-<g>``) to the run: the lookup is computed ids, no read (``runs`` does it for every run)."""
+    for k, v in labels.items():
+        if v != "":
+            top = live.get(L.run_id({**labels, k: ""}))
+            if top is not None:
+                return top
+    return None
+
+
+def by_first_generation(runs: Iterable[str]) -> dict[str, str]:
+    """{the generation-0 id of a labelled run: the run} of ``runs`` (for ``namespace_root``)."""
+    return {r[:len(L.PREFIX) + 48]: r for r in runs if L.is_label_id(r)}
+
+
 def resolve_labels(log: ChainReader, spec: str) -> str:
     """The one run a label spec names (module docstring); RunNotFound, AmbiguousRun or InvalidInput."""
     labels = parse(spec)
@@ -114,5 +153,8 @@ def resolve_labels(log: ChainReader, spec: str) -> str:
         return found[0]
     if not found:
         raise RunNotFound(f"no run has the labels {show(labels)}")
+    top = root_namespace(log, labels, found)
+    if top is not None:
+        return top
     named = [f"{r} ({show(log.run_labels(r))})" for r in found[:MAX_CANDIDATES]] + found[MAX_CANDIDATES:]
     raise AmbiguousRun(spec, f"{len(found)} runs: {ambiguity_text(named)}")

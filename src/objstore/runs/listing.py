@@ -117,7 +117,7 @@ def iter_records(log: ChainReader, run: str, *, branch: int | None = None, all_b
             if start is None:
                 return iter(())
     if labels is not None:
-        source: Iterator[R.Record] = iter([R.Record.from_payload(oid, p) for oid, p in L.find_records(log.store, run, labels)
+        source: Iterator[R.Record] = iter([log.served_record(oid, p) for oid, p in L.find_records(log.store, run, labels)
                                            if p.get("branch") in branches])
     elif len(branches) == 1:
         source = _own_newest_first(log, view, branches[0], start)

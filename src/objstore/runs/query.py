@@ -150,7 +150,7 @@ def inherited_attempts(log: ChainReader, view: View, branch: int) -> list[tuple[
     out = []
     wfv = None
     for rec in log.iter_lineage(view, branch):
-        if rec.kind == R.RUN_STARTED:
+        if rec.kind == R.RUN_STARTED and rec.lsn == 0 and rec.branch == 0:  # as fold.apply: a run starts only there
             wfv = rec.body.get("workflow_version")
         elif rec.kind == R.ATTEMPT and rec.branch != branch and R.DELETED_FIELD not in rec.body:
             out.append((rec.branch, rec.lsn, attempt_view(rec, wfv)))

@@ -47,6 +47,10 @@ TASK_CLOSED = "task_closed"
 KINDS = (RUN_STARTED, ATTEMPT, INTENT, INTENT_COMMITTED, RUN_FINISHED, TURN, TASK_OPENED, TASK_CLOSED)
 
 ATTEMPT_STATES = ("running", "succeeded", "failed")
+# A record label a writer puts on (one of) its records when it cannot see every failed attempt of the
+# run it writes (LangGraph's RetryPolicy retries a node unseen unless the saver's callback handler is
+# in the config): ``objstore episode`` then says its attempts may be incomplete.
+UNRECORDED_ATTEMPTS = ("attempts", "unrecorded")
 _ATTEMPT_STATES = frozenset(ATTEMPT_STATES)
 RUN_STATUSES = ("succeeded", "failed")
 
@@ -465,6 +469,19 @@ def object_refs(otype: str, value: dict) -> list[tuple[str, bytes]]:
                     if isinstance(v2, bytes):
                         out.append((f"{k}.{k2}", v2))
     return out
+
+
+def fork_place_problem(fk: dict, at: bytes | None, describe: Callable[[bytes], str]) -> str | None:
+    """What is wrong with where a fork object says its branch (or, with ``parent_run``, its copy)
+    parts from its parent, or None: ``at`` is the id the parent's chain index holds at
+    (parent run, ``parent_branch``, ``parent_lsn``), which must be its ``parent_record`` — the fork
+    point is data (invariant 3), and a fork naming a record elsewhere would give a reader another
+    run's or branch's history. The one rule: readers refuse such a fork, verify names it (``bad-fork``)."""
+    if at == fk["parent_record"]:
+        return None
+    pb, pl, src = fk["parent_branch"], fk["parent_lsn"], fk.get("parent_run")
+    said = f"copy says run {src} branch {pb} LSN {pl}" if isinstance(src, str) and src != fk.get("run") else f"fork says parent branch {pb} LSN {pl}"
+    return f"{said}, but its parent record is {describe(fk['parent_record'])}"
 
 
 def compensation_for(facts: Sequence[tuple], forks: dict, branch: int, after_lsn: int, upto_lsn: int) -> list[dict]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
-from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, RetainedBranch, RunNotFound
+from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, MalformedObject, RetainedBranch, RunNotFound
 from ..storage import codec
 from ..storage.engine import Txn
 from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
@@ -62,7 +62,6 @@ class RunLog(ChainReader):
         super().__init__(store)
         self.state = state if state is not None else StateCache.for_store(store)
         self._live_of: dict[str, int] = {}  # live ref value -> branch number
-        self._schemas: dict[bytes, tuple[str, list]] = {}  # schema object id -> (kind, fields): objects never change
 
     def start_run(self, run: str | None = None, *, subject: str = "default", workflow_version: str = "1", meta: dict | None = None,
                   when: float | None = None, labels: dict[str, str] | None = None) -> str:
@@ -256,13 +255,9 @@ class RunLog(ChainReader):
         return sid, got[1]
 
     def _schema(self, sid: bytes) -> tuple[str, list]:
-        got = self._schemas.get(sid)
-        if got is None:
-            value = self.store.get_typed(sid, codec.SCHEMA)
-            bad = K.schema_object_problem(value) if isinstance(value, dict) else "not a map"
-            if bad is not None:
-                raise InvalidRecord(f"schema {sid.hex()} is malformed ({bad}); run 'objstore verify'")
-            got = self._schemas[sid] = (value["kind"], value["fields"])
+        got = self.schema_fields(sid)
+        if isinstance(got, str):
+            raise MalformedObject(sid.hex(), got)
         return got
 
     def batch(self, timeout: float | None = None) -> AbstractContextManager[Txn]:

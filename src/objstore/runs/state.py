@@ -19,7 +19,9 @@ them from the fork object. A branch that fails a check is a cache miss: the quer
 re-folds that branch from the log, the rows are left as they are for ``verify`` to
 name (``state-diverged``) and ``rebuild`` to remake. What the check cannot see is a
 row's derived content rewritten in place (a view's JSON, the summary): that is only
-confirmable by reading the records, which is what ``verify`` does.
+confirmable by reading the records, which is what ``verify`` does. So the run's own fields —
+run, subject, workflow version, meta — are never served from the rows: they are read from the
+log's ``run_started`` records (``ChainReader.run_fields``, one record a run), whatever the rows say.
 
 Recorded deletion (issue 17): a record a partial deletion covers folds header-only here as in
 every re-fold, and each branch row names the head of its run's ``run/<R>/deletions`` chain it
@@ -400,6 +402,7 @@ class StateCache:
                 if not isinstance(summary, dict) or set(summary) != set(SUMMARY_KEYS):
                     raise ValueError("not a summary")
                 self.confirm(chains, view, branch, row[1], row[2], row[4])
+                _log_fields(summary, chains.run_fields(view))
             except BaseException:
                 db.execute("COMMIT")
                 raise
@@ -537,7 +540,7 @@ class StateCache:
                         self.confirm(chains, view, branch, row[2], row[3], row[4])
                         got = _dec.decode(row[1])
                         if isinstance(got, dict):
-                            return got
+                            return _log_fields(got, chains.run_fields(view))
                 finally:
                     db.execute("COMMIT")
         except Diverged:
@@ -789,6 +792,15 @@ class _Views(Iterator[bytes]):
             self.close()
         except Exception:  # noqa: S110 - a connection already gone has no snapshot left to end
             pass
+
+
+def _log_fields(cached: dict, fields: dict) -> dict:
+    """A cached state or summary with the run's own fields replaced by the log's (``run_fields``):
+    the rows' confirmation sees record ids, not folded content, so these are never served from them."""
+    for k, v in fields.items():
+        if k in cached:
+            cached[k] = v
+    return cached
 
 
 def _dels(v: Any) -> bytes | None:

@@ -49,9 +49,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, NamedTuple
 
 import blake3
@@ -75,6 +76,7 @@ from ..storage.engine import (
     scan_segment,
 )
 from ..storage.fileutil import no_gc
+from ..storage.gclock import gc_lock
 from . import kinds as K
 from . import labels as RL
 from . import records as R
@@ -404,7 +406,35 @@ def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None =
     want = [parse_anchor(t) for t in ([anchor] if anchor is not None else []) + list(anchors)]
     n_jobs = resolve_jobs(jobs)
     with no_gc():
-        return _Verifier(log, progress, n_jobs).run(check_state, want)
+        first = _Verifier(log, progress, n_jobs)
+        try:
+            return first.run(check_state, want)
+        except _Rewritten as raced:
+            segs = raced.segs
+        # A gc put rewritten segment files in place during the pass: what was read may mix two
+        # versions of a segment (its old index and its new file) or bodies removed for a deletion
+        # after the snapshot. Pass again with gc held off (the gc lock, shared, as a backup holds
+        # it): the new snapshot holds the rewrite entry. Rare (gc is explicit), so the first pass
+        # takes no lock at all.
+        with ExitStack() as held:
+            root = log.store.root
+            if root is not None:
+                try:
+                    held.enter_context(gc_lock(root, shared=True, what="verify"))
+                except StorageOSError:
+                    pass  # a store this process cannot lock (read-only): no gc can run on it from here either
+            report = _Verifier(log, progress, n_jobs, earlier=first).run(check_state, want)
+        report.notes.append(Problem("verified-again", "log", "", f"gc rewrote segment{'s' if len(segs) > 1 else ''} {_span(segs)} "
+                                    f"during the pass; verified again, gc held off, up to entry {report.entries}"))
+        return report
+
+
+class _Rewritten(Exception):
+    """A segment file verify found at its start was replaced during the pass (by a gc's rewrite)."""
+
+    def __init__(self, segs: list[int]) -> None:
+        super().__init__(segs)
+        self.segs = segs
 
 
 def _replayed_breach(engine: LogEngine) -> tuple | None:
@@ -513,8 +543,12 @@ def anchor_info(store: Store) -> dict:
 
 
 class _Verifier:
-    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1) -> None:
+    def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1,
+                 earlier: _Verifier | None = None) -> None:
         self.jobs = jobs
+        self.earlier = earlier  # a pass a gc raced: the index files it found are the ones judged
+        self.files: dict[int, tuple[int, int]] = {}  # segment -> (device, inode) of its file at the start
+        self.idx_seen: dict[int, bytes] = {}
         self.log = log
         self.store = log.store
         self.engine = log.store.engine
@@ -543,7 +577,7 @@ class _Verifier:
         self.entry_ids: set[bytes] = set()  # good objects of the entry being read
         self.entry_types: dict[bytes, str] = {}
         self.known_blobs: set[bytes] = set()  # blobs already found stored and good
-        self.schemas: dict[bytes, list] = {}  # schema object id -> fields, for x. records (runs.kinds)
+        self.schemas: dict[bytes, tuple[str, list]] = {}  # schema object id -> (kind, fields), for x. records (runs.kinds)
         self.labelled: dict[str, tuple] = {}  # labelled run -> (labels, run_started id hex, where)
         self.erased: dict[bytes, bytes] = {}  # record id -> the deletion covering it (header-only in the fold)
         self.deleted_runs: set[str] = set()  # runs whose run/<R>/deleted is set at the snapshot
@@ -569,7 +603,9 @@ class _Verifier:
     def _run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
         wanted = {n for n, _ in want}  # the entries whose checksums the anchors name
         engine = self.engine
-        self.idx_seen = self._index_files() if isinstance(engine, LogEngine) else {}
+        if isinstance(engine, LogEngine):
+            self.files = self._segment_files()  # before the index files: a gc replaces an index, then its segment
+            self.idx_seen = self._index_files()
         # The witness first, then the log: a witness never leads the log it was written after, so
         # one read before the snapshot can only lag it (a writer may commit in between).
         wit = engine.witness() if isinstance(engine, LogEngine) else None
@@ -601,7 +637,11 @@ class _Verifier:
         last: SegResult | None = None
         apart: list[int] = []  # segments after a break, checked each on its own
         wit_sum = None
-        for res in self._segments(bound):
+        segments = self._segments(bound)
+        for res in segments:
+            if self.earlier is None and self._replaced([res.seg]):
+                segments.close()  # a pass abandoned midway stops its workers
+                raise _Rewritten(self._replaced(self.files))
             head = res.head
             if head is not None and bound is not None and head.first > bound and head.seg == res.seg:
                 break  # a segment begun after the snapshot (a seal during this scan): not this verify's
@@ -689,6 +729,8 @@ class _Verifier:
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
         seen = E.witness_disagreement(wit, count, wit_sum) if wit is not None and isinstance(engine, LogEngine) else None
+        if seen is not None and wit is not None and isinstance(engine, LogEngine) and engine.repair_explains(wit):
+            seen = None  # a repair killed before its new witness: its note records this one
         # a log that stops at damage named above is short of the witness because of that damage
         if seen is not None and isinstance(engine, LogEngine) and (
                 seen[0] != "log-truncated" or (not self.log_broken and broken is None and breach is None)):
@@ -708,6 +750,12 @@ class _Verifier:
             self.problems.extend(self.fold_failures)
         if self.folding and not self.problems:
             self._phase("state", self._check_state)
+        # the checks after the scan read through the engine too; and a gc whose files were in place
+        # before the start may have committed their rewrite entry after the snapshot. (A second pass
+        # holds gc off: it reports what it read.)
+        raced = (self._replaced(self.files) or self._recorded_since()) if self.earlier is None else None
+        if raced:
+            raise _Rewritten(raced)
         return Report(self.problems, self.notes, count, n_objects, checksum)
 
     def _checkpoint_file(self, engine: LogEngine) -> None:
@@ -797,9 +845,66 @@ class _Verifier:
                 digest = _file_digest(os.path.join(engine.dir, f))
                 if digest:
                     out[int(f[:-4])] = digest
+        if self.earlier is not None:
+            # A pass again after a gc raced the first: a segment whose file is the same one is judged by
+            # the index file the first pass found (a writer may have replaced a wrong one since).
+            for seg, seen in self.earlier.idx_seen.items():
+                if seg in self.files and self.earlier.files.get(seg) == self.files[seg]:
+                    out[seg] = seen
         return out
 
-    def _segments(self, bound: int | None) -> Iterator[SegResult]:
+    def _segment_files(self) -> dict[int, tuple[int, int]]:
+        """{segment: (device, inode) of its file} as verify starts. gc puts a rewritten segment in
+        place by renaming over it a file it wrote in tmp/ while the old one was still there, so a
+        segment whose inode changed during the pass is one a gc rewrote (``_replaced``)."""
+        engine = self.engine
+        assert isinstance(engine, LogEngine)
+        try:
+            names = os.listdir(engine.dir)
+        except OSError:
+            return {}
+        out = {}
+        for f in names:
+            if f.endswith(".seg") and f[:-4].isdigit():
+                try:
+                    st = os.stat(os.path.join(engine.dir, f))
+                except OSError:
+                    continue
+                out[int(f[:-4])] = (st.st_dev, st.st_ino)
+        return out
+
+    def _recorded_since(self) -> list[int]:
+        """The packed files read that no rewrite entry of the snapshot names and the log names now: a
+        gc in its last step when verify began, its rewrite entry committed after the snapshot (not
+        a gc that was killed, whose files no entry names: ``gc-unfinished``)."""
+        unnamed = [seg for seg, (_orig, digest) in self.packed.items() if self.rewrites.get(seg, (None,))[0] != digest]
+        if not unnamed or self.log_broken or not isinstance(self.engine, LogEngine):  # a break: the rewrites were not read
+            return []
+        try:
+            self.engine.refresh()
+        except CorruptLog:
+            return []
+        packs = self.engine.tables.packs
+        return [seg for seg in unnamed if packs.get(seg) == self.packed[seg][1]]
+
+    def _replaced(self, segs: Iterable[int]) -> list[int]:
+        """Those of ``segs`` whose file is no longer the one verify found at its start."""
+        if not isinstance(self.engine, LogEngine):
+            return []
+        out = []
+        for seg in segs:
+            was = self.files.get(seg)
+            if was is None:
+                continue  # begun after the start (a seal): not a rewrite
+            try:
+                st = os.stat(self.engine.seg_path(seg))
+            except OSError:
+                continue  # gone: the scan names a missing segment
+            if (st.st_dev, st.st_ino) != was:
+                out.append(seg)
+        return out
+
+    def _segments(self, bound: int | None) -> Generator[SegResult, None, None]:
         """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
         time ahead of this process, which consumes them in order)."""
         engine = self.engine
@@ -909,40 +1014,34 @@ class _Verifier:
         schema of its kind, and its body fits it; its ref fields are followed like blob refs."""
         sid = body.get(_SCHEMA, schema)  # the slim row carries it in the body; a full payload beside it
         body = {k: v for k, v in body.items() if k != _SCHEMA}
-        fields = self.schemas.get(sid) if type(sid) is bytes else None
-        if fields is None and type(sid) is bytes:
-            got = self._schema_object(sid)
-            if isinstance(got, str):
-                self.add("malformed-object", oid.hex(), where, f"{kind} record: {got}")
-                return
-            if got[0] != kind:
-                self.add("malformed-object", oid.hex(), where, f"{kind} record names schema {sid.hex()}, which declares {got[0]}")
-                return
-            fields = self.schemas[sid] = got[1]
-        if fields is None:
-            self.add("malformed-object", oid.hex(), where, f"{kind} record names no schema")
-            return
-        bad = K.body_problem(fields, body)
+        bad = K.ext_record_problem(kind, body, sid, self._schema_object)
         if bad is not None:
-            self.add("malformed-object", oid.hex(), where, f"{kind} body does not fit its schema {_show(sid)}: {bad}")
+            self.add("malformed-object", oid.hex(), where, bad)
+        got = self._schema_object(sid) if type(sid) is bytes else None
+        if not isinstance(got, tuple) or got[0] != kind:
+            return
+        fields = got[1]
         for field, ref in K.ref_ids(fields, body):
             if ref not in self.known_blobs:
                 self.later_refs.append((codec.RECORD, oid, field, ref))
 
     def _schema_object(self, sid: bytes) -> tuple[str, list] | str:
-        """(kind, fields) of a stored schema object, or why it is not one."""
+        """(kind, fields) of a stored schema object, or why it is not one (``kinds.schema_fields``),
+        read once per pass."""
+        known = self.schemas.get(sid)
+        if known is not None:
+            return known
         t = self._type(sid)
-        if t is None:
-            return f"its schema {sid.hex()} is not stored"
-        if t != codec.SCHEMA:
-            return f"its schema {sid.hex()} is a {t}, not a schema"
-        try:
-            got, value = codec.decode(self.engine.read(sid), sid, False)
-        except ObjstoreError as e:
-            return f"its schema {sid.hex()} does not read: {e}"
-        if got != codec.SCHEMA or not isinstance(value, dict) or K.schema_object_problem(value) is not None:
-            return f"its schema {sid.hex()} is malformed"
-        return value["kind"], value["fields"]
+        value = None
+        if t == codec.SCHEMA:
+            try:
+                t, value = codec.decode(self.engine.read(sid), sid, False)
+            except ObjstoreError as e:
+                return f"its schema {sid.hex()} does not read: {e}"
+        got = K.schema_fields(sid, t, value)
+        if isinstance(got, tuple):  # only a schema is remembered: an id not stored yet may be by a later entry
+            self.schemas[sid] = got
+        return got
 
     def _record(self, oid: bytes, p: dict, where: str) -> None:
         run, branch, lsn, parent = p["run"], p["branch"], p["lsn"], p["parent"]
@@ -991,8 +1090,13 @@ class _Verifier:
                     return
             else:
                 fk = self.forks.get(key)
-                if fk is None and run in self.deleted_runs and parent in self.dead_objs and parent in self.removed:
-                    pass  # the fork object of a deleted run's branch: gc removed its body, its row stays
+                if fk is None and run in self.deleted_runs and parent in self.removed and (
+                        parent in self.dead_objs or self.removed[parent][0] == codec.FORK):
+                    # The fork object of a deleted run's branch: gc removed its body, its row stays. gc
+                    # finds it as this record's parent, so verify covers it so too: no ref of the run need
+                    # ever have named it (a copy, or a fork made in one batch with its first records,
+                    # moves the branch's ref straight to a record).
+                    self.dead_objs.add(parent)
                 elif fk is None or parent != fk[0]:
                     self.add("broken-chain", h, where, f"LSN 0 of branch {branch} does not name its fork object as parent")
                     self.rejected.add(oid)
@@ -1312,8 +1416,9 @@ class _Verifier:
                 continue
             # LSN -> id from the log's chain index (its files are compared with the entries above)
             at = self.engine.record_at(run, pb, pl) if 0 <= pl <= last[1] else None
-            if at != fk["parent_record"]:
-                self.add("bad-fork", subject, ref, f"fork says parent branch {pb} LSN {pl}, but its parent record is {self._describe(fk['parent_record'])}")
+            bad = R.fork_place_problem(fk, at, self._describe)
+            if bad is not None:
+                self.add("bad-fork", subject, ref, bad)
                 continue
             if run in self.deleted_runs:
                 continue  # a deleted run's records are withheld (and gc drops their bodies): its chain rows were checked above
@@ -1351,9 +1456,9 @@ class _Verifier:
             return
         last = self.last.get((src, pb))
         at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
-        if at != fk["parent_record"]:
-            what = "a record of a deleted run" if src in self.deleted_runs else self._describe(fk["parent_record"])
-            self.add("bad-fork", subject, ref, f"copy says run {src} branch {pb} LSN {pl}, but its parent record is {what}")
+        bad = R.fork_place_problem(fk, at, lambda oid: "a record of a deleted run" if src in self.deleted_runs else self._describe(oid))
+        if bad is not None:
+            self.add("bad-fork", subject, ref, bad)
             return
         if src in self.deleted_runs:
             return  # the source was deleted since: its bodies are withheld from reads (gc keeps what the copy reaches)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import blake3
 
-from ..errors import ObjstoreError
+from ..errors import ObjstoreError, StoreNotFound
 
 
 class RemoteError(ObjstoreError):
@@ -30,6 +30,13 @@ class RemoteError(ObjstoreError):
 
     exit_code = 10
     msg = "object storage: {}: {}"
+
+
+class BucketNotFound(StoreNotFound):
+    """The bucket an ``s3://bucket/prefix`` names does not exist at the endpoint: no store can be there (exit 3, as
+    for a directory that is not a store), and the one line says how to make it."""
+
+    msg = "object storage: bucket {} does not exist at {} (create it with 'objstore --store {} init --create-bucket')"
 
 
 class Requests(Counter):

@@ -86,6 +86,7 @@ COMP_GONE = 2  # an index row whose object's body gc removed (a recorded deletio
 REMOVED = -1  # a packed segment's object row whose body gc removed: no block
 WITNESS_MAGIC = b"OSW3"
 WITNESS = struct.Struct("<4sQ32s")  # magic, entry number, chain checksum: log/witness
+REPAIRS_REF = "log/repairs"  # the ref naming the newest repair's note (lifecycle.repair writes it)
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -773,6 +774,10 @@ class Tables:
                 if new_d is not None:
                     acc += _elt(["R", run, new_d])
             runs[run] = new_d
+        if starts:  # only an entry creating a run pays: its run_started row must give the run id
+            bad = self._birth_rule(starts, chain, facts, refs)
+            if bad is not None:
+                return bad
         got_idx = None
         if idx is not None:
             seg, digest = idx[0], idx[1]
@@ -784,6 +789,9 @@ class Tables:
         if rw is not None:
             # A rewrite entry (gc): a sealed segment's file and index are replaced by ones with the
             # same logical entries; the tables name the new digests instead of the old.
+            bad = _rw_shape_problem(rw)  # readers refuse such a meta: a writer must not write one
+            if bad is not None:
+                return bad
             got_rw = []
             for seg, file_digest, idx_digest in rw:
                 old = self.idx.get(seg)
@@ -830,6 +838,23 @@ class Tables:
             declared = f[1] if f is not None and len(f) > 1 else None
             if declared != name[len(runrefs.SCHEMA_PREFIX):]:
                 return f"ref {name} moves only to a schema of its own kind, not one declaring {declared!r}"
+        return None
+
+    def _birth_rule(self, starts: list, chain: list, facts: dict, refs: dict) -> str | None:
+        """The rule of creating a run, judged from the ``run_started`` record's index row (its labels)
+        wherever an entry is applied (``storage.labels.birth_problem``): a labelled run's id is the one
+        its labels give, an ``l-`` id is a labelled run's, and generation g ≥ 1 of a label set is
+        created only once generations 0 … g−1 are deleted runs (in the tables, or by this entry)."""
+        def deleted(run: str) -> bool:
+            name = runrefs.deleted_ref(run)
+            return (refs[name] if name in refs else self.refs.get(name)) is not None
+
+        for run, _n in starts:
+            oid = next(o for r, b, lsn, o in chain if r == run and b == 0 and lsn == 0)
+            f = facts[oid]
+            bad = labels_mod.birth_problem(run, f[7] if len(f) > 7 else None, deleted)
+            if bad is not None:
+                return f"run_started record {oid.hex()} of run {run}: {bad}"
         return None
 
     def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
@@ -1359,10 +1384,28 @@ class LogEngine(Engine):
         """Compare the log with the witness read at open: shorter is ``log-truncated``; a checksum
         the log does not have at that entry is ``witness-mismatch`` (writers refuse; readers warn)."""
         w = self._wit
-        if w is None or self.witness_problem is not None:
+        if w is None:
             return
-        pos = self.tables.pos
-        self.witness_problem = witness_disagreement(w, pos.entry, pos.checksum if w[0] == pos.entry else None)
+        if self.witness_problem is None:
+            pos = self.tables.pos
+            self.witness_problem = witness_disagreement(w, pos.entry, pos.checksum if w[0] == pos.entry else None)
+        if self.witness_problem is not None and self.repair_explains(w):
+            self.witness_problem = None
+
+    def repair_explains(self, w: tuple[int, bytes]) -> bool:
+        """Whether the newest repair's note (the blob ``log/repairs`` names) records head witness
+        ``w`` as the one it found: a repair killed after its entry and before it wrote the witness
+        leaves that witness behind, which its own recorded cut explains (the store stays writable;
+        the next commit writes a witness of the repaired log). Read only when the witness disagrees."""
+        oid = self.tables.refs.get(REPAIRS_REF)
+        if not isinstance(oid, bytes):
+            return False
+        try:
+            otype, body = codec.decode(self.read(oid))
+            note = msgspec.json.decode(body) if otype == codec.BLOB and isinstance(body, bytes) else None
+        except (ObjstoreError, msgspec.DecodeError, ValueError):
+            return False
+        return isinstance(note, dict) and note.get("witness") == [w[0], w[1].hex()]
 
     def _write_witness(self, entry: int, checksum: bytes) -> None:
         """After the entry's fdatasync, before the commit returns; never synced itself: it may lag
@@ -2191,6 +2234,8 @@ class LogEngine(Engine):
                     seg, off, why = self.damaged
                     raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
                                      "refusing to write (run 'objstore verify')")
+                if self.witness_problem is not None and self._wit is not None and self.repair_explains(self._wit):
+                    self.witness_problem = None  # met while catching up: the witness predates a repair's cut
                 if self.witness_problem is not None:
                     raise CorruptLog(self._wit_path, f"{self.witness_problem[0]}: {self.witness_problem[1]}; refusing to write "
                                      "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")

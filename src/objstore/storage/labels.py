@@ -20,6 +20,7 @@ and the keys; it decides nothing about runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -82,3 +83,55 @@ def index_keys(run: str, branch: int, lsn: int, kind: str, rows: list[list[str]]
     if kind == "run_started" and branch == 0 and lsn == 0:
         keys.extend(key(STORE_SCOPE, k, v) for k, v in rows)
     return keys
+
+
+# -- the run id a label set gives: one rule, applied wherever an entry is (engine's plan) and by runs.labels --
+
+RUN_PREFIX = "l-"  # the ids of labelled runs; reserved: an unlabelled run never takes one
+
+
+def run_id_of(rows: list[list[str]], generation: int = 0) -> str:
+    """The id of the run a canonical label list names: ``l-`` + 48 hex digits of BLAKE3 of the escaped
+    set, and ``-<g>`` for generation g ≥ 1."""
+    base = RUN_PREFIX + blake3.blake3(set_text(rows).encode()).hexdigest()[:48]
+    return base if generation == 0 else f"{base}-{generation}"
+
+
+def generation_of(run: str, rows: list[list[str]]) -> int | None:
+    """The generation of ``run`` among the runs of these labels, or None if the labels do not give it."""
+    base = run_id_of(rows)
+    if run == base:
+        return 0
+    g = run[len(base) + 1:] if run.startswith(base + "-") else ""
+    return int(g) if g.isdigit() and g.isascii() and g[0] != "0" else None
+
+
+def run_labels_problem(run: str, rows: list[list[str]] | None) -> str | None:
+    """What is wrong with a run's ``run_started`` labels (a canonical list, None: no labels) for its id:
+    a labelled run's id is the one its labels give, and an ``l-`` id belongs to a labelled run only."""
+    if rows is None:
+        return f"run id {run} is a labelled run's id, but its run_started record has no labels" if run.startswith(RUN_PREFIX) else None
+    if generation_of(run, rows) is None:
+        want = run_id_of(rows)
+        return f"its labels give run id {want} (or {want}-<generation>), not {run}"
+    return None
+
+
+def live_earlier_generation(run: str, rows: list[list[str]], deleted: Callable[[str], bool]) -> int | None:
+    """The first generation of these labels before ``run`` that is not a deleted run (``deleted``
+    says which runs are), or None. A live one beside ``run`` would make two runs of one label set."""
+    g = generation_of(run, rows)
+    return next((k for k in range(g or 0) if not deleted(run_id_of(rows, k))), None)
+
+
+def birth_problem(run: str, rows: list[list[str]] | None, deleted: Callable[[str], bool]) -> str | None:
+    """The rule of creating a run (its ``run_started`` at LSN 0 of branch 0), judged from the record's
+    index row alone: its labels give its id, and generation g ≥ 1 stands only beside deleted runs
+    of generations 0 … g−1 (a deleted run's id is never used again)."""
+    bad = run_labels_problem(run, rows)
+    if bad is not None or rows is None:
+        return bad
+    k = live_earlier_generation(run, rows, deleted)
+    if k is None:
+        return None
+    return f"run {run} is generation {generation_of(run, rows)} of its labels, but generation {k} ({run_id_of(rows, k)}) is not a deleted run"

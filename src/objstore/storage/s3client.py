@@ -3,14 +3,22 @@
 This module owns the mapping from the S3 wire to the bucket contract: ``open_bucket`` parses
 ``s3://bucket/prefix`` and reads the endpoint, region and credentials from the usual AWS environment
 variables; ``ObstoreBucket`` turns a missing key and every failed precondition into ``None``, a 304
-into ``NOT_MODIFIED``, and every other failure into one ``RemoteError`` with a one-line reason.
+into ``NOT_MODIFIED``, a missing bucket into ``BucketNotFound`` and every other failure into one
+``RemoteError`` with a one-line reason. ``create_bucket`` makes a bucket (``init --create-bucket``):
+obstore has no bucket calls, so it is one SigV4-signed ``PUT /bucket`` of our own.
 
 ``obstore`` is imported lazily, inside the functions that need it: the command line on a local store
 must not pay its import.
 
+Timeouts: a request may wait ``OBJSTORE_S3_TIMEOUT`` seconds (default ``DEFAULT_TIMEOUT``, 15) for the server
+— to connect (at most 5), or between two reads of its answer — so a gateway that accepts and never answers (a
+frozen filer behind it) is one ``RemoteError`` naming the endpoint, not a minute's hang. A transfer that keeps
+moving (a large entry on a slow link) may take ``WHOLE_REQUEST`` times that in all.
+
 Retries: obstore (the Rust ``object_store`` crate) retries 5xx answers and connection errors for
 every method, PUT included, with jittered exponential backoff; it does not retry a timeout of a
-non-idempotent request. We keep that modest (``RETRY``: 3 retries within 10 s). A conditional PUT
+non-idempotent request. We keep that modest (``RETRY``: 3 retries within 10 s, or within the
+request timeout when that is shorter, so a timed-out request is not sent again past it). A conditional PUT
 retried at the HTTP level after its first attempt landed answers 412 (or 409): ``put_if_match`` and
 ``put_if_absent`` then return ``None`` although our bytes are stored. That is safe only because the
 engine decides a failed precondition by content (it re-reads the key and looks for its own entry);
@@ -19,14 +27,20 @@ a caller of ``put_if_absent`` that must know whether it created the key has to r
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import hmac
+import http.client
+import math
 import os
 import re
+import urllib.parse
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidInput
-from .bucket import NOT_MODIFIED, Bucket, Got, Listed, RemoteError, Requests, plain_etag
+from ..errors import InvalidInput, ObjstoreError
+from .bucket import NOT_MODIFIED, Bucket, BucketNotFound, Got, Listed, RemoteError, Requests, plain_etag
 
 # S3's page size for ListObjectsV2 (max-keys defaults to 1000 on AWS and SeaweedFS; obstore does
 # not change it). obstore hides pages, so ``list`` counts one LIST per started page of this size.
@@ -37,6 +51,9 @@ RETRY: dict[str, Any] = {
     "retry_timeout": timedelta(seconds=10),
     "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=1), "base": 2},
 }
+DEFAULT_TIMEOUT = 15.0  # seconds a request may wait for the server (OBJSTORE_S3_TIMEOUT)
+CONNECT_TIMEOUT = 5.0
+WHOLE_REQUEST = 20  # a whole request, answer included, may take this many times OBJSTORE_S3_TIMEOUT
 
 # S3 bucket names: 3-63 of lower-case letters, digits, dots and hyphens, starting and ending alphanumeric.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -65,6 +82,27 @@ def open_bucket(url: str) -> Bucket:
     """The bucket and prefix that ``url`` names, configured from the AWS environment variables."""
     bucket, prefix = parse_url(url)
     return ObstoreBucket(bucket, prefix)
+
+
+def request_timeout() -> float:
+    """Seconds a request may wait for the server: ``OBJSTORE_S3_TIMEOUT``, else ``DEFAULT_TIMEOUT``; InvalidInput when it is
+    not a number of seconds above 0 (read at each open, so a process may change it between stores)."""
+    text = os.environ.get("OBJSTORE_S3_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidInput(f"OBJSTORE_S3_TIMEOUT={text!r}: not a number of seconds above 0 (default {DEFAULT_TIMEOUT:g})")
+    return value
+
+
+def _timed_out(e: BaseException) -> bool:
+    """obstore's timeout, as its debug dump names it (reqwest's kind, or the OS's)."""
+    text = str(e)
+    return "kind: Timeout" in text or "TimedOut" in text or "operation timed out" in text
 
 
 def _one_line(e: BaseException) -> str:
@@ -116,16 +154,32 @@ class ObstoreBucket(Bucket):
             v = _env(*names)
             if v:
                 config[key] = v
-        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)}
+        self.endpoint = endpoint or _aws_endpoint(region)
+        self.timeout = request_timeout()
+        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=min(CONNECT_TIMEOUT, self.timeout)),
+                                  "read_timeout": timedelta(seconds=self.timeout),
+                                  "timeout": timedelta(seconds=self.timeout * WHOLE_REQUEST)}
         if endpoint and endpoint.startswith("http://"):
             client["allow_http"] = True
+        retry = dict(RETRY, retry_timeout=min(RETRY["retry_timeout"], timedelta(seconds=self.timeout)))
         try:
             self._store = S3Store(bucket, prefix=prefix or None, config=config,  # type: ignore[arg-type]
-                                  client_options=client, retry_config=RETRY)  # type: ignore[arg-type]
+                                  client_options=client, retry_config=retry)  # type: ignore[arg-type]
         except Exception as e:  # obstore's configuration errors (a bad endpoint URL, an unknown key) have no common base
             raise RemoteError(f"configure {self.url}", _one_line(e)) from None
 
-    def _fail(self, what: str, e: BaseException) -> RemoteError:
+    def _fail(self, what: str, e: BaseException) -> ObjstoreError:
+        if _no_bucket(e):
+            return BucketNotFound(self.bucket_name, self.endpoint, self.url)
+        if _timed_out(e):
+            text = str(e)
+            where = re.search(r"https?://[^/\s]+", text)
+            endpoint = where.group(0) if where else self.endpoint
+            if "kind: Body" in text:  # the answer began: it stalled, or kept moving past the whole request's bound
+                return RemoteError(f"{what} {self.url}", f"the answer from {endpoint} stalled or did not finish (OBJSTORE_S3_TIMEOUT: "
+                                                         f"{self.timeout:g} s without a byte, {self.timeout * WHOLE_REQUEST:g} s in all)")
+            return RemoteError(f"{what} {self.url}", f"no answer from {endpoint} within {self.timeout:g} s "
+                                                     "(OBJSTORE_S3_TIMEOUT sets the limit)")
         return RemoteError(f"{what} {self.url}", _one_line(e))
 
     def _missing(self, what: str, e: BaseException) -> None:
@@ -225,6 +279,75 @@ class ObstoreBucket(Bucket):
         self.requests.add("LIST", 1 + max(0, seen - 1) // LIST_PAGE)
         out.sort()
         yield from out
+
+
+def _aws_endpoint(region: str | None) -> str:
+    """Where obstore sends requests when no endpoint is set: AWS's regional endpoint."""
+    return f"https://s3.{region or 'us-east-1'}.amazonaws.com"
+
+
+def create_bucket(url: str) -> bool:
+    """Create the bucket ``url`` names (``s3://bucket/prefix``) at the environment's endpoint, with its
+    credentials: True if this call made it, False if it was there already. A signed path-style ``PUT /bucket``
+    (with a ``LocationConstraint`` outside us-east-1, as AWS requires); any other answer is RemoteError."""
+    bucket, _prefix = parse_url(url)
+    region = _env("AWS_REGION", "AWS_DEFAULT_REGION") or "us-east-1"
+    endpoint = _env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") or _aws_endpoint(region)
+    key, secret, token = _env("AWS_ACCESS_KEY_ID"), _env("AWS_SECRET_ACCESS_KEY"), _env("AWS_SESSION_TOKEN")
+    if not key or not secret:
+        raise InvalidInput(f"creating bucket {bucket} needs credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+    ep = urllib.parse.urlsplit(endpoint)
+    if ep.scheme not in ("http", "https") or not ep.netloc:
+        raise InvalidInput(f"AWS_ENDPOINT_URL={endpoint!r}: not an http:// or https:// URL")
+    body = b"" if region == "us-east-1" else (
+        '<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<LocationConstraint>{region}</LocationConstraint></CreateBucketConfiguration>").encode()
+    path = ep.path.rstrip("/") + "/" + bucket
+    headers = _sigv4("PUT", ep.netloc, path, body, region, key, secret, token)
+    what = f"create bucket {bucket} at {endpoint}"
+    conn_cls = http.client.HTTPSConnection if ep.scheme == "https" else http.client.HTTPConnection
+    timeout = request_timeout()
+    conn = conn_cls(ep.netloc, timeout=timeout)
+    try:
+        conn.request("PUT", path, body=body, headers=headers)
+        res = conn.getresponse()
+        status, answer = res.status, res.read(4096).decode("utf-8", "replace")
+    except TimeoutError:
+        raise RemoteError(what, f"no answer from {endpoint} within {timeout:g} s (OBJSTORE_S3_TIMEOUT sets the limit)") from None
+    except (OSError, http.client.HTTPException) as e:
+        raise RemoteError(what, f"{type(e).__name__}: {e}") from None
+    finally:
+        conn.close()
+    if 200 <= status < 300:
+        return True
+    code = re.search(r"<Code>([^<]{1,80})</Code>", answer)
+    if code and code.group(1) in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+        return False  # whose it is shows at the first request of the store that follows
+    raise RemoteError(what, f"HTTP {status}" + (f" ({code.group(1)})" if code else ""))
+
+
+def _sigv4(method: str, host: str, path: str, body: bytes, region: str, key: str, secret: str,
+           token: str | None) -> dict[str, str]:
+    """The headers of an AWS Signature Version 4 request for service s3 (no query string; ``path`` is a bucket
+    name, which needs no escaping)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    payload = hashlib.sha256(body).hexdigest()
+    headers = {"host": host, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    if token:
+        headers["x-amz-security-token"] = token
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join([method, path, "", *(f"{k}:{headers[k]}" for k in sorted(headers)), "", signed, payload])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    k = ("AWS4" + secret).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    out = {("Host" if name == "host" else name): value for name, value in headers.items()}
+    out["Authorization"] = f"AWS4-HMAC-SHA256 Credential={key}/{scope}, SignedHeaders={signed}, Signature={sig}"
+    out["Content-Length"] = str(len(body))
+    return out
 
 
 def _no_bucket(e: BaseException) -> bool:

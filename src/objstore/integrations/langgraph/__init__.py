@@ -9,6 +9,6 @@ docs/LANGGRAPH.md says how checkpoints, writes, time travel and deletion map ont
 """
 
 from .aio_saver import AsyncObjstoreSaver
-from .saver import CHECKPOINT, WRITES, ObjstoreSaver
+from .saver import CHECKPOINT, WRITES, ObjstoreSaver, strict_serde
 
-__all__ = ["ObjstoreSaver", "AsyncObjstoreSaver", "CHECKPOINT", "WRITES"]
+__all__ = ["ObjstoreSaver", "AsyncObjstoreSaver", "CHECKPOINT", "WRITES", "strict_serde"]

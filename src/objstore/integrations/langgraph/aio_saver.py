@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -41,8 +41,9 @@ def _off_the_loop(what: str) -> None:
 class AsyncObjstoreSaver(ObjstoreSaver):
     """``async with AsyncObjstoreSaver("path") as saver: graph = builder.compile(checkpointer=saver)``."""
 
-    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(log_or_path, serde=serde)
+    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
+                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork") -> None:
+        super().__init__(log_or_path, serde=serde, allowed_types=allowed_types, on_concurrent=on_concurrent)
         self.alog = AsyncRunLog(self.log)
 
     async def __aenter__(self) -> AsyncObjstoreSaver:

@@ -30,11 +30,22 @@ def encode(serde: Any, value: Any) -> bytes:
     return t.encode() + b"\n" + bytes(data)
 
 
+def loads(serde: Any, t: str, data: bytes) -> Any:
+    """``serde.loads_typed`` of a stored value; a type the serializer does not read (``pickle``
+    under the savers' default, which never unpickles) is an InvalidRecord naming it, not
+    LangGraph's NotImplementedError."""
+    try:
+        return serde.loads_typed((t, data))
+    except NotImplementedError:
+        raise InvalidRecord(f"a LangGraph value of serde type {t!r} is refused: the saver's serializer does not read it "
+                            "(pickle is never read by default; docs/LANGGRAPH.md, 'What a reader constructs')") from None
+
+
 def decode(serde: Any, blob: bytes) -> Any:
     t, sep, data = blob.partition(b"\n")
     if not sep:
         raise InvalidRecord("a LangGraph part blob has no type line")
-    return serde.loads_typed((t.decode(), data))
+    return loads(serde, t.decode(errors="replace"), data)
 
 
 def split(serde: Any, values: Mapping[str, Any], channels: Iterable[str] | None = None) -> tuple[list[bytes], list[list[Any]]]:

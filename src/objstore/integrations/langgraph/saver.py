@@ -21,12 +21,17 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   otherwise (an older checkpoint resumed, ``update_state`` on the past, a second process that lost
   the race) the branch is forked at the parent's record (``fork(at_record=...)``) and the
   checkpoint is the first record of the new branch: a fork object, nothing copied, the old branch
-  byte for byte as it was.
+  byte for byte as it was. With ``on_concurrent="raise"`` such a put raises ``ParentSuperseded``
+  instead (for workers that must be told another continued the thread first).
 - **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and
   ``prune(strategy="delete")`` delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")``
   delete records; after ``objstore gc`` their bytes are gone. ``copy_thread`` is a cross-run fork
   (``fork_run``): the copy names the head of the source's branch holding its latest checkpoint
   and copies nothing.
+
+- **Reading constructs only allow-listed types** (``strict_serde``): anyone who can commit can
+  write a checkpoint naming any callable as a value's type, so the default serializer is
+  LangGraph's in strict msgpack mode (its safe built-ins plus ``allowed_types``); pickle is never read.
 
 "Latest" and ``list`` order are the log's commit order, newest first, across every branch of the
 namespace's run (checkpoint ids are uuid6, so within one writer that is the id order SqliteSaver
@@ -43,8 +48,8 @@ import os
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -59,9 +64,10 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR
 
-from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, Refused, RunNotFound
+from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, ParentSuperseded, Refused, RunNotFound
 from ...lifecycle import delete as D
 from ...runs import records as R
 from ...runs.runlog import RunLog
@@ -98,6 +104,33 @@ RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
 
 
+def strict_serde(serde: SerializerProtocol | None, allowed_types: Iterable[type | tuple[str, ...]] = ()) -> SerializerProtocol:
+    """The savers' serializer. By default LangGraph's JsonPlusSerializer in its strict msgpack mode:
+    a stored value names the type to rebuild it as, and anyone who can commit can name any
+    callable (``('os', 'system', CMD)``), so a reader constructs only LangGraph's built-in safe
+    types (``SAFE_MSGPACK_TYPES``: LangChain messages, Send, Interrupt, Command, datetime, uuid,
+    sets, ...) plus ``allowed_types`` (classes, or ``(module, name)`` tuples); any other type comes
+    back as its serialized fields, and pickle is never read. A ``serde`` given is the caller's
+    own trust decision, used as it is (``allowed_types`` extend its allow-list when it has one)."""
+    allowed = tuple(allowed_types)
+    if serde is None:
+        return JsonPlusSerializer(allowed_msgpack_modules=allowed or None)
+    if allowed:
+        extend = getattr(serde, "with_msgpack_allowlist", None)
+        if extend is None:
+            raise InvalidInput(f"allowed_types needs a serializer with an allow-list (JsonPlusSerializer), got {type(serde).__name__}")
+        return cast(SerializerProtocol, extend(allowed))
+    return serde
+
+
+def _records_attempts(config: RunnableConfig) -> bool:
+    """Whether the graph's config carries this package's AttemptRecorder (a list of handlers, or a
+    callback manager holding them): without it, tries a RetryPolicy retried reach no saver."""
+    cbs = config.get("callbacks")
+    handlers = getattr(cbs, "handlers", cbs) or []
+    return isinstance(handlers, (list, tuple)) and any(isinstance(h, AttemptRecorder) for h in handlers)
+
+
 def _conf(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -108,16 +141,28 @@ def _ns(config: RunnableConfig) -> str:
 
 class ObjstoreSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on an objstore store: ``ObjstoreSaver("path/to/store")`` (created if
-    absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used."""
+    absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used.
 
-    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None) -> None:
-        super().__init__(serde=serde)
+    ``allowed_types``: classes (or ``(module, name)`` pairs) a checkpoint may be read back as, beyond
+    LangGraph's safe built-ins (``strict_serde``). ``on_concurrent``: ``"fork"`` (default) keeps a
+    put whose parent is no longer its branch's newest checkpoint as a fork; ``"raise"`` refuses it
+    with ``ParentSuperseded``."""
+
+    def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
+                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork") -> None:
+        super().__init__(serde=strict_serde(serde, allowed_types))
+        if on_concurrent not in ("fork", "raise"):
+            raise InvalidInput(f"on_concurrent must be 'fork' or 'raise', got {on_concurrent!r}")
+        self.on_concurrent = on_concurrent
         self.log: RunLog = log_or_path if isinstance(log_or_path, RunLog) else RunLog(Store.open(os.fspath(log_or_path), create=True))
         self._kinds_ready = False
         self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
         self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
+        # (run, checkpoint id) -> {task: (writes, task_path)}: attempts waiting for their checkpoint (_await_checkpoint)
+        self._early: dict[tuple[str, str], dict[str, tuple[builtins.list[tuple[str, Any]], str]]] = {}
+        self._unrecorded: set[str] = set()  # runs this saver has labelled UNRECORDED_ATTEMPTS (see put)
 
     # -- context manager (like the other savers) --------------------------------------------------
     def __enter__(self) -> ObjstoreSaver:
@@ -306,10 +351,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _tuple(self, run: str, thread_id: str, ns: str, rec: R.Record, metadata: Any = None,
                memo: dict[str, Any] | None = None) -> CheckpointTuple:
         b = rec.body
-        checkpoint = self.serde.loads_typed((b["checkpoint_type"], b["checkpoint"]))
+        checkpoint = P.loads(self.serde, b["checkpoint_type"], b["checkpoint"])
         checkpoint["channel_values"] = P.join(self.serde, b["layout"], b["parts"], self._blob)
         if metadata is None:
-            metadata = self.serde.loads_typed((b["metadata_type"], b["metadata"]))
+            metadata = P.loads(self.serde, b["metadata_type"], b["metadata"])
         parent = b.get("parent_id") or None
         return CheckpointTuple(
             config={"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": b["checkpoint_id"]}},
@@ -376,7 +421,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         for _cid, run, thread_id, ns, rec in merged:
             if want_id and rec.body["checkpoint_id"] != want_id:
                 continue
-            md = self.serde.loads_typed((rec.body["metadata_type"], rec.body["metadata"]))
+            md = P.loads(self.serde, rec.body["metadata_type"], rec.body["metadata"])
             if filter and not all(md.get(k) == v for k, v in filter.items()):
                 continue
             yield self._tuple(run, thread_id, ns, rec, md, memo)
@@ -414,6 +459,9 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels["run_id"] = md["run_id"]
         log = self.log
         run = self._ensure_run(thread_id, ns)
+        unseen = run not in self._unrecorded and not _records_attempts(config)
+        if unseen:  # once per run and saver: episode says the retried failures are missing (R.UNRECORDED_ATTEMPTS)
+            labels[R.UNRECORDED_ATTEMPTS[0]] = R.UNRECORDED_ATTEMPTS[1]
         for attempt in range(RETRIES):
             try:
                 with log.batch():
@@ -423,6 +471,8 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     branch, head = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
                     log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 break
+            except ParentSuperseded:
+                raise  # on_concurrent="raise": the caller is told, never retried into a fork
             except Conflict:
                 if attempt == RETRIES - 1:
                     raise
@@ -430,6 +480,11 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                 if attempt == RETRIES - 1:
                     raise
                 run = self._ensure_run(thread_id, ns, fresh=True)
+        if unseen:
+            with self._lock:
+                self._unrecorded.add(run)
+        if self._early:  # rare: a task's writes came before this checkpoint (async durability)
+            self._settle(run, checkpoint["id"])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
@@ -472,6 +527,10 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
     def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None]:
         """``_place``, forking when it says so: (branch, head) to append on."""
         branch, head, fork_at = self._place(run, parent_id)
+        if fork_at is not None and self.on_concurrent == "raise":
+            labels = self.log.run_labels(run)
+            raise ParentSuperseded(f"checkpoint {parent_id} of thread {labels.get('thread_id')!r} namespace {labels.get('checkpoint_ns')!r} "
+                                   f"is no longer its branch's newest (another writer continued it); {why} was not stored")
         if fork_at is not None:
             fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} resumes checkpoint {parent_id}, which is not its branch's newest")
             branch, head = fr.branch, fr.fork_id
@@ -519,31 +578,69 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     "idx": idx, "parts": ids}
             labels = {"checkpoint_id": cid, "task_id": task_id}
             log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
-            self._attempt(run, branch, prec, writes, task_id, task_path, labels)
+            waiting[0] = not self._attempt(run, branch, prec, writes, task_id, task_path, labels)
 
+        waiting = [False]
         log.store.atomically(commit)
+        if waiting[0]:
+            self._await_checkpoint(run, cid, writes, task_id, task_path)
+
+    def _await_checkpoint(self, run: str, cid: str, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str) -> None:
+        """A task's attempt whose step only its checkpoint can tell, and that checkpoint is not
+        stored yet: with LangGraph's default durability ("async") the checkpoint's ``put`` runs in
+        the background while the step's tasks run, so their writes can arrive first. The attempt is
+        recorded by whichever comes second: ``put`` of that checkpoint (``_settle``), or this call,
+        which looks again after registering it (the put may have landed in between, seeing nothing)."""
+        with self._lock:
+            self._early.setdefault((run, cid), {})[task_id] = (list(writes), task_path)
+        if self._find_checkpoint(run, cid) is not None:
+            self._settle(run, cid)
+
+    def _settle(self, run: str, cid: str) -> None:
+        """Record the attempts that waited for checkpoint ``cid`` (``_await_checkpoint``), once."""
+        with self._lock:
+            waiting = self._early.pop((run, cid), None)
+        if not waiting:
+            return
+        prec = self._find_checkpoint(run, cid)
+        if prec is None:  # cannot happen after its put; kept waiting rather than filed under a guessed step
+            with self._lock:
+                self._early.setdefault((run, cid), {}).update(waiting)
+            return
+        branch = prec.branch if prec.run == run else None
+        for task_id, (writes, task_path) in waiting.items():
+            def commit(t: str = task_id, w: builtins.list[tuple[str, Any]] = writes, p: str = task_path) -> None:
+                self._attempt(run, branch, prec, w, t, p, {"checkpoint_id": cid, "task_id": t})
+            self.log.store.atomically(commit)
 
     def _attempt(self, run: str, branch: int | None, prec: R.Record | None, writes: Sequence[tuple[str, Any]], task_id: str,
-                 task_path: str, labels: dict[str, str]) -> None:
+                 task_path: str, labels: dict[str, str]) -> bool:
         """An ``attempt`` record for a failed task (an ERROR write) and for the next put of a task
         that failed before (its retry: the earlier failure came as an ERROR write or from
-        ``attempt_recorder``), so ``episode`` shows both; other tasks write none."""
+        ``attempt_recorder``), so ``episode`` shows both; other tasks write none. False (nothing
+        written) when the step is not known yet: see ``_await_checkpoint``."""
         errors = [v for c, v in writes if c == ERROR]
         tried = [r for r in self.log.find_records(run, task_id=str(task_id)) if r.kind == R.ATTEMPT]
         if not errors and not tried:
-            return
+            return True
         last = tried[0].body if tried else None  # newest first
         if errors and last is not None and last["state"] == "failed" and not (last.get("context") or {}).get("checkpoint_id"):
-            return  # attempt_recorder recorded this very failure (the retry budget's last try)
+            return True  # attempt_recorder recorded this very failure (the retry budget's last try)
         node = next((str(v) for c, v in writes if c == ERROR_SOURCE_NODE), None)
         node = node or next((str((r.body.get("context") or {}).get("node")) for r in tried if (r.body.get("context") or {}).get("node")), None)
-        step = 0
+        # The step: the tasks of a checkpoint's step s run in step s+1 (its metadata says s); else an
+        # earlier attempt of this task (a task id names one step of one checkpoint); else unknown yet.
         if prec is not None:
-            md = self.serde.loads_typed((prec.body["metadata_type"], prec.body["metadata"]))
+            md = P.loads(self.serde, prec.body["metadata_type"], prec.body["metadata"])
             step = max(0, int(md.get("step", -1)) + 1)
+        elif tried:
+            step = int(tried[0].body["step"])
+        else:
+            return False
         ctx = {"task_id": str(task_id), "task_path": str(task_path), "checkpoint_id": labels["checkpoint_id"], "node": node or ""}
         error = f"{type(errors[0]).__name__}: {errors[0]}"[:2000] if errors else None
         self.record_attempt(run, step, len(tried), "failed" if errors else "succeeded", ctx, error, branch, labels)
+        return True
 
     def record_attempt(self, run: str, step: int, attempt: int, state: str, context: dict[str, Any], error: str | None,
                        branch: int | None, labels: dict[str, str]) -> None:
