@@ -21,7 +21,7 @@ are write-once or forward-only (objstore.storage.refs), for every writer and eve
 Authorization. Where the store has an owner key, a deletion is signed (``by``, ``sig``: ed25519
 over the object without ``sig``, ``identity.object_message``) by the owner key or by a key the
 owner granted the right ``delete`` on the run or on its subject (``grant`` names that grant;
-``objstore.runs.verify.delete_grant`` decides, from the log, here and in verify). An unsigned
+``objstore.storage.authority`` decides, from the log, here, for every reader and in verify). An unsigned
 deletion, a key without a live delete grant, and a revoked one are ``Refused`` (exit 8) and
 nothing is written. A redaction is signed by the owner key only (a blob belongs to no one run).
 A store without an owner key takes unsigned deletions (``by`` and ``sig`` nil).
@@ -46,8 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound, StateCacheError, Unauthenticated
 from ..runs import records as R
-from ..runs.verify import delete_grant, run_subject
-from ..storage import codec, identity, runrefs
+from ..storage import authority, codec, identity, runrefs
 
 if TYPE_CHECKING:
     from ..runs.chain import ChainReader
@@ -139,7 +138,8 @@ def _authority(store: Store, key: identity.Key | None, run: str | None) -> bytes
         return None
     if run is None:
         raise Refused(f"a redaction is signed by the store's owner key ({str(owner)[:16]}…), not {key.public[:16]}…; nothing was written")
-    gid = delete_grant(store, key.public, run, run_subject(store, run))
+    view = authority.StoreView(store)
+    gid = authority.delete_grant(view, key.public, run, authority.run_subject(view, run))
     if gid is None:
         raise Refused(f"key {key.public[:16]}… holds no live 'delete' grant on run {run} or its subject "
                       f"(the owner grants it: objstore journal grant RUN --pubkey FILE --delete); nothing was written")

@@ -55,7 +55,7 @@ from ..errors import (
     SnapshotGone,
     StorageOSError,
 )
-from . import codec, packed, runrefs, segindex
+from . import authority, codec, packed, runrefs, segindex
 from . import labels as labels_mod
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
@@ -592,6 +592,45 @@ def plan_taken(t: Tables, e: Entry) -> Plan | str:
     if got.root != e.root:
         return f"the root of the tables after it is {got.root.hex()}, the entry names {e.root.hex()}"
     return got
+
+
+def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any) -> str | None:
+    """The deletion authority rule (objstore.storage.authority) for entry ``n`` (``objs``: rows
+    (id, type, …) of its objects), wherever it is applied: None unless it moves a deletion ref (a
+    name check: every other commit pays nothing), else what breaks the rule. ``bodies()`` gives the
+    function from an object of the entry to its canonical bytes."""
+    if not authority.moves_deletion(moves):
+        return None
+    view = authority.EntryView(engine, n, moves, {o[0]: o[1] for o in objs}, bodies())
+    return authority.entry_problem(view, n, moves)
+
+
+def entry_bodies(e: Entry, seg: int, read_loc: Any) -> Any:
+    """``bodies`` for ``deletion_rule`` over an entry being taken in: each object read (hash-checked)
+    where the entry holds it, through ``read_loc(oid, loc)``; None if it cannot be read."""
+    def body(oid: bytes) -> bytes | None:
+        starts = block_starts(e)
+        for o in e.objs:
+            if o[0] == oid and o[3] != REMOVED:
+                comp, raw, stored = e.blocks[o[3]][:3]
+                try:
+                    data = read_loc(oid, Loc(e.n, seg, starts[o[3]], comp, stored, raw, o[4], o[2], o[1]))
+                except (ObjstoreError, OSError, IndexError, zstandard.ZstdError):
+                    return None
+                return bytes(data) if blake3.blake3(data).digest() == oid else None
+        return None
+    return body
+
+
+def txn_bodies(objects: dict) -> Any:
+    """``bodies`` for ``deletion_rule`` over a writer's transaction ({id: (type, canonical)})."""
+    def body(oid: bytes) -> bytes | None:
+        got = objects.get(oid)
+        if got is None:
+            return None
+        c = got[1]
+        return bytes(c.read_all() if hasattr(c, "read_all") else c)
+    return body
 
 
 class Plan(NamedTuple):
@@ -1254,6 +1293,9 @@ class MemoryEngine(Engine):
                 plan = t.plan(n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
+                bad = deletion_rule(self, n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], moves, lambda: txn_bodies(txn.objects))
+                if bad is not None:
+                    raise Refused(bad)
                 objs = []
                 for oid, (otype, canon) in txn.objects.items():
                     data = canon.read_all() if hasattr(canon, "read_all") else canon
@@ -1620,6 +1662,9 @@ class LogEngine(Engine):
             got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
+            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, e.seg, self._read_loc))
+            if bad is not None:
+                return bad
             plan = got
         bstarts = block_starts(e)
         for oid, otype, length, bi, boff in e.objs:
@@ -2309,6 +2354,9 @@ class LogEngine(Engine):
         plan = t.plan(t.pos.entry + 1, [(o[0], o[1]) for o in objects], txn.facts, moves, idx)
         if isinstance(plan, str):
             raise Refused(plan)
+        bad = deletion_rule(self, t.pos.entry + 1, objects, moves, lambda: txn_bodies(txn.objects))
+        if bad is not None:
+            raise Refused(bad)
         wfd = self._writer(seg)
         try:
             if self.torn is not None:
