@@ -803,7 +803,7 @@ class S3Engine(Engine):
                 plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
-                bad = deletion_rule(self, n, objects, moves, lambda: txn_bodies({o[0]: (o[1], o[2]) for o in objects}))
+                bad = deletion_rule(self, n, objects, moves, lambda objects=objects: txn_bodies({o[0]: (o[1], o[2]) for o in objects}))
                 if bad is not None:
                     raise Refused(bad)
                 raw, e = build_entry(t.pos.checksum, n, max(when, t.last_time or 0.0), objects, moves, None, facts=txn.facts, root=plan.root)
