@@ -18,7 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from objstore import RunLog, Store
-from objstore.errors import BranchNotFound, CorruptLog, Deleted, InvalidInput, ObjectNotFound, Redacted, Refused, RunNotFound, Unauthenticated
+from objstore.errors import (
+    BranchNotFound,
+    CorruptLog,
+    Deleted,
+    InvalidInput,
+    ObjectNotFound,
+    Redacted,
+    Refused,
+    RunNotFound,
+    Unauthenticated,
+)
 from objstore.journal import grants as G
 from objstore.lifecycle import delete as D
 from objstore.runs import completion, export, history, query, views

@@ -180,3 +180,30 @@ def test_authorised_deletions_still_apply_for_every_reader(world):
     _, out, _ = run_cli("runs", store=root, env_extra=env, exit_code=0)
     assert "A" not in out.split() and "B" not in out.split()
     run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
+    """The S3 engine (over a MemoryBucket) refuses to write an unauthorised deletion, and a second store
+    on the same bucket stops before one written with the rule patched out; the memory engine refuses it too."""
+    from objstore.errors import CorruptLog as Corrupt
+    from objstore.storage.bucket import MemoryBucket
+
+    bucket = MemoryBucket()
+    log = RunLog(Store.on_bucket(bucket, str(tmp_path / "c1")))
+    owner, _ = identity.ensure_owner_key(log.store, str(tmp_path / "owner.key"))
+    log.start_run("A")
+    stranger = identity.generate()
+    obj = _deletion(stranger)
+    with pytest.raises(Refused, match="bad-deletion"):
+        _write(log.store, obj, runrefs.deleted_ref("A"))
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, runrefs.deleted_ref("A"))
+    with pytest.raises(Corrupt, match=f"bad-deletion {did.hex()}: its signer {stranger.public[:16]}"):
+        RunLog(Store.on_bucket(bucket, str(tmp_path / "c2"))).runs()
+    mem = RunLog(Store.memory())
+    identity.ensure_owner_key(mem.store, str(tmp_path / "owner.key"))
+    mem.start_run("A")
+    with pytest.raises(Refused, match="unsigned, but the store has an owner key"):
+        _write(mem.store, _deletion(None), runrefs.deleted_ref("A"))
+    assert mem.runs() == ["A"]

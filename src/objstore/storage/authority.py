@@ -76,9 +76,10 @@ class EntryView:
     """The log as an entry being applied sees it: the tables before it, with its own moves and
     objects (``bodies``: the entry's objects' canonical bytes) on top."""
 
-    def __init__(self, engine: Any, n: int, moves: list, types: dict, bodies: Callable[[bytes], bytes | None]) -> None:
+    def __init__(self, engine: Any, n: int, moves: list, types: dict, bodies: Callable[[bytes], bytes | None], chain: list = ()) -> None:  # type: ignore[assignment]
         self.engine, self.n, self.types, self.bodies = engine, n, types, bodies
         self.moved = {m[0]: m[2] for m in moves}
+        self.chain = {(r, b, lsn): oid for r, b, lsn, oid in chain}  # the entry's own records (a copy's transfer lands them with their deletion)
 
     def ref(self, name: str) -> Any:
         return self.moved[name] if name in self.moved else self.engine.tables.refs.get(name)
@@ -103,6 +104,9 @@ class EntryView:
         return None if loc is None else (loc.otype if hasattr(loc, "otype") else loc[1])
 
     def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
+        got = self.chain.get((run, branch, lsn))
+        if got is not None:
+            return got
         return self.engine.record_at(run, branch, lsn) if lsn >= 0 else None
 
 
@@ -268,10 +272,11 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
 
 # -- the rule of applying an entry ---------------------------------------------------------------------
 
-def moves_deletion(moves: list) -> bool:
-    """Whether an entry moves a deletion ref (cheap: a name check per move, true only for rare entries)."""
+def moves_deletion(moves: list | dict) -> bool:
+    """Whether an entry moves a deletion ref (cheap: a name check per move, true only for rare entries);
+    ``moves``: its moves, or {name: value} of the refs it moves."""
     for m in moves:
-        name = m[0]
+        name = m if type(m) is str else m[0]
         if (name.startswith(_RUN) and name.endswith(_SUFFIXES)) or name.startswith(_REDACTED):
             return True
     return False

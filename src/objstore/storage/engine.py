@@ -594,14 +594,15 @@ def plan_taken(t: Tables, e: Entry) -> Plan | str:
     return got
 
 
-def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any) -> str | None:
+def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, plan: Plan) -> str | None:
     """The deletion authority rule (objstore.storage.authority) for entry ``n`` (``objs``: rows
-    (id, type, …) of its objects), wherever it is applied: None unless it moves a deletion ref (a
-    name check: every other commit pays nothing), else what breaks the rule. ``bodies()`` gives the
-    function from an object of the entry to its canonical bytes."""
+    (id, type, …) of its objects; ``plan``: its plan, whose chain rows place its own records),
+    wherever it is applied: None unless it moves a deletion ref (a name check: every other commit
+    pays nothing), else what breaks the rule. ``bodies()`` gives the function from an object of the
+    entry to its canonical bytes."""
     if not authority.moves_deletion(moves):
         return None
-    view = authority.EntryView(engine, n, moves, {o[0]: o[1] for o in objs}, bodies())
+    view = authority.EntryView(engine, n, moves, {o[0]: o[1] for o in objs}, bodies(), plan.chain)
     return authority.entry_problem(view, n, moves)
 
 
@@ -684,6 +685,7 @@ class Tables:
         self.acc = 0  # the tables' root accumulator (see the root above)
         self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
         self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
+        self.dgen = 0  # bumped by each entry that moves a deletion ref (storage.erased keys its cache by it)
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
@@ -903,6 +905,8 @@ class Tables:
             self.starts[run] = entry
         for name, value in p.refs.items():
             self.set_ref(name, value)
+        if p.refs and authority.moves_deletion(p.refs):  # a name check per moved ref: true only for rare entries
+            self.dgen += 1
         if p.idx is not None:
             self.idx[p.idx[0]] = p.idx[1]
         if p.rw is not None:
@@ -1293,7 +1297,7 @@ class MemoryEngine(Engine):
                 plan = t.plan(n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
-                bad = deletion_rule(self, n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], moves, lambda: txn_bodies(txn.objects))
+                bad = deletion_rule(self, n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], moves, lambda: txn_bodies(txn.objects), plan)
                 if bad is not None:
                     raise Refused(bad)
                 objs = []
@@ -1662,7 +1666,7 @@ class LogEngine(Engine):
             got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
-            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, e.seg, self._read_loc))
+            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, e.seg, self._read_loc), got)
             if bad is not None:
                 return bad
             plan = got
@@ -2354,7 +2358,7 @@ class LogEngine(Engine):
         plan = t.plan(t.pos.entry + 1, [(o[0], o[1]) for o in objects], txn.facts, moves, idx)
         if isinstance(plan, str):
             raise Refused(plan)
-        bad = deletion_rule(self, t.pos.entry + 1, objects, moves, lambda: txn_bodies(txn.objects))
+        bad = deletion_rule(self, t.pos.entry + 1, objects, moves, lambda: txn_bodies(txn.objects), plan)
         if bad is not None:
             raise Refused(bad)
         wfd = self._writer(seg)

@@ -8,9 +8,9 @@ that is not is ``Deleted`` (exit 12), naming the deletion and its reason, like n
 
 What it costs a read, so that a big store never pays a scan per read:
 
-* the deletion refs are looked up once per log position (a pass over the ref names, no object
-  read), and the blobs the deleted records name (``dead``) are worked out once per set of deletions,
-  from the deleted records still stored (a run gc has been through is skipped at its tips);
+* the blobs the deleted records name (``dead``) are worked out once per process and again only after
+  an entry that moves a deletion ref (the tables count those: ``Tables.dgen``), from the deleted
+  records still stored (a run gc has been through is skipped at its tips);
 * a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
 * only a blob a deleted record names is looked for among the records committed since it was stored
   (entry metas from its segment on, each record's ``refs`` row), once per log position.
@@ -30,8 +30,8 @@ _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 
 
 class _Dead:
-    def __init__(self, pos: Any, refs: tuple, blobs: dict, records: dict, deleted: set) -> None:
-        self.pos, self.refs = pos, refs
+    def __init__(self, key: tuple, pos: Any, blobs: dict, records: dict, deleted: set) -> None:
+        self.key, self.pos = key, pos  # (the tables, their deletion count): what the sets below are of
         self.blobs = blobs  # blob id -> id of the deletion whose records name it
         self.records = records  # record id -> the blob ids it names (every record a deletion covers)
         self.deleted = deleted  # runs deleted whole
@@ -55,14 +55,15 @@ def _dead(store: Any) -> _Dead:
     eng = store.engine
     with eng._mu:
         t = eng.tables
+        key = (id(t), t.dgen)
         got: _Dead | None = store.__dict__.get("_dead_blobs")
-        if got is not None and got.pos == t.pos:
+        if got is not None and got.key == key:
+            if got.pos != t.pos:  # a later record may name one of them again
+                got.pos, got.live = t.pos, {}
             return got
-        refs = tuple(sorted((n, v) for n, v in t.refs.items() if n.endswith(_SUFFIXES) and n.startswith(runrefs.RUN_PREFIX)))
+        # no deletion moved since (or a new process): one pass over the ref names
+        refs = [(n, v) for n, v in t.refs.items() if n.endswith(_SUFFIXES) and n.startswith(runrefs.RUN_PREFIX)]
         pos = t.pos
-    if got is not None and got.refs == refs:
-        got.pos, got.live = pos, {}
-        return got
     blobs: dict = {}
     records: dict = {}
     deleted: set = set()
@@ -84,7 +85,7 @@ def _dead(store: Any) -> _Dead:
         else:
             for rid, hit in store.covered_records(run, did).items():
                 _note(eng, rid, hit[0], blobs, records)
-    got = _Dead(pos, refs, blobs, records, deleted)
+    got = _Dead(key, pos, blobs, records, deleted)
     store.__dict__["_dead_blobs"] = got
     return got
 

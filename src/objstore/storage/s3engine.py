@@ -542,7 +542,7 @@ class S3Engine(Engine):
             if isinstance(got, str):
                 return got
             held = raw if raw is not None else b""
-            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, 0, lambda oid, loc: _block_object(held, loc)))
+            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, 0, lambda oid, loc: _block_object(held, loc)), got)
             if bad is not None:
                 return bad
             plan = got
@@ -803,7 +803,7 @@ class S3Engine(Engine):
                 plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
-                bad = deletion_rule(self, n, objects, moves, lambda objects=objects: txn_bodies({o[0]: (o[1], o[2]) for o in objects}))
+                bad = deletion_rule(self, n, objects, moves, lambda objects=objects: txn_bodies({o[0]: (o[1], o[2]) for o in objects}), plan)
                 if bad is not None:
                     raise Refused(bad)
                 raw, e = build_entry(t.pos.checksum, n, max(when, t.last_time or 0.0), objects, moves, None, facts=txn.facts, root=plan.root)
