@@ -277,7 +277,8 @@ def moves_deletion(moves: list | dict) -> bool:
     ``moves``: its moves, or {name: value} of the refs it moves."""
     for m in moves:
         name = m if type(m) is str else m[0]
-        if (name.startswith(_RUN) and name.endswith(_SUFFIXES)) or name.startswith(_REDACTED):
+        # a pre-filter (a name outside run/ that ends so is let through, and ``ref_wants`` drops it)
+        if name.endswith(_SUFFIXES) or name.startswith(_REDACTED):
             return True
     return False
 
