@@ -28,8 +28,9 @@ def world(tmp_path):
     log.record_attempt("R", 1, 0, "succeeded", prompt=only)
     log.record_attempt("R", 2, 0, "succeeded", prompt=shared)
     log.start_run("L")
-    log.record_attempt("L", 0, 0, "succeeded", prompt=shared)
-    return root, log, {"only": only, "shared": shared, "early": early}, copy
+    log.record_attempt("L", 0, 0, "succeeded", prompt=shared, output=log.put_blob(b"only L names this"))
+    mine = log.store.get(log.store.indexed_record("L", 0, 1))[1]["body"]["output"]
+    return root, log, {"only": only, "shared": shared, "early": early, "mine": mine}, copy
 
 
 def test_a_blob_only_a_deleted_run_names_is_withheld_at_once(world):
@@ -72,3 +73,24 @@ def test_a_blob_of_records_a_partial_deletion_covers_is_withheld(world):
         Store.open(root).get_blob(blobs["only"])
     assert did.hex() in str(err.value)
     assert Store.open(root).get_blob(blobs["shared"])
+
+
+def test_reading_a_blob_no_deleted_record_names_reads_no_entry(world, monkeypatch):
+    """The read check costs a blob nothing deleted names a set lookup: no entry is read for it, and
+    a blob deleted records do name is looked for once per log position, not once per read."""
+    from objstore.storage import erased
+    from objstore.storage.engine import LogEngine
+
+    root, log, blobs, _copy = world
+    D.delete_run(log, "R", reason="gone")
+    store = Store.open(root)
+    with pytest.raises(Deleted):
+        store.get_blob(blobs["only"])  # works out the deleted records' blobs, and looks for 'only'
+    calls = []
+    monkeypatch.setattr(erased, "_still_named", lambda *a: calls.append(a) or False)
+    monkeypatch.setattr(LogEngine, "entries", lambda self: (_ for _ in ()).throw(AssertionError("an entry scan")))
+    for _ in range(3):
+        assert store.get_blob(blobs["mine"]) == b"only L names this"
+        with pytest.raises(Deleted):
+            store.get_blob(blobs["only"])
+    assert calls == []
