@@ -207,3 +207,23 @@ def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
     with pytest.raises(Refused, match="unsigned, but the store has an owner key"):
         _write(mem.store, _deletion(None), runrefs.deleted_ref("A"))
     assert mem.runs() == ["A"]
+
+
+def test_gc_refuses_a_forged_deletion_a_forged_checkpoint_hides_from_readers(world, monkeypatch):
+    """Readers adopt a checkpoint whose tables match the log's root (derived data, like the ref rules'):
+    one written by the forger's process past the forged entry hides it from them — but gc, which is
+    what makes a deletion permanent, checks every deletion it acts on, refuses (exit 6, one line naming
+    it) and removes nothing; verify replays from the first entry and names it."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case("never granted", log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry
+    assert RunLog(Store.open(root)).runs() == ["B"]  # adopted: the readers' gap verify and gc close
+    files = snapshot_tree(os.path.join(root, "log"))
+    _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and f"bad-deletion {did.hex()}: {why}" in err, err
+    assert snapshot_tree(os.path.join(root, "log")) == files
+    _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
+    assert f"bad-deletion {did.hex()}: {why}" in out

@@ -44,7 +44,17 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound, StateCacheError, Unauthenticated
+from ..errors import (
+    BranchNotFound,
+    CorruptLog,
+    InvalidInput,
+    ObjectNotFound,
+    ObjstoreError,
+    Refused,
+    RunNotFound,
+    StateCacheError,
+    Unauthenticated,
+)
 from ..runs import records as R
 from ..storage import authority, codec, identity, runrefs
 
@@ -104,6 +114,28 @@ def covered(store: Store) -> tuple[set[bytes], set[bytes]]:
             for b in tips:
                 records.update(oid for _lsn, oid in store.engine.iter_chain(run, b, 0))
     return records, set(redacted_blobs(store))
+
+
+def check_authority(store: Store) -> None:
+    """CorruptLog (exit 6, one line naming it) if a deletion the store's refs name breaks the
+    authority rule as of its entry (objstore.storage.authority). Every reader refuses such an entry
+    where it applies it; this is for what acts on deletions for good (gc), whose tables may come
+    from a checkpoint (derived data a forger's process can write past the entry). Reads each
+    deletion object and its signer's grants: what gc reads anyway."""
+    view = authority.StoreView(store)
+    for name, value in store.list_refs():
+        if authority.ref_wants(name) is None:
+            continue
+        did: Any = value
+        seen: set = set()
+        while isinstance(did, bytes) and did not in seen:  # a records chain: every deletion on it
+            seen.add(did)
+            at = store.engine.loc_entry(did)
+            bad = authority.entry_problem(view, at if at is not None else 0, [[name, None, did]])
+            if bad is not None:
+                raise CorruptLog(store.engine.where(did) if hasattr(store.engine, "where") else name,
+                                 f"{bad}; refusing to act on it (run 'objstore verify')")
+            did = store.deletion_object(did).get("previous") if runrefs.is_deletions_ref(name) else None
 
 
 # -- writing deletions ------------------------------------------------------------------------
