@@ -21,7 +21,7 @@ are write-once or forward-only (objstore.storage.refs), for every writer and eve
 Authorization. Where the store has an owner key, a deletion is signed (``by``, ``sig``: ed25519
 over the object without ``sig``, ``identity.object_message``) by the owner key or by a key the
 owner granted the right ``delete`` on the run or on its subject (``grant`` names that grant;
-``objstore.runs.verify.delete_grant`` decides, from the log, here and in verify). An unsigned
+``objstore.storage.authority`` decides, from the log, here, for every reader and in verify). An unsigned
 deletion, a key without a live delete grant, and a revoked one are ``Refused`` (exit 8) and
 nothing is written. A redaction is signed by the owner key only (a blob belongs to no one run).
 A store without an owner key takes unsigned deletions (``by`` and ``sig`` nil).
@@ -44,10 +44,19 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BranchNotFound, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound, StateCacheError, Unauthenticated
+from ..errors import (
+    BranchNotFound,
+    CorruptLog,
+    InvalidInput,
+    ObjectNotFound,
+    ObjstoreError,
+    Refused,
+    RunNotFound,
+    StateCacheError,
+    Unauthenticated,
+)
 from ..runs import records as R
-from ..runs.verify import delete_grant, run_subject
-from ..storage import codec, identity, runrefs
+from ..storage import authority, codec, identity, runrefs
 
 if TYPE_CHECKING:
     from ..runs.chain import ChainReader
@@ -107,6 +116,28 @@ def covered(store: Store) -> tuple[set[bytes], set[bytes]]:
     return records, set(redacted_blobs(store))
 
 
+def check_authority(store: Store) -> None:
+    """CorruptLog (exit 6, one line naming it) if a deletion the store's refs name breaks the
+    authority rule as of its entry (objstore.storage.authority). Every reader refuses such an entry
+    where it applies it; this is for what acts on deletions for good (gc), whose tables may come
+    from a checkpoint (derived data a forger's process can write past the entry). Reads each
+    deletion object and its signer's grants: what gc reads anyway."""
+    view = authority.StoreView(store)
+    for name, value in store.list_refs():
+        if authority.ref_wants(name) is None:
+            continue
+        did: Any = value
+        seen: set = set()
+        while isinstance(did, bytes) and did not in seen:  # a records chain: every deletion on it
+            seen.add(did)
+            at = store.engine.loc_entry(did)
+            bad = authority.entry_problem(view, at if at is not None else 0, [[name, None, did]])
+            if bad is not None:
+                raise CorruptLog(store.engine.where(did) if hasattr(store.engine, "where") else name,
+                                 f"{bad}; refusing to act on it (run 'objstore verify')")
+            did = store.deletion_object(did).get("previous") if runrefs.is_deletions_ref(name) else None
+
+
 # -- writing deletions ------------------------------------------------------------------------
 
 def _reason(reason: object) -> str:
@@ -139,7 +170,8 @@ def _authority(store: Store, key: identity.Key | None, run: str | None) -> bytes
         return None
     if run is None:
         raise Refused(f"a redaction is signed by the store's owner key ({str(owner)[:16]}…), not {key.public[:16]}…; nothing was written")
-    gid = delete_grant(store, key.public, run, run_subject(store, run))
+    view = authority.StoreView(store)
+    gid = authority.delete_grant(view, key.public, run, authority.run_subject(view, run))
     if gid is None:
         raise Refused(f"key {key.public[:16]}… holds no live 'delete' grant on run {run} or its subject "
                       f"(the owner grants it: objstore journal grant RUN --pubkey FILE --delete); nothing was written")

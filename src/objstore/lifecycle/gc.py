@@ -139,6 +139,7 @@ def doomed(store: Store) -> Doomed:
     that go (each read once)."""
     eng = _reader(store)
     eng.refresh()
+    delete.check_authority(store)  # nothing is removed for a deletion no authorised key made
     t = eng.tables
     gone_runs = delete.deleted_runs(store)
     deleted_runs = set(gone_runs)

@@ -59,7 +59,7 @@ import blake3
 import msgspec
 
 from ..errors import BodyRemoved, CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
-from ..storage import codec, identity, packed, runrefs, segindex
+from ..storage import authority, codec, packed, runrefs, segindex
 from ..storage import engine as E
 from ..storage.engine import (
     SEG_HEADER,
@@ -717,8 +717,10 @@ class _Verifier:
             self.notes.append(Problem("checked-apart", "log", "", f"refs, chains and forks are checked up to entry {count} only; "
                                       f"segment{'s' if len(apart) > 1 else ''} {_span(apart)} after the break checked each on its own"))
         if breach is not None and isinstance(engine, LogEngine):
-            # an entry every byte of which is sound, that breaks a rule of the log (or its root)
-            self.add("corrupt-entry", engine.seg_path(breach[0]), "", f"{breach[2].split(': ', 1)[0]} at offset {breach[1]}: {breach[2]}")
+            # an entry every byte of which is sound, that breaks a rule of the log (or its root); one
+            # that moves a deletion ref its signer had no authority for is named as the deletion it is
+            code = "bad-deletion" if breach[2].partition(": ")[2].startswith(authority.BREACH) else "corrupt-entry"
+            self.add(code, engine.seg_path(breach[0]), "", f"{breach[2].split(': ', 1)[0]} at offset {breach[1]}: {breach[2]}")
         if broken is not None and not self.problems:
             self.add("corrupt-log", broken.args[0], "", broken.args[1])
         if count < upto and not self.problems:
@@ -1249,8 +1251,8 @@ class _Verifier:
                        else "no recorded deletion or redaction covers it")
                 self.add("missing-body", oid.hex(), where, f"gc removed the body of this {otype}, but {why}")
         for oid, t in sorted(self.types.items()):
-            if t != codec.DELETION or oid in self.damaged:
-                continue
+            if t != codec.DELETION or oid in self.damaged or self.engine.loc_entry(oid) is None:
+                continue  # (not in the tables: past an entry readers refuse, named as that entry)
             try:
                 value = self.store.deletion_object(oid)
                 found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid))
@@ -1587,132 +1589,12 @@ def assert_refold_identical(log: RunLog, run: str, branches: list[int] | None = 
 
 # -- recorded deletions (issue 17) ------------------------------------------------------------
 #
-# Who may delete, decided from the log alone (never from a cache): the store's owner key, or a
-# key holding a live ``delete`` grant — the owner-signed grant chain behind ``run/<R>/grant/<key>``
-# (else ``subjects/<S>/grant/<key>`` for the run's subject), its newest counting object committed
-# at or before the deletion, granting (not revoked) and naming ``delete``. The same rule for the
-# writer (objstore.lifecycle.delete, as of now) and for verify (as of the deletion's entry).
-
-def _grant_counts(ref: str, g: dict, owner: str | None) -> bool:
-    """An owner-signed grant about the key, run and subject its ref names (Host.grant_counts' rule)."""
-    if owner is None or not identity.object_signed_by(g, owner):
-        return False
-    scope, _, key = ref.rpartition("/grant/")
-    kind, _, name = scope.partition("/")
-    if g.get("grantee") != key:
-        return False
-    return g.get("run") == name if kind == "run" else (g.get("run") is None and g.get("subject") == name)
-
-
-def _effective_grant(store: Store, ref: str, owner: str | None, at_entry: int | None) -> tuple[bytes, dict] | None:
-    gid = store.read_ref(ref)
-    chain = []
-    while isinstance(gid, bytes):
-        try:
-            g = store.get_typed(gid, codec.GRANT)
-        except ObjstoreError:
-            break
-        chain.append((gid, g))
-        gid = g.get("previous")
-    for gid, g in chain:  # newest first
-        if not _grant_counts(ref, g, owner):
-            continue
-        if at_entry is not None:
-            e = store.engine.loc_entry(gid)
-            if e is None or e > at_entry:
-                continue
-        return gid, g
-    return None
-
-
-def run_subject(store: Store, run: str) -> str | None:
-    """A run's subject from its run_started record, read below the erasure checks (a deleted run's
-    too), or None when it cannot be read (its body removed by gc, or damaged)."""
-    oid = store.indexed_record(run, 0, 0)
-    if oid is None:
-        return None
-    try:
-        v = codec.decode(store.engine.read(oid), oid, False)[1]
-    except ObjstoreError:
-        return None
-    s = v.get("body", {}).get("subject") if isinstance(v, dict) and isinstance(v.get("body"), dict) else None
-    return s if isinstance(s, str) else None
-
-
-def delete_grant(store: Store, key: str, run: str, subject: str | None, at_entry: int | None = None) -> bytes | None:
-    """The id of the grant that lets public key ``key`` delete in ``run`` (as of log entry
-    ``at_entry``; None: now), or None. A run grant chain with a counting object decides alone (a
-    revocation there is not overruled by a subject grant), as the journal Host decides."""
-    owner = identity.owner_public(store)
-    got = _effective_grant(store, runrefs.run_grant_ref(run, key), owner, at_entry)
-    if got is None and subject is not None:
-        got = _effective_grant(store, runrefs.subject_grant_ref(subject, key), owner, at_entry)
-    if got is None:
-        return None
-    gid, g = got
-    ok = g.get("action") == "grant" and R.DELETE_RIGHT in (g.get("rights") or ())
-    return gid if ok else None
-
-
 def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None) -> list[str]:
-    """What is wrong with a deletion object (each one ``bad-deletion <id>: <what>``): its schema, its
-    signature against ``by``, that ``by`` was the owner or held a live delete grant at its entry
-    (redaction: the owner only), and that each covered record is the log's record at that place."""
+    """What is wrong with a deletion object (each one ``bad-deletion <id>: <what>``): its schema, then
+    the authority rule every reader applies to its entry (objstore.storage.authority: the signature,
+    the owner or a live delete grant at its entry, a redaction by the owner only, covered rows that
+    are the run's records there), as of the deletion's entry."""
     bad = R.schema_problem(R.DELETION_TYPE, value)
     if bad is not None:
         return [bad]
-    out = []
-    owner = identity.owner_public(store)
-    by = value["by"]
-    if owner is not None and by is None:
-        out.append("unsigned, but the store has an owner key")
-    elif by is not None and not identity.verify_sig(by, value["sig"], identity.object_message(value)):
-        out.append(f"its signature does not verify against its signer {by[:16]}…")
-    elif by is not None and owner is not None and by != owner:
-        run = value["run"]
-        if value["scope"] == R.SCOPE_BLOB or run is None:
-            out.append(f"a redaction is signed by the owner key only, not {by[:16]}…")
-        else:
-            subject = run_subject(store, run)
-            if subject is None and isinstance(value["grant"], bytes):
-                # gc removed the run's run_started (a deleted run): the subject is the one the named
-                # owner-signed grant is about (delete_grant still checks it counts for this key)
-                try:
-                    subject = store.get_typed(value["grant"], codec.GRANT).get("subject")
-                except ObjstoreError:
-                    subject = None
-            gid = delete_grant(store, by, run, subject if isinstance(subject, str) else None, at_entry)
-            if gid is None:
-                out.append(f"its signer {by[:16]}… held no live delete grant on run {run} at entry {at_entry}")
-            elif value["grant"] != gid:
-                out.append(f"it names grant {_show(value['grant'])}, the signer's delete grant is {gid.hex()}")
-    elif by is not None and by == owner and value["grant"] is not None:
-        out.append("signed by the owner key, yet names a grant")
-    run = value["run"]
-    for oid, branch, lsn, kind in R.deletion_rows(value):
-        assert run is not None  # a records deletion names its run (schema)
-        if store.indexed_record(run, branch, lsn) != oid:
-            out.append(f"covers {oid.hex()} as run {run} branch {branch} LSN {lsn}, which the log's index does not hold there")
-            continue
-        row = getattr(store.engine, "record_row", None)
-        got_kind = None
-        if row is not None:
-            r = row(oid)
-            got_kind = r[4] if r is not None else None
-        else:
-            try:
-                got_kind = codec.decode(store.engine.read(oid), oid, False)[1].get("kind")
-            except ObjstoreError:
-                got_kind = kind  # its body is gone (gc): the index row above placed it
-        if got_kind != kind:
-            out.append(f"covers {oid.hex()} as a {kind} record, it is a {got_kind}")
-    if value["scope"] == R.SCOPE_BLOB and value["blob"] is not None:
-        t = None
-        try:
-            loc = store.engine.loc(value["blob"])
-            t = (loc.otype if hasattr(loc, "otype") else loc[1]) if loc is not None else None
-        except ObjstoreError:
-            pass
-        if t is not None and t != codec.BLOB:
-            out.append(f"redacts {value['blob'].hex()}, which is a {t}, not a blob")
-    return out
+    return authority.deletion_problems(authority.StoreView(store), value, at_entry)

@@ -55,7 +55,7 @@ from ..errors import (
     SnapshotGone,
     StorageOSError,
 )
-from . import codec, packed, runrefs, segindex
+from . import authority, codec, packed, runrefs, segindex
 from . import labels as labels_mod
 from .fileutil import FsyncPolicy, write_derived
 from .refs import _NOT_A_CHAIN, check_move, forward_only
@@ -595,6 +595,46 @@ def plan_taken(t: Tables, e: Entry) -> Plan | str:
     return got
 
 
+def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, plan: Plan) -> str | None:
+    """The deletion authority rule (objstore.storage.authority) for entry ``n`` (``objs``: rows
+    (id, type, …) of its objects; ``plan``: its plan, whose chain rows place its own records),
+    wherever it is applied: None unless it moves a deletion ref (a name check: every other commit
+    pays nothing), else what breaks the rule. ``bodies()`` gives the function from an object of the
+    entry to its canonical bytes."""
+    if not authority.moves_deletion(moves):
+        return None
+    view = authority.EntryView(engine, n, moves, {o[0]: o[1] for o in objs}, bodies(), plan.chain)
+    return authority.entry_problem(view, n, moves)
+
+
+def entry_bodies(e: Entry, seg: int, read_loc: Any) -> Any:
+    """``bodies`` for ``deletion_rule`` over an entry being taken in: each object read (hash-checked)
+    where the entry holds it, through ``read_loc(oid, loc)``; None if it cannot be read."""
+    def body(oid: bytes) -> bytes | None:
+        starts = block_starts(e)
+        for o in e.objs:
+            if o[0] == oid and o[3] != REMOVED:
+                comp, raw, stored = e.blocks[o[3]][:3]
+                try:
+                    data = read_loc(oid, Loc(e.n, seg, starts[o[3]], comp, stored, raw, o[4], o[2], o[1]))
+                except (ObjstoreError, OSError, IndexError, zstandard.ZstdError):
+                    return None
+                return bytes(data) if blake3.blake3(data).digest() == oid else None
+        return None
+    return body
+
+
+def txn_bodies(objects: dict) -> Any:
+    """``bodies`` for ``deletion_rule`` over a writer's transaction ({id: (type, canonical)})."""
+    def body(oid: bytes) -> bytes | None:
+        got = objects.get(oid)
+        if got is None:
+            return None
+        c = got[1]
+        return bytes(c.read_all() if hasattr(c, "read_all") else c)
+    return body
+
+
 class Plan(NamedTuple):
     """What applying one entry changes in the tables, worked out (and checked against the rules)
     before anything changes: writers plan the entry they are about to write, readers each entry
@@ -646,6 +686,7 @@ class Tables:
         self.acc = 0  # the tables' root accumulator (see the root above)
         self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
         self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
+        self.dgen = 0  # bumped by each entry that moves a deletion ref (storage.erased keys its cache by it)
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
@@ -889,6 +930,8 @@ class Tables:
             self.starts[run] = entry
         for name, value in p.refs.items():
             self.set_ref(name, value)
+        if p.refs and authority.moves_deletion(p.refs):  # a name check per moved ref: true only for rare entries
+            self.dgen += 1
         if p.idx is not None:
             self.idx[p.idx[0]] = p.idx[1]
         if p.rw is not None:
@@ -1279,6 +1322,9 @@ class MemoryEngine(Engine):
                 plan = t.plan(n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
+                bad = deletion_rule(self, n, [(oid, ot) for oid, (ot, _) in txn.objects.items()], moves, lambda: txn_bodies(txn.objects), plan)
+                if bad is not None:
+                    raise Refused(bad)
                 objs = []
                 for oid, (otype, canon) in txn.objects.items():
                     data = canon.read_all() if hasattr(canon, "read_all") else canon
@@ -1663,6 +1709,9 @@ class LogEngine(Engine):
             got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
+            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, e.seg, self._read_loc), got)
+            if bad is not None:
+                return bad
             plan = got
         bstarts = block_starts(e)
         for oid, otype, length, bi, boff in e.objs:
@@ -2354,6 +2403,9 @@ class LogEngine(Engine):
         plan = t.plan(t.pos.entry + 1, [(o[0], o[1]) for o in objects], txn.facts, moves, idx)
         if isinstance(plan, str):
             raise Refused(plan)
+        bad = deletion_rule(self, t.pos.entry + 1, objects, moves, lambda: txn_bodies(txn.objects), plan)
+        if bad is not None:
+            raise Refused(bad)
         wfd = self._writer(seg)
         try:
             if self.torn is not None:

@@ -27,12 +27,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import InvalidInput, Refused, StorageOSError, Unauthenticated
 from . import codec, runrefs
+from .authority import object_message as object_message  # re-exported: the one copy is below the engine's rule
+from .authority import object_signed_by as object_signed_by
+from .authority import verify_sig as verify_sig
 
 if TYPE_CHECKING:
     from .store import Store
@@ -40,7 +42,6 @@ if TYPE_CHECKING:
 OWNER_REF = runrefs.OWNER_REF
 MAX_SKEW = 300.0  # seconds a signed request may be old (or ahead) when the Host checks it
 _REQ_DOMAIN = b"objstore-request-v1\x00"
-_OBJ_DOMAIN = b"objstore-signed-object-v1\x00"
 
 
 def key_dir() -> str:
@@ -168,29 +169,12 @@ def check_public(public: object) -> str:
     return public.lower()
 
 
-def verify_sig(public: str, signature: str, message: bytes) -> bool:
-    try:
-        Ed25519PublicKey.from_public_bytes(bytes.fromhex(public)).verify(bytes.fromhex(signature), message)
-        return True
-    except (InvalidSignature, ValueError, TypeError):
-        return False
-
-
 # -- signed objects (grants) -------------------------------------------------------------------------
-
-def object_message(value: dict) -> bytes:
-    """What a signed object's ``sig`` covers: every other field, as canonical JSON."""
-    return _OBJ_DOMAIN + codec.canonical_json({k: v for k, v in value.items() if k != "sig"})
-
 
 def sign_object(key: Key, value: dict) -> dict:
     out = dict(value, signer=key.public)
     out["sig"] = key.sign(object_message(out))
     return out
-
-
-def object_signed_by(value: dict, public: str) -> bool:
-    return value.get("signer") == public and isinstance(value.get("sig"), str) and verify_sig(public, value["sig"], object_message(value))
 
 
 # -- the owner key ------------------------------------------------------------------------------------

@@ -68,8 +68,11 @@ from .engine import (
     _show,
     block_starts,
     build_entry,
+    deletion_rule,
+    entry_bodies,
     parse_entry,
     plan_taken,
+    txn_bodies,
 )
 
 HEAD_KEY = "HEAD"
@@ -334,7 +337,7 @@ class S3Engine(Engine):
             e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n, True)
             if isinstance(e, str):
                 raise CorruptLog(self._where(src2[1] if src2[0] in ("chunk", "entry") else HEAD_KEY), f"entry {n}: {e}")
-            why = self._apply(e, None)
+            why = self._apply(e, None, raw)
             if why is not None:
                 raise CorruptLog(self._where(HEAD_KEY), f"entry {n} breaks a rule: {why}")
             self._src[n] = src2
@@ -530,7 +533,7 @@ class S3Engine(Engine):
             except OSError:
                 pass
 
-    def _apply(self, e: Entry, plan: Plan | None) -> str | None:
+    def _apply(self, e: Entry, plan: Plan | None, raw: bytes | None = None) -> str | None:
         t = self.tables
         if plan is None:
             if e.idx is not None or e.rw is not None or e.seal or e.cut is not None:
@@ -538,6 +541,10 @@ class S3Engine(Engine):
             got = plan_taken(t, e)
             if isinstance(got, str):
                 return got
+            held = raw if raw is not None else b""
+            bad = deletion_rule(self, e.n, e.objs, e.moves, lambda: entry_bodies(e, 0, lambda oid, loc: _block_object(held, loc)), got)
+            if bad is not None:
+                return bad
             plan = got
         self._set_locs(e)
         t.commit(plan, e.n, e.checksum, e.time)
@@ -796,6 +803,9 @@ class S3Engine(Engine):
                 plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
                 if isinstance(plan, str):
                     raise Refused(plan)
+                bad = deletion_rule(self, n, objects, moves, lambda objects=objects: txn_bodies({o[0]: (o[1], o[2]) for o in objects}), plan)
+                if bad is not None:
+                    raise Refused(bad)
                 raw, e = build_entry(t.pos.checksum, n, max(when, t.last_time or 0.0), objects, moves, None, facts=txn.facts, root=plan.root)
                 assert isinstance(raw, bytes)
                 head, etag = self._head, self._etag
@@ -1180,6 +1190,13 @@ def _merge_chunks(a: bytes, b: bytes) -> bytes | None:
             return None  # other entries, not other forms of one
         slots.append(y if _removed_rows(y) > _removed_rows(x) else x)  # readers check the chain of what is kept
     return _enc.encode(Chunk(ca.fmt, ca.prev, ca.first, slots))
+
+
+def _block_object(raw: bytes, loc: Loc) -> bytes:
+    """One object of an entry from the entry's bytes (hash-checked by the caller)."""
+    stored = raw[loc.block_off : loc.block_off + loc.stored_len]
+    block = _decompressor().decompress(stored, max_output_size=loc.block_raw) if loc.comp == COMP_ZSTD else stored
+    return block[loc.off : loc.off + loc.length]
 
 
 def objects_of(raw: bytes, e: Entry, dec: Any = None) -> list:

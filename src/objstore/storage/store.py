@@ -45,7 +45,7 @@ from ..errors import (
     StoreNeedsUpgrade,
     StoreNotFound,
 )
-from . import codec, runrefs
+from . import codec, erased, runrefs
 from .bucket import Bucket
 from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
@@ -562,7 +562,10 @@ class Store:
             pending = txn.objects.get(oid)
             if pending is not None:  # a large blob of this batch is still in its spill file
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
-        return self.engine.read(oid)
+        data = self.engine.read(oid)
+        if data[:5] == b"blob ":
+            erased.check_blob(self, oid)  # only deleted records name it: withheld before gc removes it
+        return data
 
     def get_one(self, oid: bytes) -> tuple[str, Any]:
         """(type, value) of one object as a chain walk reads it, without decoding its block: like
@@ -591,6 +594,7 @@ class Store:
             return codec.decode(self.get_raw(oid), oid, False)
         if hit[0] == codec.BLOB:
             self.check_redacted(oid)
+            erased.check_blob(self, oid)
         return hit
 
     def forget_decoded(self) -> None:
@@ -618,6 +622,7 @@ class Store:
         blobs are read whole, large ones stream twice (checked, then written) in bounded memory."""
         _check_oid(oid)
         self.check_redacted(oid)
+        erased.check_blob(self, oid)
         streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
         if streamed is not None:
             return streamed

@@ -1,0 +1,171 @@
+"""Blob bodies a deletion leaves unnamed, withheld from every read at once (before gc removes them).
+
+A recorded deletion (a whole run, or some records of one) hides those records at once; the blobs
+they name go with them when nothing live names them any more — the same reachability gc applies
+(objstore.lifecycle.gc ``doomed``): a blob another live record, a live journal or segment object, a
+ref, or a record a live copy's lineage reaches still names stays readable. Reading the body of one
+that is not is ``Deleted`` (exit 12), naming the deletion and its reason, like naming the run.
+
+What it costs a read, so that a big store never pays a scan per read:
+
+* the blobs the deleted records name (``dead``) are worked out once per process and again only after
+  an entry that moves a deletion ref (the tables count those: ``Tables.dgen``), from the deleted
+  records still stored (a run gc has been through is skipped at its tips);
+* a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
+* only a blob a deleted record names is looked for among the records committed since it was stored
+  (entry metas from its segment on, each record's ``refs`` row), once per log position.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import Deleted, ObjstoreError
+from . import codec, runrefs
+from .engine import COMP_GONE, REMOVED, Entry, LogEngine, _read_segment_header, body_refs
+
+_SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
+
+
+class _Dead:
+    def __init__(self, key: tuple, pos: Any, blobs: dict, records: dict, deleted: set) -> None:
+        self.key, self.pos = key, pos  # (the tables, their deletion count): what the sets below are of
+        self.blobs = blobs  # blob id -> id of the deletion whose records name it
+        self.records = records  # record id -> the blob ids it names (every record a deletion covers)
+        self.deleted = deleted  # runs deleted whole
+        self.live: dict = {}  # blob id -> whether something live names it, at self.pos
+
+
+def check_blob(store: Any, oid: bytes) -> None:
+    """Deleted if the blob ``oid`` is named only by records deletions cover (see the module docstring)."""
+    dead = _dead(store)
+    did = dead.blobs.get(oid)
+    if did is None:
+        return
+    live = dead.live.get(oid)
+    if live is None:
+        live = dead.live[oid] = _still_named(store, dead, oid)
+    if not live:
+        raise Deleted(f"blob {oid.hex()}", did.hex(), store.deletion_object(did).get("reason", ""))
+
+
+def _dead(store: Any) -> _Dead:
+    eng = store.engine
+    with eng._mu:
+        t = eng.tables
+        key = (id(t), t.dgen)
+        got: _Dead | None = store.__dict__.get("_dead_blobs")
+        if got is not None and got.key == key:
+            if got.pos != t.pos:  # a later record may name one of them again
+                got.pos, got.live = t.pos, {}
+            return got
+        # no deletion moved since (or a new process): one pass over the ref names
+        refs = [(n, v) for n, v in t.refs.items() if n.endswith(_SUFFIXES) and n.startswith(runrefs.RUN_PREFIX)]
+        pos = t.pos
+    blobs: dict = {}
+    records: dict = {}
+    deleted: set = set()
+    for name, did in refs:
+        run = runrefs.run_of(name)
+        if run is None or type(did) is not bytes:
+            continue
+        if runrefs.is_deleted_ref(name):
+            deleted.add(run)
+            for b in store.deletion_object(did).get("blobs") or ():
+                if type(b) is bytes:
+                    blobs.setdefault(b, did)
+            for branch in [b for (r, b) in list(eng.tables.tips) if r == run]:
+                tip = eng.tables.tips.get((run, branch))
+                if tip is None or _gone(eng, tip[1]):
+                    continue  # gc has been through this branch: what it named is gone, or kept as live
+                for _lsn, rid in eng.iter_chain(run, branch, 0):
+                    _note(eng, rid, did, blobs, records)
+        else:
+            for rid, hit in store.covered_records(run, did).items():
+                _note(eng, rid, hit[0], blobs, records)
+    got = _Dead(key, pos, blobs, records, deleted)
+    store.__dict__["_dead_blobs"] = got
+    return got
+
+
+def _gone(eng: Any, oid: bytes) -> bool:
+    loc = eng.loc(oid)
+    return loc is None or (loc.comp == COMP_GONE if hasattr(loc, "comp") else False)
+
+
+def _note(eng: Any, rid: bytes, did: bytes, blobs: dict, records: dict) -> None:
+    if rid in records or _gone(eng, rid):
+        return
+    try:
+        v = codec.decode(eng.read(rid), rid, False)[1]
+    except ObjstoreError:
+        return
+    body = v.get("body") if isinstance(v, dict) else None
+    named = body_refs(body) if isinstance(body, dict) else []
+    records[rid] = frozenset(named)
+    for b in named:
+        blobs.setdefault(b, did)
+
+
+def _entries_from(eng: Any, oid: bytes) -> Iterator[Entry]:
+    """The entries from the segment that stores ``oid`` on, meta only (a record naming a blob is
+    committed with it or after it); every entry, on another engine."""
+    if not isinstance(eng, LogEngine):
+        yield from eng.entries()
+        return
+    loc = eng.loc(oid)
+    seg = loc.seg if loc is not None else 1
+    while os.path.exists(eng.seg_path(seg)):
+        hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
+        sealed = False
+        for e in eng._segment_entries(seg, hdr[3], hdr[2]):
+            yield e
+            sealed = e.seal
+        if not sealed:
+            return
+        seg += 1
+
+
+def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
+    """Whether something live names blob ``oid``: a record no deletion covers (its ``refs`` row), a
+    journal or segment object of a run not deleted, a ref outside the deleted runs, or a covered
+    record that a live copy's lineage reaches (gc keeps those)."""
+    eng = store.engine
+    for name, value in list(eng.tables.refs.items()):
+        if value == oid and runrefs.run_of(name) not in dead.deleted:
+            return True
+    copies = []
+    for e in _entries_from(eng, oid):
+        for r in e.recs:
+            rid = e.objs[r[0]][0]
+            if rid not in dead.records and r[1] not in dead.deleted and oid in r[6]:
+                return True
+            if r[5] == "run_started" and r[4] is not None and r[1] not in dead.deleted:
+                copies.append(r[4])
+        for o in e.objs:
+            if o[1] in (codec.JOURNAL, codec.SEGMENT) and o[3] != REMOVED:
+                try:
+                    raw = eng.read(o[0])
+                    v = codec.decode(raw, o[0], False)[1]
+                except ObjstoreError:
+                    continue
+                if oid in raw and isinstance(v, dict) and v.get("run") not in dead.deleted:
+                    return True  # (a byte search: a journal or segment naming it keeps it, as gc does)
+    naming = {rid for rid, named in dead.records.items() if oid in named}
+    for start in copies:  # a live copy goes on into its source: the records its lineage reaches are its history
+        cur: Any = start
+        seen: set = set()
+        while type(cur) is bytes and cur not in seen:
+            seen.add(cur)
+            if cur in naming:
+                return True
+            try:
+                otype, v = codec.decode(eng.read(cur), cur, False)
+            except ObjstoreError:
+                break
+            if not isinstance(v, dict) or otype not in (codec.RECORD, codec.FORK):
+                break
+            cur = v.get("parent") if otype == codec.RECORD else v.get("parent_record")
+    return False

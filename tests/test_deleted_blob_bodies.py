@@ -1,0 +1,96 @@
+"""A deleted run's blobs are withheld at once (issue 13 item 3): after ``objstore delete R``, the body
+of a blob that only R's records name is ``Deleted`` (exit 12, the deletion's id and reason) for every
+read of it by id — before gc removes it — while a blob another live run, or a live copy of R, still
+names stays readable; gc then removes exactly the withheld ones.
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_cli
+
+from objstore import RunLog, Store
+from objstore.errors import Deleted
+from objstore.lifecycle import delete as D
+from objstore.lifecycle import gc as GC
+
+
+@pytest.fixture
+def world(tmp_path):
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("R")
+    only = log.put_blob(b"a prompt only run R names")
+    shared = log.put_blob(b"a prompt R and L both name")
+    early = log.put_blob(b"a prompt of R before the copy's fork point")
+    log.record_attempt("R", 0, 0, "succeeded", prompt=early)
+    copy = log.fork_run("R")  # a live copy: its history goes on into R up to here
+    log.record_attempt("R", 1, 0, "succeeded", prompt=only)
+    log.record_attempt("R", 2, 0, "succeeded", prompt=shared)
+    log.start_run("L")
+    log.record_attempt("L", 0, 0, "succeeded", prompt=shared, output=log.put_blob(b"only L names this"))
+    mine = log.store.get(log.store.indexed_record("L", 0, 1))[1]["body"]["output"]
+    return root, log, {"only": only, "shared": shared, "early": early, "mine": mine}, copy
+
+
+def test_a_blob_only_a_deleted_run_names_is_withheld_at_once(world):
+    root, log, blobs, _copy = world
+    did = D.delete_run(log, "R", reason="customer asked")
+    for store in (log.store, Store.open(root)):  # this process, and a fresh one
+        with pytest.raises(Deleted) as err:
+            store.get_blob(blobs["only"])
+        assert did.hex() in str(err.value) and "customer asked" in str(err.value)
+        assert store.get_blob(blobs["shared"]) == b"a prompt R and L both name"  # L still names it
+        assert store.get_blob(blobs["early"]) == b"a prompt of R before the copy's fork point"  # the copy reaches it
+    _, out, err = run_cli("cat", "--body", blobs["only"].hex(), store=root, exit_code=12)
+    assert out == "" and err.count("\n") == 1 and did.hex() in err and "customer asked" in err
+    _, out, _ = run_cli("cat", "--body", blobs["shared"].hex(), store=root, exit_code=0)
+    assert out == "a prompt R and L both name"
+    run_cli("cat", "--body", blobs["early"].hex(), store=root, exit_code=0)
+    # gc removes what was withheld, and keeps what was readable
+    GC.gc(Store.open(root))
+    fresh = Store.open(root)
+    assert fresh.get_blob(blobs["shared"]) and fresh.get_blob(blobs["early"])
+    run_cli("cat", "--body", blobs["only"].hex(), store=root, exit_code=12)
+    run_cli("verify", store=root, exit_code=0)
+
+
+def test_a_blob_a_later_live_record_names_again_is_readable(world):
+    root, log, blobs, _copy = world
+    D.delete_run(log, "R", reason="gone")
+    with pytest.raises(Deleted):
+        log.store.get_blob(blobs["only"])
+    log.record_attempt("L", 1, 0, "succeeded", prompt=log.put_blob(b"a prompt only run R names"))
+    assert log.store.get_blob(blobs["only"]) == b"a prompt only run R names"
+    run_cli("cat", "--body", blobs["only"].hex(), store=root, exit_code=0)
+
+
+def test_a_blob_of_records_a_partial_deletion_covers_is_withheld(world):
+    root, log, blobs, _copy = world
+    rec = log.store.indexed_record("R", 0, 2)  # the attempt naming 'only'
+    did = D.delete_records(log, "R", [rec], reason="that step")
+    with pytest.raises(Deleted) as err:
+        Store.open(root).get_blob(blobs["only"])
+    assert did.hex() in str(err.value)
+    assert Store.open(root).get_blob(blobs["shared"])
+
+
+def test_reading_a_blob_no_deleted_record_names_reads_no_entry(world, monkeypatch):
+    """The read check costs a blob nothing deleted names a set lookup: no entry is read for it, and
+    a blob deleted records do name is looked for once per log position, not once per read."""
+    from objstore.storage import erased
+    from objstore.storage.engine import LogEngine
+
+    root, log, blobs, _copy = world
+    D.delete_run(log, "R", reason="gone")
+    store = Store.open(root)
+    with pytest.raises(Deleted):
+        store.get_blob(blobs["only"])  # works out the deleted records' blobs, and looks for 'only'
+    calls = []
+    monkeypatch.setattr(erased, "_still_named", lambda *a: calls.append(a) or False)
+    monkeypatch.setattr(LogEngine, "entries", lambda self: (_ for _ in ()).throw(AssertionError("an entry scan")))
+    for _ in range(3):
+        assert store.get_blob(blobs["mine"]) == b"only L names this"
+        with pytest.raises(Deleted):
+            store.get_blob(blobs["only"])
+    assert calls == []

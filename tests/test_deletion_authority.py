@@ -1,0 +1,229 @@
+"""Who may delete is a rule of applying an entry (issue 13 item 1): a deletion ref moved to a deletion
+its signer had no authority for is refused by the writer (nothing written); the same entry written
+with the rule patched out of the forger's process (checksum-valid, as a process with write access to
+the files can) makes every fresh reader stop before it (exit 6, one line naming it), gc and backup
+refuse to run over it, writers refuse until the owner's ``repair --cut-after``, and verify names it
+``bad-deletion``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from helpers import run_cli, snapshot_tree
+
+from objstore import RunLog, Store
+from objstore.errors import CorruptLog, Refused
+from objstore.journal import grants as G
+from objstore.lifecycle import delete as D
+from objstore.storage import authority, codec, identity, runrefs
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """Runs A (alice: the victim, with a blob only it names) and B (alice), an owner key under
+    $OBJSTORE_KEYS, and keys: a never-granted stranger, a revoked deleter, a write-only worker, a
+    live delete grantee, and a self-granter (a delete grant it signed itself)."""
+    keys = tmp_path / "keys"
+    monkeypatch.setenv("OBJSTORE_KEYS", str(keys))
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    owner, _ = identity.ensure_owner_key(log.store)
+    k = {name: identity.generate() for name in ("stranger", "revoked", "worker", "grantee", "selfgrant")}
+    for run in ("A", "B"):
+        log.start_run(run, subject="alice")
+        for i in range(3):
+            log.record_attempt(run, i, 0, "succeeded", prompt=log.put_blob(f"only {run} names this, {i}".encode()))
+    g = {"revoked": G.grant(log, owner, "A", k["revoked"].public, rights=["delete"], name="was a deleter")}
+    G.revoke(log, owner, "A", k["revoked"].public, reason="left")
+    g["worker"] = G.grant(log, owner, "A", k["worker"].public, name="worker")  # read and write, no delete
+    g["grantee"] = G.grant(log, owner, "A", k["grantee"].public, rights=["delete"], name="deleter")
+    # a grant object the key signed itself, naming delete: stored behind its grant ref, but not the owner's
+    me = k["selfgrant"]
+    obj = identity.sign_object(me, {"v": 2, "run": "A", "subject": "alice", "grantee": me.public, "name": "me", "action": "grant",
+                                    "role": "worker", "rights": ["delete", "read", "write"], "supersedes": None, "previous": None,
+                                    "seq": 1, "reason": "", "time": time.time()})
+    with log.store.batch():
+        g["selfgrant"] = log.store.put(codec.GRANT, obj)
+        log.store.set_ref(runrefs.run_grant_ref("A", me.public), None, g["selfgrant"], "self-granted")
+    env = {"OBJSTORE_KEYS": str(keys)}
+    return root, log, owner, k, g, env
+
+
+def _deletion(key, grant=None, **fields):
+    obj = {"v": 1, "scope": "run", "run": "A", "records": None, "blob": None, "reason": "forged", "time": time.time(),
+           "by": None, "grant": grant, "previous": None, "sig": None}
+    obj.update(fields)
+    if key is not None:
+        obj["by"] = key.public
+        obj["sig"] = key.sign(identity.object_message(obj))
+    return obj
+
+
+def _case(name, log, owner, k, g):
+    """(deletion object, ref it moves, what the refusal says) of each unauthorised deletion."""
+    store = log.store
+    rec_b = store.indexed_record("B", 0, 2)
+    blob_a = store.get(store.indexed_record("A", 0, 1))[1]["body"]["prompt"]
+    if name == "unsigned":
+        return _deletion(None), runrefs.deleted_ref("A"), "unsigned, but the store has an owner key"
+    if name == "never granted":
+        return (_deletion(k["stranger"]), runrefs.deleted_ref("A"),
+                f"its signer {k['stranger'].public[:16]}… held no live delete grant on run A")
+    if name == "revoked deleter":
+        return (_deletion(k["revoked"], g["revoked"]), runrefs.deleted_ref("A"),
+                f"its signer {k['revoked'].public[:16]}… held no live delete grant on run A")
+    if name == "write-only worker":
+        return (_deletion(k["worker"], g["worker"]), runrefs.deleted_ref("A"),
+                f"its signer {k['worker'].public[:16]}… held no live delete grant on run A")
+    if name == "redaction by a delete grantee":
+        return (_deletion(k["grantee"], g["grantee"], scope="blob", run=None, blob=blob_a), runrefs.redacted_ref(blob_a),
+                f"a redaction is signed by the owner key only, not {k['grantee'].public[:16]}…")
+    if name == "rows name another run's record":
+        return (_deletion(owner, scope="records", records=[[rec_b, 0, 2, "attempt"]]), runrefs.deletions_ref("A"),
+                f"covers {rec_b.hex()} as run A branch 0 LSN 2, which the log's index does not hold there")
+    if name == "grant not signed by the owner":
+        return (_deletion(k["selfgrant"], g["selfgrant"]), runrefs.deleted_ref("A"),
+                f"its signer {k['selfgrant'].public[:16]}… held no live delete grant on run A")
+    raise AssertionError(name)
+
+
+CASES = ["unsigned", "never granted", "revoked deleter", "write-only worker", "redaction by a delete grantee",
+         "rows name another run's record", "grant not signed by the owner"]
+
+
+def _write(store, obj, ref):
+    """The deletion object and the ref move naming it, in one batch through the Store API."""
+    with store.batch():
+        did = store.put(codec.DELETION, obj)
+        store.set_ref(ref, None, did, "delete")
+    return did
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_writer_refuses_an_unauthorised_deletion_and_writes_nothing(world, case):
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case(case, log, owner, k, g)
+    files = snapshot_tree(root)
+    with pytest.raises(Refused) as err:
+        _write(log.store, obj, ref)
+    did = codec.object_id(codec.encode(codec.DELETION, obj))
+    assert str(err.value).startswith(f"refused: bad-deletion {did.hex()}: {why}"), str(err.value)
+    assert err.value.exit_code == 8
+    assert snapshot_tree(root) == files
+    assert log.store.read_ref(ref) is None and RunLog(Store.open(root)).runs() == ["A", "B"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_forged_unauthorised_deletion_stops_readers_gc_backup_and_writers(world, case, monkeypatch, tmp_path):
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case(case, log, owner, k, g)
+    with monkeypatch.context() as m:  # the forger's process: the rule patched out, the entry checksum-valid
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+    n = log.store.engine.position().entry
+    line = f"entry {n}: bad-deletion {did.hex()}: {why}"
+    # a fresh reader, in this process and in fresh CLI processes, stops before it, naming it
+    with pytest.raises(CorruptLog, match="bad-deletion"):
+        RunLog(Store.open(root)).runs()
+    for args in (["log", "A"], ["runs"], ["cat", did.hex()]):
+        _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
+        assert out == "" and err.count("\n") == 1 and line in err, (args, err)
+    files = snapshot_tree(os.path.join(root, "log"))  # (gc's lock file may appear: it writes nothing under it)
+    # gc and backup refuse to run over it, writers refuse; nothing changes
+    _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and line in err
+    dest = str(tmp_path / "backup")
+    _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and line in err
+    with pytest.raises(CorruptLog):
+        RunLog(Store.open(root)).record_attempt("B", 9, 0, "succeeded")
+    assert snapshot_tree(os.path.join(root, "log")) == files and not os.path.exists(os.path.join(dest, "log"))
+    # verify names it
+    _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
+    seg = Store.open(root, readable_prefix=True).engine.seg_path(1)
+    named = [x for x in out.splitlines() if "bad-deletion" in x]
+    assert len(named) == 1 and named[0].startswith(f"bad-deletion {seg}: entry {n} at offset {_offset(root, n)}: {line}"), out
+    assert named[0].endswith(f"({ref})")
+
+
+def _offset(root, n):
+    eng = Store.open(root, readable_prefix=True).engine
+    return next(e.offset for e in eng.entries() if e.n == n)
+
+
+def test_the_owners_repair_cuts_a_forged_deletion_and_the_store_writes_again(world, monkeypatch):
+    root, log, owner, k, g, env = world
+    obj, ref, _why = _case("never granted", log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        _write(log.store, obj, ref)
+    n = log.store.engine.position().entry
+    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    fresh = RunLog(Store.open(root))
+    assert fresh.runs() == ["A", "B"] and fresh.store.read_ref(ref) is None
+    fresh.record_attempt("A", 9, 0, "succeeded")
+    run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def test_authorised_deletions_still_apply_for_every_reader(world):
+    """The owner, a live delete grantee (run scope), and the owner's redaction: written, read by a
+    fresh process, verified clean."""
+    root, log, owner, k, g, env = world
+    rec = log.store.indexed_record("A", 0, 2)
+    D.delete_records(log, "A", [rec], reason="by the grantee", key=k["grantee"])
+    D.redact(log, log.put_blob(b"secret"), reason="by the owner", key=owner)
+    D.delete_run(log, "B", reason="by the owner", key=owner)
+    D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
+    _, out, _ = run_cli("runs", store=root, env_extra=env, exit_code=0)
+    assert "A" not in out.split() and "B" not in out.split()
+    run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
+    """The S3 engine (over a MemoryBucket) refuses to write an unauthorised deletion, and a second store
+    on the same bucket stops before one written with the rule patched out; the memory engine refuses it too."""
+    from objstore.errors import CorruptLog as Corrupt
+    from objstore.storage.bucket import MemoryBucket
+
+    bucket = MemoryBucket()
+    log = RunLog(Store.on_bucket(bucket, str(tmp_path / "c1")))
+    owner, _ = identity.ensure_owner_key(log.store, str(tmp_path / "owner.key"))
+    log.start_run("A")
+    stranger = identity.generate()
+    obj = _deletion(stranger)
+    with pytest.raises(Refused, match="bad-deletion"):
+        _write(log.store, obj, runrefs.deleted_ref("A"))
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, runrefs.deleted_ref("A"))
+    with pytest.raises(Corrupt, match=f"bad-deletion {did.hex()}: its signer {stranger.public[:16]}"):
+        RunLog(Store.on_bucket(bucket, str(tmp_path / "c2"))).runs()
+    mem = RunLog(Store.memory())
+    identity.ensure_owner_key(mem.store, str(tmp_path / "owner.key"))
+    mem.start_run("A")
+    with pytest.raises(Refused, match="unsigned, but the store has an owner key"):
+        _write(mem.store, _deletion(None), runrefs.deleted_ref("A"))
+    assert mem.runs() == ["A"]
+
+
+def test_gc_refuses_a_forged_deletion_a_forged_checkpoint_hides_from_readers(world, monkeypatch):
+    """Readers adopt a checkpoint whose tables match the log's root (derived data, like the ref rules'):
+    one written by the forger's process past the forged entry hides it from them — but gc, which is
+    what makes a deletion permanent, checks every deletion it acts on, refuses (exit 6, one line naming
+    it) and removes nothing; verify replays from the first entry and names it."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case("never granted", log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry
+    assert RunLog(Store.open(root)).runs() == ["B"]  # adopted: the readers' gap verify and gc close
+    files = snapshot_tree(os.path.join(root, "log"))
+    _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and f"bad-deletion {did.hex()}: {why}" in err, err
+    assert snapshot_tree(os.path.join(root, "log")) == files
+    _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
+    assert f"bad-deletion {did.hex()}: {why}" in out
