@@ -429,10 +429,12 @@ def test_a_missing_store_is_exit_3_and_writes_nothing(s3_url):
 
 
 @pytest.mark.parametrize("case", ["missing bucket", "closed port", "wrong secret"])
-def test_an_unreachable_or_refusing_server_is_one_line_exit_10(s3_url, case):
-    url, env = s3_url, {}
+def test_an_unreachable_or_refusing_server_is_one_line(s3_url, case):
+    """A missing bucket is a store that is not there (exit 3, saying how to make it); a server that cannot be
+    reached or refuses the credentials is exit 10; each is one line, and nothing is written."""
+    url, env, code = s3_url, {}, 10
     if case == "missing bucket":
-        url = "s3://no-such-bucket-objstore/p"
+        url, code = "s3://no-such-bucket-objstore/p", 3
     elif case == "closed port":
         import socket
         s = socket.socket()
@@ -443,11 +445,12 @@ def test_an_unreachable_or_refusing_server_is_one_line_exit_10(s3_url, case):
     else:
         env = {"AWS_SECRET_ACCESS_KEY": "not-the-secret"}
     for args in (("log", "latest"), ("init",)):
-        err = _one_line(run_cli(*args, store=url, env_extra=env, exit_code=10)[2])
+        err = _one_line(run_cli(*args, store=url, env_extra=env, exit_code=code)[2])
         assert err.startswith("objstore: error: object storage: ")
-        assert {"missing bucket": "NoSuchBucket", "closed port": "error sending request", "wrong secret": "SignatureDoesNotMatch"}[case] in err
-        err = run_cli(*args, "--json", store=url, env_extra=env, exit_code=10)[2]
-        assert json.loads(err)["exit"] == 10
+        assert {"missing bucket": "bucket no-such-bucket-objstore does not exist", "closed port": "error sending request",
+                "wrong secret": "SignatureDoesNotMatch"}[case] in err
+        err = run_cli(*args, "--json", store=url, env_extra=env, exit_code=code)[2]
+        assert json.loads(err)["exit"] == code
     assert list(open_bucket(s3_url).list()) == []  # init wrote nothing anywhere it could reach
 
 
