@@ -227,3 +227,17 @@ def test_gc_refuses_a_forged_deletion_a_forged_checkpoint_hides_from_readers(wor
     assert snapshot_tree(os.path.join(root, "log")) == files
     _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
     assert f"bad-deletion {did.hex()}: {why}" in out
+
+
+def test_a_subject_grant_does_not_let_its_key_delete_a_run_of_no_subject_it_names(world):
+    """A run nobody has started has no subject: a key whose only delete grant is on another subject
+    may not write its whole deletion (which would refuse that run for good, whoever starts it later)."""
+    root, log, owner, k, g, env = world
+    bob = identity.generate()
+    gid = G.grant(log, owner, None, bob.public, subject="bob", rights=["delete"], name="bob's deleter")
+    obj = _deletion(bob, gid, run="Z")
+    with pytest.raises(Refused) as err:
+        _write(log.store, obj, runrefs.deleted_ref("Z"))
+    assert f"its signer {bob.public[:16]}… held no live delete grant on run Z" in str(err.value), str(err.value)
+    log.start_run("Z", subject="alice")
+    assert RunLog(Store.open(root)).runs() == ["A", "B", "Z"]
