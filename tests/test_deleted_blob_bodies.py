@@ -94,3 +94,23 @@ def test_reading_a_blob_no_deleted_record_names_reads_no_entry(world, monkeypatc
         with pytest.raises(Deleted):
             store.get_blob(blobs["only"])
     assert calls == []
+
+
+def test_a_blob_a_live_record_still_names_is_looked_for_once_not_once_per_commit(world, monkeypatch):
+    """A blob a deleted run and a live one both name (a shared prompt) is found live once: later
+    commits only add namers (a deletion starts over), so a reader beside a busy writer does not scan
+    the log again for each read of it after each commit."""
+    from objstore.storage import erased
+
+    root, log, blobs, _copy = world
+    D.delete_run(log, "R", reason="gone")
+    assert log.store.get_blob(blobs["shared"])  # found live once
+    real = erased._still_named
+    calls = []
+    monkeypatch.setattr(erased, "_still_named", lambda *a: calls.append(a) or real(*a))
+    for i in range(3):
+        log.record_attempt("L", 10 + i, 0, "succeeded")
+        assert log.store.get_blob(blobs["shared"]) == b"a prompt R and L both name"
+    assert calls == []
+    with pytest.raises(Deleted):  # a withheld one is still withheld after those commits
+        log.store.get_blob(blobs["only"])

@@ -13,7 +13,9 @@ What it costs a read, so that a big store never pays a scan per read:
   records still stored (a run gc has been through is skipped at its tips);
 * a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
 * only a blob a deleted record names is looked for among the records committed since it was stored
-  (entry metas from its segment on, each record's ``refs`` row), once per log position.
+  (entry metas from its segment on, each record's ``refs`` row): one found live once stays so until
+  the next deletion (a blob a live run shares is not looked for again after each commit); one not
+  found is looked for again once per log position.
 """
 
 from __future__ import annotations
@@ -36,13 +38,16 @@ class _Dead:
         self.records = records  # record id -> the blob ids it names (every record a deletion covers)
         self.deleted = deleted  # runs deleted whole
         self.live: dict = {}  # blob id -> whether something live names it, at self.pos
+        # blobs a live record, journal or segment object, or copy names: later entries only add namers
+        # and a deletion makes a new _Dead, so these stay live across positions (a ref may move: not here)
+        self.named: set = set()
 
 
 def check_blob(store: Any, oid: bytes) -> None:
     """Deleted if the blob ``oid`` is named only by records deletions cover (see the module docstring)."""
     dead = _dead(store)
     did = dead.blobs.get(oid)
-    if did is None:
+    if did is None or oid in dead.named:
         return
     live = dead.live.get(oid)
     if live is None:
@@ -141,6 +146,7 @@ def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
         for r in e.recs:
             rid = e.objs[r[0]][0]
             if rid not in dead.records and r[1] not in dead.deleted and oid in r[6]:
+                dead.named.add(oid)
                 return True
             if r[5] == "run_started" and r[4] is not None and r[1] not in dead.deleted:
                 copies.append(r[4])
@@ -152,6 +158,7 @@ def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
                 except ObjstoreError:
                     continue
                 if oid in raw and isinstance(v, dict) and v.get("run") not in dead.deleted:
+                    dead.named.add(oid)
                     return True  # (a byte search: a journal or segment naming it keeps it, as gc does)
     naming = {rid for rid, named in dead.records.items() if oid in named}
     for start in copies:  # a live copy goes on into its source: the records its lineage reaches are its history
@@ -160,6 +167,7 @@ def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
         while type(cur) is bytes and cur not in seen:
             seen.add(cur)
             if cur in naming:
+                dead.named.add(oid)
                 return True
             try:
                 otype, v = codec.decode(eng.read(cur), cur, False)
