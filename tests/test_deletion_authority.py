@@ -241,3 +241,26 @@ def test_a_subject_grant_does_not_let_its_key_delete_a_run_of_no_subject_it_name
     assert f"its signer {bob.public[:16]}… held no live delete grant on run Z" in str(err.value), str(err.value)
     log.start_run("Z", subject="alice")
     assert RunLog(Store.open(root)).runs() == ["A", "B", "Z"]
+
+
+def test_backup_and_clone_refuse_a_forged_deletion_a_forged_checkpoint_hides(world, monkeypatch, tmp_path):
+    """What acts on a deletion beyond this store's reads checks it as gc does: a clone (or push)
+    would leave the run out of the copy ('deleted, not sent'), and a backup would copy the forged
+    checkpoint to DEST; both refuse (exit 6, one line naming it) and write nothing."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case("never granted", log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()
+    line = f"bad-deletion {did.hex()}: {why}"
+    dest, copy = str(tmp_path / "backup"), str(tmp_path / "copy")
+    _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and line in err, err
+    assert not os.path.exists(os.path.join(dest, "log"))
+    _, _, err = run_cli("clone", root, copy, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and line in err, err
+    run_cli("init", store=copy, env_extra=env, exit_code=0)
+    _, _, err = run_cli("push", copy, store=root, env_extra=env, exit_code=6)
+    assert err.count("\n") == 1 and line in err, err
+    assert RunLog(Store.open(copy)).runs() == []

@@ -95,6 +95,7 @@ from ..storage.engine import (
 )
 from ..storage.fileutil import FsyncPolicy
 from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
+from . import delete
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
@@ -146,6 +147,9 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
     _check_apart(src, dest)
     with gclock.gc_lock(src, shared=True, what="backup"):
         pos, tail_seg, end = engine.tail()
+        # DEST gets SRC's checkpoint too: one a forger's process wrote past a deletion no authorised
+        # key made would hide it from DEST's readers as from SRC's (gc refuses it alike)
+        delete.check_authority(store)
         lengths = _src_lengths(engine, tail_seg, end)
         fresh = _check_dest(dest, engine, pos)  # nothing is written before this passes
         policy = store.policy
