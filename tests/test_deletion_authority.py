@@ -264,3 +264,19 @@ def test_backup_and_clone_refuse_a_forged_deletion_a_forged_checkpoint_hides(wor
     _, _, err = run_cli("push", copy, store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err, err
     assert RunLog(Store.open(copy)).runs() == []
+
+
+def test_a_run_deletion_lists_only_blobs_its_runs_journal_or_segments_name(world):
+    """A run deletion's ``blobs`` (the blobs its journal and segment objects named, which gc removes
+    with it) is a claim like a records deletion's rows: a delete grantee of run A listing a blob of
+    someone else's — here one put and not yet named, as a worker does before its commit — would have
+    it withheld at once and removed by gc, a redaction only the owner may make. The writer refuses it."""
+    root, log, owner, k, g, env = world
+    theirs = log.put_blob(b"a worker's next prompt, put before the record that names it")
+    obj = _deletion(k["grantee"], g["grantee"], blobs=[theirs])
+    with pytest.raises(Refused) as err:
+        _write(log.store, obj, runrefs.deleted_ref("A"))
+    assert f"lists blob {theirs.hex()}, which no journal or segment object of run A names" in str(err.value), str(err.value)
+    assert log.store.get_blob(theirs)
+    D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])  # the deletion as it is made still applies
+    assert log.store.get_blob(theirs)
