@@ -280,3 +280,21 @@ def test_a_run_deletion_lists_only_blobs_its_runs_journal_or_segments_name(world
     assert log.store.get_blob(theirs)
     D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])  # the deletion as it is made still applies
     assert log.store.get_blob(theirs)
+
+
+def test_a_subject_grant_does_not_delete_a_run_whose_run_started_names_no_subject(world):
+    """A run born below the API with a run_started naming no subject (the birth rule does not read
+    bodies) belongs to no subject: a key with a delete grant on some subject may not delete it by
+    naming that grant (the grant's own subject stands in only once gc removed the run_started)."""
+    root, log, owner, k, g, env = world
+    st = log.store
+    with st.batch():
+        oid = st.put(codec.RECORD, {"run": "N", "branch": 0, "lsn": 0, "parent": None, "kind": "run_started", "time": 1.0,
+                                    "body": {"meta": None, "subject": None, "workflow_version": "1"}})
+        st.set_ref(runrefs.branch_ref("N", 0), None, oid, "a run with no subject")
+        st.set_ref("run/N/live", None, "ref: " + runrefs.branch_ref("N", 0), "a run with no subject")
+    bob = identity.generate()
+    gid = G.grant(log, owner, None, bob.public, subject="bob", rights=["delete"], name="bob's deleter")
+    with pytest.raises(Refused) as err:
+        _write(st, _deletion(bob, gid, run="N"), runrefs.deleted_ref("N"))
+    assert f"its signer {bob.public[:16]}… held no live delete grant on run N" in str(err.value), str(err.value)

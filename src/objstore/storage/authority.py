@@ -231,10 +231,12 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
             out.append(f"a redaction is signed by the owner key only, not {by[:16]}…")
         else:
             subject = run_subject(view, run)
-            if subject is None and grant is not None and view.record_at(run, 0, 0) is not None:
+            first = view.record_at(run, 0, 0)
+            if subject is None and grant is not None and first is not None and view.body(first) is None:
                 # gc removed the run's run_started (a deleted run): the subject is the one the named
                 # owner-signed grant is about (delete_grant still checks it counts for this key). A
-                # run the log does not place has no subject: only the owner or a run grant deletes it.
+                # run the log does not place, or whose run_started names no subject, has none: only
+                # the owner or a run grant deletes it.
                 g = _decoded(view, grant, codec.GRANT)
                 subject = g.get("subject") if g is not None else None
             gid = delete_grant(view, by, run, subject if isinstance(subject, str) else None, at_entry, owner)
