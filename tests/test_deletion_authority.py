@@ -298,3 +298,15 @@ def test_a_subject_grant_does_not_delete_a_run_whose_run_started_names_no_subjec
     with pytest.raises(Refused) as err:
         _write(st, _deletion(bob, gid, run="N"), runrefs.deleted_ref("N"))
     assert f"its signer {bob.public[:16]}… held no live delete grant on run N" in str(err.value), str(err.value)
+
+
+def test_a_records_deletion_does_not_cover_a_runs_run_started(world):
+    """A run's run_started (LSN 0 of branch 0) goes only with the whole run (what `delete` refuses to
+    write) — also for an entry written below the API: once gc removed it alone, the run would have no
+    subject and the subject rule above would have nothing to check a later deletion against."""
+    root, log, owner, k, g, env = world
+    first = log.store.indexed_record("A", 0, 0)
+    obj = _deletion(k["grantee"], g["grantee"], scope="records", records=[[first, 0, 0, "run_started"]])
+    with pytest.raises(Refused) as err:
+        _write(log.store, obj, runrefs.deletions_ref("A"))
+    assert "covers the run_started record of run A (LSN 0 of branch 0): only a run deletion does" in str(err.value), str(err.value)

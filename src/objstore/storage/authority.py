@@ -14,7 +14,7 @@ opening cold, a packed segment, an S3 log) stops before it, and verify names it.
   or before the deletion's entry, granting, not revoking), and ``grant`` names that grant; a grant
   object not signed by the owner counts for nothing; a redaction is signed by the owner only;
 * each row of a ``records`` deletion names the deleted run's own record at that branch and LSN,
-  of that kind; each blob a ``run`` deletion lists (``blobs``: what gc removes with the run besides
+  of that kind, and not its run_started (LSN 0 of branch 0: that goes with the whole run only); each blob a ``run`` deletion lists (``blobs``: what gc removes with the run besides
   its records) is named by an object of the run's journal or segment chain.
 
 ``deletion_problems`` is the rule over one deletion object; ``entry_problem`` applies it to the
@@ -254,6 +254,9 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
             out.append("it is not a well-formed deletion object (a records row)")
             break
         oid, branch, lsn, kind = row
+        if branch == 0 and lsn == 0:
+            out.append(f"covers the run_started record of run {run} (LSN 0 of branch 0): only a run deletion does")
+            continue
         if view.record_at(run, branch, lsn) != oid:  # type: ignore[arg-type]  # run checked above
             out.append(f"covers {oid.hex()} as run {run} branch {branch} LSN {lsn}, which the log's index does not hold there")
             continue
