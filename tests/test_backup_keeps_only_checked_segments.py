@@ -4,7 +4,7 @@ A DEST segment with a flipped byte in its middle keeps its size, magic and last 
 reuse rule kept it unread and the backup exited 0 over a DEST that verify then called damaged. Now
 every kept (and appended-to) DEST segment is re-hashed and compared with the digest it must have —
 the one the log names for a packed segment, the one the last backup recorded when it wrote and read
-back the file (``DEST/backup-digests``), else SRC's file hashed — and a segment that differs is
+back the file (``SRC/tmp/backup-digests/``), else SRC's file hashed — and a segment that differs is
 copied again from SRC and named in the result (``recopied``) and on the CLI's summary line.
 Damage is made on disk, in DEST's files.
 """
@@ -95,10 +95,41 @@ def test_a_clean_incremental_backup_recopies_nothing(tmp_path, small_seal):
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
     build(src, runs=2, per=60)
     backup(Store.open(src), dest)
-    os.unlink(os.path.join(dest, "backup-digests"))  # a DEST from before the digests: SRC's files are hashed
+    import shutil
+
+    shutil.rmtree(os.path.join(src, "tmp", "backup-digests"))  # none recorded: SRC's files are hashed
     kept = len(segs(dest)) - 1
     build(src, runs=2, per=3, start=60)
     r = backup(Store.open(src), dest)
     assert r.recopied == [] and r.reused == kept
     again = backup(Store.open(src), dest)
     assert (again.recopied, again.copied, again.bytes_copied) == ([], 0, 0)
+
+
+@pytest.mark.parametrize("where", ["kept", "appended to"])
+def test_a_forged_digests_file_matching_the_damage_does_not_keep_it(tmp_path, small_seal, where):
+    """DEST/backup-digests is DEST's own file: whoever flips a byte of a DEST segment can write the
+    BLAKE3 of the damaged file there too. The digests a backup trusts instead of re-reading SRC are
+    kept beside SRC (it read SRC to make them), so an edit of DEST cannot vouch for itself."""
+    import blake3
+
+    src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
+    build(src, runs=2, per=60) if where == "kept" else build(src, runs=1, per=20)  # (appended to: one long segment)
+    backup(Store.open(src), dest)
+    names = segs(dest)
+    k = 2 if where == "kept" else len(names)
+    victim = os.path.join(dest, "log", names[k - 1])
+    flip_middle(victim, at=0.3)
+    with open(victim, "rb") as f:
+        data = f.read()
+    path = os.path.join(dest, "backup-digests")  # where they were kept: a forger writes the damage's digests
+    sums = {"segments": {str(k): [len(data), blake3.blake3(data).hexdigest()]}}
+    with open(path, "w") as f:
+        json.dump(sums, f)
+    assert dest_problems(dest)
+    if where == "appended to":
+        build(src, runs=1, per=2, start=20)
+    r = backup(Store.open(src), dest)
+    assert r.recopied == [k], r
+    assert dest_problems(dest) == []
+    assert_is_snapshot(src, dest, r.anchor, check_state=False)

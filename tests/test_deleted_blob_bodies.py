@@ -94,3 +94,49 @@ def test_reading_a_blob_no_deleted_record_names_reads_no_entry(world, monkeypatc
         with pytest.raises(Deleted):
             store.get_blob(blobs["only"])
     assert calls == []
+
+
+def test_a_blob_a_live_record_still_names_is_looked_for_once_not_once_per_commit(world, monkeypatch):
+    """A blob a deleted run and a live one both name (a shared prompt) is found live once: later
+    commits only add namers (a deletion starts over), so a reader beside a busy writer does not scan
+    the log again for each read of it after each commit."""
+    from objstore.storage import erased
+
+    root, log, blobs, _copy = world
+    D.delete_run(log, "R", reason="gone")
+    assert log.store.get_blob(blobs["shared"])  # found live once
+    real = erased._still_named
+    calls = []
+    monkeypatch.setattr(erased, "_still_named", lambda *a: calls.append(a) or real(*a))
+    for i in range(3):
+        log.record_attempt("L", 10 + i, 0, "succeeded")
+        assert log.store.get_blob(blobs["shared"]) == b"a prompt R and L both name"
+    assert calls == []
+    with pytest.raises(Deleted):  # a withheld one is still withheld after those commits
+        log.store.get_blob(blobs["only"])
+
+
+def test_reading_many_blobs_a_live_run_shares_with_a_deleted_one_reads_the_log_once(tmp_path, monkeypatch):
+    """A live thread's parts it shares with a deleted one (the same messages) are each named by a
+    deleted record: finding them live is one pass over the log for all of them, not one per blob
+    (reading a 20-part checkpoint after deleting a sibling thread was 20 passes)."""
+    from objstore.storage.engine import LogEngine
+
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    parts = [log.put_blob(f"message {i}".encode()) for i in range(20)]
+    for run in ("dead", "live"):
+        log.start_run(run)
+        for i, b in enumerate(parts):
+            log.record_attempt(run, i, 0, "succeeded", prompt=b)
+    D.delete_run(log, "dead", reason="gone")
+    store = Store.open(root)
+    real = LogEngine._segment_entries
+    reads = []
+    monkeypatch.setattr(LogEngine, "_segment_entries", lambda self, *a: reads.append(a) or real(self, *a))
+    assert store.get_blob(parts[0]) == b"message 0"
+    first = len(reads)
+    assert first >= 1
+    for i, b in enumerate(parts[1:], 1):
+        assert store.get_blob(b) == f"message {i}".encode()
+    assert len(reads) == first, f"{len(reads) - first} more segment reads for 19 more blobs"

@@ -121,3 +121,54 @@ def test_a_writer_refuses_a_rewrite_entry_readers_would_refuse(tmp_path):
     store.engine.close()
     assert snapshot_tree(os.path.join(root, "log")) == before
     RunLog(Store.open(root)).record_attempt(runs[0], 30, 0, "succeeded")
+
+
+def test_a_pending_row_naming_a_segment_by_a_float_is_refused(tmp_path):
+    """msgpack keeps 1.0 apart from 1; the segment tables do not (1.0 == 1): the row's shape is checked
+    before anything is looked up with it (it reached a traceback)."""
+    root = str(tmp_path / "s")
+    _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
+    _craft_pending(root, [[1.0, packed.file_digest(_seg(root, 1)), bytes(32)]])
+    line = _assert_refused_and_untouched(root, runs)
+    assert "is not [segment, 32-byte file digest, 32-byte index digest]" in line
+
+
+def test_a_pending_file_naming_a_segment_twice_is_refused_as_untrusted(tmp_path):
+    """A true pending file of a killed gc with its rows repeated: gc refuses it as untrusted (exit 6,
+    like every other crafted row), not by a writer's refusal of the entry it would have written."""
+    root = str(tmp_path / "s")
+    _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
+    _gc_killed_before_its_rewrite_entry(root)
+    rows = packed.read_pending(root)
+    _craft_pending(root, rows + rows)
+    line = _assert_refused_and_untouched(root, runs)
+    assert f"names segment {rows[0][0]} twice" in line
+
+
+def test_a_huge_pending_file_is_not_read_whole(tmp_path):
+    """A gc writes one short row per segment it packs; a file far bigger than that (sparse: 1 TiB) is
+    not one a gc wrote: gc and verify read it as none, they do not load it (it was a MemoryError)."""
+    root = str(tmp_path / "s")
+    _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
+    os.makedirs(os.path.join(root, "tmp", "gc"), exist_ok=True)
+    with open(os.path.join(root, packed.PENDING), "wb") as f:
+        f.truncate(1 << 40)
+    assert packed.read_pending(root) == []
+    run_cli("verify", store=root, exit_code=0)
+    run_cli("gc", store=root, exit_code=0)
+    run_cli("verify", store=root, exit_code=0)
+
+
+@pytest.mark.parametrize("digest", ["an index", -1], ids=["str", "int"])
+def test_verify_reads_a_crafted_pending_row_as_a_hint_only(tmp_path, digest):
+    """verify takes the index digests of tmp/gc/pending as a hint (a killed gc's index); a row whose
+    digest is not bytes is no such hint (bytes() of it was a traceback, or an allocation of that size)."""
+    root = str(tmp_path / "s")
+    build(root, runs=1, records=30, seal_bytes=16 << 10)
+    idx = os.path.join(root, "log", "0000000001.idx")
+    with open(idx, "r+b") as f:  # an index that differs from its entries: verify asks the pending rows why
+        f.seek(os.path.getsize(idx) // 2)
+        f.write(b"\xff" * 8)
+    _craft_pending(root, [[1, packed.file_digest(_seg(root, 1)), digest]])
+    _, out, err = run_cli("verify", store=root, exit_code=1)
+    assert err == "" and any(x.startswith(f"damaged-index {idx}") for x in out.splitlines()), (out, err)

@@ -10,7 +10,8 @@ bytes ``[0, end)``: what writers append after ``end`` meanwhile is not copied.
 Incremental. A sealed segment already in DEST with the same size, the same first 8 bytes (its magic)
 and the same last 32 bytes (the chain checksum of its last entry) is kept, once checked: DEST's file is
 read and its BLAKE3 compared with the file digest the log names (a packed segment), else with the one the
-last backup recorded in ``DEST/backup-digests`` when it wrote and read back that file, else with SRC's
+last backup recorded (in ``SRC/tmp/backup-digests/``, never in DEST: DEST cannot vouch for an edit of
+itself) when it wrote and read back that file, else with SRC's
 bytes hashed (``_intact``); a file that differs (bit rot keeps size, magic and last bytes) is copied
 again and named (``recopied``). The same check covers the old bytes of a segment appended to.
 A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
@@ -93,14 +94,15 @@ from ..storage.engine import (
     root_digest,
     seg_name,
 )
-from ..storage.fileutil import FsyncPolicy
+from ..storage.fileutil import FsyncPolicy, atomic_file
 from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
+from . import delete
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
 TMP_PREFIX = "backup"  # DEST/tmp/backup.* are this module's temporary files (a crashed run's are removed)
 STATE_FILES = ("state.db", "state.db-wal", "state.db-shm")  # DEST's state cache (runs.state), never copied
-DIGESTS = "backup-digests"  # DEST/backup-digests: each segment file's size and BLAKE3 as the last backup checked it
+DIGESTS = "backup-digests"  # SRC/tmp/backup-digests/<BLAKE3 of DEST's path>: each DEST segment's size and BLAKE3 as the last backup checked it
 MAGIC_LEN = 8
 TAIL_LEN = 32
 
@@ -146,6 +148,9 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
     _check_apart(src, dest)
     with gclock.gc_lock(src, shared=True, what="backup"):
         pos, tail_seg, end = engine.tail()
+        # DEST gets SRC's checkpoint too: one a forger's process wrote past a deletion no authorised
+        # key made would hide it from DEST's readers as from SRC's (gc refuses it alike)
+        delete.check_authority(store)
         lengths = _src_lengths(engine, tail_seg, end)
         fresh = _check_dest(dest, engine, pos)  # nothing is written before this passes
         policy = store.policy
@@ -336,7 +341,10 @@ class _Copier:
         self.total = 0
         self.buf = memoryview(bytearray(CHUNK))  # one buffer for every chunk read (no fresh 4 MiB per read)
         self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
-        self.sums = _read_digests(os.path.join(dest, DIGESTS))  # segment -> (size, BLAKE3) the last backup checked
+        # segment -> (size, BLAKE3) the last backup checked. Kept beside SRC, not in DEST: whoever can edit a
+        # DEST segment can edit a file in DEST to vouch for the edit, while these digests were made reading SRC
+        self.digests = os.path.join(engine.root, "tmp", DIGESTS, blake3.blake3(os.path.realpath(dest).encode()).hexdigest())
+        self.sums = _read_digests(self.digests)
         self.new_sums: dict[int, tuple[int, bytes]] = {}  # the same for this backup's DEST, written at the end
         self.prefix: dict[int, blake3.blake3] = {}  # append: the hash of DEST's checked bytes, continued by the copy
         self.recopied: list[int] = []
@@ -503,13 +511,18 @@ class _Copier:
         return h
 
     def _write_digests(self) -> None:
-        """DEST/backup-digests: each DEST segment's size and BLAKE3, all checked by this backup, so the next
+        """SRC/tmp/backup-digests/<key>: each DEST segment's size and BLAKE3, all checked by this backup, so the next
         one compares DEST's files with them instead of reading SRC's again. Derived: a missing, stale or
         damaged one only makes the next backup hash SRC's files too (it never keeps a file that differs)."""
         if self.new_sums == self.sums:
             return
         rows = {str(k): [size, d.hex()] for k, (size, d) in sorted(self.new_sums.items())}
-        self._put_file(os.path.join(self.dest, DIGESTS), json.dumps({"segments": rows}, sort_keys=True).encode(), count=False)
+        try:  # best effort (SRC may be read-only): without it the next backup hashes SRC's files too
+            os.makedirs(os.path.dirname(self.digests), exist_ok=True)
+            with atomic_file(self.digests, os.path.dirname(self.digests), FsyncPolicy("off")) as f:
+                f.write(json.dumps({"segments": rows}, sort_keys=True).encode())
+        except OSError:
+            pass
 
     # -- writing ----------------------------------------------------------------------------------------------
     def _clear_tmp(self) -> None:
@@ -950,7 +963,7 @@ def _exchange_works(tmp: str) -> bool:
 
 
 def _read_digests(path: str) -> dict[int, tuple[int, bytes]]:
-    """DEST/backup-digests as the last backup wrote it; {} if absent or not of its shape (derived)."""
+    """The digests file as the last backup to that DEST wrote it; {} if absent or not of its shape (derived)."""
     try:
         with open(path, "rb") as f:
             rows = json.loads(f.read())["segments"]

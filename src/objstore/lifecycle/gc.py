@@ -643,6 +643,15 @@ def _unfinished(eng: engine.LogEngine) -> list:
     if not rows:
         return []
     eng.refresh()
+    where = os.path.join(eng.root, packed.PENDING)
+    named: set = set()
+    for row in rows:  # the shape first: a row's segment is looked up below (1.0 == 1 in the tables)
+        bad = engine._rw_shape_problem([row])
+        if bad is not None:
+            raise UntrustedGcPending(where, f"its row for segment {row[0]!r} is not [segment, 32-byte file digest, 32-byte index digest] ({bad})")
+        if row[0] in named:
+            raise UntrustedGcPending(where, f"it names segment {row[0]} twice")
+        named.add(row[0])
     out = []
     for seg, file_digest, idx_digest in rows:
         if eng.tables.packs.get(seg) == file_digest or seg not in eng.tables.idx:
@@ -655,7 +664,7 @@ def _unfinished(eng: engine.LogEngine) -> list:
     for row in out:
         why = _untrusted(eng, row)
         if why is not None:
-            raise UntrustedGcPending(os.path.join(eng.root, packed.PENDING), f"its row for segment {row[0]} {why}")
+            raise UntrustedGcPending(where, f"its row for segment {row[0]} {why}")
     return out
 
 

@@ -57,6 +57,7 @@ from ..storage import codec, runrefs
 from ..storage.engine import LogEngine, body_refs
 from ..storage.refs import forward_only, write_once_deletion
 from ..storage.store import LABELS_VERSION, Store
+from . import delete
 
 Progress = Callable[[str], None]
 CHUNK_OBJECTS = 50_000  # objects in one commit of a run's records at most (a larger run takes several)
@@ -127,6 +128,9 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
     if source.engine is target.engine or (source.url or os.path.realpath(source.root or "\0")) == (target.url or os.path.realpath(target.root or "\1")):
         raise InvalidInput(f"push source and target are the same store ({label(source)})")
     source.engine.refresh()
+    # a deletion decides what is not sent and is carried to the target: one no authorised key made
+    # (past which a forged checkpoint lets this reader read) is refused, as gc refuses it
+    delete.check_authority(source)
     every = _all_runs(source)
     if runs is None:
         wanted = sorted(every)

@@ -337,7 +337,8 @@ def check_segment(path: str, next_path: str, idx_path: str, seg: int, upto: int 
 
 def _pending_gc_indexes(engine: object) -> set:
     """The index digests a gc recorded in tmp/gc/pending before replacing files (it was killed)."""
-    return {bytes(r[2]) for r in packed.read_pending(engine.root)} if isinstance(engine, LogEngine) else set()
+    # a hint anyone who can write the files can craft: a digest that is not bytes is none
+    return {r[2] for r in packed.read_pending(engine.root) if type(r[2]) is bytes} if isinstance(engine, LogEngine) else set()
 
 
 def _packed_facts(path: str) -> tuple | None:

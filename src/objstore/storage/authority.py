@@ -14,7 +14,8 @@ opening cold, a packed segment, an S3 log) stops before it, and verify names it.
   or before the deletion's entry, granting, not revoking), and ``grant`` names that grant; a grant
   object not signed by the owner counts for nothing; a redaction is signed by the owner only;
 * each row of a ``records`` deletion names the deleted run's own record at that branch and LSN,
-  of that kind.
+  of that kind, and not its run_started (LSN 0 of branch 0: that goes with the whole run only); each blob a ``run`` deletion lists (``blobs``: what gc removes with the run besides
+  its records) is named by an object of the run's journal or segment chain.
 
 ``deletion_problems`` is the rule over one deletion object; ``entry_problem`` applies it to the
 deletion refs an entry moves; ``moves_deletion`` is the cheap name check that keeps every other
@@ -230,9 +231,12 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
             out.append(f"a redaction is signed by the owner key only, not {by[:16]}…")
         else:
             subject = run_subject(view, run)
-            if subject is None and grant is not None:
+            first = view.record_at(run, 0, 0)
+            if subject is None and grant is not None and first is not None and view.body(first) is None:
                 # gc removed the run's run_started (a deleted run): the subject is the one the named
-                # owner-signed grant is about (delete_grant still checks it counts for this key)
+                # owner-signed grant is about (delete_grant still checks it counts for this key). A
+                # run the log does not place, or whose run_started names no subject, has none: only
+                # the owner or a run grant deletes it.
                 g = _decoded(view, grant, codec.GRANT)
                 subject = g.get("subject") if g is not None else None
             gid = delete_grant(view, by, run, subject if isinstance(subject, str) else None, at_entry, owner)
@@ -250,6 +254,9 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
             out.append("it is not a well-formed deletion object (a records row)")
             break
         oid, branch, lsn, kind = row
+        if branch == 0 and lsn == 0:
+            out.append(f"covers the run_started record of run {run} (LSN 0 of branch 0): only a run deletion does")
+            continue
         if view.record_at(run, branch, lsn) != oid:  # type: ignore[arg-type]  # run checked above
             out.append(f"covers {oid.hex()} as run {run} branch {branch} LSN {lsn}, which the log's index does not hold there")
             continue
@@ -263,11 +270,39 @@ def deletion_problems(view: View, value: dict, at_entry: int | None) -> list[str
                 pass
         if got_kind != kind:
             out.append(f"covers {oid.hex()} as a {kind} record, it is a {got_kind}")
+    listed = value.get("blobs")
+    if listed is not None and not (type(listed) is list and all(type(x) is bytes for x in listed)):
+        return out + ["it is not a well-formed deletion object (blobs)"]
+    if scope == SCOPE_RUN and type(run) is str and listed:
+        unnamed = _unnamed_session_blobs(view, run, listed)
+        if unnamed is not None:
+            out.append(f"lists blob {_hx(unnamed)}, which no journal or segment object of run {run} names")
     if scope == SCOPE_BLOB and type(value.get("blob")) is bytes:
         t = view.otype(value["blob"])
         if t is not None and t != codec.BLOB:
             out.append(f"redacts {value['blob'].hex()}, which is a {t}, not a blob")
     return out
+
+
+def _unnamed_session_blobs(view: View, run: str, listed: list) -> object:
+    """A blob of ``listed`` that no object of the run's journal and segment chains names (its id in
+    the object's bytes, as gc keeps what a journal names), else None. A chain object whose body is
+    gone (gc removed it with the run) cannot be read: the list is then taken as made."""
+    want = set(listed)
+    for ref in (runrefs.journal_ref(run), runrefs.segments_ref(run)):
+        cur, seen = view.ref(ref), set()
+        while type(cur) is bytes and cur not in seen and want:
+            seen.add(cur)
+            raw = view.body(cur)
+            if raw is None:
+                return None
+            want = {b for b in want if b not in raw}
+            try:
+                v = codec.decode(raw, cur, False)[1]
+            except (ObjstoreError, ValueError, TypeError):
+                break
+            cur = v.get("previous") if isinstance(v, dict) else None
+    return next((b for b in listed if b in want), None)
 
 
 # -- the rule of applying an entry ---------------------------------------------------------------------

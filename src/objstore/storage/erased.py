@@ -12,8 +12,11 @@ What it costs a read, so that a big store never pays a scan per read:
   an entry that moves a deletion ref (the tables count those: ``Tables.dgen``), from the deleted
   records still stored (a run gc has been through is skipped at its tips);
 * a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
-* only a blob a deleted record names is looked for among the records committed since it was stored
-  (entry metas from its segment on, each record's ``refs`` row), once per log position.
+* only a blob a deleted record names is looked for, and for all of them at once: one pass over the
+  entries from the oldest segment storing one of them (metas: each record's ``refs`` row; journal
+  and segment objects read), then each newer entry once as the log grows — so reading many such blobs
+  (a live thread's parts it shares with a deleted one) costs one pass, not one per blob, and a blob
+  found live stays so until the next deletion.
 """
 
 from __future__ import annotations
@@ -35,19 +38,24 @@ class _Dead:
         self.blobs = blobs  # blob id -> id of the deletion whose records name it
         self.records = records  # record id -> the blob ids it names (every record a deletion covers)
         self.deleted = deleted  # runs deleted whole
-        self.live: dict = {}  # blob id -> whether something live names it, at self.pos
+        # Which of ``blobs`` something live names, found in ONE pass over the entries from the oldest
+        # segment storing one of them, then over each newer entry once: later entries only add namers
+        # and a deletion makes a new _Dead. (Looking per blob cost a pass over the log per blob read.)
+        self.named: set = set()  # named by a live record, journal or segment object, or copy lineage
+        self.scanned: tuple | None = None  # (segment, entry number) the pass has read through
+        self.refnamed: set = set()  # named by a ref outside the deleted runs, at self.pos
+        self.ref_pos: Any = None
 
 
 def check_blob(store: Any, oid: bytes) -> None:
     """Deleted if the blob ``oid`` is named only by records deletions cover (see the module docstring)."""
     dead = _dead(store)
     did = dead.blobs.get(oid)
-    if did is None:
+    if did is None or oid in dead.named:
         return
-    live = dead.live.get(oid)
-    if live is None:
-        live = dead.live[oid] = _still_named(store, dead, oid)
-    if not live:
+    if dead.ref_pos != dead.pos:  # once per log position, for every blob at once
+        _still_named(store, dead)
+    if oid not in dead.named and oid not in dead.refnamed:
         raise Deleted(f"blob {oid.hex()}", did.hex(), store.deletion_object(did).get("reason", ""))
 
 
@@ -58,8 +66,7 @@ def _dead(store: Any) -> _Dead:
         key = (id(t), t.dgen)
         got: _Dead | None = store.__dict__.get("_dead_blobs")
         if got is not None and got.key == key:
-            if got.pos != t.pos:  # a later record may name one of them again
-                got.pos, got.live = t.pos, {}
+            got.pos = t.pos  # a later entry may name one of them again: _still_named reads it once
             return got
         # no deletion moved since (or a new process): one pass over the ref names
         refs = [(n, v) for n, v in t.refs.items() if n.endswith(_SUFFIXES) and n.startswith(runrefs.RUN_PREFIX)]
@@ -109,58 +116,86 @@ def _note(eng: Any, rid: bytes, did: bytes, blobs: dict, records: dict) -> None:
         blobs.setdefault(b, did)
 
 
-def _entries_from(eng: Any, oid: bytes) -> Iterator[Entry]:
-    """The entries from the segment that stores ``oid`` on, meta only (a record naming a blob is
-    committed with it or after it); every entry, on another engine."""
+def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, Entry]]:
+    """(segment, entry) of the entries after entry ``n`` from segment ``seg`` on, meta only; every
+    entry after ``n``, on another engine (segment 0)."""
     if not isinstance(eng, LogEngine):
-        yield from eng.entries()
+        for e in eng.entries():
+            if e.n > n:
+                yield 0, e
         return
-    loc = eng.loc(oid)
-    seg = loc.seg if loc is not None else 1
     while os.path.exists(eng.seg_path(seg)):
         hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
         sealed = False
         for e in eng._segment_entries(seg, hdr[3], hdr[2]):
-            yield e
+            if e.n > n:
+                yield seg, e
             sealed = e.seal
         if not sealed:
             return
         seg += 1
 
 
-def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
-    """Whether something live names blob ``oid``: a record no deletion covers (its ``refs`` row), a
-    journal or segment object of a run not deleted, a ref outside the deleted runs, or a covered
-    record that a live copy's lineage reaches (gc keeps those)."""
+def _ids_in(value: Any, out: set) -> None:
+    """Every 32-byte bytes value in a decoded object (a journal or segment object's ids)."""
+    if type(value) is bytes:
+        if len(value) == 32:
+            out.add(value)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _ids_in(v, out)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _ids_in(v, out)
+
+
+def _still_named(store: Any, dead: _Dead) -> None:
+    """Bring ``dead.named`` up to the log's position: read the entries not read yet (a record no
+    deletion covers names blobs in its ``refs`` row; a journal or segment object of a run not deleted
+    names the ids in it; a live copy's lineage reaches covered records, which gc keeps), and, once per
+    position, the refs (a ref outside the deleted runs naming a blob itself keeps it)."""
     eng = store.engine
-    for name, value in list(eng.tables.refs.items()):
-        if value == oid and runrefs.run_of(name) not in dead.deleted:
-            return True
+    if dead.ref_pos != dead.pos:
+        dead.refnamed = {v for name, v in list(eng.tables.refs.items())
+                         if type(v) is bytes and v in dead.blobs and runrefs.run_of(name) not in dead.deleted}
+        dead.ref_pos = dead.pos
+    if dead.scanned is None:
+        segs = [loc.seg for b in dead.blobs if (loc := eng.loc(b)) is not None and hasattr(loc, "seg")]
+        dead.scanned = (min(segs, default=1), 0)  # a record naming a blob is committed with it or after it
+    seg, n = dead.scanned
+    if n >= dead.pos.entry:
+        return
     copies = []
-    for e in _entries_from(eng, oid):
+    last = seg
+    for at, e in _entries_after(eng, seg, n):
+        if e.n > dead.pos.entry:
+            break  # not taken in by this reader yet: read at a later position
+        last, n = at, e.n
         for r in e.recs:
             rid = e.objs[r[0]][0]
-            if rid not in dead.records and r[1] not in dead.deleted and oid in r[6]:
-                return True
+            if rid not in dead.records and r[1] not in dead.deleted:
+                dead.named.update(b for b in r[6] if b in dead.blobs)
             if r[5] == "run_started" and r[4] is not None and r[1] not in dead.deleted:
                 copies.append(r[4])
         for o in e.objs:
             if o[1] in (codec.JOURNAL, codec.SEGMENT) and o[3] != REMOVED:
                 try:
-                    raw = eng.read(o[0])
-                    v = codec.decode(raw, o[0], False)[1]
+                    v = codec.decode(eng.read(o[0]), o[0], False)[1]
                 except ObjstoreError:
                     continue
-                if oid in raw and isinstance(v, dict) and v.get("run") not in dead.deleted:
-                    return True  # (a byte search: a journal or segment naming it keeps it, as gc does)
-    naming = {rid for rid, named in dead.records.items() if oid in named}
+                if isinstance(v, dict) and v.get("run") not in dead.deleted:
+                    ids: set = set()
+                    _ids_in(v, ids)
+                    dead.named.update(b for b in ids if b in dead.blobs)
+    dead.scanned = (max(last, dead.scanned[0]), n)
     for start in copies:  # a live copy goes on into its source: the records its lineage reaches are its history
         cur: Any = start
         seen: set = set()
         while type(cur) is bytes and cur not in seen:
             seen.add(cur)
-            if cur in naming:
-                return True
+            named = dead.records.get(cur)
+            if named:
+                dead.named.update(b for b in named if b in dead.blobs)
             try:
                 otype, v = codec.decode(eng.read(cur), cur, False)
             except ObjstoreError:
@@ -168,4 +203,3 @@ def _still_named(store: Any, dead: _Dead, oid: bytes) -> bool:
             if not isinstance(v, dict) or otype not in (codec.RECORD, codec.FORK):
                 break
             cur = v.get("parent") if otype == codec.RECORD else v.get("parent_record")
-    return False

@@ -176,6 +176,9 @@ def file_digest(path: str) -> bytes:
     return h.digest()
 
 
+MAX_PENDING = 64 << 20  # bytes of tmp/gc/pending: one row (~75 bytes) per segment a gc packs, for ~900k segments
+
+
 def encode_pending(rows: list) -> bytes:
     """The bytes of tmp/gc/pending: msgpack of the rewrite rows [[segment, file digest, index digest]],
     then their BLAKE3 (a torn or edited file reads as none)."""
@@ -187,8 +190,8 @@ def read_pending(root: str) -> list:
     """The rewrite rows a gc recorded before replacing files (it may have been killed since); [] if none."""
     try:
         with open(os.path.join(root, PENDING), "rb") as f:
-            raw = f.read()
-        if len(raw) < 32 or blake3.blake3(raw[:-32]).digest() != raw[-32:]:
+            raw = f.read(MAX_PENDING + 1)  # a file bigger than any gc writes is not one: never loaded whole
+        if len(raw) > MAX_PENDING or len(raw) < 32 or blake3.blake3(raw[:-32]).digest() != raw[-32:]:
             return []
         rows = _dec.decode(raw[:-32])
     except (OSError, ValueError, msgspec.DecodeError):
