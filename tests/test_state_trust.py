@@ -3,8 +3,9 @@ as an attacker would, in a real store on disk, change no answer of ``episode`` â
 and API, streamed or not â€” and ``verify`` names them with one exact ``state-diverged`` line (exit 1).
 
 Each damage leaves the rows decodable (the types this code writes), so only the confirmation against
-the log (``StateCache.confirm``: tip, fork object, one record row per LSN naming the log's record,
-one view per attempt record) can tell; a cache that trusted its rows would serve the damage.
+the log (``StateCache.confirm``: tip, fork object; then each cached record's bytes re-hashed against
+the id the log's chain index holds at its LSN) can tell; a cache that trusted its rows would serve
+the damage.
 """
 
 from __future__ import annotations

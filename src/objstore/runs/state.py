@@ -1,5 +1,5 @@
-"""The materialized state cache: a SQLite copy of what folding the log gives, and serves only
-what it confirms against the log.
+"""The materialized state cache: a SQLite copy of the records a fold reads, serving only what the
+log confirms.
 
 It is only a cache. Every branch row records the branch head it reflects, so
 staleness is a comparison with the branch ref: a row behind its ref is caught
@@ -8,33 +8,36 @@ head is not on the chain is thrown away and rebuilt. Nothing is ever written
 here except from records read out of the object store, so dropping the file
 loses nothing (``rebuild`` makes it again).
 
-Nothing decides from it (invariant 15). Before a branch is served (``open_branch``),
-in one SQLite snapshot, the rows are confirmed against the log at the reader's view:
-the row's head is the branch head and its tip LSN the head's LSN; its record rows
-cover exactly LSNs 0..tip, each naming (a 128-bit prefix of) its record id, which
-the log's chain index holds at that LSN; its attempt rows hold exactly the attempts
-the record rows mark, each once, in query order; its fork id is the branch's fork
-object. Fork points and compensation flags are never read from here: queries read
-them from the fork object. A branch that fails a check is a cache miss: the query
-re-folds that branch from the log, the rows are left as they are for ``verify`` to
-name (``state-diverged``) and ``rebuild`` to remake. What the check cannot see is a
-row's derived content rewritten in place (a view's JSON, the summary): that is only
-confirmable by reading the records, which is what ``verify`` does. So the run's own fields —
-run, subject, workflow version, meta — are never served from the rows: they are read from the
-log's ``run_started`` records (``ChainReader.run_fields``, one record a run), whatever the rows say.
+Nothing decides from it (invariant 15), and nothing it serves is taken on its word: a forger can
+rewrite any byte of ``state.db`` and recompute whatever it holds, so every served value is derived
+from bytes the log confirms. Each branch's ``recs`` rows hold the canonical bytes of its own
+records (never a blob body). Serving a branch (``open_branch``, ``state``, ``summary``), in one
+SQLite snapshot, checks the branch row against the log (deletions head, tip LSN, fork object:
+``confirm``), then folds the branch's lineage from the cached bytes (``_records``): each row's
+bytes are hashed (BLAKE3, ``codec.decode_block``) and the record at an LSN is the one whose hash is
+the id the log's chain index holds there, and nothing else; a record a recorded deletion covers is
+header-only from the log's deletion row, as in every reader. The fold and the attempt views come
+from ``fold_stream`` — the function the re-fold uses on records read from the log — so the two
+answers are the same bytes by construction. The branch's own records must all confirm (else
+``Diverged``); an inherited (pre-fork) part is read from its branch's rows as far as they confirm
+and from the log past that. The row's stored folded state and summary must equal that fold (else
+``Diverged``): they are never served themselves. Fork points and compensation flags are read from
+the fork objects. A branch that fails is a cache miss: the query re-folds that branch from the
+log, the rows are left as they are for ``verify`` to name (``state-diverged``) and ``rebuild`` to
+remake. What this costs: a fold of the branch's lineage (hashing and decoding each record from the
+cache, no reads of the log's blocks), where the re-fold also locates and reads every record in the
+log.
 
 Recorded deletion (issue 17): a record a partial deletion covers folds header-only here as in
-every re-fold, and each branch row names the head of its run's ``run/<R>/deletions`` chain it
-reflects (``dels``): a row reflecting another head is behind (refolded), whoever deleted, since
-a deletion moves no branch head. A deleted run is never served (every read stops at its
-``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc) remove its rows.
+every re-fold (its bytes are not kept), and each branch row names the head of its run's
+``run/<R>/deletions`` chain it reflects (``dels``): a row reflecting another head is behind
+(refolded), whoever deleted, since a deletion moves no branch head. A deleted run is never served
+(every read stops at its ``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc)
+remove its rows.
 
-Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded
-state, summary, the deletions head it reflects); ``recs`` (LSN order, ``RCHUNK`` records a row: the record id
-prefixes and one kind byte each — 1 for an attempt); ``attempt`` (query order,
-one row a chunk of up to ``VCHUNK`` attempts of one step: its key columns name the
-first attempt, ``view`` holds the zstd-compressed keys and canonical JSON views).
-Chunks keep the file a fraction of the log; reads stream chunk by chunk.
+Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded state, summary, the
+deletions head it reflects); ``recs`` (LSN order, one row up to ``RCHUNK`` records: its first LSN,
+record count, and the zstd-compressed canonical bytes of those records end to end).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zstandard
@@ -107,7 +110,7 @@ def _unchunk(data: Any) -> bytes:
     when the row is not a chunk this code could have written."""
     if not isinstance(data, bytes):
         raise TypeError("a record row is not a chunk of records")
-    return cast(bytes, _zd.decompress(data, max_output_size=_MAX_CHUNK))
+    return _zd.decompress(data, max_output_size=_MAX_CHUNK)
 
 
 def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -412,11 +415,12 @@ class StateCache:
             self._heal(view.run, branch)
             return None
 
-    def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple) -> tuple[dict, Iterator[bytes]]:
+    def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True) -> tuple[dict, Iterator[bytes]]:
         """The branch's folded state and attempt views, derived from records the log confirms (raises
         ``Diverged`` otherwise): the row's own checks (``confirm``), then the fold of the branch's
         lineage from the cached records' canonical bytes, each re-hashed against the id the log's chain
-        index holds at its LSN (``_records``). The row's stored state and summary must be that fold."""
+        index holds at its LSN (``_records``). The row's stored summary and (``stored_state``) folded
+        state must be that fold: they are never served, but a row holding another is not the log's."""
         if not isinstance(row[4], bytes) or not isinstance(row[5], bytes):
             raise TypeError("a branch row's state or summary is not what this code writes")
         self.confirm(chains, view, branch, row[1], row[2], row[3])
@@ -425,11 +429,16 @@ class StateCache:
                 state, views = fold_stream(self._lineage(chains, view, branch), view.run, branch)
             finally:
                 chains.store.forget_decoded()
-        if row[4] != _enc.encode(state) or row[5] != _enc.encode(summary_of(state)):
+        why = None
+        if row[5] != _enc.encode(summary_of(state)):
+            why = "cached summary is not the fold of the log's records"
+        elif stored_state and row[4] != _enc.encode(state):
+            why = "cached folded state is not the fold of the log's records"
+        if why is not None:
             close = getattr(views, "close", None)
             if close is not None:
                 close()
-            raise Diverged("cached folded state is not the fold of the log's records")
+            raise Diverged(why)
         return state, views
 
     @_cache_op("read cached state")
@@ -444,7 +453,8 @@ class StateCache:
                              (view.run, branch)).fetchone()
             if row is None:
                 return None
-            _state, views = self._confirmed(chains, view, branch, row)
+            # the stored folded state verify compares with its own fold, and names in its own words
+            _state, views = self._confirmed(chains, view, branch, row, stored_state=False)
             for _ in views:
                 pass
         except Diverged as e:
