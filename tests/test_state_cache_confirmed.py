@@ -99,7 +99,7 @@ def _forge_record(db, run, branch, lsn, body_fn, drop=False):
     for l0, n, data in rows:
         if not l0 <= lsn < l0 + n:
             continue
-        objs = list(codec.iter_objects(zd.decompress(data, max_output_size=1 << 28)))
+        objs = _dec.decode(zd.decompress(data, max_output_size=1 << 28))  # the records' canonical bytes, in LSN order
         for i, o in enumerate(objs):
             otype, p = codec.decode(o)
             if otype == "record" and p["lsn"] == lsn:
@@ -108,7 +108,7 @@ def _forge_record(db, run, branch, lsn, body_fn, drop=False):
                 else:
                     p["body"] = body_fn(p["body"])
                     objs[i] = codec.encode("record", p)
-                db.execute("UPDATE recs SET data=? WHERE run=? AND branch=? AND lsn=?", (zc.compress(b"".join(objs)), run, branch, l0))
+                db.execute("UPDATE recs SET data=? WHERE run=? AND branch=? AND lsn=?", (zc.compress(_enc.encode(objs)), run, branch, l0))
                 return
     raise AssertionError(f"no cached record at LSN {lsn}")
 

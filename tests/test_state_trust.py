@@ -84,6 +84,7 @@ def _edit(path, sql, params=()):
 def _records_edit(fn):
     """A damage to the canonical record bytes branch 0's record rows hold (decompressed, edited by
     ``fn(list of (LSN, canonical bytes))``, compressed again, as an attacker with sqlite3 would)."""
+    import msgspec
     import zstandard
 
     from objstore.storage import codec
@@ -91,8 +92,9 @@ def _records_edit(fn):
     def edit(db):
         zd, zc = zstandard.ZstdDecompressor(), zstandard.ZstdCompressor(level=3)
         for first, data in db.execute("SELECT lsn, data FROM recs WHERE run='r1' AND branch=0").fetchall():
-            objs = [(codec.decode(o)[1]["lsn"], o) for o in codec.iter_objects(zd.decompress(data, max_output_size=1 << 28))]
-            db.execute("UPDATE recs SET data=? WHERE run='r1' AND branch=0 AND lsn=?", (zc.compress(b"".join(o for _, o in fn(objs))), first))
+            objs = [(codec.decode(o)[1]["lsn"], o) for o in msgspec.msgpack.decode(zd.decompress(data, max_output_size=1 << 28))]
+            db.execute("UPDATE recs SET data=? WHERE run='r1' AND branch=0 AND lsn=?",
+                       (zc.compress(msgspec.msgpack.encode([o for _, o in fn(objs)])), first))
     return edit
 
 

@@ -14,7 +14,7 @@ from bytes the log confirms. Each branch's ``recs`` rows hold the canonical byte
 records (never a blob body). Serving a branch (``open_branch``, ``state``, ``summary``), in one
 SQLite snapshot, checks the branch row against the log (deletions head, tip LSN, fork object:
 ``confirm``), then folds the branch's lineage from the cached bytes (``_records``): each row's
-bytes are hashed (BLAKE3, ``codec.decode_block``) and the record at an LSN is the one whose hash is
+bytes are hashed (BLAKE3) and the record at an LSN is the one whose hash is
 the id the log's chain index holds there, and nothing else; a record a recorded deletion covers is
 header-only from the log's deletion row, as in every reader. The fold and the attempt views come
 from ``fold_stream`` — the function the re-fold uses on records read from the log — so the two
@@ -37,7 +37,7 @@ remove its rows.
 
 Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded state, summary, the
 deletions head it reflects); ``recs`` (LSN order, one row up to ``RCHUNK`` records: its first LSN,
-record count, and the zstd-compressed canonical bytes of those records end to end).
+record count, and the canonical bytes of those records as a zstd-compressed msgpack list in LSN order).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zstandard
+from blake3 import blake3
 
 from ..errors import StateCacheError
 from ..storage import codec
@@ -105,12 +106,26 @@ class Diverged(Exception):
     """The cache's rows of a branch disagree with the log (the message says how): a cache miss."""
 
 
-def _unchunk(data: Any) -> bytes:
-    """The canonical record bytes a ``recs`` row holds, end to end; raises (a ``_ROW_DAMAGE`` type)
+def _chunk(parts: list[bytes]) -> bytes:
+    """A ``recs`` row's ``data``: the canonical bytes of its records, in LSN order."""
+    return _zc.compress(_enc.encode(parts))
+
+
+def _unchunk(data: Any) -> list[bytes]:
+    """The canonical record bytes a ``recs`` row holds, in order; raises (a ``_ROW_DAMAGE`` type)
     when the row is not a chunk this code could have written."""
     if not isinstance(data, bytes):
         raise TypeError("a record row is not a chunk of records")
-    return _zd.decompress(data, max_output_size=_MAX_CHUNK)
+    parts = _dec.decode(_zd.decompress(data, max_output_size=_MAX_CHUNK))
+    if not isinstance(parts, list) or not all(isinstance(b, bytes) for b in parts):
+        raise ValueError("a record row is not a list of records' bytes")
+    return parts
+
+
+def _payload(canonical: bytes) -> Any:
+    """The decoded payload of a record's canonical bytes already hash-checked against its id (so
+    they are what the writer wrote: ``record <length>`` NUL payload)."""
+    return _dec.decode(memoryview(canonical)[canonical.index(b"\x00", 0, 40) + 1:])
 
 
 def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -392,7 +407,8 @@ class StateCache:
         try:
             if not self.try_refresh(chains, view, branch):
                 return None
-            for v, b, _upto in chains.lineage_segments(view, branch)[:-1]:
+            segs = chains.lineage_segments(view, branch)
+            for v, b, _upto in segs[:-1]:
                 if v.run == view.run:
                     self.try_refresh(chains, view, b)  # the inherited part: confirmed rows, not the log, when they can
         except _ROW_DAMAGE:
@@ -406,7 +422,7 @@ class StateCache:
                                  (view.run, branch)).fetchone()
                 if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
                     return None  # another process moved the cache on between refresh and read
-                return self._confirmed(chains, view, branch, row)
+                return self._confirmed(chains, view, branch, row, segs=segs)
             finally:
                 db.execute("COMMIT")
         except Diverged:
@@ -415,7 +431,8 @@ class StateCache:
             self._heal(view.run, branch)
             return None
 
-    def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True) -> tuple[dict, Iterator[bytes]]:
+    def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True,
+                   segs: list | None = None) -> tuple[dict, Iterator[bytes]]:
         """The branch's folded state and attempt views, derived from records the log confirms (raises
         ``Diverged`` otherwise): the row's own checks (``confirm``), then the fold of the branch's
         lineage from the cached records' canonical bytes, each re-hashed against the id the log's chain
@@ -426,7 +443,8 @@ class StateCache:
         self.confirm(chains, view, branch, row[1], row[2], row[3])
         with no_gc():
             try:
-                state, views = fold_stream(self._lineage(chains, view, branch), view.run, branch)
+                segs = segs if segs is not None else chains.lineage_segments(view, branch)
+                state, views = fold_stream(self._lineage(chains, segs), view.run, branch)
             finally:
                 chains.store.forget_decoded()
         why = None
@@ -482,11 +500,10 @@ class StateCache:
         if got_fork != want_fork:
             raise Diverged(f"cached fork object {_show(got_fork)}, the branch's fork object is {_show(want_fork)}")
 
-    def _lineage(self, chains: ChainReader, view: View, branch: int) -> Iterator[R.Record]:
-        """``chains.iter_lineage(view, branch)`` from the cache's confirmed records: the branch's own
+    def _lineage(self, chains: ChainReader, segs: list) -> Iterator[R.Record]:
+        """``chains.iter_lineage`` over ``segs`` (``lineage_segments``) from the cache's confirmed records: the branch's own
         from its rows (all of them, or ``Diverged``); each inherited part from its branch's rows as
         far as they confirm, and from the log past that (a parent's damage is its own miss)."""
-        segs = chains.lineage_segments(view, branch)
         for v, b, upto in segs[:-1]:
             yield from self._records(chains, v, b, upto, strict=False)
         v, b, upto = segs[-1]
@@ -494,8 +511,8 @@ class StateCache:
 
     def _records(self, chains: ChainReader, view: View, branch: int, upto: int | None, strict: bool) -> Iterator[R.Record]:
         """A branch's own records, LSN 0..``upto`` (default: its head), as ``chains.iter_own`` gives
-        them, from the cache's rows: each row's canonical bytes are hashed (``codec.decode_block``)
-        and a record is served only under the id the log's chain index holds at its LSN; one the
+        them, from the cache's rows: the row's records' canonical bytes, in LSN order, are hashed
+        (BLAKE3) and a record is served only if it is the id the log's chain index holds at its LSN; one the
         log's deletion rows cover is header-only, as every reader reads it. ``strict`` (the branch
         asked for): rows that do not give exactly LSNs 0..head raise ``Diverged``; otherwise the
         records from the first LSN the rows cannot confirm on are read from the log."""
@@ -529,11 +546,12 @@ class StateCache:
                     why = f"cached record rows break off at LSN {expect}"
                     break
                 try:
-                    decoded = codec.decode_block(_unchunk(data))
+                    parts = _unchunk(data)
                 except _ROW_DAMAGE:
                     if strict:
                         raise
                     break
+                at = 0
                 for lsn in range(first, min(first + n, last + 1)):
                     got = next(ids, None)
                     if got is None or got[0] != lsn:
@@ -547,15 +565,18 @@ class StateCache:
                     if hit is not None:
                         yield chains._header_only(oid, hit)
                     else:
-                        obj = decoded.get(oid)
-                        if obj is None or obj[0] != codec.RECORD:
+                        rec = parts[at] if at < len(parts) else b""
+                        at += 1
+                        if blake3(rec).digest() != oid or rec[:7] != b"record ":
                             why = f"cached record at LSN {lsn} is not the log's record {oid.hex()} there"
                             break
-                        p = obj[1]
+                        p = _payload(rec)
                         if p["kind"].startswith("x."):
                             chains.check_ext(oid, p)
                         yield _new_record(R.Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
                     expect = lsn + 1
+                if why is None and strict and at != len(parts) and first + n - 1 <= last:
+                    why = f"cached record row at LSN {first} holds records the log's chain index does not"
                 if why is not None:
                     break
                 expect = first + n
@@ -604,9 +625,11 @@ class StateCache:
         got = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
         wv = _dec.decode(got[0]).get("workflow_version") if got is not None and isinstance(got[0], bytes) else None
         out = []
-        for (data,) in self.db.execute("SELECT data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch)).fetchall():
-            for oid, (otype, p) in codec.decode_block(_unchunk(data)).items():
-                if otype == codec.RECORD and p["kind"] == R.ATTEMPT and p["run"] == run and R.DELETED_FIELD not in p["body"]:
+        for (chunk,) in self.db.execute("SELECT data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch)).fetchall():
+            for data in _unchunk(chunk):
+                oid = blake3(data).digest()
+                p = _payload(data)
+                if p["kind"] == R.ATTEMPT and p["run"] == run and R.DELETED_FIELD not in p["body"]:
                     r = _new_record(R.Record, (oid, p["run"], branch, p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"]))
                     b = p["body"]
                     out.append((b["step"], b["attempt"], p["lsn"], codec.canonical_json_plain(attempt_view(r, wv))))
@@ -750,9 +773,9 @@ class StateCache:
             if last is None or type(last[0]) is not int or type(last[1]) is not int or last[0] + last[1] != start:
                 raise ValueError("cached record rows do not reach the cached tip")
             if last[1] < RCHUNK:  # the last row is partial: it is rewritten with the new records
-                raw = _unchunk(last[2])
-                if len(raw) < _CHUNK_BYTES:
-                    parts, first, n, size = [raw], last[0], last[1], len(raw)
+                old = _unchunk(last[2])
+                if sum(map(len, old)) < _CHUNK_BYTES:
+                    parts, first, n, size = old, last[0], last[1], sum(map(len, old))
         erased = chains.store.erased_records
         tip = start - 1
         for r in chains.iter_own(view, branch, start=start):
@@ -764,11 +787,11 @@ class StateCache:
                 size += len(data)
             n += 1
             if n >= RCHUNK or size >= _CHUNK_BYTES:
-                db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _zc.compress(b"".join(parts))))
+                db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
                 chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
                 parts, first, n, size = [], r.lsn + 1, 0, 0
         if n:
-            db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _zc.compress(b"".join(parts))))
+            db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
         return tip
 
     @staticmethod
