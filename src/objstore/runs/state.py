@@ -122,6 +122,9 @@ def _unchunk(data: Any) -> list[bytes]:
     return parts
 
 
+_ARRAY = b"\xdd"  # msgpack array32: a row's payloads, framed as one array, decode in one call
+
+
 def _payload(canonical: bytes) -> Any:
     """The decoded payload of a record's canonical bytes already hash-checked against its id (so
     they are what the writer wrote: ``record <length>`` NUL payload)."""
@@ -552,6 +555,8 @@ class StateCache:
                         raise
                     break
                 at = 0
+                got_recs: list[tuple[int, bytes, tuple | None]] = []  # (LSN, id, deletion row) confirmed so far
+                pays: list[memoryview] = []  # their payloads, each hashed with its header to the log's id
                 for lsn in range(first, min(first + n, last + 1)):
                     got = next(ids, None)
                     if got is None or got[0] != lsn:
@@ -562,15 +567,22 @@ class StateCache:
                         why = f"the log's chain index holds {oid.hex()} at the head's LSN {last}"
                         break
                     hit = erased.get(oid) if erased else None
-                    if hit is not None:
-                        yield chains._header_only(oid, hit)
-                    else:
+                    if hit is None:
                         rec = parts[at] if at < len(parts) else b""
                         at += 1
                         if blake3(rec).digest() != oid or rec[:7] != b"record ":
                             why = f"cached record at LSN {lsn} is not the log's record {oid.hex()} there"
                             break
-                        p = _payload(rec)
+                        pays.append(memoryview(rec)[rec.index(b"\x00", 0, 40) + 1:])
+                    got_recs.append((lsn, oid, hit))
+                # one decode for the row: every payload is a whole record's (its bytes hash to the log's
+                # id), so each element of the array is exactly one of them, in order
+                values = iter(_dec.decode(_ARRAY + len(pays).to_bytes(4, "big") + b"".join(pays)) if pays else ())
+                for lsn, oid, hit in got_recs:
+                    if hit is not None:
+                        yield chains._header_only(oid, hit)
+                    else:
+                        p = next(values)
                         if p["kind"].startswith("x."):
                             chains.check_ext(oid, p)
                         yield _new_record(R.Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
