@@ -600,7 +600,10 @@ class StateCache:
         if why is not None and strict:
             raise Diverged(why)
         if expect <= last:
-            yield from chains.iter_own(view, branch, upto, start=expect)
+            # the rest from the log, up to the LSN the chain index holds (a view of the branch ending
+            # there: verify's views name only the branch they check)
+            at_last = view._replace(heads={**view.heads, branch: store.indexed_record(run, branch, last) or view.head(branch)})
+            yield from chains.iter_own(at_last, branch, last, start=expect)
 
     def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
         """(summary, fork id, attempt fragments) of ``branch`` at the view's head, confirmed, in
