@@ -6,8 +6,10 @@ Builds a run of N records (N/10 attempts, the rest intents and commits) over
 several branches made by rewinds, then times `episode(..., all_branches=True)`
 served from the state cache (warm) and from a cold re-fold, in one process.
 Then the state path on a 1 000-record run vs the N-record run, returning the
-same number of attempts (the live branch), to show it grows with the answer,
-not with the history.
+same number of attempts (the live branch). Since issue 13 the state path grows
+with the live branch's lineage (the records it folds, its inherited ones too),
+not only with the answer: it serves nothing it has not re-hashed against the
+log's chain index, and the summary counts every attempt of the lineage.
 """
 
 import os

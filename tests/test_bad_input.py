@@ -398,7 +398,7 @@ def test_cli_put_blob_stdin_over_the_memory_store_limit_is_not_buffered_whole(st
 
 
 @pytest.mark.parametrize("update", ["branch SET tip_lsn = 'abc'", "branch SET head = 12345", "branch SET state = 'not msgpack'",
-                                    "branch SET parent_branch = x'00'", "attempt SET view = 5", "attempt SET step = 'one'"])
+                                    "branch SET parent_branch = x'00'", "recs SET data = 5", "recs SET n = 'one'"])
 def test_state_cache_wrong_column_type(store, update):
     import sqlite3
 

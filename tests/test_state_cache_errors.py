@@ -47,7 +47,7 @@ DAMAGE = {
     "summary as an integer": ("UPDATE branch SET summary=7", None),
     "fork as text": ("UPDATE branch SET fork='f'", None),
     "parent lsn as text": ("UPDATE branch SET parent_lsn='p' WHERE branch=1", None),
-    "attempt view as an integer": ("UPDATE attempt SET view=5", None),
+    "record row as an integer": ("UPDATE recs SET data=5", None),
 }
 
 

@@ -3,8 +3,9 @@ as an attacker would, in a real store on disk, change no answer of ``episode`` â
 and API, streamed or not â€” and ``verify`` names them with one exact ``state-diverged`` line (exit 1).
 
 Each damage leaves the rows decodable (the types this code writes), so only the confirmation against
-the log (``StateCache.confirm``: tip, fork object, one record row per LSN naming the log's record,
-one view per attempt record) can tell; a cache that trusted its rows would serve the damage.
+the log (``StateCache.confirm``: tip, fork object; then each cached record's bytes re-hashed against
+the id the log's chain index holds at its LSN) can tell; a cache that trusted its rows would serve
+the damage.
 """
 
 from __future__ import annotations
@@ -69,18 +70,61 @@ def _answers(path, run):
 
 
 def _edit(path, sql, params=()):
+    """Run the damage: SQL with its parameters, or a callable given the open database."""
     db = sqlite3.connect(os.path.join(path, "state.db"))
-    db.execute(sql, params)
+    if callable(sql):
+        sql(db, *params)
+    else:
+        db.execute(sql, params)
     db.commit()
     assert db.total_changes > 0, f"the damage {sql!r} changed nothing"
     db.close()
+
+
+def _records_edit(fn):
+    """A damage to the canonical record bytes branch 0's record rows hold (decompressed, edited by
+    ``fn(list of (LSN, canonical bytes))``, compressed again, as an attacker with sqlite3 would)."""
+    import msgspec
+    import zstandard
+
+    from objstore.storage import codec
+
+    def edit(db):
+        zd, zc = zstandard.ZstdDecompressor(), zstandard.ZstdCompressor(level=3)
+        for first, data in db.execute("SELECT lsn, data FROM recs WHERE run='r1' AND branch=0").fetchall():
+            objs = [(codec.decode(o)[1]["lsn"], o) for o in msgspec.msgpack.decode(zd.decompress(data, max_output_size=1 << 28))]
+            db.execute("UPDATE recs SET data=? WHERE run='r1' AND branch=0 AND lsn=?",
+                       (zc.compress(msgspec.msgpack.encode([o for _, o in fn(objs)])), first))
+    return edit
+
+
+def _recoded(lsn, change):
+    """``fn`` for ``_records_edit``: the record at ``lsn`` with ``change(payload)`` applied, encoded canonically."""
+    from objstore.storage import codec
+
+    def fn(objs):
+        out = []
+        for at, o in objs:
+            if at == lsn:
+                p = codec.decode(o)[1]
+                change(p)
+                o = codec.encode("record", p)
+            out.append((at, o))
+        return out
+    return fn
+
+
+def _without_step_1(objs):
+    from objstore.storage import codec
+
+    return [(at, o) for at, o in objs if not (codec.decode(o)[1]["kind"] == "attempt" and codec.decode(o)[1]["body"]["step"] == 1)]
 
 
 def _ids(path, run):
     log = RunLog(Store.open(path))
     view = log.view(run)
     return {"fork1": log.fork_object(view, 1)["id"], "fork2": log.fork_object(view, 2)["id"],
-            "lsn2": log.record_at(view, 0, 2), "tip0": len(log.own_records(view, 0)) - 1}
+            "lsn1": log.record_at(view, 0, 1), "lsn2": log.record_at(view, 0, 2), "tip0": len(log.own_records(view, 0)) - 1}
 
 
 # damage -> (SQL, its parameters from the store's ids, the detail of the verify line)
@@ -91,18 +135,17 @@ DAMAGE = {
     "fork row cleared": ("UPDATE branch SET fork=NULL WHERE run='r1' AND branch=1", lambda i: (),
                          lambda i: f"cached fork object (none), the branch's fork object is {i['fork1'].hex()}", 1),
     # (2) deleted attempt rows: the failed attempts of step 1, and a whole step
-    "attempt rows deleted": ("DELETE FROM attempt WHERE run='r1' AND branch=0 AND step=1", lambda i: (),
-                             lambda i: "cached attempt views number 1, the cached records hold 4 attempts", 0),
+    "attempt rows deleted": (_records_edit(_without_step_1), lambda i: (),
+                             lambda i: f"cached record at LSN 1 is not the log's record {i['lsn1'].hex()} there", 0),
     "record rows deleted": ("DELETE FROM recs WHERE run='r1' AND branch=0", lambda i: (),
                             lambda i: f"cached record rows cover 0 LSNs, the branch has {i['tip0'] + 1}", 0),
     "tip moved back": ("UPDATE branch SET tip_lsn=tip_lsn-1 WHERE run='r1' AND branch=0", lambda i: (),
                        lambda i: f"cached tip LSN {i['tip0'] - 1}, the branch head is at LSN {i['tip0']}", 0),
     # (3) a row whose record id is not the log's record at that LSN
-    "record id replaced": ("UPDATE recs SET rids=CAST(substr(rids, 1, 32) || zeroblob(16) || substr(rids, 49) AS BLOB) "
-                           "WHERE run='r1' AND branch=0",
+    "record id replaced": (_records_edit(_recoded(2, lambda p: p["body"].update(error="forged"))),
                            lambda i: (), lambda i: f"cached record at LSN 2 is not the log's record {i['lsn2'].hex()} there", 0),
-    "attempt marked as another kind": ("UPDATE recs SET kinds=CAST(x'00000000' || substr(kinds, 5) AS BLOB) WHERE run='r1' AND branch=0", lambda i: (),
-                                       lambda i: "cached attempt view at LSN 1 is not an attempt of the cached records, once, in order", 0),
+    "attempt marked as another kind": (_records_edit(_recoded(1, lambda p: p.update(kind="turn", body={}))), lambda i: (),
+                                       lambda i: f"cached record at LSN 1 is not the log's record {i['lsn1'].hex()} there", 0),
 }
 
 
@@ -182,7 +225,7 @@ def test_a_diverged_branch_is_refolded_and_the_others_still_come_from_the_cache(
     want = episode(RunLog(Store.open(path)), run, all_branches=True, source="refold").to_json()
     assert episode(RunLog(Store.open(path)), run, all_branches=True).to_json() == want  # fills the cache
     assert _misses(path, run) == []
-    _edit(path, "DELETE FROM attempt WHERE run='r1' AND branch=0 AND step=1")
+    _edit(path, _records_edit(_without_step_1))
     assert _misses(path, run) == [0]
     assert episode(RunLog(Store.open(path)), run, all_branches=True).to_json() == want
 

@@ -71,6 +71,7 @@ class ChainReader:
         self._next: dict[bytes, tuple[int, bool]] = {}  # head id -> (next lsn, finished)
         self._subjects: dict[str, str] = {}  # run -> subject (never changes)
         self._forks: dict[tuple[str, int], bytes | None] = {}  # (run, branch) -> fork object, found from the ref log
+        self._first_parent: dict[bytes, bytes | None] = {}  # a branch's LSN 0 record -> its parent (immutable)
         self._copies: dict[str, bool] = {}  # run -> whether it is a copy of another run (never changes)
         self._xschemas: dict[bytes, tuple[str, list] | str] = {}  # schema id -> K.schema_fields (objects never change)
 
@@ -181,20 +182,27 @@ class ChainReader:
         of the branch's LSN 0 record (from the chain index), or the head while it has no record."""
         head = view.head(branch)
         get = self.store.get_decoded
+        first = self.store.indexed_record(view.run, branch, 0)
+        if first is not None and first in self._first_parent and self._is_ancestor(view.run, branch, 0, head):
+            return self._fork_of_parent(self._first_parent[first])  # the head is a record: no block of it decoded
         if head not in self.store.erased_records:
             otype, p = get(head)
             if otype == codec.FORK:
                 fk = dict(p, id=head)
                 self.check_fork_place(fk)
                 return fk
-        first = self.store.indexed_record(view.run, branch, 0)
         if first is None or not self._is_ancestor(view.run, branch, 0, head):
             return self.chain(head)[1]  # not indexed (an open batch): walk
         erased = self.store.erased_records.get(first)
         parent = self._header_parent(first, erased) if erased is not None else get(first)[1]["parent"]
+        self._first_parent[first] = parent
+        return self._fork_of_parent(parent)
+
+    def _fork_of_parent(self, parent: bytes | None) -> dict | None:
+        """The fork object a branch's LSN 0 record names as parent (None: a root branch)."""
         if parent is None:
             return None
-        otype, p = get(parent)
+        otype, p = self.store.get_decoded(parent)
         if otype != codec.FORK:
             return None
         fk = dict(p, id=parent)
@@ -324,6 +332,11 @@ class ChainReader:
         """Every record the branch folds over (up to its LSN ``upto``), oldest first, streamed:
         each ancestor up to its fork point (read from the fork objects), then its own records.
         A copy (``fork_run``) goes on into its source run at its cross-run fork object."""
+        for v, b, upto_b in self.lineage_segments(view, branch, upto):
+            yield from self.iter_own(v, b, upto_b)
+
+    def lineage_segments(self, view: View, branch: int, upto: int | None = None) -> list[tuple[View, int, int | None]]:
+        """(view, branch, last LSN or None for the head) of each part of ``iter_lineage``, root first."""
         segs = []  # (view, branch, upto) from the branch back to the root
         b = branch
         seen = set()
@@ -337,8 +350,8 @@ class ChainReader:
             seen.add((view.run, b))
             view = self.parent_view(view, fk)
             b, upto = fk["parent_branch"], fk["parent_lsn"]
-        for v, b, upto in reversed(segs):
-            yield from self.iter_own(v, b, upto)
+        segs.reverse()
+        return segs
 
     def _copied(self, view: View) -> bool:
         """Whether the run is a copy: its run_started names a cross-run fork object (``fork_run``)."""

@@ -1,5 +1,5 @@
-"""The materialized state cache: a SQLite copy of what folding the log gives, and serves only
-what it confirms against the log.
+"""The materialized state cache: a SQLite copy of the records a fold reads, serving only what the
+log confirms.
 
 It is only a cache. Every branch row records the branch head it reflects, so
 staleness is a comparison with the branch ref: a row behind its ref is caught
@@ -8,33 +8,36 @@ head is not on the chain is thrown away and rebuilt. Nothing is ever written
 here except from records read out of the object store, so dropping the file
 loses nothing (``rebuild`` makes it again).
 
-Nothing decides from it (invariant 15). Before a branch is served (``open_branch``),
-in one SQLite snapshot, the rows are confirmed against the log at the reader's view:
-the row's head is the branch head and its tip LSN the head's LSN; its record rows
-cover exactly LSNs 0..tip, each naming (a 128-bit prefix of) its record id, which
-the log's chain index holds at that LSN; its attempt rows hold exactly the attempts
-the record rows mark, each once, in query order; its fork id is the branch's fork
-object. Fork points and compensation flags are never read from here: queries read
-them from the fork object. A branch that fails a check is a cache miss: the query
-re-folds that branch from the log, the rows are left as they are for ``verify`` to
-name (``state-diverged``) and ``rebuild`` to remake. What the check cannot see is a
-row's derived content rewritten in place (a view's JSON, the summary): that is only
-confirmable by reading the records, which is what ``verify`` does. So the run's own fields —
-run, subject, workflow version, meta — are never served from the rows: they are read from the
-log's ``run_started`` records (``ChainReader.run_fields``, one record a run), whatever the rows say.
+Nothing decides from it (invariant 15), and nothing it serves is taken on its word: a forger can
+rewrite any byte of ``state.db`` and recompute whatever it holds, so every served value is derived
+from bytes the log confirms. Each branch's ``recs`` rows hold the canonical bytes of its own
+records (never a blob body). Serving a branch (``open_branch``, ``state``, ``summary``), in one
+SQLite snapshot, checks the branch row against the log (deletions head, tip LSN, fork object:
+``confirm``), then folds the branch's lineage from the cached bytes (``_records``): each row's
+bytes are hashed (BLAKE3) and the record at an LSN is the one whose hash is
+the id the log's chain index holds there, and nothing else; a record a recorded deletion covers is
+header-only from the log's deletion row, as in every reader. The fold and the attempt views come
+from ``fold_stream`` — the function the re-fold uses on records read from the log — so the two
+answers are the same bytes by construction. The branch's own records must all confirm (else
+``Diverged``); an inherited (pre-fork) part is read from its branch's rows as far as they confirm
+and from the log past that. The row's stored folded state and summary must equal that fold (else
+``Diverged``): they are never served themselves. Fork points and compensation flags are read from
+the fork objects. A branch that fails is a cache miss: the query re-folds that branch from the
+log, the rows are left as they are for ``verify`` to name (``state-diverged``) and ``rebuild`` to
+remake. What this costs: a fold of the branch's lineage (hashing and decoding each record from the
+cache, no reads of the log's blocks), where the re-fold also locates and reads every record in the
+log.
 
 Recorded deletion (issue 17): a record a partial deletion covers folds header-only here as in
-every re-fold, and each branch row names the head of its run's ``run/<R>/deletions`` chain it
-reflects (``dels``): a row reflecting another head is behind (refolded), whoever deleted, since
-a deletion moves no branch head. A deleted run is never served (every read stops at its
-``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc) remove its rows.
+every re-fold (its bytes are not kept), and each branch row names the head of its run's
+``run/<R>/deletions`` chain it reflects (``dels``): a row reflecting another head is behind
+(refolded), whoever deleted, since a deletion moves no branch head. A deleted run is never served
+(every read stops at its ``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc)
+remove its rows.
 
-Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded
-state, summary, the deletions head it reflects); ``recs`` (LSN order, ``RCHUNK`` records a row: the record id
-prefixes and one kind byte each — 1 for an attempt); ``attempt`` (query order,
-one row a chunk of up to ``VCHUNK`` attempts of one step: its key columns name the
-first attempt, ``view`` holds the zstd-compressed keys and canonical JSON views).
-Chunks keep the file a fraction of the log; reads stream chunk by chunk.
+Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded state, summary, the
+deletions head it reflects); ``recs`` (LSN order, one row up to ``RCHUNK`` records: its first LSN,
+record count, and the canonical bytes of those records as a zstd-compressed msgpack list in LSN order).
 """
 
 from __future__ import annotations
@@ -43,31 +46,32 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import zstandard
+from blake3 import blake3
 
 from ..errors import StateCacheError
 from ..storage import codec
 from ..storage.fileutil import no_gc
 from . import records as R
+from .chain import _new_record
 from .fold import apply, empty_state, fold
 
 if TYPE_CHECKING:
     from ..storage.store import Store
     from .chain import ChainReader, View
 
-SCHEMA_VERSION = "5"  # 5: branch.dels, the run's deletions head a row reflects (issue 17)
+SCHEMA_VERSION = "6"  # 6: recs rows hold the records' canonical bytes; no attempt views (issue 13)
 
-RCHUNK = 1024  # records per ``recs`` row
-VCHUNK = 512  # attempts per ``attempt`` row
-_RID = 16  # bytes of a record id a ``recs`` row keeps: a 128-bit prefix names it as well as the whole
-_PENDING = 20000  # attempt views a refresh holds before writing them (its memory bound)
-_SPILL = 50000  # attempt views a streamed re-fold sorts in memory; past it, on disk
+RCHUNK = 1024  # records per ``recs`` row (at most)
+_CHUNK_BYTES = 1 << 22  # canonical bytes per ``recs`` row (at most, but for one record larger than it)
+_MAX_CHUNK = 1 << 28  # what a row may decompress to: more is a damaged row
+_SPILL = 50000  # attempt views a streamed fold sorts in memory; past it, on disk
 
 # The part of the folded state an episode needs: small, whatever the history length.
 SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
@@ -82,15 +86,12 @@ CREATE TABLE IF NOT EXISTS branch(
   run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
   parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB, dels BLOB,
   PRIMARY KEY(run, branch));
-CREATE TABLE IF NOT EXISTS attempt(
-  run TEXT, branch INTEGER, step INTEGER, attempt INTEGER, lsn INTEGER, n INTEGER, view BLOB,
-  PRIMARY KEY(run, branch, step, attempt, lsn)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS recs(
-  run TEXT, branch INTEGER, chunk INTEGER, rids BLOB, kinds BLOB,
-  PRIMARY KEY(run, branch, chunk)) WITHOUT ROWID;
+  run TEXT, branch INTEGER, lsn INTEGER, n INTEGER, data BLOB,
+  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
 """
-_TABLES = ("branch", "attempt", "recs")
-_OLD_TABLES = ("rec", "intent", "commit_")  # schema 2's, dropped on sight
+_TABLES = ("branch", "recs")
+_OLD_TABLES = ("attempt", "rec", "intent", "commit_")  # earlier schemas', dropped on sight
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -105,21 +106,29 @@ class Diverged(Exception):
     """The cache's rows of a branch disagree with the log (the message says how): a cache miss."""
 
 
-def _pack_chunk(entries: list[tuple[int, int, bytes]]) -> bytes:
-    """An ``attempt`` row's ``view``: the (attempt, lsn) keys and views of one step's chunk."""
-    keys = [k for a, lsn, _ in entries for k in (a, lsn)]
-    return _zc.compress(_enc.encode([keys, [v for _, _, v in entries]]))
+def _chunk(parts: list[bytes]) -> bytes:
+    """A ``recs`` row's ``data``: the canonical bytes of its records, in LSN order."""
+    return _zc.compress(_enc.encode(parts))
 
 
-def _unpack_chunk(blob: Any, n: Any) -> tuple[list[int], list[bytes]]:
-    """(flat keys, views) of a chunk; raises (a ``_ROW_DAMAGE`` type) when it is not one this code wrote."""
-    if not isinstance(blob, bytes) or type(n) is not int:
-        raise TypeError("an attempt row is not a chunk of views")
-    keys, views = _dec.decode(_zd.decompress(blob, max_output_size=1 << 26))
-    if not (isinstance(keys, list) and isinstance(views, list) and len(keys) == 2 * n == 2 * len(views) and n > 0
-            and all(type(k) is int for k in keys) and all(isinstance(v, bytes) for v in views)):
-        raise ValueError("an attempt chunk does not hold what its row says")
-    return keys, views
+def _unchunk(data: Any) -> list[bytes]:
+    """The canonical record bytes a ``recs`` row holds, in order; raises (a ``_ROW_DAMAGE`` type)
+    when the row is not a chunk this code could have written."""
+    if not isinstance(data, bytes):
+        raise TypeError("a record row is not a chunk of records")
+    parts = _dec.decode(_zd.decompress(data, max_output_size=_MAX_CHUNK))
+    if not isinstance(parts, list) or not all(isinstance(b, bytes) for b in parts):
+        raise ValueError("a record row is not a list of records' bytes")
+    return parts
+
+
+_ARRAY = b"\xdd"  # msgpack array32: a row's payloads, framed as one array, decode in one call
+
+
+def _payload(canonical: bytes) -> Any:
+    """The decoded payload of a record's canonical bytes already hash-checked against its id (so
+    they are what the writer wrote: ``record <length>`` NUL payload)."""
+    return _dec.decode(memoryview(canonical)[canonical.index(b"\x00", 0, 40) + 1:])
 
 
 def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -181,29 +190,37 @@ def refold_stream(chains: ChainReader, view: View, branch: int) -> tuple[dict, d
     """``refold_branch`` with the attempt views as canonical JSON, streamed in query order in
     bounded memory: past ``_SPILL`` views they are sorted in a temporary SQLite file (unlinked
     at once; not the cache, which a re-fold never looks at)."""
-    held: list[tuple[int, int, int, bytes]] = []
-    spill = None
-    jenc = codec.canonical_json_plain
     with no_gc():
         try:
             fk = chains.fork_object(view, branch)
-            state = empty_state()
-            for r in chains.iter_lineage(view, branch):
-                apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-                if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == view.run:
-                    b = r.body
-                    held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
-                    if len(held) >= _SPILL:
-                        spill = spill or _Spill()
-                        spill.add(held)
-                        held = []
+            state, views = fold_stream(chains.iter_lineage(view, branch), view.run, branch)
         finally:
             chains.store.forget_decoded()
+    return state, fk, views
+
+
+def fold_stream(records: Iterable[R.Record], run: str, branch: int) -> tuple[dict, Iterator[bytes]]:
+    """(folded state, the branch's own attempt views as canonical JSON in query order) of a
+    lineage's records, oldest first: what a re-fold and the cache's confirmed records both go
+    through, so the two answers are the same bytes by construction."""
+    held: list[tuple[int, int, int, bytes]] = []
+    spill = None
+    jenc = codec.canonical_json_plain
+    state = empty_state()
+    for r in records:
+        apply(state, r)  # workflow_version as folded at each record
+        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == run:
+            b = r.body
+            held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
+            if len(held) >= _SPILL:
+                spill = spill or _Spill()
+                spill.add(held)
+                held = []
     if spill is None:
         held.sort(key=lambda t: t[:3])
-        return state, fk, (t[3] for t in held)
+        return state, (t[3] for t in held)
     spill.add(held)
-    return state, fk, spill.sorted()
+    return state, spill.sorted()
 
 
 class _Spill:
@@ -379,13 +396,24 @@ class StateCache:
     # -- confirmed reads -------------------------------------------------------
     def open_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, Iterator[bytes]] | None:
         """(summary, attempt views as canonical JSON, streamed in query order) of ``branch`` at the
-        view's head, confirmed against the log first; None if the cache cannot answer (the caller
-        re-folds): behind a pinned view, busy, read-only, unreadable or diverged from the log — a
-        cache never makes a query fail. The views are read in the snapshot that was confirmed:
-        drain or close the iterator before the next call."""
+        view's head, confirmed against the log first (``_confirmed``); None if the cache cannot
+        answer (the caller re-folds): behind a pinned view, busy, read-only, unreadable or diverged
+        from the log — a cache never makes a query fail."""
+        got = self._serve(chains, view, branch)
+        if got is None:
+            return None
+        state, views = got
+        return summary_of(state), views
+
+    def _serve(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, Iterator[bytes]] | None:
+        """(folded state, attempt views) of ``branch`` from the cache's confirmed records, or None."""
         try:
             if not self.try_refresh(chains, view, branch):
                 return None
+            segs = chains.lineage_segments(view, branch)
+            for v, b, _upto in segs[:-1]:
+                if v.run == view.run:
+                    self.try_refresh(chains, view, b)  # the inherited part: confirmed rows, not the log, when they can
         except _ROW_DAMAGE:
             self._heal(view.run, branch)
             return None
@@ -393,38 +421,63 @@ class StateCache:
         try:
             db.execute("BEGIN")
             try:
-                row = db.execute("SELECT head, tip_lsn, fork, summary, dels FROM branch WHERE run=? AND branch=?",
+                row = db.execute("SELECT head, tip_lsn, fork, dels, state, summary FROM branch WHERE run=? AND branch=?",
                                  (view.run, branch)).fetchone()
                 if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
-                    db.execute("COMMIT")
                     return None  # another process moved the cache on between refresh and read
-                summary = _dec.decode(row[3])
-                if not isinstance(summary, dict) or set(summary) != set(SUMMARY_KEYS):
-                    raise ValueError("not a summary")
-                self.confirm(chains, view, branch, row[1], row[2], row[4])
-                _log_fields(summary, chains.run_fields(view))
-            except BaseException:
+                return self._confirmed(chains, view, branch, row, segs=segs)
+            finally:
                 db.execute("COMMIT")
-                raise
         except Diverged:
             return None  # left as it is: verify names it, rebuild remakes it
         except _ROW_DAMAGE:
             self._heal(view.run, branch)
             return None
-        return summary, self._stream_views(view.run, branch)
+
+    def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True,
+                   segs: list | None = None) -> tuple[dict, Iterator[bytes]]:
+        """The branch's folded state and attempt views, derived from records the log confirms (raises
+        ``Diverged`` otherwise): the row's own checks (``confirm``), then the fold of the branch's
+        lineage from the cached records' canonical bytes, each re-hashed against the id the log's chain
+        index holds at its LSN (``_records``). The row's stored summary and (``stored_state``) folded
+        state must be that fold: they are never served, but a row holding another is not the log's."""
+        if not isinstance(row[4], bytes) or not isinstance(row[5], bytes):
+            raise TypeError("a branch row's state or summary is not what this code writes")
+        self.confirm(chains, view, branch, row[1], row[2], row[3])
+        with no_gc():
+            try:
+                segs = segs if segs is not None else chains.lineage_segments(view, branch)
+                state, views = fold_stream(self._lineage(chains, segs), view.run, branch)
+            finally:
+                chains.store.forget_decoded()
+        why = None
+        if row[5] != _enc.encode(summary_of(state)):
+            why = "cached summary is not the fold of the log's records"
+        elif stored_state and row[4] != _enc.encode(state):
+            why = "cached folded state is not the fold of the log's records"
+        if why is not None:
+            close = getattr(views, "close", None)
+            if close is not None:
+                close()
+            raise Diverged(why)
+        return state, views
 
     @_cache_op("read cached state")
     def diverged(self, chains: ChainReader, view: View, branch: int) -> str | None:
-        """Why ``branch``'s rows cannot be served at the view's head (``confirm``'s finding, or the
+        """Why ``branch``'s rows cannot be served at the view's head (``_confirmed``'s finding, or the
         damage met reading them), or None when they confirm; nothing is refreshed or healed.
         What verify reports as ``state-diverged``."""
         db = self.db
         db.execute("BEGIN")
         try:
-            row = db.execute("SELECT head, tip_lsn, fork, dels FROM branch WHERE run=? AND branch=?", (view.run, branch)).fetchone()
+            row = db.execute("SELECT head, tip_lsn, fork, dels, state, summary FROM branch WHERE run=? AND branch=?",
+                             (view.run, branch)).fetchone()
             if row is None:
                 return None
-            self.confirm(chains, view, branch, row[1], row[2], row[3])
+            # the stored folded state verify compares with its own fold, and names in its own words
+            _state, views = self._confirmed(chains, view, branch, row, stored_state=False)
+            for _ in views:
+                pass
         except Diverged as e:
             return str(e)
         except _ROW_DAMAGE as e:
@@ -433,16 +486,10 @@ class StateCache:
             db.execute("COMMIT")
         return None
 
-    def _stream_views(self, run: str, branch: int) -> Iterator[bytes]:
-        """The confirmed views, chunk by chunk, in the read transaction ``open_branch`` began."""
-        return _Views(self.db, run, branch)
-
     def confirm(self, chains: ChainReader, view: View, branch: int, tip: Any, fork: Any, dels: Any) -> None:
-        """Raise ``Diverged`` (saying how) unless the branch's rows, as this connection reads them,
-        are exactly the log's at the view's head: the run's partial deletions (the head of its
-        deletions chain), tip, fork object, one record row per LSN naming the log's record there,
-        one attempt view per attempt record (header-only ones have none), in query order."""
-        run = view.run
+        """Raise ``Diverged`` (saying how) unless the branch row, as this connection reads it, is the
+        log's at the view's head: the run's partial deletions (the head of its deletions chain), tip
+        LSN, fork object. (What the row's records say is confirmed as they are read: ``_records``.)"""
         reflects = chains.state_deletions(view)
         if _dels(dels) != reflects:
             raise Diverged(f"cached rows reflect deletions {_show(_dels(dels))}, the run's deletions head is {_show(reflects)}")
@@ -455,55 +502,108 @@ class StateCache:
         got_fork = bytes(fork) if isinstance(fork, bytes) else fork
         if got_fork != want_fork:
             raise Diverged(f"cached fork object {_show(got_fork)}, the branch's fork object is {_show(want_fork)}")
-        kinds = bytearray()
-        log_rows = chains.store.engine.iter_chain(run, branch, 0)
+
+    def _lineage(self, chains: ChainReader, segs: list) -> Iterator[R.Record]:
+        """``chains.iter_lineage`` over ``segs`` (``lineage_segments``) from the cache's confirmed records: the branch's own
+        from its rows (all of them, or ``Diverged``); each inherited part from its branch's rows as
+        far as they confirm, and from the log past that (a parent's damage is its own miss)."""
+        for v, b, upto in segs[:-1]:
+            yield from self._records(chains, v, b, upto, strict=False)
+        v, b, upto = segs[-1]
+        yield from self._records(chains, v, b, upto, strict=True)
+
+    def _records(self, chains: ChainReader, view: View, branch: int, upto: int | None, strict: bool) -> Iterator[R.Record]:
+        """A branch's own records, LSN 0..``upto`` (default: its head), as ``chains.iter_own`` gives
+        them, from the cache's rows: the row's records' canonical bytes, in LSN order, are hashed
+        (BLAKE3) and a record is served only if it is the id the log's chain index holds at its LSN; one the
+        log's deletion rows cover is header-only, as every reader reads it. ``strict`` (the branch
+        asked for): rows that do not give exactly LSNs 0..head raise ``Diverged``; otherwise the
+        records from the first LSN the rows cannot confirm on are read from the log."""
+        run = view.run
+        store = chains.store
+        if upto is not None and upto >= 0 and store.indexed_record(run, branch, upto) is not None:
+            last = upto
+        else:
+            head_lsn = chains.next_of(view.head(branch))[0] - 1
+            last = head_lsn if upto is None else min(upto, head_lsn)
+        if last < 0:
+            return
+        if store.indexed_record(run, branch, last) is None:  # records of an open batch: not the log's yet
+            if strict:
+                raise Diverged(f"the log's chain index has no record at the head's LSN {last}")
+            yield from chains.iter_own(view, branch, upto)
+            return
+        head = view.head(branch) if strict else None  # an inherited part needs no head (verify's views have none)
+        erased = store.erased_records
+        ids = store.engine.iter_chain(run, branch, 0)
         expect = 0
-        for chunk, rids, ks in self.db.execute("SELECT chunk, rids, kinds FROM recs WHERE run=? AND branch=? ORDER BY chunk",
-                                               (run, branch)):
-            if chunk != expect // RCHUNK or expect % RCHUNK or not isinstance(rids, bytes) or not isinstance(ks, bytes) \
-                    or len(rids) != _RID * len(ks) or not 0 < len(ks) <= RCHUNK:
-                raise Diverged(f"cached record rows break off at LSN {expect}")
-            n = len(ks)
-            mine = []
-            for _ in range(n):
-                got = next(log_rows, None)
-                if got is None:
+        why = None
+        rows = self.db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch))
+        try:
+            for first, n, data in rows:
+                if expect > last:
+                    if strict:
+                        why = f"cached record rows cover more than the branch's {last + 1} LSNs"
                     break
-                mine.append(got[1])
-            if len(mine) < n:
-                raise Diverged(f"cached record rows reach LSN {expect + n - 1}, the log's chain index ends at LSN {expect + len(mine) - 1}")
-            if b"".join(m[:_RID] for m in mine) != rids:
-                i = next(i for i, m in enumerate(mine) if rids[i * _RID:(i + 1) * _RID] != m[:_RID])
-                raise Diverged(f"cached record at LSN {expect + i} is not the log's record {mine[i].hex()} there")
-            if expect + n - 1 == head_lsn and mine[-1] != head:
-                raise Diverged(f"the log's chain index holds {mine[-1].hex()} at the head's LSN {head_lsn}")
-            kinds += ks
-            expect += n
-            chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
-        if expect != head_lsn + 1:
-            raise Diverged(f"cached record rows cover {expect} LSNs, the branch has {head_lsn + 1}")
-        want = kinds.count(1)
-        if kinds.count(0) + want != len(kinds):
-            raise Diverged("a cached record row has a kind this code does not write")
-        seen = 0
-        prev = (-1, -1, -1)
-        for step, attempt, lsn, n, blob in self.db.execute(
-                "SELECT step, attempt, lsn, n, view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch)):
-            if type(step) is not int:
-                raise TypeError("an attempt row's step is not an integer")
-            keys, _ = _unpack_chunk(blob, n)
-            if (keys[0], keys[1]) != (attempt, lsn):
-                raise Diverged(f"cached attempt chunk of step {step} does not start where its row says")
-            for i in range(0, len(keys), 2):
-                key = (step, keys[i], keys[i + 1])
-                at = key[2]
-                if key <= prev or not 0 <= at < len(kinds) or kinds[at] != 1:
-                    raise Diverged(f"cached attempt view at LSN {at} is not an attempt of the cached records, once, in order")
-                kinds[at] = 2
-                prev = key
-            seen += n
-        if seen != want:
-            raise Diverged(f"cached attempt views number {seen}, the cached records hold {want} attempts")
+                if first != expect or type(n) is not int or not 0 < n <= RCHUNK:
+                    why = f"cached record rows break off at LSN {expect}"
+                    break
+                try:
+                    parts = _unchunk(data)
+                except _ROW_DAMAGE:
+                    if strict:
+                        raise
+                    break
+                at = 0
+                got_recs: list[tuple[int, bytes, tuple | None]] = []  # (LSN, id, deletion row) confirmed so far
+                pays: list[memoryview] = []  # their payloads, each hashed with its header to the log's id
+                for lsn in range(first, min(first + n, last + 1)):
+                    got = next(ids, None)
+                    if got is None or got[0] != lsn:
+                        why = f"cached record rows reach LSN {first + n - 1}, the log's chain index ends at LSN {lsn - 1}"
+                        break
+                    oid = got[1]
+                    if strict and lsn == last and oid != head:
+                        why = f"the log's chain index holds {oid.hex()} at the head's LSN {last}"
+                        break
+                    hit = erased.get(oid) if erased else None
+                    if hit is None:
+                        rec = parts[at] if at < len(parts) else b""
+                        at += 1
+                        if blake3(rec).digest() != oid or rec[:7] != b"record ":
+                            why = f"cached record at LSN {lsn} is not the log's record {oid.hex()} there"
+                            break
+                        pays.append(memoryview(rec)[rec.index(b"\x00", 0, 40) + 1:])
+                    got_recs.append((lsn, oid, hit))
+                # one decode for the row: every payload is a whole record's (its bytes hash to the log's
+                # id), so each element of the array is exactly one of them, in order
+                values = iter(_dec.decode(_ARRAY + len(pays).to_bytes(4, "big") + b"".join(pays)) if pays else ())
+                for lsn, oid, hit in got_recs:
+                    if hit is not None:
+                        yield chains._header_only(oid, hit)
+                    else:
+                        p = next(values)
+                        if p["kind"].startswith("x."):
+                            chains.check_ext(oid, p)
+                        yield _new_record(R.Record, (oid, p["run"], branch, lsn, p["parent"], p["kind"], p.get("time"), p["body"]))
+                    expect = lsn + 1
+                if why is None and strict and at != len(parts) and first + n - 1 <= last:
+                    why = f"cached record row at LSN {first} holds records the log's chain index does not"
+                if why is not None:
+                    break
+                expect = first + n
+                store.engine.release_indexes()  # the index pages read so far leave the resident set
+        finally:
+            rows.close()
+        if strict and why is None and expect != last + 1:
+            why = f"cached record rows cover {expect} LSNs, the branch has {last + 1}"
+        if why is not None and strict:
+            raise Diverged(why)
+        if expect <= last:
+            # the rest from the log, up to the LSN the chain index holds (a view of the branch ending
+            # there: verify's views name only the branch they check)
+            at_last = view._replace(heads={**view.heads, branch: store.indexed_record(run, branch, last) or view.head(branch)})
+            yield from chains.iter_own(at_last, branch, last, start=expect)
 
     def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
         """(summary, fork id, attempt fragments) of ``branch`` at the view's head, confirmed, in
@@ -512,54 +612,44 @@ class StateCache:
         if got is None:
             return None
         summary, views = got
-        try:
-            frags = list(views)
-        except _ROW_DAMAGE:
-            self._heal(view.run, branch)
-            return None
         fk = chains.fork_object(view, branch)
-        return summary, (fk["id"] if fk is not None else None), frags
+        return summary, (fk["id"] if fk is not None else None), list(views)
 
     def summary(self, chains: ChainReader, view: View, branch: int) -> dict:
-        """``summary_of`` the branch's folded state at the view's head, without loading the whole state."""
-        return self._at_head(chains, view, branch, "summary", lambda st: summary_of(st))
+        """``summary_of`` the branch's folded state at the view's head."""
+        return summary_of(self.state(chains, view, branch))
 
     def state(self, chains: ChainReader, view: View, branch: int) -> dict:
-        """The folded state of ``branch`` at the view's head."""
-        return self._at_head(chains, view, branch, "state", lambda st: st)
-
-    def _at_head(self, chains: ChainReader, view: View, branch: int, column: str, from_refold: Callable[[dict], dict]) -> dict:
-        try:
-            if self.try_refresh(chains, view, branch):
-                db = self.db
-                db.execute("BEGIN")
-                try:
-                    row = db.execute(f"SELECT head, {column}, tip_lsn, fork, dels FROM branch WHERE run=? AND branch=?",
-                                     (view.run, branch)).fetchone()
-                    if row is not None and bytes(row[0]) == view.head(branch):
-                        self.confirm(chains, view, branch, row[2], row[3], row[4])
-                        got = _dec.decode(row[1])
-                        if isinstance(got, dict):
-                            return _log_fields(got, chains.run_fields(view))
-                finally:
-                    db.execute("COMMIT")
-        except Diverged:
-            pass  # left for verify to name; answered from the log
-        except _ROW_DAMAGE:
-            self._heal(view.run, branch)
+        """The folded state of ``branch`` at the view's head: the cache's confirmed fold, or the log's."""
+        got = self._serve(chains, view, branch)
+        if got is not None:
+            state, views = got
+            close = getattr(views, "close", None)
+            if close is not None:
+                close()
+            return state
         # the cache is past this (pinned) view, moved on meanwhile, or diverged: answer from the log
-        return from_refold(refold_branch(chains, view, branch)[0])
+        return refold_branch(chains, view, branch)[0]
 
     @_cache_op("read cached attempts")
     def attempt_rows(self, run: str, branch: int) -> Iterator[tuple[int, int, int, bytes]]:
-        """(step, attempt, lsn, canonical JSON of the view) of a branch's cached attempts, streamed
-        in query order, as stored (unconfirmed: what verify compares with its own fold)."""
-        rows = self.db.execute("SELECT step, n, view FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn",
-                               (run, branch)).fetchall()  # chunk rows: few
-        for step, n, blob in rows:
-            keys, views = _unpack_chunk(blob, n)
-            for i, v in enumerate(views):
-                yield step, keys[2 * i], keys[2 * i + 1], v
+        """(step, attempt, lsn, canonical JSON of the view) of the attempts a branch's cached records
+        hold, in query order, as stored (unconfirmed: what verify compares with its own fold, after
+        ``diverged`` has confirmed them). The workflow version is the cached state's: only a run's
+        ``run_started`` sets it, before any attempt of the run."""
+        got = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        wv = _dec.decode(got[0]).get("workflow_version") if got is not None and isinstance(got[0], bytes) else None
+        out = []
+        for (chunk,) in self.db.execute("SELECT data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch)).fetchall():
+            for data in _unchunk(chunk):
+                oid = blake3(data).digest()
+                p = _payload(data)
+                if p["kind"] == R.ATTEMPT and p["run"] == run and R.DELETED_FIELD not in p["body"]:
+                    r = _new_record(R.Record, (oid, p["run"], branch, p["lsn"], p["parent"], p["kind"], p.get("time"), p["body"]))
+                    b = p["body"]
+                    out.append((b["step"], b["attempt"], p["lsn"], codec.canonical_json_plain(attempt_view(r, wv))))
+        out.sort(key=lambda t: t[:3])
+        yield from out
 
     @_cache_op("read cached attempts")
     def attempt_fragments(self, run: str, branch: int) -> list[bytes]:
@@ -618,8 +708,8 @@ class StateCache:
 
     def _refresh(self, chains: ChainReader, view: View, branch: int) -> None:
         """Catch one branch's rows up to the view's head in one transaction, streaming the records
-        it lacks from the log's chain index (memory does not grow with history: views are
-        written every ``_PENDING`` attempts, records every ``RCHUNK``)."""
+        it lacks from the log's chain index (memory does not grow with history: records are
+        written a row at a time)."""
         run = view.run
         head = view.head(branch)
         db = self.db
@@ -686,121 +776,48 @@ class StateCache:
             raise
 
     def _append(self, chains: ChainReader, view: View, branch: int, start: int, state: dict) -> int:
-        """Fold the branch's records from LSN ``start`` on into ``state`` and add their rows; the new tip."""
+        """Fold the branch's records from LSN ``start`` on into ``state`` and add their canonical bytes
+        to the record rows (a record a deletion covers has none: its header is the log's deletion
+        row); the new tip. Memory: one row (``RCHUNK`` records or ``_CHUNK_BYTES``)."""
         run = view.run
         db = self.db
-        c = start // RCHUNK
-        rids, kinds = bytearray(), bytearray()
-        if start % RCHUNK:  # the last record row is partial: it is rewritten with the new records
-            got = db.execute("SELECT rids, kinds FROM recs WHERE run=? AND branch=? AND chunk=?", (run, branch, c)).fetchone()
-            if got is None or len(got[1]) != start % RCHUNK:
+        parts: list[bytes] = []
+        first, n, size = start, 0, 0
+        if start:
+            last = db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=? ORDER BY lsn DESC LIMIT 1", (run, branch)).fetchone()
+            if last is None or type(last[0]) is not int or type(last[1]) is not int or last[0] + last[1] != start:
                 raise ValueError("cached record rows do not reach the cached tip")
-            rids += got[0]
-            kinds += got[1]
-        pending: dict[int, list[tuple[int, int, bytes]]] = {}
-        held = 0
+            if last[1] < RCHUNK:  # the last row is partial: it is rewritten with the new records
+                old = _unchunk(last[2])
+                if sum(map(len, old)) < _CHUNK_BYTES:
+                    parts, first, n, size = old, last[0], last[1], sum(map(len, old))
+        erased = chains.store.erased_records
         tip = start - 1
-        jenc = codec.canonical_json_plain
         for r in chains.iter_own(view, branch, start=start):
             apply(state, r)
             tip = r.lsn
-            rids += r.id[:_RID]
-            if r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body:  # a header-only attempt has no view
-                b = r.body
-                kinds.append(1)
-                pending.setdefault(b["step"], []).append((b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
-                held += 1
-                if held >= _PENDING:
-                    self._add_views(run, branch, pending)
-                    pending, held = {}, 0
-            else:
-                kinds.append(0)
-            if len(kinds) == RCHUNK:
-                db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, c, bytes(rids), bytes(kinds)))
+            if not (erased and r.id in erased):
+                data = self._canonical(chains, r.id)
+                parts.append(data)
+                size += len(data)
+            n += 1
+            if n >= RCHUNK or size >= _CHUNK_BYTES:
+                db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
                 chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
-                c += 1
-                rids, kinds = bytearray(), bytearray()
-        if kinds:
-            db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, c, bytes(rids), bytes(kinds)))
-        self._add_views(run, branch, pending)
+                parts, first, n, size = [], r.lsn + 1, 0, 0
+        if n:
+            db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
         return tip
 
-    def _add_views(self, run: str, branch: int, pending: dict[int, list[tuple[int, int, bytes]]]) -> None:
-        """Add new attempt views to their steps' chunks, keeping each step's chunks in (attempt, lsn)
-        order: appended after the step's last chunk (filling it first), or — when an attempt sorts
-        before one already cached, which a run numbering attempts out of order does — the step's
-        chunks are merged and rewritten (memory: that one step)."""
-        db = self.db
-        for step, new in pending.items():
-            new.sort(key=lambda e: (e[0], e[1]))
-            last = db.execute("SELECT attempt, lsn, n, view FROM attempt WHERE run=? AND branch=? AND step=? "
-                              "ORDER BY attempt DESC, lsn DESC LIMIT 1", (run, branch, step)).fetchone()
-            if last is not None:
-                keys, views = _unpack_chunk(last[3], last[2])
-                if (keys[-2], keys[-1]) < (new[0][0], new[0][1]):
-                    if last[2] < VCHUNK:  # fill the last chunk first
-                        db.execute("DELETE FROM attempt WHERE run=? AND branch=? AND step=? AND attempt=? AND lsn=?",
-                                   (run, branch, step, last[0], last[1]))
-                        new = [(keys[2 * i], keys[2 * i + 1], v) for i, v in enumerate(views)] + new
-                else:
-                    old: list[tuple[int, int, bytes]] = []
-                    for n, blob in db.execute("SELECT n, view FROM attempt WHERE run=? AND branch=? AND step=?",
-                                              (run, branch, step)).fetchall():
-                        ks, vs = _unpack_chunk(blob, n)
-                        old.extend((ks[2 * i], ks[2 * i + 1], v) for i, v in enumerate(vs))
-                    db.execute("DELETE FROM attempt WHERE run=? AND branch=? AND step=?", (run, branch, step))
-                    new = sorted(old + new, key=lambda e: (e[0], e[1]))
-            for i in range(0, len(new), VCHUNK):
-                part = new[i:i + VCHUNK]
-                db.execute("INSERT INTO attempt VALUES(?,?,?,?,?,?,?)",
-                           (run, branch, step, part[0][0], part[0][1], len(part), _pack_chunk(part)))
-
-
-class _Views(Iterator[bytes]):
-    """A branch's cached views in query order, read in the SQLite snapshot that confirmed them;
-    the snapshot ends (COMMIT) when the views run out, fail, or ``close()`` is called — also
-    for an iterator never started, which a generator's ``finally`` would not cover."""
-
-    def __init__(self, db: sqlite3.Connection, run: str, branch: int) -> None:
-        self._db: sqlite3.Connection | None = db
-        self._rows = db.execute("SELECT view, n FROM attempt WHERE run=? AND branch=? ORDER BY step, attempt, lsn", (run, branch))
-        self._chunk: Iterator[bytes] = iter(())
-
-    def __next__(self) -> bytes:
-        try:
-            while True:
-                for v in self._chunk:
-                    return v
-                if self._db is None:
-                    raise StopIteration
-                row = self._rows.fetchone()
-                if row is None:
-                    raise StopIteration
-                self._chunk = iter(_unpack_chunk(row[0], row[1])[1])
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            self._rows.close()
-            db.execute("COMMIT")
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: S110 - a connection already gone has no snapshot left to end
-            pass
-
-
-def _log_fields(cached: dict, fields: dict) -> dict:
-    """A cached state or summary with the run's own fields replaced by the log's (``run_fields``):
-    the rows' confirmation sees record ids, not folded content, so these are never served from them."""
-    for k, v in fields.items():
-        if k in cached:
-            cached[k] = v
-    return cached
+    @staticmethod
+    def _canonical(chains: ChainReader, oid: bytes) -> bytes:
+        """A record's canonical bytes: its decoded value (the walk has just read its block) encoded
+        again, which is what the writer wrote; bytes of another form are read as they are."""
+        _otype, p = chains.store.get_decoded(oid)
+        data = codec.encode(codec.RECORD, p)
+        if codec.hash_bytes(data) != oid:
+            data = chains.store.get_raw(oid)
+        return data
 
 
 def _dels(v: Any) -> bytes | None:
