@@ -53,10 +53,6 @@ def _db(root):
     return sqlite3.connect(os.path.join(root, "state.db"))
 
 
-def _old_layout(db):
-    return db.execute("SELECT 1 FROM sqlite_master WHERE name='attempt'").fetchone() is not None
-
-
 def _edit_state(db, run, branch, fn):
     """Recompute the branch row's folded state and summary as the forger wants them."""
     st, su = db.execute("SELECT state, summary FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
@@ -68,33 +64,8 @@ def _edit_state(db, run, branch, fn):
 
 
 def _forge_record(db, run, branch, lsn, body_fn, drop=False):
-    """Rewrite (or, ``drop``, remove) the cached copy of the attempt at ``lsn``: in the old layout its
-    view (and, dropped, its kind byte); in the current one its canonical record bytes."""
+    """Rewrite (or, ``drop``, remove) the cached canonical bytes of the record at ``lsn``."""
     zd, zc = zstandard.ZstdDecompressor(), zstandard.ZstdCompressor(level=3)
-    if _old_layout(db):
-        rows = db.execute("SELECT step, attempt, lsn, n, view FROM attempt WHERE run=? AND branch=?", (run, branch)).fetchall()
-        for step, a0, l0, n, blob in rows:
-            keys, views = _dec.decode(zd.decompress(blob, max_output_size=1 << 26))
-            at = [keys[2 * i + 1] for i in range(n)]
-            if lsn not in at:
-                continue
-            i = at.index(lsn)
-            if drop:
-                del keys[2 * i:2 * i + 2]
-                del views[i]
-                (ks,) = db.execute("SELECT kinds FROM recs WHERE run=? AND branch=? AND chunk=0", (run, branch)).fetchone()
-                ks = bytearray(ks)
-                ks[lsn] = 0
-                db.execute("UPDATE recs SET kinds=? WHERE run=? AND branch=? AND chunk=0", (bytes(ks), run, branch))
-            else:
-                v = msgspec.json.decode(views[i])
-                views[i] = codec.canonical_json_plain(body_fn(v))
-            db.execute("DELETE FROM attempt WHERE run=? AND branch=? AND step=? AND attempt=? AND lsn=?", (run, branch, step, a0, l0))
-            if views:
-                db.execute("INSERT INTO attempt VALUES(?,?,?,?,?,?,?)", (run, branch, step, keys[0], keys[1], len(views),
-                                                                        zc.compress(_enc.encode([keys, views]))))
-            return
-        raise AssertionError(f"no cached view at LSN {lsn}")
     rows = db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=?", (run, branch)).fetchall()
     for l0, n, data in rows:
         if not l0 <= lsn < l0 + n:
@@ -144,6 +115,7 @@ def _one_less(st):
 
 
 def forge(root, run, p1, p2, case):
+    p1, p2 = bytes(p1), bytes(p2)  # put_blob hands out codec.Id; the forger encodes plain bytes
     db = _db(root)
     if case == "an attempt's state":  # LSN 4, branch 0: step 2 failed -> succeeded
         _forge_record(db, run, 0, 4, _with(state="succeeded"))
