@@ -411,3 +411,49 @@ def test_an_authorised_deletion_behind_a_checkpoint_is_obeyed_and_checked_once(w
             fresh.view("A")
         assert fresh.runs() == ["B"]
     assert len(calls) == 1, calls
+
+
+def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, monkeypatch):
+    """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    n = int(line[0].split(":")[0].split()[1])
+    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    fresh = RunLog(Store.open(root))
+    assert fresh.runs() == ["A", "B"]
+    fresh.record_attempt("A", 9, 0, "succeeded")
+    run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+_START_LABELLED = """
+import sys
+from objstore import RunLog, Store
+from objstore.errors import ObjstoreError
+try:
+    print(RunLog(Store.open(sys.argv[1])).start_run(labels={"thread_id": "T"}, subject="alice"))
+except ObjstoreError as e:
+    print(e, file=sys.stderr)
+    sys.exit(e.exit_code)
+"""
+
+
+def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_run(world, monkeypatch):
+    """A labelled run's forged deletion behind a checkpoint: naming the run by its labels, and starting
+    the next generation of those labels (which only a deleted generation 0 allows), stop at it."""
+    import subprocess
+    import sys
+
+    root, log, owner, k, g, env = world
+    run = log.start_run(labels={"thread_id": "T"}, subject="alice")
+    stranger = k["stranger"]
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, _deletion(stranger, run=run), runrefs.deleted_ref(run))
+        log.store.engine._checkpoint()
+    n = log.store.engine.position().entry
+    line = (f"entry {n}: bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run {run}",
+            f"({runrefs.deleted_ref(run)})); the log is readable only up to it")
+    _, out, err = run_cli("log", "thread_id=T", store=root, env_extra=env, exit_code=6)
+    _one_line(err, line)
+    got = subprocess.run([sys.executable, "-c", _START_LABELLED, root], capture_output=True, text=True, env={**os.environ, **env})
+    assert got.returncode == 6, (got.stdout, got.stderr)
+    _one_line(got.stderr, line)

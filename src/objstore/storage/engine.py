@@ -904,7 +904,12 @@ class Tables:
         created only once generations 0 … g−1 are deleted runs (in the tables, or by this entry)."""
         def deleted(run: str) -> bool:
             name = runrefs.deleted_ref(run)
-            return (refs[name] if name in refs else self.refs.get(name)) is not None
+            if name in refs:
+                return refs[name] is not None
+            gone = self.refs.get(name)
+            if gone is not None:
+                self.obey(name, gone)  # a generation born past a deletion: only one that holds
+            return gone is not None
 
         for run, _n in starts:
             oid = next(o for r, b, lsn, o in chain if r == run and b == 0 and lsn == 0)
