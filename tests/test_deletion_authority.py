@@ -457,3 +457,20 @@ def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_ru
     got = subprocess.run([sys.executable, "-c", _START_LABELLED, root], capture_output=True, text=True, env={**os.environ, **env})
     assert got.returncode == 6, (got.stdout, got.stderr)
     _one_line(got.stderr, line)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_unauthorised_deletion_behind_a_checkpoint_stops_the_read_that_would_obey_it(world, case, monkeypatch):
+    """Each forged deletion, then the forger's checkpoint: a fresh reader process stops at the read
+    it would obey it in — the run's log (run and records deletions), the blob's body (a redaction)."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case(case, log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()
+    n = log.store.engine.position().entry
+    args = ("cat", obj["blob"].hex(), "--body") if ref.startswith(runrefs.REDACTED_PREFIX) else ("log", "A")
+    _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
+    assert out == ""
+    _one_line(err, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it"))
