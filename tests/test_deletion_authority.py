@@ -15,7 +15,7 @@ import pytest
 from helpers import run_cli, snapshot_tree
 
 from objstore import RunLog, Store
-from objstore.errors import CorruptLog, Refused
+from objstore.errors import CorruptLog, Deleted, Refused
 from objstore.journal import grants as G
 from objstore.lifecycle import delete as D
 from objstore.storage import authority, codec, identity, runrefs
@@ -209,18 +209,20 @@ def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
     assert mem.runs() == ["A"]
 
 
-def test_gc_refuses_a_forged_deletion_a_forged_checkpoint_hides_from_readers(world, monkeypatch):
+def test_gc_refuses_a_forged_deletion_behind_a_forged_checkpoint(world, monkeypatch):
     """Readers adopt a checkpoint whose tables match the log's root (derived data, like the ref rules'):
-    one written by the forger's process past the forged entry hides it from them — but gc, which is
-    what makes a deletion permanent, checks every deletion it acts on, refuses (exit 6, one line naming
-    it) and removes nothing; verify replays from the first entry and names it."""
+    one written by the forger's process past the forged entry holds the deletion unchecked; a read
+    checks it where it obeys it, and gc, which makes a deletion permanent, checks every deletion it
+    acts on, refuses (exit 6, one line naming it) and removes nothing; verify replays from the first
+    entry and names it."""
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
     with monkeypatch.context() as m:
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         did = _write(log.store, obj, ref)
         log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry
-    assert RunLog(Store.open(root)).runs() == ["B"]  # adopted: the readers' gap verify and gc close
+    with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}"):  # adopted: checked where a read obeys it
+        RunLog(Store.open(root)).runs()
     files = snapshot_tree(os.path.join(root, "log"))
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and f"bad-deletion {did.hex()}: {why}" in err, err
@@ -312,9 +314,6 @@ def test_a_records_deletion_does_not_cover_a_runs_run_started(world):
     assert "covers the run_started record of run A (LSN 0 of branch 0): only a run deletion does" in str(err.value), str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="readers adopt a checkpoint written past a forged deletion and obey it (run hidden, "
-                   "writers append after it); checking its deletions at adoption costs ~130 us per signed deletion per "
-                   "open (measured): needs a design (a cheap, unforgeable record of checked deletions)")
 def test_a_reader_does_not_adopt_a_checkpoint_past_a_forged_deletion(world, monkeypatch):
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
@@ -324,3 +323,154 @@ def test_a_reader_does_not_adopt_a_checkpoint_past_a_forged_deletion(world, monk
         log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry (every seal does)
     with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}: "):
         RunLog(Store.open(root)).runs()
+
+
+# -- readers that adopt a checkpoint past a deletion check it where a read obeys it -----------------
+
+def _forged_behind_checkpoint(world, monkeypatch):
+    """A forged ("never granted") deletion of run A, then the forger's checkpoint past it: what every
+    fresh reader adopts. Returns (root, env, the line a replaying reader stops with)."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case("never granted", log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()
+    n = log.store.engine.position().entry
+    return root, env, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it")
+
+
+def _one_line(err, line):
+    assert err.count("\n") == 1 and line[0] in err and line[1] in err, err
+
+
+def test_a_reader_past_a_forged_deletion_stops_at_the_runs_view(world, monkeypatch):
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    _, out, err = run_cli("log", "A", store=root, env_extra=env, exit_code=6)
+    assert out == ""
+    _one_line(err, line)
+
+
+def test_a_reader_past_a_forged_deletion_stops_before_withholding_a_blob(world, monkeypatch):
+    log = world[1]
+    blob = log.store.get(log.store.indexed_record("A", 0, 1))[1]["body"]["prompt"]  # only run A names it
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    _, out, err = run_cli("cat", blob.hex(), "--body", store=root, env_extra=env, exit_code=6)
+    assert out == ""
+    _one_line(err, line)
+
+
+def test_a_reader_past_a_forged_deletion_stops_before_listing_runs_without_it(world, monkeypatch):
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    _, out, err = run_cli("runs", store=root, env_extra=env, exit_code=6)
+    assert out == ""
+    _one_line(err, line)
+
+
+_APPEND = """
+import sys
+from objstore import Store
+from objstore.errors import ObjstoreError
+from objstore.storage import codec, runrefs
+st = Store.open(sys.argv[1])
+try:
+    head = st.indexed_record("A", 0, 3)  # below the run model (no view read): only the writer's ref rules see run A
+    with st.batch():
+        oid = st.put(codec.RECORD, {"run": "A", "branch": 0, "lsn": 4, "parent": head, "kind": "attempt", "time": 1.0,
+                                    "body": {"step": 9, "attempt": 0, "status": "succeeded"}})
+        st.set_ref(runrefs.branch_ref("A", 0), head, oid, "append")
+except ObjstoreError as e:
+    print(e, file=sys.stderr)
+    sys.exit(e.exit_code)
+"""
+
+
+def test_a_writer_past_a_forged_deletion_stops_instead_of_refusing_the_deleted_run(world, monkeypatch):
+    import subprocess
+    import sys
+
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    got = subprocess.run([sys.executable, "-c", _APPEND, root], capture_output=True, text=True, env={**os.environ, **env})
+    assert got.returncode == 6, got.stderr
+    _one_line(got.stderr, line)
+
+
+def test_an_authorised_deletion_behind_a_checkpoint_is_obeyed_and_checked_once(world, monkeypatch):
+    root, log, owner, k, g, env = world
+    D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
+    log.store.engine._checkpoint()
+    _, _, err = run_cli("log", "A", store=root, env_extra=env, exit_code=12)
+    assert "deleted" in err
+    calls = []
+    real = authority.entry_problem
+    monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    fresh = RunLog(Store.open(root))
+    assert fresh.store.engine.tables.adopted > 0
+    for _ in range(3):
+        with pytest.raises(Deleted):
+            fresh.view("A")
+        assert fresh.runs() == ["B"]
+    assert len(calls) == 1, calls
+
+
+def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, monkeypatch):
+    """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
+    root, env, line = _forged_behind_checkpoint(world, monkeypatch)
+    n = int(line[0].split(":")[0].split()[1])
+    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    fresh = RunLog(Store.open(root))
+    assert fresh.runs() == ["A", "B"]
+    fresh.record_attempt("A", 9, 0, "succeeded")
+    run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+_START_LABELLED = """
+import sys
+from objstore import RunLog, Store
+from objstore.errors import ObjstoreError
+try:
+    print(RunLog(Store.open(sys.argv[1])).start_run(labels={"thread_id": "T"}, subject="alice"))
+except ObjstoreError as e:
+    print(e, file=sys.stderr)
+    sys.exit(e.exit_code)
+"""
+
+
+def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_run(world, monkeypatch):
+    """A labelled run's forged deletion behind a checkpoint: naming the run by its labels, and starting
+    the next generation of those labels (which only a deleted generation 0 allows), stop at it."""
+    import subprocess
+    import sys
+
+    root, log, owner, k, g, env = world
+    run = log.start_run(labels={"thread_id": "T"}, subject="alice")
+    stranger = k["stranger"]
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, _deletion(stranger, run=run), runrefs.deleted_ref(run))
+        log.store.engine._checkpoint()
+    n = log.store.engine.position().entry
+    line = (f"entry {n}: bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run {run}",
+            f"({runrefs.deleted_ref(run)})); the log is readable only up to it")
+    _, out, err = run_cli("log", "thread_id=T", store=root, env_extra=env, exit_code=6)
+    _one_line(err, line)
+    got = subprocess.run([sys.executable, "-c", _START_LABELLED, root], capture_output=True, text=True, env={**os.environ, **env})
+    assert got.returncode == 6, (got.stdout, got.stderr)
+    _one_line(got.stderr, line)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_unauthorised_deletion_behind_a_checkpoint_stops_the_read_that_would_obey_it(world, case, monkeypatch):
+    """Each forged deletion, then the forger's checkpoint: a fresh reader process stops at the read
+    it would obey it in — the run's log (run and records deletions), the blob's body (a redaction)."""
+    root, log, owner, k, g, env = world
+    obj, ref, why = _case(case, log, owner, k, g)
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()
+    n = log.store.engine.position().entry
+    args = ("cat", obj["blob"].hex(), "--body") if ref.startswith(runrefs.REDACTED_PREFIX) else ("log", "A")
+    _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
+    assert out == ""
+    _one_line(err, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it"))

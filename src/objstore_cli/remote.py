@@ -123,6 +123,9 @@ def clone(url, directory, as_json):
         raise InvalidInput(f"clone makes a local store: {directory} is not a directory (push to it instead)")
     if os.path.lexists(directory) and (not os.path.isdir(directory) or os.listdir(directory)):
         raise InvalidInput(f"clone target {directory} exists and is not an empty directory")
+    from objstore.lifecycle.delete import check_authority
+
     source = Store.open(url)  # before DIR is made: a missing source leaves nothing behind
+    check_authority(source)  # so does a forged deletion the copy would carry (transfer refuses it too)
     target = Store.init(os.path.join(directory, DEFAULT_DIR))
     _report(_copy(source, target, None, "clone", as_json), "clone", as_json)

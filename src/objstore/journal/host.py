@@ -566,7 +566,11 @@ class LocalJournalHost:
         found = []
         for name, val in at.refs_ending(runrefs.RUN_PREFIX, "/journal"):
             run = runrefs.journal_run(name)
-            if run is None or run in exclude or at.refs_ending(runrefs.deleted_ref(run)):  # a deleted session is never selected
+            if run is None or run in exclude:
+                continue
+            gone = at.refs_ending(runrefs.deleted_ref(run))
+            if gone:  # a deleted session is never selected (by a deletion that holds)
+                store.obey_deletion(gone[0][0], gone[0][1])
                 continue
             try:
                 if self.log.subject(run) != subject:

@@ -126,16 +126,9 @@ def check_authority(store: Store) -> None:
     for name, value in store.list_refs():
         if authority.ref_wants(name) is None:
             continue
-        did: Any = value
-        seen: set = set()
-        while isinstance(did, bytes) and did not in seen:  # a records chain: every deletion on it
-            seen.add(did)
-            at = store.engine.loc_entry(did)
-            bad = authority.entry_problem(view, at if at is not None else 0, [[name, None, did]])
-            if bad is not None:
-                raise CorruptLog(store.engine.where(did) if hasattr(store.engine, "where") else name,
-                                 f"{bad}; refusing to act on it (run 'objstore verify')")
-            did = store.deletion_object(did).get("previous") if runrefs.is_deletions_ref(name) else None
+        got = authority.ref_problem(view, name, value)
+        if got is not None:
+            raise CorruptLog(store.engine.where(got[0]) if hasattr(store.engine, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
 
 
 # -- writing deletions ------------------------------------------------------------------------

@@ -20,6 +20,7 @@ damage are never cut.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..errors import InvalidInput, Refused, Unauthenticated
@@ -39,6 +40,11 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
     store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
     if not isinstance(engine, LogEngine):
         raise InvalidInput("only a store on disk has a log to repair")
+    stale = engine.tables.adopted > cut_after
+    if engine.tables.adopted:
+        # A checkpoint's tables may be past an entry no reader applied (a forged deletion behind it,
+        # found only where a read obeys it): what is readable is what a replay from the first entry reads.
+        engine = store.engine = LogEngine(engine.root, engine.policy, checkpoint=False)
     engine.prefix_ok = True  # the store is damaged: read what can be read
     owner = identity.owner_public(store)
     if owner is not None:
@@ -60,4 +66,9 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
         txn.put(oid, codec.BLOB, canonical)
         txn.set_ref(REPAIRS_REF, txn.read_ref(REPAIRS_REF), oid, f"repair: cut after entry {cut_after}: {reason}")
     engine.prefix_ok = False
+    if stale:  # the checkpoint (derived) names a position the cut removed: the next reader replays and writes one
+        try:
+            os.unlink(os.path.join(engine.dir, "checkpoint"))
+        except FileNotFoundError:
+            pass
     return {"cut_after": cut_after, "entry": engine.position().entry, "removed": removed, "note": oid.hex(), "signed": key is not None}

@@ -441,6 +441,7 @@ class ChainReader:
     def _view_of(self, run: str, snap: dict) -> View:
         gone = snap.get(runrefs.deleted_ref(run))
         if isinstance(gone, bytes):
+            self.store.obey_deletion(runrefs.deleted_ref(run), gone)
             raise Deleted(f"run {run}", gone.hex(), self.store.deletion_object(gone).get("reason", ""))
         return self.view_of_any(run, snap)
 

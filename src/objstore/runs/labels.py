@@ -62,7 +62,7 @@ def generations(store: Store, labels: Mapping[str, str]) -> tuple[str, bool]:
     g = 0
     while True:
         run = run_id(labels, g)
-        if store.read_ref(deleted_ref(run)) is None:
+        if not _deleted(store, run):
             return run, store.read_ref(branch_ref(run, 0)) is not None
         g += 1
 
@@ -85,8 +85,17 @@ def _has(p: dict, want: dict[str, str]) -> bool:
     return type(got) is dict and all(got.get(k) == v for k, v in want.items())
 
 
+def _deleted(store: Store, run: str) -> bool:
+    """Whether ``run`` is a deleted run, for a look-up that obeys it (its deletion checked: Store.obey_deletion)."""
+    gone = store.read_ref(deleted_ref(run))
+    if gone is None:
+        return False
+    store.obey_deletion(deleted_ref(run), gone)
+    return True
+
+
 def _live(store: Store, run: str) -> bool:
-    return store.read_ref(branch_ref(run, 0)) is not None and store.read_ref(deleted_ref(run)) is None
+    return store.read_ref(branch_ref(run, 0)) is not None and not _deleted(store, run)
 
 
 def find_run(store: Store, labels: Mapping[str, str]) -> str | None:
@@ -117,7 +126,7 @@ def find_runs(store: Store, labels: Mapping[str, str]) -> list[str]:
             continue
         run = p["run"]
         if (_live(store, run) and run not in out
-                and live_earlier_generation(run, p["labels"], lambda r: store.read_ref(deleted_ref(r)) is not None) is None):
+                and live_earlier_generation(run, p["labels"], lambda r: _deleted(store, r)) is None):
             out.append(run)
     return out
 

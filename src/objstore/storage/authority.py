@@ -18,7 +18,8 @@ opening cold, a packed segment, an S3 log) stops before it, and verify names it.
   its records) is named by an object of the run's journal or segment chain.
 
 ``deletion_problems`` is the rule over one deletion object; ``entry_problem`` applies it to the
-deletion refs an entry moves; ``moves_deletion`` is the cheap name check that keeps every other
+deletion refs an entry moves; ``ref_problem`` to the deletions behind one ref as of their own
+entries (for what took them in without applying them: a checkpoint's reader, gc); ``moves_deletion`` is the cheap name check that keeps every other
 commit from paying anything. The log is read through a small view (``EntryView`` for an entry
 being applied, ``StoreView`` for a store at its position: verify, objstore.lifecycle.delete).
 """
@@ -349,4 +350,25 @@ def entry_problem(view: View, n: int, moves: list) -> str | None:
         found = deletion_problems(view, value, n)
         if found:
             return f"{BREACH}{new.hex()}: {found[0]} ({name})"
+    return None
+
+
+def ref_problem(view: View, name: str, value: Any, upto: int | None = None, done: set | None = None) -> tuple[bytes, int, str] | None:
+    """(its id, its entry, one line) of the first deletion behind deletion ref ``name`` at ``value`` (a
+    ``deletions`` ref: each one back through ``previous``) that breaks the rule as of its own entry
+    (the entry storing it, which moved the ref to it), or None. ``upto``: only those stored at or
+    before that entry (a later one was checked where its entry was applied); ``done``: ids known to
+    keep the rule (the walk stops at one), and each one found to keep it is added."""
+    did, seen = value, set()
+    while type(did) is bytes and did not in seen and (done is None or did not in done):
+        seen.add(did)
+        at = view.entry_of(did)
+        if upto is None or at is None or at <= upto:
+            bad = entry_problem(view, at if at is not None else 0, [[name, None, did]])
+            if bad is not None:
+                return did, (at if at is not None else 0), bad
+        if done is not None:
+            done.add(did)
+        v = _decoded(view, did, codec.DELETION) if runrefs.is_deletions_ref(name) else None
+        did = v.get("previous") if v is not None else None
     return None

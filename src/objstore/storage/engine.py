@@ -687,6 +687,20 @@ class Tables:
         self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
         self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
         self.dgen = 0  # bumped by each entry that moves a deletion ref (storage.erased keys its cache by it)
+        # Tables adopted from a checkpoint took in the deletions of entries up to ``adopted`` without
+        # applying those entries (so without the authority rule): each is checked where a read first
+        # obeys it (``obey``), by ``confirm`` (the engine's), and its id joins ``checked``.
+        self.adopted = 0
+        self.checked: set[bytes] = set()
+        self.confirm: Any = None
+
+    def obey(self, name: str, value: Any) -> None:
+        """Called by every read about to obey deletion ref ``name`` at ``value`` (hide a run or a
+        record, withhold a body, refuse a write to a deleted run): CorruptLog, the line a replaying
+        reader stops with, if it is a deletion these tables took in from a checkpoint and it breaks
+        the authority rule. Checked once per process; otherwise a set-membership test."""
+        if self.adopted and type(value) is bytes and value not in self.checked and self.confirm is not None:
+            self.confirm(name, value)
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)
@@ -786,6 +800,8 @@ class Tables:
             # A deleted run is gone for good: nothing is appended to it, forked from it or moved in it.
             gone = runrefs.deleted_ref(run)
             if gone in self.refs or gone in refs:
+                if gone in self.refs:
+                    self.obey(gone, self.refs[gone])
                 if any(r == run for r, _b in tips):
                     return f"run {run} is deleted: no record is appended to it"
                 moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)]
@@ -888,7 +904,12 @@ class Tables:
         created only once generations 0 … g−1 are deleted runs (in the tables, or by this entry)."""
         def deleted(run: str) -> bool:
             name = runrefs.deleted_ref(run)
-            return (refs[name] if name in refs else self.refs.get(name)) is not None
+            if name in refs:
+                return refs[name] is not None
+            gone = self.refs.get(name)
+            if gone is not None:
+                self.obey(name, gone)  # a generation born past a deletion: only one that holds
+            return gone is not None
 
         for run, _n in starts:
             oid = next(o for r, b, lsn, o in chain if r == run and b == 0 and lsn == 0)
@@ -2154,6 +2175,27 @@ class LogEngine(Engine):
             return  # derived data that does not match (or was crafted): replay the log instead
         self.tables, self._seg, self._off, self._sealed = t, seg, off, sealed
         self._ckpt_at = (t.pos.entry, off)
+        t.adopted, t.confirm = t.pos.entry, self._confirm_adopted
+
+    def _confirm_adopted(self, name: str, value: bytes) -> None:
+        """The authority rule over the deletions behind ``name`` (at ``value``) that the adopted
+        checkpoint took in, as of their own entries (``Tables.obey``): each one that keeps it is
+        remembered; one that breaks it is damage at its entry, as a replaying reader finds it."""
+        with self._mu:
+            t = self.tables
+            view = authority.EntryView(self, 0, [], {}, lambda oid: None)
+            got = authority.ref_problem(view, name, value, t.adopted, t.checked)
+            if got is None:
+                return
+            did, n, bad = got
+            loc = self.loc(did)
+            seg, off = (loc.seg, 0) if loc is not None else (1, 0)
+            if os.path.exists(self.seg_path(seg)):
+                hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+                off = next((e.offset for e in self._segment_entries(seg, hdr[3], hdr[2]) if e.n == n), 0)
+            self.torn, self.damaged, self.breach = None, (seg, off, f"entry {n}: {bad}"), True
+            raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} (entry {n}: {bad}); the log is readable "
+                             "only up to it (run 'objstore verify')")
 
     def _entry_ending_at(self, seg: int, off: int, n: int) -> Entry:
         """The entry whose trailer ends at ``off`` in segment ``seg`` (its checksum chain is not

@@ -33,8 +33,9 @@ _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 
 
 class _Dead:
-    def __init__(self, key: tuple, pos: Any, blobs: dict, records: dict, deleted: set) -> None:
+    def __init__(self, key: tuple, pos: Any, blobs: dict, records: dict, deleted: set, refs: list = ()) -> None:  # type: ignore[assignment]
         self.key, self.pos = key, pos  # (the tables, their deletion count): what the sets below are of
+        self.refs = refs  # (name, value) of the deletion refs the sets are worked out from
         self.blobs = blobs  # blob id -> id of the deletion whose records name it
         self.records = records  # record id -> the blob ids it names (every record a deletion covers)
         self.deleted = deleted  # runs deleted whole
@@ -56,6 +57,10 @@ def check_blob(store: Any, oid: bytes) -> None:
     if dead.ref_pos != dead.pos:  # once per log position, for every blob at once
         _still_named(store, dead)
     if oid not in dead.named and oid not in dead.refnamed:
+        # Withheld by what the deletions together leave unnamed: each is checked before a read obeys
+        # them (a deletion a checkpoint brought in is checked once per process; else a set look-up).
+        for name, value in dead.refs:
+            store.engine.tables.obey(name, value)
         raise Deleted(f"blob {oid.hex()}", did.hex(), store.deletion_object(did).get("reason", ""))
 
 
@@ -90,9 +95,9 @@ def _dead(store: Any) -> _Dead:
                 for _lsn, rid in eng.iter_chain(run, branch, 0):
                     _note(eng, rid, did, blobs, records)
         else:
-            for rid, hit in store.covered_records(run, did).items():
+            for rid, hit in store.covered_records(run, did, obey=False).items():
                 _note(eng, rid, hit[0], blobs, records)
-    got = _Dead(key, pos, blobs, records, deleted)
+    got = _Dead(key, pos, blobs, records, deleted, refs)
     store.__dict__["_dead_blobs"] = got
     return got
 

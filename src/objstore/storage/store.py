@@ -704,9 +704,13 @@ class Store:
         """Every run (a run exists once its branch 0 ref does), but deleted ones (``run/<R>/deleted``
         set: issue 17, gone from every listing)."""
         self.engine.refresh()
+        t = self.engine.tables
         with _tables_lock(self.engine):
-            return sorted(r for r, d in self.engine.tables.run_refs.items()
-                          if runrefs.branch_ref(r, 0) in d and runrefs.deleted_ref(r) not in d)
+            runs = [(r, d.get(runrefs.deleted_ref(r))) for r, d in t.run_refs.items() if runrefs.branch_ref(r, 0) in d]
+        for r, gone in runs:
+            if gone is not None:
+                t.obey(runrefs.deleted_ref(r), gone)  # hidden from the listing: only by a deletion that holds
+        return sorted(r for r, gone in runs if gone is None)
 
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number) of a run's ``run_started`` record."""
@@ -784,9 +788,17 @@ class Store:
             return {}
         return v if t == codec.DELETION and isinstance(v, dict) else {}
 
+    def obey_deletion(self, name: str, value: Any) -> None:
+        """What every read does before it obeys deletion ref ``name`` at ``value`` (engine.Tables.obey):
+        a deletion this process took in from a checkpoint is checked against the authority rule
+        there, once (CorruptLog if it breaks it)."""
+        self.engine.tables.obey(name, value)
+
     def check_redacted(self, oid: bytes) -> None:
-        d = self.engine.tables.refs.get(runrefs.REDACTED_PREFIX + oid.hex())
+        name = runrefs.REDACTED_PREFIX + oid.hex()
+        d = self.engine.tables.refs.get(name)
         if isinstance(d, bytes):
+            self.engine.tables.obey(name, d)
             raise Redacted(oid.hex(), d.hex(), self.deletion_object(d).get("reason", ""))
 
     def _check_record(self, oid: bytes, data: bytes) -> None:
@@ -804,20 +816,25 @@ class Store:
             return
         d = rr.get(runrefs.deleted_ref(run))
         if isinstance(d, bytes):
+            self.engine.tables.obey(runrefs.deleted_ref(run), d)
             raise Deleted(f"run {run}", d.hex(), self.deletion_object(d).get("reason", ""))
         if runrefs.deletions_ref(run) in rr:
             hit = self.covered_records(run).get(oid)
             if hit is not None:
                 raise Deleted(f"record {oid.hex()}", hit[0].hex(), self.deletion_object(hit[0]).get("reason", ""))
 
-    def covered_records(self, run: str, head: Any = False) -> dict[bytes, tuple[bytes, str, int, int, str]]:
+    def covered_records(self, run: str, head: Any = False, obey: bool = True) -> dict[bytes, tuple[bytes, str, int, int, str]]:
         """{record id: (deletion id, run, branch, lsn, kind)} of the records of ``run`` that partial
         deletions cover, read from the ``run/<R>/deletions`` chain (at ``head``; default: the reader's
-        position). Remembered by chain head: a new deletion reads only the objects it added."""
+        position). Remembered by chain head: a new deletion reads only the objects it added. The
+        covered records join ``erased_records``, which chain walks obey: the chain is checked first
+        (``obey_deletion``), unless ``obey`` is False (storage.erased, which checks before it withholds)."""
         if head is False:
             head = self.engine.tables.run_refs.get(run, {}).get(runrefs.deletions_ref(run))
         if not isinstance(head, bytes):
             return {}
+        if obey:
+            self.engine.tables.obey(runrefs.deletions_ref(run), head)
         got = self._covered.get(run)
         if got is not None and got[0] == head:
             return got[1]
