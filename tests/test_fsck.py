@@ -391,12 +391,12 @@ def test_malformed_but_hashed_record(built):
     """A record whose bytes hash to its id and decode canonically, but has no body."""
     head = built.tail[-1]
     payload = msgspec.msgpack.Encoder(order="sorted").encode(
-        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": head.id, "kind": "attempt", "time": 1.0})
+        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": bytes(head.id), "kind": "attempt", "time": 1.0})
     canon = b"record %d\x00" % len(payload) + payload
     oid = blake3.blake3(canon).digest()
     # Its entry claims the index row of the same record with a body (format 3: every record has one).
     twin = msgspec.msgpack.Encoder(order="sorted").encode(
-        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": head.id, "kind": "attempt", "time": 1.0, "body": {}})
+        {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": bytes(head.id), "kind": "attempt", "time": 1.0, "body": {}})
     row = E.object_facts("record", b"record %d\x00" % len(twin) + twin, None)
     p = append_entry(built.root, [(oid, "record", canon)], [("run/r1/branch/0", head.id, oid, "append")], facts={oid: row})
     expect = [f"malformed-object {oid.hex()}: missing field 'body' [{p}]",

@@ -125,3 +125,18 @@ def test_round_trip(tmp_path_factory, data, body_key):
 def test_id_of_plain_bytes(value):
     i = codec.Id(value)
     assert i == value and str(i) == value.hex() and bytes(i) == value and type(bytes(i)) is bytes
+
+
+def test_the_canonical_encoders_take_an_id_as_its_plain_bytes(tmp_path):
+    """A caller crafting objects or entries from ids the API handed out (codec.encode, engine.encode_entry)
+    gets the same canonical bytes as with the plain bytes, never a TypeError."""
+    from objstore.storage import engine as E
+
+    log = objstore.open_store(str(tmp_path / "s"))
+    run = log.start_run("r")
+    rec = log.record_attempt(run, step=1, attempt=0, state="succeeded", prompt=log.put_blob(b"p"))
+    value = {"run": run, "branch": 0, "lsn": 1, "parent": rec.id, "kind": "attempt", "time": 1.0, "body": {}}
+    assert codec.encode(codec.RECORD, value) == codec.encode(codec.RECORD, {**value, "parent": bytes(rec.id)})
+    moves = [["note/x", None, rec.id, "why"]]
+    plain = [["note/x", None, bytes(rec.id), "why"]]
+    assert E.encode_entry(bytes(32), 2, 1.0, [], moves, None)[0] == E.encode_entry(bytes(32), 2, 1.0, [], plain, None)[0]

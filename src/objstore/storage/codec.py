@@ -72,7 +72,10 @@ def encode(otype: str, value: Any) -> bytes:
             raise InvalidInput(f"a blob's payload is bytes, not {type(value).__name__}")
         payload = bytes(value)
     elif type(value) is dict:
-        payload = _enc.encode(value)
+        try:
+            payload = _enc.encode(value)
+        except TypeError:  # an Id (a bytes subclass the encoder does not take) is encoded as the plain bytes it is
+            payload = _enc.encode(plain_ids(value))
     else:
         raise InvalidInput(f"a {otype}'s payload is a map, not {type(value).__name__}")
     return head % len(payload) + payload
@@ -169,6 +172,15 @@ class Id(bytes):
 
     def __reduce__(self) -> tuple[type[Id], tuple[bytes]]:
         return (Id, (bytes(self),))
+
+
+def id_hook(obj: Any) -> bytes:
+    """``enc_hook`` of the encoders that build entries: an ``Id`` handed back to a low-level call (a ref
+    move's value, an entry's row) is encoded as the plain bytes it is. msgspec calls it only for a
+    type it does not take, so plain values never reach it."""
+    if isinstance(obj, bytes):
+        return bytes(obj)
+    raise TypeError(f"Encoding objects of type {type(obj).__name__} is unsupported")
 
 
 def plain_ids(value: Any) -> Any:

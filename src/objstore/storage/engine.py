@@ -88,7 +88,7 @@ WITNESS_MAGIC = b"OSW3"
 WITNESS = struct.Struct("<4sQ32s")  # magic, entry number, chain checksum: log/witness
 REPAIRS_REF = "log/repairs"  # the ref naming the newest repair's note (lifecycle.repair writes it)
 
-_enc = msgspec.msgpack.Encoder(order="sorted")
+_enc = msgspec.msgpack.Encoder(order="sorted", enc_hook=codec.id_hook)  # an Id in a low-level call: its plain bytes
 _dec = msgspec.msgpack.Decoder()
 STATS = {"entries_decoded": 0, "blocks_read": 0}  # what 'counted, not timed' tests count
 _zc = threading.local()
