@@ -257,3 +257,28 @@ def keys_holding(items, secret):
                 pass
             i = data.find(b"\x28\xb5\x2f\xfd", i + 1)
     return out
+
+
+def run_on_terminal(args, env, cwd=None, timeout=60):
+    """The CLI (``python -m objstore ARGS``) with stdin, stdout and stderr on a pseudo-terminal (click pages,
+    and rich draws progress, only on a terminal): its exit code and what the terminal showed."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "objstore", *args], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd)
+    os.close(slave)
+    chunks = []
+    while True:
+        r, _, _ = select.select([master], [], [], timeout)
+        if not r:
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return p.wait(timeout=timeout), b"".join(chunks).decode("utf-8", "replace")

@@ -7,13 +7,9 @@ a pseudo-terminal, with PAGER a script that records what it got) and never into 
 """
 
 import os
-import pty
-import select
-import subprocess
-import sys
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_on_terminal
 
 AT = 1800000000
 
@@ -57,25 +53,7 @@ def test_log_oneline_is_format_oneline(demo):
 
 # -- the pager ------------------------------------------------------------------------------
 def _on_terminal(args, env):
-    """The CLI with stdin, stdout and stderr on a pseudo-terminal (click pages only when stdin and
-    stdout are terminals): its exit code and what the terminal showed."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "objstore", *args], stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        r, _, _ = select.select([master], [], [], 60)
-        if not r:
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return p.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    return run_on_terminal(args, env)
 
 
 @pytest.fixture

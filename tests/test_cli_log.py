@@ -11,15 +11,11 @@ review the diff.
 import datetime
 import json
 import os
-import pty
 import re
-import select
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
-from helpers import run_cli
+from helpers import run_cli, run_on_terminal
 
 from objstore import RunLog, Store
 from objstore.errors import InvalidInput
@@ -139,25 +135,7 @@ def test_parse_time_forms():
 
 # -- pager --------------------------------------------------------------------------------
 def _run_in_pty(args, env):
-    """Run the CLI with stdin, stdout and stderr on a pseudo-terminal (click pages only when stdin
-    and stdout are terminals); its exit code and output."""
-    master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "objstore", *args], stdin=slave, stdout=slave, stderr=slave, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        r, _, _ = select.select([master], [], [], 60)
-        if not r:
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return p.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    return run_on_terminal(args, env)
 
 
 def test_pager_on_a_terminal_only(demo, tmp_path):

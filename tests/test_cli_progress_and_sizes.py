@@ -9,14 +9,10 @@ pseudo-terminal (``pty``), the commands real processes.
 
 import json
 import os
-import pty
 import re
-import select
-import subprocess
-import sys
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_on_terminal
 
 from objstore import RunLog, Store
 
@@ -41,23 +37,7 @@ def _on_terminal(args, cwd):
     env = dict(os.environ, COLUMNS="120", TERM="xterm")
     env.pop("OBJSTORE_DIR", None)
     env.pop("NO_COLOR", None)
-    master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "objstore", *args], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd)
-    os.close(slave)
-    chunks = []
-    while True:
-        r, _, _ = select.select([master], [], [], 120)
-        if not r:
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(master)
-    return p.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+    return run_on_terminal(args, env, cwd=cwd, timeout=120)
 
 
 def _commands(tmp_path):
