@@ -836,18 +836,11 @@ class _Verifier:
     def _index_files(self) -> dict[int, bytes]:
         """{segment: BLAKE3 of its index file} as verify starts, before any look-up of its own can
         make the engine rewrite a damaged one (what verify judges is the file it found)."""
-        engine = self.engine
-        assert isinstance(engine, LogEngine)
-        try:
-            names = os.listdir(engine.dir)
-        except OSError:
-            return {}
         out = {}
-        for f in names:
-            if f.endswith(".idx") and f[:-4].isdigit():
-                digest = _file_digest(os.path.join(engine.dir, f))
-                if digest:
-                    out[int(f[:-4])] = digest
+        for seg, path in self._numbered(".idx").items():
+            digest = _file_digest(path)
+            if digest:
+                out[seg] = digest
         if self.earlier is not None:
             # A pass again after a gc raced the first: a segment whose file is the same one is judged by
             # the index file the first pass found (a writer may have replaced a wrong one since).
@@ -860,21 +853,25 @@ class _Verifier:
         """{segment: (device, inode) of its file} as verify starts. gc puts a rewritten segment in
         place by renaming over it a file it wrote in tmp/ while the old one was still there, so a
         segment whose inode changed during the pass is one a gc rewrote (``_replaced``)."""
+        out = {}
+        for seg, path in self._numbered(".seg").items():
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            out[seg] = (st.st_dev, st.st_ino)
+        return out
+
+    def _numbered(self, ext: str) -> dict[int, str]:
+        """{segment: path} of the log directory's files named <number><ext> (none if it cannot be listed)."""
         engine = self.engine
         assert isinstance(engine, LogEngine)
         try:
             names = os.listdir(engine.dir)
         except OSError:
             return {}
-        out = {}
-        for f in names:
-            if f.endswith(".seg") and f[:-4].isdigit():
-                try:
-                    st = os.stat(os.path.join(engine.dir, f))
-                except OSError:
-                    continue
-                out[int(f[:-4])] = (st.st_dev, st.st_ino)
-        return out
+        n = len(ext)
+        return {int(f[:-n]): os.path.join(engine.dir, f) for f in names if f.endswith(ext) and f[:-n].isdigit()}
 
     def _recorded_since(self) -> list[int]:
         """The packed files read that no rewrite entry of the snapshot names and the log names now: a
