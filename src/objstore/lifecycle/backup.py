@@ -499,9 +499,10 @@ class _Copier:
         self.prefix[k] = h
         return True
 
-    def _hash(self, fd: int, size: int) -> blake3.blake3:
+    def _hash(self, fd: int, size: int, start: int = 0) -> blake3.blake3:
+        """BLAKE3 of bytes ``start`` .. ``size`` of ``fd`` (fewer if the file ends first: the digest then differs)."""
         h = blake3.blake3()
-        off = 0
+        off = start
         while off < size:
             data = _read_into(fd, self.buf, off, size - off)
             if not data:
@@ -674,15 +675,7 @@ class _Copier:
     def _check_copy(self, fd: int, path: str, seg: int, start: int, end: int, digest: bytes, prev: bytes, n: int) -> None:
         """Read the copied range back: its BLAKE3 must be what was read from SRC, and in an ordinary
         segment each copied entry's chain checksum must follow from its meta and the entry before."""
-        h = blake3.blake3()
-        off = start
-        while off < end:
-            data = _read_into(fd, self.buf, off, end - off)
-            if not data:
-                break
-            h.update(data)
-            off += len(data)
-        if off != end or h.digest() != digest:
+        if self._hash(fd, end, start).digest() != digest:
             raise IntegrityError("?", path, f"the bytes read back from offset {start} are not the bytes copied")
         magic = os.pread(fd, MAGIC_LEN, 0)
         if magic == packed.PK_MAGIC:  # a segment gc packed: every entry's checksum from the meta frame, chained
