@@ -209,6 +209,16 @@ def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
     assert mem.runs() == ["A"]
 
 
+def _forge_behind_checkpoint(log, obj, ref, monkeypatch):
+    """The forger: deletion ``obj`` behind ``ref`` written with the authority rule patched out, then the
+    checkpoint its process writes past the entry (every seal does), which fresh readers adopt. Its id."""
+    with monkeypatch.context() as m:
+        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
+        did = _write(log.store, obj, ref)
+        log.store.engine._checkpoint()
+    return did
+
+
 def test_gc_refuses_a_forged_deletion_behind_a_forged_checkpoint(world, monkeypatch):
     """Readers adopt a checkpoint whose tables match the log's root (derived data, like the ref rules'):
     one written by the forger's process past the forged entry holds the deletion unchecked; a read
@@ -217,10 +227,7 @@ def test_gc_refuses_a_forged_deletion_behind_a_forged_checkpoint(world, monkeypa
     entry and names it."""
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry
+    did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}"):  # adopted: checked where a read obeys it
         RunLog(Store.open(root)).runs()
     files = snapshot_tree(os.path.join(root, "log"))
@@ -251,10 +258,7 @@ def test_backup_and_clone_refuse_a_forged_deletion_a_forged_checkpoint_hides(wor
     checkpoint to DEST; both refuse (exit 6, one line naming it) and write nothing."""
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()
+    did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     line = f"bad-deletion {did.hex()}: {why}"
     dest, copy = str(tmp_path / "backup"), str(tmp_path / "copy")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
@@ -317,10 +321,7 @@ def test_a_records_deletion_does_not_cover_a_runs_run_started(world):
 def test_a_reader_does_not_adopt_a_checkpoint_past_a_forged_deletion(world, monkeypatch):
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()  # the forger's process writes its checkpoint past the entry (every seal does)
+    did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}: "):
         RunLog(Store.open(root)).runs()
 
@@ -332,10 +333,7 @@ def _forged_behind_checkpoint(world, monkeypatch):
     fresh reader adopts. Returns (root, env, the line a replaying reader stops with)."""
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()
+    did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     n = log.store.engine.position().entry
     return root, env, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it")
 
@@ -445,10 +443,7 @@ def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_ru
     root, log, owner, k, g, env = world
     run = log.start_run(labels={"thread_id": "T"}, subject="alice")
     stranger = k["stranger"]
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, _deletion(stranger, run=run), runrefs.deleted_ref(run))
-        log.store.engine._checkpoint()
+    did = _forge_behind_checkpoint(log, _deletion(stranger, run=run), runrefs.deleted_ref(run), monkeypatch)
     n = log.store.engine.position().entry
     line = (f"entry {n}: bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run {run}",
             f"({runrefs.deleted_ref(run)})); the log is readable only up to it")
@@ -465,10 +460,7 @@ def test_every_unauthorised_deletion_behind_a_checkpoint_stops_the_read_that_wou
     it would obey it in — the run's log (run and records deletions), the blob's body (a redaction)."""
     root, log, owner, k, g, env = world
     obj, ref, why = _case(case, log, owner, k, g)
-    with monkeypatch.context() as m:
-        m.setattr(authority, "entry_problem", lambda *a, **kw: None)
-        did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()
+    did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     n = log.store.engine.position().entry
     args = ("cat", obj["blob"].hex(), "--body") if ref.startswith(runrefs.REDACTED_PREFIX) else ("log", "A")
     _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
