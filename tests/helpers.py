@@ -173,16 +173,7 @@ def run_on_pty(argv, *, raw=False, **popen):
         tty.setraw(slave)
     p = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, **popen)
     os.close(slave)
-    got = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        got += chunk
-    os.close(master)
+    got = _drain_pty(master, None)
     err = p.stderr.read().decode()
     p.stderr.close()
     return p.wait(timeout=60), got, err
@@ -261,17 +252,24 @@ def keys_holding(items, secret):
 
 def run_on_terminal(args, env, cwd=None, timeout=60):
     """The CLI (``python -m objstore ARGS``) with stdin, stdout and stderr on a pseudo-terminal (click pages,
-    and rich draws progress, only on a terminal): its exit code and what the terminal showed."""
+    and rich draws progress, only on a terminal; ``run_on_pty`` puts stdout alone there): its exit code and
+    what the terminal showed."""
     import pty
-    import select
 
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-m", "objstore", *args], stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd)
     os.close(slave)
+    return p.wait(timeout=timeout), _drain_pty(master, timeout).decode("utf-8", "replace")
+
+
+def _drain_pty(master, timeout):
+    """Everything the terminal shows until the child closes it (or, with ``timeout``, is silent that
+    long); closes ``master``."""
+    import select
+
     chunks = []
     while True:
-        r, _, _ = select.select([master], [], [], timeout)
-        if not r:
+        if timeout is not None and not select.select([master], [], [], timeout)[0]:
             break
         try:
             data = os.read(master, 65536)
@@ -281,4 +279,4 @@ def run_on_terminal(args, env, cwd=None, timeout=60):
             break
         chunks.append(data)
     os.close(master)
-    return p.wait(timeout=timeout), b"".join(chunks).decode("utf-8", "replace")
+    return b"".join(chunks)
