@@ -411,6 +411,24 @@ def test_an_authorised_deletion_behind_a_checkpoint_is_obeyed_and_checked_once(w
     assert len(calls) == 1, calls
 
 
+def test_what_acts_on_deletions_checks_each_one_once_per_process(world, monkeypatch):
+    """gc, backup, push and clone check every deletion before they act (check_authority); a second check in
+    the same process (clone checks before it makes DIR, transfer again) and the reads after it verify no
+    signature again."""
+    root, log, owner, k, g, env = world
+    D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
+    log.store.engine._checkpoint()
+    calls = []
+    real = authority.entry_problem
+    monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+    fresh = RunLog(Store.open(root))
+    D.check_authority(fresh.store)
+    D.check_authority(fresh.store)
+    with pytest.raises(Deleted):
+        fresh.view("A")
+    assert len(calls) == 1, calls
+
+
 def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, monkeypatch):
     """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
     root, env, line = _forged_behind_checkpoint(world, monkeypatch)

@@ -121,12 +121,14 @@ def check_authority(store: Store) -> None:
     authority rule as of its entry (objstore.storage.authority). Every reader refuses such an entry
     where it applies it; this is for what acts on deletions for good (gc), whose tables may come
     from a checkpoint (derived data a forger's process can write past the entry). Reads each
-    deletion object and its signer's grants: what gc reads anyway."""
+    deletion object and its signer's grants (what gc reads anyway), once per process: a second call
+    (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
+    done = getattr(store.engine.tables, "checked", None)  # kept deletions this process knows (Tables.obey's): each checked once
     for name, value in store.list_refs():
         if authority.ref_wants(name) is None:
             continue
-        got = authority.ref_problem(view, name, value)
+        got = authority.ref_problem(view, name, value, done=done)
         if got is not None:
             raise CorruptLog(store.engine.where(got[0]) if hasattr(store.engine, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
 
