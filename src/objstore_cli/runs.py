@@ -157,8 +157,9 @@ def _when(history, option, text):
 @click.option("--since", metavar="WHEN", default=None,
               help="Only entries at or after WHEN: 2026-12-01, '2026-12-01 05:20', @EPOCH, today, yesterday, 2h, 3d, 1w, '2 hours ago'.")
 @click.option("--until", metavar="WHEN", default=None, help="Only entries at or before WHEN (same forms as --since).")
-@click.option("--format", "fmt", type=click.Choice(["oneline", "full", "json"]), default=None,
-              help="oneline: one short line per entry; full: every field; json: one JSON object per line.")
+@click.option("--format", "fmt", type=click.Choice(["oneline", "full", "json", "mermaid", "dot"]), default=None,
+              help="oneline: one short line per entry; full: every field; json: one JSON object per line; "
+                   "with --graph: mermaid (a gitGraph for Markdown) or dot (Graphviz).")
 @click.option("--oneline", is_flag=True, help="The same as --format oneline (git's spelling).")
 @click.option("--graph", is_flag=True, help="Draw every branch as a tree with fork points, reasons and compensation flags.")
 @click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
@@ -184,6 +185,8 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
       objstore log RUN --all-branches -n 20
       objstore log RUN --oneline --since yesterday
       objstore log RUN --graph
+      objstore log RUN --graph --format mermaid > run.mmd
+      objstore log RUN --graph --format dot | dot -Tsvg > run.svg
       objstore log RUN --json
     """
     from objstore.runs import history, views
@@ -194,6 +197,15 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
         fmt = "oneline"
     log = c.log()
     view = log.view(run)
+    if fmt in ("mermaid", "dot"):
+        if not graph:
+            raise click.UsageError(f"--format {fmt} is a picture of the branch tree: give it with --graph")
+        if as_json or since or until or branch is not None or max_count is not None:
+            raise click.UsageError(f"--graph --format {fmt} draws every branch whole; it takes only --all-branches and --no-pager")
+        from objstore.runs import pictures
+
+        page(getattr(pictures, fmt)(log, view), no_pager)
+        return
     if graph:
         # --all-branches with --graph is git's --all --graph: the graph already draws every branch
         if as_json or fmt or since or until or branch is not None:
