@@ -23,7 +23,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "format1", "format2", "engine", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
     ("objstore.runs", ["labels", "kinds", "records", "fold", "chain", "listing", "history", "pictures", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
-                       "query", "completion"]),
+                       "query", "completion", "otel", "otlp"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
     ("objstore.lifecycle", ["upgrade", "repair", "delete", "gc", "backup", "transfer", "stats"]),

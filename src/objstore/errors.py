@@ -237,6 +237,13 @@ class StorageOSError(ObjstoreError):
     msg = "operating-system error while trying to {}: {}"
 
 
+class ExportFailed(StorageOSError):
+    """An OTLP/HTTP endpoint (``objstore export --endpoint``) that cannot be reached, does not answer
+    in time or answers other than 2xx: nothing was exported by this call."""
+
+    msg = "OTLP export to {} failed: {}"
+
+
 class StoreNeedsUpgrade(ObjstoreError):
     exit_code = 5
     msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 3"

@@ -396,12 +396,26 @@ def diff(c, run, a, b, as_json, no_pager):
 @click.command()
 @click.argument("run", type=RUN)
 @click.option("--json", "as_json", is_flag=True, help="Print the entries as one JSON list instead of JSON Lines (docs/CLI.md, 'export').")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "otlp-json"]), default="jsonl", show_default=True,
+              help="jsonl: the outbox entries; otlp-json: the run as OpenTelemetry spans, OTLP/JSON (docs/OTEL.md).")
+@click.option("--endpoint", metavar="URL", default=None,
+              help="Send the run as OTLP/HTTP protobuf to URL/v1/traces instead of printing it (docs/OTEL.md).")
+@click.option("--bodies", is_flag=True, help="OTLP: put the prompt, output and content blobs' text on the spans (never erased ones).")
+@click.option("--all-branches", is_flag=True, help="OTLP: every branch, not only the live lineage.")
 @pass_ctx
-def export(c, run, as_json):
+def export(c, run, as_json, fmt, endpoint, bodies, all_branches):
     """Print the outbox entries of the live branch as JSON Lines (only the live branch is exported).
 
     A forked live branch exports its fork object first, then its own records
     (docs/CLI.md, 'export-entry'); --json prints the same entries as one list.
+
+    --format otlp-json prints the run as OpenTelemetry spans (GenAI semantic
+    conventions, docs/OTEL.md): the run an invoke_agent span, each attempt a
+    chat or execute_tool span with its status, each fork a span linked to its
+    fork record. --endpoint URL sends the same spans as OTLP/HTTP protobuf;
+    an endpoint that cannot be reached or refuses them exits 10. Span and
+    trace ids come from record and run ids: exporting again sends the same
+    spans. An exported body is outside the store's erasure.
 
     \b
     Arguments:
@@ -411,7 +425,16 @@ def export(c, run, as_json):
     Examples:
       objstore export RUN > outbox.jsonl
       objstore export latest --json
+      objstore export RUN --format otlp-json > trace.json
+      objstore export RUN --endpoint http://127.0.0.1:4318 --bodies
     """
+    if fmt == "otlp-json" or endpoint is not None:
+        if as_json:
+            raise click.UsageError("--json is for the outbox entries; OTLP is --format otlp-json or --endpoint URL")
+        _export_otlp(c, run, endpoint, bodies, all_branches)
+        return
+    if bodies or all_branches:
+        raise click.UsageError("--bodies and --all-branches are for OTLP (--format otlp-json or --endpoint URL); the outbox is the live branch")
     from objstore.runs.export import export as run_export
     from objstore.storage import codec
 
@@ -420,6 +443,20 @@ def export(c, run, as_json):
         return
     for e in run_export(c.log(), run):
         click.echo(codec.canonical_json(e).decode())
+
+
+def _export_otlp(c, run, endpoint, bodies, all_branches):
+    import objstore
+    from objstore.runs import otel, otlp
+
+    log = c.log()
+    req = otlp.request(otel.build(log, run, all_branches=all_branches, bodies=bodies), version=objstore.__version__)
+    if endpoint is None:
+        click.echo(otlp.json_text(req))
+        return
+    status = otlp.send(req, endpoint)
+    n = sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
+    click.echo(f"sent {n} spans of run {log.view(run).run} to {otlp.traces_url(endpoint)} (HTTP {status})")
 
 
 @click.command()

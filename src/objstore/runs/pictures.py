@@ -105,6 +105,14 @@ def _summary(it: R.Record | dict) -> str:
 
 
 # -- mermaid ------------------------------------------------------------------------------
+class _Checkout:
+    """The gitGraph's checked-out branch and the branches created so far (a branch is created once)."""
+
+    def __init__(self, main: str) -> None:
+        self.current = main
+        self.created = {main}
+
+
 def mermaid(log: ChainReader, view: View) -> Iterator[str]:
     """The run as a Mermaid ``gitGraph``, one statement per line (see the module docstring)."""
     tree = Tree(log, view)
@@ -112,37 +120,38 @@ def mermaid(log: ChainReader, view: View) -> Iterator[str]:
     main = f"b{tree.branch_of(roots[0])}" if roots else "b0"
     yield "%%{init: {'gitGraph': {'mainBranchName': '" + main + "', 'showCommitLabel': true}}}%%"
     yield "gitGraph"
-    state = {"current": main, "created": {main}}
+    state = _Checkout(main)
     for i, root in enumerate(roots):
         b = f"b{tree.branch_of(root)}"
-        if i and b not in state["created"]:  # another root (not seen in one run today): a branch of its own
+        if i and b not in state.created:  # another root (not seen in one run today): a branch of its own
             yield f"  branch {b}"
-            state["created"].add(b)
-            state["current"] = b
+            state.created.add(b)
+            state.current = b
         yield from _mermaid_from(tree, root, state)
 
 
-def _mermaid_from(tree: Tree, start: bytes, state: dict) -> Iterator[str]:
+def _mermaid_from(tree: Tree, start: bytes, state: _Checkout) -> Iterator[str]:
     """Commits from ``start`` down its branch; each fork off a record is drawn where it happens."""
     stack: list[bytes] = [start]
     while stack:
         oid = stack.pop()
         b = f"b{tree.branch_of(oid)}"
-        if state["current"] != b:
+        if state.current != b:
             yield f"  checkout {b}"
-            state["current"] = b
+            state.current = b
         yield "  " + _mermaid_commit(tree, oid)
-        same, others = [], []
+        same: list[bytes] = []
+        others: list[bytes] = []
         for kid in tree.children.get(oid, []):
             (same if tree.branch_of(kid) == tree.branch_of(oid) and not isinstance(tree.nodes[kid], dict) else others).append(kid)
         for kid in others:  # forks off this record: created while this branch's head is the fork record
-            if state["current"] != b:
+            if state.current != b:
                 yield f"  checkout {b}"
-                state["current"] = b
+                state.current = b
             nb = f"b{tree.branch_of(kid)}"
             yield f"  branch {nb}"
-            state["created"].add(nb)
-            state["current"] = nb
+            state.created.add(nb)
+            state.current = nb
             yield from _mermaid_from(tree, kid, state)
         stack.extend(reversed(same))
 
