@@ -104,24 +104,20 @@ def _value(v: Any) -> Value | None:
 
 # -- collecting the objects ---------------------------------------------------------------
 def _groups(log: ChainReader, view: View, all_branches: bool) -> list[tuple[list[R.Record], dict | None]]:
-    """(own records oldest first, fork object or None) per exported branch: the live lineage
-    (stopping at a copy's cross-run fork), then with ``all_branches`` every other branch's own."""
+    """(own records oldest first, fork object or None) per exported chain piece: every branch's own
+    records with ``all_branches`` (they hold the live lineage too), else the live lineage: the live
+    branch's own, then each parent's up to its fork point (stopping at a copy's cross-run fork)."""
+    if all_branches:
+        return [log.chain(view.head(b)) for b in sorted(view.heads)]
     out = []
-    seen: set[int] = set()
-    b: int | None = view.live
     head: bytes | None = view.head(view.live)
-    while head is not None and b is not None:
+    while head is not None:
         own, fk = log.chain(head)
         out.append((own, fk))
-        seen.add(b)
         if fk is None or fk.get("parent_run"):
             break
-        b, head = fk["parent_branch"], fk["parent_record"]
+        head = fk["parent_record"]
     out.reverse()
-    if all_branches:
-        for other in sorted(view.heads):
-            if other not in seen:
-                out.append(log.chain(view.head(other)))
     return out
 
 
