@@ -412,7 +412,8 @@ def export(c, run, as_json, fmt, endpoint, bodies, all_branches):
     --format otlp-json prints the run as OpenTelemetry spans (GenAI semantic
     conventions, docs/OTEL.md): the run an invoke_agent span, each attempt a
     chat or execute_tool span with its status, each fork a span linked to its
-    fork record. --endpoint URL sends the same spans as OTLP/HTTP protobuf;
+    fork record. --endpoint URL (an OTLP/HTTP receiver, a collector's
+    http://127.0.0.1:4318) sends the same spans as OTLP/HTTP protobuf;
     an endpoint that cannot be reached or refuses them exits 10. Span and
     trace ids come from record and run ids: exporting again sends the same
     spans. An exported body is outside the store's erasure.
@@ -426,7 +427,7 @@ def export(c, run, as_json, fmt, endpoint, bodies, all_branches):
       objstore export RUN > outbox.jsonl
       objstore export latest --json
       objstore export RUN --format otlp-json > trace.json
-      objstore export RUN --endpoint http://127.0.0.1:4318 --bodies
+      objstore export RUN --format otlp-json --all-branches --bodies
     """
     if fmt == "otlp-json" or endpoint is not None:
         if as_json:
