@@ -189,8 +189,9 @@ def test_demo_dot_golden_structure(demo):
 
 @pytest.fixture
 def forked(tmp_path):
-    """Four branches: b1 forked off b0 twice-used record lsn 1, b2 off b1, b3 off b0 at lsn 1 too
-    (two forks off one record), a reason with quotes, a backslash and a line break."""
+    """Four branches: b1 forked off b0 at lsn 2 (past a committed intent: compensation), b2 off b1,
+    b3 off b0 at lsn 2 too (two forks off one record); reasons with quotes, a backslash, a line break
+    and what Mermaid would read as entity codes."""
     log = RunLog(Store.open(str(tmp_path / "f"), create=True))
     run = log.start_run("forked", subject="t", when=1.0)
     log.record_attempt(run, step=1, attempt=0, state="failed", error='boom "quoted"', when=2.0)
@@ -199,7 +200,7 @@ def forked(tmp_path):
     log.commit_intent(run, "pay", when=5.0)
     log.fork(run, 0, 2, reason='try "B"\\ then\nC', when=6.0)
     log.record_attempt(run, step=2, attempt=0, state="failed", when=7.0)
-    log.fork(run, 1, 0, reason="deeper", when=8.0)
+    log.fork(run, 1, 0, reason="deeper, see #12; and #quot;", when=8.0)
     log.record_attempt(run, step=3, attempt=0, state="succeeded", when=9.0)
     log.fork(run, 0, 2, reason="again from the same record", make_live=False, when=10.0)
     log.finish_run(run, "succeeded", when=11.0)
@@ -213,6 +214,7 @@ def test_forked_run_mermaid_and_dot(forked):
     g = check_mermaid(log, run)
     text = "\n".join(pictures.mermaid(log, view))
     assert "\n" not in "".join(g["commits"]) and '"B"' not in text and "'B'" in text  # quotes replaced, line break gone
+    assert not re.search(r"#\w+;", text) and "(deeper, see #12, and #quot,)" in text  # no Mermaid entity codes
     highlights = sorted(v[0] for v in g["commits"].values() if v[2] == "HIGHLIGHT")
     assert highlights == ["b1", "b2", "b3"]
     check_dot(log, run)

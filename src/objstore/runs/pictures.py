@@ -13,7 +13,7 @@ function of the objects, so it can be golden-tested and diffed.
   Failed attempts and failed finishes are ``REVERSE`` commits; branch heads are tagged
   ``bN LIVE`` / ``bN retained``. The grammar rules gitGraph needs are kept here: commit ids are
   unique (a short id grows to the full id if two collide), a branch is created before it is
-  checked out, and no label holds a double quote or a line break.
+  checked out, and no label holds a double quote, a line break or an entity code (``#name;``).
 * **DOT** (Graphviz): one cluster per branch, one node per record or fork, edges from parent to
   child (oldest to newest); a fork is a diamond whose edge from its fork record is dashed;
   failed attempts are red, compensation flags bold red. Strings are DOT-escaped.
@@ -24,6 +24,7 @@ shows, and a deleted record shows as deleted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -156,9 +157,17 @@ def _mermaid_from(tree: Tree, start: bytes, state: _Checkout) -> Iterator[str]:
         stack.extend(reversed(same))
 
 
+_ENTITY = re.compile(r"#(\w+);")  # Mermaid reads #name; / #35; in any text as an entity code, before parsing
+
+
+def _mm(text: str) -> str:
+    """A gitGraph string: ``_clean`` and no entity code (``#12;`` is kept as ``#12,``)."""
+    return _ENTITY.sub(r"#\1,", _clean(text))
+
+
 def _mermaid_commit(tree: Tree, oid: bytes) -> str:
     it = tree.nodes[oid]
-    label = _clean(f"{tree.short[oid]} {_summary(it)}")
+    label = _mm(f"{tree.short[oid]} {_summary(it)}")
     out = f'commit id: "{label}"'
     tags = []
     if isinstance(it, dict):
@@ -171,7 +180,7 @@ def _mermaid_commit(tree: Tree, oid: bytes) -> str:
     if head_of is not None:
         tags.append(f"b{head_of} " + ("LIVE" if head_of == tree.view.live else "retained"))
     if tags:
-        out += f' tag: "{_clean(", ".join(tags))}"'
+        out += f' tag: "{_mm(", ".join(tags))}"'
     return out
 
 
