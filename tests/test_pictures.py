@@ -7,7 +7,9 @@ without a double quote or line break inside, a branch created once before it is 
 by a line checker (every edge between declared nodes, clusters balanced) and, where Graphviz is
 installed, rendered by ``dot``. The structure is then compared with the objects: every branch is
 there, each fork hangs off its fork record, failed attempts are marked, compensation flags shown.
-The demo run's ids are those of ``fixtures/golden-log-graph.txt`` (the same ``demo --run demo --at``).
+The demo run's ids are those of ``fixtures/golden-log-graph.txt`` (the same ``demo --run demo --at``);
+its pictures are also kept byte for byte in ``fixtures/golden-log-graph.mmd`` and ``.dot`` (regenerate with
+``OBJSTORE_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_pictures.py -k byte`` and review the diff).
 """
 
 from __future__ import annotations
@@ -233,3 +235,24 @@ def test_picture_formats_need_graph(demo):
     assert "--format mermaid is a picture of the branch tree: give it with --graph" in err
     rc, out, err = run_cli("log", "demo", "--graph", "--format", "dot", "-n", "3", store=demo, exit_code=2)
     assert "it takes only --all-branches and --no-pager" in err
+
+
+GOLDEN_MERMAID = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-log-graph.mmd")
+GOLDEN_DOT = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-log-graph.dot")
+CLI_MD = os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md")
+
+
+@pytest.mark.parametrize("fmt,golden", [("mermaid", GOLDEN_MERMAID), ("dot", GOLDEN_DOT)])
+def test_demo_pictures_byte_for_byte(demo, fmt, golden):
+    """The demo run's pictures, byte for byte (OBJSTORE_REGEN_GOLDEN=1 rewrites the files; review the diff).
+    docs/CLI.md shows the Mermaid one, which must be this file's text."""
+    rc, out, err = run_cli("log", "demo", "--graph", "--format", fmt, store=demo, exit_code=0)
+    if os.environ.get("OBJSTORE_REGEN_GOLDEN"):
+        with open(golden, "w", encoding="utf-8") as f:
+            f.write(out)
+    with open(golden, encoding="utf-8") as f:
+        assert out == f.read()
+    if fmt == "mermaid":
+        with open(CLI_MD, encoding="utf-8") as f:
+            blocks = re.findall(r"```mermaid\n(.*?)```", f.read(), re.S)
+        assert blocks == [out], "docs/CLI.md's gitGraph is fixtures/golden-log-graph.mmd"
