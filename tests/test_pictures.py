@@ -28,7 +28,9 @@ from objstore.runs import pictures
 GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-log-graph.txt")
 AT = 1800000000
 
-_COMMIT = re.compile(r'^commit id: "([^"\n]+)"(?: type: (NORMAL|REVERSE|HIGHLIGHT))?(?: tag: "([^"\n]+)")?$')
+# Mermaid's gitGraph grammar (langium): STRING is "([^"\\]|\\.)*", a backslash escaping the next character
+_STRING = r'"((?:[^"\\\n]|\\[^\n])+)"'
+_COMMIT = re.compile(rf"^commit id: {_STRING}(?: type: (NORMAL|REVERSE|HIGHLIGHT))?(?: tag: {_STRING})?$")
 
 
 def gitgraph(text: str) -> dict:
@@ -46,7 +48,7 @@ def gitgraph(text: str) -> dict:
         if line.startswith("commit"):
             m = _COMMIT.match(line)
             assert m, f"not a gitGraph commit statement: {line!r}"
-            cid, ctype, tag = m.group(1), m.group(2) or "NORMAL", m.group(3)
+            cid, ctype, tag = (re.sub(r"\\(.)", r"\1", x) if x else x for x in (m.group(1), m.group(2) or "NORMAL", m.group(3)))
             assert cid not in commits, f"duplicate commit id {cid!r}"
             commits[cid] = (current, heads[current], ctype, tag)
             heads[current] = cid
@@ -217,6 +219,7 @@ def test_forked_run_mermaid_and_dot(forked):
     text = "\n".join(pictures.mermaid(log, view))
     assert "\n" not in "".join(g["commits"]) and '"B"' not in text and "'B'" in text  # quotes replaced, line break gone
     assert not re.search(r"#\w+;", text) and "(deeper, see #12, and #quot,)" in text  # no Mermaid entity codes
+    assert "(try 'B'\\\\ then C)" in text and any("(try 'B'\\ then C)" in c for c in g["commits"])  # backslash escaped
     highlights = sorted(v[0] for v in g["commits"].values() if v[2] == "HIGHLIGHT")
     assert highlights == ["b1", "b2", "b3"]
     check_dot(log, run)

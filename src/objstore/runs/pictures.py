@@ -13,7 +13,8 @@ function of the objects, so it can be golden-tested and diffed.
   Failed attempts and failed finishes are ``REVERSE`` commits; branch heads are tagged
   ``bN LIVE`` / ``bN retained``. The grammar rules gitGraph needs are kept here: commit ids are
   unique (a short id grows to the full id if two collide), a branch is created before it is
-  checked out, and no label holds a double quote, a line break or an entity code (``#name;``).
+  checked out, and no label holds a double quote, a line break or an entity code (``#name;``); a
+  backslash is doubled (Mermaid's strings take backslash escapes).
 * **DOT** (Graphviz): one cluster per branch, one node per record or fork, edges from parent to
   child (oldest to newest); a fork is a diamond whose edge from its fork record is dashed;
   failed attempts are red, compensation flags bold red. Strings are DOT-escaped.
@@ -161,8 +162,9 @@ _ENTITY = re.compile(r"#(\w+);")  # Mermaid reads #name; / #35; in any text as a
 
 
 def _mm(text: str) -> str:
-    """A gitGraph string: ``_clean`` and no entity code (``#12;`` is kept as ``#12,``)."""
-    return _ENTITY.sub(r"#\1,", _clean(text))
+    """A gitGraph string's inside: ``_clean``, no entity code (``#12;`` is kept as ``#12,``) and each
+    backslash doubled (Mermaid's grammar reads ``"([^"\\\\]|\\\\.)*"``: a backslash escapes the next character)."""
+    return _ENTITY.sub(r"#\1,", _clean(text)).replace("\\", "\\\\")
 
 
 def _mermaid_commit(tree: Tree, oid: bytes) -> str:
