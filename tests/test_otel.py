@@ -179,8 +179,10 @@ def secrets(tmp_path, monkeypatch):
     log.record_attempt("R", 1, 0, "succeeded", prompt=secret, output=plain, tools={"tool": "search"}, when=2.0)
     rid = log.record_attempt("R", 2, 0, "succeeded", prompt=gone, output=gone, when=3.0).id
     log.record_attempt("R", 3, 0, "succeeded", prompt=plain, when=4.0)
+    intent = log.record_intent("R", "pay", step=4, effect="charge", idempotent=False, when=5.0).id
+    log.commit_intent("R", "pay", when=6.0)
     D.redact(log, secret, reason="leaked API key")
-    D.delete_records(log, "R", [rid], reason="wrong upload")
+    D.delete_records(log, "R", [rid, intent], reason="wrong upload")
     return root, log, secret, gone, plain
 
 
@@ -194,6 +196,9 @@ def test_bodies_only_with_the_flag_and_never_erased(secrets):
     assert "objstore.body.prompt" not in first and first["objstore.body.output"] == "an ordinary answer \u2713"
     assert "objstore.deleted" in deleted and not [k for k in deleted if k.startswith(("objstore.blob", "objstore.body"))]
     assert third["objstore.body.prompt"] == "an ordinary answer \u2713"
+    # a deleted intent is a header-only span; its commit, no longer part of it, is a span of its own
+    assert [s.name for s in spans[-2:]] == ["intent (deleted)", "intent_committed"]
+    assert by_step[4]["objstore.deleted"] and by_step[5]["objstore.intent"] == "pay"
     text = otlp.json_text(otlp.request(otel.build(log, "R", bodies=True)))
     assert "sk-live" not in text and "a body whose record is deleted" not in text
     rc, out, err = run_cli("export", "R", "--format", "otlp-json", store=root, exit_code=0)

@@ -199,8 +199,8 @@ def build(log: ChainReader, run: str, view: View | None = None, *, all_branches:
     commits = _commits(bld, ordered)
     spans: list[Span] = []
     for r in ordered:
-        if r.kind in (R.RUN_STARTED, R.INTENT_COMMITTED):
-            continue  # the run's span; part of its intent's span
+        if r.kind == R.RUN_STARTED or bytes(r.id) in bld.span_of:
+            continue  # the run's span; a commit that is part of its intent's span (intents come before their commits)
         if r.kind == R.TURN and R.deleted_by(r) is None and r.body.get("origin", R.ORIGIN_SOURCE) != R.ORIGIN_SOURCE:
             continue  # derived material is never exported
         spans.append(_record_span(bld, r, commits))
@@ -264,6 +264,8 @@ def _record_span(bld: _Builder, r: R.Record, commits: dict[bytes, list[R.Record]
             attrs["error.type"] = "run_failed"
         else:
             span.status = STATUS_OK
+    elif r.kind == R.INTENT_COMMITTED:  # one whose intent is not exported (deleted): a span of its own
+        attrs["objstore.intent"] = str(b.get("intent"))
     elif r.kind in (R.TASK_OPENED, R.TASK_CLOSED):
         attrs["objstore.task"] = str(b.get("task"))
     return span
