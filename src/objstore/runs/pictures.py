@@ -133,29 +133,28 @@ def mermaid(log: ChainReader, view: View) -> Iterator[str]:
 
 
 def _mermaid_from(tree: Tree, start: bytes, state: _Checkout) -> Iterator[str]:
-    """Commits from ``start`` down its branch; each fork off a record is drawn where it happens."""
-    stack: list[bytes] = [start]
+    """Commits from ``start`` down its branch, each fork off a record drawn where it happens: a fork
+    is branched while its parent branch's head is the fork record, and drawn whole before that branch
+    goes on. Iterative (a run rewound a thousand times nests a thousand forks)."""
+    stack: list[tuple[bytes, str | None]] = [(start, None)]  # (object, the branch it forks from)
     while stack:
-        oid = stack.pop()
+        oid, fork_from = stack.pop()
         b = f"b{tree.branch_of(oid)}"
-        if state.current != b:
+        if fork_from is not None:
+            if state.current != fork_from:
+                yield f"  checkout {fork_from}"
+            yield f"  branch {b}"
+            state.created.add(b)
+        elif state.current != b:
             yield f"  checkout {b}"
-            state.current = b
+        state.current = b
         yield "  " + _mermaid_commit(tree, oid)
         same: list[bytes] = []
         others: list[bytes] = []
         for kid in tree.children.get(oid, []):
             (same if tree.branch_of(kid) == tree.branch_of(oid) and not isinstance(tree.nodes[kid], dict) else others).append(kid)
-        for kid in others:  # forks off this record: created while this branch's head is the fork record
-            if state.current != b:
-                yield f"  checkout {b}"
-                state.current = b
-            nb = f"b{tree.branch_of(kid)}"
-            yield f"  branch {nb}"
-            state.created.add(nb)
-            state.current = nb
-            yield from _mermaid_from(tree, kid, state)
-        stack.extend(reversed(same))
+        stack.extend((k, None) for k in reversed(same))
+        stack.extend((k, b) for k in reversed(others))  # popped first, in order, while this branch's head is oid
 
 
 _ENTITY = re.compile(r"#(\w+);")  # Mermaid reads #name; / #35; in any text as an entity code, before parsing
