@@ -35,7 +35,7 @@ exit, writes ``objstore.storage.codec.STATS`` and ``objstore.storage.engine.STAT
   files that took them;
 * bytes mapped with mmap from files under the store (the index files are mmap'd; pages touched are not counted,
   the mapped length is: an upper bound, reported apart);
-* objects decoded (codec.STATS["objects_decoded"]) and log entries decoded and blocks read (engine.STATS).
+* objects decoded (codec.STATS["objects_decoded"]) and log entries decoded and blocks read (STATS).
 
 The table: command, the small store's figures, the big store's figures, the ratio big / small (medians over the
 repetitions; [min..max] is printed where repetitions differ), the same before the deletion. For ``runs``, which
@@ -74,7 +74,7 @@ out = os.environ["BENCH_DELETE_STATS"]
 def dump():
     from objstore.storage import codec, engine
     with open(out, "w") as f:
-        json.dump({"objects_decoded": codec.STATS["objects_decoded"], **engine.STATS}, f)
+        json.dump({"objects_decoded": codec.STATS["objects_decoded"], **STATS}, f)
 atexit.register(dump)
 sys.argv = ["objstore"] + sys.argv[1:]
 import runpy

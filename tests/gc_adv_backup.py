@@ -22,7 +22,7 @@ def main(argv):
     from objstore import RunLog, Store
     from objstore.lifecycle.backup import backup
     from objstore.runs.verify import verify_report
-    from objstore.storage.engine import Position
+    from objstore.storage.log.format import Position
 
     n = 0
     while n < 2 or not os.path.exists(stop):

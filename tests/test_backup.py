@@ -29,7 +29,7 @@ from objstore import RunLog, Store
 from objstore.errors import IntegrityError, InvalidInput, LockTimeout, StorageOSError
 from objstore.lifecycle.backup import backup
 from objstore.runs.verify import verify
-from objstore.storage.engine import Position
+from objstore.storage.log.format import Position
 
 SEAL = 4096
 HERE = os.path.dirname(__file__)

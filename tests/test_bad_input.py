@@ -45,8 +45,9 @@ from objstore.errors import (
 from objstore.runs.ingest import ingest
 from objstore.runs.runlog import RunLog
 from objstore.storage import codec
-from objstore.storage import engine as E
 from objstore.storage.format1 import Format1Reader
+from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, logical_checksum
+from objstore.storage.log.root import root_digest
 from objstore.storage.store import Store
 
 GOOD = [
@@ -554,14 +555,14 @@ def append_raw_entry(root, objs, blocks, data: bytes, moves=(), recs=()) -> str:
         assert not isinstance(plan, str), plan
         root_hash = plan.root
     else:
-        root_hash = E.root_digest(eng.tables.acc)
-    checksum = E.logical_checksum(pos.checksum, n, t, objs, moves, None, recs, [], root_hash, False, None)
+        root_hash = root_digest(eng.tables.acc)
+    checksum = logical_checksum(pos.checksum, n, t, objs, moves, None, recs, [], root_hash, False, None)
     meta = msgspec.msgpack.Encoder(order="sorted").encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": None,
                                                            "recs": recs, "prevs": [], "root": root_hash, "seal": False, "idx": None})
-    length = E.ENTRY_HEAD.size + len(meta) + len(data) + E.ENTRY_TRAILER.size
+    length = ENTRY_HEAD.size + len(meta) + len(data) + ENTRY_TRAILER.size
     path = eng.seg_path(eng._seg)
     with open(path, "ab") as f:
-        f.write(E.ENTRY_HEAD.pack(E.ENTRY_MAGIC, len(meta), len(data)) + meta + data + E.ENTRY_TRAILER.pack(length, checksum))
+        f.write(ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(data)) + meta + data + ENTRY_TRAILER.pack(length, checksum))
     return path
 
 

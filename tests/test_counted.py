@@ -1,7 +1,7 @@
 """Counted, not timed: fork, rewind, `log -n 10` and episode cost the same whatever the store holds.
 
 What is counted is the lowest layer: log entries decoded (every path that parses an entry goes
-through engine.parse_entry / _parse_split), blocks read from segment files, and preads issued
+through storage.log.parse.parse_entry / _parse_split), blocks read from segment files, and preads issued
 (FileReadSpy). Each store is opened fresh, after its builder's last checkpoint, and the counts
 are taken around the operation alone; opening itself is counted separately and bounded.
 """
@@ -14,16 +14,16 @@ from objstore import RunLog, Store
 from objstore.runs import history
 from objstore.runs.query import episode
 from objstore.runs.verify import verify
-from objstore.storage import engine
+from objstore.storage.log.format import STATS
 
 
 def count(fn):
     """(entries decoded, blocks read, preads) while fn runs."""
-    e0, b0 = engine.STATS["entries_decoded"], engine.STATS["blocks_read"]
+    e0, b0 = STATS["entries_decoded"], STATS["blocks_read"]
     with FileReadSpy.__new__(FileReadSpy) as spy:
         spy.reads = []
         fn()
-    return engine.STATS["entries_decoded"] - e0, engine.STATS["blocks_read"] - b0, len(spy.reads)
+    return STATS["entries_decoded"] - e0, STATS["blocks_read"] - b0, len(spy.reads)
 
 
 FileReadSpy.__enter__  # noqa: B018 - used bare above: no blob ranges needed, only the read count
@@ -97,9 +97,9 @@ def test_log_fork_and_episode_cost_the_same_in_10_and_10000_runs(tmp_path):
     for runs in (10, 10_000):
         root = str(tmp_path / f"s{runs}")
         target = build_runs(root, runs, 3)
-        e0 = engine.STATS["entries_decoded"]
+        e0 = STATS["entries_decoded"]
         log = RunLog(Store.open(root))
-        opened = engine.STATS["entries_decoded"] - e0
+        opened = STATS["entries_decoded"] - e0
         assert opened == 0, f"opening after a checkpoint replays nothing, replayed {opened}"
         view = log.view(target)
         got[runs] = (

@@ -36,7 +36,7 @@ from objstore.runs import records as R
 from objstore.runs.resolve import resolve_run
 from objstore.runs.verify import assert_refold_identical, verify, verify_report
 from objstore.storage import codec, identity, runrefs
-from objstore.storage import engine as E
+from objstore.storage.log.craft import encode_next
 
 
 def _log_files(root):
@@ -310,7 +310,7 @@ def _forge(log, obj, moves):
     moves = [[m[0], m[1], did if m[2] is None else m[2], m[3]] for m in moves]
     seg, off = eng._seg, eng._off
     assert os.path.getsize(eng.seg_path(seg)) == off
-    data, _e = E.encode_next(eng.tables, time.time(), [(did, codec.DELETION, canon)], moves, seg=seg, off=off)
+    data, _e = encode_next(eng.tables, time.time(), [(did, codec.DELETION, canon)], moves, seg=seg, off=off)
     with open(eng.seg_path(seg), "ab") as f:
         f.write(data)
     return did

@@ -12,8 +12,9 @@ import pytest
 
 from objstore.errors import Conflict, IntegrityError, ObjectNotFound, Refused
 from objstore.storage import codec
-from objstore.storage.engine import LogEngine, MemoryEngine
+from objstore.storage.engine import LogEngine
 from objstore.storage.fileutil import FsyncPolicy
+from objstore.storage.log.memory import MemoryEngine
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
@@ -189,7 +190,8 @@ def test_the_root_kept_per_commit_is_the_root_of_the_tables(ops):
     import copy
 
     from objstore import RunLog, Store
-    from objstore.storage.engine import Tables, root_digest
+    from objstore.storage.log.root import root_digest
+    from objstore.storage.log.tables import Tables
 
     log = RunLog(Store.memory())
     t = log.store.engine.tables

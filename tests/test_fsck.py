@@ -31,7 +31,12 @@ from helpers import run_cli, snapshot_tree
 import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
+from objstore.runs.facts import object_facts
 from objstore.runs.verify import verify
+from objstore.storage.log.craft import encode_entry
+from objstore.storage.log.entry import build_entry
+from objstore.storage.log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD
+from objstore.storage.log.tables import Tables
 
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
 BATCH = 200
@@ -70,8 +75,8 @@ def built(tmp_path):
     assert len(e) == 15 + b.active - 1 and 5 <= b.last1 < b.batch_n and e[b.batch_n].seg < b.active and b.active >= 3
     assert [n for n in e if e[n].idx] == [n for n in e if n > 1 and e[n].seg != e[n - 1].seg]
     assert sorted(f for f in os.listdir(os.path.join(b.root, "log")) if f.endswith(".seg")) == [f"{n:010d}.seg" for n in range(1, b.active + 1)]
-    assert e[b.batch_n].blocks[0][0] == E.COMP_ZSTD and len(e[b.batch_n].blocks) == 1
-    assert e[2].blocks[0][0] == E.COMP_ZSTD
+    assert e[b.batch_n].blocks[0][0] == COMP_ZSTD and len(e[b.batch_n].blocks) == 1
+    assert e[2].blocks[0][0] == COMP_ZSTD
     assert verify(RunLog(Store.open(b.root))) == []
     return b
 
@@ -151,8 +156,8 @@ def test_flipped_byte_in_sealed_entry_meta(built):
     e = built.entries[3]
     p = seg(built.root, 1)
     with open(p, "rb") as f:
-        meta = f.read()[e.offset + E.ENTRY_HEAD.size : e.data_off]
-    flip(p, e.offset + E.ENTRY_HEAD.size + meta.index(b"run/r1/branch/0") + 7)  # 'branch' -> 'brAnch': still decodes
+        meta = f.read()[e.offset + ENTRY_HEAD.size : e.data_off]
+    flip(p, e.offset + ENTRY_HEAD.size + meta.index(b"run/r1/branch/0") + 7)  # 'branch' -> 'brAnch': still decodes
     expect = [f"corrupt-entry {p}: entry 3 at offset {e.offset}: checksum mismatch"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
@@ -164,8 +169,8 @@ def test_flipped_byte_in_a_sealed_entry_meta_key(built):
     e = built.entries[3]
     p = seg(built.root, 1)
     with open(p, "rb") as f:
-        meta = f.read()[e.offset + E.ENTRY_HEAD.size : e.data_off]
-    flip(p, e.offset + E.ENTRY_HEAD.size + meta.index(b"blocks"))  # the key 'blocks' -> 'Blocks'
+        meta = f.read()[e.offset + ENTRY_HEAD.size : e.data_off]
+    flip(p, e.offset + ENTRY_HEAD.size + meta.index(b"blocks"))  # the key 'blocks' -> 'Blocks'
     expect = [f"corrupt-entry {p}: entry 3 at offset {e.offset}: undecodable entry meta: no field 'blocks'"]
     assert lines(built.root) == expect
     assert cli_lines(built.root)[:2] == (1, expect)
@@ -190,13 +195,13 @@ def test_rewritten_entry_breaks_the_next_entrys_chain(built):
     data = open(p, "rb").read()
     # valid on its own: its root is the root of the tables after entry 4 plus its own move, as an
     # attacker who replays entries 1..4 computes it
-    t = E.Tables()
+    t = Tables()
     for n in range(1, 5):
         e = built.entries[n]
         facts = {e.objs[r[0]][0]: r[1:] for r in e.recs}
         facts.update((e.objs[r[0]][0], [r[1]]) for r in e.prevs)
         t.commit(t.plan(n, [(o[0], o[1]) for o in e.objs], facts, e.moves, e.idx), n, e.checksum, e.time)
-    forged, _ = E.encode_entry(e4.checksum, 5, e5.time + 1, [], [["note/forged", None, built.blob, "forged"]], None, tables=t)
+    forged, _ = encode_entry(e4.checksum, 5, e5.time + 1, [], [["note/forged", None, built.blob, "forged"]], None, tables=t)
     with open(p, "wb") as f:
         f.write(data[: e5.offset] + forged + data[e5.offset + e5.length :])
     expect = [f"corrupt-entry {p}: entry 6 at offset {e5.offset + len(forged)}: checksum mismatch"]
@@ -211,7 +216,7 @@ def test_flipped_byte_in_sealed_record_bytes(built):
     their parent: it is damaged, not missing, so they add no lines."""
     e = built.entries[3]
     rec = built.singles[0]
-    assert e.objs[0][0] == rec.id and e.blocks[0][0] == E.COMP_RAW
+    assert e.objs[0][0] == rec.id and e.blocks[0][0] == COMP_RAW
     p = seg(built.root, 1)
     flip(p, e.data_off + e.objs[0][2] // 2)
     expect = [f"corrupt-object {rec.id.hex()}: hash mismatch (content does not match id) [{p}]"]
@@ -361,11 +366,11 @@ def append_entry(root, objects, moves=(), facts=None):
     pos = store.engine.position()
     moves = [list(m) for m in moves]
     if facts is None:
-        entry, _ = E.encode_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, tables=store.engine.tables)
+        entry, _ = encode_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, tables=store.engine.tables)
     else:
         plan = store.engine.tables.plan(pos.entry + 1, [(o[0], o[1]) for o in objects], facts, moves, None)
         assert not isinstance(plan, str), plan
-        entry, _e = E.build_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, True, facts=facts, root=plan.root)
+        entry, _e = build_entry(pos.checksum, pos.entry + 1, time.time(), list(objects), moves, None, True, facts=facts, root=plan.root)
     path = store.engine.seg_path(store.engine._seg)
     with open(path, "ab") as f:
         f.write(entry)
@@ -397,7 +402,7 @@ def test_malformed_but_hashed_record(built):
     # Its entry claims the index row of the same record with a body (format 3: every record has one).
     twin = msgspec.msgpack.Encoder(order="sorted").encode(
         {"run": "r1", "branch": 0, "lsn": head.lsn + 1, "parent": bytes(head.id), "kind": "attempt", "time": 1.0, "body": {}})
-    row = E.object_facts("record", b"record %d\x00" % len(twin) + twin, None)
+    row = object_facts("record", b"record %d\x00" % len(twin) + twin, None)
     p = append_entry(built.root, [(oid, "record", canon)], [("run/r1/branch/0", head.id, oid, "append")], facts={oid: row})
     expect = [f"malformed-object {oid.hex()}: missing field 'body' [{p}]",
               f"damaged-ref run/r1/branch/0: points to damaged object {oid.hex()} [{p}]"]

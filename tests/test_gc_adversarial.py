@@ -40,6 +40,8 @@ from objstore.lifecycle import gc as G
 from objstore.runs.verify import verify_report
 from objstore.storage import codec, packed
 from objstore.storage.gclock import gc_lock
+from objstore.storage.log.entry import block_starts
+from objstore.storage.log.format import REMOVED, WITNESS, WITNESS_MAGIC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEAL = 32 << 10
@@ -303,7 +305,7 @@ def _record_block(root, seg):
         e = item.entry
         if e.seg != seg:
             continue
-        starts = E.block_starts(e)
+        starts = block_starts(e)
         for _oid, otype, _len, bi, _off in e.objs:
             if otype == codec.RECORD:
                 comp, _raw, stored = e.blocks[bi]
@@ -513,7 +515,7 @@ def _forge(root, seg, drop):
 def _objects_in(root, seg, otype):
     s = Store.open(root)
     found = [o[0] for item in s.engine.scan(s.engine.refresh().entry) if item.entry.seg == seg
-             for o in item.entry.objs if o[1] == otype and o[3] != E.REMOVED]
+             for o in item.entry.objs if o[1] == otype and o[3] != REMOVED]
     s.engine.close()
     return found
 
@@ -580,7 +582,7 @@ def _drop_last_entry(root):
     with open(s.engine.seg_path(last.seg), "r+b") as f:
         f.truncate(last.offset)
     with open(os.path.join(root, "log", "witness"), "r+b") as f:
-        f.write(E.WITNESS.pack(E.WITNESS_MAGIC, prev.n, prev.checksum))
+        f.write(WITNESS.pack(WITNESS_MAGIC, prev.n, prev.checksum))
     os.unlink(os.path.join(root, "log", "checkpoint"))
     return [list(r) for r in last.rw]
 

@@ -20,6 +20,8 @@ from objstore.errors import Conflict, InvalidInput
 from objstore.runs import labels as L
 from objstore.storage import engine as E
 from objstore.storage import labels as SL
+from objstore.storage.log.format import LABEL_ROW
+from objstore.storage.log.tables import Tables
 
 
 def _open(path):
@@ -167,7 +169,6 @@ def test_a_forged_run_label_is_refused_and_named_by_verify(tmp_path, monkeypatch
     """A run_started whose labels do not give its id (written below the API) breaks a rule of applying
     its entry: the writer refuses it; written past the rule, verify names the entry (corrupt-entry)."""
     from objstore.errors import Refused
-    from objstore.storage import engine as E
 
     def forge():
         store = _open(tmp_path / "s").store
@@ -180,7 +181,7 @@ def test_a_forged_run_label_is_refused_and_named_by_verify(tmp_path, monkeypatch
     with pytest.raises(Refused, match="its labels give run id"):
         forge()
     with monkeypatch.context() as m:
-        m.setattr(E.Tables, "_birth_rule", lambda *a: None)
+        m.setattr(Tables, "_birth_rule", lambda *a: None)
         forge()
     problems = objstore.verify(_open(tmp_path / "s"))
     assert [p.code for p in problems] == ["corrupt-entry"] and "its labels give run id" in problems[0].detail, problems
@@ -232,7 +233,7 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     path = os.path.join(root, "log", "checkpoint")
     data = open(path, "rb").read()
     m = msgspec.msgpack.decode(data[:-32])
-    rows = [list(r) for r in E.LABEL_ROW.iter_unpack(m["labels"])]  # packed rows, commit order
+    rows = [list(r) for r in LABEL_ROW.iter_unpack(m["labels"])]  # packed rows, commit order
     assert rows, "the checkpoint holds the active segment's label rows apart"
     key_c = SL.key(run, "checkpoint_id", "c")
     mine = [r for r in rows if r[0] == key_c]
@@ -247,7 +248,7 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
         rows.remove(next(r for r in rows if r[0] == SL.key("", "thread_id", "U")))
     else:
         rows.append([SL.key(run, "checkpoint_id", "forged"), 1, old.id])
-    m["labels"] = b"".join(E.LABEL_ROW.pack(*r) for r in rows)
+    m["labels"] = b"".join(LABEL_ROW.pack(*r) for r in rows)
     body = msgspec.msgpack.encode(m)
     open(path, "wb").write(body + blake3.blake3(body).digest())
     fresh = _open(root)

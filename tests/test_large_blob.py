@@ -18,7 +18,7 @@ from objstore import RunLog, Store
 from objstore.errors import IntegrityError
 from objstore.runs.verify import verify
 from objstore.storage import codec
-from objstore.storage.engine import LARGE_BLOB
+from objstore.storage.log.format import LARGE_BLOB
 
 SIZE = 12 << 20
 

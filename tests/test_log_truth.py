@@ -26,10 +26,16 @@ from helpers import run_cli, snapshot_tree
 from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
+from objstore.runs.facts import object_facts
 from objstore.runs.query import episode
 from objstore.runs.verify import anchor_token, verify_report
 from objstore.storage import codec, identity, segindex
 from objstore.storage import engine as E
+from objstore.storage.log.entry import build_entry
+from objstore.storage.log.format import ENTRY_HEAD, SEG_HEADER, WITNESS, WITNESS_MAGIC
+from objstore.storage.log.root import root_digest, tables_root
+from objstore.storage.log.rules import Plan
+from objstore.storage.log.tables import Tables
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"
@@ -129,7 +135,7 @@ def _problems(path):
 def _ack(path, n, checksum):
     """Make entry ``n`` acknowledged: the head witness names it, as its writer's sync would."""
     with open(os.path.join(path, "log", "witness"), "wb") as f:
-        f.write(E.WITNESS.pack(E.WITNESS_MAGIC, n, checksum))
+        f.write(WITNESS.pack(WITNESS_MAGIC, n, checksum))
 
 
 # -- 1. a checkpoint with an edited ref table, re-hashed ------------------------------------------
@@ -140,7 +146,7 @@ def _forge_checkpoint(path, edit):
     ck = os.path.join(path, "log", "checkpoint")
     with open(ck, "rb") as f:
         data = f.read()
-    t, seg, off = E.Tables.load(data[:-32])
+    t, seg, off = Tables.load(data[:-32])
     edit(t, Store.open(path))
     body = t.dump(seg, off, 1)
     assert body != data[:-32], "the edit changed nothing"
@@ -213,19 +219,19 @@ def _forge_entry(path, moves, objects=(), ack=True, rows=None):
     root the tables would have if the rules were not checked. Returns (entry, segment path)."""
     eng = Store.open(path).engine
     t = eng.tables
-    assert E.tables_root(t.refs, t.tips, t.intents, t.starts, t.idx) == t.acc, "the attacker's root is the engine's"
+    assert tables_root(t.refs, t.tips, t.intents, t.starts, t.idx) == t.acc, "the attacker's root is the engine's"
     refs = dict(t.refs)
     for name, _old, new, _reason in moves:
         if new is None:
             refs.pop(name, None)
         else:
             refs[name] = new
-    acc = E.tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
+    acc = tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
     objects = list(objects)
-    facts = {oid: f for oid, otype, canon in objects if (f := E.object_facts(otype, canon, None, oid)) is not None}
+    facts = {oid: f for oid, otype, canon in objects if (f := object_facts(otype, canon, None, oid)) is not None}
     facts.update(rows or {})  # index rows that say something else than their objects
-    raw, e = E.build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), objects, moves, None, True, facts=facts,
-                           root=E.root_digest(acc))
+    raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), objects, moves, None, True, facts=facts,
+                           root=root_digest(acc))
     seg = eng.seg_path(eng._seg)
     assert os.path.getsize(seg) == eng._off
     with open(seg, "ab") as f:
@@ -336,11 +342,11 @@ def _rewrite_last_entry(path, mutate):
         f.truncate(last.offset)
     t = Store.open(path).engine.tables
     assert t.pos.entry == last.n - 1
-    facts = {oid: f for oid, otype, canon in objects if (f := E.object_facts(otype, canon, None, oid)) is not None}
+    facts = {oid: f for oid, otype, canon in objects if (f := object_facts(otype, canon, None, oid)) is not None}
     mutate(facts)
     plan = t.plan(last.n, [(o[0], o[1]) for o in objects], facts, last.moves, None)
-    assert isinstance(plan, E.Plan), plan
-    raw, e = E.build_entry(t.pos.checksum, last.n, last.time, objects, last.moves, None, True, facts=facts, root=plan.root)
+    assert isinstance(plan, Plan), plan
+    raw, e = build_entry(t.pos.checksum, last.n, last.time, objects, last.moves, None, True, facts=facts, root=plan.root)
     with open(seg, "ab") as f:
         f.write(raw)
     _ack(path, e.n, e.checksum)
@@ -401,7 +407,7 @@ def _forge_history(path, monkeypatch):
     moves, objects, why = _rule_owner(Store.open(path))
     e, seg = _forge_entry(path, moves, objects)
     with monkeypatch.context() as m:
-        m.setattr(E.Tables, "_rule", lambda *a: None)
+        m.setattr(Tables, "_rule", lambda *a: None)
         eng = Store.open(path).engine
         assert eng.position().entry == e.n and eng.tables.refs["keys/owner"] == moves[0][2]
         eng._checkpoint()
@@ -452,7 +458,7 @@ def test_flipped_byte_in_newest_acknowledged_entry_is_never_cut(store, where, tm
     last = list(eng.entries())[-1]
     assert eng.witness() == (last.n, last.checksum), "the newest entry is acknowledged"
     seg = eng.seg_path(last.seg)
-    at = last.offset + E.ENTRY_HEAD.size + 3 if where == "meta" else last.offset + last.length - 1
+    at = last.offset + ENTRY_HEAD.size + 3 if where == "meta" else last.offset + last.length - 1
     with open(seg, "r+b") as f:
         f.seek(at)
         b = f.read(1)
@@ -631,7 +637,7 @@ def _drop_segment_2(path):
     eng = Store.open(path).engine
     oid = next(r.id for r in RunLog(Store.open(path)).records("s1") if eng.loc(r.id).seg == 2)
     with open(seg2, "rb") as f:
-        first = E.SEG_HEADER.unpack(f.read(E.SEG_HEADER.size))[2]
+        first = SEG_HEADER.unpack(f.read(SEG_HEADER.size))[2]
     os.unlink(seg2)
     return seg2, oid, first - 1
 

@@ -8,7 +8,7 @@ import pytest
 
 from objstore import RunLog, Store
 from objstore.errors import BranchNotFound, Refused
-from objstore.storage.engine import LARGE_BLOB
+from objstore.storage.log.format import LARGE_BLOB
 from objstore.storage.runrefs import branch_ref, live_ref, symref
 
 ATTEMPT = {"step": 0, "attempt": 0, "state": "running"}

@@ -17,7 +17,8 @@ from objstore.errors import InvalidInput, Refused, RetainedBranch
 from objstore.runs.export import build_entry, export
 from objstore.runs.fold import fold
 from objstore.runs.verify import assert_refold_identical, verify
-from objstore.storage import codec, engine
+from objstore.storage import codec
+from objstore.storage.log.format import STATS
 
 
 def raw_chain(store, head):
@@ -256,9 +257,9 @@ def test_fork_is_constant_work_in_branch_length(tmp_path):
             for i in range(n):
                 log.record_attempt(run, step=i, attempt=0, state="succeeded")
         with FileReadSpy(log.store) as spy:
-            before, dec0 = dict(engine.STATS), codec.STATS["objects_decoded"]
+            before, dec0 = dict(STATS), codec.STATS["objects_decoded"]
             log.fork(run, 0, n // 2)
-        counts[n] = (len(spy.reads), {k: engine.STATS[k] - before[k] for k in before}, codec.STATS["objects_decoded"] - dec0)
+        counts[n] = (len(spy.reads), {k: STATS[k] - before[k] for k in before}, codec.STATS["objects_decoded"] - dec0)
     assert counts[10] == counts[1000], counts
 
 

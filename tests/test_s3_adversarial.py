@@ -30,9 +30,9 @@ import objstore
 from objstore.errors import CorruptLog
 from objstore.runs.runlog import RunLog
 from objstore.runs.verify import anchor_token
-from objstore.storage import engine as eng
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
+from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
 from objstore.storage.s3client import open_bucket
 from objstore.storage.s3engine import HEAD_KEY, Chunk, Head, chunk_key
 
@@ -78,22 +78,22 @@ def _lines(log: RunLog) -> list[str]:
 
 
 def _meta(raw: bytes) -> dict:
-    mlen = eng.ENTRY_HEAD.unpack_from(raw, 0)[1]
-    return eng._dec.decode(raw[eng.ENTRY_HEAD.size : eng.ENTRY_HEAD.size + mlen])
+    mlen = ENTRY_HEAD.unpack_from(raw, 0)[1]
+    return _dec.decode(raw[ENTRY_HEAD.size : ENTRY_HEAD.size + mlen])
 
 
 def forge(raw: bytes, prev: bytes, change) -> bytes:
     """An entry re-encoded with ``change(meta)`` applied and its trailer's chain checksum recomputed
     over ``prev`` with the engine's own ``logical_checksum``: what anyone with write access can do."""
-    mlen = eng.ENTRY_HEAD.unpack_from(raw, 0)[1]
+    mlen = ENTRY_HEAD.unpack_from(raw, 0)[1]
     m = _meta(raw)
     change(m)
-    checksum = eng.logical_checksum(prev, m["n"], m["t"], m["objs"], m["moves"], m["cut"], m["recs"], m["prevs"], m["root"],
+    checksum = logical_checksum(prev, m["n"], m["t"], m["objs"], m["moves"], m["cut"], m["recs"], m["prevs"], m["root"],
                                     m["seal"], m["idx"], m.get("rw"))
-    meta = eng._enc.encode(m)
-    data = raw[eng.ENTRY_HEAD.size + mlen : len(raw) - eng.ENTRY_TRAILER.size]
-    length = eng.ENTRY_HEAD.size + len(meta) + len(data) + eng.ENTRY_TRAILER.size
-    return eng.ENTRY_HEAD.pack(eng.ENTRY_MAGIC, len(meta), len(data)) + meta + data + eng.ENTRY_TRAILER.pack(length, checksum)
+    meta = _enc.encode(m)
+    data = raw[ENTRY_HEAD.size + mlen : len(raw) - ENTRY_TRAILER.size]
+    length = ENTRY_HEAD.size + len(meta) + len(data) + ENTRY_TRAILER.size
+    return ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), len(data)) + meta + data + ENTRY_TRAILER.pack(length, checksum)
 
 
 def _later(m: dict) -> None:

@@ -253,7 +253,8 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
     cache copy must never change an answer: a removed body read from a cached copy should be read from the bucket once."""
     import msgspec
 
-    from objstore.storage.engine import ZERO, parse_entry
+    from objstore.storage.log.format import ZERO
+    from objstore.storage.log.parse import parse_entry
 
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
     a.record_attempt(keep, 1000, 0, "succeeded")  # the secret's entry goes into a chunk

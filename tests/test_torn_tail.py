@@ -25,6 +25,8 @@ import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
 from objstore.runs.verify import verify_report
+from objstore.storage.log.craft import encode_entry
+from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC
 
 
 def build(root):
@@ -72,7 +74,7 @@ def fresh(root):
 
 
 def torn_line(path, before, cut_len, total):
-    why = "incomplete entry header" if cut_len < E.ENTRY_HEAD.size else f"incomplete entry ({cut_len} of {total} bytes)"
+    why = "incomplete entry header" if cut_len < ENTRY_HEAD.size else f"incomplete entry ({cut_len} of {total} bytes)"
     return (f"torn-tail {path}: {cut_len} bytes after the last complete entry at offset {before} ({why}); "
             "invisible to readers, cut by the next commit")
 
@@ -86,7 +88,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
     pristine = open(path, "rb").read()
     assert len(pristine) == after
     total = after - before
-    cli_offsets = {before + 1, before + E.ENTRY_HEAD.size, (before + after) // 2, after - 1}
+    cli_offsets = {before + 1, before + ENTRY_HEAD.size, (before + after) // 2, after - 1}
     for off in range(before + 1, after):
         with open(path, "wb") as f:
             f.write(pristine[:off])
@@ -128,8 +130,8 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
 GARBAGE = {
     "zeros": b"\x00" * 4096,  # preallocated blocks a crash left behind
     "text": b"this is not an entry\n" * 3,
-    "plausible-header": E.ENTRY_HEAD.pack(E.ENTRY_MAGIC, 40, 1000) + b"\x01" * 30,
-    "magic-only": E.ENTRY_MAGIC,
+    "plausible-header": ENTRY_HEAD.pack(ENTRY_MAGIC, 40, 1000) + b"\x01" * 30,
+    "magic-only": ENTRY_MAGIC,
 }
 WHY = {  # what the reader found at the torn tail
     "zeros": "bad entry magic",
@@ -176,8 +178,8 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     victim = entries[-2]
     assert victim.offset + victim.length == before
     with open(path, "rb") as f:
-        meta = f.read()[victim.offset + E.ENTRY_HEAD.size : victim.data_off]
-    at = victim.offset + E.ENTRY_HEAD.size + meta.index(b"run/r1/branch/0") + 7
+        meta = f.read()[victim.offset + ENTRY_HEAD.size : victim.data_off]
+    at = victim.offset + ENTRY_HEAD.size + meta.index(b"run/r1/branch/0") + 7
     data = bytearray(open(path, "rb").read())
     data[at] ^= 0x20
     open(path, "wb").write(bytes(data))
@@ -285,7 +287,7 @@ def dying_write(fd, data):
         path = os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
         path = ""
-    if ".seg" in os.path.basename(path) and len(data) == E.SEG_HEADER.size:
+    if ".seg" in os.path.basename(path) and len(data) == SEG_HEADER.size:
         real_write(fd, data[:20])  # part of the next segment's header reaches the file...
         os._exit(9)  # ...and the process dies
     return real_write(fd, data)
@@ -328,12 +330,11 @@ def test_crash_while_sealing_leaves_a_readable_store(tmp_path):
 def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path):
     """A crash while writing an entry that carries bytes shaped like an entry must not pass for
     damage: the next writer cuts it and verify stays clean."""
-    from objstore.storage import engine as E
 
     root = str(tmp_path / "s")
     s = Store.init(root, fsync="off")
     s.set_ref("refs/a", None, s.put_blob(b"a"), "a")
-    fake, _ = E.encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
+    fake, _ = encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
     seg = s.engine.seg_path(1)
     start = os.path.getsize(seg)
     witness = read_witness(root)

@@ -27,6 +27,8 @@ from helpers import run_cli
 import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.runs.verify import verify_report
+from objstore.storage.log.craft import encode_entry
+from objstore.storage.log.format import COMP_RAW, SEG_HEADER, SEG_MAGIC
 
 SEAL = 4096
 T0 = 1_700_000_000.0
@@ -82,7 +84,7 @@ def built(pristine, tmp_path):
 
 def rec_in(b, s):
     """The number of an entry in the middle of segment s holding one record in a raw block."""
-    ns = [n for n, e in b.entries.items() if e.seg == s and len(e.objs) == 1 and e.objs[0][1] == "record" and e.blocks[0][0] == E.COMP_RAW]
+    ns = [n for n, e in b.entries.items() if e.seg == s and len(e.objs) == 1 and e.objs[0][1] == "record" and e.blocks[0][0] == COMP_RAW]
     return ns[len(ns) // 2]
 
 
@@ -161,7 +163,7 @@ def test_broken_header_chain_then_damage_after_it(built):
     p2 = seg(built, 2)
     flip(p2, 8 + 8 + 8 + 3)  # the previous-checksum field of segment 2's header
     with open(p2, "rb") as f:
-        hprev = E.SEG_HEADER.unpack(f.read(E.SEG_HEADER.size))[3]
+        hprev = SEG_HEADER.unpack(f.read(SEG_HEADER.size))[3]
     n = last_of(built, 1)
     expect = [f"broken-log-chain {p2}: segment 2 does not continue the log at entry {n + 1} "
               f"(its header chains to checksum {hprev.hex()}, entry {n} has {built.entries[n].checksum.hex()})",
@@ -176,9 +178,9 @@ def test_foreign_segment_then_damage_after_it(built):
     with open(p2, "rb") as f:
         data = bytearray(f.read())
     first = built.entries[last_of(built, 1) + 1]
-    forged, _ = E.encode_entry(b"\x01" * 32, first.n, first.time, [], [], None)
+    forged, _ = encode_entry(b"\x01" * 32, first.n, first.time, [], [], None)
     data[first.offset:first.offset + first.length] = forged
-    data[:E.SEG_HEADER.size] = E.SEG_HEADER.pack(E.SEG_MAGIC, 2, first.n, b"\x01" * 32)
+    data[:SEG_HEADER.size] = SEG_HEADER.pack(SEG_MAGIC, 2, first.n, b"\x01" * 32)
     with open(p2, "wb") as f:
         f.write(bytes(data))
     n = first.n - 1
@@ -236,7 +238,7 @@ def test_unknown_type_after_a_missing_segment(built):
     oid = blake3.blake3(canon).digest()
     store = Store.open(built.root)
     pos = store.engine.position()
-    entry, _ = E.encode_entry(pos.checksum, pos.entry + 1, T0 + 500, [(oid, "tree", canon)], [], None, tables=store.engine.tables)
+    entry, _ = encode_entry(pos.checksum, pos.entry + 1, T0 + 500, [(oid, "tree", canon)], [], None, tables=store.engine.tables)
     with open(seg(built, built.nseg), "ab") as f:
         f.write(entry)
     os.unlink(seg(built, 2))

@@ -52,6 +52,10 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
+# The record facts the log applies (``objstore.storage.log.facts``): the run model's, registered by
+# module path, so registering imports nothing; the log imports the module on first use.
+RECORD_FACTS = "objstore.runs.facts"
+
 
 def open_store(path: str | None = None, *, create: bool = True, fsync: str | None = None) -> RunLog:
     """Open (by default creating) a local store and return its run-log API."""

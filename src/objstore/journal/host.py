@@ -67,7 +67,7 @@ from .versions import JOURNAL_SCHEMA, check_body
 
 if TYPE_CHECKING:
     from ..runs.runlog import RunLog
-    from ..storage.engine import Position
+    from ..storage.log.format import Position
     from ..storage.store import Store
 
 

@@ -73,7 +73,10 @@ import msgspec
 
 from ..errors import CorruptLog, IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
 from ..storage import gclock, packed
-from ..storage.engine import (
+from ..storage.engine import LogEngine, _parse_split, _read_segment_header, packed_entries, read_witness, seg_name
+from ..storage.fileutil import FsyncPolicy, atomic_file
+from ..storage.log.entry import Entry
+from ..storage.log.format import (
     ENTRY_HEAD,
     ENTRY_MAGIC,
     ENTRY_TRAILER,
@@ -83,18 +86,10 @@ from ..storage.engine import (
     WITNESS,
     WITNESS_MAGIC,
     ZERO,
-    Entry,
-    LogEngine,
     Position,
-    Tables,
-    _parse_split,
-    _read_segment_header,
-    packed_entries,
-    read_witness,
-    root_digest,
-    seg_name,
 )
-from ..storage.fileutil import FsyncPolicy, atomic_file
+from ..storage.log.root import root_digest
+from ..storage.log.tables import Tables
 from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
 from . import delete
 

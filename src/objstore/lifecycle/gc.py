@@ -34,8 +34,12 @@ import zstandard
 
 from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UntrustedGcPending
 from ..runs import records, state
+from ..runs.facts import body_refs
 from ..storage import codec, engine, fileutil, packed, runrefs, segindex
 from ..storage.gclock import gc_lock
+from ..storage.log.entry import Entry, block_starts
+from ..storage.log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, LARGE_BLOB, MIN_COMPRESS, REMOVED, Loc
+from ..storage.log.parse import _rw_shape_problem
 from ..storage.store import mark_packed
 from . import delete
 
@@ -107,9 +111,9 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
             named.update(r[6])
         for o in e.objs:
             if o[1] == codec.BLOB:
-                if e.time < cutoff and o[3] != engine.REMOVED:
+                if e.time < cutoff and o[3] != REMOVED:
                     candidates.add(o[0])
-            elif o[1] not in (codec.RECORD, codec.BLOB) and o[3] != engine.REMOVED:
+            elif o[1] not in (codec.RECORD, codec.BLOB) and o[3] != REMOVED:
                 try:
                     otype, value = codec.decode(eng.read(o[0]), o[0], False)
                 except ObjstoreError:
@@ -179,7 +183,7 @@ def doomed(store: Store) -> Doomed:
     candidates: set = set(named)
     for oid in recs:
         loc = eng.loc(oid)
-        if loc is None or loc.comp == engine.COMP_GONE:
+        if loc is None or loc.comp == COMP_GONE:
             continue
         try:
             value = codec.decode(eng.read(oid), oid, False)[1]
@@ -187,7 +191,7 @@ def doomed(store: Store) -> Doomed:
             continue
         body = value.get("body") if isinstance(value, dict) else None
         if isinstance(body, dict):
-            candidates.update(engine.body_refs(body))
+            candidates.update(body_refs(body))
     # A ref that names a blob itself (keys/owner names the owner's public key as a blob) keeps it.
     for name, value in t.refs.items():
         if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
@@ -204,7 +208,7 @@ def doomed(store: Store) -> Doomed:
                 for ref in r[6]:
                     candidates.discard(ref)
             for o in e.objs:
-                if o[1] in ("journal", "segment") and candidates and o[3] != engine.REMOVED:
+                if o[1] in ("journal", "segment") and candidates and o[3] != REMOVED:
                     try:
                         value = codec.decode(eng.read(o[0]), o[0], False)[1]
                     except ObjstoreError:
@@ -263,7 +267,7 @@ def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
         if loc is None or loc.otype not in ("journal", "segment"):
             return
         out.add(cur)
-        if loc.comp == engine.COMP_GONE:
+        if loc.comp == COMP_GONE:
             return  # removed by an earlier gc, with everything behind it
         try:
             value = codec.decode(eng.read(cur), cur, False)[1]
@@ -278,7 +282,7 @@ def _segments_to_rewrite(eng: engine.LogEngine, last: int, gone: set) -> list[in
     need = set()
     for oid in gone:
         loc = eng.loc(oid)
-        if loc is not None and loc.comp != engine.COMP_GONE and loc.seg <= last:
+        if loc is not None and loc.comp != COMP_GONE and loc.seg <= last:
             need.add(loc.seg)
     for seg in range(1, last + 1):
         if eng._packed(seg) is None:
@@ -304,24 +308,24 @@ class _Block:
         if not self.parts:
             return
         raw = b"".join(self.parts)
-        comp, stored = engine.COMP_RAW, raw
-        if len(raw) >= engine.MIN_COMPRESS:
+        comp, stored = COMP_RAW, raw
+        if len(raw) >= MIN_COMPRESS:
             c = z.compress(raw)
             if len(c) < len(raw) - 16:
-                comp, stored = engine.COMP_ZSTD, c
+                comp, stored = COMP_ZSTD, c
         bi = w.block(comp, len(raw), stored)
         for row in self.rows:
             row[3] = bi
         self.parts, self.size, self.rows = [], 0, []
 
 
-def _source_bytes(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list, cache: dict) -> bytes:
+def _source_bytes(eng: engine.LogEngine, e: Entry, o: list, starts: list, cache: dict) -> bytes:
     """One object's canonical bytes from the segment being rewritten, hash-checked: gc never carries
     damaged bytes into a new file (it stops and names them; verify tells the rest). Each source
     block is decompressed once (``cache``: file offset -> raw block)."""
     oid, otype, length, bi, off = o
     comp, raw_len, stored = e.blocks[bi][:3]
-    loc = engine.Loc(e.n, e.seg, starts[bi], comp, stored, raw_len, off, length, otype)
+    loc = Loc(e.n, e.seg, starts[bi], comp, stored, raw_len, off, length, otype)
     raw = cache.get(loc.block_off)
     if raw is None:
         eng._check_loc(oid, loc)
@@ -353,14 +357,14 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
         metas: list = []
         cache: dict = {}
         for e in entries:
-            starts = engine.block_starts(e)
+            starts = block_starts(e)
             objs: list = []
             for o in e.objs:
                 oid, otype, length, bi, _off = o
-                if bi == engine.REMOVED or oid in gone:
-                    if bi != engine.REMOVED:
+                if bi == REMOVED or oid in gone:
+                    if bi != REMOVED:
                         removed[oid] = otype
-                    objs.append([oid, otype, length, engine.REMOVED, 0])
+                    objs.append([oid, otype, length, REMOVED, 0])
                     continue
                 comp, raw_len, stored_len = e.blocks[bi][:3]
                 if _check_large(eng, e, o, starts):
@@ -413,19 +417,19 @@ def _index_of_packed(path: str, seg: int, last: bytes) -> bytes | str:
         os.close(fd)
 
 
-def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engine.Entry]:
+def _first(eng: engine.LogEngine, seg: int, last: Entry) -> Iterator[Entry]:
     for e in eng._segment_entries(seg, last.checksum, last.n + 1):
         yield e
         return
 
 
-def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) -> bool:
+def _check_large(eng: engine.LogEngine, e: Entry, o: list, starts: list) -> bool:
     """Whether object row ``o`` is a large blob (a block of its own), hash-checked as it streams if so."""
     oid, otype, length, bi, _off = o
     comp, raw_len, stored_len = e.blocks[bi][:3]
-    if otype != codec.BLOB or raw_len <= engine.LARGE_BLOB:
+    if otype != codec.BLOB or raw_len <= LARGE_BLOB:
         return False
-    eng._check_loc(oid, engine.Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
+    eng._check_loc(oid, Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
     return True
 
 
@@ -557,7 +561,7 @@ def _pack_into_tmp(eng: engine.LogEngine, seg: int, every: set, tmpdir: str, syn
 
 def _holds(eng: engine.LogEngine, seg: int, every: set) -> bool:
     """Whether sealed segment ``seg`` still stores the body of one of ``every``."""
-    return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != engine.COMP_GONE for oid in every)
+    return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != COMP_GONE for oid in every)
 
 
 def _check_active(eng: engine.LogEngine) -> None:
@@ -567,9 +571,9 @@ def _check_active(eng: engine.LogEngine) -> None:
     hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
     cache: dict = {}
     for e in eng._segment_entries(seg, hdr[3], hdr[2]):
-        starts = engine.block_starts(e)
+        starts = block_starts(e)
         for o in e.objs:
-            if o[3] != engine.REMOVED and not _check_large(eng, e, o, starts):
+            if o[3] != REMOVED and not _check_large(eng, e, o, starts):
                 _source_bytes(eng, e, o, starts, cache)
 
 
@@ -588,7 +592,7 @@ def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int
                 if r[1] not in deleted:
                     late.update(x for x in r[6] if x in candidates)
             for o in e.objs:
-                if o[1] in ("journal", "segment") and o[3] != engine.REMOVED:
+                if o[1] in ("journal", "segment") and o[3] != REMOVED:
                     try:
                         value = codec.decode(eng.read(o[0]), o[0], False)[1]
                     except ObjstoreError:
@@ -646,7 +650,7 @@ def _unfinished(eng: engine.LogEngine) -> list:
     where = os.path.join(eng.root, packed.PENDING)
     named: set = set()
     for row in rows:  # the shape first: a row's segment is looked up below (1.0 == 1 in the tables)
-        bad = engine._rw_shape_problem([row])
+        bad = _rw_shape_problem([row])
         if bad is not None:
             raise UntrustedGcPending(where, f"its row for segment {row[0]!r} is not [segment, 32-byte file digest, 32-byte index digest] ({bad})")
         if row[0] in named:
@@ -675,7 +679,7 @@ def _untrusted(eng: engine.LogEngine, row: list) -> str | None:
     its file is a packed segment whose entries end where the log's segment does (the next segment's
     header chains from there, as readers check), and the index digest is the one those entries give."""
     seg, _file_digest, idx_digest = row
-    bad = engine._rw_shape_problem([row])
+    bad = _rw_shape_problem([row])
     if bad is not None:
         return f"is not [segment, 32-byte file digest, 32-byte index digest] ({bad})"
     try:

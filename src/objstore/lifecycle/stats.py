@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
 from ..storage import codec, engine, packed, s3engine
+from ..storage.log.engine import Engine
+from ..storage.log.format import REMOVED, Position
 from . import delete
 
 if TYPE_CHECKING:
@@ -106,7 +108,7 @@ def _state_cache(root: str) -> dict[str, int]:
     return {name: _size(os.path.join(root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
 
 
-def _log_figures(store: Store, eng: engine.Engine, pos: engine.Position) -> dict[str, Any]:
+def _log_figures(store: Store, eng: Engine, pos: Position) -> dict[str, Any]:
     """What the log's entries say, up to ``pos``: objects and their canonical bytes, runs, records, blobs."""
     t = eng.tables
     objects = records = blobs = removed = canonical = 0
@@ -120,7 +122,7 @@ def _log_figures(store: Store, eng: engine.Engine, pos: engine.Position) -> dict
             objects += 1
             canonical += o[2]
             by_type[o[1]] = by_type.get(o[1], 0) + 1
-            if o[3] == engine.REMOVED:
+            if o[3] == REMOVED:
                 removed += 1
             if o[1] == codec.RECORD:
                 records += 1

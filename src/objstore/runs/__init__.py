@@ -2,6 +2,7 @@
 
 Members, lowest first (each imports only those before it, ``objstore.storage`` and ``objstore.errors``):
 
+* ``facts`` — the record facts the log indexes and rules over (handed to storage: ``storage.log.facts``);
 * ``records`` — the record model: kinds, bodies, their checks (msgspec schemas);
 * ``fold`` — the pure fold: records in, state out;
 * ``chain`` — reading runs as chains: views, walks, lineages, fork objects;

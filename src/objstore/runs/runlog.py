@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, MalformedObject, RetainedBranch, RunNotFound
 from ..storage import codec
-from ..storage.engine import Txn
+from ..storage.log.txn import Txn
 from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
 from ..storage.store import LABELS_VERSION, Store
 from . import kinds as K

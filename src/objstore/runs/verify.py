@@ -61,25 +61,18 @@ import msgspec
 from ..errors import BodyRemoved, CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
 from ..storage import authority, codec, packed, runrefs, segindex
 from ..storage import engine as E
-from ..storage.engine import (
-    SEG_HEADER,
-    SEG_MAGIC,
-    ZERO,
-    Entry,
-    HashedLarge,
-    LogEngine,
-    ScanEntry,
-    ScanProblem,
-    SegmentEnd,
-    SegmentHead,
-    chain_break,
-    scan_segment,
-)
+from ..storage.engine import HashedLarge, LogEngine, SegmentEnd, SegmentHead, chain_break, scan_segment
 from ..storage.fileutil import no_gc
 from ..storage.gclock import gc_lock
+from ..storage.log.engine import ScanEntry, ScanProblem
+from ..storage.log.entry import Entry
+from ..storage.log.format import CHAIN_TYPES, SEG_HEADER, SEG_MAGIC, ZERO
+from ..storage.log.root import root_digest
+from ..storage.log.tables import Tables
 from . import kinds as K
 from . import labels as RL
 from . import records as R
+from .facts import body_refs, object_facts
 from .fold import apply, empty_state, fold
 from .state import attempt_view, refold_branch
 
@@ -234,9 +227,9 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
 def _meta_row(oid: bytes, otype: str, data: bytes, value: dict, rows: dict, n: int) -> tuple | None:
     """The entry's index row for an object (what readers build every table from) must say what
     the object itself says: ``bad-meta-row entry <n> <id>`` otherwise."""
-    if otype != codec.RECORD and otype not in E.CHAIN_TYPES:
+    if otype != codec.RECORD and otype not in CHAIN_TYPES:
         return None
-    want = E.object_facts(otype, data, value, oid)
+    want = object_facts(otype, data, value, oid)
     got = rows.get(oid)
     if got != want:
         return ("bad-meta-row", f"the entry's index row says {_row(got)}, the {otype} itself gives {_row(want)}", f"entry {n} {oid.hex()}")
@@ -775,11 +768,11 @@ class _Verifier:
             if len(data) < 32 or _hash(data[:-32]).digest() != data[-32:]:
                 why = "its checksum does not match its bytes"
             else:
-                t, seg, off = E.Tables.load(data[:-32])
+                t, seg, off = Tables.load(data[:-32])
                 # A writer may have checkpointed past verify's snapshot: the entry it names is in
                 # the file all the same (a checkpoint is written after its entry is durable).
                 if t.pos.entry > 0:
-                    if off == E.SEG_HEADER.size and seg > 1:
+                    if off == SEG_HEADER.size and seg > 1:
                         # written at a seal, between the next segment's header and its first entry:
                         # its entry is the last of the segment before (readers replay: not damage)
                         e = engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), t.pos.entry)
@@ -787,7 +780,7 @@ class _Verifier:
                         e = engine._entry_ending_at(seg, off, t.pos.entry)
                     if e.checksum != t.pos.checksum:
                         why = f"entry {t.pos.entry} is not at segment {seg} offset {off}"
-                    elif E.root_digest(t.acc) != e.root:
+                    elif root_digest(t.acc) != e.root:
                         why = f"its tables do not hash to the root of entry {t.pos.entry}"
                     else:
                         why = self._checkpoint_rows(engine, t, seg)
@@ -796,7 +789,7 @@ class _Verifier:
         if why is not None:
             self.add("damaged-checkpoint", path, "", f"{why}; readers do not adopt it (delete it, or let the next writer replace it)")
 
-    def _checkpoint_rows(self, engine: LogEngine, t: E.Tables, seg: int) -> str | None:
+    def _checkpoint_rows(self, engine: LogEngine, t: Tables, seg: int) -> str | None:
         """The checkpoint's rows of the active segment against the segment's own entries."""
         hdr = E._read_segment_header(engine._fd(seg), engine.seg_path(seg))
         objects: dict = {}
@@ -1052,7 +1045,7 @@ class _Verifier:
         if oid in self.erased or run in self.deleted_runs or oid in self.removed:
             refs = body.get(_REFS) if oid in self.removed else [body.get(f) for f in R.BLOB_FIELDS]
             if ext and oid not in self.removed:
-                refs = E.body_refs({k: v for k, v in body.items() if k != _SCHEMA})
+                refs = body_refs({k: v for k, v in body.items() if k != _SCHEMA})
             self.dead_refs.update(r for r in refs or () if type(r) is bytes)
         elif ext:
             self._ext_record(oid, p["kind"], body, p.get("schema"), where)

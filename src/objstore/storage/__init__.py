@@ -8,7 +8,9 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``authority`` — who may delete: the deletion authority rule every apply path checks, object signatures;
 * ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
 * ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
-* ``engine`` — format 3: the append-only log of commit entries, its tables, root, checkpoint and witness;
+* ``log`` — one log's mechanics (format 3): entries, the chain checksum, tables and rules, the ``Engine``
+  interface, the memory engine (its own docstring lists its members and invariants);
+* ``engine`` — the log on disk (``LogEngine``): segments, catch-up, checkpoint and witness;
 * ``erased`` — blob bodies only deleted records name, withheld at once (gc's reachability at read time);
 * ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).

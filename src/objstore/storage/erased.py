@@ -27,7 +27,10 @@ from typing import Any
 
 from ..errors import Deleted, ObjstoreError
 from . import codec, runrefs
-from .engine import COMP_GONE, REMOVED, Entry, LogEngine, _read_segment_header, body_refs
+from .engine import LogEngine, _read_segment_header
+from .log.entry import Entry
+from .log.facts import body_refs
+from .log.format import COMP_GONE, REMOVED
 
 _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 

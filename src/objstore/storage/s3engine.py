@@ -43,7 +43,9 @@ import zstandard
 from ..errors import BodyRemoved, Busy, CorruptLog, IntegrityError, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from . import codec, runrefs
 from .bucket import NOT_MODIFIED, Bucket
-from .engine import (
+from .log.engine import Engine, ScanEntry, ScanProblem, deletion_rule, entry_bodies, txn_bodies
+from .log.entry import Entry, LargeBlob, block_starts, build_entry
+from .log.format import (
     COMP_GONE,
     COMP_RAW,
     COMP_ZSTD,
@@ -53,27 +55,16 @@ from .engine import (
     MIN_COMPRESS,
     REMOVED,
     ZERO,
-    Engine,
-    Entry,
-    LargeBlob,
     Loc,
-    Plan,
     Position,
-    ScanEntry,
-    ScanProblem,
-    Tables,
-    Txn,
     _compressor,
     _decompressor,
     _show,
-    block_starts,
-    build_entry,
-    deletion_rule,
-    entry_bodies,
-    parse_entry,
-    plan_taken,
-    txn_bodies,
 )
+from .log.parse import parse_entry
+from .log.rules import Plan, plan_taken
+from .log.tables import Tables
+from .log.txn import Txn
 
 HEAD_KEY = "HEAD"
 MARKER_KEY = "OBJSTORE"

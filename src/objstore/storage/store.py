@@ -47,8 +47,13 @@ from ..errors import (
 )
 from . import codec, erased, runrefs
 from .bucket import Bucket
-from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
+from .engine import LogEngine
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
+from .log.engine import Engine
+from .log.entry import LargeBlob
+from .log.format import LARGE_BLOB
+from .log.memory import MemoryEngine
+from .log.txn import Txn
 
 _hash = blake3.blake3
 _T = TypeVar("_T")
@@ -789,7 +794,7 @@ class Store:
         return v if t == codec.DELETION and isinstance(v, dict) else {}
 
     def obey_deletion(self, name: str, value: Any) -> None:
-        """What every read does before it obeys deletion ref ``name`` at ``value`` (engine.Tables.obey):
+        """What every read does before it obeys deletion ref ``name`` at ``value`` (storage.log.rules: Tables.obey):
         a deletion this process took in from a checkpoint is checked against the authority rule
         there, once (CorruptLog if it breaks it)."""
         self.engine.tables.obey(name, value)
@@ -894,7 +899,7 @@ class _BatchVar:
 def _checked_payload(value: dict) -> tuple[dict, bytes]:
     """(the value as stored, its canonical payload) for a value the encoder refused: an ``Id`` (a bytes
     subclass msgspec does not take) becomes the plain bytes it is — in the value too, which the entry's
-    index facts (``engine.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
+    index facts (``runs.facts.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
     else is ``_encode_input``'s InvalidInput."""
     try:
         value = codec.plain_ids(value)
