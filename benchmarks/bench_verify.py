@@ -387,6 +387,8 @@ _PHASES = [
     # (file suffix, function names or None for any, phase)
     ("src/objstore/storage/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
      "log scan: read, decompress, entry checksums"),
+    ("src/objstore/storage/log/parse.py", {"parse_entry", "_check_meta"}, "log scan: read, decompress, entry checksums"),
+    ("src/objstore/storage/log/format.py", {"logical_checksum"}, "log scan: read, decompress, entry checksums"),
     ("src/objstore/runs/verify.py", {"_object"}, "object checks (dispatch)"),
     ("src/objstore/runs/verify.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
     ("src/objstore/runs/verify.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
@@ -394,6 +396,7 @@ _PHASES = [
      "state check"),
     ("src/objstore/storage/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
                             "_retire_active", "set_ref"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/log/tables.py", {"load", "set_ref"}, "store open: checkpoint + log catch-up"),
     ("src/objstore/storage/codec.py", None, "decode (codec)"),
     ("src/objstore/runs/records.py", None, "schema checks (records)"),
     ("src/objstore/runs/state.py", None, "state cache / fold"),
@@ -401,6 +404,7 @@ _PHASES = [
     ("src/objstore/runs/runlog.py", None, "chain walks (runlog)"),
     ("src/objstore/storage/store.py", None, "object reads (store)"),
     ("src/objstore/storage/engine.py", None, "object reads (engine)"),
+    ("src/objstore/storage/log/engine.py", None, "object reads (engine)"),
     ("src/objstore/storage/segindex.py", None, "sealed segment indexes (segindex)"),
     ("src/objstore/runs/verify.py", None, "verify driver"),
 ]
@@ -480,6 +484,7 @@ _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the
     ("src/objstore/runs/fold.py", "fold", "  fold.fold"),
     ("src/objstore/runs/runlog.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
     ("src/objstore/storage/engine.py", "iter_chain", "      engine.iter_chain"),
+    ("src/objstore/storage/log/engine.py", "iter_chain", "      engine.iter_chain"),
     ("src/objstore/storage/codec.py", "decode_block", "      codec.decode_block"),
     ("src/objstore/runs/query.py", "episode", "query.episode"),
     ("src/objstore/runs/state.py", "rebuild", "StateCache.rebuild"),

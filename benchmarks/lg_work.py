@@ -46,11 +46,10 @@ from langgraph.graph.message import add_messages
 import objstore
 from objstore.integrations.langgraph import AsyncObjstoreSaver, ObjstoreSaver
 from objstore.storage import codec
+from objstore.storage.log.format import STATS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_commit import VOCAB  # noqa: E402  (one text vocabulary for every benchmark)
-
-from objstore.storage.log.format import STATS
 
 PAYLOAD = 1024
 IMAGE = 50 * 1024  # base64 characters of the turn-1 image

@@ -276,6 +276,7 @@ _SEAL_CRASH_CHILD = r"""
 import os, sys
 import objstore.storage.engine as E
 from objstore import RunLog, Store
+from objstore.storage.log.format import SEG_HEADER
 
 log = RunLog(Store.open(sys.argv[1]))
 E.SEAL_BYTES = 1  # the next commit seals its segment

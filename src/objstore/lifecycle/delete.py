@@ -124,7 +124,7 @@ def check_authority(store: Store) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    done = getattr(store.engine.tables, "checked", None)  # kept deletions this process knows (Tables.obey's): each checked once
+    done = store.engine.tables.checked  # kept deletions this process knows (Tables.obey's): each checked once
     for name, value in store.list_refs():
         if authority.ref_wants(name) is None:
             continue
@@ -266,7 +266,7 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
         return did
 
     try:
-        if getattr(store.engine, "one_log_per_commit", False):
+        if store.engine.one_log_per_commit:
             for run in runs:
                 ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
         else:

@@ -390,7 +390,7 @@ class Store:
         re-run, so a caller's own ``batch()`` gets the ``StaleBase`` (a ``Conflict``) instead."""
         if self._txn.get() is not None:
             return fn()
-        bound = getattr(self.engine, "retry_seconds", None)
+        bound = self.engine.retry_seconds
         if bound is None:
             with self.batch():
                 return fn()
@@ -455,7 +455,7 @@ class Store:
         written (a memory store has no marker). Cheap after the first call of a process."""
         if self.root is None or self._version >= version:
             return
-        remote = getattr(self.engine, "mark_version", None)
+        remote = self.engine.mark_version
         if remote is not None:
             remote(version)
         else:
@@ -628,7 +628,7 @@ class Store:
         _check_oid(oid)
         self.check_redacted(oid)
         erased.check_blob(self, oid)
-        streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
+        streamed = self.engine.copy_blob(oid, out)
         if streamed is not None:
             return streamed
         data = self.get_blob(oid)
@@ -692,11 +692,9 @@ class Store:
             out = dict(t.run_refs.get(run, {}))
         if txn is not None:
             prefix = runrefs.run_prefix(run)
-            watch = getattr(txn, "watch", None)
-            if watch is not None:
-                # An optimistic commit (object storage) decided on these refs: they join its read set, so a
-                # commit of that run landing first makes it run again (as the writer lock orders them on disk).
-                watch(prefix, {k: v for k, v in out.items() if k not in txn.moves}, prefix=True)
+            # An optimistic commit (object storage) decided on these refs: they join its read set, so a
+            # commit of that run landing first makes it run again (as the writer lock orders them on disk).
+            txn.watch(prefix, {k: v for k, v in out.items() if k not in txn.moves}, prefix=True)
             for name, (_, new, _) in txn.moves.items():
                 if name.startswith(prefix):
                     if new is None:

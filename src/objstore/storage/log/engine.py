@@ -101,10 +101,6 @@ class Engine:
     damaged: Any = None  # a bad entry before the log's end the last refresh saw: (segment, offset, reason), or the CorruptLog kept
     torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail the last refresh saw (a log on disk)
 
-    def where(self, oid: bytes) -> str:
-        """The file holding an object, to name in a message ("": none to name)."""
-        return ""
-
     def copy_blob(self, oid: bytes, out: IO[bytes]) -> int | None:
         """Stream a large blob's body to ``out``, hash-checked before anything is written; its length,
         or None when this engine does not stream (the caller reads the body whole)."""

@@ -32,7 +32,8 @@ ROOT_BYTES = 2048
 _ROOT_MOD = (1 << (8 * ROOT_BYTES)) - 1
 
 
-def _elt(key: list) -> int:
+def element_hash(key: list) -> int:
+    """One element of the tables' set as the root sums it: BLAKE3's XOF of its encoding, 2048 bytes, as an integer."""
     return int.from_bytes(blake3.blake3(_enc.encode(key)).digest(ROOT_BYTES), "little")
 
 
@@ -81,5 +82,5 @@ def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dic
 def tables_root(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, packs: dict | None = None) -> int:
     acc = 0
     for key in table_elements(refs, tips, intents, starts, idx, packs=packs):
-        acc += _elt(key)
+        acc += element_hash(key)
     return acc & _ROOT_MOD

@@ -30,7 +30,7 @@ from ..runrefs import run_of as _run_of
 from .entry import Entry
 from .format import INTENT_KINDS, LABEL_ROW, Position, _show
 from .parse import _rw_shape_problem
-from .root import _ROOT_MOD, _elt, root_digest, run_digest
+from .root import _ROOT_MOD, element_hash, root_digest, run_digest
 
 SYMREF = runrefs.SYMREF_PREFIX
 _CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS, "/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
@@ -173,7 +173,7 @@ class Rules:
             elif kind in INTENT_KINDS:
                 fact = (branch, lsn, kind, ifacts, oid)
                 intents.append((run, fact))
-                acc += _elt(["i", run, *fact])
+                acc += element_hash(["i", run, *fact])
         return tips, chain, intents, starts, labelled, acc
 
     def _plan_moves(self, moves: list, types: dict, facts: dict, acc: int) -> tuple | str:
@@ -194,9 +194,9 @@ class Rules:
             refs[name] = new
             if run is None:
                 if cur is not None:
-                    acc -= _elt(["r", name, cur])
+                    acc -= element_hash(["r", name, cur])
                 if new is not None:
-                    acc += _elt(["r", name, new])
+                    acc += element_hash(["r", name, new])
         return refs, ref_run, acc
 
     def _heads_problem(self, tips: dict, refs: dict, ref_run: dict, types: dict) -> str | None:
@@ -258,9 +258,9 @@ class Rules:
             old_d = self.run_dig.get(run)
             if old_d != new_d:
                 if old_d is not None:
-                    acc -= _elt(["R", run, old_d])
+                    acc -= element_hash(["R", run, old_d])
                 if new_d is not None:
-                    acc += _elt(["R", run, new_d])
+                    acc += element_hash(["R", run, new_d])
             runs[run] = new_d
         return runs, acc
 
@@ -272,7 +272,7 @@ class Rules:
             if seg in self.idx:
                 return f"the index of segment {seg} is named twice"
             got_idx = (seg, digest)
-            acc += _elt(["x", seg, digest])
+            acc += element_hash(["x", seg, digest])
         got_rw: list | None = None
         if rw is not None:
             # A rewrite entry (gc): a sealed segment's file and index are replaced by ones with the
@@ -287,11 +287,11 @@ class Rules:
                     return f"a rewrite of segment {seg}, which is not a sealed segment with a named index"
                 if any(r[0] == seg for r in got_rw):
                     return f"segment {seg} is rewritten twice in one entry"
-                acc += _elt(["x", seg, idx_digest]) - _elt(["x", seg, old])
+                acc += element_hash(["x", seg, idx_digest]) - element_hash(["x", seg, old])
                 prior = self.packs.get(seg)
                 if prior is not None:
-                    acc -= _elt(["w", seg, prior])
-                acc += _elt(["w", seg, file_digest])
+                    acc -= element_hash(["w", seg, prior])
+                acc += element_hash(["w", seg, file_digest])
                 got_rw.append((seg, file_digest, idx_digest))
         return got_idx, got_rw, acc
 
@@ -302,15 +302,15 @@ class Rules:
         had = bool(self.lrows)
         if got_idx is not None and had:
             # the segment before is sealed: its label rows are in its index now, which the log names by digest
-            acc -= _elt(["L", self.lhash.digest()])
+            acc -= element_hash(["L", self.lhash.digest()])
             lhash, had = blake3.blake3(), False
         if labelled:
             lrows = b"".join(LABEL_ROW.pack(k, n, oid) for k, oid in labelled)
             if had:
-                acc -= _elt(["L", self.lhash.digest()])
+                acc -= element_hash(["L", self.lhash.digest()])
             lhash = (lhash or self.lhash).copy()
             lhash.update(lrows)
-            acc += _elt(["L", lhash.digest()])
+            acc += element_hash(["L", lhash.digest()])
         return lrows, lhash, acc
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:

@@ -21,7 +21,7 @@ from .. import authority, segindex
 from ..runrefs import RUN_PREFIX as _RUN_PREFIX
 from ..runrefs import run_of as _run_of
 from .format import LABEL_ROW, ZERO, Position, _dec, _enc
-from .root import _ROOT_MOD, _elt, table_elements
+from .root import _ROOT_MOD, element_hash, table_elements
 from .rules import Plan, Rules
 
 
@@ -134,10 +134,10 @@ class Tables(Rules):
         for key in table_elements(self.refs, self.tips, self.intents, self.starts, self.idx, self.run_refs, self.packs):
             if key[0] == "R":
                 self.run_dig[key[1]] = key[2]
-            acc += _elt(key)
+            acc += element_hash(key)
         self.lhash = blake3.blake3(bytes(self.lrows))  # one pass in C, whatever the number of rows
         if self.lrows:
-            acc += _elt(["L", self.lhash.digest()])
+            acc += element_hash(["L", self.lhash.digest()])
         return acc & _ROOT_MOD
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
