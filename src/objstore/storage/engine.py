@@ -1186,6 +1186,7 @@ class Engine:
     _mu: threading.RLock  # guards the tables (and a log's tail position) within this process
     prefix_ok = False  # read the readable prefix of a damaged log instead of raising CorruptLog
     witness_problem: tuple[str, str] | None = None  # (code, detail) when the head witness disagrees with the log
+    log_files = False  # the log is segment files on this machine, checked byte by byte by objstore.storage.log.fsck
 
     def refresh(self) -> Position:  # catch up on entries others appended (readers: no lock)
         raise NotImplementedError
@@ -1377,6 +1378,8 @@ def seg_name(n: int) -> str:
 
 
 class LogEngine(Engine):
+    log_files = True
+
     def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True) -> None:
         """``checkpoint=False``: neither adopt nor write a checkpoint; every entry from the first is
         replayed (its rules and root checked): what verify reads the log with."""
