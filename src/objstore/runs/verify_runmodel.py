@@ -22,13 +22,12 @@ from . import kinds as K
 from . import labels as RL
 from . import records as R
 from .fold import apply, empty_state, fold
-from .state import attempt_view, refold_branch
+from .state import attempt_view
 from .verify_objects import BODY_REMOVED, EXPECT, LABELS, REFS, SCHEMA, Checked, record_dict
 from .verify_report import Problem
 
 if TYPE_CHECKING:
     from ..storage.store import Store
-    from .chain import View
     from .runlog import RunLog
 
 _MOD = 1 << 64
@@ -397,16 +396,10 @@ class RunModelChecks:
         for name, value in sorted(self.refs.items()):
             if not isinstance(value, bytes) or value in self.damaged or self._type(value) != codec.DELETION:
                 continue
-            run = runrefs.run_of(name)
-            want: tuple[str, str | None] | None = None
-            if name.startswith(runrefs.REDACTED_PREFIX):
-                want = (R.SCOPE_BLOB, None)
-            elif runrefs.is_deleted_ref(name) and run is not None:
-                want = (R.SCOPE_RUN, run)
-            elif runrefs.is_deletions_ref(name) and run is not None:
-                want = (R.SCOPE_RECORDS, run)
-            if want is None:
+            wants = authority.ref_wants(name)  # the scope and run the rule wants behind this ref
+            if wants is None:
                 continue
+            want = wants[:2]
             did: bytes | None = value
             while isinstance(did, bytes):
                 v = self.store.deletion_object(did)
@@ -582,68 +575,6 @@ class RunModelChecks:
         except ObjstoreError:
             return "unreadable"
         return f"{p.get('run')} branch {p.get('branch')} LSN {p.get('lsn')}"
-
-
-def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Problem]:
-    """Cached branches that claim the head verify sees must confirm against the log and
-    serialize like a cold re-fold."""
-    out: list[Problem] = []
-    if not log.state.exists():
-        return out  # no cache: nothing can disagree with the log
-    for run in runs if runs is not None else log.runs():
-        try:
-            view = log.view(run)
-            cached = log.state.cached(run)
-            reflects = log.state.cached_deletions(run)
-        except ObjstoreError:
-            continue
-        for b, (head, _tip, state) in cached.items():
-            if view.heads.get(b) != head or reflects.get(b) != log.state_deletions(view):
-                continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
-            if state is None:
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state is damaged (not a folded state)"))
-                continue
-            why = log.state.diverged(log, view, b)
-            if why is not None:
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, f"cached rows disagree with the log: {why}"))
-                continue
-            cold = _cold(log, view, b)
-            if codec.canonical_json(cold[0]) != codec.canonical_json(state):
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state differs from the cold re-fold"))
-            elif cold[1] != log.state.attempt_fragments(run, b):
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached attempt views differ from the cold re-fold"))
-    return out
-
-
-def _cold(log: RunLog, view: View, b: int) -> tuple[dict, list[bytes]]:
-    state, _, views = refold_branch(log, view, b)
-    return state, [codec.canonical_json(v) for v in views]
-
-
-def verify_run(log: RunLog, run: str) -> tuple[dict, list[Problem]]:
-    """What ``verify RUN`` proves of one run beyond the store-wide proof: every branch re-folded from
-    the raw objects and its state cache brought up to date and compared with that re-fold
-    (``state-diverged`` otherwise). Returns ({run, branches, records, inherited}, problems)."""
-    view = log.view(run)
-    log.state.refresh(log, view, None)
-    records = inherited = 0
-    for b in sorted(view.heads):
-        for r in log.iter_lineage(view, b):
-            if r.run == run and r.branch == b:
-                records += 1
-            else:
-                inherited += 1
-    return {"run": run, "branches": len(view.heads), "records": records, "inherited": inherited}, check_state_cache(log, [run])
-
-
-def assert_refold_identical(log: RunLog, run: str, branches: list[int] | None = None) -> None:
-    """Raise AssertionError unless the cached state of each branch equals a cold re-fold."""
-    view = log.view(run)
-    log.state.refresh(log, view, branches)
-    bad = check_state_cache(log, [run])
-    if bad:
-        raise AssertionError("; ".join(p.line() for p in bad))
-
 
 
 # -- recorded deletions (issue 17) ------------------------------------------------------------
