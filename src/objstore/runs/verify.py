@@ -48,7 +48,9 @@ checksums, index files, the witness, torn tails, the checkpoint file, every entr
 each object on its own (objstore.runs.verify_objects), and the run model over them
 (objstore.runs.verify_runmodel: chains, forks, refs, deletions, labels, the state cache). This module
 drives one pass: it chains the segments together in log order, hands each checked object to the run
-model, and checks anchors (objstore.runs.anchors). Problems and the report: objstore.runs.verify_report.
+model, and checks anchors (objstore.runs.anchors); and it holds the one-run proof (``verify_run``:
+every branch of a run re-folded cold against its state cache). Problems and the report:
+objstore.runs.verify_report.
 """
 
 from __future__ import annotations
