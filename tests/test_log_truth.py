@@ -27,8 +27,9 @@ from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
 from objstore.runs.facts import object_facts
+from objstore.runs.anchors import anchor_token
 from objstore.runs.query import episode
-from objstore.runs.verify import anchor_token, verify_report
+from objstore.runs.verify import verify_report
 from objstore.storage import codec, identity, segindex
 from objstore.storage import engine as E
 from objstore.storage.log.entry import build_entry

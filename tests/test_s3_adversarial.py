@@ -28,8 +28,10 @@ from helpers import run_cli, s3_log
 
 import objstore
 from objstore.errors import CorruptLog
+from objstore.runs.anchors import anchor_token
 from objstore.runs.runlog import RunLog
-from objstore.runs.verify import anchor_token
+
+from objstore.storage import engine as eng
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum

@@ -11,8 +11,9 @@ import pytest
 from helpers import keys_holding, s3_log
 
 from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
+from objstore.runs.anchors import anchor_token
 from objstore.runs.runlog import RunLog
-from objstore.runs.verify import anchor_token, verify
+from objstore.runs.verify import verify
 from objstore.storage import codec, s3engine
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.s3engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine

@@ -17,6 +17,7 @@ import sys
 import time
 
 import objstore.runs.verify as V
+import objstore.storage.log.fsck as F
 from objstore import RunLog, Store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,7 +54,7 @@ def test_verify_beside_eight_sealing_writers_reports_nothing(tmp_path, monkeypat
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "verify_writer.py"), root, run, stop, str(MAX_COMMITS)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for run in runs]
     passes, raced, bad = 0, 0, []
-    monkeypatch.setattr(V, "scan_segment", _scan_after_a_seal(V.scan_segment))  # worker processes fork with it
+    monkeypatch.setattr(F, "scan_segment", _scan_after_a_seal(F.scan_segment))  # worker processes fork with it
     try:
         while passes < MAX_PASSES and (raced < MIN_SEALS or passes < 10):
             if all(p.poll() is not None for p in procs):

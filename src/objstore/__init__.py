@@ -47,7 +47,7 @@ from .errors import ObjstoreError
 if TYPE_CHECKING:
     from .runs.query import EpisodeView
     from .runs.runlog import ForkResult, RunLog, View
-    from .runs.verify import Problem
+    from .runs.verify_report import Problem
     from .storage.store import Store
 
 __version__ = "0.1.0"

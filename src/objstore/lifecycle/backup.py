@@ -72,6 +72,7 @@ import blake3
 import msgspec
 
 from ..errors import CorruptLog, IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
+from ..runs.anchors import anchor_token
 from ..storage import gclock, packed
 from ..storage.engine import LogEngine, _parse_split, _read_segment_header, packed_entries, read_witness, seg_name
 from ..storage.fileutil import FsyncPolicy, atomic_file
@@ -410,7 +411,7 @@ class _Copier:
             self._write_witness(pos)
         except OSError as e:
             raise StorageOSError(f"back up to {self.dest}", e.strerror or str(e)) from None
-        return BackupResult(self.dest, pos.entry, anchor_token(pos), self.copied, self.reused,
+        return BackupResult(self.dest, pos.entry, anchor_token(pos.entry, pos.checksum), self.copied, self.reused,
                             self.removed, self.bytes, self.recopied)
 
     # -- deciding ----------------------------------------------------------------------------------------------
@@ -857,12 +858,6 @@ def _checksum_at(engine: LogEngine, tail_seg: int, lengths: dict[int, int], n: i
                 prev, m, off = e.checksum, m + 1, off + length
             return None
     return None
-
-
-def anchor_token(pos: Position) -> str:
-    """The anchor token of a position, as ``objstore anchor`` prints it (``runs.verify.anchor_token``;
-    written out here so a backup does not import verify, a fifth of its start-up)."""
-    return f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}"
 
 
 def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
+from ..runs.anchors import anchor_token
 from ..storage import codec, engine, packed, s3engine
 from ..storage.log.engine import Engine
 from ..storage.log.format import REMOVED, Position
@@ -64,7 +65,7 @@ def stats(store: Store) -> dict[str, Any]:
         return {
             "store": store.url or store.root,
             "entries": pos.entry,
-            "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+            "anchor": anchor_token(pos.entry, pos.checksum),
             "segments": None,
             "bucket": bucket,
             **figures,
@@ -94,7 +95,7 @@ def stats(store: Store) -> dict[str, Any]:
     return {
         "store": store.root,
         "entries": pos.entry,
-        "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+        "anchor": anchor_token(pos.entry, pos.checksum),
         "segments": {"count": len(segs), "packed": sum(1 for s in segs if s["kind"] == "packed"), "bytes": seg_bytes, "files": segs},
         "bucket": None,
         **figures,

@@ -14,7 +14,10 @@ Members, lowest first (each imports only those before it, ``objstore.storage`` a
 * ``ingest`` — JSON Lines events from any agent framework;
 * ``query`` — episodes (seed T1.7) and diffs, identical from state and from a cold re-fold;
 * ``export`` — the outbox of the live branch;
-* ``verify`` — fsck: prove the whole store by re-reading the log;
+* ``anchors`` — anchor tokens: making, reading, checking (one spelling of the token);
+* ``verify_report``, ``verify_objects``, ``verify_runmodel``, ``verify`` — fsck: prove the whole store by
+  re-reading the log (the problems reported; each object on its own; the run model over them; the pass
+  that drives them; the log's own files are objstore.storage.log.fsck's);
 * ``completion`` — shell-completion candidates.
 
 A new record kind goes into ``records`` (its schema) and ``fold`` (what it contributes).

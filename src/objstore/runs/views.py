@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from ..storage.store import Store
     from .chain import ChainReader, View
     from .runlog import ForkResult
-    from .verify import Problem
+    from .verify_report import Problem
 
 FORK_KIND = "fork"
 

@@ -105,6 +105,8 @@ def seg_name(n: int) -> str:
 
 
 class LogEngine(Engine):
+    log_files = True
+
     def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True) -> None:
         """``checkpoint=False``: neither adopt nor write a checkpoint; every entry from the first is
         replayed (its rules and root checked): what verify reads the log with."""

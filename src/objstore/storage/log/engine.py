@@ -93,6 +93,7 @@ class Engine:
     _mu: threading.RLock  # guards the tables (and a log's tail position) within this process
     prefix_ok = False  # read the readable prefix of a damaged log instead of raising CorruptLog
     witness_problem: tuple[str, str] | None = None  # (code, detail) when the head witness disagrees with the log
+    log_files = False  # the log is segment files on this machine, checked byte by byte by objstore.storage.log.fsck
 
     # -- optional capabilities: the defaults are those of an engine that lacks them ---------------
     retry_seconds: float | None = None  # optimistic commits (object storage): Store.atomically re-runs a stale one this long
