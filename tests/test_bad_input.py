@@ -46,7 +46,7 @@ from objstore.runs.ingest import ingest
 from objstore.runs.runlog import RunLog
 from objstore.storage import codec
 from objstore.storage import engine as E
-from objstore.storage.format1 import Format1Reader
+from objstore.legacy.format1 import Format1Reader
 from objstore.storage.store import Store
 
 GOOD = [
@@ -481,7 +481,7 @@ HUGE = 512 << 20
 CHILD = """
 import json, resource, sys
 sys.path.insert(0, {repo!r} + "/src")
-import objstore, objstore.storage.store, objstore.runs.runlog, objstore.storage.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
+import objstore, objstore.storage.store, objstore.runs.runlog, objstore.legacy.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
 from objstore.errors import ObjstoreError
 with open("/proc/self/status") as f:
     vm = int(f.read().split("VmSize:")[1].split()[0]) * 1024
@@ -765,9 +765,9 @@ def test_format1_crafted_pack_block_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "refs", "run", "r1", "branch"))
     with open(os.path.join(root, "refs", "run", "r1", "branch", "0"), "w") as f:
         f.write(oid.hex() + "\n")
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["error"] in ("IntegrityError", "CorruptPack") and got["exit"] == 6, got
-    got = bounded("list(objstore.storage.format1.Format1Reader(root).iter_objects())", root=root)
+    got = bounded("list(objstore.legacy.format1.Format1Reader(root).iter_objects())", root=root)
     assert got["exit"] == 6
     before = snapshot_tree(root)
     rc, out, err = run_cli_bounded("upgrade", store=root)
@@ -795,7 +795,7 @@ def test_format1_crafted_pack_sizes(tmp_path, case):
         write_pack(root, [(1, len(canon), z)], [(oid, 0, 0, 0xFFFFFF00)])
     else:
         write_pack(root, [(1, 0xFFFFFFF0, z)], [(oid, 0, 0, len(canon))])
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["exit"] == 6 and got["error"] in ("IntegrityError", "CorruptPack"), got
 
 
@@ -806,7 +806,7 @@ def test_format1_crafted_loose_object_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "objects", h[:2]))
     with open(os.path.join(root, "objects", h[:2], h[2:]), "wb") as f:
         f.write(b"OSO\x01\x01" + huge_blob_frame)
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
     assert got["error"] == "IntegrityError" and got["exit"] == 6, got
     with pytest.raises(IntegrityError):
         Format1Reader(root).read(bytes.fromhex(h))

@@ -1,6 +1,5 @@
 """Lifecycle: what happens to a whole store over its life, above the run model and the journal.
 
-* ``upgrade`` — convert a format-1 or format-2 store in place to format 3;
 * ``repair`` — cut a damaged end off the log, on purpose and on the record;
 * ``delete`` — recorded deletion (whole runs, records of a run) and redaction (one blob), signed;
 * ``gc`` — remove the bodies deletions name and repack sealed segments (explicit, crash-safe), retention;

@@ -7,7 +7,6 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``refs``, ``runrefs`` — what a ref may be called, the ref namespace, forward-only and write-once rules;
 * ``authority`` — who may delete: the deletion authority rule every apply path checks, object signatures;
 * ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
-* ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
 * ``engine`` — format 3: the append-only log of commit entries, its tables, root, checkpoint and witness;
 * ``erased`` — blob bodies only deleted records name, withheld at once (gc's reachability at read time);
 * ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
