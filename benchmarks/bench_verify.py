@@ -462,7 +462,7 @@ _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the
     ("src/objstore/storage/engine.py", "_entry_objects", "    decompress + slice objects"),
     ("src/objstore/runs/verify.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
     ("src/objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
-    ("src/objstore/runs/records.py", "schema_problem", "    records.schema_problem"),
+    ("src/objstore/runs/schemas.py", "schema_problem", "    schemas.schema_problem"),
     ("src/objstore/runs/verify.py", "_record", "    chain checks (_record)"),
     ("src/objstore/runs/verify.py", "_moves", "  ref moves"),
     ("src/objstore/runs/verify.py", "_references", "  references between objects"),

@@ -42,11 +42,11 @@ from objstore.errors import (
     LimitExceeded,
     ObjstoreError,
 )
+from objstore.legacy.format1 import Format1Reader
 from objstore.runs.ingest import ingest
 from objstore.runs.runlog import RunLog
 from objstore.storage import codec
 from objstore.storage import engine as E
-from objstore.legacy.format1 import Format1Reader
 from objstore.storage.store import Store
 
 GOOD = [

@@ -17,10 +17,10 @@ from helpers import run_cli, snapshot_tree
 from objstore import RunLog, Store
 from objstore.errors import Conflict, IntegrityError, InvalidInput, Refused, StoreNeedsUpgrade, StoreNotFound
 from objstore.legacy import upgrade as U
+from objstore.legacy.format1 import Format1Reader
 from objstore.runs import records as R
 from objstore.runs.verify import verify
 from objstore.storage import codec
-from objstore.legacy.format1 import Format1Reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")

@@ -2,7 +2,9 @@
 
 Members, lowest first (each imports only those before it, ``objstore.storage`` and ``objstore.errors``):
 
-* ``records`` — the record model: kinds, bodies, their checks (msgspec schemas);
+* ``labels``, ``kinds`` — labelled runs' ids; x. kinds and their schema objects;
+* ``records`` — the record model: kinds, bodies, their checks (msgspec schemas), the objects' vocabulary;
+* ``schemas`` — every stored object's schema: what verify checks each decoded object against;
 * ``fold`` — the pure fold: records in, state out;
 * ``chain`` — reading runs as chains: views, walks, lineages, fork objects;
 * ``history`` — what ``objstore log`` shows: lazy entries, time filters, the branch graph;

@@ -80,6 +80,7 @@ from ..storage.gclock import gc_lock
 from . import kinds as K
 from . import labels as RL
 from . import records as R
+from . import schemas as S
 from .fold import apply, empty_state, fold
 from .state import attempt_view, refold_branch
 
@@ -217,7 +218,7 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
     problems: tuple = (("corrupt-entry", f"entry says {otype}, object is a {t}"),) if t != otype else ()
     if t == codec.BLOB:
         return (oid, otype, True, problems, False, t, None)
-    bad = R.schema_problem(t, value)
+    bad = S.schema_problem(t, value)
     if bad is not None:
         return (oid, otype, True, (*problems, ("malformed-object", bad)), True, t, None)
     if rows is not None:
@@ -1592,7 +1593,7 @@ def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | Non
     the authority rule every reader applies to its entry (objstore.storage.authority: the signature,
     the owner or a live delete grant at its entry, a redaction by the owner only, covered rows that
     are the run's records there), as of the deletion's entry."""
-    bad = R.schema_problem(R.DELETION_TYPE, value)
+    bad = S.schema_problem(R.DELETION_TYPE, value)
     if bad is not None:
         return [bad]
     return authority.deletion_problems(authority.StoreView(store), value, at_entry)
