@@ -469,7 +469,7 @@ _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the
     ("src/objstore/runs/verify.py", "_refs", "  final refs"),
     ("src/objstore/runs/verify.py", "_chains_end", "  forks / chain ends"),
     ("src/objstore/runs/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
-    ("src/objstore/runs/state.py", "refold_branch", "    refold_branch"),
+    ("src/objstore/runs/refold.py", "refold_branch", "    refold_branch"),
     ("src/objstore/runs/runlog.py", "chain", "    runlog.chain (walk back from heads)"),
     ("src/objstore/runs/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
     ("src/objstore/storage/codec.py", "canonical_json", "    codec.canonical_json"),

@@ -22,7 +22,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "engine", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
-    ("objstore.runs", ["labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
+    ("objstore.runs", ["labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "resolve", "labelspec", "refold", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),

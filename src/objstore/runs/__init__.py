@@ -9,6 +9,7 @@ Members, lowest first (each imports only those before it, ``objstore.storage`` a
 * ``chain`` — reading runs as chains: views, walks, lineages, fork objects;
 * ``history`` — what ``objstore log`` shows: lazy entries, time filters, the branch graph;
 * ``resolve`` — naming runs the way git names commits (prefixes, ``latest~N``);
+* ``refold`` — the cold re-fold of a branch from the log: the oracle the state cache is checked against;
 * ``state`` — the materialized state cache (SQLite), confirmed against the log, never deciding;
 * ``views`` — the JSON shape of each public entity;
 * ``runlog`` — ``RunLog``: writing runs, attempts, intents, fork, rewind, the live branch;

@@ -29,7 +29,7 @@ from ..storage import codec
 from . import records as R
 from . import views
 from .fold import fold
-from .state import attempt_view, refold_stream
+from .refold import attempt_view, refold_stream
 
 if TYPE_CHECKING:
     from .chain import ChainReader, View

@@ -82,7 +82,7 @@ from . import labels as RL
 from . import records as R
 from . import schemas as S
 from .fold import apply, empty_state, fold
-from .state import attempt_view, refold_branch
+from .refold import attempt_view, refold_branch
 
 if TYPE_CHECKING:
     from ..storage.store import Store

@@ -140,7 +140,7 @@ def export_entry(schema: int, entry: dict) -> dict:
 
 def attempt(rec: R.Record, run_workflow_version: Any = None) -> dict:
     """The seed's AttemptView of an ``attempt`` record (what ``episode`` lists)."""
-    from .state import attempt_view
+    from .refold import attempt_view
 
     return attempt_view(rec, run_workflow_version)
 
