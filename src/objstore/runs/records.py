@@ -351,6 +351,40 @@ def _slow_body(kind: str, body: dict) -> dict:
     return _check_body_py(kind, body)
 
 
+def _check_attempt_py(b: dict) -> dict:
+    """``_check_body_py`` of an attempt body, the hot path: its checks inlined."""
+    g = b.get
+    step, attempt, state, wv = g("step"), g("attempt"), g("state"), g("workflow_version")
+    prompt, output, err = g("prompt"), g("output"), g("error")
+    context, tools, usage = g("context"), g("tools"), g("usage")
+    if type(step) is not int or step < 0:
+        _int(step, "step")
+    if type(attempt) is not int or attempt < 0:
+        _int(attempt, "attempt")
+    if state not in _ATTEMPT_STATES:
+        _str(state, "state", ATTEMPT_STATES)
+    if wv is not None:
+        wv = _str(str(wv), "workflow_version")
+    if prompt is not None and (type(prompt) is not bytes or len(prompt) != 32):
+        prompt = _opt_id(prompt, "prompt")
+    if output is not None and (type(output) is not bytes or len(output) != 32):
+        output = _opt_id(output, "output")
+    if context is not None:
+        _jsonmap(context, "context")
+    if tools is not None:
+        _jsonmap(tools, "tools")
+    if usage is not None:
+        _jsonmap(usage, "usage")
+    if err is not None and type(err) is not str:
+        raise InvalidRecord("error must be a string or None")
+    if type(step) is int and step > codec.INT_MAX or type(attempt) is int and attempt > codec.INT_MAX:
+        raise InvalidRecord("step and attempt must be within the uint64 range")
+    if err is not None and not err.isascii():
+        _text(err, "error")
+    return {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
+            "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
+
+
 def _check_body_py(kind: str, body: dict) -> dict:
     """The Python rule set of ``check_body``: names what is wrong (and accepts tuples in maps)."""
     if not isinstance(body, dict):
@@ -368,36 +402,7 @@ def _check_body_py(kind: str, body: dict) -> dict:
         }
         _jsonlike(out["meta"], "meta")
     elif kind == ATTEMPT:  # the hot path: checks inlined
-        g = b.get
-        step, attempt, state, wv = g("step"), g("attempt"), g("state"), g("workflow_version")
-        prompt, output, err = g("prompt"), g("output"), g("error")
-        context, tools, usage = g("context"), g("tools"), g("usage")
-        if type(step) is not int or step < 0:
-            _int(step, "step")
-        if type(attempt) is not int or attempt < 0:
-            _int(attempt, "attempt")
-        if state not in _ATTEMPT_STATES:
-            _str(state, "state", ATTEMPT_STATES)
-        if wv is not None:
-            wv = _str(str(wv), "workflow_version")
-        if prompt is not None and (type(prompt) is not bytes or len(prompt) != 32):
-            prompt = _opt_id(prompt, "prompt")
-        if output is not None and (type(output) is not bytes or len(output) != 32):
-            output = _opt_id(output, "output")
-        if context is not None:
-            _jsonmap(context, "context")
-        if tools is not None:
-            _jsonmap(tools, "tools")
-        if usage is not None:
-            _jsonmap(usage, "usage")
-        if err is not None and type(err) is not str:
-            raise InvalidRecord("error must be a string or None")
-        if type(step) is int and step > codec.INT_MAX or type(attempt) is int and attempt > codec.INT_MAX:
-            raise InvalidRecord("step and attempt must be within the uint64 range")
-        if err is not None and not err.isascii():
-            _text(err, "error")
-        out = {"step": step, "attempt": attempt, "state": state, "workflow_version": wv, "context": context,
-               "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": err}
+        out = _check_attempt_py(b)
     elif kind == INTENT:
         out = {
             "intent": _str(b.get("intent"), "intent"),
