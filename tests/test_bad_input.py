@@ -43,8 +43,8 @@ from objstore.errors import (
     ObjstoreError,
 )
 from objstore.legacy.format1 import Format1Reader
+from objstore.runs.api import RunLog
 from objstore.runs.ingest import ingest
-from objstore.runs.runlog import RunLog
 from objstore.storage import codec
 from objstore.storage import engine as E
 from objstore.storage.store import Store
@@ -481,7 +481,7 @@ HUGE = 512 << 20
 CHILD = """
 import json, resource, sys
 sys.path.insert(0, {repo!r} + "/src")
-import objstore, objstore.storage.store, objstore.runs.runlog, objstore.legacy.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
+import objstore, objstore.storage.store, objstore.runs.api, objstore.legacy.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
 from objstore.errors import ObjstoreError
 with open("/proc/self/status") as f:
     vm = int(f.read().split("VmSize:")[1].split()[0]) * 1024
@@ -600,7 +600,7 @@ def test_format2_crafted_record_block_without_content_size(store, huge_frame_wit
     append_raw_entry(root, [[oid, "record", raw, 0, 0]], [[1, raw, len(huge_frame_without_size)]], huge_frame_without_size,
                      moves=[("run/zz/branch/0", None, oid, "crafted")], recs=[[0, "zz", 0, 0, None, "run_started", [], None]])
     got = bounded("""
-        log = objstore.runs.runlog.RunLog(objstore.storage.store.Store.open(root))
+        log = objstore.runs.api.RunLog(objstore.storage.store.Store.open(root))
         assert log.runs()
         log.store.get(bytes.fromhex(oid))
     """, root=root, oid=oid.hex())

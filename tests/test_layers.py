@@ -22,7 +22,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "engine", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
-    ("objstore.runs", ["labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "resolve", "labelspec", "refold", "state", "runlog", "ingest", "verify", "views", "export",
+    ("objstore.runs", ["labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "resolve", "labelspec", "refold", "state", "api", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
@@ -130,11 +130,11 @@ def test_imports_only_go_down():
 
 @pytest.mark.parametrize("form", [
     "from objstore.journal.compaction import compact",            # absolute
-    "import objstore.runs.runlog",                                # plain import
+    "import objstore.runs.api",                                # plain import
     "from .store import Store",                                   # relative, level 1: a later member
     "from ..journal import compaction",                           # relative, level 2: a higher package
     "from .. import journal",                                     # relative, level 2: a facade
-    "def f():\n    from objstore.runs import runlog\n",          # inside a function
+    "def f():\n    from objstore.runs import api\n",             # inside a function
     "if TYPE_CHECKING:\n    from .identity import Key\n",        # type-only
     "importlib.import_module('objstore.runs.query')",             # by name
     "import objstore_cli.main",                                   # the command line
@@ -177,7 +177,7 @@ def test_the_state_cache_reads_through_the_layer_below_not_the_facade():
     with open(path, encoding="utf-8") as f:
         src = f.read()
     deps = imports_of(src, "objstore.runs.state", False)
-    assert "objstore.runs.runlog" not in deps and "objstore.runs.chain" in deps
+    assert "objstore.runs.api" not in deps and "objstore.runs.chain" in deps
     assert "RunLog" not in src
 
 

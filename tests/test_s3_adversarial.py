@@ -28,7 +28,7 @@ from helpers import run_cli, s3_log
 
 import objstore
 from objstore.errors import CorruptLog
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import anchor_token
 from objstore.storage import engine as eng
 from objstore.storage import s3engine
@@ -460,7 +460,7 @@ def test_an_unreachable_or_refusing_server_is_one_line(s3_url, case):
 _INIT = """
 import json, sys, time
 from objstore.storage.store import Store
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 while True:
     try:
         open(sys.argv[2]).close()

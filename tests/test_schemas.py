@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from objstore.errors import InvalidInput, InvalidRecord, NewerFormat
 from objstore.runs import records as R
 from objstore.runs import schemas as S
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec
 from objstore.storage.store import Store

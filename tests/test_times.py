@@ -13,7 +13,7 @@ import pytest
 from objstore.errors import InvalidInput
 from objstore.runs import records as R
 from objstore.runs import schemas as S
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec
 from objstore.storage.store import Store

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ObjstoreError
 
 if TYPE_CHECKING:
+    from .runs.api import ForkResult, RunLog, View
     from .runs.query import EpisodeView
-    from .runs.runlog import ForkResult, RunLog, View
     from .runs.verify import Problem
     from .storage.store import Store
 
@@ -56,7 +56,7 @@ __version__ = "0.1.0"
 
 def open_store(path: str | None = None, *, create: bool = True, fsync: str | None = None) -> RunLog:
     """Open (by default creating) a local store and return its run-log API."""
-    from .runs.runlog import RunLog
+    from .runs.api import RunLog
     from .storage.store import Store
 
     return RunLog(Store.open(path, fsync=fsync, create=create))
@@ -97,11 +97,12 @@ def verify(log: RunLog, **options: Any) -> list[Problem]:
 OLD_PATHS = {
     **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "segindex", "engine",
                                    "store", "identity")},
-    **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "runlog", "ingest",
+    **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "ingest",
                                 "query", "completion")},
     **{m: "journal." + m for m in ("grants", "host", "sessions", "snapshot", "compactor", "compaction", "backend")},
     "segments": "journal.restore",
     **{m: "legacy." + m for m in ("format1", "format2", "upgrade")},
+    "runlog": "runs.api",
     "repair": "lifecycle.repair",
 }
 MOVED = {"export": "runs.export", "verify": "runs.verify"}
@@ -142,9 +143,9 @@ def __getattr__(name: str) -> object:
     """The facade's classes, and subpackages (or old module paths) reached as attributes after a bare
     ``import objstore``, on first use."""
     if name in ("ForkResult", "RunLog", "View"):
-        from .runs import runlog
+        from .runs import api
 
-        value: Any = getattr(runlog, name)
+        value: Any = getattr(api, name)
     elif name == "Store":
         from .storage.store import Store
 

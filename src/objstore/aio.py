@@ -60,7 +60,7 @@ from .lifecycle import delete as _delete
 from .runs import export as _export
 from .runs import query as _query
 from .runs import verify as _verify
-from .runs.runlog import RunLog
+from .runs.api import RunLog
 from .storage.store import Store
 
 __all__ = ["AsyncRunLog", "open_store"]

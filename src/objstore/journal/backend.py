@@ -39,7 +39,7 @@ from ..storage.identity import Request
 from .host import HostUnavailable, LocalJournalHost, Principal
 
 if TYPE_CHECKING:
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
 
 MAX_LINE = 64 << 20  # a journal update carries its body; anything longer is refused
 IDLE_TIMEOUT = 30.0  # seconds a connection may take to send its request line
@@ -77,7 +77,7 @@ def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] |
     """Serve the journal Host of the store at ``store_path`` on ``socket_path`` until SIGTERM/SIGINT.
     ``on_authorized`` is the Host's hook between a read's authorization and its journal read
     (``LocalJournalHost.on_authorized``; a test pauses the Backend there)."""
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
     from ..storage.store import Store
 
     log = RunLog(Store.open(store_path))

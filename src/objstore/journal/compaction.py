@@ -39,8 +39,8 @@ from .snapshot import Snapshot, freeze, unavailable
 from .versions import reflected_through
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
     from .compactor import Compactor
     from .host import JournalHost
 

@@ -60,8 +60,8 @@ from ..runs import schemas as S
 from ..storage import authority, codec, identity, runrefs
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
     from ..storage.store import Store
 
 

@@ -123,7 +123,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
 def _redact_unreferenced(store: Store, age: float) -> int:
     """Record the removal of every unreferenced blob older than ``age`` as a redaction (signed like
     'objstore redact', reason 'unreferenced'), so verify finds each removed body covered."""
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
 
     blobs = sorted(unreferenced(store, age))
     if blobs:

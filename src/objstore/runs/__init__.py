@@ -12,7 +12,7 @@ Members, lowest first (each imports only those before it, ``objstore.storage`` a
 * ``refold`` — the cold re-fold of a branch from the log: the oracle the state cache is checked against;
 * ``state`` — the materialized state cache (SQLite), confirmed against the log, never deciding;
 * ``views`` — the JSON shape of each public entity;
-* ``runlog`` — ``RunLog``: writing runs, attempts, intents, fork, rewind, the live branch;
+* ``api`` — ``RunLog``, the runs API (``objstore.RunLog``): writing runs, attempts, intents, fork, rewind, the live branch;
 * ``ingest`` — JSON Lines events from any agent framework;
 * ``query`` — episodes (seed T1.7) and diffs, identical from state and from a cold re-fold;
 * ``export`` — the outbox of the live branch;

@@ -32,8 +32,8 @@ from .fold import fold
 from .refold import attempt_view, refold_stream
 
 if TYPE_CHECKING:
+    from .api import RunLog
     from .chain import ChainReader, View
-    from .runlog import RunLog
 
 SOURCES = ("state", "refold")
 

@@ -86,8 +86,8 @@ from .refold import attempt_view, refold_branch
 
 if TYPE_CHECKING:
     from ..storage.store import Store
+    from .api import RunLog
     from .chain import View
-    from .runlog import RunLog
 
 ANCHOR_PREFIX = "objstore-anchor:1:"
 

@@ -47,8 +47,8 @@ from . import records as R
 if TYPE_CHECKING:
     from ..errors import ObjstoreError
     from ..storage.store import Store
+    from .api import ForkResult
     from .chain import ChainReader, View
-    from .runlog import ForkResult
     from .verify import Problem
 
 FORK_KIND = "fork"
