@@ -332,7 +332,7 @@ class AsyncRunLog:
     own_records = _method(RunLog.own_records)
     lineage = _method(RunLog.lineage)
     lineage_from = _method(RunLog.lineage_from)
-    lineage_segments = _method(RunLog.lineage_segments)
+    lineage_parts = _method(RunLog.lineage_parts)
     refold = _method(RunLog.refold)
     fork_object = _method(RunLog.fork_object)
     next_of = _method(RunLog.next_of)

@@ -308,8 +308,8 @@ class StateCache:
         try:
             if not self.try_refresh(chains, view, branch):
                 return None
-            segs = chains.lineage_segments(view, branch)
-            for v, b, _upto in segs[:-1]:
+            lineage = chains.lineage_parts(view, branch)
+            for v, b, _upto in lineage[:-1]:
                 if v.run == view.run:
                     self.try_refresh(chains, view, b)  # the inherited part: confirmed rows, not the log, when they can
         except _ROW_DAMAGE:
@@ -323,7 +323,7 @@ class StateCache:
                                  (view.run, branch)).fetchone()
                 if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
                     return None  # another process moved the cache on between refresh and read
-                return self._confirmed(chains, view, branch, row, segs=segs)
+                return self._confirmed(chains, view, branch, row, lineage=lineage)
             finally:
                 db.execute("COMMIT")
         except Diverged:
@@ -333,7 +333,7 @@ class StateCache:
             return None
 
     def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True,
-                   segs: list | None = None) -> tuple[dict, Iterator[bytes]]:
+                   lineage: list | None = None) -> tuple[dict, Iterator[bytes]]:
         """The branch's folded state and attempt views, derived from records the log confirms (raises
         ``Diverged`` otherwise): the row's own checks (``confirm``), then the fold of the branch's
         lineage from the cached records' canonical bytes, each re-hashed against the id the log's chain
@@ -344,8 +344,8 @@ class StateCache:
         self.confirm(chains, view, branch, row[1], row[2], row[3])
         with no_gc():
             try:
-                segs = segs if segs is not None else chains.lineage_segments(view, branch)
-                state, views = fold_stream(self._lineage(chains, segs), view.run, branch)
+                lineage = lineage if lineage is not None else chains.lineage_parts(view, branch)
+                state, views = fold_stream(self._lineage(chains, lineage), view.run, branch)
             finally:
                 chains.store.forget_decoded()
         why = None
@@ -401,13 +401,13 @@ class StateCache:
         if got_fork != want_fork:
             raise Diverged(f"cached fork object {_show(got_fork)}, the branch's fork object is {_show(want_fork)}")
 
-    def _lineage(self, chains: ChainReader, segs: list) -> Iterator[R.Record]:
-        """``chains.iter_lineage`` over ``segs`` (``lineage_segments``) from the cache's confirmed records: the branch's own
+    def _lineage(self, chains: ChainReader, lineage: list) -> Iterator[R.Record]:
+        """``chains.iter_lineage`` over ``lineage`` (``chains.lineage_parts``) from the cache's confirmed records: the branch's own
         from its rows (all of them, or ``Diverged``); each inherited part from its branch's rows as
         far as they confirm, and from the log past that (a parent's damage is its own miss)."""
-        for v, b, upto in segs[:-1]:
+        for v, b, upto in lineage[:-1]:
             yield from self._records(chains, v, b, upto, strict=False)
-        v, b, upto = segs[-1]
+        v, b, upto = lineage[-1]
         yield from self._records(chains, v, b, upto, strict=True)
 
     def _records(self, chains: ChainReader, view: View, branch: int, upto: int | None, strict: bool) -> Iterator[R.Record]:
