@@ -20,6 +20,9 @@ Members, lowest first (each imports only those before it, ``objstore.storage`` a
 * ``completion`` — shell-completion candidates.
 
 A new record kind goes into ``records`` (its schema) and ``fold`` (what it contributes).
+
+The numbered invariants the code and the tests cite ("invariant 15") are listed in docs/DESIGN.md,
+each with the modules that keep it and the tests that pin it.
 """
 
 

@@ -13,6 +13,9 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
 
 A new engine (an S3 one) joins next to ``engine`` by passing ``tests/test_engine_contract.py``.
+
+The numbered invariants the code and the tests cite ("invariant 12") are listed in docs/DESIGN.md,
+each with the modules that keep it and the tests that pin it.
 """
 
 
