@@ -7,16 +7,18 @@ Members, lowest first (each imports only those before it, ``objstore.storage`` a
 * ``schemas`` — every stored object's schema: what verify checks each decoded object against;
 * ``fold`` — the pure fold: records in, state out;
 * ``chain`` — reading runs as chains: views, walks, lineages, fork objects;
-* ``history`` — what ``objstore log`` shows: lazy entries, time filters, the branch graph;
+* ``listing`` — a run's records, newest first, lazily;
+* ``history`` — what ``objstore log`` shows: lazy items, time filters, the branch graph;
 * ``resolve`` — naming runs the way git names commits (prefixes, ``latest~N``);
+* ``labelspec`` — naming runs by their labels (``thread_id=T``);
 * ``refold`` — the cold re-fold of a branch from the log: the oracle the state cache is checked against;
 * ``state`` — the materialized state cache (SQLite), confirmed against the log, never deciding;
-* ``views`` — the JSON shape of each public entity;
 * ``api`` — ``RunLog``, the runs API (``objstore.RunLog``): writing runs, attempts, intents, fork, rewind, the live branch;
 * ``ingest`` — JSON Lines events from any agent framework;
-* ``query`` — episodes (seed T1.7) and diffs, identical from state and from a cold re-fold;
-* ``export`` — the outbox of the live branch;
 * ``verify`` — fsck: prove the whole store by re-reading the log;
+* ``views`` — the JSON shape of each public entity;
+* ``export`` — the outbox of the live branch;
+* ``query`` — episodes (seed T1.7) and diffs, identical from state and from a cold re-fold;
 * ``completion`` — shell-completion candidates.
 
 A new record kind goes into ``records`` (its schema) and ``fold`` (what it contributes).
