@@ -12,7 +12,7 @@ and the same last 32 bytes (the chain checksum of its last entry) is kept, once 
 read and its BLAKE3 compared with the file digest the log names (a packed segment), else with the one the
 last backup recorded (in ``SRC/tmp/backup-digests/``, never in DEST: DEST cannot vouch for an edit of
 itself) when it wrote and read back that file, else with SRC's
-bytes hashed (``_intact``); a file that differs (bit rot keeps size, magic and last bytes) is copied
+bytes hashed (``backup_copy``'s ``_intact``); a file that differs (bit rot keeps size, magic and last bytes) is copied
 again and named (``recopied``). The same check covers the old bytes of a segment appended to.
 A DEST segment that is a byte prefix of SRC's segment of that number (the last backup's active one:
 DEST's last entry is whole and its checksum is SRC's at that offset — only those bytes are read)
@@ -43,7 +43,7 @@ a readable store of an older snapshot or the new one, and the next backup finish
 a packed segment (one gc rewrote, which may lack bodies a deletion in a later segment justifies) builds
 the new log whole in ``DEST/tmp/`` (kept files hard-linked) and exchanges it with ``DEST/log`` in one
 ``renameat2(RENAME_EXCHANGE)``, so DEST never holds a packed segment without the entries that explain it
-(``_stage``, ``_swap``; where the file system cannot exchange directories they land in order). A full disk or
+(``backup_copy``'s ``_stage``, ``_swap``; where the file system cannot exchange directories they land in order). A full disk or
 another OS error is ``StorageOSError`` (exit 10) with DEST as it was (the append truncated back, the
 temporary file removed) or holding a longer prefix of the snapshot.
 
