@@ -222,7 +222,7 @@ def install_s3_redirect():
 def s3_log(bucket, cache):
     """The run log of a store on ``bucket`` (an in-memory bucket, for tests that make a server misbehave), its
     marker written as ``init`` writes it and its cache in ``cache``: what Store.open of an s3:// URL opens."""
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
     from objstore.storage.store import Store
 
     return RunLog(Store.on_bucket(bucket, str(cache)))

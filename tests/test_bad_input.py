@@ -42,10 +42,11 @@ from objstore.errors import (
     LimitExceeded,
     ObjstoreError,
 )
+from objstore.legacy.format1 import Format1Reader
+from objstore.runs.api import RunLog
 from objstore.runs.ingest import ingest
-from objstore.runs.runlog import RunLog
 from objstore.storage import codec
-from objstore.storage.format1 import Format1Reader
+from objstore.legacy.format1 import Format1Reader
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, logical_checksum
 from objstore.storage.log.root import root_digest
 from objstore.storage.store import Store
@@ -482,7 +483,7 @@ HUGE = 512 << 20
 CHILD = """
 import json, resource, sys
 sys.path.insert(0, {repo!r} + "/src")
-import objstore, objstore.storage.store, objstore.runs.runlog, objstore.storage.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
+import objstore, objstore.storage.store, objstore.runs.api, objstore.legacy.format1, objstore.runs.verify, objstore.errors, zstandard, blake3
 from objstore.errors import ObjstoreError
 with open("/proc/self/status") as f:
     vm = int(f.read().split("VmSize:")[1].split()[0]) * 1024
@@ -601,7 +602,7 @@ def test_format2_crafted_record_block_without_content_size(store, huge_frame_wit
     append_raw_entry(root, [[oid, "record", raw, 0, 0]], [[1, raw, len(huge_frame_without_size)]], huge_frame_without_size,
                      moves=[("run/zz/branch/0", None, oid, "crafted")], recs=[[0, "zz", 0, 0, None, "run_started", [], None]])
     got = bounded("""
-        log = objstore.runs.runlog.RunLog(objstore.storage.store.Store.open(root))
+        log = objstore.runs.api.RunLog(objstore.storage.store.Store.open(root))
         assert log.runs()
         log.store.get(bytes.fromhex(oid))
     """, root=root, oid=oid.hex())
@@ -766,9 +767,9 @@ def test_format1_crafted_pack_block_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "refs", "run", "r1", "branch"))
     with open(os.path.join(root, "refs", "run", "r1", "branch", "0"), "w") as f:
         f.write(oid.hex() + "\n")
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["error"] in ("IntegrityError", "CorruptPack") and got["exit"] == 6, got
-    got = bounded("list(objstore.storage.format1.Format1Reader(root).iter_objects())", root=root)
+    got = bounded("list(objstore.legacy.format1.Format1Reader(root).iter_objects())", root=root)
     assert got["exit"] == 6
     before = snapshot_tree(root)
     rc, out, err = run_cli_bounded("upgrade", store=root)
@@ -796,7 +797,7 @@ def test_format1_crafted_pack_sizes(tmp_path, case):
         write_pack(root, [(1, len(canon), z)], [(oid, 0, 0, 0xFFFFFF00)])
     else:
         write_pack(root, [(1, 0xFFFFFFF0, z)], [(oid, 0, 0, len(canon))])
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=oid.hex())
     assert got["exit"] == 6 and got["error"] in ("IntegrityError", "CorruptPack"), got
 
 
@@ -807,7 +808,7 @@ def test_format1_crafted_loose_object_of_512_mib(tmp_path, huge_blob_frame):
     os.makedirs(os.path.join(root, "objects", h[:2]))
     with open(os.path.join(root, "objects", h[:2], h[2:]), "wb") as f:
         f.write(b"OSO\x01\x01" + huge_blob_frame)
-    got = bounded("objstore.storage.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
+    got = bounded("objstore.legacy.format1.Format1Reader(root).read(bytes.fromhex(oid))", root=root, oid=h)
     assert got["error"] == "IntegrityError" and got["exit"] == 6, got
     with pytest.raises(IntegrityError):
         Format1Reader(root).read(bytes.fromhex(h))

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from objstore import RunLog, Store
 from objstore.errors import AmbiguousRun, InvalidInput, RunNotFound
 from objstore.runs import records as R
+from objstore.runs.api import new_run_id
 from objstore.runs.resolve import resolve_run, short_ids, suffix_of
-from objstore.runs.runlog import new_run_id
 
 _ID_TIME = re.compile(r"^r(\d{8})-(\d{6})(\d{6})-([0-9a-f]{12})$")
 

@@ -146,7 +146,7 @@ def test_golden_segments_pin_the_log_format(tmp_path):
     sys.path.insert(0, os.path.dirname(GOLDEN))
     from make_golden import golden_segment3
 
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
     from objstore.runs.verify import verify
     from objstore.storage.store import Store
 

@@ -13,6 +13,7 @@ import os
 import pytest
 
 from objstore.runs import records as R
+from objstore.runs import schemas as S
 from objstore.storage import codec, identity
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-deletion.json")
@@ -45,7 +46,7 @@ def test_golden_deletion_bytes_id_and_signature(vec):
     assert canon.hex() == vec["canonical_hex"]
     assert codec.object_id(canon).hex() == vec["id"]
     assert codec.decode(canon, codec.object_id(canon)) == (codec.DELETION, obj)
-    assert R.schema_problem(R.DELETION_TYPE, obj) is None
+    assert S.schema_problem(R.DELETION_TYPE, obj) is None
     if obj["by"] is not None:
         assert identity.verify_sig(obj["by"], obj["sig"], identity.object_message(obj))
         edited = dict(obj, reason=obj["reason"] + "!")
@@ -68,7 +69,7 @@ BAD = [
 def test_the_schema_names_what_is_wrong(field, value, problem):
     obj = from_json(VECTORS[0]["value"])
     obj[field] = value
-    assert R.schema_problem(R.DELETION_TYPE, obj) == problem
+    assert S.schema_problem(R.DELETION_TYPE, obj) == problem
 
 
 def test_records_rows_must_be_sorted_places_of_known_kinds():
@@ -77,4 +78,4 @@ def test_records_rows_must_be_sorted_places_of_known_kinds():
                  [[b"\x01" * 32, 0, 2, "attempt"], [b"\x01" * 32, 0, 3, "attempt"]], [[b"\x01" * 31, 0, 2, "attempt"]]):
         bad = copy.deepcopy(obj)
         bad["records"] = rows
-        assert R.schema_problem(R.DELETION_TYPE, bad).startswith("field 'records' must be a non-empty list"), rows
+        assert S.schema_problem(R.DELETION_TYPE, bad).startswith("field 'records' must be a non-empty list"), rows

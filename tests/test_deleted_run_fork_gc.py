@@ -11,7 +11,7 @@ object as gc does. Real ``objstore`` processes throughout."""
 
 from helpers import run_cli
 
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.storage.store import Store
 
 

@@ -12,6 +12,7 @@ import pytest
 from helpers import run_cli
 
 from objstore import RunLog, Store
+from objstore.runs import refold as RF
 from objstore.runs import state as S
 from objstore.runs.query import episode, iter_episode, iter_episode_json
 
@@ -20,7 +21,7 @@ from objstore.runs.query import episode, iter_episode, iter_episode_json
 def small_chunks(monkeypatch):
     """Chunks of a few rows, so a small store crosses every chunk boundary (and re-folds spill)."""
     monkeypatch.setattr(S, "RCHUNK", 4)
-    monkeypatch.setattr(S, "_SPILL", 4)  # folds sort on disk past 4 views
+    monkeypatch.setattr(RF, "_SPILL", 4)  # folds sort on disk past 4 views
 
 
 def _all_forms(log, run):
@@ -32,7 +33,7 @@ def _all_forms(log, run):
         assert b"".join(iter_episode_json(log, run, all_branches=allb, source="refold")) == want
         ev = episode(log, run, all_branches=allb, source="refold")
         for b in ev.branches:  # the in-memory oracle, sorted in memory
-            assert S.refold_branch(log, log.view(run), b.branch)[2] == ev.attempts(b.branch)
+            assert RF.refold_branch(log, log.view(run), b.branch)[2] == ev.attempts(b.branch)
         got = [(bv.branch, bv.status, bv.attempts_total, list(bv.attempts)) for bv in iter_episode(log, run, all_branches=allb)]
         assert got == [(b.branch, b.status, b.attempts_total, ev.attempts(b.branch)) for b in ev.branches]
     return want

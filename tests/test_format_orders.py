@@ -298,7 +298,7 @@ def test_a_removed_body_has_its_block_fields_zero_in_the_index(tmp_path):
     root = str(tmp_path / "s")
     shutil.copytree(STORE, root)
     Store.open(root).engine.refresh()  # builds the sealed segments' indexes the log names
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
     from objstore.runs.verify import verify
 
     assert [p.line() for p in verify(RunLog(Store.open(root))) if not p.line().startswith("note:")] == []

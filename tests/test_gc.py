@@ -11,7 +11,7 @@ import pytest
 from helpers import raw_objects, run_cli
 
 from objstore.lifecycle import gc as G
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import engine as E
 from objstore.storage import packed

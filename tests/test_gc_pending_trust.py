@@ -17,7 +17,7 @@ from helpers import run_cli, snapshot_tree
 from test_gc import build
 
 from objstore.lifecycle import gc as G
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify_report
 from objstore.storage import packed
 from objstore.storage.store import Store

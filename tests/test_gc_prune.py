@@ -11,7 +11,7 @@ from helpers import run_cli, s3_log
 
 from objstore.errors import Erased
 from objstore.lifecycle import gc as G
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.store import Store

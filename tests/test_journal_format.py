@@ -4,7 +4,7 @@ fixtures/golden-journal.json holds the canonical bytes and ids of a schema-2 gra
 and segment, the Host answer JSON, the startup event, task records and schema-1 (legacy) objects.
 They are rebuilt here from code (fixtures/make_golden_journal.py) and compared byte for byte, so an
 accidental change of what the code writes fails; a deliberate one bumps the object's ``v`` and
-regenerates the file. Each object also decodes strictly, passes ``records.schema_problem``, and
+regenerates the file. Each object also decodes strictly, passes ``schemas.schema_problem``, and
 carries signatures that verify; legacy shapes are still accepted; malformed ones are named by verify.
 """
 
@@ -21,6 +21,7 @@ from objstore import journal as J
 from objstore.errors import WriterRevoked
 from objstore.journal.restore import frozen_of
 from objstore.runs import records as R
+from objstore.runs import schemas as S
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity
 
@@ -86,7 +87,7 @@ def test_object_decodes_and_passes_its_schema(golden, name):
         assert value.decode("utf-8") == v["text"]
         return
     assert value == G.from_json(v["value"])
-    assert R.schema_problem(otype, value) is None
+    assert S.schema_problem(otype, value) is None
     assert codec.encode(otype, value) == data
 
 
@@ -192,7 +193,7 @@ LEGACY_SEGMENT = {"run": "r1", "seq": 2, "previous": Z, "branch": 1, "covered_th
 def test_legacy_shapes_are_accepted(otype, value):
     data = codec.encode(otype, value)
     assert codec.decode(data, strict=True) == (otype, value)
-    assert R.schema_problem(otype, value) is None
+    assert S.schema_problem(otype, value) is None
 
 
 def test_legacy_objects_are_read_as_documented(golden):
@@ -266,7 +267,7 @@ BAD = [
 def test_schema_names_what_is_wrong(name, mutate, problem):
     v = vec(load(), name)
     value = mutate(G.from_json(v["value"]))
-    assert R.schema_problem(v["type"], value) == problem
+    assert S.schema_problem(v["type"], value) == problem
 
 
 def test_verify_reports_a_malformed_journal_object(tmp_path):

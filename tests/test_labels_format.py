@@ -14,7 +14,7 @@ import pytest
 from test_codec import from_json  # the golden vectors' one JSON form ({"$bytes": hex} for bytes)
 
 from objstore.runs import labels as L
-from objstore.runs import records as R
+from objstore.runs import schemas as S
 from objstore.storage import codec
 from objstore.storage import labels as SL
 
@@ -51,7 +51,7 @@ def test_golden_format5_objects(vec):
     assert canon.hex() == vec["canonical_hex"]
     assert blake3.blake3(canon).hexdigest() == vec["id"]
     assert codec.decode(canon, bytes.fromhex(vec["id"])) == (vec["type"], value)
-    assert R.schema_problem(vec["type"], value) is None
+    assert S.schema_problem(vec["type"], value) is None
 
 
 def test_the_schema_the_x_record_names_is_the_golden_schema():

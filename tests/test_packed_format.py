@@ -71,7 +71,7 @@ def test_the_packed_fixture_reads_by_the_documented_layout():
 
 
 def test_the_packed_fixture_opens_and_verifies_as_a_store(tmp_path):
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
     from objstore.runs.verify import verify
     from objstore.storage.store import Store
 

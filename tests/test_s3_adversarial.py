@@ -29,8 +29,7 @@ from helpers import run_cli, s3_log
 import objstore
 from objstore.errors import CorruptLog
 from objstore.runs.anchors import anchor_token
-from objstore.runs.runlog import RunLog
-
+from objstore.runs.api import RunLog
 from objstore.storage import engine as eng
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
@@ -462,7 +461,7 @@ def test_an_unreachable_or_refusing_server_is_one_line(s3_url, case):
 _INIT = """
 import json, sys, time
 from objstore.storage.store import Store
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 while True:
     try:
         open(sys.argv[2]).close()

@@ -12,7 +12,7 @@ from helpers import keys_holding, s3_log
 
 from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
 from objstore.runs.anchors import anchor_token
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec, s3engine
 from objstore.storage.bucket import MemoryBucket

@@ -31,7 +31,7 @@ import msgspec
 from seaweed import environment
 
 import objstore
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.storage import s3engine
 from objstore.storage.s3client import open_bucket
 from objstore.storage.s3engine import HEAD_KEY, TAIL_ENTRIES, chunk_key

@@ -22,7 +22,7 @@ from helpers import keys_holding, s3_log
 from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.storage import s3engine
 from objstore.storage.bucket import MemoryBucket
 from objstore.storage.s3engine import TAIL_ENTRIES

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from objstore.errors import InvalidInput, InvalidRecord, NewerFormat
 from objstore.runs import records as R
-from objstore.runs.runlog import RunLog
+from objstore.runs import schemas as S
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec
 from objstore.storage.store import Store
@@ -50,8 +51,8 @@ def test_every_kind_refuses_an_unknown_field(kind):
 def test_a_stored_body_with_an_unknown_field_is_malformed():
     rec = {"run": "r1", "branch": 0, "lsn": 1, "parent": ID, "kind": "intent_committed", "time": 1.0,
            "body": {"intent": "i", "extra": True}}
-    assert R.schema_problem("record", rec).startswith("body: unknown field 'extra' in a intent_committed body")
-    assert R.schema_problem("record", dict(rec, body={"intent": "i"}, color="red")) == "unknown field 'color'"
+    assert S.schema_problem("record", rec).startswith("body: unknown field 'extra' in a intent_committed body")
+    assert S.schema_problem("record", dict(rec, body={"intent": "i"}, color="red")) == "unknown field 'color'"
 
 
 # -- newer schema versions -----------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def test_a_record_of_a_newer_schema_version_is_refused_on_read_naming_it(disk_lo
     assert str(e.value) == (f"newer format: record {oid.hex()} has schema version 2; this objstore reads up to version 1 "
                             "(upgrade objstore to read it)")
     assert e.value.exit_code == 5 and e.value.code == "newer-format"
-    assert R.schema_problem("record", newer) == "record schema version 2 is newer than this objstore reads (1, written without 'v')"
+    assert S.schema_problem("record", newer) == "record schema version 2 is newer than this objstore reads (1, written without 'v')"
     assert disk_log.record(head).lsn == 0  # the schema-1 record beside it reads as before
 
 
@@ -138,7 +139,7 @@ def test_the_valid_path_runs_no_python_walk(monkeypatch, disk_log):
            "items": [{"id": i, "name": f"item-{i}", "price": 1.25 * i, "ok": i % 2 == 0} for i in range(4)], "note": None}
     assert len(codec.canonical_json(ctx)) >= 250
     rec = disk_log.record_attempt("r1", 1, 0, "failed", prompt=ID, context=ctx, tools={"m": "x"}, usage={"in": 3}, when=1.7e9)
-    assert R.schema_problem("record", disk_log.store.get(rec.id)[1]) is None
+    assert S.schema_problem("record", disk_log.store.get(rec.id)[1]) is None
     codec.check_json_value(ctx)  # the journal's check takes the same C path
 
 
@@ -156,22 +157,22 @@ MUTATIONS = [
 @pytest.mark.parametrize("field,value", MUTATIONS, ids=[f"{f}={v!r}"[:30] for f, v in MUTATIONS])
 def test_schema_problem_messages_are_the_field_loops(field, value):
     bad = dict(GOOD_RECORD, **{field: value})
-    assert R.schema_problem("record", bad) == R._record_problem(bad) is not None
+    assert S.schema_problem("record", bad) == S._record_problem(bad) is not None
 
 
 @pytest.mark.parametrize("field", sorted(GOOD_RECORD))
 def test_schema_problem_names_a_missing_field(field):
     bad = {k: v for k, v in GOOD_RECORD.items() if k != field}
-    assert R.schema_problem("record", bad) == R._record_problem(bad) == f"missing field {field!r}"
+    assert S.schema_problem("record", bad) == S._record_problem(bad) == f"missing field {field!r}"
 
 
 def test_schema_problem_body_values():
-    assert R.schema_problem("record", GOOD_RECORD) is None
+    assert S.schema_problem("record", GOOD_RECORD) is None
     for v, msg in ((float("nan"), "not a JSON number"), (b"x", "bytes is not JSON-like"), ({1: 2}, "keys must be strings")):
         bad = dict(GOOD_RECORD, body=dict(GOOD_RECORD["body"], context={"x": v}))
-        assert R.schema_problem("record", bad).startswith("body: ") and msg in R.schema_problem("record", bad)
+        assert S.schema_problem("record", bad).startswith("body: ") and msg in S.schema_problem("record", bad)
     bad = dict(GOOD_RECORD, body=dict(GOOD_RECORD["body"], prompt=b"\1" * 31))
-    assert R.schema_problem("record", bad) == "body: prompt must be a 32-byte blob id or None"
+    assert S.schema_problem("record", bad) == "body: prompt must be a 32-byte blob id or None"
 
 
 def test_verify_still_finds_a_malformed_body_on_disk(disk_log):
@@ -224,4 +225,4 @@ def test_struct_validated_bytes_are_todays_bytes(kind_body, t):
     now = R.check_body(kind, body)
     payload = {"run": "r1", "branch": 0, "lsn": 1, "parent": ID, "kind": kind, "time": t}
     assert codec.encode("record", dict(payload, body=now)) == codec.encode("record", dict(payload, body=today))
-    assert R.schema_problem("record", codec.decode(codec.encode("record", dict(payload, body=now)))[1]) is None
+    assert S.schema_problem("record", codec.decode(codec.encode("record", dict(payload, body=now)))[1]) is None

@@ -95,8 +95,8 @@ def test_importing_the_library_loads_only_its_errors(tmp_path):
 
 
 def test_the_facade_still_reaches_every_name(tmp_path):
-    code = ("import objstore, objstore.runs.runlog, objstore.storage.store\n"
-            "assert objstore.RunLog is objstore.runs.runlog.RunLog and objstore.Store is objstore.storage.store.Store\n"
+    code = ("import objstore, objstore.runs.api, objstore.storage.store\n"
+            "assert objstore.RunLog is objstore.runs.api.RunLog and objstore.Store is objstore.storage.store.Store\n"
             "assert objstore.View.__name__ == 'View' and objstore.ForkResult.__name__ == 'ForkResult'\n"
             "import objstore as o2\n"
             "assert o2.storage.engine.__name__ == 'objstore.storage.engine'  # a submodule as an attribute, loaded on use\n"
@@ -174,7 +174,7 @@ def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_pa
     and any other exception still propagates."""
     store, _run, _p, _o = two_branches
     code = ("import sys, sqlite3\n"
-            "import objstore.runs.runlog as rl\n"
+            "import objstore.runs.api as rl\n"
             "def boom(self):\n    raise sqlite3.OperationalError('disk I/O error')\n"
             "rl.RunLog.runs = boom\n"
             "sys.argv = ['objstore', '--store', sys.argv[1], 'runs']\n"
@@ -195,7 +195,7 @@ def test_the_flat_layout_s_module_paths_are_aliases_of_their_new_homes(tmp_path)
     code = ("import objstore, objstore.engine as e, objstore.storage.engine as e2\n"
             "from objstore.runlog import RunLog\n"
             "from objstore.segments import context\n"
-            "import objstore.runs.runlog as rl, objstore.journal.restore as rs\n"
+            "import objstore.runs.api as rl, objstore.journal.restore as rs\n"
             "assert e is e2 and e.__spec__.name == 'objstore.storage.engine' and RunLog is rl.RunLog and context is rs.context\n"
             "for old in ('verify', 'export'):\n"
             "    try:\n        __import__('objstore.' + old)\n    except ModuleNotFoundError as x:\n        print(x)\n")

@@ -251,7 +251,8 @@ def test_cached_state_and_summary_are_confirmed_too(tmp_path):
     """``StateCache.state``/``summary`` answer from the log when the branch's rows do not confirm."""
     import msgspec
 
-    from objstore.runs.state import refold_branch, summary_of
+    from objstore.runs.refold import refold_branch
+    from objstore.runs.state import summary_of
 
     path, run = _store(tmp_path)
     log = RunLog(Store.open(path))

@@ -12,7 +12,8 @@ import pytest
 
 from objstore.errors import InvalidInput
 from objstore.runs import records as R
-from objstore.runs.runlog import RunLog
+from objstore.runs import schemas as S
+from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec
 from objstore.storage.store import Store
@@ -88,10 +89,10 @@ def test_verify_names_a_stored_time_outside_the_calendar(disk_log):
     head = disk_log.store.read_ref("run/r1/branch/0")
     payload = {"run": "r1", "branch": 0, "lsn": 2, "parent": head, "kind": R.INTENT_COMMITTED, "time": 1e300,
                "body": {"intent": "i"}}
-    assert R.schema_problem("record", payload) == ("field 'time': time 1e+300 is outside the calendar (-62135510400 to "
+    assert S.schema_problem("record", payload) == ("field 'time': time 1e+300 is outside the calendar (-62135510400 to "
                                                    "253402214399 s since the epoch: 0001-01-02 to 9999-12-30 UTC)")
-    assert R.schema_problem("record", dict(payload, time=float("nan"))) == "field 'time': time nan is not a finite number"
-    assert R.schema_problem("record", dict(payload, time=1.7e9)) is None
+    assert S.schema_problem("record", dict(payload, time=float("nan"))) == "field 'time': time nan is not a finite number"
+    assert S.schema_problem("record", dict(payload, time=1.7e9)) is None
     with disk_log.store.batch():  # crafted through the store, below RunLog's checks
         oid = disk_log.store.put(codec.RECORD, payload)
         disk_log.store.set_ref("run/r1/branch/0", head, oid, "crafted")
@@ -102,8 +103,8 @@ def test_verify_names_a_stored_time_outside_the_calendar(disk_log):
 def test_fork_object_time_is_checked_by_schema_problem():
     fork = {"run": "r1", "branch": 1, "parent_branch": 0, "parent_lsn": 0, "parent_record": b"\1" * 32,
             "parent_head": b"\2" * 32, "reason": "", "compensation": [], "time": 1.7e9}
-    assert R.schema_problem("fork", fork) is None
-    assert "outside the calendar" in R.schema_problem("fork", dict(fork, time=-1e300))
+    assert S.schema_problem("fork", fork) is None
+    assert "outside the calendar" in S.schema_problem("fork", dict(fork, time=-1e300))
 
 
 # -- the command line -----------------------------------------------------------------------------

@@ -16,11 +16,11 @@ from helpers import run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import Conflict, IntegrityError, InvalidInput, Refused, StoreNeedsUpgrade, StoreNotFound
-from objstore.lifecycle import upgrade as U
+from objstore.legacy import upgrade as U
+from objstore.legacy.format1 import Format1Reader
 from objstore.runs import records as R
 from objstore.runs.verify import verify
 from objstore.storage import codec
-from objstore.storage.format1 import Format1Reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
@@ -298,7 +298,7 @@ def test_interrupted_upgrade_leaves_format1_usable(f1, monkeypatch, step):
 
 _CRASH = textwrap.dedent("""
     import os, sys
-    from objstore.lifecycle import upgrade as U
+    from objstore.legacy import upgrade as U
     def crash(at):
         if at == sys.argv[2]:
             os._exit(77)
@@ -470,7 +470,7 @@ def test_a_format2_store_is_refused_until_upgraded(tmp_path):
 
 
 def test_format2_upgrades_to_format3_with_the_same_objects_refs_and_moves(tmp_path):
-    from objstore.storage.format2 import Format2Reader
+    from objstore.legacy.format2 import Format2Reader
 
     root = _format2_copy(tmp_path)
     old = list(Format2Reader(root).entries())

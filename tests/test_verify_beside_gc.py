@@ -19,7 +19,7 @@ from test_gc import build
 
 from objstore.lifecycle import delete as D
 from objstore.runs import verify as V
-from objstore.runs.runlog import RunLog
+from objstore.runs.api import RunLog
 from objstore.storage.store import Store
 
 

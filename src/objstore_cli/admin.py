@@ -83,7 +83,7 @@ def upgrade(c, as_json):
     Examples:
       objstore --store ./old-store upgrade
     """
-    from objstore.lifecycle.upgrade import upgrade as run_upgrade
+    from objstore.legacy.upgrade import upgrade as run_upgrade
 
     summary = run_upgrade(c.store_path())
     if as_json:

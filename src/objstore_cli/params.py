@@ -16,7 +16,7 @@ import click
 from objstore.errors import StoreNotFound
 
 if TYPE_CHECKING:
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
 
 
 INT64_MAX = 2**63 - 1
@@ -73,7 +73,7 @@ class Ctx:
 
     def log(self, create: bool = False) -> RunLog:
         if self._log is None:
-            from objstore.runs.runlog import RunLog
+            from objstore.runs.api import RunLog
             from objstore.storage.store import Store
 
             self._log = RunLog(Store.open(self.store_path(create), create=create))

@@ -66,7 +66,7 @@ from .grants import grant_chain, grant_chain_from
 from .versions import JOURNAL_SCHEMA, check_body
 
 if TYPE_CHECKING:
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
     from ..storage.log.format import Position
     from ..storage.store import Store
 

@@ -22,8 +22,8 @@ from .sessions import fold_tasks, startup_event
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader, View
-    from ..runs.runlog import RunLog
 
 
 

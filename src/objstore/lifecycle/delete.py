@@ -56,11 +56,12 @@ from ..errors import (
     Unauthenticated,
 )
 from ..runs import records as R
+from ..runs import schemas as S
 from ..storage import authority, codec, identity, runrefs
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
     from ..storage.store import Store
 
 
@@ -182,7 +183,7 @@ def _deletion(scope: str, *, run: str | None, records: list | None, blob: bytes 
         obj["blobs"] = blobs
     if key is not None:
         obj["sig"] = key.sign(identity.object_message(obj))
-    bad = R.schema_problem(R.DELETION_TYPE, obj)
+    bad = S.schema_problem(R.DELETION_TYPE, obj)
     assert bad is None, bad  # built here: a problem is a bug of this module
     return obj
 

@@ -127,7 +127,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
 def _redact_unreferenced(store: Store, age: float) -> int:
     """Record the removal of every unreferenced blob older than ``age`` as a redaction (signed like
     'objstore redact', reason 'unreferenced'), so verify finds each removed body covered."""
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
 
     blobs = sorted(unreferenced(store, age))
     if blobs:
@@ -198,27 +198,32 @@ def doomed(store: Store) -> Doomed:
             candidates.discard(value)
     candidates -= recs
     if candidates:
-        # Kept if anything live still names them: another record (its index rows' refs), or a
-        # journal or segment object of a run that is not deleted (their ids, from their bodies).
-        for e in eng.entries():
-            for r in e.recs:
-                oid = e.objs[r[0]][0]
-                if oid in recs:  # doomed (every record of a deleted run is, but those a live copy reaches)
-                    continue
-                for ref in r[6]:
-                    candidates.discard(ref)
-            for o in e.objs:
-                if o[1] in ("journal", "segment") and candidates and o[3] != REMOVED:
-                    try:
-                        value = codec.decode(eng.read(o[0]), o[0], False)[1]
-                    except ObjstoreError:
-                        continue
-                    if isinstance(value, dict) and value.get("run") not in deleted_runs:
-                        for _f, ref in records.object_refs(o[1], value):
-                            candidates.discard(ref)
-            if not candidates:
-                break
+        _keep_live_named(eng, recs, candidates, deleted_runs)
     return Doomed(recs, candidates | redacted, other)
+
+
+def _keep_live_named(eng: engine.LogEngine, recs: set, candidates: set, deleted_runs: set) -> None:
+    """``doomed``'s last pass: the ``candidates`` (blob ids) that something live still names leave the set."""
+    # Kept if anything live still names them: another record (its index rows' refs), or a
+    # journal or segment object of a run that is not deleted (their ids, from their bodies).
+    for e in eng.entries():
+        for r in e.recs:
+            oid = e.objs[r[0]][0]
+            if oid in recs:  # doomed (every record of a deleted run is, but those a live copy reaches)
+                continue
+            for ref in r[6]:
+                candidates.discard(ref)
+        for o in e.objs:
+            if o[1] in ("journal", "segment") and candidates and o[3] != engine.REMOVED:
+                try:
+                    value = codec.decode(eng.read(o[0]), o[0], False)[1]
+                except ObjstoreError:
+                    continue
+                if isinstance(value, dict) and value.get("run") not in deleted_runs:
+                    for _f, ref in records.object_refs(o[1], value):
+                        candidates.discard(ref)
+        if not candidates:
+            break
 
 
 def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:

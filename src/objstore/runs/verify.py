@@ -67,15 +67,15 @@ from ..storage.fileutil import no_gc
 from ..storage.gclock import gc_lock
 from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
 from .anchors import anchor_problem, parse_anchor
-from .state import refold_branch
+from .refold import refold_branch
 from .verify_objects import check_object
 from .verify_report import Problem, Report
 from .verify_runmodel import RunModelChecks
 
 if TYPE_CHECKING:
     from ..storage.store import Store
+    from .api import RunLog
     from .chain import View
-    from .runlog import RunLog
 
 JOBS_ENV = "OBJSTORE_VERIFY_JOBS"
 

@@ -17,6 +17,7 @@ from ..storage import engine as E
 from ..storage.engine import HashedLarge
 from . import kinds as K
 from . import records as R
+from . import schemas as S
 
 # One object after the per-segment checks, as a plain tuple (it crosses a process boundary 10^5
 # times: a tuple pickles and unpickles several times faster than a NamedTuple or a dict):
@@ -86,7 +87,7 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
     problems: tuple = (("corrupt-entry", f"entry says {otype}, object is a {t}"),) if t != otype else ()
     if t == codec.BLOB:
         return (oid, otype, True, problems, False, t, None)
-    bad = R.schema_problem(t, value)
+    bad = S.schema_problem(t, value)
     if bad is not None:
         return (oid, otype, True, (*problems, ("malformed-object", bad)), True, t, None)
     if rows is not None:

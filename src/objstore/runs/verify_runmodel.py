@@ -21,14 +21,15 @@ from ..storage.engine import Entry
 from . import kinds as K
 from . import labels as RL
 from . import records as R
+from . import schemas as S
 from .fold import apply, empty_state, fold
-from .state import attempt_view
+from .refold import attempt_view
 from .verify_objects import BODY_REMOVED, EXPECT, LABELS, REFS, SCHEMA, Checked, record_dict
 from .verify_report import Problem
 
 if TYPE_CHECKING:
     from ..storage.store import Store
-    from .runlog import RunLog
+    from .api import RunLog
 
 _MOD = 1 << 64
 
@@ -584,7 +585,7 @@ def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | Non
     the authority rule every reader applies to its entry (objstore.storage.authority: the signature,
     the owner or a live delete grant at its entry, a redaction by the owner only, covered rows that
     are the run's records there), as of the deletion's entry."""
-    bad = R.schema_problem(R.DELETION_TYPE, value)
+    bad = S.schema_problem(R.DELETION_TYPE, value)
     if bad is not None:
         return [bad]
     return authority.deletion_problems(authority.StoreView(store), value, at_entry)

@@ -47,8 +47,9 @@ from . import records as R
 if TYPE_CHECKING:
     from ..errors import ObjstoreError
     from ..storage.store import Store
+    from .api import ForkResult
     from .chain import ChainReader, View
-    from .runlog import ForkResult
+    from .api import ForkResult
     from .verify_report import Problem
 
 FORK_KIND = "fork"
@@ -140,7 +141,7 @@ def export_entry(schema: int, entry: dict) -> dict:
 
 def attempt(rec: R.Record, run_workflow_version: Any = None) -> dict:
     """The seed's AttemptView of an ``attempt`` record (what ``episode`` lists)."""
-    from .state import attempt_view
+    from .refold import attempt_view
 
     return attempt_view(rec, run_workflow_version)
 

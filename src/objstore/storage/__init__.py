@@ -7,7 +7,6 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``refs``, ``runrefs`` — what a ref may be called, the ref namespace, forward-only and write-once rules;
 * ``authority`` — who may delete: the deletion authority rule every apply path checks, object signatures;
 * ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
-* ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
 * ``log`` — one log's mechanics (format 3): entries, the chain checksum, tables and rules, the ``Engine``
   interface, the memory engine (its own docstring lists its members and invariants);
 * ``engine`` — the log on disk (``LogEngine``): segments, catch-up, checkpoint and witness;
@@ -16,6 +15,9 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
 
 A new engine (an S3 one) joins next to ``engine`` by passing ``tests/test_engine_contract.py``.
+
+The numbered invariants the code and the tests cite ("invariant 12") are listed in docs/DESIGN.md,
+each with the modules that keep it and the tests that pin it.
 """
 
 

@@ -39,7 +39,7 @@ from ..errors import (
     StoreFormatError,
     StoreNotFound,
 )
-from . import codec, runrefs
+from ..storage import codec, runrefs
 
 LOOSE_MAGIC = b"OSO\x01"
 COMP_NONE = 0

@@ -69,9 +69,9 @@ from ..runs import records as R
 from ..storage import codec
 from ..storage.engine import LogEngine
 from ..storage.fileutil import FsyncPolicy, fsync_dir
-from ..storage.format1 import Format1Reader, Move, merge
-from ..storage.format2 import Format2Reader
 from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, is_remote, read_marker
+from .format1 import Format1Reader, Move, merge
+from .format2 import Format2Reader
 
 RECONCILE = "upgrade: reconcile"
 ENTRY_BYTES = 64 << 20  # objects of one entry beyond this go ahead in entries of their own
