@@ -21,7 +21,8 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
-    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "format1", "format2", "engine", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
+    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "format1", "format2", "engine", "s3", "gclock", "erased", "store", "identity"]),
+    ("objstore.storage.s3", ["bucket", "client", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["labels", "kinds", "records", "fold", "chain", "listing", "history", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
@@ -37,12 +38,15 @@ ORDER: list[tuple[str, list[str]]] = [
 ]
 
 
-def _rank_table() -> dict[str, tuple[int, int]]:
-    rank: dict[str, tuple[int, int]] = {}
+def _rank_table() -> dict[str, tuple[int, ...]]:
+    rank: dict[str, tuple[int, ...]] = {}
     for i, (pkg, members) in enumerate(ORDER):
+        # a subpackage its parent (an earlier entry) lists among its members stands at that place: its
+        # members just above the parent's member before it, its __init__ above them, below the next one
+        base = rank.get(pkg, (i,))
         for j, m in enumerate(members):
-            rank[f"{pkg}.{m}"] = (i, j)
-        rank[pkg] = (i, len(members))
+            rank[f"{pkg}.{m}"] = (*base, j)
+        rank[pkg] = (*base, len(members))
     return rank
 
 

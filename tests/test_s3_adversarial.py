@@ -31,10 +31,10 @@ from objstore.errors import CorruptLog
 from objstore.runs.runlog import RunLog
 from objstore.runs.verify import anchor_token
 from objstore.storage import engine as eng
-from objstore.storage import s3engine
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3client import open_bucket
-from objstore.storage.s3engine import HEAD_KEY, Chunk, Head, chunk_key
+from objstore.storage.s3 import engine as s3engine
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.client import open_bucket
+from objstore.storage.s3.engine import HEAD_KEY, Chunk, Head, chunk_key
 
 
 @pytest.fixture(autouse=True)

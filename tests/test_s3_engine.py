@@ -13,9 +13,10 @@ from helpers import keys_holding, s3_log
 from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
 from objstore.runs.runlog import RunLog
 from objstore.runs.verify import anchor_token, verify
-from objstore.storage import codec, s3engine
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine
+from objstore.storage import codec
+from objstore.storage.s3 import engine as s3engine
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:

@@ -32,9 +32,9 @@ from seaweed import environment
 
 import objstore
 from objstore.runs.runlog import RunLog
-from objstore.storage import s3engine
-from objstore.storage.s3client import open_bucket
-from objstore.storage.s3engine import HEAD_KEY, TAIL_ENTRIES, chunk_key
+from objstore.storage.s3 import engine as s3engine
+from objstore.storage.s3.client import open_bucket
+from objstore.storage.s3.engine import HEAD_KEY, TAIL_ENTRIES, chunk_key
 from objstore.storage.store import Store
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_race_writer.py")

@@ -23,9 +23,9 @@ from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.runlog import RunLog
-from objstore.storage import s3engine
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import TAIL_ENTRIES
+from objstore.storage.s3 import engine as s3engine
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.engine import TAIL_ENTRIES
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:

@@ -39,7 +39,7 @@ def init(c, as_json, create_bucket):
       objstore init --json
     """
     from objstore.storage import identity
-    from objstore.storage.bucket import BucketNotFound
+    from objstore.storage.s3.bucket import BucketNotFound
     from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
     if create_bucket and not is_remote(c.path):
@@ -52,7 +52,7 @@ def init(c, as_json, create_bucket):
     except BucketNotFound:
         if not create_bucket:
             raise
-        from objstore.storage.s3client import create_bucket as make_bucket
+        from objstore.storage.s3.client import create_bucket as make_bucket
 
         made_bucket = make_bucket(target)
         s = Store.init(target)

@@ -14,11 +14,12 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..storage import codec, engine, packed, s3engine
+from ..storage import codec, engine, packed
+from ..storage.s3 import engine as s3engine
 from . import delete
 
 if TYPE_CHECKING:
-    from ..storage.s3engine import S3Engine
+    from ..storage.s3.engine import S3Engine
     from ..storage.store import Store
 
 

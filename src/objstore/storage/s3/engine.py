@@ -40,10 +40,10 @@ import blake3
 import msgspec
 import zstandard
 
-from ..errors import BodyRemoved, Busy, CorruptLog, IntegrityError, MultiLogBatch, ObjectNotFound, Refused, StaleBase
-from . import codec, runrefs
+from ...errors import BodyRemoved, Busy, CorruptLog, IntegrityError, MultiLogBatch, ObjectNotFound, Refused, StaleBase
+from .. import codec, runrefs
 from .bucket import NOT_MODIFIED, Bucket
-from .engine import (
+from ..engine import (
     COMP_GONE,
     COMP_RAW,
     COMP_ZSTD,
@@ -757,7 +757,7 @@ class S3Engine(Engine):
     @contextmanager
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
-            from ..errors import LockTimeout
+            from ...errors import LockTimeout
             raise LockTimeout("this process's S3 writer lock", timeout)
         try:
             if self._head is None or self.damaged is not None:
@@ -1157,7 +1157,7 @@ def marker_version(data: bytes, where: str) -> int:
     except ValueError:
         meta, version = None, None
     if not isinstance(meta, dict) or meta.get("format") != "objstore" or type(version) is not int:
-        from ..errors import StoreFormatError
+        from ...errors import StoreFormatError
         raise StoreFormatError(where, "not an objstore marker")
     return version
 

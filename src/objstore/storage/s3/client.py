@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidInput, ObjstoreError
+from ...errors import InvalidInput, ObjstoreError
 from .bucket import NOT_MODIFIED, Bucket, BucketNotFound, Got, Listed, RemoteError, Requests, plain_etag
 
 # S3's page size for ListObjectsV2 (max-keys defaults to 1000 on AWS and SeaweedFS; obstore does
