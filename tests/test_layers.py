@@ -22,7 +22,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "format1", "format2", "engine", "s3", "gclock", "erased", "store", "identity"]),
-    ("objstore.storage.s3", ["bucket", "client", "engine"]),  # a subpackage ranks where its parent lists it
+    ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["labels", "kinds", "records", "fold", "chain", "listing", "history", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",

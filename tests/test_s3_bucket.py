@@ -1,4 +1,4 @@
-"""ObstoreBucket (storage.s3client) against a real SeaweedFS: the Bucket contract of storage.bucket —
+"""ObstoreBucket (storage.s3.client) against a real SeaweedFS: the Bucket contract of storage.s3.bucket —
 missing keys and failed preconditions are None, a 304 is NOT_MODIFIED, everything else one-line
 RemoteError — with exact request counts; open_bucket's URL parsing; the ETag forms the server takes;
 and MemoryBucket answering a sequence of calls as the real server does."""

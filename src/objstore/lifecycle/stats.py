@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidInput
 from ..storage import codec, engine, packed
 from ..storage.s3 import engine as s3engine
+from ..storage.s3 import layout as s3layout
 from . import delete
 
 if TYPE_CHECKING:
@@ -35,13 +36,13 @@ def _bucket_keys(eng: S3Engine) -> dict[str, Any]:
     what it costs in the bucket. ``other`` is what no objstore writes there (another tool's keys under the prefix)."""
     by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "other")}
     for x in eng.bucket.list(""):
-        if x.key == s3engine.HEAD_KEY:
+        if x.key == s3layout.HEAD_KEY:
             kind = "head"
-        elif x.key == s3engine.MARKER_KEY:
+        elif x.key == s3layout.MARKER_KEY:
             kind = "marker"
-        elif x.key.startswith(s3engine.CHUNK_PREFIX):
+        elif x.key.startswith(s3layout.CHUNK_PREFIX):
             kind = "chunk"
-        elif x.key.startswith(s3engine.ENTRY_PREFIX):
+        elif x.key.startswith(s3layout.ENTRY_PREFIX):
             kind = "entry"
         else:
             kind = "other"

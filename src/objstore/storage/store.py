@@ -280,7 +280,8 @@ class Store:
         """The store on one bucket and prefix of object storage (storage.s3): its marker object says
         its format; ``create`` writes it if absent (create-once, so two creators agree on one store).
         ``cache``: the local directory of its cache (default: ``remote_cache_dir``)."""
-        from .s3.engine import MARKER_KEY, S3Engine, marker_bytes, marker_version
+        from .s3.engine import S3Engine
+        from .s3.layout import MARKER_KEY, marker_bytes, marker_version
 
         url = bucket.url
         cache = cache or remote_cache_dir(url)

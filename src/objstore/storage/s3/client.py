@@ -1,4 +1,4 @@
-"""The ``Bucket`` interface (storage.bucket) over real S3-compatible object storage, through ``obstore``.
+"""The ``Bucket`` interface (storage.s3.bucket) over real S3-compatible object storage, through ``obstore``.
 
 This module owns the mapping from the S3 wire to the bucket contract: ``open_bucket`` parses
 ``s3://bucket/prefix`` and reads the endpoint, region and credentials from the usual AWS environment
