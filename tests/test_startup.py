@@ -268,3 +268,12 @@ def test_the_commands_table_names_each_command_where_it_is():
         top = {c.name for c in commands if id(c) not in subcommands}
         assert top <= set(table), f"objstore_cli.{module}: {sorted(top - set(table))} missing from main's table"
 
+
+
+@pytest.mark.parametrize("words", [["init"], ["stats"], ["gc"], ["episode", "RUN"], ["export", "RUN"]])
+def test_a_local_store_loads_no_s3_module(a_run, tmp_path, words):
+    """The S3 package (objstore.storage.s3) and obstore are for s3:// stores only, whatever the command."""
+    store, run, _blob = a_run
+    target = str(tmp_path / "new") if words == ["init"] else store
+    mods = loaded(["--store", target, *(run if w == "RUN" else w for w in words)], tmp_path)
+    assert heavy_in(mods, ["objstore.storage.s3", "obstore"]) == []
