@@ -14,7 +14,7 @@ import time
 def main() -> None:
     endpoint, url, key, mode, etag, ready, start, racer = sys.argv[1:9]
     os.environ["AWS_ENDPOINT_URL"] = endpoint
-    from objstore.storage.s3client import open_bucket
+    from objstore.storage.s3.client import open_bucket
 
     b = open_bucket(url)
     data = f"racer {racer} via {endpoint}".encode()

@@ -186,7 +186,7 @@ def test_the_rule_holds_on_object_storage_and_in_memory(tmp_path, monkeypatch):
     """The S3 engine (over a MemoryBucket) refuses to write an unauthorised deletion, and a second store
     on the same bucket stops before one written with the rule patched out; the memory engine refuses it too."""
     from objstore.errors import CorruptLog as Corrupt
-    from objstore.storage.bucket import MemoryBucket
+    from objstore.storage.s3.bucket import MemoryBucket
 
     bucket = MemoryBucket()
     log = RunLog(Store.on_bucket(bucket, str(tmp_path / "c1")))

@@ -24,13 +24,13 @@ def eng(request, tmp_path):
     if request.param == "memory":
         return MemoryEngine()
     if request.param == "s3":  # the real SeaweedFS of the session (tests/conftest.py)
-        from objstore.storage.s3client import open_bucket
-        from objstore.storage.s3engine import S3Engine
+        from objstore.storage.s3.client import open_bucket
+        from objstore.storage.s3.engine import S3Engine
 
         return S3Engine(open_bucket(request.getfixturevalue("s3_url")), str(tmp_path / "cache"))
     if request.param == "s3-fake":
-        from objstore.storage.bucket import MemoryBucket
-        from objstore.storage.s3engine import S3Engine
+        from objstore.storage.s3.bucket import MemoryBucket
+        from objstore.storage.s3.engine import S3Engine
 
         return S3Engine(MemoryBucket(), str(tmp_path / "cache"))
     root = str(tmp_path / "s")

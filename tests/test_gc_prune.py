@@ -13,7 +13,7 @@ from objstore.errors import Erased
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
-from objstore.storage.bucket import MemoryBucket
+from objstore.storage.s3.bucket import MemoryBucket
 from objstore.storage.store import Store
 
 

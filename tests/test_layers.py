@@ -24,7 +24,8 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed",
                           "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.tables", "log.craft",
-                          "log.txn", "log.engine", "log.memory", "log", "engine", "log.fsck", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
+                          "log.txn", "log.engine", "log.memory", "log", "engine", "log.fsck", "s3", "gclock", "erased", "store", "identity"]),
+    ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
                        "verify_runmodel", "verify", "views", "export",
                        "query", "completion"]),
@@ -42,12 +43,15 @@ ORDER: list[tuple[str, list[str]]] = [
 ]
 
 
-def _rank_table() -> dict[str, tuple[int, int]]:
-    rank: dict[str, tuple[int, int]] = {}
+def _rank_table() -> dict[str, tuple[int, ...]]:
+    rank: dict[str, tuple[int, ...]] = {}
     for i, (pkg, members) in enumerate(ORDER):
+        # a subpackage its parent (an earlier entry) lists among its members stands at that place: its
+        # members just above the parent's member before it, its __init__ above them, below the next one
+        base = rank.get(pkg, (i,))
         for j, m in enumerate(members):
-            rank[f"{pkg}.{m}"] = (i, j)
-        rank[pkg] = (i, len(members))
+            rank[f"{pkg}.{m}"] = (*base, j)
+        rank[pkg] = (*base, len(members))
     return rank
 
 

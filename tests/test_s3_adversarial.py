@@ -5,7 +5,7 @@ creators of one store at once, and many threads of one process appending to one 
 
 What is asserted is the exact verify problem line or CorruptLog message a user sees, and that
 nothing a damaged key says is believed. The store's layout (HEAD, ``chunk/``, ``entry/``) is
-docs/FORMAT.md's; the engine is storage/s3engine.py.
+docs/FORMAT.md's; the engine is storage/s3/.
 
 The filled store every damage test starts from: a run started (entry 1) and 21 appends (entries
 2..22); entries 1..16 sit in one chunk, 17..22 in HEAD's inline tail, and entry 22 (a body above the
@@ -31,11 +31,11 @@ from objstore.errors import CorruptLog
 from objstore.runs.anchors import anchor_token
 from objstore.runs.api import RunLog
 from objstore.storage import engine as eng
-from objstore.storage import s3engine
-from objstore.storage.bucket import MemoryBucket
+from objstore.storage.s3 import layout as s3layout
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.client import open_bucket
+from objstore.storage.s3.layout import HEAD_KEY, Chunk, Head, chunk_key
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
-from objstore.storage.s3client import open_bucket
-from objstore.storage.s3engine import HEAD_KEY, Chunk, Head, chunk_key
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ def _later(m: dict) -> None:
 
 
 def _put_chunk(bucket, key: str, ch: Chunk, slots: list) -> None:
-    bucket.put(key, s3engine._enc.encode(Chunk(ch.fmt, ch.prev, ch.first, slots)))
+    bucket.put(key, s3layout.encoder.encode(Chunk(ch.fmt, ch.prev, ch.first, slots)))
 
 
 def _read_error(log: RunLog, run: str) -> str:
@@ -118,7 +118,7 @@ def _read_error(log: RunLog, run: str) -> str:
 @pytest.mark.parametrize("what,data,detail", [
     ("garbage", b"\x00garbage", "HEAD does not parse: Expected `array`, got `int`"),
     ("truncated", None, "HEAD does not parse: Input data was truncated"),
-    ("another format", s3engine._enc.encode(Head("objstore-s3-head-0", 22, b"\x01" * 32, None, [])), "HEAD is not an objstore S3 head"),
+    ("another format", s3layout.encoder.encode(Head("objstore-s3-head-0", 22, b"\x01" * 32, None, [])), "HEAD is not an objstore S3 head"),
 ])
 def test_a_damaged_head_is_one_verify_line_and_every_read_raises(s3_url, fresh, what, data, detail):
     run, _ = _fill(s3_url)
@@ -180,7 +180,7 @@ def test_a_damaged_entry_key(s3_url, fresh):
     run, _ = _fill(s3_url)
     bucket = open_bucket(s3_url)
     slot = _head(bucket).tail[-1]
-    key = s3engine.entry_key(22, slot[1])
+    key = s3layout.entry_key(22, slot[1])
     orig = bucket.get(key).data
     big = fresh(s3_url).records(run)[-1]
     # a flipped byte in the entry's data block: the record no longer hashes to its id
@@ -206,8 +206,8 @@ def test_a_damaged_entry_key(s3_url, fresh):
     head = _head(bucket)
     forged = forge(orig, head.tail[-2][-32:], _later)
     cks = forged[-32:]
-    bucket.put(s3engine.entry_key(22, cks), forged)
-    bucket.put(HEAD_KEY, s3engine._enc.encode(Head(head.fmt, 22, cks, head.chunk, [*head.tail[:-1], [22, cks]])))
+    bucket.put(s3layout.entry_key(22, cks), forged)
+    bucket.put(HEAD_KEY, s3layout.encoder.encode(Head(head.fmt, 22, cks, head.chunk, [*head.tail[:-1], [22, cks]])))
     assert _lines(fresh(s3_url)) == []  # every checksum holds: the log is what its (new) writer wrote
     lines = [p.line() for p in objstore.verify(fresh(s3_url), anchor=token)]
     assert lines == [f"anchor-mismatch {token}: entry 22 has checksum {cks.hex()}: the history before it was rewritten or rolled back"], lines
@@ -223,7 +223,7 @@ def test_a_rolled_back_head(s3_url, fresh):
     pos = seen.store.engine.anchor()
     token = anchor_token(pos.entry, pos.checksum)
     h = _head(bucket)
-    bucket.put(HEAD_KEY, s3engine._enc.encode(Head(h.fmt, h.n - 1, h.tail[-2][-32:], h.chunk, h.tail[:-1])))
+    bucket.put(HEAD_KEY, s3layout.encoder.encode(Head(h.fmt, h.n - 1, h.tail[-2][-32:], h.chunk, h.tail[:-1])))
     assert [r.body["task"] for r in fresh(s3_url).records(run)[1:]] == tasks[:-1]
     assert _lines(fresh(s3_url)) == []
     assert [p.line() for p in objstore.verify(fresh(s3_url), anchor=token)] == [f"anchor-missing {token}: log ends at entry 21"]
@@ -338,7 +338,7 @@ _Z = b"\x00" * 32
 
 def _malformed(h: Head, case: str) -> bytes:
     """HEAD as someone with write access could re-encode it: it parses, and lies."""
-    enc = s3engine._enc.encode
+    enc = s3layout.encoder.encode
     return {
         "n negative": lambda: enc(Head(h.fmt, -1, h.checksum, h.chunk, h.tail)),
         "short checksum": lambda: enc(Head(h.fmt, h.n, b"x", h.chunk, h.tail)),

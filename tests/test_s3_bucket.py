@@ -1,4 +1,4 @@
-"""ObstoreBucket (storage.s3client) against a real SeaweedFS: the Bucket contract of storage.bucket —
+"""ObstoreBucket (storage.s3.client) against a real SeaweedFS: the Bucket contract of storage.s3.bucket —
 missing keys and failed preconditions are None, a 304 is NOT_MODIFIED, everything else one-line
 RemoteError — with exact request counts; open_bucket's URL parsing; the ETag forms the server takes;
 and MemoryBucket answering a sequence of calls as the real server does."""
@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 
 from objstore.errors import InvalidInput
-from objstore.storage.bucket import NOT_MODIFIED, Got, MemoryBucket, RemoteError
-from objstore.storage.s3client import ObstoreBucket, open_bucket, parse_url
+from objstore.storage.s3.bucket import NOT_MODIFIED, Got, MemoryBucket, RemoteError
+from objstore.storage.s3.client import ObstoreBucket, open_bucket, parse_url
 
 
 def test_get_put_roundtrip_and_counts(s3_url):
@@ -128,7 +128,7 @@ def test_wrong_secret_is_remote_error_not_missing(s3_url, monkeypatch):
 def test_missing_bucket_is_bucket_not_found_not_missing_key(seaweed):
     """A missing bucket is no store there (exit 3), never a missing key. (Writes are not asked here: SeaweedFS
     answers a PUT into a missing bucket by making it; a store's open reads HEAD first.)"""
-    from objstore.storage.bucket import BucketNotFound
+    from objstore.storage.s3.bucket import BucketNotFound
 
     b = open_bucket("s3://objstore-no-such-bucket/p")
     for call in (lambda: b.get("k"), lambda: b.get_if_changed("k", "x"), lambda: list(b.list())):
@@ -210,9 +210,9 @@ def test_bad_urls_are_invalid_input_one_line(url):
 
 
 def test_obstore_is_imported_only_when_a_bucket_opens():
-    code = ("import sys, objstore, objstore.storage.s3client, objstore_cli.main; "
+    code = ("import sys, objstore, objstore.storage.s3.client, objstore_cli.main; "
             "assert 'obstore' not in sys.modules, 'imported early'; "
-            "from objstore.storage.s3client import parse_url; parse_url('s3://bucket/p'); assert 'obstore' not in sys.modules")
+            "from objstore.storage.s3.client import parse_url; parse_url('s3://bucket/p'); assert 'obstore' not in sys.modules")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 
@@ -264,7 +264,7 @@ def test_obstore_retries_every_put_on_5xx_then_gives_up_with_remote_error(monkey
     """obstore retries a 5xx for every method, a conditional PUT included (RETRY: 3 retries), and sends
     If-Match quoted. Safe because a retried conditional PUT whose first try landed answers 412, which
     is None here and decided by content in the engine (next test)."""
-    from objstore.storage.s3client import RETRY
+    from objstore.storage.s3.client import RETRY
 
     fake = _Scripted([503])
     try:

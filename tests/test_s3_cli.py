@@ -10,7 +10,7 @@ import os
 
 from helpers import keys_holding, run_cli
 
-from objstore.storage.s3client import open_bucket
+from objstore.storage.s3.client import open_bucket
 
 
 def _events(run: str, n: int, secret: str = "") -> str:

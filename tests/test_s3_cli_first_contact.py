@@ -10,7 +10,7 @@ import uuid
 from helpers import run_cli
 from test_cli_json import validator
 
-from objstore.storage.s3client import open_bucket
+from objstore.storage.s3.client import open_bucket
 
 
 def _env(tmp_path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The S3 engine's own rules, over the in-memory bucket (storage.bucket.MemoryBucket), which can make a server
+"""The S3 engine's own rules, over the in-memory bucket (storage.s3.bucket.MemoryBucket), which can make a server
 misbehave on cue: a 412 after our PUT landed, a false 412, a rolled-back HEAD, a damaged chunk. The same engine
 runs against a real SeaweedFS in tests/test_s3_real.py; what is here needs a server that lies exactly once."""
 
@@ -14,9 +14,12 @@ from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
 from objstore.runs.anchors import anchor_token
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
-from objstore.storage import codec, s3engine
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES, S3Engine
+from objstore.storage import codec
+from objstore.storage.s3 import engine as s3engine
+from objstore.storage.s3 import gc as s3gc
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.engine import S3Engine
+from objstore.storage.s3.layout import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:
@@ -267,7 +270,7 @@ def test_a_stale_writers_late_chunk_put_does_not_bring_a_removed_body_back(tmp_p
     from objstore.lifecycle import delete as D
     from objstore.lifecycle import gc as G
 
-    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b = MemoryBucket()
     log = _log(b, str(tmp_path / "a"))
     keep, doomed = log.start_run(subject="s"), log.start_run(subject="s")

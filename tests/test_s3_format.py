@@ -11,8 +11,8 @@ import sys
 
 import msgspec
 
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import S3Engine
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.engine import S3Engine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "fixtures")

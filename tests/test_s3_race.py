@@ -32,9 +32,9 @@ from seaweed import environment
 
 import objstore
 from objstore.runs.api import RunLog
-from objstore.storage import s3engine
-from objstore.storage.s3client import open_bucket
-from objstore.storage.s3engine import HEAD_KEY, TAIL_ENTRIES, chunk_key
+from objstore.storage.s3 import layout as s3layout
+from objstore.storage.s3.client import open_bucket
+from objstore.storage.s3.layout import HEAD_KEY, TAIL_ENTRIES, chunk_key
 from objstore.storage.store import Store
 
 WRITER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "s3_race_writer.py")
@@ -171,11 +171,11 @@ def _check_acked(recs: dict[str, list], out: Outcome) -> None:
         assert (r.run, r.lsn, r.body["task"]) == (d["run"], d["lsn"], tag), f"acknowledged {tag} reads back as {r}"
 
 
-def _head(cluster, url: str) -> s3engine.Head:
+def _head(cluster, url: str) -> s3layout.Head:
     """The HEAD object as raw bytes from the bucket, parsed with the engine's own decoder."""
     got = open_bucket_at(cluster, url).get(HEAD_KEY)
     assert got is not None, "HEAD is missing"
-    return msgspec.msgpack.decode(got.data, type=s3engine.Head)
+    return msgspec.msgpack.decode(got.data, type=s3layout.Head)
 
 
 def test_eight_writers_two_gateways_nothing_lost_nothing_twice(seaweed_cluster, tmp_path, monkeypatch):

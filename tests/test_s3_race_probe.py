@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from objstore.storage.s3client import open_bucket
+from objstore.storage.s3.client import open_bucket
 
 RACERS = 16
 HERE = os.path.dirname(os.path.abspath(__file__))

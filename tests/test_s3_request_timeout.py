@@ -97,7 +97,7 @@ def test_a_bad_timeout_value_is_one_line(frozen, tmp_path):
 
 
 def test_the_default_request_timeout_is_at_most_15_seconds(monkeypatch):
-    from objstore.storage import s3client
+    from objstore.storage.s3 import client as s3client
 
     monkeypatch.delenv("OBJSTORE_S3_TIMEOUT", raising=False)
     assert 0 < s3client.request_timeout() <= 15

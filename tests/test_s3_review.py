@@ -1,5 +1,5 @@
 """Review of the S3 engine (issue 19): what gc's in-place rewrite of a chunk leaves for a stale writer and for a
-reader's cache. Over the in-memory bucket (storage.bucket.MemoryBucket): two engines on one bucket are two
+reader's cache. Over the in-memory bucket (storage.s3.bucket.MemoryBucket): two engines on one bucket are two
 processes (each its own tables, HEAD copy and cache directory), and the order of their requests is the test's.
 
 - A writer whose last commit left HEAD's inline tail full keeps that HEAD in memory (a commit does not read HEAD
@@ -23,9 +23,11 @@ from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
-from objstore.storage import s3engine
-from objstore.storage.bucket import MemoryBucket
-from objstore.storage.s3engine import TAIL_ENTRIES
+from objstore.storage.s3 import entries as s3entries
+from objstore.storage.s3 import gc as s3gc
+from objstore.storage.s3 import layout as s3layout
+from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.layout import TAIL_ENTRIES
 
 
 def _log(bucket: MemoryBucket, cache: str) -> RunLog:
@@ -62,7 +64,7 @@ def _secret_in_the_next_chunk(tmp_path) -> tuple[MemoryBucket, RunLog, str, str,
 
 
 def test_a_stale_writer_rolling_its_old_tail_after_gc_does_not_put_a_removed_body_back(tmp_path, monkeypatch):
-    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b, a, keep, doomed, secret, _blob = _secret_in_the_next_chunk(tmp_path)
     other = _log(b, str(tmp_path / "cache-b"))
     other.record_attempt(keep, 1000, 0, "succeeded")  # rolls A's tail (the secret in it) into a chunk
@@ -144,9 +146,9 @@ def test_a_copy_of_a_run_deleted_while_it_was_built_does_not_land(tmp_path, monk
     """fork_run() reads the source's refs through RunLog.view: a deletion of the source that wins the race is not in
     the copy's read set, so the copy is rebuilt on the head that deleted its source and lands; gc then keeps the
     deleted run's bodies for the copy's lineage. Locally the writer lock orders them and the copy raises Deleted."""
-    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b = MemoryBucket()
-    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))  # a copy raises the store's format marker
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))  # a copy raises the store's format marker
     a = _log(b, str(tmp_path / "cache-a"))
     source = a.start_run(subject="s")
     secret = os.urandom(16).hex().encode()
@@ -169,7 +171,7 @@ def test_a_langgraph_put_writes_that_loses_the_race_to_another_process_still_lan
     from objstore.integrations.langgraph import ObjstoreSaver
 
     b = MemoryBucket()
-    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     sa, sb = ObjstoreSaver(_log(b, str(tmp_path / "cache-a"))), ObjstoreSaver(_log(b, str(tmp_path / "cache-b")))
     cp = empty_checkpoint()
     cfg = sa.put({"configurable": {"thread_id": "T", "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 0}, {})
@@ -205,10 +207,10 @@ def test_a_run_deletion_rebuilt_after_a_racing_journal_update_lists_its_body(tmp
     from objstore import journal as J
     from objstore.storage import identity
 
-    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
     b = MemoryBucket()
-    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     a = _log(b, str(tmp_path / "cache-a"))
     owner, _ = identity.ensure_owner_key(a.store)
     run = J.start_session(a, "alice", run="s1")
@@ -232,7 +234,7 @@ def test_a_journal_update_rebuilt_after_a_racing_deletion_of_its_run_does_not_la
 
     monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
     b = MemoryBucket()
-    b.poke(s3engine.MARKER_KEY, s3engine.marker_bytes(3))
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     a = _log(b, str(tmp_path / "cache-a"))
     owner, _ = identity.ensure_owner_key(a.store)
     run = J.start_session(a, "alice", run="s1")
@@ -248,7 +250,7 @@ def test_a_journal_update_rebuilt_after_a_racing_deletion_of_its_run_does_not_la
 
 def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_path):
     """gc's stripped form of an entry keeps its checksum (it covers ids, types and lengths, not blocks), so a cached
-    chunk copy edited into that form (s3engine.strip_entry on a live body: what gc would write) still chains and is
+    chunk copy edited into that form (s3entries.strip_entry on a live body: what gc would write) still chains and is
     believed: the live blob reads as BodyRemoved (exit 12, 'erased') though no deletion or redaction names it. An edited
     cache copy must never change an answer: a removed body read from a cached copy should be read from the bucket once."""
     import msgspec
@@ -265,7 +267,7 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
     edited = 0
     for name in os.listdir(keys):
         with open(os.path.join(keys, name), "rb") as f:
-            ch = msgspec.msgpack.decode(f.read(), type=s3engine.Chunk)
+            ch = msgspec.msgpack.decode(f.read(), type=s3layout.Chunk)
         eng = reader.store.engine
         slots = list(ch.slots)
         for i, slot in enumerate(slots):
@@ -273,11 +275,11 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
             if not isinstance(slot, bytes):
                 continue
             e = parse_entry(slot, 0, len(slot), eng._cks.get(n - 1, ZERO), 0, n, True)  # type: ignore[attr-defined]
-            got = s3engine.strip_entry(slot, e, {blob})
+            got = s3entries.strip_entry(slot, e, {blob})
             if got is not None:
                 slots[i], edited = got[0], edited + 1
         with open(os.path.join(keys, name), "wb") as f:
-            f.write(msgspec.msgpack.encode(s3engine.Chunk(ch.fmt, ch.prev, ch.first, slots)))
+            f.write(msgspec.msgpack.encode(s3layout.Chunk(ch.fmt, ch.prev, ch.first, slots)))
     assert edited == 1
     assert _log(b, cache).get_blob(blob) == secret  # the bucket still holds it; nothing deleted it
 
@@ -290,7 +292,7 @@ def test_a_writer_that_read_a_blob_before_gc_stripped_it_stores_it_again_when_it
     gone (verify: missing-body), though both its writer and gc succeeded."""
     from objstore.runs.verify import verify
 
-    monkeypatch.setattr(s3engine, "GC_SETTLE_SECONDS", 0.0)
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
     a.record_attempt(keep, 1000, 0, "succeeded")  # the blob's entry goes into a chunk
     writer = _log(b, str(tmp_path / "cache-w"))  # opened before gc: its tables hold the blob's location

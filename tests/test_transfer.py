@@ -26,8 +26,8 @@ from objstore.lifecycle.gc import gc
 from objstore.lifecycle.transfer import GC_UNAVAILABLE, transfer
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity, runrefs
-from objstore.storage.bucket import MemoryBucket
 from objstore.storage.log.format import COMP_GONE
+from objstore.storage.s3.bucket import MemoryBucket
 
 
 def fake_s3(tmp_path, name="s3", url=True):

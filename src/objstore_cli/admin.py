@@ -38,8 +38,8 @@ def init(c, as_json, create_bucket):
       objstore --store s3://new-bucket/agents init --create-bucket
       objstore init --json
     """
+    from objstore.errors import StoreNotFound
     from objstore.storage import identity
-    from objstore.storage.bucket import BucketNotFound
     from objstore.storage.store import DEFAULT_DIR, Store, is_remote
 
     if create_bucket and not is_remote(c.path):
@@ -49,10 +49,12 @@ def init(c, as_json, create_bucket):
     made_bucket = False
     try:
         s = Store.init(target)
-    except BucketNotFound:
-        if not create_bucket:
+    except StoreNotFound as e:
+        from objstore.storage.s3.bucket import BucketNotFound  # a local store loads no S3 module
+
+        if not isinstance(e, BucketNotFound) or not create_bucket:
             raise
-        from objstore.storage.s3client import create_bucket as make_bucket
+        from objstore.storage.s3.client import create_bucket as make_bucket
 
         made_bucket = make_bucket(target)
         s = Store.init(target)

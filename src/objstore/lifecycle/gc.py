@@ -510,7 +510,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
 
 
 def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) -> GcResult:
-    """gc on object storage (storage.s3engine): the entries that store a body that goes are written
+    """gc on object storage (storage.s3): the entries that store a body that goes are written
     again without it, in place (chunks and entry keys PUT again under their keys, HEAD's tail by
     compare-and-swap): the same entries and checksums, so anchors hold. A blob a writer named
     meanwhile — it found the body stored and did not store it again — is committed again. With

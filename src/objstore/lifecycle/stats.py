@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
 from ..runs.anchors import anchor_token
-from ..storage import codec, engine, packed, s3engine
+from ..storage import codec, engine, packed
 from ..storage.log.engine import Engine
 from ..storage.log.format import REMOVED, Position
 from . import delete
 
 if TYPE_CHECKING:
-    from ..storage.s3engine import S3Engine
+    from ..storage.s3.engine import S3Engine
     from ..storage.store import Store
 
 
@@ -35,15 +35,17 @@ def _size(path: str) -> int:
 def _bucket_keys(eng: S3Engine) -> dict[str, Any]:
     """Keys and bytes of a store on object storage by kind, from one LIST of its prefix (a request per 1000 keys):
     what it costs in the bucket. ``other`` is what no objstore writes there (another tool's keys under the prefix)."""
+    from ..storage.s3 import layout as s3layout
+
     by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "other")}
     for x in eng.bucket.list(""):
-        if x.key == s3engine.HEAD_KEY:
+        if x.key == s3layout.HEAD_KEY:
             kind = "head"
-        elif x.key == s3engine.MARKER_KEY:
+        elif x.key == s3layout.MARKER_KEY:
             kind = "marker"
-        elif x.key.startswith(s3engine.CHUNK_PREFIX):
+        elif x.key.startswith(s3layout.CHUNK_PREFIX):
             kind = "chunk"
-        elif x.key.startswith(s3engine.ENTRY_PREFIX):
+        elif x.key.startswith(s3layout.ENTRY_PREFIX):
             kind = "entry"
         else:
             kind = "other"
@@ -58,7 +60,10 @@ def stats(store: Store) -> dict[str, Any]:
     figures are the same (its entries are read at open anyway); segments and derived files are a disk store's,
     ``bucket`` (keys and bytes by kind, from a LIST) stands for them."""
     eng = store.engine
-    if isinstance(eng, s3engine.S3Engine) and store.root is not None:
+    if store.url is not None and store.root is not None:  # on object storage: only then is the S3 package loaded
+        from ..storage.s3.engine import S3Engine
+
+        assert isinstance(eng, S3Engine)
         pos = eng.refresh()
         bucket = _bucket_keys(eng)
         figures = _log_figures(store, eng, pos)

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import blake3
 import msgspec
@@ -46,7 +46,6 @@ from ..errors import (
     StoreNotFound,
 )
 from . import codec, erased, runrefs
-from .bucket import Bucket
 from .engine import LogEngine
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
 from .log.engine import Engine
@@ -54,6 +53,9 @@ from .log.entry import LargeBlob
 from .log.format import LARGE_BLOB
 from .log.memory import MemoryEngine
 from .log.txn import Txn
+
+if TYPE_CHECKING:
+    from .s3.bucket import Bucket
 
 _hash = blake3.blake3
 _T = TypeVar("_T")
@@ -274,16 +276,17 @@ class Store:
 
     @classmethod
     def _open_remote(cls, url: str, create: bool) -> Store:
-        from .s3client import open_bucket
+        from .s3.client import open_bucket
 
         return cls.on_bucket(open_bucket(url), create=create)
 
     @classmethod
     def on_bucket(cls, bucket: Bucket, cache: str | None = None, create: bool = True) -> Store:
-        """The store on one bucket and prefix of object storage (storage.s3engine): its marker object says
+        """The store on one bucket and prefix of object storage (storage.s3): its marker object says
         its format; ``create`` writes it if absent (create-once, so two creators agree on one store).
         ``cache``: the local directory of its cache (default: ``remote_cache_dir``)."""
-        from .s3engine import MARKER_KEY, S3Engine, marker_bytes, marker_version
+        from .s3.engine import S3Engine
+        from .s3.layout import MARKER_KEY, marker_bytes, marker_version
 
         url = bucket.url
         cache = cache or remote_cache_dir(url)

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import blake3
 
-from ..errors import ObjstoreError, StoreNotFound
+from ...errors import ObjstoreError, StoreNotFound
 
 
 class RemoteError(ObjstoreError):

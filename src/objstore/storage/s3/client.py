@@ -1,4 +1,4 @@
-"""The ``Bucket`` interface (storage.bucket) over real S3-compatible object storage, through ``obstore``.
+"""The ``Bucket`` interface (storage.s3.bucket) over real S3-compatible object storage, through ``obstore``.
 
 This module owns the mapping from the S3 wire to the bucket contract: ``open_bucket`` parses
 ``s3://bucket/prefix`` and reads the endpoint, region and credentials from the usual AWS environment
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidInput, ObjstoreError
+from ...errors import InvalidInput, ObjstoreError
 from .bucket import NOT_MODIFIED, Bucket, BucketNotFound, Got, Listed, RemoteError, Requests, plain_etag
 
 # S3's page size for ListObjectsV2 (max-keys defaults to 1000 on AWS and SeaweedFS; obstore does
