@@ -12,8 +12,9 @@ import pytest
 
 from objstore.errors import Conflict, IntegrityError, ObjectNotFound, Refused
 from objstore.storage import codec
-from objstore.storage.engine import LogEngine, MemoryEngine
+from objstore.storage.engine import MemoryEngine
 from objstore.storage.fileutil import FsyncPolicy
+from objstore.storage.log.local import LogEngine
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 

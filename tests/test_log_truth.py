@@ -28,8 +28,9 @@ from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
 from objstore.runs.query import episode
 from objstore.runs.verify import anchor_token, verify_report
-from objstore.storage import codec, identity, segindex
+from objstore.storage import codec, identity
 from objstore.storage import engine as E
+from objstore.storage.log import local_write, segindex
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"
@@ -548,7 +549,7 @@ def sealed(tmp_path_factory):
     """Run s1: 20 steps, each attempt with a fresh 700-byte output, over several 4 KiB segments."""
     path = str(tmp_path_factory.mktemp("sealed") / "s")
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(E, "SEAL_BYTES", 4096)
+        m.setattr(local_write, "SEAL_BYTES", 4096)
         log = RunLog(Store.init(path, fsync="off"))
         log.start_run("s1")
         for step in range(1, 21):

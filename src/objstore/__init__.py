@@ -94,8 +94,8 @@ def verify(log: RunLog, **options: Any) -> list[Problem]:
 # module ``objstore.storage.engine`` itself (one module object, so patching either name patches both).
 # ``objstore.export`` and ``objstore.verify`` are the functions above now, not module paths.
 OLD_PATHS = {
-    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "segindex", "format1", "format2", "engine",
-                                   "store", "identity")},
+    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "format1", "format2", "engine", "store", "identity")},
+    "segindex": "storage.log.segindex",
     **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "runlog", "ingest",
                                 "query", "completion")},
     **{m: "journal." + m for m in ("grants", "host", "sessions", "snapshot", "compactor", "compaction", "backend")},

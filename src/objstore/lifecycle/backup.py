@@ -69,10 +69,9 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 import blake3
-import msgspec
 
 from ..errors import CorruptLog, IntegrityError, InvalidInput, LockTimeout, ObjstoreError, StorageOSError
-from ..storage import gclock, packed
+from ..storage import gclock
 from ..storage.engine import (
     ENTRY_HEAD,
     ENTRY_MAGIC,
@@ -84,17 +83,14 @@ from ..storage.engine import (
     WITNESS_MAGIC,
     ZERO,
     Entry,
-    LogEngine,
     Position,
-    Tables,
-    _parse_split,
-    _read_segment_header,
-    packed_entries,
-    read_witness,
-    root_digest,
-    seg_name,
 )
 from ..storage.fileutil import FsyncPolicy, atomic_file
+from ..storage.log import packed
+from ..storage.log.checkpoint import adoption
+from ..storage.log.local import LogEngine
+from ..storage.log.segfile import _parse_split, _read_segment_header, entry_ending_at, packed_entries, seg_name
+from ..storage.log.witness import read_witness
 from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
 from . import delete
 
@@ -764,21 +760,19 @@ class _Copier:
             self.removed += 1
 
     def _adoptable(self, data: bytes) -> bool:
-        """Whether a reader of DEST would adopt checkpoint bytes ``data``: the entry ending where it
-        says, in DEST's segment, has its checksum (recomputed from its meta) and the root of its tables."""
-        if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
-            return False
-        try:
-            t, seg, off = Tables.load(data[:-32])
-        except Exception:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
-            return False
-        if type(seg) is not int or type(off) is not int or t.pos.entry <= 0 or not os.path.exists(self.dpath(seg)):
-            return False
-        with _ro(self.dpath(seg)) as fd:
-            if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC or not SEG_HEADER.size < off <= os.fstat(fd).st_size:
-                return False
-            e = _entry_ending_at(fd, off, seg)
-        return e is not None and e.n == t.pos.entry and e.checksum == t.pos.checksum and root_digest(t.acc) == e.root
+        """Whether a reader of DEST would adopt checkpoint bytes ``data``: the readers' own rule
+        (``checkpoint.adoption``) over DEST's segment files."""
+
+        def entry_at(seg: int, off: int, n: int) -> Entry | None:
+            if type(seg) is not int or type(off) is not int or not os.path.exists(self.dpath(seg)):
+                return None
+            with _ro(self.dpath(seg)) as fd:
+                if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC or not SEG_HEADER.size < off <= os.fstat(fd).st_size:
+                    return None
+                return entry_ending_at(fd, off, seg)
+
+        got = adoption(data, entry_at)
+        return not isinstance(got, str) and got[3] is not None
 
     def _put_file(self, path: str, data: bytes, count: bool = True) -> None:
         """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
@@ -877,39 +871,8 @@ def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     if size == SEG_HEADER.size:
         _, _, first, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
         return prev, first
-    e = _entry_ending_at(fd, size, seg)
+    e = entry_ending_at(fd, size, seg)
     return None if e is None else (bytes(e.checksum), e.n + 1)
-
-
-def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
-    """The entry of an ordinary segment whose trailer ends at ``size``, its checksum recomputed from its
-    meta and the entry before it; None if no whole entry ends there."""
-    trailer = os.pread(fd, ENTRY_TRAILER.size, size - ENTRY_TRAILER.size)
-    if len(trailer) != ENTRY_TRAILER.size:
-        return None
-    length, _checksum = ENTRY_TRAILER.unpack(trailer)
-    start = size - length
-    if start < SEG_HEADER.size or length < ENTRY_HEAD.size + ENTRY_TRAILER.size:
-        return None
-    head = os.pread(fd, ENTRY_HEAD.size, start)
-    if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
-        return None
-    _, mlen, dlen = ENTRY_HEAD.unpack(head)
-    if mlen > MAX_META or ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size != length:
-        return None
-    if start == SEG_HEADER.size:
-        prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))[3]
-    else:
-        prev = ENTRY_TRAILER.unpack(os.pread(fd, ENTRY_TRAILER.size, start - ENTRY_TRAILER.size))[1]
-    meta = os.pread(fd, ENTRY_HEAD.size + mlen, start)
-    try:
-        n = msgspec.msgpack.decode(meta[ENTRY_HEAD.size:])["n"]
-    except (msgspec.DecodeError, KeyError, TypeError):
-        return None
-    if type(n) is not int:
-        return None
-    e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
-    return None if isinstance(e, str) else e
 
 
 _AT_FDCWD = -100

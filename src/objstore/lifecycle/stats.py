@@ -14,7 +14,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
-from ..storage import codec, engine, packed, s3engine
+from ..storage import codec, engine, s3engine
+from ..storage.log import packed
+from ..storage.log.local import LogEngine
 from . import delete
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ def stats(store: Store) -> dict[str, Any]:
             "derived_bytes": None,
             "state_cache_bytes": _state_cache(store.root),
         }
-    if not isinstance(eng, engine.LogEngine) or store.root is None:
+    if not isinstance(eng, LogEngine) or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
     pos = eng.refresh()
     figures = _log_figures(store, eng, pos)

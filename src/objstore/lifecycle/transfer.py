@@ -54,7 +54,8 @@ from typing import Any
 from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound
 from ..runs import records
 from ..storage import codec, runrefs
-from ..storage.engine import LogEngine, body_refs
+from ..storage.engine import body_refs
+from ..storage.log.local import LogEngine
 from ..storage.refs import forward_only, write_once_deletion
 from ..storage.store import LABELS_VERSION, Store
 from . import delete

@@ -59,24 +59,18 @@ import blake3
 import msgspec
 
 from ..errors import BodyRemoved, CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UnknownObjectType
-from ..storage import authority, codec, packed, runrefs, segindex
+from ..storage import authority, codec, runrefs
 from ..storage import engine as E
-from ..storage.engine import (
-    SEG_HEADER,
-    SEG_MAGIC,
-    ZERO,
-    Entry,
-    HashedLarge,
-    LogEngine,
-    ScanEntry,
-    ScanProblem,
-    SegmentEnd,
-    SegmentHead,
-    chain_break,
-    scan_segment,
-)
+from ..storage.engine import SEG_HEADER, SEG_MAGIC, ZERO, Entry, ScanEntry, ScanProblem
 from ..storage.fileutil import no_gc
 from ..storage.gclock import gc_lock
+from ..storage.log import packed, segindex
+from ..storage.log.checkpoint import adoption
+from ..storage.log.local import LogEngine
+from ..storage.log.scan import HashedLarge, SegmentEnd, SegmentHead, chain_break, scan_segment
+from ..storage.log.segfile import _read_segment_header
+from ..storage.log.segrows import _segment_rows
+from ..storage.log.witness import witness_disagreement
 from . import kinds as K
 from . import labels as RL
 from . import records as R
@@ -253,7 +247,7 @@ def entry_rows(e: Entry) -> dict:
 def _index_rows(e: Entry, objects: dict, chain: list) -> None:
     """The rows a sealed segment's index holds for entry ``e``, from its meta (as the engine builds
     them: the index must be exactly what the entries say)."""
-    E._segment_rows(e, objects, chain)
+    _segment_rows(e, objects, chain)
 
 
 def _index_verdict(idx_path: str, next_path: str, seg: int, head: SegmentHead, end: SegmentEnd, objects: dict, chain: list,
@@ -731,7 +725,7 @@ class _Verifier:
             seg, off, length, why = torn
             self.notes.append(Problem("torn-tail", engine.seg_path(seg), "", f"{length} bytes after the last complete entry at offset {off} "
                                       f"({why}); invisible to readers, cut by the next commit"))
-        seen = E.witness_disagreement(wit, count, wit_sum) if wit is not None and isinstance(engine, LogEngine) else None
+        seen = witness_disagreement(wit, count, wit_sum) if wit is not None and isinstance(engine, LogEngine) else None
         if seen is not None and wit is not None and isinstance(engine, LogEngine) and engine.repair_explains(wit):
             seen = None  # a repair killed before its new witness: its note records this one
         # a log that stops at damage named above is short of the witness because of that damage
@@ -771,26 +765,22 @@ class _Verifier:
         except OSError:
             return
         why = None
+
+        def entry_at(seg: int, off: int, n: int) -> E.Entry:
+            # A writer may have checkpointed past verify's snapshot: the entry it names is in
+            # the file all the same (a checkpoint is written after its entry is durable).
+            if off == E.SEG_HEADER.size and seg > 1:
+                # written at a seal, between the next segment's header and its first entry:
+                # its entry is the last of the segment before (readers replay: not damage)
+                return engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), n)
+            return engine._entry_ending_at(seg, off, n)
+
         try:
-            if len(data) < 32 or _hash(data[:-32]).digest() != data[-32:]:
-                why = "its checksum does not match its bytes"
-            else:
-                t, seg, off = E.Tables.load(data[:-32])
-                # A writer may have checkpointed past verify's snapshot: the entry it names is in
-                # the file all the same (a checkpoint is written after its entry is durable).
-                if t.pos.entry > 0:
-                    if off == E.SEG_HEADER.size and seg > 1:
-                        # written at a seal, between the next segment's header and its first entry:
-                        # its entry is the last of the segment before (readers replay: not damage)
-                        e = engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), t.pos.entry)
-                    else:
-                        e = engine._entry_ending_at(seg, off, t.pos.entry)
-                    if e.checksum != t.pos.checksum:
-                        why = f"entry {t.pos.entry} is not at segment {seg} offset {off}"
-                    elif E.root_digest(t.acc) != e.root:
-                        why = f"its tables do not hash to the root of entry {t.pos.entry}"
-                    else:
-                        why = self._checkpoint_rows(engine, t, seg)
+            got = adoption(data, entry_at)
+            if isinstance(got, str):
+                why = got
+            elif got[3] is not None:
+                why = self._checkpoint_rows(engine, got[0], got[1])
         except (ValueError, KeyError, TypeError, IndexError, OSError, msgspec.DecodeError, ObjstoreError, segindex.IndexError_) as err:
             why = f"unreadable ({err})"
         if why is not None:
@@ -798,14 +788,14 @@ class _Verifier:
 
     def _checkpoint_rows(self, engine: LogEngine, t: E.Tables, seg: int) -> str | None:
         """The checkpoint's rows of the active segment against the segment's own entries."""
-        hdr = E._read_segment_header(engine._fd(seg), engine.seg_path(seg))
+        hdr = _read_segment_header(engine._fd(seg), engine.seg_path(seg))
         objects: dict = {}
         chain: list = []
         last = hdr[2] - 1
         for e in engine._segment_entries(seg, hdr[3], hdr[2]):
             if e.n > t.pos.entry:
                 break
-            E._segment_rows(e, objects, chain, labels=False)  # a checkpoint keeps label rows apart, in the root
+            _segment_rows(e, objects, chain, labels=False)  # a checkpoint keeps label rows apart, in the root
             last = e.n
         if last < t.pos.entry:
             return None  # the segment does not read that far (its damage is named on its own): the rows are not judged

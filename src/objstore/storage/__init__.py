@@ -6,9 +6,10 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``fileutil`` — durable file primitives: the fsync policy, atomic replace, directory sync;
 * ``refs``, ``runrefs`` — what a ref may be called, the ref namespace, forward-only and write-once rules;
 * ``authority`` — who may delete: the deletion authority rule every apply path checks, object signatures;
-* ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
 * ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
-* ``engine`` — format 3: the append-only log of commit entries, its tables, root, checkpoint and witness;
+* ``engine`` — format 3: the append-only log of commit entries, its tables, root and rules;
+* ``log`` — one log's mechanics: segment files and their indexes (``log.segindex``, ``log.packed``), the head
+  witness, the checkpoint, the local engine (``log.local.LogEngine``);
 * ``erased`` — blob bodies only deleted records name, withheld at once (gc's reachability at read time);
 * ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).

@@ -27,7 +27,9 @@ from typing import Any
 
 from ..errors import Deleted, ObjstoreError
 from . import codec, runrefs
-from .engine import COMP_GONE, REMOVED, Entry, LogEngine, _read_segment_header, body_refs
+from .engine import COMP_GONE, REMOVED, Entry, body_refs
+from .log.local import LogEngine
+from .log.segfile import _read_segment_header
 
 _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 

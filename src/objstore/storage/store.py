@@ -47,8 +47,9 @@ from ..errors import (
 )
 from . import codec, erased, runrefs
 from .bucket import Bucket
-from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
+from .engine import LARGE_BLOB, Engine, LargeBlob, MemoryEngine, Txn
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
+from .log.local import LogEngine
 
 _hash = blake3.blake3
 _T = TypeVar("_T")
