@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 def build(root: str, runs: int, records: int) -> str:
     """The store (made once: a marker file names the run the benchmark reads); returns that run id."""
-    from objstore.storage.store import FORMAT_VERSION, MARKER
+    from objstore.storage.storedir import FORMAT_VERSION, MARKER
 
     marker = os.path.join(root, "bench-run-id")
     try:

@@ -15,7 +15,8 @@ from objstore.runs.runlog import RunLog
 from objstore.runs.verify import verify
 from objstore.storage.log import local_write, packed
 from objstore.storage.log.segfile import seg_name
-from objstore.storage.store import Store, read_marker
+from objstore.storage.store import Store
+from objstore.storage.storedir import read_marker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

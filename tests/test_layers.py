@@ -23,7 +23,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "log.segindex", "log.packed", "format1", "format2", "engine",
                          "log.segfile", "log.segrows", "log.local_state", "log.witness", "log.checkpoint", "log.local_catchup",
-                         "log.local_objects", "log.local_index", "log.local_write", "log.scan", "log.local", "log", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
+                         "log.local_objects", "log.local_index", "log.local_write", "log.scan", "log.local", "log", "bucket", "s3client", "s3engine", "gclock", "erased", "storedir", "batch", "store", "identity"]),
     ("objstore.runs", ["labels", "kinds", "records", "fold", "chain", "listing", "history", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
                        "query", "completion"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",

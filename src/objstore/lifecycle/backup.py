@@ -91,7 +91,8 @@ from ..storage.log.checkpoint import adoption
 from ..storage.log.local import LogEngine
 from ..storage.log.segfile import _parse_split, _read_segment_header, entry_ending_at, packed_entries, seg_name
 from ..storage.log.witness import read_witness
-from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, mark_version, read_marker
+from ..storage.store import Store
+from ..storage.storedir import FORMAT_VERSION, MARKER, READ_VERSIONS, mark_version, read_marker
 from . import delete
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time

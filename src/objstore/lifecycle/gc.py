@@ -40,7 +40,7 @@ from ..storage.log import packed, segindex
 from ..storage.log.local import LogEngine
 from ..storage.log.segfile import _read_segment_header, packed_entries, seg_name
 from ..storage.log.segrows import _segment_rows
-from ..storage.store import mark_packed
+from ..storage.storedir import mark_packed
 from . import delete
 
 if TYPE_CHECKING:

@@ -71,7 +71,8 @@ from ..storage.fileutil import FsyncPolicy, fsync_dir
 from ..storage.format1 import Format1Reader, Move, merge
 from ..storage.format2 import Format2Reader
 from ..storage.log.local import LogEngine
-from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, is_remote, read_marker
+from ..storage.store import Store
+from ..storage.storedir import FORMAT_VERSION, READ_VERSIONS, is_remote, read_marker
 
 RECONCILE = "upgrade: reconcile"
 ENTRY_BYTES = 64 << 20  # objects of one entry beyond this go ahead in entries of their own

@@ -11,7 +11,9 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``log`` — one log's mechanics: segment files and their indexes (``log.segindex``, ``log.packed``), the head
   witness, the checkpoint, the local engine (``log.local.LogEngine``);
 * ``erased`` — blob bodies only deleted records name, withheld at once (gc's reachability at read time);
-* ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
+* ``storedir`` — where a store is and which format: discovery, ``s3://`` names and their cache, the marker;
+* ``batch`` — a store's open batch, per thread or task;
+* ``store`` — typed objects and refs over one engine, batches, snapshots;
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
 
 A new engine (an S3 one) joins next to ``engine`` by passing ``tests/test_engine_contract.py``.

@@ -177,32 +177,7 @@ class CatchUp(LocalBase):
                 if pos == len(buf) or (pos > 0 and self._off < size):
                     continue  # the window ended inside an entry: read on from there
             if isinstance(e, str):
-                rest = os.pread(fd, size - self._off, self._off)
-                # Look for a complete entry only past what the bad entry's own header claims: a
-                # torn write can hold anything inside its range, an entry-shaped blob included.
-                start = 1
-                if len(rest) >= ENTRY_HEAD.size and rest[:4] == ENTRY_MAGIC:
-                    _, bad_mlen, bad_dlen = ENTRY_HEAD.unpack_from(rest, 0)
-                    if bad_mlen <= MAX_META:
-                        start = ENTRY_HEAD.size + bad_mlen + bad_dlen + ENTRY_TRAILER.size
-                w = None
-                if start < len(rest) and has_entry_after(rest, start, t.pos.entry + 2):
-                    # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
-                    # the log must never be cut away; readers stop here and writers refuse.
-                    self.torn = None
-                    self.damaged = (self._seg, self._off, f"{e}; complete entries follow it")
-                elif (w := self.witness()) is not None and w[0] > t.pos.entry:
-                    # Acknowledged means kept: the witness says this entry was made durable, so
-                    # whatever is wrong with it is damage, never a torn write to cut. A reader (no
-                    # lock) may have read it while its writer was still writing it: read it again.
-                    if self._entry_now_complete(fd, t.pos.checksum, t.pos.entry + 1):
-                        self.torn = None
-                        return  # completed meanwhile: the next refresh takes it in
-                    self.torn = None
-                    self.damaged = (self._seg, self._off, f"{e}; entry {t.pos.entry + 1} was made durable "
-                                    f"(the head witness names entry {w[0]})")
-                else:
-                    self.torn = (self._seg, self._off, len(rest), e)
+                self._bad_tail_entry(fd, size, e)
                 return
             assert e is not None  # a split entry: a window's entries were applied above, and its end continued or returned
             bad = self._apply(e)
@@ -213,6 +188,37 @@ class CatchUp(LocalBase):
             if self._sealed:
                 break
         self.torn = None
+
+    def _bad_tail_entry(self, fd: int, size: int, e: str) -> None:
+        """The entry at the tail position does not read (``e`` says why): a torn tail to cut, or
+        damage if a complete entry follows it or the head witness says it was made durable."""
+        t = self.tables
+        rest = os.pread(fd, size - self._off, self._off)
+        # Look for a complete entry only past what the bad entry's own header claims: a
+        # torn write can hold anything inside its range, an entry-shaped blob included.
+        start = 1
+        if len(rest) >= ENTRY_HEAD.size and rest[:4] == ENTRY_MAGIC:
+            _, bad_mlen, bad_dlen = ENTRY_HEAD.unpack_from(rest, 0)
+            if bad_mlen <= MAX_META:
+                start = ENTRY_HEAD.size + bad_mlen + bad_dlen + ENTRY_TRAILER.size
+        w = None
+        if start < len(rest) and has_entry_after(rest, start, t.pos.entry + 2):
+            # Not a torn write: a complete entry follows the bad one. Bit rot in the middle of
+            # the log must never be cut away; readers stop here and writers refuse.
+            self.torn = None
+            self.damaged = (self._seg, self._off, f"{e}; complete entries follow it")
+        elif (w := self.witness()) is not None and w[0] > t.pos.entry:
+            # Acknowledged means kept: the witness says this entry was made durable, so
+            # whatever is wrong with it is damage, never a torn write to cut. A reader (no
+            # lock) may have read it while its writer was still writing it: read it again.
+            if self._entry_now_complete(fd, t.pos.checksum, t.pos.entry + 1):
+                self.torn = None
+                return  # completed meanwhile: the next refresh takes it in
+            self.torn = None
+            self.damaged = (self._seg, self._off, f"{e}; entry {t.pos.entry + 1} was made durable "
+                            f"(the head witness names entry {w[0]})")
+        else:
+            self.torn = (self._seg, self._off, len(rest), e)
 
     def _entry_now_complete(self, fd: int, prev: bytes, n: int) -> bool:
         """Whether the entry at the tail position reads whole and checksummed now."""
