@@ -19,15 +19,9 @@ from collections.abc import Callable
 import blake3
 import msgspec
 
-from ...errors import (
-    CorruptLog,
-)
+from ...errors import CorruptLog
 from .. import authority
-from ..engine import (
-    Entry,
-    Tables,
-    root_digest,
-)
+from ..engine import Entry, Tables, root_digest
 from ..fileutil import write_derived
 from . import segindex
 from .local_state import LocalBase

@@ -19,10 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..engine import (
-    ScanEntry,
-    ScanProblem,
-)
+from ..engine import ScanEntry, ScanProblem
 from .checkpoint import Checkpoints
 from .local_catchup import CatchUp
 from .local_index import SegmentIndexes

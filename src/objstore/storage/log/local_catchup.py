@@ -18,9 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from ...errors import (
-    CorruptLog,
-)
+from ...errors import CorruptLog
 from ..engine import (
     COMP_GONE,
     ENTRY_HEAD,

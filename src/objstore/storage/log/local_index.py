@@ -16,15 +16,8 @@ from collections.abc import Iterator
 
 import blake3
 
-from ...errors import (
-    CorruptLog,
-)
-from ..engine import (
-    COMP_GONE,
-    Engine,
-    Loc,
-    Tables,
-)
+from ...errors import CorruptLog
+from ..engine import COMP_GONE, Engine, Loc, Tables
 from . import segindex
 from .local_state import LocalBase
 from .segfile import _read_segment_header

@@ -16,27 +16,9 @@ from typing import IO
 import blake3
 import zstandard
 
-from ...errors import (
-    BodyRemoved,
-    CorruptLog,
-    IntegrityError,
-    ObjectNotFound,
-    ObjstoreError,
-    SnapshotGone,
-    StorageOSError,
-)
+from ...errors import BodyRemoved, CorruptLog, IntegrityError, ObjectNotFound, ObjstoreError, SnapshotGone, StorageOSError
 from .. import codec
-from ..engine import (
-    CHECK_SIZE_ABOVE,
-    COMP_GONE,
-    COMP_RAW,
-    COMP_ZSTD,
-    LARGE_BLOB,
-    PRECHECK_RAW,
-    STATS,
-    Loc,
-    _decompressor,
-)
+from ..engine import CHECK_SIZE_ABOVE, COMP_GONE, COMP_RAW, COMP_ZSTD, LARGE_BLOB, PRECHECK_RAW, STATS, Loc, _decompressor
 from .local_state import LocalBase
 from .segfile import stream_block
 from .segrows import _NO_LOC

@@ -23,21 +23,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ...errors import (
-    CorruptLog,
-)
-from ..engine import (
-    OPEN_CHECKPOINT,
-    OPEN_CHECKPOINT_BYTES,
-    SEG_HEADER,
-    ZERO,
-    Engine,
-    Entry,
-    Loc,
-    Plan,
-    Position,
-    Tables,
-)
+from ...errors import CorruptLog
+from ..engine import OPEN_CHECKPOINT, OPEN_CHECKPOINT_BYTES, SEG_HEADER, ZERO, Engine, Entry, Loc, Plan, Position, Tables
 from ..fileutil import FsyncPolicy
 from .segfile import Packed, _write_segment_header, seg_name
 

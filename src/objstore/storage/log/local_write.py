@@ -23,14 +23,7 @@ from contextlib import contextmanager
 
 import blake3
 
-from ...errors import (
-    CorruptLog,
-    InvalidInput,
-    LockTimeout,
-    ObjstoreError,
-    Refused,
-    StorageOSError,
-)
+from ...errors import CorruptLog, InvalidInput, LockTimeout, ObjstoreError, Refused, StorageOSError
 from ..engine import (
     CHECKPOINT_BYTES,
     CHECKPOINT_ENTRIES,

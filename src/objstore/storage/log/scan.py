@@ -16,10 +16,7 @@ from typing import Any, NamedTuple
 import blake3
 import zstandard
 
-from ...errors import (
-    BodyRemoved,
-    IntegrityError,
-)
+from ...errors import BodyRemoved, IntegrityError
 from ..engine import (
     COMP_RAW,
     COMP_ZSTD,

@@ -24,11 +24,7 @@ from typing import NamedTuple
 import msgspec
 import zstandard
 
-from ...errors import (
-    CorruptLog,
-    IntegrityError,
-    StorageOSError,
-)
+from ...errors import CorruptLog, IntegrityError, StorageOSError
 from .. import codec
 from ..engine import (
     ENTRY_HEAD,

@@ -7,18 +7,9 @@ the log names by digest (or one built again from the segment's entries).
 
 from __future__ import annotations
 
-from ...errors import (
-    IntegrityError,
-)
+from ...errors import IntegrityError
 from .. import labels as labels_mod
-from ..engine import (
-    COMP_GONE,
-    COMP_RAW,
-    REMOVED,
-    Entry,
-    Loc,
-    block_starts,
-)
+from ..engine import COMP_GONE, COMP_RAW, REMOVED, Entry, Loc, block_starts
 from . import segindex
 
 

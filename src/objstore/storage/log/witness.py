@@ -14,15 +14,9 @@ import os
 
 import msgspec
 
-from ...errors import (
-    ObjstoreError,
-)
+from ...errors import ObjstoreError
 from .. import codec
-from ..engine import (
-    REPAIRS_REF,
-    WITNESS,
-    WITNESS_MAGIC,
-)
+from ..engine import REPAIRS_REF, WITNESS, WITNESS_MAGIC
 from .local_state import LocalBase
 
 
