@@ -83,7 +83,8 @@ from bench_verify import (  # noqa: E402
     verdict,
 )
 
-from objstore.storage import codec, packed, segindex  # noqa: E402
+from objstore.storage import codec
+from objstore.storage.log import packed, segindex
 
 TARGET_SEG = 0.30
 TARGET_ALL = 0.45

@@ -46,7 +46,7 @@ TARGETS = {"objstore --help": 0.060, "objstore log RUN -n 10": 0.150}  # CPU sec
 
 def build(root: str, runs: int, records: int) -> str:
     """The store (made once: a marker file names the run the benchmark reads); returns that run id."""
-    from objstore.storage.store import FORMAT_VERSION, MARKER
+    from objstore.storage.storedir import FORMAT_VERSION, MARKER
 
     marker = os.path.join(root, "bench-run-id")
     try:

@@ -385,15 +385,19 @@ def mib(b):
 # -- profiles -------------------------------------------------------------------------------------------------
 _PHASES = [
     # (file suffix, function names or None for any, phase)
-    ("src/objstore/storage/engine.py", {"scan_log", "_entry_objects", "parse_entry", "logical_checksum", "scan"},
-     "log scan: read, decompress, entry checksums"),
+    ("src/objstore/storage/engine.py", {"parse_entry", "logical_checksum"}, "log scan: read, decompress, entry checksums"),
+    ("src/objstore/storage/log/scan.py", {"scan_log", "_entry_objects"}, "log scan: read, decompress, entry checksums"),
+    ("src/objstore/storage/log/local.py", {"scan"}, "log scan: read, decompress, entry checksums"),
     ("src/objstore/runs/verify_runmodel.py", {"_object"}, "object checks (dispatch)"),
     ("src/objstore/runs/verify_runmodel.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
     ("src/objstore/runs/verify_runmodel.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
-    ("src/objstore/runs/verify_runmodel.py", {"_fold", "_check_state", "_initial_state", "_digest"},
+    ("src/objstore/runs/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
      "state check"),
-    ("src/objstore/storage/engine.py", {"__init__", "refresh", "_read_tail", "_apply", "_load_checkpoint", "load", "index_record",
-                            "_retire_active", "set_ref"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/engine.py", {"load", "index_record", "set_ref"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/log/local_state.py", {"__init__"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/log/local_catchup.py", {"refresh", "_read_tail", "_apply"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/log/checkpoint.py", {"_load_checkpoint"}, "store open: checkpoint + log catch-up"),
+    ("src/objstore/storage/log/local_index.py", {"_retire_active"}, "store open: checkpoint + log catch-up"),
     ("src/objstore/storage/codec.py", None, "decode (codec)"),
     ("src/objstore/runs/records.py", None, "schema checks (records)"),
     ("src/objstore/runs/state.py", None, "state cache / fold"),
@@ -401,7 +405,8 @@ _PHASES = [
     ("src/objstore/runs/api.py", None, "chain walks (runlog)"),
     ("src/objstore/storage/store.py", None, "object reads (store)"),
     ("src/objstore/storage/engine.py", None, "object reads (engine)"),
-    ("src/objstore/storage/segindex.py", None, "sealed segment indexes (segindex)"),
+    ("src/objstore/storage/log/local_objects.py", None, "object reads (engine)"),
+    ("src/objstore/storage/log/segindex.py", None, "sealed segment indexes (segindex)"),
     ("src/objstore/runs/verify.py", None, "verify driver"),
 ]
 
@@ -457,9 +462,9 @@ def profile_report(prof_path, top=15, title=""):
 
 _STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the main steps
     ("src/objstore_cli/main.py", "verify", "CLI verify command (everything after imports)"),
-    ("src/objstore/storage/engine.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
-    ("src/objstore/storage/engine.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
-    ("src/objstore/storage/engine.py", "_entry_objects", "    decompress + slice objects"),
+    ("src/objstore/storage/log/local_state.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
+    ("src/objstore/storage/log/scan.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
+    ("src/objstore/storage/log/scan.py", "_entry_objects", "    decompress + slice objects"),
     ("src/objstore/runs/verify_runmodel.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
     ("src/objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
     ("src/objstore/runs/schemas.py", "schema_problem", "    schemas.schema_problem"),

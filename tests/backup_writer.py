@@ -2,7 +2,7 @@
 
     python backup_writer.py STORE RUN STOPFILE
 
-Seals segments small (``objstore.storage.engine.SEAL_BYTES`` from $OBJSTORE_TEST_SEAL_BYTES, set before
+Seals segments small (``objstore.storage.log.local_write.SEAL_BYTES`` from $OBJSTORE_TEST_SEAL_BYTES, set before
 anything is written). Starts RUN, then appends one attempt (a fresh prompt blob on every third) per
 commit until STOPFILE exists; prints ``ready`` after its first commit and, at the end, the number of
 commits that returned (each one acknowledged: durable before it returned).
@@ -11,13 +11,13 @@ commits that returned (each one acknowledged: durable before it returned).
 import os
 import sys
 
-import objstore.storage.engine
+import objstore.storage.log.local_write
 from objstore import RunLog, Store
 
 
 def main(argv):
     store, run, stop = argv[1], argv[2], argv[3]
-    objstore.storage.engine.SEAL_BYTES = int(os.environ["OBJSTORE_TEST_SEAL_BYTES"])
+    objstore.storage.log.local_write.SEAL_BYTES = int(os.environ["OBJSTORE_TEST_SEAL_BYTES"])
     log = RunLog(Store.open(store))
     log.start_run(run)
     n = 0

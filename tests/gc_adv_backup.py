@@ -13,12 +13,12 @@ import os
 import sys
 import traceback
 
-import objstore.storage.engine
+import objstore.storage.log.local_write
 
 
 def main(argv):
     src, dest, stop, seal = argv[1], argv[2], argv[3], int(argv[4])
-    objstore.storage.engine.SEAL_BYTES = seal
+    objstore.storage.log.local_write.SEAL_BYTES = seal
     from objstore import RunLog, Store
     from objstore.lifecycle.backup import backup
     from objstore.runs.verify import verify_report

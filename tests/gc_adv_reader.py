@@ -15,13 +15,13 @@ import os
 import sys
 import traceback
 
-import objstore.storage.engine
+import objstore.storage.log.local_write
 
 
 def main(argv):
     root, stop, doomed_path, seal = argv[1], argv[2], argv[3], int(argv[4])
     deleted_run = argv[5] if len(argv) > 5 else None
-    objstore.storage.engine.SEAL_BYTES = seal
+    objstore.storage.log.local_write.SEAL_BYTES = seal
     import blake3
 
     from objstore import RunLog, Store

@@ -14,12 +14,12 @@ import os
 import sys
 import time
 
-import objstore.storage.engine
+import objstore.storage.log.local_write
 
 
 def main(argv):
     root, run, stop, ackpath, seal, most = argv[1], argv[2], argv[3], argv[4], int(argv[5]), int(argv[6])
-    objstore.storage.engine.SEAL_BYTES = seal
+    objstore.storage.log.local_write.SEAL_BYTES = seal
     from objstore import RunLog, Store
 
     log = RunLog(Store.open(root, fsync=os.environ.get("GC_ADV_FSYNC")))

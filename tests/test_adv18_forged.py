@@ -21,9 +21,8 @@ import pytest
 
 import objstore
 from objstore.errors import ObjstoreError, Refused
-from objstore.storage import engine as E
 from objstore.storage import labels as SL
-from objstore.storage import segindex
+from objstore.storage.log import local_write, segindex
 
 
 def _fill(root):
@@ -83,7 +82,7 @@ SEALED_MODES = ["point at a record without the label", "point at another run's r
 @pytest.mark.parametrize("packed", [False, True], ids=["sealed", "packed by gc"])
 @pytest.mark.parametrize("mode", SEALED_MODES)
 def test_a_forged_sealed_index_changes_no_answer_and_verify_names_it(tmp_path, monkeypatch, mode, packed):
-    monkeypatch.setattr(E, "SEAL_BYTES", 4096)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 4096)
     root = str(tmp_path / "s")
     log, t, u, a, b, c, plain = _fill(root)
     for i in range(30):  # seal the segment holding the labelled records
@@ -130,7 +129,7 @@ CHECKPOINT_MODES = ["point at a record without the label", "point at another run
 
 @pytest.mark.parametrize("mode", CHECKPOINT_MODES)
 def test_a_forged_checkpoint_label_row_changes_no_answer_and_verify_names_it(tmp_path, monkeypatch, mode):
-    monkeypatch.setattr(E, "CHECKPOINT_ENTRIES", 5)
+    monkeypatch.setattr(local_write, "CHECKPOINT_ENTRIES", 5)
     root = str(tmp_path / "s")
     log, t, u, a, b, c, plain = _fill(root)
     for i in range(4):

@@ -21,6 +21,7 @@ from helpers import run_cli, snapshot_tree
 from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.storage import identity
+from objstore.storage.log import local_write
 
 GENESIS = "objstore-anchor:1:0:" + "0" * 64
 TOKEN = re.compile(r"objstore-anchor:1:(\d+):([0-9a-f]{64})")
@@ -249,12 +250,11 @@ def test_restored_backup_of_the_whole_store(built, tmp_path):
 
 def test_anchor_in_a_segment_sealed_since(built):
     """An anchor taken in what is now a sealed segment is still proven after the log moved on."""
-    import objstore.storage.engine as E
 
     root, log, run = built
     token = anchor(root)
     mp = pytest.MonkeyPatch()
-    mp.setattr(E, "SEAL_BYTES", 2048)
+    mp.setattr(local_write, "SEAL_BYTES", 2048)
     try:
         for i in range(8):
             log.record_attempt(run, 3, i, "failed")

@@ -24,12 +24,13 @@ import time
 import pytest
 from helpers import run_cli, snapshot_tree
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import IntegrityError, InvalidInput, LockTimeout, StorageOSError
 from objstore.lifecycle.backup import backup
 from objstore.runs.verify import verify
+from objstore.storage.log import local_write
 from objstore.storage.log.format import Position
+from objstore.storage.log.local import LogEngine
 
 SEAL = 4096
 HERE = os.path.dirname(__file__)
@@ -37,7 +38,7 @@ HERE = os.path.dirname(__file__)
 
 @pytest.fixture
 def small_seal(monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
 
 
 def build(root, runs=2, per=120, start=0):
@@ -254,16 +255,16 @@ def test_what_is_written_after_the_snapshot_is_not_copied(tmp_path, small_seal, 
     src, dest = str(tmp_path / "src"), str(tmp_path / "dest")
     build(src, runs=1, per=30)
     writer = RunLog(Store.open(src))
-    real_tail = E.LogEngine.tail
+    real_tail = LogEngine.tail
 
     def tail_then_commit(self):
         got = real_tail(self)
         writer.record_attempt("r0", 1, 999, "failed")  # another handle on SRC: a writer of another process
         return got
 
-    monkeypatch.setattr(E.LogEngine, "tail", tail_then_commit)
+    monkeypatch.setattr(LogEngine, "tail", tail_then_commit)
     r = backup(Store.open(src), dest)
-    monkeypatch.setattr(E.LogEngine, "tail", real_tail)
+    monkeypatch.setattr(LogEngine, "tail", real_tail)
     assert Store.open(src).engine.position().entry == r.entries + 1
     assert_is_snapshot(src, dest, r.anchor)
     r2 = backup(Store.open(src), dest)
@@ -445,12 +446,12 @@ def in_memory_dir(tmp_path):
 
 
 def test_kill_9_at_every_file_operation(in_memory_dir, monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", 2048)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 2048)
     kill_loop(in_memory_dir, pack=False)
 
 
 def test_kill_9_at_every_file_operation_after_gc_packed_the_store(in_memory_dir, monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", 2048)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 2048)
     kill_loop(in_memory_dir, pack=True)
 
 
@@ -580,7 +581,7 @@ def test_full_disk_leaves_dest_as_it_was(tmp_path, small_seal, monkeypatch):
     with pytest.raises(StorageOSError, match="No space left on device"):
         backup(Store.open(src), dest)
     monkeypatch.undo()
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
     assert sorted(os.listdir(tmp_path)) == ["keys", "src"] or sorted(os.listdir(tmp_path)) == ["src"]
     assert seg_bytes(src) == src_log
     # The disk fills in the middle of a first backup: DEST is a store of a shorter snapshot.
@@ -588,7 +589,7 @@ def test_full_disk_leaves_dest_as_it_was(tmp_path, small_seal, monkeypatch):
     with pytest.raises(StorageOSError):
         backup(Store.open(src), dest)
     monkeypatch.undo()
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
     assert verify(RunLog(Store.open(dest)), jobs=1) == []
     assert not [f for f in os.listdir(os.path.join(dest, "tmp")) if f.startswith("backup.")]
     r = backup(Store.open(src), dest)
@@ -657,7 +658,7 @@ def test_copied_bytes_are_read_back(tmp_path, small_seal, monkeypatch):
     with pytest.raises(IntegrityError, match="read back"):
         backup(Store.open(src), dest)
     monkeypatch.undo()
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
     assert verify(RunLog(Store.open(dest)), jobs=1) == []
 
 

@@ -16,15 +16,15 @@ import pytest
 from helpers import run_cli
 from test_backup import SEAL, assert_is_snapshot, build, segs
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.lifecycle.backup import backup
 from objstore.runs.verify import verify
+from objstore.storage.log import local_write
 
 
 @pytest.fixture
 def small_seal(monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
 
 
 def flip_middle(path, at=0.5):

@@ -46,7 +46,6 @@ from objstore.legacy.format1 import Format1Reader
 from objstore.runs.api import RunLog
 from objstore.runs.ingest import ingest
 from objstore.storage import codec
-from objstore.legacy.format1 import Format1Reader
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, logical_checksum
 from objstore.storage.log.root import root_digest
 from objstore.storage.store import Store
@@ -661,7 +660,7 @@ def sealed_store(tmp_path):
 def rewrite_index_row(idx: str, oid: bytes, **fields):
     """Change fields of ``oid``'s row in an index file and recompute its trailing BLAKE3 (a crafted
     index is self-consistent: only its claims are false)."""
-    from objstore.storage import segindex as SI
+    from objstore.storage.log import segindex as SI
 
     data = bytearray(open(idx, "rb").read())
     base = SI.HEAD.size + SI.FANOUT.size
@@ -701,7 +700,7 @@ def test_format2_crafted_index_row(tmp_path, fields):
 
 
 def test_format2_crafted_index_fanout_is_rebuilt(tmp_path):
-    from objstore.storage import segindex as SI
+    from objstore.storage.log import segindex as SI
 
     root, rid, idx = sealed_store(tmp_path)
     data = bytearray(open(idx, "rb").read())

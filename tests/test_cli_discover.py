@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from helpers import run_cli
 
 from objstore.errors import StoreNotFound
-from objstore.storage.store import discover
+from objstore.storage.storedir import discover
 
 
 def _alone(tmp_path):

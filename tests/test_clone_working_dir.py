@@ -12,7 +12,7 @@ import os
 from helpers import run_cli
 
 from objstore import RunLog, Store, open_store
-from objstore.storage.store import MARKER
+from objstore.storage.storedir import MARKER
 
 
 def _source(tmp_path):

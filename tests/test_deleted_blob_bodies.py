@@ -79,7 +79,7 @@ def test_reading_a_blob_no_deleted_record_names_reads_no_entry(world, monkeypatc
     """The read check costs a blob nothing deleted names a set lookup: no entry is read for it, and
     a blob deleted records do name is looked for once per log position, not once per read."""
     from objstore.storage import erased
-    from objstore.storage.engine import LogEngine
+    from objstore.storage.log.local import LogEngine
 
     root, log, blobs, _copy = world
     D.delete_run(log, "R", reason="gone")
@@ -120,7 +120,7 @@ def test_reading_many_blobs_a_live_run_shares_with_a_deleted_one_reads_the_log_o
     """A live thread's parts it shares with a deleted one (the same messages) are each named by a
     deleted record: finding them live is one pass over the log for all of them, not one per blob
     (reading a 20-part checkpoint after deleting a sibling thread was 20 passes)."""
-    from objstore.storage.engine import LogEngine
+    from objstore.storage.log.local import LogEngine
 
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="off"))

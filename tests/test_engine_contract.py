@@ -12,8 +12,8 @@ import pytest
 
 from objstore.errors import Conflict, IntegrityError, ObjectNotFound, Refused
 from objstore.storage import codec
-from objstore.storage.engine import LogEngine
 from objstore.storage.fileutil import FsyncPolicy
+from objstore.storage.log.local import LogEngine
 from objstore.storage.log.memory import MemoryEngine
 
 _enc = msgspec.msgpack.Encoder(order="sorted")

@@ -138,7 +138,7 @@ def test_a_guessable_redacted_body_is_confirmable_from_its_id(tmp_path):
 
 
 def test_a_backup_of_a_packed_store_is_format_4_too(planted, tmp_path):
-    from objstore.storage.store import read_marker
+    from objstore.storage.storedir import read_marker
 
     root, log, _ = planted
     dest = str(tmp_path / "b")

@@ -28,11 +28,11 @@ import pytest
 import zstandard
 from helpers import run_cli, snapshot_tree
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
 from objstore.runs.facts import object_facts
 from objstore.runs.verify import verify
+from objstore.storage.log import local_write
 from objstore.storage.log.craft import encode_entry
 from objstore.storage.log.entry import build_entry
 from objstore.storage.log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD
@@ -46,7 +46,7 @@ def build(root, t0=1_700_000_000.0):
     """The store described in the module docstring; record times are fixed (from ``t0``) so blocks
     are byte-identical from run to run."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(E, "SEAL_BYTES", SEAL)
+    mp.setattr(local_write, "SEAL_BYTES", SEAL)
     try:
         log = RunLog(Store.init(root))
         run = log.start_run("r1", when=t0)
@@ -504,7 +504,7 @@ def _reader_view(root, built):
 
 def _flip_idx(off_from_rows):
     """Flip a bit ``off_from_rows`` bytes into the object rows of segment 1's index."""
-    from objstore.storage import segindex
+    from objstore.storage.log import segindex
 
     def damage(root):
         flip(os.path.join(root, "log", "0000000001.idx"), segindex.HEAD.size + segindex.FANOUT.size + off_from_rows, bit=0x01)
@@ -588,7 +588,7 @@ def test_self_consistent_but_wrong_segment_index(built):
     """An index whose own checksum is right but whose rows are not what its segment says (what a
     buggy indexer would write): its BLAKE3 is not the digest the log names (format 3), so a reader
     does not adopt it and reads the right bytes; verify names the index file."""
-    from objstore.storage import segindex
+    from objstore.storage.log import segindex
 
     p = os.path.join(built.root, "log", "0000000001.idx")
     data = bytearray(open(p, "rb").read())

@@ -13,17 +13,18 @@ from helpers import raw_objects, run_cli
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
-from objstore.storage import engine as E
-from objstore.storage import packed
-from objstore.storage.store import Store, read_marker
+from objstore.storage.log import local_write, packed
+from objstore.storage.log.segfile import seg_name
+from objstore.storage.store import Store
+from objstore.storage.storedir import read_marker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(root, runs=3, records=60, seal_bytes=24 << 10):
     """A store of several sealed segments, one record per commit (a text blob on one in three)."""
-    old = E.SEAL_BYTES
-    E.SEAL_BYTES = seal_bytes
+    old = local_write.SEAL_BYTES
+    local_write.SEAL_BYTES = seal_bytes
     try:
         log = RunLog(Store.init(root, fsync="off"))
         ids = []
@@ -36,7 +37,7 @@ def build(root, runs=3, records=60, seal_bytes=24 << 10):
                     log.record_attempt(run, i, 0, "succeeded", output=out, usage={"tokens": i, "r": r})
         return log, ids
     finally:
-        E.SEAL_BYTES = old
+        local_write.SEAL_BYTES = old
 
 
 def contents(root):
@@ -102,7 +103,7 @@ def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
     root = str(tmp_path / "s")
     build(root, runs=1, records=60)
     G.gc(Store.open(root))
-    p = os.path.join(root, "log", E.seg_name(1))
+    p = os.path.join(root, "log", seg_name(1))
     with open(p, "r+b") as f:
         data = bytearray(f.read())
         moff, mlen = packed.PK_TRAILER.unpack_from(data, len(data) - packed.PK_TRAILER.size)[:2]

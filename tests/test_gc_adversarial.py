@@ -32,16 +32,17 @@ import blake3
 import pytest
 from helpers import run_cli, snapshot_tree
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import BodyRemoved, IntegrityError, LockTimeout
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.verify import verify_report
-from objstore.storage import codec, packed
+from objstore.storage import codec
 from objstore.storage.gclock import gc_lock
+from objstore.storage.log import local_write, packed
 from objstore.storage.log.entry import block_starts
 from objstore.storage.log.format import REMOVED, WITNESS, WITNESS_MAGIC
+from objstore.storage.log.segfile import seg_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEAL = 32 << 10
@@ -51,7 +52,7 @@ PY = sys.executable
 
 @pytest.fixture
 def small_seal(monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", SEAL)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", SEAL)
 
 
 def _env():
@@ -322,7 +323,7 @@ def test_gc_on_a_damaged_sealed_segment_is_a_typed_error_and_touches_nothing(tmp
     root = str(tmp_path / "s")
     _small(root)
     off, stored, _comp = _record_block(root, 2)
-    p = os.path.join(root, "log", E.seg_name(2))
+    p = os.path.join(root, "log", seg_name(2))
     with open(p, "r+b") as f:
         at = off + stored // 2 if where == "block" else off - 8  # the middle of the block / the meta just before it
         f.seek(at)
@@ -416,7 +417,7 @@ def test_a_full_disk_at_the_kth_write_of_gc(tmp_path, monkeypatch):
     """ENOSPC at the k-th os.write of a gc (half the buffer written first), for k across the run: exit
     10 with one line; the store opens, verifies clean, every entry and object is as before; gc run
     again (the disk has room) finishes and leaves no unfinished rewrite behind."""
-    monkeypatch.setattr(E, "SEAL_BYTES", 16 << 10)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 16 << 10)
     base = str(tmp_path / "base")
     _small(base, runs=2, per=30)
     entries = [(e.n, e.checksum) for e in Store.open(base).engine.entries()]

@@ -19,7 +19,7 @@ from test_gc import build
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify_report
-from objstore.storage import packed
+from objstore.storage.log import packed
 from objstore.storage.store import Store
 
 
@@ -32,14 +32,14 @@ def _craft_pending(root, rows):
 _KILLED_GC = """
 import os, signal, sys
 from objstore.lifecycle import gc as G
-from objstore.storage import engine as E
+from objstore.storage.log.local import LogEngine
 from objstore.storage.store import Store
-real = E.LogEngine._write_bare
+real = LogEngine._write_bare
 def bare(self, seal=False, rw=None):
     if rw is not None:
         os.kill(os.getpid(), signal.SIGKILL)
     return real(self, seal, rw)
-E.LogEngine._write_bare = bare
+LogEngine._write_bare = bare
 G.gc(Store.open(sys.argv[1]))
 """
 

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 import objstore
 from objstore.errors import Conflict, InvalidInput
 from objstore.runs import labels as L
-from objstore.storage import engine as E
 from objstore.storage import labels as SL
+from objstore.storage.log import local_write
 from objstore.storage.log.format import LABEL_ROW
+from objstore.storage.log.local import LogEngine
 from objstore.storage.log.tables import Tables
 
 
@@ -107,9 +108,9 @@ def _fill(log, n_threads, per_thread, pad=0):
 @pytest.mark.parametrize("where", ["tail", "sealed", "checkpoint"])
 def test_find_by_label_across_tail_checkpoint_and_sealed_indexes(tmp_path, monkeypatch, where):
     if where == "sealed":
-        monkeypatch.setattr(E, "SEAL_BYTES", 64 << 10)
+        monkeypatch.setattr(local_write, "SEAL_BYTES", 64 << 10)
     if where == "checkpoint":
-        monkeypatch.setattr(E, "CHECKPOINT_ENTRIES", 7)
+        monkeypatch.setattr(local_write, "CHECKPOINT_ENTRIES", 7)
     log = _open(tmp_path / "s")
     made = _fill(log, 6, 5, pad=8000 if where == "sealed" else 0)
     segs = [f for f in os.listdir(tmp_path / "s" / "log") if f.endswith(".seg")]
@@ -144,7 +145,7 @@ def test_an_unlabelled_store_stays_format_3(tmp_path):
 
 def test_lookups_read_only_what_they_return(tmp_path, monkeypatch):
     """Records decoded by find_record / find_runs are the ones returned, whatever the store's size."""
-    monkeypatch.setattr(E, "SEAL_BYTES", 64 << 10)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 64 << 10)
     log = _open(tmp_path / "s")
     _fill(log, 30, 4, pad=3000)
     fresh = _open(tmp_path / "s")
@@ -220,7 +221,7 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     import blake3
     import msgspec
 
-    monkeypatch.setattr(E, "CHECKPOINT_ENTRIES", 5)
+    monkeypatch.setattr(local_write, "CHECKPOINT_ENTRIES", 5)
     root = str(tmp_path / "s")
     log = _open(root)
     run = log.start_run(labels={"thread_id": "T"})
@@ -268,10 +269,10 @@ def test_a_reader_thread_taking_in_the_writers_entry_first_adds_no_label_row_twi
     refresh from another thread before the writer applies its entry."""
     import threading
 
-    monkeypatch.setattr(E, "SEAL_BYTES", 48 << 10)
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 48 << 10)
     log = _open(tmp_path / "s")
     eng = log.store.engine
-    real = E.LogEngine._write_entry
+    real = LogEngine._write_entry
 
     def write_then_read(self, wfd, raw, off, sync=True):
         real(self, wfd, raw, off, sync)
@@ -279,7 +280,7 @@ def test_a_reader_thread_taking_in_the_writers_entry_first_adds_no_label_row_twi
         t.start()
         t.join()
 
-    monkeypatch.setattr(E.LogEngine, "_write_entry", write_then_read)
+    monkeypatch.setattr(LogEngine, "_write_entry", write_then_read)
     for i in range(40):
         run = log.start_run(labels={"thread_id": f"t{i}"})
         with log.batch():

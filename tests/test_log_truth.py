@@ -26,12 +26,12 @@ from helpers import run_cli, snapshot_tree
 from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.errors import CorruptLog, ObjstoreError
-from objstore.runs.facts import object_facts
 from objstore.runs.anchors import anchor_token
+from objstore.runs.facts import object_facts
 from objstore.runs.query import episode
 from objstore.runs.verify import verify_report
-from objstore.storage import codec, identity, segindex
-from objstore.storage import engine as E
+from objstore.storage import codec, identity
+from objstore.storage.log import local_write, segindex
 from objstore.storage.log.entry import build_entry
 from objstore.storage.log.format import ENTRY_HEAD, SEG_HEADER, WITNESS, WITNESS_MAGIC
 from objstore.storage.log.root import root_digest, tables_root
@@ -555,7 +555,7 @@ def sealed(tmp_path_factory):
     """Run s1: 20 steps, each attempt with a fresh 700-byte output, over several 4 KiB segments."""
     path = str(tmp_path_factory.mktemp("sealed") / "s")
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(E, "SEAL_BYTES", 4096)
+        m.setattr(local_write, "SEAL_BYTES", 4096)
         log = RunLog(Store.init(path, fsync="off"))
         log.start_run("s1")
         for step in range(1, 21):

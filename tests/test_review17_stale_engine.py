@@ -16,10 +16,10 @@ import os
 
 from helpers import run_cli
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.lifecycle import delete as D
 from objstore.runs.verify import verify_report
+from objstore.storage.log import local_write
 
 
 def test_a_writer_opened_before_gc_stores_again_a_blob_gc_removed(tmp_path):
@@ -43,7 +43,7 @@ def test_a_writer_opened_before_gc_stores_again_a_blob_gc_removed(tmp_path):
 
 
 def test_streaming_a_large_blob_after_gc_packed_the_segment_the_reader_had_open(tmp_path, monkeypatch):
-    monkeypatch.setattr(E, "SEAL_BYTES", 64 << 20)  # the large blob stays in the active segment
+    monkeypatch.setattr(local_write, "SEAL_BYTES", 64 << 20)  # the large blob stays in the active segment
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="off"))
     log.start_run("live")

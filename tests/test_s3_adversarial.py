@@ -30,12 +30,11 @@ import objstore
 from objstore.errors import CorruptLog
 from objstore.runs.anchors import anchor_token
 from objstore.runs.api import RunLog
-from objstore.storage import engine as eng
+from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
 from objstore.storage.s3 import layout as s3layout
 from objstore.storage.s3.bucket import MemoryBucket
 from objstore.storage.s3.client import open_bucket
 from objstore.storage.s3.layout import HEAD_KEY, Chunk, Head, chunk_key
-from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
 
 
 @pytest.fixture(autouse=True)

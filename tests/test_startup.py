@@ -99,7 +99,7 @@ def test_the_facade_still_reaches_every_name(tmp_path):
             "assert objstore.RunLog is objstore.runs.api.RunLog and objstore.Store is objstore.storage.store.Store\n"
             "assert objstore.View.__name__ == 'View' and objstore.ForkResult.__name__ == 'ForkResult'\n"
             "import objstore as o2\n"
-            "assert o2.storage.engine.__name__ == 'objstore.storage.engine'  # a submodule as an attribute, loaded on use\n"
+            "assert o2.storage.gclock.__name__ == 'objstore.storage.gclock'  # a submodule as an attribute, loaded on use\n"
             "assert callable(o2.verify) and callable(o2.episode) and callable(o2.export) and callable(o2.diff)\n"
             "try:\n    objstore.no_such_name\nexcept AttributeError as e:\n    print(e)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -116,7 +116,7 @@ def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_p
     for i in range(12):
         log.record_attempt(run, step=i, attempt=0, state="succeeded")
     mods = loaded(["--store", store, "log", run, "-n", "10"], tmp_path)
-    assert "objstore.storage.engine" in mods and "objstore.runs.history" in mods  # it did read the store
+    assert "objstore.storage.log.local" in mods and "objstore.runs.history" in mods  # it did read the store
     assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
     assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
 
@@ -192,11 +192,11 @@ def test_the_flat_layout_s_module_paths_are_aliases_of_their_new_homes(tmp_path)
     """``import objstore.engine`` (the layout before the packages) gives the module at its new path
     itself — one object, its own spec kept — and the two names that are functions now say where
     their modules went."""
-    code = ("import objstore, objstore.engine as e, objstore.storage.engine as e2\n"
+    code = ("import objstore, objstore.engine as e, objstore.storage.log.local as e2\n"
             "from objstore.runlog import RunLog\n"
             "from objstore.segments import context\n"
             "import objstore.runs.api as rl, objstore.journal.restore as rs\n"
-            "assert e is e2 and e.__spec__.name == 'objstore.storage.engine' and RunLog is rl.RunLog and context is rs.context\n"
+            "assert e is e2 and e.__spec__.name == 'objstore.storage.log.local' and RunLog is rl.RunLog and context is rs.context\n"
             "for old in ('verify', 'export'):\n"
             "    try:\n        __import__('objstore.' + old)\n    except ModuleNotFoundError as x:\n        print(x)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -213,15 +213,20 @@ APP = {"objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "obj
 GROUPS = {f"objstore_cli.{m}" for m in ("admin", "audit", "journal", "lifecycle", "maintenance", "objects", "remote", "runs",
                                         "sessions", "tables")}
 LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" for m in (
-    "authority", "codec", "engine", "erased", "fileutil", "labels", "packed", "refs", "runrefs", "segindex", "store")),
+    "authority", "batch", "codec", "erased", "fileutil", "labels", "refs", "runrefs", "store", "storedir")),
+    "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
+        "checkpoint", "engine", "entry", "facts", "format", "local", "local_catchup", "local_index", "local_objects",
+        "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
+        "tables", "txn", "witness")),
     "objstore.runs", *(f"objstore.runs.{m}" for m in (
-        "chain", "fold", "kinds", "labels", "listing", "records", "resolve", "runlog", "state", "views"))}
+        "api", "chain", "fold", "kinds", "labels", "listing", "records", "refold", "resolve", "state", "views"))}
 LOADS = {
     "--help": APP | GROUPS,  # every command's line: each group's module, and nothing of the library
     "log --help": APP | {"objstore_cli.runs", "objstore_cli.tables"},
     "log RUN -n 10": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.history", "objstore.runs.labelspec"},
     "show ID": APP | LOCAL_STORE | {"objstore_cli.objects"},
-    "verify": APP | LOCAL_STORE | {"objstore_cli.audit", "objstore.runs.verify", "objstore.storage.gclock"},
+    "verify": APP | LOCAL_STORE | {"objstore_cli.audit", "objstore.storage.gclock", "objstore.storage.log.fsck", *(f"objstore.runs.{m}" for m in (
+        "anchors", "facts", "schemas", "verify", "verify_objects", "verify_report", "verify_runmodel"))},
     "runs": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.labelspec"},
 }
 

@@ -21,10 +21,10 @@ import blake3
 import pytest
 from helpers import run_cli, snapshot_tree
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
 from objstore.runs.verify import verify_report
+from objstore.storage.log import local_catchup, local_write
 from objstore.storage.log.craft import encode_entry
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC
 
@@ -34,7 +34,7 @@ def build(root):
     last is one record of a few hundred bytes. Returns (log, run, records, segment path, size
     before the last commit, size after it)."""
     mp = pytest.MonkeyPatch()
-    mp.setattr(E, "SEAL_BYTES", 2048)
+    mp.setattr(local_write, "SEAL_BYTES", 2048)
     try:
         log = RunLog(Store.init(root, fsync="off"))
         run = log.start_run("r1", when=1_700_000_000.0)
@@ -274,12 +274,12 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
 
 _SEAL_CRASH_CHILD = r"""
 import os, sys
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.storage.log.format import SEG_HEADER
+from objstore.storage.log import local_write
 
 log = RunLog(Store.open(sys.argv[1]))
-E.SEAL_BYTES = 1  # the next commit seals its segment
+local_write.SEAL_BYTES = 1  # the next commit seals its segment
 real_write = os.write
 
 
@@ -358,9 +358,8 @@ def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path)
 def test_an_entry_larger_than_the_read_window_is_read_whole(tmp_path, monkeypatch):
     """A complete entry whose meta alone exceeds the tail window (many ref moves in one commit) is
     taken in, never mistaken for a torn tail (which the next writer would cut)."""
-    from objstore.storage import engine as E
 
-    monkeypatch.setattr(E, "TAIL_WINDOW", 4096)
+    monkeypatch.setattr(local_catchup, "TAIL_WINDOW", 4096)
     root = str(tmp_path / "s")
     s = Store.init(root, fsync="off")
     b = s.put_blob(b"v")

@@ -119,14 +119,14 @@ def test_damage_beside_a_gc_is_still_named(tmp_path):
 _GC_STOPPED_BEFORE_ITS_ENTRY = """
 import os, signal, sys
 from objstore.lifecycle import gc as G
-from objstore.storage import engine as E
+from objstore.storage.log.local import LogEngine
 from objstore.storage.store import Store
-real = E.LogEngine._write_bare
+real = LogEngine._write_bare
 def bare(self, seal=False, rw=None):
     if rw is not None:
         os.kill(os.getpid(), signal.SIGSTOP)  # every packed file in place; the parent resumes it
     return real(self, seal, rw)
-E.LogEngine._write_bare = bare
+LogEngine._write_bare = bare
 G.gc(Store.open(sys.argv[1]))
 """
 

@@ -24,9 +24,9 @@ import blake3
 import pytest
 from helpers import run_cli
 
-import objstore.storage.engine as E
 from objstore import RunLog, Store
 from objstore.runs.verify import verify_report
+from objstore.storage.log import local_write
 from objstore.storage.log.craft import encode_entry
 from objstore.storage.log.format import COMP_RAW, SEG_HEADER, SEG_MAGIC
 
@@ -36,7 +36,7 @@ T0 = 1_700_000_000.0
 
 def build(root):
     mp = pytest.MonkeyPatch()
-    mp.setattr(E, "SEAL_BYTES", SEAL)
+    mp.setattr(local_write, "SEAL_BYTES", SEAL)
     try:
         log = RunLog(Store.init(root))
         r1 = log.start_run("r1", when=T0)
@@ -224,7 +224,7 @@ def test_bad_segment_header_then_damage_later(built):
 def test_damaged_index_and_a_damaged_record(built):
     """The index of a segment without other damage is judged; one of a damaged segment is not
     (it would differ for that reason)."""
-    from objstore.storage import segindex
+    from objstore.storage.log import segindex
 
     first = flip_object(built, 3)
     s = built.nseg - 1

@@ -48,7 +48,6 @@ from .errors import ObjstoreError
 if TYPE_CHECKING:
     from .runs.api import ForkResult, RunLog, View
     from .runs.query import EpisodeView
-    from .runs.api import ForkResult, RunLog, View
     from .runs.verify_report import Problem
     from .storage.store import Store
 
@@ -100,8 +99,9 @@ def verify(log: RunLog, **options: Any) -> list[Problem]:
 # module ``objstore.storage.engine`` itself (one module object, so patching either name patches both).
 # ``objstore.export`` and ``objstore.verify`` are the functions above now, not module paths.
 OLD_PATHS = {
-    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "segindex", "engine",
-                                   "store", "identity")},
+    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "store", "identity")},
+    "segindex": "storage.log.segindex",
+    "engine": "storage.log.local",
     **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "ingest",
                                 "query", "completion")},
     **{m: "journal." + m for m in ("grants", "host", "sessions", "snapshot", "compactor", "compaction", "backend")},

@@ -40,7 +40,8 @@ def init(c, as_json, create_bucket):
     """
     from objstore.errors import StoreNotFound
     from objstore.storage import identity
-    from objstore.storage.store import DEFAULT_DIR, Store, is_remote
+    from objstore.storage.store import Store
+    from objstore.storage.storedir import DEFAULT_DIR, is_remote
 
     if create_bucket and not is_remote(c.path):
         raise click.UsageError("--create-bucket is for a store on object storage (--store s3://bucket/prefix)")
@@ -165,7 +166,7 @@ def _upgrade_json(summary: dict) -> dict:
     """``upgrade --json``: the library's summary in one shape whatever happened — the format the store
     had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now
     (``to``), where the old copy is kept (``backup``, null when nothing moved) and the counts."""
-    from objstore.storage.store import FORMAT_VERSION
+    from objstore.storage.storedir import FORMAT_VERSION
 
     status = summary["status"]
     if status.startswith("already-format-"):

@@ -67,9 +67,10 @@ from typing import NamedTuple, NoReturn
 from ..errors import Conflict, IntegrityError, InvalidInput, Refused, StoreFormatError, StoreNotFound
 from ..runs import records as R
 from ..storage import codec
-from ..storage.engine import LogEngine
 from ..storage.fileutil import FsyncPolicy, fsync_dir
-from ..storage.store import FORMAT_VERSION, READ_VERSIONS, Store, is_remote, read_marker
+from ..storage.log.local import LogEngine
+from ..storage.store import Store
+from ..storage.storedir import FORMAT_VERSION, READ_VERSIONS, is_remote, read_marker
 from .format1 import Format1Reader, Move, merge
 from .format2 import Format2Reader
 

@@ -66,13 +66,11 @@ from contextlib import contextmanager
 
 from ..errors import InvalidInput, LockTimeout, ObjstoreError, StorageOSError
 from ..storage import gclock
-from ..storage.engine import (
-    LogEngine,
-    Position,
-    read_witness,
-    seg_name,
-)
 from ..storage.fileutil import FsyncPolicy
+from ..storage.log.format import Position
+from ..storage.log.local import LogEngine
+from ..storage.log.segfile import seg_name
+from ..storage.log.witness import read_witness
 from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, read_marker
 from . import delete
 from .backup_copy import BackupResult, Progress, _Copier

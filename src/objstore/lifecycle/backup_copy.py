@@ -21,10 +21,13 @@ from typing import NamedTuple
 
 import blake3
 
-from ..runs.anchors import anchor_token
 from ..errors import CorruptLog, IntegrityError, InvalidInput, ObjstoreError, StorageOSError
-from ..storage import packed
-from ..storage.engine import (
+from ..runs.anchors import anchor_token
+from ..storage.fileutil import FsyncPolicy, atomic_file
+from ..storage.log import packed
+from ..storage.log.checkpoint import adoption
+from ..storage.log.entry import Entry
+from ..storage.log.format import (
     ENTRY_HEAD,
     ENTRY_MAGIC,
     ENTRY_TRAILER,
@@ -34,19 +37,13 @@ from ..storage.engine import (
     WITNESS,
     WITNESS_MAGIC,
     ZERO,
-    LogEngine,
     Position,
-    Tables,
-    _parse_split,
-    _read_segment_header,
-    packed_entries,
-    read_witness,
-    root_digest,
-    seg_name,
 )
-from ..storage.fileutil import FsyncPolicy, atomic_file
+from ..storage.log.local import LogEngine
+from ..storage.log.segfile import _parse_split, _read_segment_header, entry_ending_at, packed_entries, seg_name
+from ..storage.log.witness import read_witness
 from ..storage.store import FORMAT_VERSION, mark_version
-from .backup_io import MAGIC_LEN, TAIL_LEN, _checksum_at, _entry_ending_at, _last_entry, _read_into, _ro, _write_all
+from .backup_io import MAGIC_LEN, TAIL_LEN, _checksum_at, _last_entry, _read_into, _ro, _write_all
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time
 BATCH_BYTES = 256 << 20  # segment copies written before they are synced and renamed together
@@ -520,21 +517,19 @@ class _Copier:
             self.removed += 1
 
     def _adoptable(self, data: bytes) -> bool:
-        """Whether a reader of DEST would adopt checkpoint bytes ``data``: the entry ending where it
-        says, in DEST's segment, has its checksum (recomputed from its meta) and the root of its tables."""
-        if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
-            return False
-        try:
-            t, seg, off = Tables.load(data[:-32])
-        except Exception:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
-            return False
-        if type(seg) is not int or type(off) is not int or t.pos.entry <= 0 or not os.path.exists(self.dpath(seg)):
-            return False
-        with _ro(self.dpath(seg)) as fd:
-            if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC or not SEG_HEADER.size < off <= os.fstat(fd).st_size:
-                return False
-            e = _entry_ending_at(fd, off, seg)
-        return e is not None and e.n == t.pos.entry and e.checksum == t.pos.checksum and root_digest(t.acc) == e.root
+        """Whether a reader of DEST would adopt checkpoint bytes ``data``: the readers' own rule
+        (``checkpoint.adoption``) over DEST's segment files."""
+
+        def entry_at(seg: int, off: int, n: int) -> Entry | None:
+            if type(seg) is not int or type(off) is not int or not os.path.exists(self.dpath(seg)):
+                return None
+            with _ro(self.dpath(seg)) as fd:
+                if os.pread(fd, MAGIC_LEN, 0) != SEG_MAGIC or not SEG_HEADER.size < off <= os.fstat(fd).st_size:
+                    return None
+                return entry_ending_at(fd, off, seg)
+
+        got = adoption(data, entry_at)
+        return not isinstance(got, str) and got[3] is not None
 
     def _put_file(self, path: str, data: bytes, count: bool = True) -> None:
         """A derived file (an index, the checkpoint, the witness) written aside and renamed into place,
@@ -590,6 +585,11 @@ class _Copier:
         if pos.entry and read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
             self._put_file(os.path.join(self.dlog, "witness"), WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
         self.policy.dir(self.dlog)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_SYS_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "i686": 353, "armv7l": 382, "ppc64le": 357, "s390x": 347, "riscv64": 276}
 
 
 def _exchange(a: str, b: str) -> None:

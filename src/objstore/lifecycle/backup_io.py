@@ -1,5 +1,5 @@
 """Segment files by their bytes, for a backup, without opening the engine: the entry that ends at
-an offset and its recomputed chain checksum (``_entry_ending_at``, ``_last_entry``), the checksum of
+an offset and its recomputed chain checksum (``segfile.entry_ending_at``, ``_last_entry``), the checksum of
 entry ``n`` within a snapshot (``_checksum_at``), a file's first entry checksum and its last 32
 bytes; read-only descriptors, whole writes and reads into a buffer. ``backup`` and
 ``backup_copy`` read SRC and DEST through these: what they return is checked (checksums recomputed
@@ -13,23 +13,11 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import msgspec
-
 from ..errors import StorageOSError
-from ..storage import packed
-from ..storage.engine import (
-    ENTRY_HEAD,
-    ENTRY_MAGIC,
-    ENTRY_TRAILER,
-    MAX_META,
-    SEG_HEADER,
-    SEG_MAGIC,
-    Entry,
-    LogEngine,
-    _parse_split,
-    _read_segment_header,
-    packed_entries,
-)
+from ..storage.log import packed
+from ..storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, SEG_HEADER, SEG_MAGIC
+from ..storage.log.local import LogEngine
+from ..storage.log.segfile import _parse_split, _read_segment_header, entry_ending_at, packed_entries
 
 MAGIC_LEN = 8
 TAIL_LEN = 32
@@ -108,39 +96,8 @@ def _last_entry(fd: int, size: int, seg: int) -> tuple[bytes, int] | None:
     if size == SEG_HEADER.size:
         _, _, first, prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))
         return prev, first
-    e = _entry_ending_at(fd, size, seg)
+    e = entry_ending_at(fd, size, seg)
     return None if e is None else (bytes(e.checksum), e.n + 1)
-
-
-def _entry_ending_at(fd: int, size: int, seg: int) -> Entry | None:
-    """The entry of an ordinary segment whose trailer ends at ``size``, its checksum recomputed from its
-    meta and the entry before it; None if no whole entry ends there."""
-    trailer = os.pread(fd, ENTRY_TRAILER.size, size - ENTRY_TRAILER.size)
-    if len(trailer) != ENTRY_TRAILER.size:
-        return None
-    length, _checksum = ENTRY_TRAILER.unpack(trailer)
-    start = size - length
-    if start < SEG_HEADER.size or length < ENTRY_HEAD.size + ENTRY_TRAILER.size:
-        return None
-    head = os.pread(fd, ENTRY_HEAD.size, start)
-    if len(head) != ENTRY_HEAD.size or head[:4] != ENTRY_MAGIC:
-        return None
-    _, mlen, dlen = ENTRY_HEAD.unpack(head)
-    if mlen > MAX_META or ENTRY_HEAD.size + mlen + dlen + ENTRY_TRAILER.size != length:
-        return None
-    if start == SEG_HEADER.size:
-        prev = SEG_HEADER.unpack(os.pread(fd, SEG_HEADER.size, 0))[3]
-    else:
-        prev = ENTRY_TRAILER.unpack(os.pread(fd, ENTRY_TRAILER.size, start - ENTRY_TRAILER.size))[1]
-    meta = os.pread(fd, ENTRY_HEAD.size + mlen, start)
-    try:
-        n = msgspec.msgpack.decode(meta[ENTRY_HEAD.size:])["n"]
-    except (msgspec.DecodeError, KeyError, TypeError):
-        return None
-    if type(n) is not int:
-        return None
-    e = _parse_split(meta, trailer, dlen, start, prev, seg, n)
-    return None if isinstance(e, str) else e
 
 
 def _read_into(fd: int, buf: memoryview, off: int, want: int) -> memoryview:

@@ -35,12 +35,16 @@ import zstandard
 from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UntrustedGcPending
 from ..runs import records, state
 from ..runs.facts import body_refs
-from ..storage import codec, engine, fileutil, packed, runrefs, segindex
+from ..storage import codec, fileutil, runrefs
 from ..storage.gclock import gc_lock
+from ..storage.log import packed, segindex
 from ..storage.log.entry import Entry, block_starts
 from ..storage.log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, LARGE_BLOB, MIN_COMPRESS, REMOVED, Loc
+from ..storage.log.local import LogEngine
 from ..storage.log.parse import _rw_shape_problem
-from ..storage.store import mark_packed
+from ..storage.log.segfile import _read_segment_header, packed_entries, seg_name
+from ..storage.log.segrows import _segment_rows
+from ..storage.storedir import mark_packed
 from . import delete
 
 if TYPE_CHECKING:
@@ -83,9 +87,9 @@ class Doomed(NamedTuple):
         return self.records | self.blobs | self.other
 
 
-def _eng(store: Store) -> engine.LogEngine:
+def _eng(store: Store) -> LogEngine:
     eng = store.engine
-    if not isinstance(eng, engine.LogEngine) or store.root is None:
+    if not isinstance(eng, LogEngine) or store.root is None:
         raise InvalidInput("gc works on a store on disk (this one lives in memory)")
     return eng
 
@@ -202,7 +206,7 @@ def doomed(store: Store) -> Doomed:
     return Doomed(recs, candidates | redacted, other)
 
 
-def _keep_live_named(eng: engine.LogEngine, recs: set, candidates: set, deleted_runs: set) -> None:
+def _keep_live_named(eng: LogEngine, recs: set, candidates: set, deleted_runs: set) -> None:
     """``doomed``'s last pass: the ``candidates`` (blob ids) that something live still names leave the set."""
     # Kept if anything live still names them: another record (its index rows' refs), or a
     # journal or segment object of a run that is not deleted (their ids, from their bodies).
@@ -214,7 +218,7 @@ def _keep_live_named(eng: engine.LogEngine, recs: set, candidates: set, deleted_
             for ref in r[6]:
                 candidates.discard(ref)
         for o in e.objs:
-            if o[1] in ("journal", "segment") and candidates and o[3] != engine.REMOVED:
+            if o[1] in ("journal", "segment") and candidates and o[3] != REMOVED:
                 try:
                     value = codec.decode(eng.read(o[0]), o[0], False)[1]
                 except ObjstoreError:
@@ -226,7 +230,7 @@ def _keep_live_named(eng: engine.LogEngine, recs: set, candidates: set, deleted_
             break
 
 
-def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:
+def _kept_by_copies(eng: LogEngine, deleted_runs: set) -> set:
     """Every record and fork object the lineage of a live copy reaches before its own records:
     found from the entries' rows (a run_started whose parent is set starts a copy), then walked back
     through parent links and fork objects into the source (and its sources)."""
@@ -251,7 +255,7 @@ def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:
     return kept
 
 
-def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:
+def _parent_of(eng: LogEngine, oid: bytes) -> bytes | None:
     """A record's parent, from its body (None if its body is gone already or unreadable)."""
     try:
         value = codec.decode(eng.read(oid), oid, False)[1]
@@ -261,7 +265,7 @@ def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:
     return parent if isinstance(parent, bytes) else None
 
 
-def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
+def _chain_objects(eng: LogEngine, head: bytes, out: set) -> None:
     """Every object of a deleted run's journal or segment chain from ``head`` back (into ``out``).
     The blobs they name go only as the run's deletion lists them (``blobs``), which verify can check."""
     cur: Any = head
@@ -283,7 +287,7 @@ def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
         cur = value.get("previous")
 
 
-def _segments_to_rewrite(eng: engine.LogEngine, last: int, gone: set) -> list[int]:
+def _segments_to_rewrite(eng: LogEngine, last: int, gone: set) -> list[int]:
     need = set()
     for oid in gone:
         loc = eng.loc(oid)
@@ -324,7 +328,7 @@ class _Block:
         self.parts, self.size, self.rows = [], 0, []
 
 
-def _source_bytes(eng: engine.LogEngine, e: Entry, o: list, starts: list, cache: dict) -> bytes:
+def _source_bytes(eng: LogEngine, e: Entry, o: list, starts: list, cache: dict) -> bytes:
     """One object's canonical bytes from the segment being rewritten, hash-checked: gc never carries
     damaged bytes into a new file (it stops and names them; verify tells the rest). Each source
     block is decompressed once (``cache``: file offset -> raw block)."""
@@ -344,10 +348,10 @@ def _source_bytes(eng: engine.LogEngine, e: Entry, o: list, starts: list, cache:
     return data
 
 
-def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, dict]:
+def pack_segment(eng: LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, dict]:
     """Write segment ``seg`` packed into ``path`` without the bodies in ``gone``: (BLAKE3 of the
     file, the bytes of its index, {id: type} of the bodies this rewrite removes)."""
-    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
     entries = list(eng._segment_entries(seg, hdr[3], hdr[2]))
     if not entries or not entries[-1].seal:
         raise IntegrityError("?", eng.seg_path(seg), "sealed segment does not read to its seal entry (run 'objstore verify')")
@@ -409,26 +413,26 @@ def _index_of_packed(path: str, seg: int, last: bytes) -> bytes | str:
     try:
         if not packed.is_packed(fd):
             return "it is not a packed segment"
-        pk = engine.packed_entries(fd, seg)
+        pk = packed_entries(fd, seg)
         if pk.problem is not None or not pk.entries or pk.entries[-1].checksum != last:
             return pk.problem or "its chain ends elsewhere"
         objects: dict = {}
         chain: list = []
         for e in pk.entries:
-            engine._segment_rows(e, objects, chain)
+            _segment_rows(e, objects, chain)
         end = pk.entries[-1]
         return segindex.build(seg, pk.entries[0].n, end.n, end.checksum, objects.values(), chain)
     finally:
         os.close(fd)
 
 
-def _first(eng: engine.LogEngine, seg: int, last: Entry) -> Iterator[Entry]:
+def _first(eng: LogEngine, seg: int, last: Entry) -> Iterator[Entry]:
     for e in eng._segment_entries(seg, last.checksum, last.n + 1):
         yield e
         return
 
 
-def _check_large(eng: engine.LogEngine, e: Entry, o: list, starts: list) -> bool:
+def _check_large(eng: LogEngine, e: Entry, o: list, starts: list) -> bool:
     """Whether object row ``o`` is a large blob (a block of its own), hash-checked as it streams if so."""
     oid, otype, length, bi, _off = o
     comp, raw_len, stored_len = e.blocks[bi][:3]
@@ -556,24 +560,24 @@ def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) ->
                     len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB) + pruned, before, eng.stored_bytes(), 0)
 
 
-def _pack_into_tmp(eng: engine.LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:
-    seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))
+def _pack_into_tmp(eng: LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:
+    seg_tmp = os.path.join(tmpdir, seg_name(seg))
     idx_tmp = seg_tmp[:-4] + ".idx"
     file_digest, idx_bytes, removed = pack_segment(eng, seg, every, seg_tmp, sync)
     segindex.write(idx_tmp, idx_bytes)
     return seg_tmp, idx_tmp, [seg, file_digest, blake3.blake3(idx_bytes).digest()], removed
 
 
-def _holds(eng: engine.LogEngine, seg: int, every: set) -> bool:
+def _holds(eng: LogEngine, seg: int, every: set) -> bool:
     """Whether sealed segment ``seg`` still stores the body of one of ``every``."""
     return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != COMP_GONE for oid in every)
 
 
-def _check_active(eng: engine.LogEngine) -> None:
+def _check_active(eng: LogEngine) -> None:
     """Hash-check every object of the active segment (gc is about to seal it, a write it must not
     make on a damaged log)."""
     seg = eng._seg
-    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
     cache: dict = {}
     for e in eng._segment_entries(seg, hdr[3], hdr[2]):
         starts = block_starts(e)
@@ -582,14 +586,14 @@ def _check_active(eng: engine.LogEngine) -> None:
                 _source_bytes(eng, e, o, starts, cache)
 
 
-def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:
+def _late_refs(store: Store, eng: LogEngine, since: int, active_then: int, candidates: set) -> set:
     """The ``candidates`` (doomed blobs) that a live record — or a live journal or segment object —
     committed after entry ``since`` names: a writer that found such a blob stored (its body still
     there) did not store it again, so it must stay. Reads only the segments written since."""
     deleted = set(delete.deleted_runs(store))
     late: set = set()
     for seg in range(active_then, eng._seg + 1):
-        hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+        hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
         for e in eng._segment_entries(seg, hdr[3], hdr[2]):
             if e.n <= since:
                 continue
@@ -607,7 +611,7 @@ def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int
     return late
 
 
-def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
+def _put_in_place(store: Store, eng: LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
                   active_then: int, sync: bool, timeout: float) -> int:
     """Under the writer lock: keep what writers named meanwhile (re-packing a segment that left it
     out), then the index and the file of each packed segment over the old ones, and the rewrite entry."""
@@ -639,13 +643,13 @@ def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, p
 PENDING = os.path.basename(packed.PENDING)
 
 
-def _note_pending(eng: engine.LogEngine, tmpdir: str, rows: list) -> None:
+def _note_pending(eng: LogEngine, tmpdir: str, rows: list) -> None:
     """Record, durably and before any file is replaced, the rewrite rows this gc is about to make true."""
     with fileutil.atomic_file(os.path.join(tmpdir, PENDING), tmpdir, eng.policy) as f:
         f.write(packed.encode_pending(rows))
 
 
-def _unfinished(eng: engine.LogEngine) -> list:
+def _unfinished(eng: LogEngine) -> list:
     """The rows of a killed gc whose packed files are in place but which the log does not name yet,
     each checked before it is committed (``_untrusted``)."""
     rows = packed.read_pending(eng.root)
@@ -677,7 +681,7 @@ def _unfinished(eng: engine.LogEngine) -> list:
     return out
 
 
-def _untrusted(eng: engine.LogEngine, row: list) -> str | None:
+def _untrusted(eng: LogEngine, row: list) -> str | None:
     """Why a pending row whose file is in place is not one this gc would commit, else None. Anyone who
     can write the store's files can write tmp/gc/pending (its checksum is BLAKE3 of its bytes), so
     a row is trusted only as far as it is checked: it has the shape readers require of a rewrite row,
@@ -688,7 +692,7 @@ def _untrusted(eng: engine.LogEngine, row: list) -> str | None:
     if bad is not None:
         return f"is not [segment, 32-byte file digest, 32-byte index digest] ({bad})"
     try:
-        nxt = engine._read_segment_header(eng._fd(seg + 1), eng.seg_path(seg + 1))
+        nxt = _read_segment_header(eng._fd(seg + 1), eng.seg_path(seg + 1))
         idx = _index_of_packed(eng.seg_path(seg), seg, nxt[3])
     except (OSError, ObjstoreError) as err:
         return f"names a file that cannot be read back ({err})"

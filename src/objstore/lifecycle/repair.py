@@ -25,7 +25,8 @@ import time
 
 from ..errors import InvalidInput, Refused, Unauthenticated
 from ..storage import codec, identity
-from ..storage.engine import REPAIRS_REF, LogEngine
+from ..storage.log.local import LogEngine
+from ..storage.log.witness import REPAIRS_REF
 from ..storage.store import Store
 
 

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidInput
 from ..runs.anchors import anchor_token
-from ..storage import codec, engine, packed
+from ..storage import codec
+from ..storage.log import packed
 from ..storage.log.engine import Engine
 from ..storage.log.format import REMOVED, Position
+from ..storage.log.local import LogEngine
 from . import delete
 
 if TYPE_CHECKING:
@@ -78,7 +80,7 @@ def stats(store: Store) -> dict[str, Any]:
             "derived_bytes": None,
             "state_cache_bytes": _state_cache(store.root),
         }
-    if not isinstance(eng, engine.LogEngine) or store.root is None:
+    if not isinstance(eng, LogEngine) or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
     pos = eng.refresh()
     figures = _log_figures(store, eng, pos)

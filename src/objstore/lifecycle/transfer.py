@@ -55,9 +55,10 @@ from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, Objsto
 from ..runs import records
 from ..runs.facts import body_refs
 from ..storage import codec, runrefs
-from ..storage.engine import LogEngine
+from ..storage.log.local import LogEngine
 from ..storage.refs import forward_only, write_once_deletion
-from ..storage.store import LABELS_VERSION, Store
+from ..storage.store import Store
+from ..storage.storedir import LABELS_VERSION
 from . import delete
 
 Progress = Callable[[str], None]

@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, StorageOSError
-from ..storage.engine import ZERO
+from ..storage.log.format import ZERO
 
 if TYPE_CHECKING:
     from ..storage.store import Store

@@ -18,7 +18,8 @@ from ..errors import BranchNotFound, Conflict, InvalidInput, InvalidRecord, Malf
 from ..storage import codec
 from ..storage.log.txn import Txn
 from ..storage.runrefs import branch_of, branch_ref, live_ref, parse_symref_value, symref
-from ..storage.store import LABELS_VERSION, Store
+from ..storage.store import Store
+from ..storage.storedir import LABELS_VERSION
 from . import kinds as K
 from . import labels as L
 from . import records as R

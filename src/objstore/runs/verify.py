@@ -62,10 +62,13 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptLog, InvalidInput, ObjstoreError, StorageOSError
 from ..storage import authority, codec
-from ..storage.engine import ZERO, Entry, ScanProblem, chain_break
 from ..storage.fileutil import no_gc
 from ..storage.gclock import gc_lock
+from ..storage.log.engine import ScanProblem
+from ..storage.log.entry import Entry
+from ..storage.log.format import ZERO
 from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
+from ..storage.log.scan import chain_break
 from .anchors import anchor_problem, parse_anchor
 from .refold import refold_branch
 from .verify_objects import check_object

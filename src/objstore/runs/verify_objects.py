@@ -13,8 +13,9 @@ import blake3
 
 from ..errors import BodyRemoved, IntegrityError, UnknownObjectType
 from ..storage import codec
-from ..storage import engine as E
-from ..storage.engine import HashedLarge
+from ..storage.log.facts import object_facts
+from ..storage.log.format import CHAIN_TYPES
+from ..storage.log.scan import HashedLarge
 from . import kinds as K
 from . import records as R
 from . import schemas as S
@@ -104,9 +105,9 @@ def check_object(oid: bytes, otype: str, data: bytes | HashedLarge | IntegrityEr
 def _meta_row(oid: bytes, otype: str, data: bytes, value: dict, rows: dict, n: int) -> tuple | None:
     """The entry's index row for an object (what readers build every table from) must say what
     the object itself says: ``bad-meta-row entry <n> <id>`` otherwise."""
-    if otype != codec.RECORD and otype not in E.CHAIN_TYPES:
+    if otype != codec.RECORD and otype not in CHAIN_TYPES:
         return None
-    want = E.object_facts(otype, data, value, oid)
+    want = object_facts(otype, data, value, oid)
     got = rows.get(oid)
     if got != want:
         return ("bad-meta-row", f"the entry's index row says {_row(got)}, the {otype} itself gives {_row(want)}", f"entry {n} {oid.hex()}")

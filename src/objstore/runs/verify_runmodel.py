@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ObjstoreError
 from ..storage import authority, codec, runrefs
-from ..storage import engine as E
-from ..storage.engine import Entry
+from ..storage.log.entry import Entry
+from ..storage.log.facts import body_refs
 from . import kinds as K
 from . import labels as RL
 from . import records as R
@@ -188,7 +188,7 @@ class RunModelChecks:
         if oid in self.erased or run in self.deleted_runs or oid in self.removed:
             refs = body.get(REFS) if oid in self.removed else [body.get(f) for f in R.BLOB_FIELDS]
             if ext and oid not in self.removed:
-                refs = E.body_refs({k: v for k, v in body.items() if k != SCHEMA})
+                refs = body_refs({k: v for k, v in body.items() if k != SCHEMA})
             self.dead_refs.update(r for r in refs or () if type(r) is bytes)
         elif ext:
             self._ext_record(oid, p["kind"], body, p.get("schema"), where)

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from ..storage.store import Store
     from .api import ForkResult
     from .chain import ChainReader, View
-    from .api import ForkResult
     from .verify_report import Problem
 
 FORK_KIND = "fork"

@@ -27,10 +27,11 @@ from typing import Any
 
 from ..errors import Deleted, ObjstoreError
 from . import codec, runrefs
-from .engine import LogEngine, _read_segment_header
 from .log.entry import Entry
 from .log.facts import body_refs
 from .log.format import COMP_GONE, REMOVED
+from .log.local import LogEngine
+from .log.segfile import _read_segment_header
 
 _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 

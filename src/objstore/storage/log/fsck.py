@@ -34,20 +34,17 @@ import blake3
 import msgspec
 
 from ...errors import CorruptLog, ObjstoreError
-from .. import engine as E
-from .. import packed, segindex
-from ..engine import (
-    SEG_HEADER,
-    SEG_MAGIC,
-    Engine,
-    Entry,
-    LogEngine,
-    ScanEntry,
-    ScanProblem,
-    SegmentEnd,
-    SegmentHead,
-    scan_segment,
-)
+from . import packed, segindex
+from .checkpoint import adoption
+from .engine import Engine, ScanEntry, ScanProblem
+from .entry import Entry
+from .format import SEG_HEADER, SEG_MAGIC
+from .local import LogEngine
+from .scan import SegmentEnd, SegmentHead, scan_segment
+from .segfile import _read_segment_header
+from .segrows import _segment_rows
+from .tables import Tables
+from .witness import witness_disagreement
 
 Finding = tuple[str, str, str, str]  # (code, subject, where, detail): the fields of a verify problem
 # check(oid, otype, data, full, rows, n) -> the checked object (a plain tuple, see runs.verify_objects)
@@ -91,7 +88,7 @@ def entry_rows(e: Entry) -> dict:
 def _index_rows(e: Entry, objects: dict, chain: list) -> None:
     """The rows a sealed segment's index holds for entry ``e``, from its meta (as the engine builds
     them: the index must be exactly what the entries say)."""
-    E._segment_rows(e, objects, chain)
+    _segment_rows(e, objects, chain)
 
 
 def _index_verdict(idx_path: str, next_path: str, seg: int, head: SegmentHead, end: SegmentEnd, objects: dict, chain: list,
@@ -423,7 +420,7 @@ class LocalLogCheck(LogCheck):
         the checksum of the entry it names; ``damage_named``: a break, damage or breach is named
         already, which explains a log short of the witness)."""
         engine = self.engine
-        seen = E.witness_disagreement(wit, count, wit_sum) if wit is not None else None
+        seen = witness_disagreement(wit, count, wit_sum) if wit is not None else None
         if seen is not None and wit is not None and engine.repair_explains(wit):
             seen = None  # a repair killed before its new witness: its note records this one
         # a log that stops at damage named above is short of the witness because of that damage
@@ -442,43 +439,39 @@ class LocalLogCheck(LogCheck):
         except OSError:
             return None
         why = None
+
+        def entry_at(seg: int, off: int, n: int) -> Entry:
+            # A writer may have checkpointed past verify's snapshot: the entry it names is in
+            # the file all the same (a checkpoint is written after its entry is durable).
+            if off == SEG_HEADER.size and seg > 1:
+                # written at a seal, between the next segment's header and its first entry:
+                # its entry is the last of the segment before (readers replay: not damage)
+                return engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), n)
+            return engine._entry_ending_at(seg, off, n)
+
         try:
-            if len(data) < 32 or _hash(data[:-32]).digest() != data[-32:]:
-                why = "its checksum does not match its bytes"
-            else:
-                t, seg, off = E.Tables.load(data[:-32])
-                # A writer may have checkpointed past verify's snapshot: the entry it names is in
-                # the file all the same (a checkpoint is written after its entry is durable).
-                if t.pos.entry > 0:
-                    if off == E.SEG_HEADER.size and seg > 1:
-                        # written at a seal, between the next segment's header and its first entry:
-                        # its entry is the last of the segment before (readers replay: not damage)
-                        e = engine._entry_ending_at(seg - 1, os.path.getsize(engine.seg_path(seg - 1)), t.pos.entry)
-                    else:
-                        e = engine._entry_ending_at(seg, off, t.pos.entry)
-                    if e.checksum != t.pos.checksum:
-                        why = f"entry {t.pos.entry} is not at segment {seg} offset {off}"
-                    elif E.root_digest(t.acc) != e.root:
-                        why = f"its tables do not hash to the root of entry {t.pos.entry}"
-                    else:
-                        why = self._checkpoint_rows(t, seg)
+            got = adoption(data, entry_at)
+            if isinstance(got, str):
+                why = got
+            elif got[3] is not None:
+                why = self._checkpoint_rows(got[0], got[1])
         except (ValueError, KeyError, TypeError, IndexError, OSError, msgspec.DecodeError, ObjstoreError, segindex.IndexError_) as err:
             why = f"unreadable ({err})"
         if why is not None:
             return ("damaged-checkpoint", path, "", f"{why}; readers do not adopt it (delete it, or let the next writer replace it)")
         return None
 
-    def _checkpoint_rows(self, t: E.Tables, seg: int) -> str | None:
+    def _checkpoint_rows(self, t: Tables, seg: int) -> str | None:
         """The checkpoint's rows of the active segment against the segment's own entries."""
         engine = self.engine
-        hdr = E._read_segment_header(engine._fd(seg), engine.seg_path(seg))
+        hdr = _read_segment_header(engine._fd(seg), engine.seg_path(seg))
         objects: dict = {}
         chain: list = []
         last = hdr[2] - 1
         for e in engine._segment_entries(seg, hdr[3], hdr[2]):
             if e.n > t.pos.entry:
                 break
-            E._segment_rows(e, objects, chain, labels=False)  # a checkpoint keeps label rows apart, in the root
+            _segment_rows(e, objects, chain, labels=False)  # a checkpoint keeps label rows apart, in the root
             last = e.n
         if last < t.pos.entry:
             return None  # the segment does not read that far (its damage is named on its own): the rows are not judged

@@ -17,9 +17,10 @@ from typing import Any
 
 import blake3
 
-from .. import authority, segindex
+from .. import authority
 from ..runrefs import RUN_PREFIX as _RUN_PREFIX
 from ..runrefs import run_of as _run_of
+from . import segindex
 from .format import LABEL_ROW, ZERO, Position, _dec, _enc
 from .root import _ROOT_MOD, element_hash, table_elements
 from .rules import Plan, Rules

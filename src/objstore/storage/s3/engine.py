@@ -35,15 +35,10 @@ from typing import Any
 
 from ...errors import Busy, CorruptLog, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from .. import codec, runrefs
-from ..engine import (
-    COMP_GONE,
-    LargeBlob,
-    Txn,
-    _show,
-    build_entry,
-    deletion_rule,
-    txn_bodies,
-)
+from ..log.engine import deletion_rule, txn_bodies
+from ..log.entry import LargeBlob, build_entry
+from ..log.format import COMP_GONE, _show
+from ..log.txn import Txn
 from .entries import merge_chunks
 from .gc import BodyRemoval
 from .layout import (

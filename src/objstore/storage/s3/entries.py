@@ -14,20 +14,8 @@ import msgspec
 import zstandard
 
 from ...errors import BodyRemoved, IntegrityError
-from ..engine import (
-    COMP_RAW,
-    COMP_ZSTD,
-    ENTRY_HEAD,
-    ENTRY_MAGIC,
-    ENTRY_TRAILER,
-    MIN_COMPRESS,
-    REMOVED,
-    Entry,
-    Loc,
-    _compressor,
-    _decompressor,
-    block_starts,
-)
+from ..log.entry import Entry, block_starts
+from ..log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, MIN_COMPRESS, REMOVED, Loc, _compressor, _decompressor
 from .layout import Chunk, chunk_decoder, encoder
 
 _meta_enc = msgspec.msgpack.Encoder(order="sorted")  # an entry's meta, as engine.build_entry encodes it

@@ -14,12 +14,8 @@ import time
 
 from ...errors import Busy, CorruptLog
 from .. import codec
-from ..engine import (
-    COMP_GONE,
-    ZERO,
-    Loc,
-    parse_entry,
-)
+from ..log.format import COMP_GONE, ZERO, Loc
+from ..log.parse import parse_entry
 from .entries import strip_entry
 from .layout import (
     CHUNK_FMT,

@@ -23,27 +23,12 @@ import zstandard
 
 from ...errors import BodyRemoved, Busy, CorruptLog, IntegrityError, ObjectNotFound
 from .. import codec
-from ..engine import (
-    COMP_GONE,
-    COMP_RAW,
-    COMP_ZSTD,
-    REMOVED,
-    ZERO,
-    Engine,
-    Entry,
-    Loc,
-    Plan,
-    Position,
-    ScanEntry,
-    ScanProblem,
-    Tables,
-    _decompressor,
-    block_starts,
-    deletion_rule,
-    entry_bodies,
-    parse_entry,
-    plan_taken,
-)
+from ..log.engine import Engine, ScanEntry, ScanProblem, deletion_rule, entry_bodies
+from ..log.entry import Entry, block_starts
+from ..log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, REMOVED, ZERO, Loc, Position, _decompressor
+from ..log.parse import parse_entry
+from ..log.rules import Plan, plan_taken
+from ..log.tables import Tables
 from .bucket import NOT_MODIFIED, Bucket
 from .entries import block_object, objects_of
 from .layout import (

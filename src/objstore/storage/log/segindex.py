@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 
 import blake3
 
-from .fileutil import write_derived
+from ..fileutil import write_derived
 
 IDX_MAGIC = b"OSIX\x01\x00\x00\x00"
 HEAD = struct.Struct("<8sQQQ32sII")
