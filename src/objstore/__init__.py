@@ -96,7 +96,7 @@ def verify(log: RunLog, **options: Any) -> list[Problem]:
 
 
 # Where each module of the flat layout went. ``import objstore.engine`` still works and gives the
-# module ``objstore.storage.engine`` itself (one module object, so patching either name patches both).
+# module ``objstore.storage.log.local`` itself (one module object, so patching either name patches both).
 # ``objstore.export`` and ``objstore.verify`` are the functions above now, not module paths.
 OLD_PATHS = {
     **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "store", "identity")},

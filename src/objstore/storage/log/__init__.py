@@ -17,7 +17,21 @@ Members, lowest first (each imports only those before it; none imports this ``__
 * ``craft`` — entries built outside a writer, as a writer builds them (fixtures, forged entries);
 * ``txn`` — ``Txn``: a commit in the making;
 * ``engine`` — ``Engine``: the interface every engine implements, its optional capabilities;
-* ``memory`` — ``MemoryEngine``: the tables over dicts.
+* ``memory`` — ``MemoryEngine``: the tables over dicts;
+* ``segindex`` — a sealed segment's index file (``log/<segment>.idx``);
+* ``packed`` — the packed segment file gc writes;
+* ``segfile`` — segment files: names, headers, an entry read without its blocks (``entry_ending_at``), packed entries;
+* ``segrows`` — the index rows an entry gives, and rows back into locations;
+* ``local_state`` — ``LocalBase``: a local log's state, files and descriptors (what its parts share);
+* ``scan`` — the log read as verify reads it, entry by entry, damage named;
+* ``witness`` — the head witness (``log/witness``): reading it, comparing it with the log;
+* ``checkpoint`` — the one rule by which a reader adopts a checkpoint (``adoption``), and writing one;
+* ``local_catchup`` — taking in the tail: torn tails versus damage, applying entries;
+* ``local_objects`` — reading objects, hash-checked, large blobs streamed;
+* ``local_index`` — locations, the chain index, label rows, sealed segments' indexes;
+* ``local_write`` — the writer lock, group commit, seal, repair, rewrite;
+* ``local`` — ``LogEngine``: the local log, its parts put together;
+* ``fsck`` — the log-level checks of ``objstore verify``: bytes, checksums, indexes, witness, torn tails.
 
 Invariants of the log (the store-wide ones, numbered, are in the design notes; the numbers in
 brackets are theirs):
@@ -36,13 +50,8 @@ brackets are theirs):
    model, through ``facts``.
 """
 
-from .engine import Engine, ScanEntry, ScanProblem
-from .entry import Entry, LargeBlob
-from .format import LARGE_BLOB, Loc, Position
-from .memory import MemoryEngine
-from .rules import Plan
-from .tables import Tables
-from .txn import Txn
+# Import-light on purpose: importing any member runs this file first, so it imports none of them
+# (members are reached as attributes, loaded on first use).
+from ...lazy import member_getattr
 
-__all__ = ["LARGE_BLOB", "Engine", "Entry", "LargeBlob", "Loc", "MemoryEngine", "Plan", "Position", "ScanEntry", "ScanProblem",
-           "Tables", "Txn"]
+__getattr__ = member_getattr(__name__)
