@@ -71,7 +71,8 @@ from ..storage.log.format import Position
 from ..storage.log.local import LogEngine
 from ..storage.log.segfile import seg_name
 from ..storage.log.witness import read_witness
-from ..storage.store import FORMAT_VERSION, MARKER, READ_VERSIONS, Store, read_marker
+from ..storage.store import Store
+from ..storage.storedir import FORMAT_VERSION, MARKER, READ_VERSIONS, read_marker
 from . import delete
 from .backup_copy import BackupResult, Progress, _Copier
 from .backup_io import _UNKNOWN, _first_checksum, _tail32, _write_all

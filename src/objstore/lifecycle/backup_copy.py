@@ -42,7 +42,7 @@ from ..storage.log.format import (
 from ..storage.log.local import LogEngine
 from ..storage.log.segfile import _parse_split, _read_segment_header, entry_ending_at, packed_entries, seg_name
 from ..storage.log.witness import read_witness
-from ..storage.store import FORMAT_VERSION, mark_version
+from ..storage.storedir import FORMAT_VERSION, mark_version
 from .backup_io import MAGIC_LEN, TAIL_LEN, _checksum_at, _last_entry, _read_into, _ro, _write_all
 
 CHUNK = 4 << 20  # bytes read, hashed and written at a time

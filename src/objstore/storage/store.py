@@ -308,7 +308,7 @@ class Store:
         try:
             payload = _encode(value)
         except Exception:
-            value, payload = _checked_payload(value)
+            value, payload = codec.checked_payload(value)
         data = _HEADS[otype] % len(payload) + payload
         oid = _hash(data).digest()
         txn.put(oid, otype, data, value)
@@ -325,7 +325,7 @@ class Store:
             try:
                 payload = _encode(value)
             except Exception:
-                value, payload = _checked_payload(value)
+                value, payload = codec.checked_payload(value)
             data = _HEADS[otype] % len(payload) + payload
         else:
             data = codec.encode(otype, value)
@@ -762,29 +762,6 @@ class _RunOf(msgspec.Struct):
 
 
 _run_of_record = msgspec.msgpack.Decoder(_RunOf)
-
-
-def _checked_payload(value: dict) -> tuple[dict, bytes]:
-    """(the value as stored, its canonical payload) for a value the encoder refused: an ``Id`` (a bytes
-    subclass msgspec does not take) becomes the plain bytes it is — in the value too, which the entry's
-    index facts (``runs.facts.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
-    else is ``_encode_input``'s InvalidInput."""
-    try:
-        value = codec.plain_ids(value)
-    except RecursionError:
-        pass  # nested past the encoder's limit too: _encode_input names that
-    return value, _encode_input(value)
-
-
-def _encode_input(value: dict) -> bytes:
-    """The canonical payload of a structured object, or InvalidInput for a value MessagePack cannot
-    hold (an integer outside int64/uint64, a lone surrogate, nesting past the encoder's limit). The
-    input checks (records.check_body, codec.check_json_value) refuse these first; this is the net
-    under every other path, so that none of them is a traceback, and nothing is written."""
-    try:
-        return _encode(value)
-    except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, msgspec.EncodeError) as e:
-        raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _show(v: bytes | str | None) -> str | None:
