@@ -32,5 +32,7 @@ from .witness import Witness
 class LogEngine(CatchUp, ObjectReads, SegmentIndexes, Checkpoints, Witness, Writer):
     """The ``Engine`` over a store's ``log/`` directory (see the module docstring for its parts)."""
 
+    log_files = True  # its log is segment files on this machine: verify checks them byte by byte (fsck.LocalLogCheck)
+
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:
         return scan_log(self, upto)
