@@ -555,7 +555,7 @@ def append_raw_entry(root, objs, blocks, data: bytes, moves=(), recs=()) -> str:
         assert not isinstance(plan, str), plan
         root_hash = plan.root
     else:
-        root_hash = root_digest(eng.tables.acc)
+        root_hash = root_digest(eng.tables.root_sum)
     checksum = logical_checksum(pos.checksum, n, t, objs, moves, None, recs, [], root_hash, False, None)
     meta = msgspec.msgpack.Encoder(order="sorted").encode({"n": n, "t": t, "moves": moves, "objs": objs, "blocks": blocks, "cut": None,
                                                            "recs": recs, "prevs": [], "root": root_hash, "seal": False, "idx": None})

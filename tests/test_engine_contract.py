@@ -191,7 +191,7 @@ def test_the_root_kept_per_commit_is_the_root_of_the_tables(ops):
 
     from objstore import RunLog, Store
     from objstore.storage.log.root import root_digest
-    from objstore.storage.log.tables import Tables
+    from objstore.storage.log.tables import LogState
 
     log = RunLog(Store.memory())
     t = log.store.engine.tables
@@ -224,9 +224,9 @@ def test_the_root_kept_per_commit_is_the_root_of_the_tables(ops):
             with log.store.batch():
                 log.record_attempt(run, b, 1, "failed")
                 log.store.set_ref(f"run/{run}/note", log.store.read_ref(f"run/{run}/note"), log.store.put_blob(b"n%d" % b), "note")
-        assert root_digest(t.acc) == root_digest(copy.copy(t).recompute_root()), (op, a, b)
-    fresh = Tables()  # what a reader adopting a checkpoint of these tables computes
+        assert root_digest(t.root_sum) == root_digest(copy.copy(t).recompute_root()), (op, a, b)
+    fresh = LogState()  # what a reader adopting a checkpoint of these tables computes
     for name, value in t.refs.items():
         fresh.set_ref(name, value)
     fresh.tips, fresh.intents, fresh.starts, fresh.idx = dict(t.tips), dict(t.intents), dict(t.starts), dict(t.idx)
-    assert root_digest(fresh.recompute_root()) == root_digest(t.acc)
+    assert root_digest(fresh.recompute_root()) == root_digest(t.root_sum)

@@ -23,7 +23,7 @@ import objstore
 from objstore.errors import Refused
 from objstore.lifecycle.delete import delete_run
 from objstore.runs import labels as L
-from objstore.storage.log.tables import Tables
+from objstore.storage.log.tables import LogState
 from tests.helpers import run_cli
 
 SB = {"subject": "default", "workflow_version": "1", "meta": None}
@@ -83,7 +83,7 @@ def test_a_forged_run_birth_stops_every_reader_and_verify_names_it(tmp_path, mon
     root = str(tmp_path / "s")
     log, src = _base(root)
     with monkeypatch.context() as m:  # the forger: its process has the rule patched out
-        m.setattr(Tables, "_birth_rule", lambda *a: None, raising=False)
+        m.setattr(LogState, "_birth_rule", lambda *a: None, raising=False)
         run, oid = _forge_birth(objstore.open_store(root), case)
     # a fresh reader process: it stops before the entry, one line naming it, exit 6
     for args in (("log", src), ("episode", src, "--json"), ("runs",)):

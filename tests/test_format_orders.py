@@ -170,7 +170,7 @@ def replay(entries: list[dict]) -> dict:
     starts: dict = {}
     idx: dict = {}
     packs: dict = {}
-    lrows = b""
+    label_rows_packed = b""
     seen_scopes = set()
     for e in entries:
         n = e["n"]
@@ -199,11 +199,11 @@ def replay(entries: list[dict]) -> dict:
                 refs[name] = new
         if e["idx"] is not None:
             idx[e["idx"][0]] = e["idx"][1]
-            lrows = b""  # the sealed segment's label rows are in its index now
+            label_rows_packed = b""  # the sealed segment's label rows are in its index now
         for seg, file_digest, idx_digest in e.get("rw") or []:
             idx[seg] = idx_digest
             packs[seg] = file_digest  # per segment, the newest rewrite's file
-        lrows += label_rows(e)
+        label_rows_packed += label_rows(e)
         elements: list = []
         by_run: dict = {}
         for name, value in refs.items():
@@ -217,12 +217,12 @@ def replay(entries: list[dict]) -> dict:
             rt = sorted([b, lsn, oid] for (r, b), (lsn, oid) in tips.items() if r == run)
             elements.append(["R", run, blake3.blake3(_enc.encode([rr, rt, starts.get(run)])).digest()])
         elements += [["x", s, d] for s, d in idx.items()] + [["w", s, d] for s, d in packs.items()]
-        if lrows:
-            elements.append(["L", blake3.blake3(lrows).digest()])
-        acc = sum(_elt(x) for x in elements) % (1 << 16384)
-        root = blake3.blake3(acc.to_bytes(2048, "little")).digest()
+        if label_rows_packed:
+            elements.append(["L", blake3.blake3(label_rows_packed).digest()])
+        root_sum = sum(_elt(x) for x in elements) % (1 << 16384)
+        root = blake3.blake3(root_sum.to_bytes(2048, "little")).digest()
         assert root == e["root"], f"entry {n}: the root recomputed from the documented elements is not the one the entry names"
-        e["label_rows_after"] = lrows
+        e["label_rows_after"] = label_rows_packed
     return {"packs": packs, "idx": idx, "scopes": seen_scopes}
 
 

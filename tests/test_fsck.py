@@ -36,7 +36,7 @@ from objstore.storage.log import local_write
 from objstore.storage.log.craft import encode_entry
 from objstore.storage.log.entry import build_entry
 from objstore.storage.log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD
-from objstore.storage.log.tables import Tables
+from objstore.storage.log.tables import LogState
 
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
 BATCH = 200
@@ -195,7 +195,7 @@ def test_rewritten_entry_breaks_the_next_entrys_chain(built):
     data = open(p, "rb").read()
     # valid on its own: its root is the root of the tables after entry 4 plus its own move, as an
     # attacker who replays entries 1..4 computes it
-    t = Tables()
+    t = LogState()
     for n in range(1, 5):
         e = built.entries[n]
         facts = {e.objs[r[0]][0]: r[1:] for r in e.recs}

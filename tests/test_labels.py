@@ -22,7 +22,7 @@ from objstore.storage import labels as SL
 from objstore.storage.log import local_write
 from objstore.storage.log.format import LABEL_ROW
 from objstore.storage.log.local import LogEngine
-from objstore.storage.log.tables import Tables
+from objstore.storage.log.tables import LogState
 
 
 def _open(path):
@@ -182,7 +182,7 @@ def test_a_forged_run_label_is_refused_and_named_by_verify(tmp_path, monkeypatch
     with pytest.raises(Refused, match="its labels give run id"):
         forge()
     with monkeypatch.context() as m:
-        m.setattr(Tables, "_birth_rule", lambda *a: None)
+        m.setattr(LogState, "_birth_rule", lambda *a: None)
         forge()
     problems = objstore.verify(_open(tmp_path / "s"))
     assert [p.code for p in problems] == ["corrupt-entry"] and "its labels give run id" in problems[0].detail, problems

@@ -35,8 +35,8 @@ from objstore.storage.log import local_write, segindex
 from objstore.storage.log.entry import build_entry
 from objstore.storage.log.format import ENTRY_HEAD, SEG_HEADER, WITNESS, WITNESS_MAGIC
 from objstore.storage.log.root import root_digest, tables_root
-from objstore.storage.log.rules import Plan
-from objstore.storage.log.tables import Tables
+from objstore.storage.log.rules import EntryEffect
+from objstore.storage.log.tables import LogState
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"
@@ -147,7 +147,7 @@ def _forge_checkpoint(path, edit):
     ck = os.path.join(path, "log", "checkpoint")
     with open(ck, "rb") as f:
         data = f.read()
-    t, seg, off = Tables.load(data[:-32])
+    t, seg, off = LogState.load(data[:-32])
     edit(t, Store.open(path))
     body = t.dump(seg, off, 1)
     assert body != data[:-32], "the edit changed nothing"
@@ -220,19 +220,19 @@ def _forge_entry(path, moves, objects=(), ack=True, rows=None):
     root the tables would have if the rules were not checked. Returns (entry, segment path)."""
     eng = Store.open(path).engine
     t = eng.tables
-    assert tables_root(t.refs, t.tips, t.intents, t.starts, t.idx) == t.acc, "the attacker's root is the engine's"
+    assert tables_root(t.refs, t.tips, t.intents, t.starts, t.idx) == t.root_sum, "the attacker's root is the engine's"
     refs = dict(t.refs)
     for name, _old, new, _reason in moves:
         if new is None:
             refs.pop(name, None)
         else:
             refs[name] = new
-    acc = tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
+    root_sum = tables_root(refs, t.tips, t.intents, t.starts, t.idx)  # the tables' root by its definition
     objects = list(objects)
     facts = {oid: f for oid, otype, canon in objects if (f := object_facts(otype, canon, None, oid)) is not None}
     facts.update(rows or {})  # index rows that say something else than their objects
     raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), objects, moves, None, True, facts=facts,
-                           root=root_digest(acc))
+                           root=root_digest(root_sum))
     seg = eng.seg_path(eng._seg)
     assert os.path.getsize(seg) == eng._off
     with open(seg, "ab") as f:
@@ -346,7 +346,7 @@ def _rewrite_last_entry(path, mutate):
     facts = {oid: f for oid, otype, canon in objects if (f := object_facts(otype, canon, None, oid)) is not None}
     mutate(facts)
     plan = t.plan(last.n, [(o[0], o[1]) for o in objects], facts, last.moves, None)
-    assert isinstance(plan, Plan), plan
+    assert isinstance(plan, EntryEffect), plan
     raw, e = build_entry(t.pos.checksum, last.n, last.time, objects, last.moves, None, True, facts=facts, root=plan.root)
     with open(seg, "ab") as f:
         f.write(raw)
@@ -408,7 +408,7 @@ def _forge_history(path, monkeypatch):
     moves, objects, why = _rule_owner(Store.open(path))
     e, seg = _forge_entry(path, moves, objects)
     with monkeypatch.context() as m:
-        m.setattr(Tables, "_rule", lambda *a: None)
+        m.setattr(LogState, "_rule", lambda *a: None)
         eng = Store.open(path).engine
         assert eng.position().entry == e.n and eng.tables.refs["keys/owner"] == moves[0][2]
         eng._checkpoint()

@@ -26,7 +26,7 @@ from ..runs.anchors import anchor_token
 from ..storage.fileutil import FsyncPolicy, atomic_file
 from ..storage.log import packed
 from ..storage.log.checkpoint import adoption
-from ..storage.log.entry import Entry
+from ..storage.log.entry import LogEntry
 from ..storage.log.format import (
     ENTRY_HEAD,
     ENTRY_MAGIC,
@@ -520,7 +520,7 @@ class _Copier:
         """Whether a reader of DEST would adopt checkpoint bytes ``data``: the readers' own rule
         (``checkpoint.adoption``) over DEST's segment files."""
 
-        def entry_at(seg: int, off: int, n: int) -> Entry | None:
+        def entry_at(seg: int, off: int, n: int) -> LogEntry | None:
             if type(seg) is not int or type(off) is not int or not os.path.exists(self.dpath(seg)):
                 return None
             with _ro(self.dpath(seg)) as fd:

@@ -125,7 +125,7 @@ def check_authority(store: Store) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    done = store.engine.tables.checked  # kept deletions this process knows (Tables.obey's): each checked once
+    done = store.engine.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
     for name, value in store.list_refs():
         if authority.ref_wants(name) is None:
             continue

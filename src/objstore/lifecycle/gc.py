@@ -38,7 +38,7 @@ from ..runs.facts import body_refs
 from ..storage import codec, fileutil, runrefs
 from ..storage.gclock import gc_lock
 from ..storage.log import packed, segindex
-from ..storage.log.entry import Entry, block_starts
+from ..storage.log.entry import LogEntry, block_starts
 from ..storage.log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, LARGE_BLOB, MIN_COMPRESS, REMOVED, Loc
 from ..storage.log.local import LogEngine
 from ..storage.log.parse import _rw_shape_problem
@@ -328,7 +328,7 @@ class _Block:
         self.parts, self.size, self.rows = [], 0, []
 
 
-def _source_bytes(eng: LogEngine, e: Entry, o: list, starts: list, cache: dict) -> bytes:
+def _source_bytes(eng: LogEngine, e: LogEntry, o: list, starts: list, cache: dict) -> bytes:
     """One object's canonical bytes from the segment being rewritten, hash-checked: gc never carries
     damaged bytes into a new file (it stops and names them; verify tells the rest). Each source
     block is decompressed once (``cache``: file offset -> raw block)."""
@@ -426,13 +426,13 @@ def _index_of_packed(path: str, seg: int, last: bytes) -> bytes | str:
         os.close(fd)
 
 
-def _first(eng: LogEngine, seg: int, last: Entry) -> Iterator[Entry]:
+def _first(eng: LogEngine, seg: int, last: LogEntry) -> Iterator[LogEntry]:
     for e in eng._segment_entries(seg, last.checksum, last.n + 1):
         yield e
         return
 
 
-def _check_large(eng: LogEngine, e: Entry, o: list, starts: list) -> bool:
+def _check_large(eng: LogEngine, e: LogEntry, o: list, starts: list) -> bool:
     """Whether object row ``o`` is a large blob (a block of its own), hash-checked as it streams if so."""
     oid, otype, length, bi, _off = o
     comp, raw_len, stored_len = e.blocks[bi][:3]

@@ -40,7 +40,7 @@ EAGER = 64  # entries read object by object before a walk switches to decoding w
 
 class HistoryItem(NamedTuple):
     """One item ``objstore log`` shows: a record, or the fork object at the root of ``branch`` (not an
-    entry of the store's log: those are the storage engine's ``Entry``)."""
+    entry of the store's log: those are the storage engine's ``LogEntry``)."""
 
     branch: int
     record: R.Record | None

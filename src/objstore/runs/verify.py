@@ -65,7 +65,7 @@ from ..storage import authority, codec
 from ..storage.fileutil import no_gc
 from ..storage.gclock import gc_lock
 from ..storage.log.engine import ScanProblem
-from ..storage.log.entry import Entry
+from ..storage.log.entry import LogEntry
 from ..storage.log.format import ZERO
 from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
 from ..storage.log.scan import chain_break
@@ -379,7 +379,7 @@ class _Verifier(RunModelChecks):
             else:
                 self.add(*finding)
 
-    def _named_index(self, e: Entry, where: str) -> None:
+    def _named_index(self, e: LogEntry, where: str) -> None:
         """The digest an entry names for a sealed segment's index must be the index that segment's
         entries give (readers adopt only the file with that digest)."""
         named = e.idx or [0, b""]

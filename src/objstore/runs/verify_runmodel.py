@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ObjstoreError
 from ..storage import authority, codec, runrefs
-from ..storage.log.entry import Entry
+from ..storage.log.entry import LogEntry
 from ..storage.log.facts import body_refs
 from . import kinds as K
 from . import labels as RL
@@ -414,7 +414,7 @@ class RunModelChecks:
                     self.notes.append(Problem("redacted", name[len(runrefs.REDACTED_PREFIX):], "", str(v.get("reason"))))
                 did = v.get("previous") if want[0] == R.SCOPE_RECORDS else None
 
-    def _moves(self, e: Entry, where: str) -> None:
+    def _moves(self, e: LogEntry, where: str) -> None:
         for name, old, new, _reason in e.moves:
             if isinstance(new, bytes) and self.deleted_runs and runrefs.run_of(name) in self.deleted_runs:
                 self.dead_objs.add(new)

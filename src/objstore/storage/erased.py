@@ -9,7 +9,7 @@ that is not is ``Deleted`` (exit 12), naming the deletion and its reason, like n
 What it costs a read, so that a big store never pays a scan per read:
 
 * the blobs the deleted records name (``dead``) are worked out once per process and again only after
-  an entry that moves a deletion ref (the tables count those: ``Tables.dgen``), from the deleted
+  an entry that moves a deletion ref (the tables count those: ``LogState.dgen``), from the deleted
   records still stored (a run gc has been through is skipped at its tips);
 * a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
 * only a blob a deleted record names is looked for, and for all of them at once: one pass over the
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import Deleted, ObjstoreError
 from . import codec, runrefs
-from .log.entry import Entry
+from .log.entry import LogEntry
 from .log.facts import body_refs
 from .log.format import COMP_GONE, REMOVED
 from .log.local import LogEngine
@@ -125,7 +125,7 @@ def _note(eng: Any, rid: bytes, did: bytes, blobs: dict, records: dict) -> None:
         blobs.setdefault(b, did)
 
 
-def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, Entry]]:
+def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, LogEntry]]:
     """(segment, entry) of the entries after entry ``n`` from segment ``seg`` on, meta only; every
     entry after ``n``, on another engine (segment 0)."""
     if not isinstance(eng, LogEngine):

@@ -685,7 +685,7 @@ class Store:
         return v if t == codec.DELETION and isinstance(v, dict) else {}
 
     def obey_deletion(self, name: str, value: Any) -> None:
-        """What every read does before it obeys deletion ref ``name`` at ``value`` (storage.log.rules: Tables.obey):
+        """What every read does before it obeys deletion ref ``name`` at ``value`` (storage.log.tables: LogState.obey):
         a deletion this process took in from a checkpoint is checked against the authority rule
         there, once (CorruptLog if it breaks it)."""
         self.engine.tables.obey(name, value)

@@ -9,11 +9,11 @@ Members, lowest first (each imports only those before it; none imports this ``__
 
 * ``format`` — constants, ``Position``, ``Loc``, the chain checksum (``logical_checksum``);
 * ``root`` — the root of the derived tables (a homomorphic set hash);
-* ``entry`` — ``Entry``, large blobs, laying an entry out (``build_entry``);
+* ``entry`` — ``LogEntry``, large blobs, laying an entry out (``build_entry``);
 * ``parse`` — reading an entry back and checking its meta (``parse_entry``);
 * ``facts`` — the hook through which the run model hands the log its record facts;
-* ``rules`` — ``Plan`` and ``Rules.plan``: what an entry changes, or the rule it breaks;
-* ``tables`` — ``Tables``: what the log says at a position; checkpoints' contents;
+* ``rules`` — ``EntryEffect`` and ``Rules.plan``: what an entry changes, or the rule it breaks;
+* ``tables`` — ``LogState``: what the log says at a position; checkpoints' contents;
 * ``craft`` — entries built outside a writer, as a writer builds them (fixtures, forged entries);
 * ``txn`` — ``Txn``: a commit in the making;
 * ``engine`` — ``Engine``: the interface every engine implements, its optional capabilities;

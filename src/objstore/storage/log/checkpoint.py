@@ -23,14 +23,14 @@ from ...errors import CorruptLog
 from .. import authority
 from ..fileutil import write_derived
 from . import segindex
-from .entry import Entry
+from .entry import LogEntry
 from .local_state import LocalBase
 from .root import root_digest
 from .segfile import _read_segment_header, entry_ending_at
-from .tables import Tables
+from .tables import LogState
 
 
-def adoption(data: bytes, entry_at: Callable[[int, int, int], Entry | None]) -> tuple[Tables, int, int, Entry | None] | str:
+def adoption(data: bytes, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str:
     """Whether a reader adopts the checkpoint bytes ``data``: (its tables, segment, offset, and the entry
     it follows, None at entry 0) if the log commits to it, else why not. ``entry_at(segment, offset,
     entry number)`` is the entry ending at that offset (None: no such entry); what it raises goes
@@ -38,7 +38,7 @@ def adoption(data: bytes, entry_at: Callable[[int, int, int], Entry | None]) -> 
     if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
         return "its checksum does not match its bytes"
     try:
-        t, seg, off = Tables.load(data[:-32])
+        t, seg, off = LogState.load(data[:-32])
     except Exception as err:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
         return f"unreadable ({err})"
     if t.pos.entry <= 0:
@@ -46,7 +46,7 @@ def adoption(data: bytes, entry_at: Callable[[int, int, int], Entry | None]) -> 
     e = entry_at(seg, off, t.pos.entry)
     if e is None or e.n != t.pos.entry or e.checksum != t.pos.checksum:
         return f"entry {t.pos.entry} is not at segment {seg} offset {off}"
-    if root_digest(t.acc) != e.root:
+    if root_digest(t.root_sum) != e.root:
         return f"its tables do not hash to the root of entry {t.pos.entry}"
     return t, seg, off, e
 
@@ -79,7 +79,7 @@ class Checkpoints(LocalBase):
 
     def _confirm_adopted(self, name: str, value: bytes) -> None:
         """The authority rule over the deletions behind ``name`` (at ``value``) that the adopted
-        checkpoint took in, as of their own entries (``Tables.obey``): each one that keeps it is
+        checkpoint took in, as of their own entries (``LogState.obey``): each one that keeps it is
         remembered; one that breaks it is damage at its entry, as a replaying reader finds it."""
         with self._mu:
             t = self.tables
@@ -97,7 +97,7 @@ class Checkpoints(LocalBase):
             raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} (entry {n}: {bad}); the log is readable "
                              "only up to it (run 'objstore verify')")
 
-    def _entry_ending_at(self, seg: int, off: int, n: int) -> Entry:
+    def _entry_ending_at(self, seg: int, off: int, n: int) -> LogEntry:
         """The entry whose trailer ends at ``off`` in segment ``seg``, its checksum recomputed from its
         meta and the entry before it (``segfile.entry_ending_at``); ValueError if it is not entry ``n``."""
         got = entry_ending_at(self._fd(seg), off, seg)

@@ -7,7 +7,7 @@ with the behaviour of an engine that lacks them, so callers call them, never pro
 
 Invariants every engine keeps:
 
-* a commit is all or nothing, and applies an entry only after ``Tables.plan`` and the deletion
+* a commit is all or nothing, and applies an entry only after ``LogState.plan`` and the deletion
   authority rule (``deletion_rule``) accepted it — the same functions every reader applies;
 * a reader's snapshot is a ``Position``: every complete, checksummed entry up to it and nothing after.
 """
@@ -24,10 +24,10 @@ import zstandard
 
 from ...errors import CorruptLog, IntegrityError, ObjectNotFound, ObjstoreError
 from .. import authority
-from .entry import Entry, block_starts
+from .entry import LogEntry, block_starts
 from .format import COMP_GONE, REMOVED, Loc, Position
-from .rules import Plan
-from .tables import Tables
+from .rules import EntryEffect
+from .tables import LogState
 from .txn import Txn
 
 
@@ -35,7 +35,7 @@ class ScanEntry(NamedTuple):
     """One entry as verify sees it: the entry, its objects ``(id, type, canonical bytes or the
     IntegrityError that stopped them)``, and the file it is in."""
 
-    entry: Entry
+    entry: LogEntry
     objects: list
     where: str
 
@@ -46,7 +46,7 @@ class ScanProblem(NamedTuple):
     detail: str
 
 
-def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, plan: Plan) -> str | None:
+def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, plan: EntryEffect) -> str | None:
     """The deletion authority rule (objstore.storage.authority) for entry ``n`` (``objs``: rows
     (id, type, …) of its objects; ``plan``: its plan, whose chain rows place its own records),
     wherever it is applied: None unless it moves a deletion ref (a name check: every other commit
@@ -58,7 +58,7 @@ def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, 
     return authority.entry_problem(view, n, moves)
 
 
-def entry_bodies(e: Entry, seg: int, read_loc: Any) -> Any:
+def entry_bodies(e: LogEntry, seg: int, read_loc: Any) -> Any:
     """``bodies`` for ``deletion_rule`` over an entry being taken in: each object read (hash-checked)
     where the entry holds it, through ``read_loc(oid, loc)``; None if it cannot be read."""
     def body(oid: bytes) -> bytes | None:
@@ -89,7 +89,7 @@ def txn_bodies(objects: dict) -> Any:
 class Engine:
     """The interface both engines implement; ``Store`` is written against it."""
 
-    tables: Tables
+    tables: LogState
     _mu: threading.RLock  # guards the tables (and a log's tail position) within this process
     prefix_ok = False  # read the readable prefix of a damaged log instead of raising CorruptLog
     witness_problem: tuple[str, str] | None = None  # (code, detail) when the head witness disagrees with the log
@@ -175,7 +175,7 @@ class Engine:
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
         raise NotImplementedError
 
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> Iterator[LogEntry]:
         raise NotImplementedError
 
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:  # what verify reads: entries 1..upto with their objects

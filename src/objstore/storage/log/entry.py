@@ -1,4 +1,4 @@
-"""Commit entries as bytes: the decoded ``Entry``, large blobs, and how a writer lays an entry out.
+"""Commit entries as bytes: the decoded ``LogEntry``, large blobs, and how a writer lays an entry out.
 
 Invariants kept here:
 
@@ -30,7 +30,7 @@ from .format import (
 )
 
 
-class Entry(NamedTuple):
+class LogEntry(NamedTuple):
     """One decoded commit entry (meta only; blocks are read on demand)."""
 
     n: int
@@ -76,7 +76,7 @@ class LargeBlob:
 
 def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
                 compress: bool = True, facts: dict | None = None, root: bytes = ZERO, seal: bool = False,
-                idx: list | None = None, rw: list | None = None) -> tuple[bytes | list, Entry]:
+                idx: list | None = None, rw: list | None = None) -> tuple[bytes | list, LogEntry]:
     """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
 
     Records and blob bodies never share a block, so walking chains decompresses no body.
@@ -123,7 +123,7 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
     length = ENTRY_HEAD.size + len(meta) + dlen + ENTRY_TRAILER.size
     head = ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), dlen) + meta
     trailer = ENTRY_TRAILER.pack(length, checksum)
-    e = Entry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
+    e = LogEntry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
     if any(isinstance(d, LargeBlob) for d in data):
         return [head, *data, trailer], e  # parts: written one after another (LargeBlob from its file)
     return b"".join((head, *data, trailer)), e
@@ -145,7 +145,7 @@ def _block(members: list, objs: list, blocks: list, data: list, compress: bool) 
     data.append(stored)
 
 
-def block_starts(e: Entry) -> list:
+def block_starts(e: LogEntry) -> list:
     """The file offset of each of an entry's blocks: back to back from its data, or (a packed
     segment) where the segment's block list puts them."""
     if e.bofs is not None:

@@ -37,13 +37,13 @@ from ...errors import CorruptLog, ObjstoreError
 from . import packed, segindex
 from .checkpoint import adoption
 from .engine import Engine, ScanEntry, ScanProblem
-from .entry import Entry
+from .entry import LogEntry
 from .format import SEG_HEADER, SEG_MAGIC
 from .local import LogEngine
 from .scan import SegmentEnd, SegmentHead, scan_segment
 from .segfile import _read_segment_header
 from .segrows import _segment_rows
-from .tables import Tables
+from .tables import LogState
 from .witness import witness_disagreement
 
 Finding = tuple[str, str, str, str]  # (code, subject, where, detail): the fields of a verify problem
@@ -56,7 +56,7 @@ PARALLEL_MIN_BYTES = 8 << 20  # below this much log, checking in worker processe
 
 
 class SegEntry(NamedTuple):
-    entry: Entry
+    entry: LogEntry
     where: str
     objects: list  # [Checked]
 
@@ -78,14 +78,14 @@ class SegResult(NamedTuple):
 # -- one segment on its own (what a worker process does) ------------------------------------
 
 
-def entry_rows(e: Entry) -> dict:
+def entry_rows(e: LogEntry) -> dict:
     """An entry's index rows (recs, prevs) by object id."""
     rows = {e.objs[r[0]][0]: r[1:] for r in e.recs}
     rows.update((e.objs[r[0]][0], r[1:]) for r in e.prevs)
     return rows
 
 
-def _index_rows(e: Entry, objects: dict, chain: list) -> None:
+def _index_rows(e: LogEntry, objects: dict, chain: list) -> None:
     """The rows a sealed segment's index holds for entry ``e``, from its meta (as the engine builds
     them: the index must be exactly what the entries say)."""
     _segment_rows(e, objects, chain)
@@ -440,7 +440,7 @@ class LocalLogCheck(LogCheck):
             return None
         why = None
 
-        def entry_at(seg: int, off: int, n: int) -> Entry:
+        def entry_at(seg: int, off: int, n: int) -> LogEntry:
             # A writer may have checkpointed past verify's snapshot: the entry it names is in
             # the file all the same (a checkpoint is written after its entry is durable).
             if off == SEG_HEADER.size and seg > 1:
@@ -461,7 +461,7 @@ class LocalLogCheck(LogCheck):
             return ("damaged-checkpoint", path, "", f"{why}; readers do not adopt it (delete it, or let the next writer replace it)")
         return None
 
-    def _checkpoint_rows(self, t: Tables, seg: int) -> str | None:
+    def _checkpoint_rows(self, t: LogState, seg: int) -> str | None:
         """The checkpoint's rows of the active segment against the segment's own entries."""
         engine = self.engine
         hdr = _read_segment_header(engine._fd(seg), engine.seg_path(seg))

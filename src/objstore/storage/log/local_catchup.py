@@ -21,11 +21,11 @@ from collections.abc import Iterator
 from ...errors import CorruptLog
 from . import packed
 from .engine import deletion_rule, entry_bodies
-from .entry import Entry, block_starts
+from .entry import LogEntry, block_starts
 from .format import COMP_GONE, ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, MAX_META, REMOVED, SEG_HEADER, ZERO, Loc, Position
 from .local_state import LocalBase
 from .parse import has_entry_after, parse_entry
-from .rules import Plan, plan_taken
+from .rules import EntryEffect, plan_taken
 from .segfile import Packed, _parse_split, _read_segment_header, packed_entries
 from .witness import witness_disagreement
 
@@ -217,7 +217,7 @@ class CatchUp(LocalBase):
                            dlen, self._off, prev, self._seg, n)
         return not isinstance(got, str)
 
-    def _apply(self, e: Entry, plan: Plan | None = None) -> str | None:
+    def _apply(self, e: LogEntry, plan: EntryEffect | None = None) -> str | None:
         """Fold one entry into the tables from its meta alone (no block is read), after checking
         it against the rules and its root; returns what is wrong with it instead (nothing changes)."""
         t = self.tables
@@ -257,7 +257,7 @@ class CatchUp(LocalBase):
             self._sealed = True
         return None
 
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> Iterator[LogEntry]:
         """Every complete entry in log order (verify, ref log). Stops at a torn tail."""
         prev, n, seg = ZERO, 1, 1
         while os.path.exists(self.seg_path(seg)):
@@ -272,7 +272,7 @@ class CatchUp(LocalBase):
                 return
             seg += 1
 
-    def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[Entry]:
+    def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[LogEntry]:
         """The complete entries of one segment, up to its seal entry or its first bad entry (meta
         and trailer only: no block is read)."""
         pk = self._packed(seg)

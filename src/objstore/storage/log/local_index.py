@@ -23,7 +23,7 @@ from .format import COMP_GONE, Loc
 from .local_state import LocalBase
 from .segfile import _read_segment_header
 from .segrows import _loc_of, _segment_rows, _write_index
-from .tables import Tables
+from .tables import LogState
 
 
 class SegmentIndexes(LocalBase):
@@ -228,7 +228,7 @@ class SegmentIndexes(LocalBase):
             return self._index_bytes(seg, hdr[2], self.tables)
         return self._scan_index_bytes(seg)
 
-    def _index_bytes(self, seg: int, first: int, t: Tables) -> bytes:
+    def _index_bytes(self, seg: int, first: int, t: LogState) -> bytes:
         objects, chain = t.active_rows()
         return segindex.build(seg, first, t.pos.entry, t.pos.checksum, objects, chain)
 

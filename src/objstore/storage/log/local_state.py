@@ -26,11 +26,11 @@ from typing import Any
 from ...errors import CorruptLog
 from ..fileutil import FsyncPolicy
 from .engine import Engine
-from .entry import Entry
+from .entry import LogEntry
 from .format import SEG_HEADER, ZERO, Loc, Position
-from .rules import Plan
+from .rules import EntryEffect
 from .segfile import Packed, _write_segment_header, seg_name
-from .tables import Tables
+from .tables import LogState
 
 OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind...
 OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
@@ -45,7 +45,7 @@ class LocalBase(Engine):
         self.root = root
         self.dir = os.path.join(root, "log")
         self.policy = policy
-        self.tables = Tables()
+        self.tables = LogState()
         self._mu = threading.RLock()  # guards the tables and the tail position within this process
         self._wlock = threading.Lock()  # writers of this process, one at a time
         self._seg = 1  # segment the tail is in
@@ -182,10 +182,10 @@ class LocalBase(Engine):
     def _packed(self, seg: int) -> Packed | None:
         raise NotImplementedError  # local_catchup.py
 
-    def _apply(self, e: Entry, plan: Plan | None = None) -> str | None:
+    def _apply(self, e: LogEntry, plan: EntryEffect | None = None) -> str | None:
         raise NotImplementedError  # local_catchup.py
 
-    def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[Entry]:
+    def _segment_entries(self, seg: int, prev: bytes, n: int) -> Iterator[LogEntry]:
         raise NotImplementedError  # local_catchup.py
 
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:

@@ -26,7 +26,7 @@ import blake3
 from ...errors import CorruptLog, InvalidInput, LockTimeout, ObjstoreError, Refused, StorageOSError
 from . import segindex
 from .engine import deletion_rule, txn_bodies
-from .entry import Entry, build_entry
+from .entry import LogEntry, build_entry
 from .format import SEG_HEADER, Position
 from .local_state import LocalBase
 from .segfile import _read_segment_header, _write_parts, _write_segment_header
@@ -283,7 +283,7 @@ class Writer(LocalBase):
         self.torn = None
         return [seg, self._off, len(removed), blake3.blake3(removed).hexdigest()]
 
-    def _write_bare(self, seal: bool = False, rw: list | None = None) -> Entry:
+    def _write_bare(self, seal: bool = False, rw: list | None = None) -> LogEntry:
         """Write (and sync) an entry with no object and no move, under the writer lock: a seal entry,
         the first entry of a segment, or a rewrite entry (``rw``)."""
         t = self.tables

@@ -1,7 +1,7 @@
 """The memory engine: the tables over dicts, for tests and throwaway stores.
 
 Commits are atomic and in order under one in-process lock; nothing is on disk. It applies the
-same rules as the log on disk (``Tables.plan``, the deletion authority rule) and computes the same
+same rules as the log on disk (``LogState.plan``, the deletion authority rule) and computes the same
 chain checksums, so a store behaves the same over either engine.
 """
 
@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from ...errors import LockTimeout, ObjectNotFound, Refused
 from .. import codec
 from .engine import Engine, ScanEntry, deletion_rule, txn_bodies
-from .entry import Entry
+from .entry import LogEntry
 from .format import CHAIN_TYPES, Position, logical_checksum
-from .tables import Tables
+from .tables import LogState
 from .txn import Txn
 
 
@@ -25,9 +25,9 @@ class MemoryEngine(Engine):
     """The same tables over dicts: commits are atomic and in order, nothing is on disk."""
 
     def __init__(self) -> None:
-        self.tables = Tables()
+        self.tables = LogState()
         self._lock = self._mu = threading.RLock()  # _mu: the tables' lock, as in LogEngine
-        self._entries: list[Entry] = []
+        self._entries: list[LogEntry] = []
         self._objects: dict[bytes, bytes] = {}
         self.root = None
 
@@ -68,11 +68,11 @@ class MemoryEngine(Engine):
                 now = time.time() if txn.when is None else float(txn.when)
                 checksum = logical_checksum(t.pos.checksum, n, now, objs, moves, None, recs, prevs, plan.root)
                 t.commit(plan, n, checksum, now)
-                self._entries.append(Entry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum, recs, prevs, plan.root))
+                self._entries.append(LogEntry(n, now, moves, objs, [], None, 0, 0, 0, 0, checksum, recs, prevs, plan.root))
         finally:
             self._lock.release()
 
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> Iterator[LogEntry]:
         return iter(list(self._entries))
 
     def scan(self, upto: int) -> Iterator[ScanEntry]:

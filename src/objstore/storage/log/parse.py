@@ -16,7 +16,7 @@ import msgspec
 
 from .. import codec
 from .. import labels as labels_mod
-from .entry import Entry
+from .entry import LogEntry
 from .format import (
     CHAIN_TYPES,
     COMP_RAW,
@@ -143,7 +143,7 @@ def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any,
     return None
 
 
-def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None, removed_ok: bool = False) -> Entry | str:
+def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None, removed_ok: bool = False) -> LogEntry | str:
     """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry.
     ``removed_ok``: object rows whose body gc removed (block REMOVED) are allowed (an S3 log's entries)."""
     if end - pos < ENTRY_HEAD.size:
@@ -163,4 +163,4 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
     if isinstance(got, str):
         return got
     n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got
-    return Entry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum, recs, prevs, root, seal, idx, rw)
+    return LogEntry(n, t, moves, objs, blocks, cut, seg, pos, pos + ENTRY_HEAD.size + mlen, length, checksum, recs, prevs, root, seal, idx, rw)

@@ -37,8 +37,8 @@ def element_hash(key: list) -> int:
     return int.from_bytes(blake3.blake3(_enc.encode(key)).digest(ROOT_BYTES), "little")
 
 
-def root_digest(acc: int) -> bytes:
-    return blake3.blake3((acc & _ROOT_MOD).to_bytes(ROOT_BYTES, "little")).digest()
+def root_digest(root_sum: int) -> bytes:
+    return blake3.blake3((root_sum & _ROOT_MOD).to_bytes(ROOT_BYTES, "little")).digest()
 
 
 def run_digest(refs: dict, tips: dict, start: int | None) -> bytes | None:
@@ -53,7 +53,7 @@ def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dic
                    packs: dict | None = None) -> Iterator[list]:
     """Every element of the tables' set, as the root hashes it: one per run (``run_digest``), one
     per ref outside the runs, one per intent fact, one per index digest. ``run_refs``: ``refs``
-    grouped by run already (``Tables.run_refs``), if the caller has it."""
+    grouped by run already (``LogState.run_refs``), if the caller has it."""
     if run_refs is None:
         run_refs = {}
         for name, value in refs.items():
@@ -80,7 +80,7 @@ def table_elements(refs: dict, tips: dict, intents: dict, starts: dict, idx: dic
 
 
 def tables_root(refs: dict, tips: dict, intents: dict, starts: dict, idx: dict, packs: dict | None = None) -> int:
-    acc = 0
+    root_sum = 0
     for key in table_elements(refs, tips, intents, starts, idx, packs=packs):
-        acc += element_hash(key)
-    return acc & _ROOT_MOD
+        root_sum += element_hash(key)
+    return root_sum & _ROOT_MOD

@@ -1,4 +1,4 @@
-"""The rules that decide an entry: what applying it changes in the tables (``Plan``), or the rule it breaks.
+"""The rules that decide an entry: what applying it changes in the tables (``EntryEffect``), or the rule it breaks.
 
 One function (``Rules.plan``) decides every entry, wherever it is applied: by its writer before
 the write, by every reader that takes it in, by verify. Invariants it keeps:
@@ -27,7 +27,7 @@ from .. import labels as labels_mod
 from ..refs import _NOT_A_CHAIN, check_move, forward_only
 from ..runrefs import RUN_PREFIX as _RUN_PREFIX
 from ..runrefs import run_of as _run_of
-from .entry import Entry
+from .entry import LogEntry
 from .format import INTENT_KINDS, LABEL_ROW, Position, _show
 from .parse import _rw_shape_problem
 from .root import _ROOT_MOD, element_hash, root_digest, run_digest
@@ -56,10 +56,10 @@ def _previous(oid: bytes, want: str, types: dict, facts: dict) -> object:
     return f[0]
 
 
-class Plan(NamedTuple):
+class EntryEffect(NamedTuple):
     """What applying one entry changes in the tables, worked out (and checked against the rules)
     before anything changes: writers plan the entry they are about to write, readers each entry
-    they take in, with the same function (``Tables.plan``)."""
+    they take in, with the same function (``LogState.plan``)."""
 
     tips: dict  # (run, branch) -> (lsn, id): the final tip of each chain the entry extends
     chain: list  # (run, branch, lsn, id)
@@ -67,31 +67,31 @@ class Plan(NamedTuple):
     starts: list  # (run, entry)
     refs: dict  # name -> new value (None: deleted)
     idx: tuple | None  # (segment, digest) the entry names
-    acc: int
+    root_sum: int
     root: bytes
     runs: dict = {}  # run -> its run_digest after the entry
     rw: list | None = None  # [(segment, file digest, index digest)] a rewrite entry names
     labels: list = []  # (label key, record id) of the entry's labelled records
-    lrows: bytes = b""  # the entry's label rows, packed (LABEL_ROW), in order
-    lhash: Any = None  # the hash of the active segment's label rows after the entry (None: unchanged)
+    label_rows_packed: bytes = b""  # the entry's label rows, packed (LABEL_ROW), in order
+    label_rows_hash: Any = None  # the hash of the active segment's label rows after the entry (None: unchanged)
 
 
 class Rules:
-    """The deciding half of the tables (``Tables`` holds the state it reads): ``plan`` and the rules
-    it applies. The attributes below are the tables' (see ``Tables.__init__``)."""
+    """The deciding half of the tables (``LogState`` holds the state it reads): ``plan`` and the rules
+    it applies. The attributes below are the tables' (see ``LogState.__init__``)."""
 
     pos: Position
     refs: dict[str, Any]
     run_refs: dict[str, dict[str, Any]]
     tips: dict[tuple, tuple[int, bytes]]
     run_tips: dict[str, dict[int, tuple[int, bytes]]]
-    run_dig: dict[str, bytes]
+    run_digests: dict[str, bytes]
     starts: dict[str, int]
     idx: dict[int, bytes]
     packs: dict[int, bytes]
-    acc: int
-    lrows: bytearray
-    lhash: Any
+    root_sum: int
+    label_rows_packed: bytearray
+    label_rows_hash: Any
     adopted: int
     checked: set[bytes]
     confirm: Any
@@ -104,18 +104,18 @@ class Rules:
         if self.adopted and type(value) is bytes and value not in self.checked and self.confirm is not None:
             self.confirm(name, value)
 
-    def plan(self, n: int, objs: list, facts: dict, moves: list, idx: list | tuple | None, rw: list | None = None) -> Plan | str:
+    def plan(self, n: int, objs: list, facts: dict, moves: list, idx: list | tuple | None, rw: list | None = None) -> EntryEffect | str:
         """The changes entry ``n`` makes, or the rule it breaks (a string). ``objs``: [(id, type),
         …] of the entry's objects in order; ``facts``: id -> object_facts(...)."""
         types = {o[0]: o[1] for o in objs}
-        got = self._plan_records(n, objs, facts, types, self.acc)
+        got = self._plan_records(n, objs, facts, types, self.root_sum)
         if isinstance(got, str):
             return got
-        tips, chain, intents, starts, labelled, acc = got
-        moved = self._plan_moves(moves, types, facts, acc)
+        tips, chain, intents, starts, labelled, root_sum = got
+        moved = self._plan_moves(moves, types, facts, root_sum)
         if isinstance(moved, str):
             return moved
-        refs, ref_run, acc = moved
+        refs, ref_run, root_sum = moved
         bad = self._heads_problem(tips, refs, ref_run, types)
         if bad is not None:
             return bad
@@ -124,20 +124,20 @@ class Rules:
         bad = self._deleted_problem(touched, tips, refs, ref_run)
         if bad is not None:
             return bad
-        runs, acc = self._plan_runs(touched, tips, refs, ref_run, starts, acc)
+        runs, root_sum = self._plan_runs(touched, tips, refs, ref_run, starts, root_sum)
         if starts:  # only an entry creating a run pays: its run_started row must give the run id
             bad = self._birth_rule(starts, chain, facts, refs)
             if bad is not None:
                 return bad
-        segs = self._plan_segments(idx, rw, acc)
+        segs = self._plan_segments(idx, rw, root_sum)
         if isinstance(segs, str):
             return segs
-        got_idx, got_rw, acc = segs
-        lrows, lhash, acc = self._plan_labels(n, labelled, got_idx, acc)
-        acc &= _ROOT_MOD
-        return Plan(tips, chain, intents, starts, refs, got_idx, acc, root_digest(acc), runs, got_rw, labelled, lrows, lhash)
+        got_idx, got_rw, root_sum = segs
+        label_rows_packed, label_rows_hash, root_sum = self._plan_labels(n, labelled, got_idx, root_sum)
+        root_sum &= _ROOT_MOD
+        return EntryEffect(tips, chain, intents, starts, refs, got_idx, root_sum, root_digest(root_sum), runs, got_rw, labelled, label_rows_packed, label_rows_hash)
 
-    def _plan_records(self, n: int, objs: list, facts: dict, types: dict, acc: int) -> tuple | str:
+    def _plan_records(self, n: int, objs: list, facts: dict, types: dict, root_sum: int) -> tuple | str:
         """(tips, chain, intents, starts, labelled, acc) of the entry's records, or the chain rule one breaks."""
         tips: dict = {}
         chain: list = []
@@ -173,10 +173,10 @@ class Rules:
             elif kind in INTENT_KINDS:
                 fact = (branch, lsn, kind, ifacts, oid)
                 intents.append((run, fact))
-                acc += element_hash(["i", run, *fact])
-        return tips, chain, intents, starts, labelled, acc
+                root_sum += element_hash(["i", run, *fact])
+        return tips, chain, intents, starts, labelled, root_sum
 
-    def _plan_moves(self, moves: list, types: dict, facts: dict, acc: int) -> tuple | str:
+    def _plan_moves(self, moves: list, types: dict, facts: dict, root_sum: int) -> tuple | str:
         """(refs, ref_run, acc) of the entry's ref moves, or the rule one breaks."""
         refs: dict = {}
         ref_run: dict = {}  # name -> its run (None: a store-level ref), worked out once
@@ -194,10 +194,10 @@ class Rules:
             refs[name] = new
             if run is None:
                 if cur is not None:
-                    acc -= element_hash(["r", name, cur])
+                    root_sum -= element_hash(["r", name, cur])
                 if new is not None:
-                    acc += element_hash(["r", name, new])
-        return refs, ref_run, acc
+                    root_sum += element_hash(["r", name, new])
+        return refs, ref_run, root_sum
 
     def _heads_problem(self, tips: dict, refs: dict, ref_run: dict, types: dict) -> str | None:
         """What is wrong with where the entry leaves its runs' branch and live refs, or None."""
@@ -236,7 +236,7 @@ class Rules:
                     return f"run {run} is deleted: its ref {moved[0]} does not move"
         return None
 
-    def _plan_runs(self, touched: set, tips: dict, refs: dict, ref_run: dict, starts: list, acc: int) -> tuple[dict, int]:
+    def _plan_runs(self, touched: set, tips: dict, refs: dict, ref_run: dict, starts: list, root_sum: int) -> tuple[dict, int]:
         """(run -> its run_digest after the entry, acc) for every run the entry touches."""
         runs: dict = {}
         for run in touched:
@@ -255,16 +255,16 @@ class Rules:
             if start is None and starts:
                 start = next((e for r, e in starts if r == run), None)
             new_d = run_digest(rr, rt, start)
-            old_d = self.run_dig.get(run)
+            old_d = self.run_digests.get(run)
             if old_d != new_d:
                 if old_d is not None:
-                    acc -= element_hash(["R", run, old_d])
+                    root_sum -= element_hash(["R", run, old_d])
                 if new_d is not None:
-                    acc += element_hash(["R", run, new_d])
+                    root_sum += element_hash(["R", run, new_d])
             runs[run] = new_d
-        return runs, acc
+        return runs, root_sum
 
-    def _plan_segments(self, idx: list | tuple | None, rw: list | None, acc: int) -> tuple | str:
+    def _plan_segments(self, idx: list | tuple | None, rw: list | None, root_sum: int) -> tuple | str:
         """(the index the entry names, the segments it rewrites, acc), or the rule it breaks."""
         got_idx = None
         if idx is not None:
@@ -272,7 +272,7 @@ class Rules:
             if seg in self.idx:
                 return f"the index of segment {seg} is named twice"
             got_idx = (seg, digest)
-            acc += element_hash(["x", seg, digest])
+            root_sum += element_hash(["x", seg, digest])
         got_rw: list | None = None
         if rw is not None:
             # A rewrite entry (gc): a sealed segment's file and index are replaced by ones with the
@@ -287,31 +287,31 @@ class Rules:
                     return f"a rewrite of segment {seg}, which is not a sealed segment with a named index"
                 if any(r[0] == seg for r in got_rw):
                     return f"segment {seg} is rewritten twice in one entry"
-                acc += element_hash(["x", seg, idx_digest]) - element_hash(["x", seg, old])
+                root_sum += element_hash(["x", seg, idx_digest]) - element_hash(["x", seg, old])
                 prior = self.packs.get(seg)
                 if prior is not None:
-                    acc -= element_hash(["w", seg, prior])
-                acc += element_hash(["w", seg, file_digest])
+                    root_sum -= element_hash(["w", seg, prior])
+                root_sum += element_hash(["w", seg, file_digest])
                 got_rw.append((seg, file_digest, idx_digest))
-        return got_idx, got_rw, acc
+        return got_idx, got_rw, root_sum
 
-    def _plan_labels(self, n: int, labelled: list, got_idx: tuple | None, acc: int) -> tuple[bytes, Any, int]:
+    def _plan_labels(self, n: int, labelled: list, got_idx: tuple | None, root_sum: int) -> tuple[bytes, Any, int]:
         """(the entry's label rows packed, the active segment's label hash after it or None, acc)."""
-        lrows = b""
-        lhash = None
-        had = bool(self.lrows)
+        label_rows_packed = b""
+        label_rows_hash = None
+        had = bool(self.label_rows_packed)
         if got_idx is not None and had:
             # the segment before is sealed: its label rows are in its index now, which the log names by digest
-            acc -= element_hash(["L", self.lhash.digest()])
-            lhash, had = blake3.blake3(), False
+            root_sum -= element_hash(["L", self.label_rows_hash.digest()])
+            label_rows_hash, had = blake3.blake3(), False
         if labelled:
-            lrows = b"".join(LABEL_ROW.pack(k, n, oid) for k, oid in labelled)
+            label_rows_packed = b"".join(LABEL_ROW.pack(k, n, oid) for k, oid in labelled)
             if had:
-                acc -= element_hash(["L", self.lhash.digest()])
-            lhash = (lhash or self.lhash).copy()
-            lhash.update(lrows)
-            acc += element_hash(["L", lhash.digest()])
-        return lrows, lhash, acc
+                root_sum -= element_hash(["L", self.label_rows_hash.digest()])
+            label_rows_hash = (label_rows_hash or self.label_rows_hash).copy()
+            label_rows_hash.update(label_rows_packed)
+            root_sum += element_hash(["L", label_rows_hash.digest()])
+        return label_rows_packed, label_rows_hash, root_sum
 
     def _rule(self, name: str, old: Any, new: Any, types: dict, facts: dict) -> str | None:
         """The one check of a ref move's rules (write-once keys, forward-only chains), wherever an
@@ -354,7 +354,7 @@ class Rules:
         return None
 
 
-def plan_taken(t: Rules, e: Entry) -> Plan | str:
+def plan_taken(t: Rules, e: LogEntry) -> EntryEffect | str:
     """The plan of an entry a reader takes in, from its meta alone (its index rows are the facts),
     checked against the rules and against the root the entry names; or what is wrong with it."""
     facts: dict = {}

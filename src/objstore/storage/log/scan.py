@@ -19,7 +19,7 @@ import zstandard
 from ...errors import BodyRemoved, IntegrityError
 from . import packed
 from .engine import ScanEntry, ScanProblem
-from .entry import Entry
+from .entry import LogEntry
 from .format import (
     COMP_RAW,
     COMP_ZSTD,
@@ -224,7 +224,7 @@ class HashedLarge(NamedTuple):
     length: int
 
 
-def _entry_objects(buf: bytes | None, e: Entry, base: int, dec: zstandard.ZstdDecompressor, fd: int) -> list:
+def _entry_objects(buf: bytes | None, e: LogEntry, base: int, dec: zstandard.ZstdDecompressor, fd: int) -> list:
     out: list[tuple] = []
     starts = []
     pos = e.data_off - base

@@ -28,7 +28,7 @@ from ...errors import CorruptLog, IntegrityError, StorageOSError
 from .. import codec
 from ..fileutil import FsyncPolicy
 from . import packed
-from .entry import Entry, LargeBlob
+from .entry import LargeBlob, LogEntry
 from .format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, MAX_META, SEG_HEADER, SEG_MAGIC, STATS, ZERO, _dec, logical_checksum
 from .parse import _check_meta, _meta_shape_problem, _rows_shape_problem, _rw_shape_problem
 
@@ -74,7 +74,7 @@ def _read_segment_header(fd: int, path: str) -> tuple:
 _HEADER_READ = max(SEG_HEADER.size, packed.PK_HEADER.size)
 
 
-def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, seg: int, n: int) -> Entry | str:
+def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, seg: int, n: int) -> LogEntry | str:
     """parse_entry over an entry whose blocks were not read (header+meta, then trailer)."""
     if len(trailer) < ENTRY_TRAILER.size:
         return "incomplete entry"
@@ -87,10 +87,10 @@ def _parse_split(meta: bytes, trailer: bytes, dlen: int, off: int, prev: bytes, 
     if isinstance(got, str):
         return got
     e_n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got
-    return Entry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
+    return LogEntry(e_n, t, moves, objs, blocks, cut, seg, off, off + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
 
 
-def entry_ending_at(fd: int, off: int, seg: int) -> Entry | None:
+def entry_ending_at(fd: int, off: int, seg: int) -> LogEntry | None:
     """The entry of an ordinary segment whose trailer ends at ``off``, its checksum recomputed from its
     meta and the entry before it; None if no whole entry ends there. The one reading of "the entry
     that ends at an offset": a checkpoint's position (the engine, backup, verify), a copy's end
@@ -110,7 +110,7 @@ def entry_ending_at(fd: int, off: int, seg: int) -> Entry | None:
         return None
     try:
         m = _dec.decode(os.pread(fd, mlen, start + ENTRY_HEAD.size))
-        got = Entry(m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"], seg, start, start + ENTRY_HEAD.size + mlen, length,
+        got = LogEntry(m["n"], m["t"], m["moves"], m["objs"], m["blocks"], m["cut"], seg, start, start + ENTRY_HEAD.size + mlen, length,
                     checksum, m["recs"], m["prevs"], m["root"], m["seal"], m["idx"], m.get("rw"))
     except (msgspec.DecodeError, KeyError, TypeError, AttributeError):
         return None
@@ -217,7 +217,7 @@ def packed_entries(fd: int, seg: int) -> Packed:
             checksum = logical_checksum(prev, n, t, objs, moves, cut, recs, prevs, root, seal, idx, rw)
         except (TypeError, msgspec.EncodeError) as e:
             return Packed([], pf.orig_idx, pf.prev, f"entry {n}: malformed packed meta: {e}")
-        out.append(Entry(n, t, moves, objs, pf.blocks, cut, seg, SEG_HEADER.size + i, packed.PK_HEADER.size, 0, checksum,
+        out.append(LogEntry(n, t, moves, objs, pf.blocks, cut, seg, SEG_HEADER.size + i, packed.PK_HEADER.size, 0, checksum,
                          recs, prevs, root, seal, idx, rw, pf.offsets))
         prev, n = checksum, n + 1
     if prev != pf.last:

@@ -61,10 +61,10 @@ def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tu
     fan = [0] * 256
     for r in rows:
         fan[r[0][0]] += 1
-    acc = 0
+    root_sum = 0
     for i in range(256):
-        acc += fan[i]
-        fan[i] = acc
+        root_sum += fan[i]
+        fan[i] = root_sum
     parts = [HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(rows), len(crow)), FANOUT.pack(*fan)]
     parts.extend(OBJ.pack(oid, e, bo, st, raw, off, ln, comp, TYPE_CODE[t]) for oid, e, bo, st, raw, off, ln, comp, t in rows)
     parts.extend(CHAIN.pack(k, lsn, oid) for k, lsn, oid in crow)
@@ -88,10 +88,10 @@ def build_packed(seg: int, first: int, last: int, checksum: bytes, obj_rows: lis
     fan = [0] * 256
     for r in obj_rows:
         fan[r[0]] += 1
-    acc = 0
+    root_sum = 0
     for i in range(256):
-        acc += fan[i]
-        fan[i] = acc
+        root_sum += fan[i]
+        fan[i] = root_sum
     body = b"".join((HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(obj_rows), len(chain_rows)), FANOUT.pack(*fan),
                      b"".join(obj_rows), b"".join(chain_rows)))
     return body + blake3.blake3(body).digest()

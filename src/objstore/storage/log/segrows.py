@@ -10,11 +10,11 @@ from __future__ import annotations
 from ...errors import IntegrityError
 from .. import labels as labels_mod
 from . import segindex
-from .entry import Entry, block_starts
+from .entry import LogEntry, block_starts
 from .format import COMP_GONE, COMP_RAW, REMOVED, Loc
 
 
-def _segment_rows(e: Entry, objects: dict, chain: list, labels: bool = True) -> None:
+def _segment_rows(e: LogEntry, objects: dict, chain: list, labels: bool = True) -> None:
     """Add one entry's index rows (object rows as segindex.build takes them, chain rows) from its meta."""
     starts = block_starts(e)
     for oid, otype, length, bi, boff in e.objs:

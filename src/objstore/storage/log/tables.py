@@ -3,7 +3,7 @@
 The refs, the location of every object of the active segment, the chain index (per branch: LSN ->
 record id), branch tips, intent facts, run starts, the digests of sealed segments' indexes and
 packed files, the active segment's label rows — and the root accumulator over them (``root``).
-``Rules.plan`` (``rules``) decides each entry; ``Tables.commit`` applies the plan. Invariants:
+``Rules.plan`` (``rules``) decides each entry; ``LogState.commit`` applies the plan. Invariants:
 
 * the tables change only by ``commit`` of a plan, once per entry, in entry order;
 * ``acc`` is always the accumulator of the tables as they stand (``recompute_root`` remakes it);
@@ -23,10 +23,10 @@ from ..runrefs import run_of as _run_of
 from . import segindex
 from .format import LABEL_ROW, ZERO, Position, _dec, _enc
 from .root import _ROOT_MOD, element_hash, table_elements
-from .rules import Plan, Rules
+from .rules import EntryEffect, Rules
 
 
-class Tables(Rules):
+class LogState(Rules):
     """What the log says at a position: refs, object locations, the chain index.
 
     Everything here is derived from entries' metas (``plan`` / ``commit``) and nothing else.
@@ -44,8 +44,8 @@ class Tables(Rules):
         # order, and searched in place (memmem): a checkpoint's are taken whole, never unpacked. They are in
         # the root (a sealed segment's are in its index, named by digest): ``lhash`` hashes the bytes, and
         # the root holds ["L", its digest] while there are any.
-        self.lrows = bytearray()
-        self.lhash: Any = blake3.blake3()
+        self.label_rows_packed = bytearray()
+        self.label_rows_hash: Any = blake3.blake3()
         self._lindex: dict[bytes, list] | None = None  # key -> [(entry, id)], built once lookups are many
         self._lscans = 0
         self.frozen: segindex.SegmentIndex | None = None  # the active segment's rows as of the checkpoint (over bytes)
@@ -54,11 +54,11 @@ class Tables(Rules):
         self.starts: dict[str, int] = {}  # run -> entry number of its run_started record (for 'latest')
         self.idx: dict[int, bytes] = {}  # sealed segment -> BLAKE3 of its index file, as the log names it
         self.packs: dict[int, bytes] = {}  # segment gc rewrote -> BLAKE3 of its packed file, as the last rewrite entry names it
-        self.acc = 0  # the tables' root accumulator (storage.log.root)
+        self.root_sum = 0  # the tables' root accumulator (storage.log.root)
         self.run_tips: dict[str, dict[int, tuple[int, bytes]]] = {}  # run -> branch -> tips' (LSN, id)
-        self.run_dig: dict[str, bytes] = {}  # run -> run_digest of its tables
+        self.run_digests: dict[str, bytes] = {}  # run -> run_digest of its tables
         self.dgen = 0  # bumped by each entry that moves a deletion ref (storage.erased keys its cache by it)
-        # Tables adopted from a checkpoint took in the deletions of entries up to ``adopted`` without
+        # LogState adopted from a checkpoint took in the deletions of entries up to ``adopted`` without
         # applying those entries (so without the authority rule): each is checked where a read first
         # obeys it (``obey``), by ``confirm`` (the engine's), and its id joins ``checked``.
         self.adopted = 0
@@ -80,7 +80,7 @@ class Tables(Rules):
             if run is not None:
                 self.run_refs.setdefault(run, {})[name] = value
 
-    def commit(self, p: Plan, n: int, checksum: bytes, t: float) -> None:
+    def commit(self, p: EntryEffect, n: int, checksum: bytes, t: float) -> None:
         """Apply a plan (its rules already checked). Once per entry: a writer's own entry may have been
         taken in from the file already, by a reader thread of the same process between the write and
         the writer's apply — the tables are then as the entry leaves them (a label row added twice
@@ -92,20 +92,20 @@ class Tables(Rules):
             self.run_tips.setdefault(run, {})[branch] = tip
         for run, d in p.runs.items():
             if d is None:
-                self.run_dig.pop(run, None)
+                self.run_digests.pop(run, None)
             else:
-                self.run_dig[run] = d
+                self.run_digests[run] = d
         for run, branch, lsn, oid in p.chain:
             self.chain[(run, branch, lsn)] = oid
         if p.idx is not None:
-            self.lrows = bytearray()  # the sealed segment's label rows are its index's now
+            self.label_rows_packed = bytearray()  # the sealed segment's label rows are its index's now
             self._lindex = None
-        self.lrows += p.lrows
-        if self._lindex is not None and p.lrows:
-            for k, n_, oid in LABEL_ROW.iter_unpack(p.lrows):
+        self.label_rows_packed += p.label_rows_packed
+        if self._lindex is not None and p.label_rows_packed:
+            for k, n_, oid in LABEL_ROW.iter_unpack(p.label_rows_packed):
                 self._lindex.setdefault(k, []).append((n_, oid))
-        if p.lhash is not None:
-            self.lhash = p.lhash
+        if p.label_rows_hash is not None:
+            self.label_rows_hash = p.label_rows_hash
         for run, fact in p.intents:
             self.intents.setdefault(run, []).append(fact)
         for run, entry in p.starts:
@@ -120,7 +120,7 @@ class Tables(Rules):
             for seg, file_digest, idx_digest in p.rw:
                 self.idx[seg] = idx_digest
                 self.packs[seg] = file_digest
-        self.acc = p.acc
+        self.root_sum = p.root_sum
         self.pos = Position(n, checksum)
         self.last_time = t
 
@@ -130,16 +130,16 @@ class Tables(Rules):
         self.run_tips = {}
         for (run, branch), tip in self.tips.items():
             self.run_tips.setdefault(run, {})[branch] = tip
-        acc = 0
-        self.run_dig = {}
+        root_sum = 0
+        self.run_digests = {}
         for key in table_elements(self.refs, self.tips, self.intents, self.starts, self.idx, self.run_refs, self.packs):
             if key[0] == "R":
-                self.run_dig[key[1]] = key[2]
-            acc += element_hash(key)
-        self.lhash = blake3.blake3(bytes(self.lrows))  # one pass in C, whatever the number of rows
-        if self.lrows:
-            acc += element_hash(["L", self.lhash.digest()])
-        return acc & _ROOT_MOD
+                self.run_digests[key[1]] = key[2]
+            root_sum += element_hash(key)
+        self.label_rows_hash = blake3.blake3(bytes(self.label_rows_packed))  # one pass in C, whatever the number of rows
+        if self.label_rows_packed:
+            root_sum += element_hash(["L", self.label_rows_hash.digest()])
+        return root_sum & _ROOT_MOD
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
         """(entry, record id) of the active segment's label rows with this key: a search in C over the
@@ -149,12 +149,12 @@ class Tables(Rules):
             self._lscans += 1
             if self._lscans > 8:
                 index: dict[bytes, list] = {}
-                for k, n, oid in LABEL_ROW.iter_unpack(self.lrows):
+                for k, n, oid in LABEL_ROW.iter_unpack(self.label_rows_packed):
                     index.setdefault(k, []).append((n, oid))
                 self._lindex = index
         if self._lindex is not None:
             return list(self._lindex.get(key, ()))
-        rows, buf, size = [], self.lrows, LABEL_ROW.size
+        rows, buf, size = [], self.label_rows_packed, LABEL_ROW.size
         at = buf.find(key)
         while at >= 0:
             if at % size == 0:
@@ -172,7 +172,7 @@ class Tables(Rules):
         objects = [(oid, l.entry, l.block_off, l.stored_len, l.block_raw, l.off, l.length, l.comp, l.otype) for oid, l in self.locs.items()]
         chain: list[tuple] = [(r, b, lsn, oid) for (r, b, lsn), oid in self.chain.items()]
         if labels:
-            chain.extend(LABEL_ROW.iter_unpack(self.lrows))
+            chain.extend(LABEL_ROW.iter_unpack(self.label_rows_packed))
         if self.frozen is not None:
             objects.extend(self.frozen.object_rows())
             chain.extend(self.frozen.chain_rows())
@@ -189,11 +189,11 @@ class Tables(Rules):
             # the active segment's rows in the index layout: looked up in place, never unpacked
             "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
             # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
-            **({"labels": bytes(self.lrows)} if self.lrows else {}),
+            **({"labels": bytes(self.label_rows_packed)} if self.label_rows_packed else {}),
         })
 
     @classmethod
-    def load(cls, data: bytes) -> tuple[Tables, int, int]:
+    def load(cls, data: bytes) -> tuple[LogState, int, int]:
         m = _dec.decode(data)
         if m.get("v") != 3:
             raise ValueError("checkpoint version")
@@ -221,7 +221,7 @@ class Tables(Rules):
         rows = m.get("labels", b"")
         if type(rows) is not bytes or len(rows) % LABEL_ROW.size:
             raise ValueError("label rows")
-        t.lrows = bytearray(rows)
-        t.acc = t.recompute_root()
+        t.label_rows_packed = bytearray(rows)
+        t.root_sum = t.recompute_root()
         t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
         return t, m["seg"], m["off"]

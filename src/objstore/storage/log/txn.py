@@ -19,13 +19,13 @@ from ..refs import _NOT_A_CHAIN, check_move, forward_only
 from .entry import LargeBlob
 from .facts import object_facts
 from .format import CHAIN_TYPES, _show
-from .tables import Tables
+from .tables import LogState
 
 
 class TxnHost(Protocol):
     """What a transaction needs of its engine (``Engine`` has it all)."""
 
-    tables: Tables
+    tables: LogState
 
     def has(self, oid: bytes) -> bool: ...
 

@@ -14,7 +14,7 @@ import msgspec
 import zstandard
 
 from ...errors import BodyRemoved, IntegrityError
-from ..log.entry import Entry, block_starts
+from ..log.entry import LogEntry, block_starts
 from ..log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, MIN_COMPRESS, REMOVED, Loc, _compressor, _decompressor
 from .layout import Chunk, chunk_decoder, encoder
 
@@ -59,7 +59,7 @@ def block_object(raw: bytes, loc: Loc) -> bytes:
     return block[loc.off : loc.off + loc.length]
 
 
-def objects_of(raw: bytes, e: Entry, dec: Any = None) -> list:
+def objects_of(raw: bytes, e: LogEntry, dec: Any = None) -> list:
     """(id, type, canonical bytes | IntegrityError | BodyRemoved) of an entry's objects, from its bytes."""
     dec = dec or _decompressor()
     blocks: list[Any] = []
@@ -86,7 +86,7 @@ def objects_of(raw: bytes, e: Entry, dec: Any = None) -> list:
     return out
 
 
-def strip_entry(raw: bytes, e: Entry, gone: set) -> tuple[bytes, dict] | None:
+def strip_entry(raw: bytes, e: LogEntry, gone: set) -> tuple[bytes, dict] | None:
     """The entry's bytes without the bodies of ``gone`` (their rows kept, block REMOVED: the logical
     checksum covers ids, types and lengths, not blocks, so it is unchanged), and {id: (type, bytes)}
     of what was removed; None when it stores none of them."""

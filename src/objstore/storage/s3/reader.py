@@ -24,11 +24,11 @@ import zstandard
 from ...errors import BodyRemoved, Busy, CorruptLog, IntegrityError, ObjectNotFound
 from .. import codec
 from ..log.engine import Engine, ScanEntry, ScanProblem, deletion_rule, entry_bodies
-from ..log.entry import Entry, block_starts
+from ..log.entry import LogEntry, block_starts
 from ..log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, REMOVED, ZERO, Loc, Position, _decompressor
 from ..log.parse import parse_entry
-from ..log.rules import Plan, plan_taken
-from ..log.tables import Tables
+from ..log.rules import EntryEffect, plan_taken
+from ..log.tables import LogState
 from .bucket import NOT_MODIFIED, Bucket
 from .entries import block_object, objects_of
 from .layout import (
@@ -80,7 +80,7 @@ class S3Reader(Engine):
     def __init__(self, bucket: Bucket, cache: str | None = None) -> None:
         self.bucket = bucket
         self.cache = cache
-        self.tables = Tables()
+        self.tables = LogState()
         self._mu = threading.RLock()
         self._wlock = threading.Lock()
         self._etag: str | None = None
@@ -249,7 +249,7 @@ class S3Reader(Engine):
             raw, _key = self._entry_bytes(n)
             src = old
         e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
-        if not isinstance(e, Entry) or e.checksum != self._cks.get(n):
+        if not isinstance(e, LogEntry) or e.checksum != self._cks.get(n):
             return False  # not the entry this process took in (the chain from its predecessor and its own checksum say so)
         with self._mu:
             self._set_locs(e)
@@ -350,7 +350,7 @@ class S3Reader(Engine):
                         os.unlink(os.path.join(keys, name))
             except OSError:
                 pass  # copies of an older generation are never read: their names say so
-        self.tables = Tables()
+        self.tables = LogState()
         self._src, self._cks = {}, {}
         self._chunks.clear()
         self._last_entry = self._last_block = None
@@ -413,7 +413,7 @@ class S3Reader(Engine):
             except OSError:
                 pass
 
-    def _apply(self, e: Entry, plan: Plan | None, raw: bytes | None = None) -> str | None:
+    def _apply(self, e: LogEntry, plan: EntryEffect | None, raw: bytes | None = None) -> str | None:
         t = self.tables
         if plan is None:
             if e.idx is not None or e.rw is not None or e.seal or e.cut is not None:
@@ -430,7 +430,7 @@ class S3Reader(Engine):
         t.commit(plan, e.n, e.checksum, e.time)
         return None
 
-    def _set_locs(self, e: Entry) -> None:
+    def _set_locs(self, e: LogEntry) -> None:
         locs = self.tables.locs
         bstarts = block_starts(e)
         for oid, otype, length, bi, boff in e.objs:
@@ -523,7 +523,7 @@ class S3Reader(Engine):
         block = _decompressor().decompress(stored, max_output_size=loc.block_raw) if loc.comp == COMP_ZSTD else stored
         return block, loc
 
-    def entries(self) -> Iterator[Entry]:
+    def entries(self) -> Iterator[LogEntry]:
         self.refresh()
         upto = self.tables.pos.entry
         prev = ZERO
