@@ -116,7 +116,7 @@ def test_c1_three_compactions_of_a_typed_startup_session_freeze_one_snapshot(env
         ids.append(jid)
         res = J.compact(log, run, comp, host=env.host, key=w1, keep_tail=2)
         req = json.loads(comp.requests[-1])
-        seg = log.store.get_typed(res.segment_id, codec.SEGMENT)  # read back from the store, not the result object
+        seg = log.store.get_typed(res.segment_id, codec.COMPACTION_SEGMENT)  # read back from the store, not the result object
         answer = snap_blob(log, seg, "answer")
         rendered = snap_blob(log, seg, "rendered")
         body = log.store.get_blob(log.store.get_typed(jid, codec.JOURNAL)["body"])
@@ -158,7 +158,7 @@ def test_c2_frozen_while_another_process_updates_the_journal(env, via, request):
     assert seen and cur["version"] == 2 and cur_id == seen[0][1] != v1, "the store moved to the next version"
     assert list(log.store.ref_log(J.journal_ref(run)))[-1]["old"] == v1.hex(), "by compare-and-swap from v1"
     assert b"ORIGINAL state" in comp.requests[0] and b"CHANGED" not in comp.requests[0]
-    seg = log.store.get_typed(res.segment_id, codec.SEGMENT)
+    seg = log.store.get_typed(res.segment_id, codec.COMPACTION_SEGMENT)
     answer = json.loads(snap_blob(log, seg, "answer"))
     assert answer["text"].encode() == v1_body and answer["journal"] == v1.hex()
     assert b"CHANGED" not in snap_blob(log, seg, "rendered")
@@ -194,7 +194,7 @@ def test_c2_worker_side_host_answer_updated_at_the_request_boundary(env):
 
     comp = J.StubCompactor(on_call=mutate)
     res = J.compact(log, run, comp, host=host, key=env.w1, keep_tail=1)
-    seg = log.store.get_typed(res.segment_id, codec.SEGMENT)
+    seg = log.store.get_typed(res.segment_id, codec.COMPACTION_SEGMENT)
     answer = snap_blob(log, seg, "answer")
     assert b"V1 TEXT" in answer and b"V2 TEXT" not in answer and b"V2 TEXT" not in snap_blob(log, seg, "rendered")
     assert json.loads(answer)["version"] == 1 and seg["snapshot"]["version"] == 1
@@ -812,7 +812,7 @@ def test_c8_a_segment_appended_around_the_compaction_is_never_restored(env):
         if "sig" in seg:
             seg = identity.sign_object(mallory, {k: v for k, v in seg.items() if k not in ("sig", "signer")})
         with log.store.batch():
-            sid = log.store.put(codec.SEGMENT, seg)
+            sid = log.store.put(codec.COMPACTION_SEGMENT, seg)
             log.store.set_ref(J.segments_ref(run), head, sid, "forged segment")
         ctx = J.context(log, run)
         assert not any("FORGED" in (c.get("text") or "") for c in ctx)

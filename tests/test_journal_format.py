@@ -216,8 +216,8 @@ def test_legacy_objects_are_read_as_documented(golden):
     with log.store.batch():
         rendered = log.store.put_blob(b"[journal context: legacy]")
         seg = dict(LEGACY_SEGMENT, run=run, seq=1, previous=None, branch=0, journal=dict(LEGACY_SEGMENT["journal"], rendered=rendered))
-        sid = log.store.put(codec.SEGMENT, seg)
-    f = frozen_of(log, log.store.get_typed(sid, codec.SEGMENT))
+        sid = log.store.put(codec.COMPACTION_SEGMENT, seg)
+    f = frozen_of(log, log.store.get_typed(sid, codec.COMPACTION_SEGMENT))
     assert (f["outcome"], f["rendered"], f["answer_sha256"]) == ("unavailable", "[journal context: legacy]", None)
 
 

@@ -73,7 +73,7 @@ def test_a_record_of_a_newer_schema_version_is_refused_on_read_naming_it(disk_lo
     assert disk_log.record(head).lsn == 0  # the schema-1 record beside it reads as before
 
 
-@pytest.mark.parametrize("otype,known", [("journal", R.JOURNAL_SCHEMA), ("grant", R.GRANT_SCHEMA), ("segment", R.SEGMENT_SCHEMA)])
+@pytest.mark.parametrize("otype,known", [("journal", R.JOURNAL_SCHEMA), ("grant", R.GRANT_SCHEMA), ("segment", R.COMPACTION_SEGMENT_SCHEMA)])
 def test_check_version_refuses_a_newer_t745_object(otype, known):
     R.check_version(otype, {"v": known})
     R.check_version(otype, {})  # schema 1 (legacy, no v)

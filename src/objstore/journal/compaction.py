@@ -33,7 +33,7 @@ from ..storage import codec, identity
 from ..storage.runrefs import segments_ref
 from .compactor import INSTRUCTIONS
 from .host import OVER_BUDGET, PRESENT, At, HostUnavailable
-from .restore import SEGMENT_SCHEMA, _tasks_at, _timeline, _turn_text, frozen_of, frozen_of_startup
+from .restore import COMPACTION_SEGMENT_SCHEMA, _tasks_at, _timeline, _turn_text, frozen_of, frozen_of_startup
 from .sessions import is_session, startup_event
 from .snapshot import Snapshot, freeze, unavailable
 from .versions import reflected_through
@@ -103,9 +103,9 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
         if (cur if isinstance(cur, bytes) else None) != head:
             raise Conflict(segments_ref(run), "the segment this compaction started from", "a newer segment (concurrent compaction)")
         seg = {
-            "v": SEGMENT_SCHEMA,
+            "v": COMPACTION_SEGMENT_SCHEMA,
             "run": run,
-            "seq": store.get_typed(head, codec.SEGMENT)["seq"] + 1 if head else 1,
+            "seq": store.get_typed(head, codec.COMPACTION_SEGMENT)["seq"] + 1 if head else 1,
             "previous": head,
             "branch": view.live,
             "covered_through": summarize[-1].id if summarize else (prev[1]["covered_through"] if prev else None),
@@ -128,7 +128,7 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
             "time": time.time(),
         }
         seg = identity.sign_object(key, seg)  # restore trusts only segments of keys allowed to compact
-        sid = store.put(codec.SEGMENT, seg)
+        sid = store.put(codec.COMPACTION_SEGMENT, seg)
         store.set_ref(segments_ref(run), head, sid, f"compaction {seg['seq']}")
     return CompactionResult(sid, seg, snap, snap.rendered, request_bytes, summary)
 

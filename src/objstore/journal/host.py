@@ -501,7 +501,7 @@ class LocalJournalHost:
         e = store.engine.loc_entry(oid)
         return e is not None and oe is not None and e < oe
 
-    def segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
+    def compaction_segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
         """Whether a segment was written by a compaction of a key allowed to read the session then:
         signed by its compacting key (the owner, or a key granted read on it at the segment's log
         position). A segment appended through the raw store API by anyone else is not restored.

@@ -550,8 +550,8 @@ RIGHTS = (DELETE_RIGHT, "read", "write")  # sorted: a grant's rights list is sto
 DEFAULT_RIGHTS = ("read", "write")  # what a grant gives unless told: a journal worker's (delete is asked for by name)
 JOURNAL_SCHEMA = 2
 GRANT_SCHEMA = 2
-SEGMENT_SCHEMA = 2
-_KNOWN_VERSION = {"journal": JOURNAL_SCHEMA, "grant": GRANT_SCHEMA, "segment": SEGMENT_SCHEMA}
+COMPACTION_SEGMENT_SCHEMA = 2
+_KNOWN_VERSION = {"journal": JOURNAL_SCHEMA, "grant": GRANT_SCHEMA, "segment": COMPACTION_SEGMENT_SCHEMA}
 
 
 # -- deletion objects (issue 17; docs/FORMAT.md "Deletion and redaction objects") ----------------------

@@ -24,6 +24,7 @@ from . import kinds
 from . import labels as labels_mod
 from .records import (
     BODIES,
+    COMPACTION_SEGMENT_SCHEMA,
     DELETION_FIELDS,
     DELETION_SCHEMA,
     DELETION_TYPE,
@@ -39,7 +40,6 @@ from .records import (
     SCOPE_RECORDS,
     SCOPE_RUN,
     SCOPES,
-    SEGMENT_SCHEMA,
     TIME_MAX,
     TIME_MIN,
     _Count,
@@ -231,7 +231,7 @@ def _other_problem(otype: str, value: dict) -> str | None:
     elif otype == "grant":
         return _grant_problem(value)
     elif otype == "segment":
-        return _segment_problem(value)
+        return _compaction_segment_problem(value)
     elif otype == DELETION_TYPE:
         return deletion_problem(value)
     elif otype == codec.SCHEMA:
@@ -326,7 +326,7 @@ def _schema_version(otype: str, value: dict, current: int) -> int | str:
 
 def _t745() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int, int, int]:
     """(OUTCOMES, ROLES, RIGHTS, journal, grant, segment schema versions)."""
-    return OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, SEGMENT_SCHEMA
+    return OUTCOMES, ROLES, RIGHTS, JOURNAL_SCHEMA, GRANT_SCHEMA, COMPACTION_SEGMENT_SCHEMA
 
 
 
@@ -410,7 +410,7 @@ def _tasks_ok(v: object) -> bool:
     return type(v) is list and all(type(t) is dict and _is_name(t.get("task")) and _is_str(t.get("title")) for t in v)
 
 
-def _segment_problem(value: dict) -> str | None:
+def _compaction_segment_problem(value: dict) -> str | None:
     outcomes, _r, _ri, _j, _g, current = _t745()
     v = _schema_version("segment", value, current)
     if type(v) is str:

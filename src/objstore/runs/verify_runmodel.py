@@ -467,7 +467,7 @@ class RunModelChecks:
             self.add("broken-run", run, "", f"live ref does not name a branch of the run: {live!r}")
         for name, value in rr.items():
             rest = name[len(prefix):]
-            want = {runrefs.JOURNAL: codec.JOURNAL, runrefs.SEGMENTS: codec.SEGMENT, runrefs.DELETIONS: codec.DELETION,
+            want = {runrefs.JOURNAL: codec.JOURNAL, runrefs.SEGMENTS: codec.COMPACTION_SEGMENT, runrefs.DELETIONS: codec.DELETION,
                     runrefs.DELETED: codec.DELETION}.get(rest)
             if rest.startswith("grant/"):
                 want = codec.GRANT

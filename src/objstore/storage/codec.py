@@ -35,11 +35,11 @@ BLOB = "blob"
 RECORD = "record"
 FORK = "fork"
 JOURNAL = "journal"
-SEGMENT = "segment"
+COMPACTION_SEGMENT = "segment"
 GRANT = "grant"
 DELETION = "deletion"  # a recorded deletion or redaction (issue 17; docs/FORMAT.md "Deletion")
 SCHEMA = "schema"  # the declaration of a record kind the core does not know (format 5; runs.kinds)
-TYPES = (BLOB, RECORD, FORK, JOURNAL, SEGMENT, GRANT, DELETION, SCHEMA)
+TYPES = (BLOB, RECORD, FORK, JOURNAL, COMPACTION_SEGMENT, GRANT, DELETION, SCHEMA)
 _TYPES_B = {t.encode(): t for t in TYPES}
 
 # Header is at most "segment 18446744073709551615\0"; 40 bytes bounds the scan.

@@ -187,7 +187,7 @@ def _still_named(store: Any, dead: _Dead) -> None:
             if r[5] == "run_started" and r[4] is not None and r[1] not in dead.deleted:
                 copies.append(r[4])
         for o in e.objs:
-            if o[1] in (codec.JOURNAL, codec.SEGMENT) and o[3] != REMOVED:
+            if o[1] in (codec.JOURNAL, codec.COMPACTION_SEGMENT) and o[3] != REMOVED:
                 try:
                     v = codec.decode(eng.read(o[0]), o[0], False)[1]
                 except ObjstoreError:
