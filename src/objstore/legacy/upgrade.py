@@ -68,7 +68,6 @@ from ..errors import Conflict, IntegrityError, InvalidInput, Refused, StoreForma
 from ..runs import records as R
 from ..storage import codec
 from ..storage.fileutil import FsyncPolicy, fsync_dir
-from ..storage.log.local import LogEngine
 from ..storage.store import Store
 from ..storage.storedir import FORMAT_VERSION, READ_VERSIONS, is_remote, read_marker
 from .format1 import Format1Reader, Move, merge
@@ -251,7 +250,7 @@ def _upgrade2(path: str, staging: str, policy: FsyncPolicy, fsync: str | None) -
     _rmtree(staging)
     try:
         store = Store.init(staging, fsync="off")
-        assert isinstance(store.engine, LogEngine)  # a store on disk
+        assert store.engine.log_files  # a store on disk
         try:
             for e in Format2Reader(path).entries():
                 with store.batch() as txn:
@@ -283,7 +282,7 @@ def _verify2(reader: Format2Reader, staging: str, fsync: str | None) -> dict:
     """Prove the format-3 store at ``staging`` holds exactly the format-2 store's objects (same
     bytes), refs and ref moves."""
     store = Store.open(staging, fsync=fsync)
-    assert isinstance(store.engine, LogEngine)  # a store on disk
+    assert store.engine.log_files  # a store on disk
     try:
         refs: dict = {}
         moves = objects = entries = 0
@@ -316,7 +315,7 @@ def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
     # No fsync per entry: until the swap nothing depends on the staging store, and a crash
     # only means building it again. It is synced once, whole, before anything is swapped.
     store = Store.init(staging, fsync="off")
-    assert isinstance(store.engine, LogEngine)  # a store on disk
+    assert store.engine.log_files  # a store on disk
     try:
         pending = set(reader.index())
         for when, moves in p.groups:
@@ -387,7 +386,7 @@ def _verify(reader: Format1Reader, p: Plan, staging: str, fsync: str | None) -> 
         raise UpgradeMismatch(reader.root, detail)
 
     store = Store.open(staging, fsync=fsync)
-    assert isinstance(store.engine, LogEngine)  # a store on disk
+    assert store.engine.log_files  # a store on disk
     try:
         new: dict[bytes, str] = {}
         entries = 0

@@ -63,6 +63,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 from ..errors import InvalidInput, LockTimeout, ObjstoreError, StorageOSError
 from ..storage import gclock
@@ -82,8 +83,9 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
     """Copy a consistent snapshot of ``store`` to ``dest`` (see the module docstring)."""
     engine = store.engine
     store.require_local("backup copies", f"'objstore clone {store.url} DIR' copies it")
-    if not isinstance(engine, LogEngine) or store.root is None:
+    if not engine.log_files or store.root is None:
         raise InvalidInput("only a store on disk can be backed up")
+    engine = cast(LogEngine, engine)
     src = os.path.realpath(store.root)
     dest = os.path.abspath(dest)
     _check_apart(src, dest)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import blake3
 import msgspec
@@ -89,9 +89,9 @@ class Doomed(NamedTuple):
 
 def _eng(store: Store) -> LogEngine:
     eng = store.engine
-    if not isinstance(eng, LogEngine) or store.root is None:
+    if not eng.log_files or store.root is None:
         raise InvalidInput("gc works on a store on disk (this one lives in memory)")
-    return eng
+    return cast(LogEngine, eng)
 
 
 def _reader(store: Store) -> Any:

@@ -11,7 +11,7 @@ figures are the same, and the keys and bytes of the bucket by kind (one LIST) st
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidInput
 from ..runs.anchors import anchor_token
@@ -65,10 +65,10 @@ def stats(store: Store) -> dict[str, Any]:
     if store.url is not None and store.root is not None:  # on object storage: only then is the S3 package loaded
         from ..storage.s3.engine import S3Engine
 
-        assert isinstance(eng, S3Engine)
-        pos = eng.refresh()
-        bucket = _bucket_keys(eng)
-        figures = _log_figures(store, eng, pos)
+        s3 = cast(S3Engine, eng)  # store.url: the engine is the S3 one
+        pos = s3.refresh()
+        bucket = _bucket_keys(s3)
+        figures = _log_figures(store, s3, pos)
         return {
             "store": store.url or store.root,
             "entries": pos.entry,
@@ -80,8 +80,9 @@ def stats(store: Store) -> dict[str, Any]:
             "derived_bytes": None,
             "state_cache_bytes": _state_cache(store.root),
         }
-    if not isinstance(eng, LogEngine) or store.root is None:
+    if not eng.log_files or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
+    eng = cast(LogEngine, eng)
     pos = eng.refresh()
     figures = _log_figures(store, eng, pos)
     segs = []

@@ -55,7 +55,6 @@ from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, Objsto
 from ..runs import records
 from ..runs.facts import body_refs
 from ..storage import codec, runrefs
-from ..storage.log.local import LogEngine
 from ..storage.refs import forward_only, write_once_deletion
 from ..storage.store import Store
 from ..storage.storedir import LABELS_VERSION
@@ -153,7 +152,7 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
         if step is not None:
             step(i, len(wanted), rep.bytes)
     if t.deletion_moved:
-        if target.url is not None or (isinstance(target.engine, LogEngine) and target.root is not None):
+        if target.url is not None or (target.engine.log_files and target.root is not None):
             from .gc import gc
 
             say("gc of the target (a deletion was carried)")

@@ -30,7 +30,6 @@ from . import codec, runrefs
 from .log.entry import LogEntry
 from .log.facts import body_refs
 from .log.format import COMP_GONE, REMOVED
-from .log.local import LogEngine
 from .log.segfile import _read_segment_header
 
 _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
@@ -128,7 +127,7 @@ def _note(eng: Any, rid: bytes, did: bytes, blobs: dict, records: dict) -> None:
 def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, LogEntry]]:
     """(segment, entry) of the entries after entry ``n`` from segment ``seg`` on, meta only; every
     entry after ``n``, on another engine (segment 0)."""
-    if not isinstance(eng, LogEngine):
+    if not eng.log_files:
         for e in eng.entries():
             if e.n > n:
                 yield 0, e

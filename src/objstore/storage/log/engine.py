@@ -110,6 +110,9 @@ class Engine:
     def recently_skipped(self, oid: bytes, canonical: bytes) -> None:
         """A blob a commit left out as stored already (object storage keeps it until the commit lands)."""
 
+    def close(self) -> None:
+        """Release the engine's files and connections (an engine holding none: nothing to do)."""
+
     def refresh(self) -> Position:  # catch up on entries others appended (readers: no lock)
         raise NotImplementedError
 
