@@ -87,6 +87,8 @@ def skip_lines(weed_missing: bool, s3_tests: int, langgraph_missing: list[str], 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "langgraph: needs the LangGraph stack (left out with one line when it is absent, never under CI=true)")
+    config.addinivalue_line("markers", "slow: takes seconds (real processes killed at every step, servers, big stores); "
+                                       "-m 'not slow' runs the rest")
 
 
 class _LeftOut(pytest.Module):

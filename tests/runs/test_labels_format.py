@@ -18,7 +18,7 @@ from objstore.runs import records as R
 from objstore.storage import codec
 from objstore.storage import labels as SL
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-labels.json")
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden-labels.json")
 GOLD = json.load(open(FIXTURE, encoding="utf-8"))
 UNRESERVED = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 

@@ -21,7 +21,7 @@ from objstore.runs import history, views
 from objstore.runs.export import export as lib_export
 from objstore_cli.main import cli
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md")
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "CLI.md")
 _BLOCK = re.compile(r"^### (Entity `(?P<entity>[^`]+)`|`objstore (?P<cmd>[a-z -]+?)(?P<flag> --json)?`)\n(?P<text>.*?)```json\n(?P<schema>.*?)```",
                     re.S | re.M)
 

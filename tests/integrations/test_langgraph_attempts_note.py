@@ -18,7 +18,7 @@ from langgraph.types import Command
 
 from objstore.integrations.langgraph import ObjstoreSaver
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LINE = 'config["callbacks"] = [saver.attempt_recorder()]'
 NOTE = ("objstore: note: this run was written (in part) without recording failed attempts: a failed try that a retry "
         "fixed is not shown (LangGraph: " + LINE + "; docs/LANGGRAPH.md)\n")

@@ -223,5 +223,5 @@ def test_completion_of_branch_numbers(demo):
 def test_completion_source_script_is_documented():
     rc, out, err = run_cli(env_extra={"_OBJSTORE_COMPLETE": "bash_source"}, exit_code=0)
     assert "_OBJSTORE_COMPLETE=bash_complete" in out and "complete " in out
-    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "CLI.md"), encoding="utf-8") as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "CLI.md"), encoding="utf-8") as f:
         assert '_OBJSTORE_COMPLETE=bash_source objstore' in f.read()

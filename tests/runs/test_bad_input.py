@@ -474,7 +474,7 @@ def test_read_only_store_reads(store, drop):
 # it uses at rest: a reader that allocates what a crafted file declares (512 MiB to 4 GiB) dies with
 # MemoryError (a traceback, the test fails) instead of passing unnoticed.
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADROOM = 256 << 20
 HUGE = 512 << 20
 

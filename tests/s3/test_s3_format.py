@@ -15,7 +15,7 @@ from objstore.storage.bucket import MemoryBucket
 from objstore.storage.s3engine import S3Engine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
+FIX = os.path.join(HERE, "..", "..", "fixtures")
 sys.path.insert(0, FIX)
 import make_golden_s3  # noqa: E402
 

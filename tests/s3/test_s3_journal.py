@@ -19,7 +19,7 @@ from objstore.journal import host as H
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity, runrefs
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_snapshot_child.py")
+CHILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "journal", "host_snapshot_child.py")
 
 
 def test_a_revocation_landing_between_decision_and_write_refuses_the_update(s3_url, tmp_path):

@@ -110,7 +110,7 @@ def test_the_command_line_shows_a_copy(tmp_path):
     run, recs = _src(log)
     copy = log.fork_run(run, record=recs[1].id)
     log.record_attempt(copy, 7, 0, "succeeded")
-    bin_ = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "bin", "objstore")
+    bin_ = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "bin", "objstore")
 
     def cli(*args):
         p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), *args], capture_output=True, text=True, timeout=120)
@@ -163,7 +163,7 @@ def test_log_of_a_copy_whose_source_was_deleted_shows_the_kept_history(tmp_path)
     copy = log.fork_run(run, run="cp")
     log.record_attempt(copy, 9, 0, "succeeded")
     delete.delete_run(log, run, reason="gone")
-    bin_ = os.path.join(os.path.dirname(__file__), "..", "bin", "objstore")
+    bin_ = os.path.join(os.path.dirname(__file__), "..", "..", "bin", "objstore")
     p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "log", "cp"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -179,7 +179,7 @@ def test_verify_a_run_by_label(tmp_path):
     run, _recs = _src(log, 3)
     copy = log.fork_run(run, labels={"thread_id": "chat-1"})
     log.record_attempt(copy, 9, 0, "failed")
-    bin_ = os.path.join(os.path.dirname(__file__), "..", "bin", "objstore")
+    bin_ = os.path.join(os.path.dirname(__file__), "..", "..", "bin", "objstore")
     p = subprocess.run([sys.executable, bin_, "--store", str(tmp_path / "s"), "verify", "thread_id=chat-1"], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and p.stdout == "", p.stderr

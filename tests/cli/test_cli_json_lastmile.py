@@ -20,7 +20,7 @@ from objstore import RunLog, Store
 from objstore.storage import codec
 from objstore_cli.main import cli
 
-FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "format2-store")
+FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "format2-store")
 
 
 def valid(command, out):

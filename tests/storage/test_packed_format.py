@@ -12,7 +12,7 @@ import msgspec
 import zstandard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
+FIX = os.path.join(HERE, "..", "..", "fixtures")
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
 

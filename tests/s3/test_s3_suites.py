@@ -23,26 +23,29 @@ import uuid
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)
 
-MODULES = ["test_rewind_fork.py", "test_episode_query_equivalence.py", "test_threads.py", "test_ingest.py",
-           "test_copy_and_listing.py", "test_langgraph_conformance.py", "test_langgraph_graph.py",
-           "test_langgraph_async.py", "test_langgraph_threads.py", "test_langgraph_delete.py", "test_journal_compaction.py",
-           "test_journal_cli.py", "test_host_snapshot.py", "test_cli_log.py", "test_cli_labels.py"]
+MODULES = ["runs/test_rewind_fork.py", "runs/test_episode_query_equivalence.py", "storage/test_threads.py",
+           "runs/test_ingest.py", "runs/test_copy_and_listing.py", "integrations/test_langgraph_conformance.py",
+           "integrations/test_langgraph_graph.py", "integrations/test_langgraph_async.py",
+           "integrations/test_langgraph_threads.py", "integrations/test_langgraph_delete.py",
+           "journal/test_journal_compaction.py", "journal/test_journal_cli.py", "journal/test_host_snapshot.py",
+           "cli/test_cli_log.py", "cli/test_cli_labels.py"]
 
 FILES = "reads the store's local files, which on S3 are only its cache"
 LEFT_OUT = {
-    "test_langgraph_conformance.py::test_the_official_suite_passes_at_full_level[AsyncObjstoreSaver]":
+    "integrations/test_langgraph_conformance.py::test_the_official_suite_passes_at_full_level[AsyncObjstoreSaver]":
         "the suite on S3 for ObjstoreSaver only, as the issue sets it (time); the async saver is the same store calls",
-    "test_langgraph_threads.py::test_delete_for_runs_and_prune_are_recorded_deletions_gone_after_gc": FILES,
-    "test_langgraph_delete.py::test_delete_thread_then_gc_leaves_no_trace_of_a_planted_secret":
-        FILES + " (tests/test_s3_cli.py searches the bucket for a deleted secret instead)",
-    "test_journal_compaction.py::test_c4_signed_backend_read_needs_no_runtime_nor_idle_and_rejects_jobs":
+    "integrations/test_langgraph_threads.py::test_delete_for_runs_and_prune_are_recorded_deletions_gone_after_gc": FILES,
+    "integrations/test_langgraph_delete.py::test_delete_thread_then_gc_leaves_no_trace_of_a_planted_secret":
+        FILES + " (tests/s3/test_s3_cli.py searches the bucket for a deleted secret instead)",
+    "journal/test_journal_compaction.py::test_c4_signed_backend_read_needs_no_runtime_nor_idle_and_rejects_jobs":
         "asserts a read leaves the store directory unchanged; on S3 that directory is the cache a read refreshes",
-    "test_journal_cli.py::test_init_creates_owner_key_outside_the_store": "asserts init prints the directory path",
-    "test_journal_cli.py::test_journal_serve_needs_a_store": "asserts the message names the directory path",
-    "test_host_snapshot.py::test_update_is_decided_under_the_writer_lock":
+    "journal/test_journal_cli.py::test_init_creates_owner_key_outside_the_store": "asserts init prints the directory path",
+    "journal/test_journal_cli.py::test_journal_serve_needs_a_store": "asserts the message names the directory path",
+    "journal/test_host_snapshot.py::test_update_is_decided_under_the_writer_lock":
         "asserts the writer lock's order (version, then revocation); S3 has no lock: the revocation lands first and "
-        "the update is refused (tests/test_s3_journal.py)",
+        "the update is refused (tests/s3/test_s3_journal.py)",
 }
 
 
@@ -53,10 +56,10 @@ def test_the_suites_pass_on_s3(seaweed, tmp_path):
                PYTHONPATH=os.path.join(HERE, "s3redirect"))  # the processes the tests start are redirected too
     env.pop("PYTEST_ADDOPTS", None)
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-            *[os.path.join(HERE, m) for m in MODULES]]
+            *[os.path.join(TESTS, m) for m in MODULES]]
     for node in LEFT_OUT:
         args += ["--deselect", "tests/" + node]
-    got = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, cwd=os.path.dirname(HERE))
+    got = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, cwd=os.path.dirname(TESTS))
     tail = got.stdout[-4000:]
     assert got.returncode == 0, tail + got.stderr[-2000:]
     summary = re.search(r"(\d+) passed(?:, (\d+) deselected)?", tail)

@@ -23,7 +23,7 @@ from objstore.runs import history as H
 from objstore.runs import views
 from objstore.storage import codec
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-log-graph.txt")
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden-log-graph.txt")
 AT = 1800000000  # the demo's fixed clock: 2027-01-15 08:00:00 UTC, one second per record
 UTC = {"TZ": "UTC"}
 

@@ -30,7 +30,7 @@ import msgspec
 import zstandard
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIX = os.path.join(HERE, "..", "fixtures")
+FIX = os.path.join(HERE, "..", "..", "fixtures")
 STORE = os.path.join(FIX, "golden-orders-store")
 GOLD = json.load(open(os.path.join(FIX, "golden-orders.json"), encoding="utf-8"))
 INDEX_1 = open(os.path.join(FIX, "golden-orders-1.idx"), "rb").read()

@@ -12,7 +12,7 @@ from helpers import run_cli
 
 from objstore import errors
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _classes(cls):

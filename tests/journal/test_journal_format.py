@@ -24,7 +24,7 @@ from objstore.runs import records as R
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 GOLDEN = os.path.join(FIXTURES, "golden-journal.json")
 sys.path.insert(0, FIXTURES)
 import make_golden_journal as G  # noqa: E402

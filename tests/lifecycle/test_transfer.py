@@ -284,7 +284,7 @@ def test_round_trip_through_a_real_server(tmp_path, s3_url):
 
 
 def _writer(store, run, n):
-    """tests/transfer_writer.py in its own process: RUN started if absent, N attempts appended."""
+    """tests/lifecycle/transfer_writer.py in its own process: RUN started if absent, N attempts appended."""
     return subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "transfer_writer.py"), store, run, str(n)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 

@@ -748,7 +748,7 @@ def test_owner_key_lives_outside_the_store(env):
 
 # 9 -----------------------------------------------------------------------------------------------
 def test_c9_docs_say_what_the_stub_proves_and_what_not():
-    root = os.path.join(HERE, "..")
+    root = os.path.join(HERE, "..", "..")
     doc = open(os.path.join(root, "docs", "JOURNAL.md")).read()
     assert "proves transport and storage" in doc and "not the quality" in doc
     assert "No live model" in doc

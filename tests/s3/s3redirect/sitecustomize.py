@@ -5,7 +5,7 @@ import os
 import sys
 
 if os.environ.get("OBJSTORE_TEST_S3_BASE"):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from helpers import install_s3_redirect
 
     install_s3_redirect()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from objstore.errors import IntegrityError, InvalidId, InvalidInput, UnknownObjectType
 from objstore.storage import codec
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden.json")
+GOLDEN = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden.json")
 
 
 def from_json(v):

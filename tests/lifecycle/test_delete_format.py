@@ -15,7 +15,7 @@ import pytest
 from objstore.runs import records as R
 from objstore.storage import codec, identity
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "golden-deletion.json")
+FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden-deletion.json")
 _IDS = ("blob", "grant", "previous")
 
 

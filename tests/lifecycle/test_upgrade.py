@@ -23,7 +23,7 @@ from objstore.storage import codec
 from objstore.storage.format1 import Format1Reader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "fixtures")
 GOLDEN_LOOSE_ID = "8adb81e98871de63d91dce61f753ecfe33664923476002e0e1643092bccc334c"
 T0 = 1700000000.0
 
@@ -450,7 +450,7 @@ def test_cli_upgrade(f1):
 
 # -- format 2 -> format 3 ------------------------------------------------------------------------
 
-FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "format2-store")
+FORMAT2_STORE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "format2-store")
 
 
 def _format2_copy(tmp_path):
