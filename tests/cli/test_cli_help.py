@@ -10,6 +10,7 @@ through click's environment protocol in a subprocess, as a shell would call it.
 
 import json
 import os
+import re
 import shlex
 
 import click
@@ -225,3 +226,31 @@ def test_completion_source_script_is_documented():
     assert "_OBJSTORE_COMPLETE=bash_complete" in out and "complete " in out
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "CLI.md"), encoding="utf-8") as f:
         assert '_OBJSTORE_COMPLETE=bash_source objstore' in f.read()
+
+
+# -- help that speaks to the user (issue 16) ---------------------------------------------------------------
+TICKET_WORDS = re.compile(r"seed T2\.3|stub compactor|\bstub\b|T-745|\bT\d+\.\d+\b", re.I)
+
+
+def _walk(cmd, path):
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in sorted(cmd.commands.items()):
+            yield from _walk(sub, (*path, name))
+
+
+def test_no_help_text_speaks_in_ticket_numbers():
+    seen = 0
+    for path, cmd in _walk(cli, ("objstore",)):
+        text = cmd.get_help(click.Context(cmd, info_name=" ".join(path)))
+        assert not TICKET_WORDS.search(text), f"{' '.join(path)} --help: {TICKET_WORDS.search(text)[0]!r}"
+        seen += 1
+    assert seen >= 40  # every command and group, not only a few
+
+
+def test_demo_and_compact_help_say_what_they_do():
+    demo = run_cli("demo", "--help", exit_code=0)[1]
+    assert "six-step run" in demo and "step 2" in demo and "step 6 failing" in demo and "verify" in demo
+    compact = " ".join(run_cli("compact", "--help", exit_code=0)[1].split())
+    assert "Summarize a session's older turns into one new signed segment" in compact
+    assert "deterministic compactor" in compact

@@ -19,6 +19,7 @@ import types
 import pytest
 from helpers import assert_prefix_kept, new_key, snapshot_tree
 
+import objstore
 from objstore import RunLog, Store
 from objstore import journal as J
 from objstore.errors import (
@@ -907,3 +908,17 @@ def test_c6_the_startup_journal_back_over_budget_is_given_once_and_referenced(en
     ident = [h for h in json.loads(req)["historical_journals"] if h["label"].startswith("historical — identical")]
     assert len(ident) == 1 and ident[0]["startup"] is True and ident[0]["record"] == log.run_started(s2).id.hex()
     assert res.segment["snapshot"]["identical_to"] == log.run_started(s2).id
+
+
+# Issue 16's library fixes, each pinned where a Python caller meets it.
+def test_a_run_that_is_not_a_session_cannot_be_compacted(tmp_path):
+    from objstore import journal as J
+    from objstore.storage import identity
+
+    log = objstore.open_store(str(tmp_path / "s"))
+    run = log.start_run("plain")
+    J.record_turn(log, run, "user", "hello")
+    before = log.store.engine.position()
+    with pytest.raises(InvalidInput, match="run plain is not a session"):
+        J.compact(log, run, J.StubCompactor(), host=None, key=identity.generate())
+    assert log.store.engine.position() == before  # nothing written

@@ -8,6 +8,7 @@ entry (its newest record or fork, on any branch), read at gc time — and keeps 
 ISO dates. The clock is faked as the other retention tests fake it: records carry ``when=``.
 """
 
+import datetime as _dt
 import json
 import time
 
@@ -18,6 +19,7 @@ from objstore import RunLog, Store
 from objstore.errors import InvalidInput
 from objstore.lifecycle import gc as G
 from objstore.runs import history as H
+from objstore.runs.history import parse_time
 from objstore.storage import identity
 
 DAY = 86400
@@ -112,3 +114,28 @@ def test_the_two_retention_options_do_not_mix(tmp_path):
     assert "one of" in err
     _, _, err = run_cli("gc", "--delete-runs-inactive-for", "1d", store=root, exit_code=5)
     assert "--reason" in err
+
+
+# Issue 16's library fixes, each pinned where a Python caller meets it.
+NOW = 1_800_000_000.0  # a fixed clock: every span is exact
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("2.days", 2 * 86400), ("2.days.ago", 2 * 86400), ("1.week.ago", 604800), ("1h30m", 5400), ("90s", 90),
+    ("2 hours ago", 7200), ("3d", 3 * 86400), ("1w", 604800), ("30m", 1800), ("1.hour.30.minutes.ago", 5400),
+    ("2 weeks 1 day ago", 15 * 86400), ("10 mins", 600), ("5hrs", 18000),
+])
+def test_git_s_span_forms_read_as_that_long_ago(text, seconds):
+    assert NOW - parse_time(text, NOW) == seconds
+
+
+def test_months_and_years_are_calendar_ones_as_in_git():
+    t = _dt.datetime(2026, 3, 31, 12, 0).timestamp()
+    assert _dt.datetime.fromtimestamp(parse_time("1.month.ago", t)) == _dt.datetime(2026, 2, 28, 12, 0)
+    assert _dt.datetime.fromtimestamp(parse_time("2 years ago", t)) == _dt.datetime(2024, 3, 31, 12, 0)
+
+
+@pytest.mark.parametrize("text", ["@" + "1" * 40, "@-" + "9" * 30, "99999999999999d", "2.foos", "ago", "1h30", "h", "", "3 ms"])
+def test_what_is_not_a_time_a_calendar_can_show_is_refused(text):
+    with pytest.raises(InvalidInput, match="cannot read time"):
+        parse_time(text, NOW)

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from objstore import journal as J
 from objstore.errors import (
+    BranchNotFound,
     Conflict,
     CorruptPack,
     IngestError,
@@ -41,12 +42,14 @@ from objstore.errors import (
     InvalidRecord,
     LimitExceeded,
     ObjstoreError,
+    Refused,
 )
 from objstore.runs.ingest import ingest
 from objstore.runs.runlog import RunLog
 from objstore.storage import codec
 from objstore.storage import engine as E
 from objstore.storage.format1 import Format1Reader
+from objstore.storage.runrefs import branch_ref, live_ref, symref
 from objstore.storage.store import Store
 
 GOOD = [
@@ -891,3 +894,37 @@ def test_integer_options_beyond_int64_are_usage_errors(tmp_path, args, opt, lo):
     assert snapshot_tree(store) == before
     code, out, err = run_cli(*args[:-1], "ten", store=store, exit_code=2)  # not an integer at all: a usage error
     assert out == "" and err.count("\n") == 1 and "'ten' is not an integer" in err
+
+
+# Found by typing objstore for mypy (issue #10): each was a traceback before.
+ATTEMPT = {"step": 0, "attempt": 0, "state": "running"}
+
+
+@pytest.mark.parametrize("value", [b"\x01" * 32, "ref: nonsense", "ref: run/other/branch/x"])
+def test_append_with_a_malformed_live_ref_is_invalid_input(value):
+    """An id or a symbolic ref naming no branch where the live ref belongs (was TypeError / IndexError
+    in view()). Format 3: the rules of the log refuse such a move wherever an entry is applied, its
+    writer first, so the store never holds it; view() and append keep working."""
+    store = Store.memory()
+    log = RunLog(store)
+    run = log.start_run()
+    before = store.engine.position()
+    with pytest.raises(Refused, match="live"):
+        store.set_ref(live_ref(run), store.read_ref(live_ref(run)), value, "damage")
+    assert store.engine.position() == before
+    assert log.view(run).live == 0
+    log.append(run, "attempt", ATTEMPT)
+
+
+def test_append_to_a_branch_ref_that_is_not_an_id_is_branch_not_found():
+    """A branch ref holding a symbolic value (was AttributeError on str.hex / a store lookup by str)."""
+    store = Store.memory()
+    log = RunLog(store)
+    run = log.start_run()
+    log.fork(run, 0, 0, make_live=False)
+    with pytest.raises(Refused, match="branch/1"):  # format 3: refused by the rules where the entry is applied
+        store.set_ref(branch_ref(run, 1), store.read_ref(branch_ref(run, 1)), symref(branch_ref(run, 0)), "damage")
+    with pytest.raises(BranchNotFound):
+        log.append(run, "attempt", ATTEMPT, branch=7, allow_retained=True)
+    log.append(run, "attempt", ATTEMPT, branch=1, allow_retained=True)  # branch 1 is untouched
+    log.append(run, "attempt", ATTEMPT)  # the live branch too

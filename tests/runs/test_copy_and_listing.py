@@ -219,3 +219,19 @@ def test_listing_all_branches_reads_only_what_it_returns(tmp_path, monkeypatch):
     assert len(decoded) <= 4  # the page, and at most one fork object a walk ends at: nothing newer than the cut
     decoded.clear()
     assert [r.id for r in fresh.iter_records(run, all_branches=True)] == [r.id for r in want]
+
+
+# Issue 16's library fixes, each pinned where a Python caller meets it.
+def test_the_run_listing_names_each_run_as_plain_runs_does(tmp_path):
+    from objstore.runs import views
+    from objstore.runs.resolve import resolve_run
+
+    log = objstore.open_store(str(tmp_path / "s"))
+    a = log.start_run(subject="alice", workflow_version="wf-1", when=1_700_000_000.0)
+    log.start_run(subject="carol", when=1_700_000_000.5)
+    log.start_run("named", subject="bob", when=1_700_000_001.0)
+    rows = {r["run"]: r for r in views.runs(log)}
+    assert rows["named"] == {"run": "named", "short_id": "named", "subject": "bob", "workflow_version": "1",
+                             "started": 1_700_000_001.0, "live_branch": 0, "branch_count": 1}
+    assert rows[a]["subject"] == "alice" and rows[a]["workflow_version"] == "wf-1" and rows[a]["started"] == 1_700_000_000.0
+    assert len(rows[a]["short_id"]) < len(a) and resolve_run(log, rows[a]["short_id"]) == a

@@ -6,11 +6,13 @@ query surface, which defaults to the live branch and would hide damage.
 """
 
 
+
 import pytest
 from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import objstore
 from objstore import RunLog, Store
 from objstore.demo import StubModel, run_step, six_step_run
 from objstore.errors import InvalidInput, Refused, RetainedBranch
@@ -326,3 +328,30 @@ def test_start_interrupted_between_its_two_ref_writes_is_a_valid_run(tmp_path):
     fr = log.rewind(run, 0)
     assert log.view(run).live == fr.branch == 1
     assert verify(log) == []
+
+
+# Issue 16's library fixes, each pinned where a Python caller meets it.
+def test_rewinding_a_branch_with_no_records_says_so(tmp_path):
+    log = objstore.open_store(str(tmp_path / "s"))
+    run = log.start_run("r1")
+    log.record_attempt(run, step=1, attempt=0, state="succeeded")
+    log.rewind(run, to_lsn=1)  # branch 1 is live and has no records of its own yet
+    with pytest.raises(InvalidInput) as e:
+        log.rewind(run, to_lsn=0)
+    assert str(e.value) == "invalid input: branch 1 of run r1 has no records yet; there is nothing to fork at LSN 0"
+
+
+def test_a_fresh_fork_inherits_the_attempts_before_its_fork_point(tmp_path):
+    from objstore.runs.query import inherited_attempts
+
+    log = objstore.open_store(str(tmp_path / "s"))
+    run = log.start_run("r1")
+    for step in range(5):
+        log.record_attempt(run, step=step, attempt=0, state="failed" if step == 2 else "succeeded")
+    log.rewind(run, to_lsn=3)  # keeps LSNs 0..3: run_started and the attempts of steps 0..2
+    view = log.view(run)
+    got = inherited_attempts(log, view, 1)
+    assert [(b, lsn, a["step"], a["state"]) for b, lsn, a in got] == [(0, 1, 0, "succeeded"), (0, 2, 1, "succeeded"), (0, 3, 2, "failed")]
+    assert inherited_attempts(log, view, 0) == []
+    ep = objstore.episode(log, run, all_branches=True)
+    assert ep.attempts(1) == [] and ep.branches[1].attempts_total == 3  # the episode JSON is unchanged (seed T1.7)

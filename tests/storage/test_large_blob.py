@@ -132,3 +132,17 @@ def _peak_rss_kb(args):
 def test_small_stream_is_stored_like_put_blob(tmp_path):
     log = RunLog(Store.init(str(tmp_path / "s"), fsync="off"))
     assert log.store.put_blob_stream(io.BytesIO(b"hello")) == log.put_blob(b"hello")
+
+
+# Found by typing objstore for mypy (issue #10): each was a traceback before.
+def test_a_large_blob_reads_back_inside_the_batch_that_stored_it(tmp_path):
+    """Store.get_raw handed out the batch's LargeBlob spill object instead of bytes (AttributeError)."""
+    store = Store.init(str(tmp_path / "s"), fsync="off")
+    data = b"x" * (LARGE_BLOB + 1)
+    with store.batch():
+        oid = store.put_blob_stream(io.BytesIO(data))
+        assert store.get_blob(oid) == data
+        out = io.BytesIO()
+        assert store.copy_blob_to(oid, out) == len(data)
+        assert out.getvalue() == data
+    assert store.get_blob(oid) == data
