@@ -191,7 +191,7 @@ def seaweed_cluster(tmp_path_factory):
         cluster.stop()
 
 
-# --- the same suites on S3 (tests/test_s3_suites.py): with OBJSTORE_TEST_S3_BASE=s3://bucket/prefix set, every
+# --- the same suites on S3 (tests/s3/test_s3_suites.py): with OBJSTORE_TEST_S3_BASE=s3://bucket/prefix set, every
 # store a test makes in a local directory that is not a store yet is made on object storage instead, under
 # BASE/<hash of the path>; opening that path again opens the same S3 store. Only API-level suites run so.
 if os.environ.get("OBJSTORE_TEST_S3_BASE"):

@@ -4,7 +4,7 @@
 The golden file ``fixtures/golden-log-graph.txt`` is the ``log --graph`` output of the demo run
 recorded with a fixed id and clock (``objstore demo --run demo --at 1800000000``), so every
 object id in it is reproducible. Regenerate it after an intended change with
-``OBJSTORE_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/test_cli_log.py -k golden`` and
+``OBJSTORE_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/cli/test_cli_log.py -k golden`` and
 review the diff.
 """
 

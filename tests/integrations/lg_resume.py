@@ -1,4 +1,4 @@
-"""Child process for tests/test_langgraph_concurrency.py: resume a thread from one checkpoint.
+"""Child process for tests/integrations/test_langgraph_concurrency.py: resume a thread from one checkpoint.
 
     python lg_resume.py STORE THREAD PARENT_ID NAME GO_FILE [ON_CONCURRENT]
 

@@ -6,7 +6,7 @@ the step's tasks run, so a task's ``put_writes`` can reach the saver before the 
 to is stored. The saver used to read the step from that checkpoint's record, found none, and filed
 the retry as step 0 ("step 3, attempt 0, failed" and a spurious "step 0, attempt 1, succeeded").
 Here every checkpoint commit is delayed by 0.3 s (the put path patched), so the writes always arrive
-first; the graph is tests/lg_graphs.py's chat graph, whose tool fails then succeeds under a
+first; the graph is tests/integrations/lg_graphs.py's chat graph, whose tool fails then succeeds under a
 RetryPolicy."""
 
 from __future__ import annotations

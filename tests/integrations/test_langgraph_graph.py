@@ -1,4 +1,4 @@
-"""A real LangGraph StateGraph on ObjstoreSaver (tests/lg_graphs.py: a stub LLM, deterministic; a
+"""A real LangGraph StateGraph on ObjstoreSaver (tests/integrations/lg_graphs.py: a stub LLM, deterministic; a
 tool that fails once and is retried by its RetryPolicy; an interrupt), then time travel, the CLI on
 the thread's run, and prune keeping a resume safe."""
 

@@ -1,6 +1,6 @@
 """``ObjstoreSaver(..., on_concurrent="raise")``: two workers continuing one thread at once are told
 (issue 14). By default both checkpoints are kept and the second is a fork (a visible branch, nobody
-told: tests/test_langgraph_concurrency.py); with ``raise``, a put whose parent is no longer its
+told: tests/integrations/test_langgraph_concurrency.py); with ``raise``, a put whose parent is no longer its
 branch's newest checkpoint raises ``ParentSuperseded`` (a Conflict, exit 7) and writes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Child processes for tests/test_host_snapshot.py (issue 15: one log position per Host request).
+"""Child processes for tests/journal/test_host_snapshot.py (issue 15: one log position per Host request).
 
     python host_snapshot_child.py serve STORE SOCKET
         The Backend Host (``backend.serve``, what ``objstore journal-serve`` runs) with its hook

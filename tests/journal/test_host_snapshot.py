@@ -4,8 +4,8 @@ A key revoked by another OS process between a Host's authorization and its journ
 while that process also writes a newer journal version, is never served the newer version:
 the Host answers as of the position it authorized at. The Host is paused at its hook
 (``LocalJournalHost.on_authorized``) — in this process for the in-process Host, in the
-Backend Host's own process (``backend.serve``, tests/host_snapshot_child.py) for the Backend —
-and the revocation comes from a separate OS process (tests/host_snapshot_child.py revoke).
+Backend Host's own process (``backend.serve``, tests/journal/host_snapshot_child.py) for the Backend —
+and the revocation comes from a separate OS process (tests/journal/host_snapshot_child.py revoke).
 Each test then checks that the window really held both changes: the journal is at version 2
 and the same key is now refused.
 """

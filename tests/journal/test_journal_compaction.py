@@ -4,7 +4,7 @@ Real store, real compare-and-swap, real signatures, real Hosts (the in-process o
 and the Backend Host as its own OS process on a Unix socket), real compaction;
 only the model is replaced by StubCompactor (deterministic), which proves
 transport and storage, not summary quality. Journal updates that must land
-*during* a compaction come from a separate OS process (tests/journal_writer.py).
+*during* a compaction come from a separate OS process (tests/journal/journal_writer.py).
 """
 
 import hashlib

@@ -1,4 +1,4 @@
-"""A writer process for the online backup test (tests/test_backup.py).
+"""A writer process for the online backup test (tests/lifecycle/test_backup.py).
 
     python backup_writer.py STORE RUN STOPFILE
 

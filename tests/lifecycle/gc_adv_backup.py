@@ -1,4 +1,4 @@
-"""A backup loop for the adversarial gc tests (tests/test_gc_adversarial.py): backups while gc runs.
+"""A backup loop for the adversarial gc tests (tests/lifecycle/test_gc_adversarial.py): backups while gc runs.
 
     python gc_adv_backup.py SRC DEST STOPFILE SEAL_BYTES
 

@@ -1,4 +1,4 @@
-"""Child for the full-disk gc test (tests/test_gc_adversarial.py): run the ``objstore gc`` CLI in this
+"""Child for the full-disk gc test (tests/lifecycle/test_gc_adversarial.py): run the ``objstore gc`` CLI in this
 process with the disk "full" at its K-th ``os.write`` (half the buffer written, then OSError ENOSPC,
 as a real full disk does; every later write fails too). K = 0: never; the number of writes gc made is
 then printed to stdout (after the CLI's own output) as ``writes N``.

@@ -1,4 +1,4 @@
-"""A gc that pauses after it decided what goes (tests/test_gc_adversarial.py): the window in which a
+"""A gc that pauses after it decided what goes (tests/lifecycle/test_gc_adversarial.py): the window in which a
 writer in another process may commit a record naming a body gc is about to remove.
 
     python gc_adv_gc_pause.py STORE READYFILE GOFILE

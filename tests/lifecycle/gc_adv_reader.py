@@ -1,4 +1,4 @@
-"""A reader process for the adversarial gc tests (tests/test_gc_adversarial.py).
+"""A reader process for the adversarial gc tests (tests/lifecycle/test_gc_adversarial.py).
 
     python gc_adv_reader.py STORE STOPFILE DOOMEDFILE SEAL_BYTES [DELETED_RUN]
 

@@ -1,4 +1,4 @@
-"""A stale reader process for the adversarial gc tests (tests/test_gc_adversarial.py).
+"""A stale reader process for the adversarial gc tests (tests/lifecycle/test_gc_adversarial.py).
 
     python gc_adv_stale.py STORE GO1 GO2 PRE PHASES IDSFILE
 

@@ -1,4 +1,4 @@
-"""A writer process for the adversarial gc tests (tests/test_gc_adversarial.py).
+"""A writer process for the adversarial gc tests (tests/lifecycle/test_gc_adversarial.py).
 
     python gc_adv_writer.py STORE RUN STOPFILE ACKFILE SEAL_BYTES MAX
 

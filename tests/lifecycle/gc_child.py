@@ -1,8 +1,8 @@
-"""Child for the gc / repack kill -9 loop (tests/test_gc.py): run ``objstore gc`` in-process on STORE and
+"""Child for the gc / repack kill -9 loop (tests/lifecycle/test_gc.py): run ``objstore gc`` in-process on STORE and
 SIGKILL this process at its K-th file operation (K = 0: never). Prints the number of file operations
 gc made when it finishes.
 
-    python tests/gc_child.py STORE K
+    python tests/lifecycle/gc_child.py STORE K
 """
 
 import os

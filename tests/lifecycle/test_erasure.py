@@ -209,7 +209,7 @@ def test_a_redacted_turn_does_not_make_the_whole_session_unreadable(tmp_path):
     """Redaction is for "an API key that leaked into one prompt". A session turn whose content blob is
     redacted: ``context`` and ``compact`` raise Redacted for the whole session (restore._turn_text reads
     every turn's blob unguarded), while a *deleted* turn folds to "" in both
-    (tests/test_delete.py::test_a_sessions_deleted_turn_is_header_only_in_compaction_and_context)."""
+    (tests/lifecycle/test_delete.py::test_a_sessions_deleted_turn_is_header_only_in_compaction_and_context)."""
     from objstore import journal as J
 
     log = RunLog(Store.init(str(tmp_path / "s")))

@@ -1,6 +1,6 @@
 """Adversarial pass over ``objstore gc`` (issue 17): real processes, small stores, damage on disk.
 
-What tests/test_gc.py already pins (repack identity, a stale in-process reader, an edited packed meta,
+What tests/lifecycle/test_gc.py already pins (repack identity, a stale in-process reader, an edited packed meta,
 kill -9 at every file operation) is not repeated. Here:
 
 1. gc (twice) while 4 writer processes append (two to a shared run) and 2 reader processes read every

@@ -1,6 +1,6 @@
 """A ``repair`` killed with SIGKILL at any file operation never wedges the store (issue 13, item 10).
 
-The store is damaged on disk the way ``tests/test_repair.py`` damages it: a flipped byte in the
+The store is damaged on disk the way ``tests/lifecycle/test_repair.py`` damages it: a flipped byte in the
 newest entry, which the head witness says was made durable, so every writer refuses until
 ``repair --cut-after N``. A forked child runs that repair and SIGKILLs itself at its k-th file
 operation (every open, write, pwrite, rename, fsync, unlink, ftruncate… it makes), for each k until

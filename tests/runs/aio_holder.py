@@ -1,4 +1,4 @@
-"""Child process of tests/test_aio.py: holds the store's writer lock in an open batch (with one
+"""Child process of tests/runs/test_aio.py: holds the store's writer lock in an open batch (with one
 record written in it) until a line arrives on stdin, then commits. Prints ``held`` once the lock is
 held and ``committed <entry>`` after the commit. It gives up waiting after 60 s, so a test whose
 event loop is blocked (the bug under test) fails instead of hanging."""

@@ -1,6 +1,6 @@
 """objstore.aio: AsyncRunLog's calls do not block the event loop, and a batch belongs to one task.
 
-Real stores in tmp_path; the writer lock is held by another OS process (tests/aio_holder.py);
+Real stores in tmp_path; the writer lock is held by another OS process (tests/runs/aio_holder.py);
 commits are counted by the log's entry numbers; "nothing written" compares every file's bytes.
 No timed assertions: the loop's liveness is counted in ticks of a ticker task while a call waits.
 """

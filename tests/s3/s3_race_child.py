@@ -1,4 +1,4 @@
-"""One racer of tests/test_s3_race_probe.py, a process of its own: opens an ObstoreBucket through the
+"""One racer of tests/s3/test_s3_race_probe.py, a process of its own: opens an ObstoreBucket through the
 gateway it is given, says it is ready (a file), waits for the start file, makes one conditional PUT
 and prints what it got as one JSON line.
 

@@ -1,4 +1,4 @@
-"""One writer process of the S3 race tests (tests/test_s3_race.py); not a test module itself.
+"""One writer process of the S3 race tests (tests/s3/test_s3_race.py); not a test module itself.
 
 Usage: ``python s3_race_writer.py URL SHARED_RUN WRITER COUNT BARRIER [--die-before-head-swap]``
 

@@ -10,9 +10,9 @@ outcome a fresh process reads: every acknowledged record present exactly once, n
 LSNs contiguous, ``verify`` clean, every Busy record absent. No latency is asserted; the figures
 (commits/s, Busy count) are printed (``pytest -s``).
 
-The writers are tests/s3_race_writer.py (real OS processes; each prints every acknowledged append
+The writers are tests/s3/s3_race_writer.py (real OS processes; each prints every acknowledged append
 before it starts the next, so what the test reads was acknowledged). The 16-way warm-up probe of the
-raw conditional PUT is tests/test_s3_race_probe.py's, not repeated here.
+raw conditional PUT is tests/s3/test_s3_race_probe.py's, not repeated here.
 """
 
 from __future__ import annotations

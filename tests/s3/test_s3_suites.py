@@ -2,7 +2,7 @@
 
 A child pytest runs these modules with OBJSTORE_TEST_S3_BASE pointing at the session's SeaweedFS: every store
 a test makes in a directory is then made on object storage instead (helpers.install_s3_redirect, in the child
-pytest and — through tests/s3redirect/sitecustomize.py on PYTHONPATH — in every Python process it starts: CLI
+pytest and — through tests/s3/s3redirect/sitecustomize.py on PYTHONPATH — in every Python process it starts: CLI
 commands, writer scripts, the journal Host backend). The same tests, unchanged, on the other engine: T2.3 (rewind is a
 fork, branch 0 byte-identical), T1.7 (episode from state = cold re-fold, no blob body read), copies and listing,
 threads, ingest, the LangGraph savers (conformance at FULL level, a real StateGraph, the async saver, thread

@@ -2,7 +2,7 @@
 
 ``start_run(labels=...)``, ``register_kind``, ``fork_run`` and ``append(..., labels=...)`` are the first writes that need format 5 on a store
 that is format 3: the marker must say 5 before the first format-5 entry lands. A forked child of the test process
-(the house technique of tests/test_backup.py) SIGKILLs itself at its k-th file operation (os-level calls and the
+(the house technique of tests/lifecycle/test_backup.py) SIGKILLs itself at its k-th file operation (os-level calls and the
 builtin ``open``), for k = 1, 2, … until the call returns. After every kill the store must verify clean, be
 format 3 or 5, hold the operation whole or not at all (format 3: not at all), and the operation run again must
 finish and verify."""

@@ -247,7 +247,7 @@ def _forge_entry(log, src, recs, sid, other, case):
 
 
 # A labelled run whose labels do not give its id (an l- run without labels, a generation with a leading zero, a
-# plain run with labels) breaks a rule of applying its entry: tests/test_forged_entries_refused_on_read.py.
+# plain run with labels) breaks a rule of applying its entry: tests/storage/test_forged_entries_refused_on_read.py.
 ENTRY_CASES = {
     "x record, schema not stored": "malformed-object",
     "x record, schema is a blob": "malformed-object",

@@ -5,7 +5,7 @@ reads it is, at that snapshot, the active segment: its index file (written at th
 entries beyond the snapshot and must not be judged against the entries verify read. Before this
 was so, such a pass reported a false ``damaged-index``.
 
-The writers (tests/verify_writer.py, real OS processes) seal at 8 KiB, so seals are frequent; each
+The writers (tests/storage/verify_writer.py, real OS processes) seal at 8 KiB, so seals are frequent; each
 pass counts the segment files before and after, and the test asserts that at least 3 seals
 happened during passes, so it cannot pass by never racing. Passes alternate between one process
 and two worker processes (jobs 1 and 2). To make every pass race, the test holds verify's read of the

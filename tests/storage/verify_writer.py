@@ -1,4 +1,4 @@
-"""A writer process for verify's seal race test (tests/test_verify_seal_race.py).
+"""A writer process for verify's seal race test (tests/storage/test_verify_seal_race.py).
 
     python verify_writer.py STORE RUN STOPFILE MAX
 
