@@ -1,4 +1,4 @@
-"""The runs-and-history commands' last mile (issue 16), each tried as a git or click user would:
+"""The runs-and-history commands (issue 16), each tried as a git or click user would:
 ``log --all-branches --graph``, a --since/--until that does not parse (exit 2), ``episode`` of a fresh
 fork (the inherited attempts), ``episode`` on a terminal (rich, one line per row in 80 columns, no
 escape code under NO_COLOR), ``export --json``, rewinding a branch with no records, and --help texts

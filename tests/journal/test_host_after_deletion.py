@@ -1,5 +1,5 @@
-"""Review of issue 17: a long-lived journal Host (``objstore journal-serve``, or one LocalJournalHost in an
-agent process) after a session was deleted.
+"""A long-lived journal Host (``objstore journal-serve``, or one LocalJournalHost in an
+agent process) after a session was deleted (issue 17).
 
 "Covered runs vanish from every query, listing and export at once." The Host's startup selection
 (``same_subject_newest``) walks ``run/*/journal`` refs and keeps a session whose ``log.subject(run)``

@@ -1,4 +1,4 @@
-"""Adversarial pass on issue 18 (copies): what a copy reads once its source is deleted, gc'd, copied again.
+"""What a copy reads once its source is deleted, gc'd, copied again (issue 18).
 
 ``fork_run`` copies nothing, so deleting the source (lifecycle.delete.delete_run) is the hard case: the copy's
 history before LSN 1 lives in the deleted run. Whatever the readers show (the design keeps the chain a live copy

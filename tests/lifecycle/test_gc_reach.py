@@ -1,4 +1,4 @@
-"""Review of issue 17: what gc counts as still named.
+"""What gc counts as still named (issue 17).
 
 ``gc.doomed`` keeps a blob a deleted run's record names only when a live record, or a live journal or
 segment object, names it too. A ref outside ``run/`` may name a blob directly: ``keys/owner`` (the

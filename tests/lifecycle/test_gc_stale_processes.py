@@ -1,4 +1,4 @@
-"""Review of issue 17: a process that opened the store before another process ran gc.
+"""A process that opened the store before another process ran gc (issue 17).
 
 1. A writer whose engine had loaded a sealed segment's index before gc removed a deleted run's blob
    from it puts the same bytes again (content addressing: the same id) in a live record after gc.

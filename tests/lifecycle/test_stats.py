@@ -1,4 +1,4 @@
-"""Review of issue 17: ``objstore stats`` against what docs/CLI.md says its figures are.
+"""``objstore stats`` against what docs/CLI.md says its figures are (issue 17).
 
 ``deleted_records``: "records partial deletions cover in runs that remain". stats sums the rows of
 every ``run/<R>/deletions`` chain, also of a run deleted whole afterwards (its deletions ref stays).

@@ -1,4 +1,4 @@
-"""Adversarial pass on issue 18 (bad input at the API): labels, declared kinds, field lists, listing and copies.
+"""Bad input at the API (issue 18): labels, declared kinds, field lists, listing and copies.
 
 Every bad call raises a typed error of objstore.errors (exit code 4 or 5) and writes nothing: the segment bytes
 are compared before and after. Labels are any text (NUL and ``&``/``=``/``%`` included: they are escaped), so

@@ -1,4 +1,4 @@
-"""Adversarial pass on issue 18 (concurrency): many OS processes at once on one store.
+"""Labelled runs, declared kinds and labelled records made by many OS processes at once on one store (issue 18).
 
 Forked children (real OS processes, each opening the store itself) are released together through one pipe and
 race to start the same labelled run, copy into the same labelled run, and declare the same kind (one field list:

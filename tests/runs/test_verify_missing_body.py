@@ -1,4 +1,4 @@
-"""Review of issue 17: verify over a packing that dropped a blob a live record names.
+"""verify over a packing that dropped a blob a live record names: ``missing-body`` (issue 17).
 
 verify's ``missing-body`` check marks a removed blob as named by a live record (``live_removed``)
 only for records it scans *after* the blob's removed row. In one batch commit the entry stores its

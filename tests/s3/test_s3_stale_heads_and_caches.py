@@ -1,4 +1,4 @@
-"""Review of the S3 engine (issue 19): what gc's in-place rewrite of a chunk leaves for a stale writer and for a
+"""The S3 engine's stale heads and caches (issue 19): what gc's in-place rewrite of a chunk leaves for a stale writer and for a
 reader's cache. Over the in-memory bucket (storage.bucket.MemoryBucket): two engines on one bucket are two
 processes (each its own tables, HEAD copy and cache directory), and the order of their requests is the test's.
 

@@ -1,4 +1,4 @@
-"""Adversarial pass on issue 18 (kill -9): the format-5 writes on a fresh format-3 store, killed at each file operation.
+"""kill -9 at each file operation: the first format-5 writes on a format-3 store, and gc on a store of copies (issue 18).
 
 ``start_run(labels=...)``, ``register_kind``, ``fork_run`` and ``append(..., labels=...)`` are the first writes that need format 5 on a store
 that is format 3: the marker must say 5 before the first format-5 entry lands. A forked child of the test process

@@ -1,4 +1,4 @@
-"""Adversarial pass on issue 18 (forgery): derived files and entries edited by someone who can recompute checksums.
+"""Forged indexes and entries: derived files and entries edited by someone who can recompute checksums (issue 18).
 
 Derived files: a sealed segment's ``.idx`` and the checkpoint's ``active`` index get label rows added, dropped,
 renumbered or pointed elsewhere, with their trailing BLAKE3 recomputed so nothing but the log can tell. A sealed
