@@ -113,6 +113,13 @@ def pytest_pycollect_makemodule(module_path, parent):
     return None
 
 
+def pytest_itemcollected(item):
+    # An S3 test starts a SeaweedFS (or a cluster of them) and talks HTTP to it: slow, whatever it checks. Marked here,
+    # where S3 tests are told apart, because an engine-parametrized test is an S3 test only for its "s3" parameter.
+    if S3_FIXTURES & set(getattr(item, "fixturenames", ())) or _s3_param(item):
+        item.add_marker(pytest.mark.slow)
+
+
 def pytest_runtest_setup(item):
     if item.get_closest_marker("langgraph") is not None and _langgraph_missing():
         pytest.fail(f"{', '.join(_langgraph_missing())} not installed: this test needs the LangGraph stack ({GET_ALL})", pytrace=False)
