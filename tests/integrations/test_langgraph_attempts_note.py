@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 
 import lg_graphs as G
+import pytest
 from helpers import run_cli
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
@@ -55,6 +56,7 @@ def test_the_readme_switch_shows_the_handler():
     assert LINE in snippet and "graph.invoke(" in snippet.split(LINE)[1]
 
 
+@pytest.mark.slow
 def test_the_readme_switch_records_a_retried_failure(tmp_path):
     """The README's block run as written in a fresh directory: the handler is on, so its episode has no note."""
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:

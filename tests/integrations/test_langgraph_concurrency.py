@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from objstore import open_store, verify
@@ -17,6 +18,7 @@ from objstore.integrations.langgraph import CHECKPOINT, ObjstoreSaver
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+@pytest.mark.slow
 def test_two_processes_resuming_one_checkpoint_both_keep_theirs(tmp_path):
     root = str(tmp_path / "s")
     saver = ObjstoreSaver(root)

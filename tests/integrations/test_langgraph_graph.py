@@ -8,6 +8,7 @@ import json
 from collections import Counter
 
 import lg_graphs as G
+import pytest
 from helpers import raw_objects, run_cli
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
@@ -17,6 +18,7 @@ from objstore.integrations.langgraph import CHECKPOINT, ObjstoreSaver
 from objstore.storage import codec
 
 
+@pytest.mark.slow
 def test_a_state_graph_runs_forks_on_time_travel_and_the_cli_reads_it(tmp_path):
     root = str(tmp_path / "s")
     saver = ObjstoreSaver(root)

@@ -11,6 +11,7 @@ import hashlib
 import os
 import sqlite3
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -52,6 +53,7 @@ def _bytes(root: str) -> int:
     return sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(root) for f in fs)
 
 
+@pytest.mark.slow
 def test_a_200_turn_chat_grows_linearly(tmp_path):
     root = str(tmp_path / "s")
     saver = ObjstoreSaver(root)

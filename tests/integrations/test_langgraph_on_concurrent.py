@@ -33,6 +33,7 @@ def _start(root):
     return cfg["configurable"]["checkpoint_id"]
 
 
+@pytest.mark.slow
 def test_two_processes_continuing_one_checkpoint_the_second_is_told(tmp_path):
     root = str(tmp_path / "s")
     parent = _start(root)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from helpers import raw_objects
 from langgraph.checkpoint.base import empty_checkpoint
 from test_erasure import found
@@ -194,6 +195,7 @@ def test_prune_of_a_source_leaves_its_copys_history(tmp_path):
     assert verify(fresh.log) == []
 
 
+@pytest.mark.slow
 def test_a_fresh_reader_of_a_copy_sees_its_sources_deleted_checkpoints_as_deleted(tmp_path):
     """``delete_for_runs`` deletes a source's checkpoints, and (as SqliteSaver's copied rows would
     be) the copy's inherited ones with them. A fresh process listing the copy before anything of

@@ -884,6 +884,7 @@ def one_line_error(result, code):
     return lines[0]
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line_with_its_exit_code_and_the_store_verifies(cli_sess):
     root, run, other, tmp = cli_sess
 

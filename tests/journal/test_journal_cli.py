@@ -115,6 +115,7 @@ def test_key_new_and_show(tmp_path):
 
 
 # -- the full walk ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_walk_grant_update_compact_segments_tasks_revoke(sess):
     root, run, tmp = sess
     wkey, wpub = new_key(tmp, "worker.key", root)
@@ -183,6 +184,7 @@ def test_walk_grant_update_compact_segments_tasks_revoke(sess):
     assert run_cli("verify", store=root, exit_code=0)[0] == 0
 
 
+@pytest.mark.slow
 def test_refusals_and_bad_input(sess):
     root, run, tmp = sess
     stranger, spub = new_key(tmp, "stranger.key", root)
@@ -222,6 +224,7 @@ def test_refusals_and_bad_input(sess):
     assert ok_json(run_cli("journal", "grants", run, "--json", store=root, exit_code=0)) == []
 
 
+@pytest.mark.slow
 def test_subject_grant_supersede_read_only_and_sessions(sess):
     root, run, tmp = sess
     w1, p1 = new_key(tmp, "w1.key", root)
@@ -280,6 +283,7 @@ def served(sess):
         assert p.wait(timeout=10) == 0, "journal-serve stops cleanly on SIGTERM"
 
 
+@pytest.mark.slow
 def test_journal_serve_compact_and_session_start_through_the_socket(served):
     root, run, tmp, sock, proc = served
     wkey, wpub = new_key(tmp, "w.key", root)
@@ -323,6 +327,7 @@ def test_journal_serve_needs_a_store(tmp_path):
           f"not an objstore store: {tmp_path / 'none'} (run 'objstore init' or pass --store)")
 
 
+@pytest.mark.slow
 def test_help_of_new_commands_has_an_example():
     for args in (["init"], ["key", "new"], ["key", "show"], ["journal"], ["journal", "show"], ["journal", "update"],
                  ["journal", "enable"], ["journal", "disable"], ["journal", "grant"], ["journal", "revoke"],
@@ -335,6 +340,7 @@ def test_help_of_new_commands_has_an_example():
     assert "8 refused (not the owner key, unauthenticated, job" in ok(run_cli("--help", exit_code=0))
 
 
+@pytest.mark.slow
 def test_a_store_made_without_init_adopts_the_default_owner_key_on_first_signing_command(tmp_path):
     root = str(tmp_path / "s")
     events = "\n".join(json.dumps(e) for e in [

@@ -50,6 +50,7 @@ json_value = st.recursive(json_leaf, lambda c: st.one_of(st.lists(c, max_size=4)
 payloads = st.dictionaries(st.text(max_size=10), json_value, max_size=8)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(payloads, st.sampled_from(["record", "fork", "journal", "segment"]))
 def test_roundtrip_structured(value, otype):
@@ -67,6 +68,7 @@ def test_roundtrip_blob(data):
     assert codec.decode(enc) == ("blob", data)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(payloads, st.randoms(use_true_random=False))
 def test_key_order_does_not_change_bytes(value, rnd):

@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROCS = 8
 PER_PROC = 500
@@ -74,6 +76,7 @@ def _env(extra=None):
     return env
 
 
+@pytest.mark.slow
 def test_eight_processes_append_while_verify_loops_then_concurrent_demos(tmp_path):
     t_start = time.monotonic()
     root = str(tmp_path / "s")

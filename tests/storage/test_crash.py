@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import raw_objects
 
 from objstore import RunLog, Store
@@ -25,6 +26,7 @@ HERE = os.path.dirname(__file__)
 RUN = "crash"
 
 
+@pytest.mark.slow
 def test_kill9_writer_50_times(tmp_path):
     root = str(tmp_path / "s")
     Store.init(root)

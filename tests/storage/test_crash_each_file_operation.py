@@ -195,6 +195,7 @@ def _copy_reads(root, runs):
     return out
 
 
+@pytest.mark.slow
 def test_kill_9_at_every_file_operation_of_gc_on_a_store_of_copies_whose_source_was_deleted(tmp_path):
     """gc keeps what a live copy reaches of its deleted source: killed anywhere, the store verifies, every copy
     reads what it read before gc, and gc run again finishes."""

@@ -116,6 +116,7 @@ def test_a_writer_refuses_an_unauthorised_deletion_and_writes_nothing(world, cas
     assert log.store.read_ref(ref) is None and RunLog(Store.open(root)).runs() == ["A", "B"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_a_forged_unauthorised_deletion_stops_readers_gc_backup_and_writers(world, case, monkeypatch, tmp_path):
     root, log, owner, k, g, env = world
@@ -429,6 +430,7 @@ def test_what_acts_on_deletions_checks_each_one_once_per_process(world, monkeypa
     assert len(calls) == 1, calls
 
 
+@pytest.mark.slow
 def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, monkeypatch):
     """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
     root, env, line = _forged_behind_checkpoint(world, monkeypatch)

@@ -78,6 +78,7 @@ def test_a_run_whose_labels_break_the_rule_is_refused_by_the_writer(tmp_path, ca
     assert objstore.verify(objstore.open_store(root)) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BIRTH_CASES))
 def test_a_forged_run_birth_stops_every_reader_and_verify_names_it(tmp_path, monkeypatch, case):
     root = str(tmp_path / "s")
@@ -144,6 +145,7 @@ def _forge_x(root, case):
 X_CASES = ["a body that breaks its schema", "a schema object with invalid fields"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", X_CASES)
 def test_a_record_its_schema_does_not_allow_is_refused_by_every_read(tmp_path, case):
     root = str(tmp_path / "s")
@@ -179,6 +181,7 @@ def _forge_copy(root, case):
     return fid
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["another run's record", "its source's record at another LSN"])
 def test_a_copy_whose_fork_names_a_record_elsewhere_is_refused_by_its_readers(tmp_path, case):
     root = str(tmp_path / "s")
