@@ -93,6 +93,7 @@ def test_empty_store_has_the_genesis_anchor(tmp_path):
     assert verify_anchor(root, GENESIS, exit_code=0)[:2] == (0, [])
 
 
+@pytest.mark.slow
 def test_clean_log_proves_its_anchor(built):
     root, log, run = built
     token = anchor(root)
@@ -268,6 +269,7 @@ def test_anchor_in_a_segment_sealed_since(built):
     assert verify_anchor(root, info["token"], exit_code=0)[:2] == (0, [])
 
 
+@pytest.mark.slow
 def test_a_file_of_anchors_checks_every_one(built, tmp_path):
     """``anchor --append FILE`` publishes each anchor as a line; ``verify --anchors FILE`` proves them
     all, and names the ones a rollback lost — not only the newest."""

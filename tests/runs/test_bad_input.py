@@ -428,6 +428,7 @@ def test_state_cache_wrong_column_type(store, update):
 # -- two processes creating one new store at once -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_inits_of_one_new_store_at_once(tmp_path):
     for i in range(5):
         root = str(tmp_path / f"race{i}")
@@ -453,6 +454,7 @@ def test_two_inits_of_one_new_store_at_once(tmp_path):
 # -- a read-only store: commands that only read succeed -------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop", [(), ("state.db",), ("state.db", "log/checkpoint")], ids=["as-is", "no-state-cache", "no-cache-no-checkpoint"])
 def test_read_only_store_reads(store, drop):
     root, keys = store
@@ -568,6 +570,7 @@ def append_raw_entry(root, objs, blocks, data: bytes, moves=(), recs=()) -> str:
     return path
 
 
+@pytest.mark.slow
 def test_format2_crafted_large_blob_cat_body_writes_nothing(store, huge_blob_frame):
     """A 16 KiB entry whose blob claims 512 MiB: cat --body fails before writing one byte (it used
     to stream the whole claimed size first), in bounded memory; get_blob too; verify names it."""
@@ -591,6 +594,7 @@ def test_format2_crafted_large_blob_cat_body_writes_nothing(store, huge_blob_fra
     assert_unchanged(root, before, ids)
 
 
+@pytest.mark.slow
 def test_format2_crafted_record_block_without_content_size(store, huge_frame_without_size):
     """A record block declaring 512 MiB in a frame without a content size (zstd would allocate the
     whole declared size up front): opening the store, walking runs and reading the object stay
@@ -629,6 +633,7 @@ MALFORMED_ROWS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,make", MALFORMED_ROWS, ids=[m[0] for m in MALFORMED_ROWS])
 def test_format2_crafted_entry_meta(store, name, make):
     """An entry whose checksum is right but whose meta is malformed is not an entry: as the last
@@ -682,6 +687,7 @@ def rewrite_index_row(idx: str, oid: bytes, **fields):
         f.write(data)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fields", [{"stored": 0xFFFFFFFF, "raw": 0xFFFFFFFF, "comp": 1}, {"raw": 0xFFFFFFFF, "length": 0xFFFFFF00, "comp": 1},
                                     {"stored": 0xFFFFFFF0, "raw": 0xFFFFFFF0, "comp": 0}, {"type": 9}, {"comp": 5}],
                          ids=["stored-4GiB", "raw-4GiB", "raw-block-4GiB", "type-9", "compression-5"])
@@ -841,6 +847,7 @@ def _mangle(text: str, how: int) -> str:
             "[" * 70 + text + "]" * 70][how]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(events=st.lists(_events, min_size=1, max_size=3), how=st.integers(0, 4))
 def test_property_ingest_either_lands_or_is_invalid_input_and_changes_nothing(tmp_path_factory, events, how):

@@ -8,6 +8,7 @@ are taken around the operation alone; opening itself is counted separately and b
 
 import itertools
 
+import pytest
 from helpers import FileReadSpy
 
 from objstore import RunLog, Store
@@ -43,6 +44,7 @@ def build_branch(root, n, intents_at=()):
     return run
 
 
+@pytest.mark.slow
 def test_fork_at_head_minus_3_costs_the_same_on_100_and_100000_records(tmp_path):
     got = {}
     for n in (100, 100_000):
@@ -61,6 +63,7 @@ def test_fork_at_head_minus_3_costs_the_same_on_100_and_100000_records(tmp_path)
     assert small[2] <= big[2] <= small[2] + sealed, got
 
 
+@pytest.mark.slow
 def test_rewind_to_lsn_3_of_a_long_branch_reads_the_intents_after_it_and_a_constant(tmp_path):
     root = str(tmp_path / "s")
     intents = (50, 40_000, 90_000)
@@ -92,6 +95,7 @@ def build_runs(root, runs, per_run):
     return target
 
 
+@pytest.mark.slow
 def test_log_fork_and_episode_cost_the_same_in_10_and_10000_runs(tmp_path):
     got = {}
     for runs in (10, 10_000):

@@ -36,6 +36,7 @@ def thread(tmp_path):
     return {"root": root, "top": top, "sub": subs[0], "u_top": log.find_run(thread_id="U", checkpoint_ns="")}
 
 
+@pytest.mark.slow
 def test_a_thread_with_a_subgraph_is_named_by_its_thread_id(thread):
     root, top = thread["root"], thread["top"]
     for args in (["log", "{}"], ["log", "{}", "--json"], ["episode", "{}", "--json"], ["branches", "{}", "--json"], ["export", "{}"]):

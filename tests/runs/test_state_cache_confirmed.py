@@ -147,6 +147,7 @@ CASES = {"an attempt's state": [0], "a blob ref in a view": [0], "an attempt del
          "the summary's attempts": [1], "the summary's failed_attempts": [1], "a forked branch's inherited part": [0, 1]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_a_forged_cache_row_changes_no_episode_answer_and_verify_names_it(tmp_path, case):
     root, run, p1, p2 = _store(tmp_path)

@@ -55,6 +55,7 @@ EDITS = {"subject": {"subject": "mallory"}, "meta": {"meta": {"team": "evil"}}, 
          "all three": {"subject": "mallory", "meta": None, "workflow_version": None}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", list(EDITS))
 @pytest.mark.parametrize("which", ["run", "copy"])
 def test_an_edited_run_field_in_state_db_changes_no_episode_answer(tmp_path, edit, which):
