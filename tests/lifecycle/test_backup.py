@@ -272,6 +272,7 @@ def test_what_is_written_after_the_snapshot_is_not_copied(tmp_path, small_seal, 
 
 
 # -- online: 4 writer processes keep appending ---------------------------------------------------------------
+@pytest.mark.slow
 def test_backup_while_four_writers_append(tmp_path):
     src, dest, stop = str(tmp_path / "src"), str(tmp_path / "dest"), str(tmp_path / "stop")
     Store.init(src).engine.close()
@@ -444,17 +445,20 @@ def in_memory_dir(tmp_path):
         shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_kill_9_at_every_file_operation(in_memory_dir, monkeypatch):
     monkeypatch.setattr(E, "SEAL_BYTES", 2048)
     kill_loop(in_memory_dir, pack=False)
 
 
+@pytest.mark.slow
 def test_kill_9_at_every_file_operation_after_gc_packed_the_store(in_memory_dir, monkeypatch):
     monkeypatch.setattr(E, "SEAL_BYTES", 2048)
     kill_loop(in_memory_dir, pack=True)
 
 
 # -- bad input writes nothing --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_bad_destinations_are_refused_and_nothing_is_written(tmp_path, small_seal):
     src = str(tmp_path / "src")
     build(src, runs=1, per=40)

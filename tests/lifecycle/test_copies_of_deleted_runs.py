@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import objstore
 from objstore.lifecycle import delete as D
 from objstore.lifecycle.gc import gc
@@ -47,6 +49,7 @@ def _cli(root, *args):
     return p.returncode
 
 
+@pytest.mark.slow
 def test_a_copy_after_its_source_is_deleted_and_gc_runs(tmp_path):
     root = str(tmp_path / "s")
     log, src, recs, cp, own = _build(root)

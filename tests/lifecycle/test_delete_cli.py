@@ -44,6 +44,7 @@ def log_bytes(root):
     return snapshot_tree(os.path.join(root, "log"))
 
 
+@pytest.mark.slow
 def test_a_deleted_run_is_gone_from_every_command_of_a_fresh_process(demo):
     root, env, (old, new) = demo
     _, out, _ = cli(root, env, "delete", "latest", "--reason", "customer asked", "--json")
@@ -68,6 +69,7 @@ def test_a_deleted_run_is_gone_from_every_command_of_a_fresh_process(demo):
     assert old in out and new not in out
 
 
+@pytest.mark.slow
 def test_show_and_cat_of_a_record_of_a_deleted_run_are_refused(demo):
     root, env, (old, new) = demo
     rid = json.loads(cli(root, env, "log", new, "--json")[1])[0]["id"]
@@ -79,6 +81,7 @@ def test_show_and_cat_of_a_record_of_a_deleted_run_are_refused(demo):
     assert out == "" and json.loads(err)["error"] == "deleted"
 
 
+@pytest.mark.slow
 def test_deleted_records_show_as_deleted_in_log_and_json(demo):
     root, env, (old, _new) = demo
     entries = json.loads(cli(root, env, "log", old, "--branch", "0", "--json")[1])

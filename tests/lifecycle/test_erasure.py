@@ -183,6 +183,7 @@ def test_delete_and_gc_of_a_compacted_session_leaves_no_turn_text(tmp_path):
     assert not kept, "the deleted session's compaction segment object keeps its body"
 
 
+@pytest.mark.slow
 def test_delete_and_gc_of_a_session_with_a_journal_leaves_no_journal_text(tmp_path):
     """The same through the CLI for a journal version (``journal update``): its body blob is named by
     the journal object only, which gc never removes for a deleted run."""

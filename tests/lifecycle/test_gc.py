@@ -48,6 +48,7 @@ def contents(root):
     return entries, objs
 
 
+@pytest.mark.slow
 def test_gc_repacks_keeping_every_id_checksum_and_anchor(tmp_path):
     root = str(tmp_path / "s")
     log, runs = build(root)
@@ -139,6 +140,7 @@ def _live(root):
     return entries, objs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deletions", [False, True], ids=["repack", "repack-and-remove"])
 def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     """For each k: a fresh copy of the store, gc killed at its k-th file operation (open, write,
@@ -186,6 +188,7 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
         shutil.rmtree(root)
 
 
+@pytest.mark.slow
 def test_retention_deletes_the_runs_older_than_the_age_then_collects(tmp_path):
     """gc --delete-runs-older-than AGE --reason TEXT: --dry-run lists exactly the runs started before now - AGE and
     writes nothing; then the same deletes them (signed by the owner key, recorded with the reason) and gc removes

@@ -125,6 +125,7 @@ def _prebuilt(root, deleted="old", records=24):
 
 
 # -- 1. gc while 4 writers append and 2 readers read -------------------------------------------------------------
+@pytest.mark.slow
 def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal):
     root, stop = str(tmp_path / "s"), str(tmp_path / "stop")
     log, doomed, shared = _prebuilt(root)
@@ -189,6 +190,7 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
 
 
 # -- 2. gc and backup together --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal):
     root, dest, stop = str(tmp_path / "s"), str(tmp_path / "dest"), str(tmp_path / "stop")
     log, doomed, _shared = _prebuilt(root)
@@ -410,6 +412,7 @@ def _enospc(root, k):
                           env=_env(), timeout=120)
 
 
+@pytest.mark.slow
 def test_a_full_disk_at_the_kth_write_of_gc(tmp_path, monkeypatch):
     """ENOSPC at the k-th os.write of a gc (half the buffer written first), for k across the run: exit
     10 with one line; the store opens, verifies clean, every entry and object is as before; gc run

@@ -36,6 +36,7 @@ def store(tmp_path, monkeypatch):
     return root, env, log, secret, other
 
 
+@pytest.mark.slow
 def test_every_read_of_a_redacted_blob_is_the_typed_error(store):
     root, env, log, secret, other = store
     did = D.redact(log, secret, reason="leaked API key")

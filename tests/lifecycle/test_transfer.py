@@ -325,6 +325,7 @@ def test_a_push_to_a_real_server_while_another_process_writes_another_run_there(
 
 
 # -- the command line ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_push_and_clone(tmp_path):
     log, _ = world(str(tmp_path / "a"))
     a, mirror, c = str(tmp_path / "a"), str(tmp_path / "mirror"), str(tmp_path / "c")
