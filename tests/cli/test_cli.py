@@ -83,6 +83,7 @@ def test_usage_error_is_exit_2(demo_store):
     assert rc == 2 and "Missing option '--to-lsn'" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_help_for_every_command():
     rc, out, err = run_cli("--help", exit_code=0)
     assert rc == 0 and "Exit codes" in out

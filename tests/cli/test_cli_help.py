@@ -132,6 +132,7 @@ def test_jargon_is_explained():
     assert "11 state cache error" in EXIT_CODES_HELP and "130 interrupted" in EXIT_CODES_HELP
 
 
+@pytest.mark.slow
 def test_dash_h_is_help_everywhere():
     for path, _cmd in TREE:
         rc, out, err = run_cli(*path, "-h", exit_code=0)
@@ -160,6 +161,7 @@ def demo(tmp_path_factory):
     return {"root": root, "env": env, "cwd": str(tmp), "subst": {"RUN": run, "ID": branches[0]["head"], "TOKEN": token}}
 
 
+@pytest.mark.slow
 def test_read_only_examples_run(demo):
     ran = 0
     for _path, cmd in TREE:

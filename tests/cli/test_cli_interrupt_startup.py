@@ -51,6 +51,7 @@ def store(tmp_path_factory):
     return root, env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["script", "module"])
 def test_ctrl_c_at_any_moment_of_start_up_is_one_line(store, how):
     root, env = store

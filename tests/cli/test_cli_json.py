@@ -167,6 +167,7 @@ def test_every_json_command_is_documented_and_exercised(world):
     assert "export" in COMMANDS and "log --format json" in COMMANDS, "the JSON Lines outputs are documented"
 
 
+@pytest.mark.slow
 def test_schemas_are_valid_draft_2020_12_and_strict():
     for name, schema in {**{f"entity {k}": v for k, v in ENTITIES.items()}, **COMMANDS}.items():
         try:

@@ -105,6 +105,7 @@ def test_the_default_request_timeout_is_at_most_15_seconds(monkeypatch):
     assert s3client.request_timeout() == 2.5
 
 
+@pytest.mark.slow
 def test_a_transfer_that_keeps_moving_is_bounded_too(tmp_path):
     """Each read resets the wait for the server; the whole request is bounded at 20 times it."""
     s = TricklingServer()

@@ -77,6 +77,7 @@ def torn_line(path, before, cut_len, total):
             "invisible to readers, cut by the next commit")
 
 
+@pytest.mark.slow
 def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
     root = str(tmp_path / "s")
     log, run, recs, path, before, after = build(root)
