@@ -12,7 +12,7 @@ Explicit, never automatic (git ``gc``, borg ``compact``, restic ``prune``). Unde
    from the entries' index rows (their ``refs``), so no live record body is decoded; a committed
    blob that no record names is kept (``stats`` counts it).
 3. **Rewrite**: every sealed segment not packed yet, or holding a body that goes, is written again
-   as a packed segment (``storage.packed``): the same entries, hence the same chain checksums and
+   as a packed segment (``storage.log.packed``): the same entries, hence the same chain checksums and
    anchors, the objects merged into large zstd blocks (records with records, blobs with blobs), the
    removed bodies left out. Each new file and its index are written in ``tmp/``, fsynced, renamed
    over the old ones (the segment file first), and then one **rewrite entry** names every new file's

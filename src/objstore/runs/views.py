@@ -5,7 +5,7 @@ an attempt, a verify problem and an error look like as JSON, so every command
 that prints one (``objstore ... --json``) and every Python caller gets the same
 shape. Each function returns plain JSON values (ids as lowercase hex, never
 bytes); ``codec.canonical_json`` of the result is what the CLI prints. The JSON
-Schema of each shape is in docs/CLI.md and tests/test_cli_json.py validates the
+Schema of each shape is in docs/CLI.md and tests/cli/test_cli_json.py validates the
 CLI's real output against it, so a change here must change the docs too.
 
 Vocabulary: an **LSN** is a record's position on its branch (0, 1, 2, ...);

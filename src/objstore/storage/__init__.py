@@ -17,7 +17,7 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``store`` — typed objects and refs over one engine, batches, snapshots;
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
 
-A new engine implements ``log.engine.Engine`` and passes ``tests/test_engine_contract.py``.
+A new engine implements ``log.engine.Engine`` and passes ``tests/storage/test_engine_contract.py``.
 
 The numbered invariants the code and the tests cite ("invariant 12") are listed in docs/DESIGN.md,
 each with the modules that keep it and the tests that pin it.

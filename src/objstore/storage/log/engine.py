@@ -2,7 +2,7 @@
 
 Two engines implement it in this package (``LogEngine``: segment files; ``MemoryEngine``: tests,
 throwaway stores) and one beside it (``S3Engine``: object storage); each passes
-``tests/test_engine_contract.py``. The optional capabilities a caller may use are declared here
+``tests/storage/test_engine_contract.py``. The optional capabilities a caller may use are declared here
 with the behaviour of an engine that lacks them, so callers call them, never probe for them.
 
 Invariants every engine keeps:
@@ -184,7 +184,7 @@ class Engine:
     def scan(self, upto: int) -> Iterator[ScanEntry | ScanProblem]:  # what verify reads: entries 1..upto with their objects
         raise NotImplementedError
 
-    # -- the contract every engine keeps (tests/test_engine_contract.py) ----------------------
+    # -- the contract every engine keeps (tests/storage/test_engine_contract.py) ----------------------
     def commit(self, objects: Iterable[tuple[bytes, str, bytes]] = (), ref_moves: Iterable[tuple] = (), expectations: Iterable[tuple] = (),
                when: float | None = None) -> Position:
         """One commit: ``objects`` [(id, type, canonical bytes)], ``ref_moves`` [(name, old, new,
