@@ -89,6 +89,8 @@ class Group(BareHelpGroup):
         argv = list(sys.argv[1:] if args is None else args)
         as_json = json_wanted(argv)
         try:
+            # inside the try: a Ctrl-C the instant the handler changes is caught below (exit 130), not a traceback
+            interrupt.take_over()  # from here on the root group reports Ctrl-C
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             if interrupt.interrupted_meanwhile():
                 raise KeyboardInterrupt  # a Ctrl-C raised where Python could not propagate it: still exit 130
@@ -194,7 +196,6 @@ cli.commands = Commands({
 
 
 def main():
-    interrupt.take_over()  # from here on the root group reports Ctrl-C
     cli(prog_name="objstore")
 
 
