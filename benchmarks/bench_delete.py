@@ -28,14 +28,14 @@ the target's ratio big / small, what the deletion itself changed: after / before
 deleted, at each size), and, as context (--after-gc), after ``objstore gc``.
 
 Every child runs under ``strace -f -y`` (read, pread64, readv, preadv, preadv2, mmap) through a wrapper that, at
-exit, writes ``objstore.storage.codec.STATS`` and ``objstore.storage.engine.STATS``. Counted per command:
+exit, writes ``objstore.storage.codec.STATS`` and ``objstore.storage.log.format.STATS``. Counted per command:
 
 * bytes read from files under the store (the return values of read/pread64/readv/preadv/preadv2 on file
   descriptors whose path is under the store root: segments, indexes, checkpoint, witness, state.db, ...), with the
   files that took them;
 * bytes mapped with mmap from files under the store (the index files are mmap'd; pages touched are not counted,
   the mapped length is: an upper bound, reported apart);
-* objects decoded (codec.STATS["objects_decoded"]) and log entries decoded and blocks read (engine.STATS).
+* objects decoded (codec.STATS["objects_decoded"]) and log entries decoded and blocks read (storage.log.format.STATS).
 
 The table: command, the small store's figures, the big store's figures, the ratio big / small (medians over the
 repetitions; [min..max] is printed where repetitions differ), the same before the deletion. For ``runs``, which
@@ -72,9 +72,10 @@ WRAPPER = r"""
 import atexit, json, os, sys
 out = os.environ["BENCH_DELETE_STATS"]
 def dump():
-    from objstore.storage import codec, engine
+    from objstore.storage import codec
+    from objstore.storage.log.format import STATS
     with open(out, "w") as f:
-        json.dump({"objects_decoded": codec.STATS["objects_decoded"], **engine.STATS}, f)
+        json.dump({"objects_decoded": codec.STATS["objects_decoded"], **STATS}, f)
 atexit.register(dump)
 sys.argv = ["objstore"] + sys.argv[1:]
 import runpy

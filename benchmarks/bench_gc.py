@@ -27,7 +27,7 @@ blob on one in three) written through the public API ONE RECORD PER COMMIT (``ob
 1. bytes: the store's files before and after one ``objstore --store S gc`` (a fresh process): segment files
    (``log/*.seg``) / canonical, every file but ``state.db*`` / canonical, ``state.db*`` apart, each file class
    listed (segments, indexes ``log/*.idx``, checkpoint, witness, other). The packed segments broken down with
-   ``objstore.storage.packed.read``: blocks of records, blocks of blobs, blocks of other objects (stored and raw
+   ``objstore.storage.log.packed.read``: blocks of records, blocks of blobs, blocks of other objects (stored and raw
    bytes, count), meta frames (stored and raw), headers and trailers; the indexes broken down by their header
    counts (object rows x 66 B, chain rows x 56 B, fixed part). As context, the floor of merged compression: the same
    canonical bytes, records in 256 KiB and blobs in 1 MiB chunks, zstd level 3 (gc's block sizes and level), with
@@ -83,7 +83,8 @@ from bench_verify import (  # noqa: E402
     verdict,
 )
 
-from objstore.storage import codec, packed, segindex  # noqa: E402
+from objstore.storage import codec
+from objstore.storage.log import packed, segindex
 
 TARGET_SEG = 0.30
 TARGET_ALL = 0.45
@@ -134,7 +135,7 @@ def total_bytes(classes):
 
 
 def packed_breakdown(root):
-    """What the packed segments hold, read with storage.packed (header, trailer, meta frame, block list)."""
+    """What the packed segments hold, read with storage.log.packed (header, trailer, meta frame, block list)."""
     b = {"packed files": 0, "unpacked segment files": 0, "unpacked segment bytes": 0, "header+trailer": 0,
          "meta stored": 0, "meta raw": 0, "entries": 0}
     for kind in ("record", "blob", "other"):

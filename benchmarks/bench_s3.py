@@ -465,7 +465,7 @@ def cli_child(url, run, n):
     """Run ``objstore --store URL log RUN -n N`` in this (fresh) process via CliRunner; every request it made as JSON."""
     from click.testing import CliRunner
 
-    from objstore.storage import s3client
+    from objstore.storage.s3 import client as s3client
 
     calls: list = []  # [method, key, answer, ms since the command started]
     t0 = [time.perf_counter()]
@@ -480,7 +480,7 @@ def cli_child(url, run, n):
                 res = list(res)
                 calls.append([name, key, len(res), round((time.perf_counter() - t0[0]) * 1e3, 1)])
                 return iter(res)
-            from objstore.storage.bucket import NOT_MODIFIED
+            from objstore.storage.s3.bucket import NOT_MODIFIED
 
             calls.append([name, key, "304" if res is NOT_MODIFIED else ("missing" if res is None else "ok"),
                           round((time.perf_counter() - t0[0]) * 1e3, 1)])
@@ -526,7 +526,7 @@ def build_store(where, runs, per_run, seed, fsync="off", group=1):
 
 
 def count_keys(url, prefix):
-    from objstore.storage.s3client import open_bucket
+    from objstore.storage.s3.client import open_bucket
 
     return sum(1 for _ in open_bucket(url).list(prefix))
 

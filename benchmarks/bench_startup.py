@@ -1,6 +1,6 @@
 """Issue 15 benchmark: the CPU a fresh ``objstore`` process spends before it answers.
 
-    python benchmarks/bench_startup.py [--reps 10] [--runs 10000] [--records 10]
+    python benchmarks/bench_startup.py [--reps 10] [--runs 100] [--records 10]
 
 Builds once (cached under $BENCH_DIR or /tmp, reused while its marker file is there and the store's
 format is the library's) a store of ``--runs`` runs × ``--records`` attempt records each, through the
@@ -12,6 +12,8 @@ measured). Then, interleaved,
 * ``objstore --help`` (building the click app: imports only);
 * ``objstore --store S log RUN -n 10`` (RUN: the full id of a run in the middle of the store).
 
+The store is of 100 runs by default: the store issue 15 measures ``log`` on (``--runs`` makes a larger one).
+
 Each command runs in two modes, interleaved: with bytecode (``.pyc``) cached, as an installed
 package runs — written once by the warm-up into a private ``PYTHONPYCACHEPREFIX`` under the bench
 directory, so the source tree gets no ``__pycache__`` — and with ``PYTHONDONTWRITEBYTECODE=1``, which
@@ -21,7 +23,9 @@ imported is compiled from source, as on the first run after an edit.
 
 It prints min/median/max of each command's user+sys CPU (``os.wait4`` of that one child, so nothing
 else on the machine is counted) minus the median baseline of its mode, and the baselines. The
-target (issue 15): the median of each ≤ 200 ms above the baseline.
+targets (issue 15), for the median above the baseline: ``objstore --help`` ≤ 60 ms, ``objstore log RUN
+-n 10`` ≤ 150 ms on the 100-run store (``TARGETS``). The issue measures them with bytecode cached; the
+uncached figures are printed against the same targets, for comparison.
 """
 
 from __future__ import annotations
@@ -37,9 +41,12 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 
+TARGETS = {"objstore --help": 0.060, "objstore log RUN -n 10": 0.150}  # CPU seconds above the baseline (issue 15)
+
+
 def build(root: str, runs: int, records: int) -> str:
     """The store (made once: a marker file names the run the benchmark reads); returns that run id."""
-    from objstore.storage.store import FORMAT_VERSION, MARKER
+    from objstore.storage.storedir import FORMAT_VERSION, MARKER
 
     marker = os.path.join(root, "bench-run-id")
     try:
@@ -97,7 +104,7 @@ def objstore_command() -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--records", type=int, default=10)
     a = ap.parse_args()
     root = os.path.join(os.environ.get("BENCH_DIR") or "/tmp", f"objstore-bench-startup-{a.runs}x{a.records}")
@@ -130,9 +137,9 @@ def main() -> None:
         print(f"  {'baseline: python -c pass':<34} min {min(xs) * 1e3:6.1f}  median {base * 1e3:6.1f}  max {max(xs) * 1e3:6.1f} ms")
         for name in list(commands)[1:]:
             xs = [x - base for x in cpu[mode, name]]
-            med = statistics.median(xs)
+            med, target = statistics.median(xs), TARGETS[name]
             print(f"  {name + ' - baseline':<34} min {min(xs) * 1e3:6.1f}  median {med * 1e3:6.1f}  max {max(xs) * 1e3:6.1f} ms"
-                  f"   target <= 200 ms: {'met' if med <= 0.200 else f'missed by {(med - 0.200) * 1e3:.0f} ms'}")
+                  f"   target <= {target * 1e3:.0f} ms: {'met' if med <= target else f'missed by {(med - target) * 1e3:.0f} ms'}")
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ from langgraph.graph.message import add_messages
 
 import objstore
 from objstore.integrations.langgraph import AsyncObjstoreSaver, ObjstoreSaver
-from objstore.storage import codec, engine
+from objstore.storage import codec
+from objstore.storage.log.format import STATS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_commit import VOCAB  # noqa: E402  (one text vocabulary for every benchmark)
@@ -320,8 +321,8 @@ def _snap(root: str) -> dict:
         elif cur and head and head[0] == "Size:":
             size += int(head[1]) * 1024
     return {"rchar": io["rchar"], "read_bytes": io["read_bytes"], "syscr": io["syscr"], "mmap_rss": rss, "mmap_size": size,
-            "objects_decoded": codec.STATS["objects_decoded"], "entries_decoded": engine.STATS["entries_decoded"],
-            "blocks_read": engine.STATS["blocks_read"], "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
+            "objects_decoded": codec.STATS["objects_decoded"], "entries_decoded": STATS["entries_decoded"],
+            "blocks_read": STATS["blocks_read"], "minflt": resource.getrusage(resource.RUSAGE_SELF).ru_minflt,
             "_self_bytes": n1 + n2, "_self_calls": c1 + c2}
 
 

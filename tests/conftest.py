@@ -87,6 +87,8 @@ def skip_lines(weed_missing: bool, s3_tests: int, langgraph_missing: list[str], 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "langgraph: needs the LangGraph stack (left out with one line when it is absent, never under CI=true)")
+    config.addinivalue_line("markers", "slow: takes seconds (real processes killed at every step, servers, big stores); "
+                                       "-m 'not slow' runs the rest")
 
 
 class _LeftOut(pytest.Module):
@@ -109,6 +111,13 @@ def pytest_pycollect_makemodule(module_path, parent):
     if _LG_IMPORT.search(text) and _langgraph_missing():
         return _LeftOut.from_parent(parent, path=module_path)
     return None
+
+
+def pytest_itemcollected(item):
+    # An S3 test starts a SeaweedFS (or a cluster of them) and talks HTTP to it: slow, whatever it checks. Marked here,
+    # where S3 tests are told apart, because an engine-parametrized test is an S3 test only for its "s3" parameter.
+    if S3_FIXTURES & set(getattr(item, "fixturenames", ())) or _s3_param(item):
+        item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_setup(item):
@@ -189,7 +198,7 @@ def seaweed_cluster(tmp_path_factory):
         cluster.stop()
 
 
-# --- the same suites on S3 (tests/test_s3_suites.py): with OBJSTORE_TEST_S3_BASE=s3://bucket/prefix set, every
+# --- the same suites on S3 (tests/s3/test_s3_suites.py): with OBJSTORE_TEST_S3_BASE=s3://bucket/prefix set, every
 # store a test makes in a local directory that is not a store yet is made on object storage instead, under
 # BASE/<hash of the path>; opening that path again opens the same S3 store. Only API-level suites run so.
 if os.environ.get("OBJSTORE_TEST_S3_BASE"):

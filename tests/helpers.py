@@ -181,7 +181,7 @@ def run_on_pty(argv, *, raw=False, **popen):
 
 def s3_mapped(path):
     """Where a store a test makes at ``path`` lives when the suite runs on S3 (OBJSTORE_TEST_S3_BASE set,
-    tests/test_s3_suites.py): an S3 store's root (its local cache, which names its URL) is that URL; a directory
+    tests/s3/test_s3_suites.py): an S3 store's root (its local cache, which names its URL) is that URL; a directory
     that is not a store yet is BASE/<hash of the path>; anything else stays as it is."""
     import blake3
 
@@ -198,7 +198,7 @@ def s3_mapped(path):
 
 def install_s3_redirect():
     """With OBJSTORE_TEST_S3_BASE set, make every store opened or created at a local path live on S3 instead
-    (``s3_mapped``): for the child pytest of tests/test_s3_suites.py, and through tests/s3redirect/sitecustomize.py
+    (``s3_mapped``): for the child pytest of tests/s3/test_s3_suites.py, and through tests/s3/s3redirect/sitecustomize.py
     for every Python process it starts (a CLI, a writer script)."""
     if not os.environ.get("OBJSTORE_TEST_S3_BASE"):
         return
@@ -222,7 +222,7 @@ def install_s3_redirect():
 def s3_log(bucket, cache):
     """The run log of a store on ``bucket`` (an in-memory bucket, for tests that make a server misbehave), its
     marker written as ``init`` writes it and its cache in ``cache``: what Store.open of an s3:// URL opens."""
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
     from objstore.storage.store import Store
 
     return RunLog(Store.on_bucket(bucket, str(cache)))

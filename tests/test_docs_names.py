@@ -18,8 +18,10 @@ import objstore
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # every module of the package, by its dotted path under objstore ("storage.engine") and by its leaf
 # name ("engine"), which the docs use where the package is clear from the context
-MODULES = {m.name[len("objstore."):]: m.name for m in pkgutil.walk_packages(objstore.__path__, "objstore.")}
-LEAVES = {path.rpartition(".")[2]: full for path, full in MODULES.items()}
+# (a package's leaf name is not one: ``log`` in the docs is a RunLog, not ``objstore.storage.log``)
+_FOUND = list(pkgutil.walk_packages(objstore.__path__, "objstore."))
+MODULES = {m.name[len("objstore."):]: m.name for m in _FOUND}
+LEAVES = {m.name.rpartition(".")[2]: m.name for m in _FOUND if not m.ispkg}
 DOCS = [os.path.join(ROOT, "README.md"), *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 NAME = re.compile(r"`(?:objstore\.)?((?:[a-z_0-9]+\.)*[a-z_0-9]+)\.([A-Za-z_][A-Za-z_0-9]*)")
 

@@ -93,7 +93,7 @@ seaweed.weed_binary = lambda: None
 '''
 
 # one of each kind: S3 (fixture), LangGraph (module importing it), LangGraph (marked test), and a plain test
-SELECTION = ["test_s3_cli_first_contact.py", "test_langgraph_delete.py", "test_readme_api.py", "test_install_extras.py"]
+SELECTION = ["s3/test_s3_cli_first_contact.py", "integrations/test_langgraph_delete.py", "test_readme_api.py", "test_install_extras.py"]
 
 
 def _child(tmp_path, ci: bool) -> subprocess.CompletedProcess:

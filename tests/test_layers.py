@@ -16,17 +16,23 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Lowest first: (package, its members lowest first). The package's __init__ ranks after its members.
+# Lowest first: (package, its members lowest first). The package's __init__ ranks after its members; a
+# subpackage's modules are members spelled with its name ("log.format"), its __init__ the member "log".
 ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
-    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "segindex", "packed", "format1", "format2", "engine", "bucket", "s3client", "s3engine", "gclock", "erased", "store", "identity"]),
-    ("objstore.runs", ["labels", "kinds", "records", "fold", "chain", "listing", "history", "pictures", "resolve", "labelspec", "state", "runlog", "ingest", "verify", "views", "export",
+    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.tables", "log.craft", "log.txn",
+                          "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
+                          "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "store", "identity"]),
+    ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
+    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
+                       "verify_runmodel", "verify", "views", "export",
                        "query", "completion", "otel", "otlp"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
-    ("objstore.lifecycle", ["upgrade", "repair", "delete", "gc", "backup", "transfer", "stats"]),
+    ("objstore.lifecycle", ["repair", "delete", "gc", "backup_io", "backup_copy", "backup", "transfer", "stats"]),
+    ("objstore.legacy", ["format1", "format2", "upgrade"]),  # old formats, for the upgrade command only
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver"]),
     ("objstore.integrations", []),
@@ -37,12 +43,15 @@ ORDER: list[tuple[str, list[str]]] = [
 ]
 
 
-def _rank_table() -> dict[str, tuple[int, int]]:
-    rank: dict[str, tuple[int, int]] = {}
+def _rank_table() -> dict[str, tuple[int, ...]]:
+    rank: dict[str, tuple[int, ...]] = {}
     for i, (pkg, members) in enumerate(ORDER):
+        # a subpackage its parent (an earlier entry) lists among its members stands at that place: its
+        # members just above the parent's member before it, its __init__ above them, below the next one
+        base = rank.get(pkg, (i,))
         for j, m in enumerate(members):
-            rank[f"{pkg}.{m}"] = (i, j)
-        rank[pkg] = (i, len(members))
+            rank[f"{pkg}.{m}"] = (*base, j)
+        rank[pkg] = (*base, len(members))
     return rank
 
 
@@ -129,18 +138,18 @@ def test_imports_only_go_down():
 
 @pytest.mark.parametrize("form", [
     "from objstore.journal.compaction import compact",            # absolute
-    "import objstore.runs.runlog",                                # plain import
+    "import objstore.runs.api",                                # plain import
     "from .store import Store",                                   # relative, level 1: a later member
     "from ..journal import compaction",                           # relative, level 2: a higher package
     "from .. import journal",                                     # relative, level 2: a facade
-    "def f():\n    from objstore.runs import runlog\n",          # inside a function
+    "def f():\n    from objstore.runs import api\n",             # inside a function
     "if TYPE_CHECKING:\n    from .identity import Key\n",        # type-only
     "importlib.import_module('objstore.runs.query')",             # by name
     "import objstore_cli.main",                                   # the command line
 ])
 def test_an_upward_import_of_any_form_is_caught(tmp_path, form):
     """The same import planted in a low module (the engine) is reported, in every form the test reads."""
-    victim = "objstore.storage.engine"
+    victim = "objstore.storage.log.local"
     path, is_pkg = FILES[victim]
     with open(path, encoding="utf-8") as f:
         source = f.read() + "\n" + form + "\n"
@@ -176,8 +185,30 @@ def test_the_state_cache_reads_through_the_layer_below_not_the_facade():
     with open(path, encoding="utf-8") as f:
         src = f.read()
     deps = imports_of(src, "objstore.runs.state", False)
-    assert "objstore.runs.runlog" not in deps and "objstore.runs.chain" in deps
+    assert "objstore.runs.api" not in deps and "objstore.runs.chain" in deps
     assert "RunLog" not in src
+
+
+def test_only_the_upgrade_command_imports_legacy():
+    """The format-1 and format-2 readers and ``upgrade`` are loaded by ``objstore upgrade`` alone:
+    outside ``objstore.legacy`` itself, no module of the library or the command line imports them."""
+    importers = []
+    for mod, (path, is_pkg) in sorted(FILES.items()):
+        if mod == "objstore.legacy" or mod.startswith("objstore.legacy."):
+            continue
+        with open(path, encoding="utf-8") as f:
+            deps = imports_of(f.read(), mod, is_pkg)
+        if any(d == "objstore.legacy" or d.startswith("objstore.legacy.") for d in deps):
+            importers.append(mod)
+    assert importers and all(m.startswith("objstore_cli.") for m in importers), importers
+    for mod in importers:  # and there, only the function of the upgrade command
+        path, _ = FILES[mod]
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and "objstore.legacy" in ast.unparse(n)]
+        users = [fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+                 and any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("objstore.legacy") for n in fn.body)]
+        assert top == [] and users == ["upgrade"], f"{mod}: objstore.legacy imported outside the upgrade command"
 
 
 def test_a_command_group_imports_no_other_group():

@@ -24,6 +24,7 @@ def test_ruff_check_is_clean():
     assert p.returncode == 0, f"ruff check found problems:\n{p.stdout}{p.stderr}"
 
 
+@pytest.mark.slow
 def test_mypy_is_clean_on_objstore():
     p = _run("mypy", "--no-incremental", "--cache-dir", os.devnull)
     assert p.returncode == 0, f"mypy found problems:\n{p.stdout}{p.stderr}"

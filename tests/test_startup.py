@@ -73,11 +73,11 @@ def heavy_in(mods: set[str], names) -> list[str]:
 def test_building_the_click_app_imports_nothing_heavy(tmp_path):
     mods = loaded(None, tmp_path)
     assert heavy_in(mods, NOT_FOR_HELP) == []
-    # Of the library, only the package itself and its errors: every command imports the rest.
+    # Of the library, only the package itself and its errors; of the CLI, no command group: every command imports
+    # the rest, and its group's module loads when the command is looked up (main.Commands).
     assert sorted(m for m in mods if m.split(".")[0] in ("objstore", "objstore_cli")) == [
-        "objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "objstore_cli.admin", "objstore_cli.audit", "objstore_cli.journal",
-        "objstore_cli.lifecycle", "objstore_cli.main", "objstore_cli.maintenance", "objstore_cli.objects", "objstore_cli.output",
-        "objstore_cli.params", "objstore_cli.remote", "objstore_cli.runs", "objstore_cli.sessions", "objstore_cli.tables"]
+        "objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "objstore_cli.main", "objstore_cli.output",
+        "objstore_cli.params"]
 
 
 @pytest.mark.parametrize("args", [["--help"], ["log", "--help"], ["journal", "--help"], ["--version"]])
@@ -95,11 +95,11 @@ def test_importing_the_library_loads_only_its_errors(tmp_path):
 
 
 def test_the_facade_still_reaches_every_name(tmp_path):
-    code = ("import objstore, objstore.runs.runlog, objstore.storage.store\n"
-            "assert objstore.RunLog is objstore.runs.runlog.RunLog and objstore.Store is objstore.storage.store.Store\n"
+    code = ("import objstore, objstore.runs.api, objstore.storage.store\n"
+            "assert objstore.RunLog is objstore.runs.api.RunLog and objstore.Store is objstore.storage.store.Store\n"
             "assert objstore.View.__name__ == 'View' and objstore.ForkResult.__name__ == 'ForkResult'\n"
             "import objstore as o2\n"
-            "assert o2.storage.engine.__name__ == 'objstore.storage.engine'  # a submodule as an attribute, loaded on use\n"
+            "assert o2.storage.gclock.__name__ == 'objstore.storage.gclock'  # a submodule as an attribute, loaded on use\n"
             "assert callable(o2.verify) and callable(o2.episode) and callable(o2.export) and callable(o2.diff)\n"
             "try:\n    objstore.no_such_name\nexcept AttributeError as e:\n    print(e)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
@@ -116,7 +116,7 @@ def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_p
     for i in range(12):
         log.record_attempt(run, step=i, attempt=0, state="succeeded")
     mods = loaded(["--store", store, "log", run, "-n", "10"], tmp_path)
-    assert "objstore.storage.engine" in mods and "objstore.runs.history" in mods  # it did read the store
+    assert "objstore.storage.log.local" in mods and "objstore.runs.history" in mods  # it did read the store
     assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
     assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
 
@@ -174,7 +174,7 @@ def test_a_sqlite_error_escaping_a_command_is_still_exit_11(two_branches, tmp_pa
     and any other exception still propagates."""
     store, _run, _p, _o = two_branches
     code = ("import sys, sqlite3\n"
-            "import objstore.runs.runlog as rl\n"
+            "import objstore.runs.api as rl\n"
             "def boom(self):\n    raise sqlite3.OperationalError('disk I/O error')\n"
             "rl.RunLog.runs = boom\n"
             "sys.argv = ['objstore', '--store', sys.argv[1], 'runs']\n"
@@ -192,14 +192,96 @@ def test_the_flat_layout_s_module_paths_are_aliases_of_their_new_homes(tmp_path)
     """``import objstore.engine`` (the layout before the packages) gives the module at its new path
     itself — one object, its own spec kept — and the two names that are functions now say where
     their modules went."""
-    code = ("import objstore, objstore.engine as e, objstore.storage.engine as e2\n"
+    code = ("import objstore, objstore.engine as e, objstore.storage.log.local as e2\n"
             "from objstore.runlog import RunLog\n"
             "from objstore.segments import context\n"
-            "import objstore.runs.runlog as rl, objstore.journal.restore as rs\n"
-            "assert e is e2 and e.__spec__.name == 'objstore.storage.engine' and RunLog is rl.RunLog and context is rs.context\n"
+            "import objstore.runs.api as rl, objstore.journal.restore as rs\n"
+            "assert e is e2 and e.__spec__.name == 'objstore.storage.log.local' and RunLog is rl.RunLog and context is rs.context\n"
             "for old in ('verify', 'export'):\n"
             "    try:\n        __import__('objstore.' + old)\n    except ModuleNotFoundError as x:\n        print(x)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout == ("objstore.verify is now objstore.runs.verify (objstore.verify is a function)\n"
                         "objstore.export is now objstore.runs.export (objstore.export is a function)\n")
+
+
+# The objstore modules each command loads, exactly (issue 15): the click app, the command's own group module, and for
+# a command on a local store what opening it through RunLog reads with — never the S3 package (objstore.storage.s3),
+# never a group the command is not in. A module added to a command's path shows here as a difference to judge.
+APP = {"objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "objstore_cli.main", "objstore_cli.output",
+       "objstore_cli.params"}
+GROUPS = {f"objstore_cli.{m}" for m in ("admin", "audit", "journal", "lifecycle", "maintenance", "objects", "remote", "runs",
+                                        "sessions", "tables")}
+LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" for m in (
+    "authority", "batch", "codec", "erased", "fileutil", "labels", "refs", "runrefs", "store", "storedir")),
+    "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
+        "checkpoint", "engine", "entry", "facts", "format", "local", "local_catchup", "local_index", "local_objects",
+        "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
+        "tables", "txn", "witness")),
+    "objstore.runs", *(f"objstore.runs.{m}" for m in (
+        "api", "chain", "fold", "kinds", "labels", "listing", "records", "refold", "resolve", "state", "views"))}
+LOADS = {
+    "--help": APP | GROUPS,  # every command's line: each group's module, and nothing of the library
+    "log --help": APP | {"objstore_cli.runs", "objstore_cli.tables"},
+    "log RUN -n 10": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.history", "objstore.runs.labelspec"},
+    "show ID": APP | LOCAL_STORE | {"objstore_cli.objects"},
+    "verify": APP | LOCAL_STORE | {"objstore_cli.audit", "objstore.storage.gclock", "objstore.storage.log.fsck", *(f"objstore.runs.{m}" for m in (
+        "anchors", "facts", "schemas", "verify", "verify_objects", "verify_report", "verify_runmodel"))},
+    "runs": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.labelspec"},
+}
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    """A local store with one run of 12 records and a blob: (store, run id, blob id)."""
+    from objstore import RunLog, Store
+
+    store = str(tmp_path_factory.mktemp("startup") / "s")
+    log = RunLog(Store.open(store, create=True))
+    run = log.start_run("startup", subject="t")
+    for i in range(12):
+        log.record_attempt(run, step=i, attempt=0, state="succeeded")
+    return store, run, log.put_blob(b"a blob").hex()
+
+
+@pytest.mark.parametrize("command", list(LOADS))
+def test_a_command_loads_exactly_its_modules(a_run, tmp_path, command):
+    store, run, blob = a_run
+    words = command.replace("RUN", run).replace("ID", blob).split()
+    mods = loaded(words if words[0] == "--help" else ["--store", store, *words], tmp_path)
+    got = {m for m in mods if m.split(".")[0] in ("objstore", "objstore_cli")}
+    extra, missing = sorted(got - LOADS[command]), sorted(LOADS[command] - got)
+    assert (extra, missing) == ([], []), f"objstore {command} loads {extra} too, and no longer {missing}"
+    assert heavy_in(mods, ["obstore", "cryptography", "jsonschema", "hypothesis"]) == []
+
+
+def test_the_commands_table_names_each_command_where_it_is(tmp_path):
+    """main.Commands imports a group's module on the first look-up of one of its commands: every name in the
+    table is a command of that name, and each group module's commands are all in the table. In a fresh
+    interpreter: a process that ran a command has looked some up already."""
+    code = """
+import click
+from objstore_cli import main
+table = dict(main.cli.commands._table)  # before any look-up: "module:attribute" strings (help is main's own)
+assert {k for k, v in table.items() if not isinstance(v, str)} == {"help"}, table
+for name in table:
+    assert main.cli.commands[name].name == name
+for module in {v.partition(":")[0] for v in table.values() if isinstance(v, str)}:
+    group = __import__(f"objstore_cli.{module}", fromlist=["_"])
+    commands = [c for c in vars(group).values() if isinstance(c, click.Command)]
+    subcommands = {id(sub) for c in commands if isinstance(c, click.Group) for sub in c.commands.values()}
+    top = {c.name for c in commands if id(c) not in subcommands}
+    assert top <= set(table), f"objstore_cli.{module}: {sorted(top - set(table))} missing from main's table"
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert (p.returncode, p.stdout) == (0, "ok\n"), p.stderr
+
+
+@pytest.mark.parametrize("words", [["init"], ["stats"], ["gc"], ["episode", "RUN"], ["export", "RUN"]])
+def test_a_local_store_loads_no_s3_module(a_run, tmp_path, words):
+    """The S3 package (objstore.storage.s3) and obstore are for s3:// stores only, whatever the command."""
+    store, run, _blob = a_run
+    target = str(tmp_path / "new") if words == ["init"] else store
+    mods = loaded(["--store", target, *(run if w == "RUN" else w for w in words)], tmp_path)
+    assert heavy_in(mods, ["objstore.storage.s3", "obstore"]) == []

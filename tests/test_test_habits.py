@@ -1,4 +1,4 @@
-"""Test habits (#10), checked on the source of every ``tests/*.py`` with ``ast``:
+"""Test habits (#10), checked on the source of every ``tests/**/*.py`` with ``ast``:
 
 * every ``run_cli(...)`` call passes ``exit_code=`` (borg's ``cmd(..., exit_code=N)``: a call
   says which documented exit code it expects; ``helpers.run_cli`` asserts it and raises
@@ -129,7 +129,7 @@ def check_source(src: str, filename: str = "<test>") -> list[str]:
 
 def test_every_test_file_keeps_the_habits():
     problems = []
-    files = sorted(glob.glob(os.path.join(HERE, "*.py")))
+    files = sorted(glob.glob(os.path.join(HERE, "**", "*.py"), recursive=True))
     assert len(files) > 20
     for path in files:
         with open(path, encoding="utf-8") as f:

@@ -17,7 +17,8 @@ The code is in packages by subsystem, lowest first; imports only go down
 * ``storage`` — canonical bytes and ids, the format-3 log engine, the store, keys;
 * ``runs`` — the run model: records, chains, the fold, the state cache, queries, verify;
 * ``journal`` — sessions, journal versions, Hosts and compaction (docs/JOURNAL.md);
-* ``lifecycle`` — what happens to a whole store: upgrade, repair, deletion, gc, backup, push/clone, stats;
+* ``lifecycle`` — what happens to a whole store: repair, deletion, gc, backup, push/clone, stats;
+* ``legacy`` — the format-1 and format-2 readers and ``upgrade`` to format 3 (imported by the ``upgrade`` command only);
 * ``integrations`` — other frameworks and engines (each a subpackage, imported by its users only);
 * ``demo`` — the stub model and the demo run.
 
@@ -45,17 +46,21 @@ from typing import TYPE_CHECKING, Any
 from .errors import ObjstoreError
 
 if TYPE_CHECKING:
+    from .runs.api import ForkResult, RunLog, View
     from .runs.query import EpisodeView
-    from .runs.runlog import ForkResult, RunLog, View
-    from .runs.verify import Problem
+    from .runs.verify_report import Problem
     from .storage.store import Store
 
 __version__ = "0.1.0"
 
+# The record facts the log applies (``objstore.storage.log.facts``): the run model's, registered by
+# module path, so registering imports nothing; the log imports the module on first use.
+RECORD_FACTS = "objstore.runs.facts"
+
 
 def open_store(path: str | None = None, *, create: bool = True, fsync: str | None = None) -> RunLog:
     """Open (by default creating) a local store and return its run-log API."""
-    from .runs.runlog import RunLog
+    from .runs.api import RunLog
     from .storage.store import Store
 
     return RunLog(Store.open(path, fsync=fsync, create=create))
@@ -91,16 +96,18 @@ def verify(log: RunLog, **options: Any) -> list[Problem]:
 
 
 # Where each module of the flat layout went. ``import objstore.engine`` still works and gives the
-# module ``objstore.storage.engine`` itself (one module object, so patching either name patches both).
+# module ``objstore.storage.log.local`` itself (one module object, so patching either name patches both).
 # ``objstore.export`` and ``objstore.verify`` are the functions above now, not module paths.
 OLD_PATHS = {
-    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "segindex", "format1", "format2", "engine",
-                                   "store", "identity")},
-    **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "runlog", "ingest",
+    **{m: "storage." + m for m in ("codec", "fileutil", "refs", "runrefs", "store", "identity")},
+    "segindex": "storage.log.segindex",
+    "engine": "storage.log.local",
+    **{m: "runs." + m for m in ("records", "fold", "chain", "history", "resolve", "state", "views", "ingest",
                                 "query", "completion")},
     **{m: "journal." + m for m in ("grants", "host", "sessions", "snapshot", "compactor", "compaction", "backend")},
     "segments": "journal.restore",
-    "upgrade": "lifecycle.upgrade",
+    **{m: "legacy." + m for m in ("format1", "format2", "upgrade")},
+    "runlog": "runs.api",
     "repair": "lifecycle.repair",
 }
 MOVED = {"export": "runs.export", "verify": "runs.verify"}
@@ -141,9 +148,9 @@ def __getattr__(name: str) -> object:
     """The facade's classes, and subpackages (or old module paths) reached as attributes after a bare
     ``import objstore``, on first use."""
     if name in ("ForkResult", "RunLog", "View"):
-        from .runs import runlog
+        from .runs import api
 
-        value: Any = getattr(runlog, name)
+        value: Any = getattr(api, name)
     elif name == "Store":
         from .storage.store import Store
 

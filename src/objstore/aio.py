@@ -60,7 +60,7 @@ from .lifecycle import delete as _delete
 from .runs import export as _export
 from .runs import query as _query
 from .runs import verify as _verify
-from .runs.runlog import RunLog
+from .runs.api import RunLog
 from .storage.store import Store
 
 __all__ = ["AsyncRunLog", "open_store"]
@@ -332,7 +332,7 @@ class AsyncRunLog:
     own_records = _method(RunLog.own_records)
     lineage = _method(RunLog.lineage)
     lineage_from = _method(RunLog.lineage_from)
-    lineage_segments = _method(RunLog.lineage_segments)
+    lineage_parts = _method(RunLog.lineage_parts)
     refold = _method(RunLog.refold)
     fork_object = _method(RunLog.fork_object)
     next_of = _method(RunLog.next_of)

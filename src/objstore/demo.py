@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from .runs.records import check_time
 
 if TYPE_CHECKING:
-    from .runs.runlog import RunLog
+    from .runs.api import RunLog
 
 
 def _wall() -> float:

@@ -5,7 +5,7 @@ message template and exit code, so the CLI turns any ``ObjstoreError`` into one
 line on stderr and a documented exit code without knowing the cases.
 
 Exit codes: ``EXIT_CODES`` below is the one table of them. ``objstore --help`` is generated from
-it; docs/CLI.md ("Exit codes") and README.md explain each code, and tests/test_exit_codes.py checks
+it; docs/CLI.md ("Exit codes") and README.md explain each code, and tests/cli/test_exit_codes.py checks
 that every class's code is in it and that those documents list every code.
 
 Every error has a stable kebab-case ``code`` (``RunNotFound`` → ``run-not-found``)
@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 # (code, what it means), in the words of ``objstore --help``; a new code goes here, in its class, and in
-# docs/CLI.md's and README.md's lists (tests/test_exit_codes.py)
+# docs/CLI.md's and README.md's lists (tests/cli/test_exit_codes.py)
 EXIT_CODES: tuple[tuple[int, str], ...] = (
     (0, "ok"),
     (1, "verify found problems"),

@@ -1,6 +1,6 @@
 """Members of a package reached as attributes, loaded on first use (PEP 562 ``__getattr__``).
 
-``objstore.storage.engine`` after a bare ``import objstore`` works as it did when the package
+``objstore.storage.log.local`` after a bare ``import objstore`` works as it did when the package
 imported its modules eagerly, without making ``import objstore`` pay for them.
 """
 

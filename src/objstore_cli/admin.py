@@ -38,9 +38,10 @@ def init(c, as_json, create_bucket):
       objstore --store s3://new-bucket/agents init --create-bucket
       objstore init --json
     """
+    from objstore.errors import StoreNotFound
     from objstore.storage import identity
-    from objstore.storage.bucket import BucketNotFound
-    from objstore.storage.store import DEFAULT_DIR, Store, is_remote
+    from objstore.storage.store import Store
+    from objstore.storage.storedir import DEFAULT_DIR, is_remote
 
     if create_bucket and not is_remote(c.path):
         raise click.UsageError("--create-bucket is for a store on object storage (--store s3://bucket/prefix)")
@@ -49,10 +50,12 @@ def init(c, as_json, create_bucket):
     made_bucket = False
     try:
         s = Store.init(target)
-    except BucketNotFound:
-        if not create_bucket:
+    except StoreNotFound as e:
+        from objstore.storage.s3.bucket import BucketNotFound  # a local store loads no S3 module
+
+        if not isinstance(e, BucketNotFound) or not create_bucket:
             raise
-        from objstore.storage.s3client import create_bucket as make_bucket
+        from objstore.storage.s3.client import create_bucket as make_bucket
 
         made_bucket = make_bucket(target)
         s = Store.init(target)
@@ -83,7 +86,7 @@ def upgrade(c, as_json):
     Examples:
       objstore --store ./old-store upgrade
     """
-    from objstore.lifecycle.upgrade import upgrade as run_upgrade
+    from objstore.legacy.upgrade import upgrade as run_upgrade
 
     summary = run_upgrade(c.store_path())
     if as_json:
@@ -163,7 +166,7 @@ def _upgrade_json(summary: dict) -> dict:
     """``upgrade --json``: the library's summary in one shape whatever happened — the format the store
     had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now
     (``to``), where the old copy is kept (``backup``, null when nothing moved) and the counts."""
-    from objstore.storage.store import FORMAT_VERSION
+    from objstore.storage.storedir import FORMAT_VERSION
 
     status = summary["status"]
     if status.startswith("already-format-"):

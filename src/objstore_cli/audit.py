@@ -81,7 +81,8 @@ def verify(c, as_json, no_state, anchor, anchors_file, jobs, run):
       objstore verify --jobs 1
     """
     from objstore.runs import views
-    from objstore.runs.verify import read_anchors, verify_report
+    from objstore.runs.anchors import read_anchors
+    from objstore.runs.verify import verify_report
 
     anchors = read_anchors(anchors_file) if anchors_file is not None else []  # a bad file is refused before any reading
     log = c.log()
@@ -131,7 +132,7 @@ def anchor(c, as_json, append_file):
       objstore anchor --json
       objstore anchor --append anchors.txt
     """
-    from objstore.runs.verify import anchor_info, append_anchor
+    from objstore.runs.anchors import anchor_info, append_anchor
 
     info = anchor_info(c.log().store)
     if append_file is not None:

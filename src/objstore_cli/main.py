@@ -7,16 +7,20 @@ of click commands over library calls; output.py and params.py hold what they sha
 group, whose ``Group`` turns any ``ObjstoreError`` into one line on stderr (one JSON object under
 --json) and its documented exit code (see ``objstore.errors``), so no traceback reaches the user.
 
-Imports on demand (issue 15): at module level only click, the stdlib and ``objstore.errors``, so
-building the click app (``--help``, completion, a usage error) loads no storage engine, codec,
-zstandard, SQLite, rich, cryptography or journal module. Each command imports what it uses in its
-body; tests/test_startup.py pins the list of modules that must stay out.
+Imports on demand (issue 15): at module level only click, the stdlib, ``objstore.errors`` and the
+shared output.py and params.py, so building the click app loads no command group, storage engine,
+codec, zstandard, SQLite, rich, cryptography or journal module. The root group's commands are a
+``Commands`` table: a group's module is imported when one of its commands is looked up (to run it, to
+show its help, or its line in ``objstore --help``), and each command imports what it uses in its body.
+tests/test_startup.py pins the modules each command loads.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from collections.abc import Iterator, MutableMapping
 
 import click
 
@@ -24,17 +28,37 @@ import objstore
 from objstore import interrupt
 from objstore.errors import Interrupted, ObjstoreError, StateCacheError, StorageOSError
 
-from .admin import backup, demo, init, rebuild, repair, upgrade
-from .audit import anchor, verify
-from .journal import journal, key_group
-from .lifecycle import delete, redact
-from .maintenance import gc, stats
-from .objects import cat, put_blob, refs, show
 from .output import EXIT_CODES_HELP, BareHelpGroup, error_views, fail, interrupted, is_sqlite_error, json_wanted, usage_message
 from .params import Ctx
-from .remote import clone, push
-from .runs import branches, diff, episode, export, fork, ingest, log_cmd, rewind, runs
-from .sessions import compact, journal_serve, segments_cmd, session, task
+
+
+class Commands(MutableMapping[str, click.Command]):
+    """The root group's commands by name: a ``"module:attribute"`` of this package until first looked up,
+    then the command itself (click reads ``Group.commands`` only through this mapping's interface)."""
+
+    def __init__(self, table: dict[str, str | click.Command]) -> None:
+        self._table = table
+
+    def __getitem__(self, name: str) -> click.Command:
+        got = self._table[name]
+        if isinstance(got, str):
+            module, _, attr = got.partition(":")
+            got = getattr(importlib.import_module(f".{module}", __package__), attr)
+            assert isinstance(got, click.Command) and got.name == name, got  # the table names each command where it is
+            self._table[name] = got
+        return got
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._table[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
 
 
 class Group(BareHelpGroup):
@@ -65,6 +89,8 @@ class Group(BareHelpGroup):
         argv = list(sys.argv[1:] if args is None else args)
         as_json = json_wanted(argv)
         try:
+            # inside the try: a Ctrl-C the instant the handler changes is caught below (exit 130), not a traceback
+            interrupt.take_over()  # from here on the root group reports Ctrl-C
             rv = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
             if interrupt.interrupted_meanwhile():
                 raise KeyboardInterrupt  # a Ctrl-C raised where Python could not propagate it: still exit 130
@@ -154,23 +180,22 @@ def help_cmd(ctx, words):
     click.echo(at.get_help(), color=at.color)
 
 
-# In the order the commands stood in when they were all in this file; `objstore --help` lists them
-# alphabetically (click's default) whatever the order.
-for _command in (init, cat, show, refs, put_blob, verify, anchor, upgrade, repair, runs, log_cmd, branches, rewind, fork,
-                 diff, export, rebuild, ingest, episode, key_group, journal, compact, segments_cmd, session, task,
-                 journal_serve, demo, help_cmd):
-    cli.add_command(_command)
-cli.add_command(backup)
-cli.add_command(delete)
-cli.add_command(redact)
-cli.add_command(gc)
-cli.add_command(stats)
-cli.add_command(push)
-cli.add_command(clone)
+# Each command, and the group module it lives in ("module:attribute"), in the order the commands stood in when
+# they were all in this file; `objstore --help` lists them alphabetically (click's default) whatever the order.
+cli.commands = Commands({
+    "init": "admin:init", "cat": "objects:cat", "show": "objects:show", "refs": "objects:refs", "put-blob": "objects:put_blob",
+    "verify": "audit:verify", "anchor": "audit:anchor", "upgrade": "admin:upgrade", "repair": "admin:repair",
+    "runs": "runs:runs", "log": "runs:log_cmd", "branches": "runs:branches", "rewind": "runs:rewind", "fork": "runs:fork",
+    "diff": "runs:diff", "export": "runs:export", "rebuild": "admin:rebuild", "ingest": "runs:ingest",
+    "episode": "runs:episode", "key": "journal:key_group", "journal": "journal:journal", "compact": "sessions:compact",
+    "segments": "sessions:segments_cmd", "session": "sessions:session", "task": "sessions:task",
+    "journal-serve": "sessions:journal_serve", "demo": "admin:demo", "help": help_cmd, "backup": "admin:backup",
+    "delete": "lifecycle:delete", "redact": "lifecycle:redact", "gc": "maintenance:gc", "stats": "maintenance:stats",
+    "push": "remote:push", "clone": "remote:clone",
+})
 
 
 def main():
-    interrupt.take_over()  # from here on the root group reports Ctrl-C
     cli(prog_name="objstore")
 
 

@@ -251,7 +251,7 @@ class JsonGroup(BareHelpGroup):
     means the subcommand's ``--json``, as a git or click user tries it (issue 16): the flag is an
     option of the group, and ``resolve_command`` hands it on to the subcommand it resolves."""
 
-    # not in self.params: the group prints nothing itself, so the walk of --json outputs (tests/test_cli_json.py)
+    # not in self.params: the group prints nothing itself, so the walk of --json outputs (tests/cli/test_cli_json.py)
     # lists only the subcommands; get_params is what click parses and documents in --help
     _JSON = click.Option(["--json", "group_json"], is_flag=True, expose_value=False, show_default=False,
                          callback=lambda ctx, param, value: ctx.meta.__setitem__("objstore.group_json", True) if value else None,

@@ -16,7 +16,7 @@ import click
 from objstore.errors import StoreNotFound
 
 if TYPE_CHECKING:
-    from objstore.runs.runlog import RunLog
+    from objstore.runs.api import RunLog
 
 
 INT64_MAX = 2**63 - 1
@@ -59,8 +59,8 @@ class Ctx:
 
     def store_path(self, create: bool = False) -> str:
         """--store / OBJSTORE_DIR (a store, or a directory holding one), else the .objstore found in the current directory or a parent
-        (``store.discover``); with ``create``, ./.objstore when none is found."""
-        from objstore.storage.store import DEFAULT_DIR, discover, is_remote, store_dir
+        (``storedir.discover``); with ``create``, ./.objstore when none is found."""
+        from objstore.storage.storedir import DEFAULT_DIR, discover, is_remote, store_dir
 
         if self.path:  # a store, or a directory holding .objstore (a clone)
             return self.path if is_remote(self.path) else store_dir(self.path)
@@ -73,7 +73,7 @@ class Ctx:
 
     def log(self, create: bool = False) -> RunLog:
         if self._log is None:
-            from objstore.runs.runlog import RunLog
+            from objstore.runs.api import RunLog
             from objstore.storage.store import Store
 
             self._log = RunLog(Store.open(self.store_path(create), create=create))

@@ -117,7 +117,8 @@ def clone(url, directory, as_json):
       objstore clone s3://runs/team-a ./runs --json
     """
     from objstore.errors import InvalidInput
-    from objstore.storage.store import DEFAULT_DIR, Store, is_remote
+    from objstore.storage.store import Store
+    from objstore.storage.storedir import DEFAULT_DIR, is_remote
 
     if is_remote(directory):
         raise InvalidInput(f"clone makes a local store: {directory} is not a directory (push to it instead)")

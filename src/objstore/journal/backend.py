@@ -39,7 +39,7 @@ from ..storage.identity import Request
 from .host import HostUnavailable, LocalJournalHost, Principal
 
 if TYPE_CHECKING:
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
 
 MAX_LINE = 64 << 20  # a journal update carries its body; anything longer is refused
 IDLE_TIMEOUT = 30.0  # seconds a connection may take to send its request line
@@ -77,7 +77,7 @@ def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] |
     """Serve the journal Host of the store at ``store_path`` on ``socket_path`` until SIGTERM/SIGINT.
     ``on_authorized`` is the Host's hook between a read's authorization and its journal read
     (``LocalJournalHost.on_authorized``; a test pauses the Backend there)."""
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
     from ..storage.store import Store
 
     log = RunLog(Store.open(store_path))
@@ -93,31 +93,7 @@ def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] |
                 line = self.rfile.readline(MAX_LINE + 1)
             except OSError:  # timed out or reset before a whole line came: nothing to answer
                 return
-            try:
-                if len(line) > MAX_LINE:
-                    raise InvalidInput("request too long")
-                # the one input parser (codec.parse_json): a deeply nested line was a 500; NaN, duplicate
-                # keys, huge integers and lone surrogates are a bad request like any malformed line
-                msg = codec.parse_json(line, "a request (one JSON line)")
-                if not isinstance(msg, dict):
-                    raise InvalidInput("a request is a JSON object")
-                op = msg.get("op")
-                if op == "stats":
-                    out = {"ok": True, "result": {"reads": host.reads}}
-                elif op == "read":
-                    out = {"ok": True, "answer": codec.canonical_json(host.read(Request.from_json(msg.get("request")))).decode()}
-                elif op == "update":
-                    try:
-                        body = base64.b64decode(msg.get("body") or "", validate=True)
-                    except (ValueError, TypeError):  # TypeError: a body that is not a string was a 500
-                        raise InvalidInput("update body must be base64") from None
-                    out = {"ok": True, "result": host.update(Request.from_json(msg.get("request")), body)}
-                else:
-                    raise InvalidInput(f"unknown op {op!r}")
-            except ObjstoreError as e:
-                out = {"ok": False, "status": _status(e), "error": type(e).__name__, "args": _jsonable(e.args), "message": str(e)}
-            except Exception as e:  # the Host stays up; the caller sees a failed read
-                out = {"ok": False, "status": 500, "error": "HostError", "args": [], "message": f"{type(e).__name__}: {e}"}
+            out = _answer(host, line)
             try:
                 self.wfile.write(json.dumps(out).encode() + b"\n")
             except OSError:
@@ -157,6 +133,37 @@ def serve(store_path: str, socket_path: str, *, ready: Callable[[str], object] |
             os.unlink(socket_path)
         except OSError:
             pass
+
+
+def _answer(host: LocalJournalHost, line: bytes) -> dict:
+    """The Host's answer to one request line (``stats``, ``read`` or ``update``): the result, or the
+    failure as the client raises it again (an ``ObjstoreError`` by name, anything else a 500)."""
+    try:
+        if len(line) > MAX_LINE:
+            raise InvalidInput("request too long")
+        # the one input parser (codec.parse_json): a deeply nested line was a 500; NaN, duplicate
+        # keys, huge integers and lone surrogates are a bad request like any malformed line
+        msg = codec.parse_json(line, "a request (one JSON line)")
+        if not isinstance(msg, dict):
+            raise InvalidInput("a request is a JSON object")
+        op = msg.get("op")
+        if op == "stats":
+            out = {"ok": True, "result": {"reads": host.reads}}
+        elif op == "read":
+            out = {"ok": True, "answer": codec.canonical_json(host.read(Request.from_json(msg.get("request")))).decode()}
+        elif op == "update":
+            try:
+                body = base64.b64decode(msg.get("body") or "", validate=True)
+            except (ValueError, TypeError):  # TypeError: a body that is not a string was a 500
+                raise InvalidInput("update body must be base64") from None
+            out = {"ok": True, "result": host.update(Request.from_json(msg.get("request")), body)}
+        else:
+            raise InvalidInput(f"unknown op {op!r}")
+    except ObjstoreError as e:
+        out = {"ok": False, "status": _status(e), "error": type(e).__name__, "args": _jsonable(e.args), "message": str(e)}
+    except Exception as e:  # the Host stays up; the caller sees a failed read
+        out = {"ok": False, "status": 500, "error": "HostError", "args": [], "message": f"{type(e).__name__}: {e}"}
+    return out
 
 
 def _jsonable(args: Iterable[object]) -> list:

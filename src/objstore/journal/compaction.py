@@ -33,14 +33,14 @@ from ..storage import codec, identity
 from ..storage.runrefs import segments_ref
 from .compactor import INSTRUCTIONS
 from .host import OVER_BUDGET, PRESENT, At, HostUnavailable
-from .restore import SEGMENT_SCHEMA, _tasks_at, _timeline, _turn_text, frozen_of, frozen_of_startup
+from .restore import COMPACTION_SEGMENT_SCHEMA, _tasks_at, _timeline, _turn_text, frozen_of, frozen_of_startup
 from .sessions import is_session, startup_event
 from .snapshot import Snapshot, freeze, unavailable
 from .versions import reflected_through
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
     from .compactor import Compactor
     from .host import JournalHost
 
@@ -77,16 +77,7 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
     lineage, idx, segs, prev = _timeline(log, run, view, at)
 
     # The one read; the answer is frozen before anything is built from it.
-    answer: dict | bytes
-    if host is None:
-        answer = unavailable("no_host: no journal host configured", "compaction", run)
-    else:
-        req = identity.sign_request(key, "read", run, params={"purpose": "compaction", "budget": budget_bytes, "predecessor": None})
-        try:
-            answer = host.read(req)
-        except HostUnavailable as e:
-            answer = unavailable(f"read_failed: {e.reason}", "compaction", run)
-    snap = freeze(answer)
+    snap = freeze(_read_host(host, key, run, budget_bytes))
     a = json.loads(snap.answer_json)
 
     start = idx[prev[1]["covered_through"]] + 1 if prev and prev[1]["covered_through"] is not None else 0
@@ -102,30 +93,8 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
     # the startup snapshot too: before the first segment it is the only old journal the compactor can see
     hist, identical_to = _historical(log, run, a, historical, segs)
 
-    def turn_item(r: R.Record) -> dict:
-        return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body.get("role"),  # a deleted turn: header-only
-                "reflected_in_journal": r.id in reflected, "text": _turn_text(log, r)}
-
-    request = {
-        "instructions": INSTRUCTIONS,
-        "previous_summary": prev_summary,
-        "historical_journals": hist,
-        "journal": {"outcome": a["outcome"], "reason": a.get("reason"), "session": a.get("session"),
-                    "version": a.get("version"), "answer_sha256": snap.sha256, "body_sha256": a.get("body_sha256"),
-                    "reflects_through": rt, "checkpoint": a.get("checkpoint"), "provenance": snap.provenance,
-                    "identical_to_historical": identical_to.hex() if identical_to else None, "text": snap.rendered},
-        "tasks": tasks,
-        "turns": [turn_item(r) for r in summarize],
-        "retained_tail": [turn_item(r) for r in tail],
-    }
-    request_bytes = codec.canonical_json(request)
-    if len(request_bytes) > compactor.max_input_bytes:
-        raise LimitExceeded(f"compactor input is {len(request_bytes)} bytes, over its hard limit of {compactor.max_input_bytes}; "
-                            "nothing was truncated and nothing was written")
-    # a copy: the segment below shares lists with ``request`` (tasks), and a compactor may mutate its input
-    reply = compactor(json.loads(request_bytes), request_bytes)
-    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str) or not isinstance(reply.get("role"), (str, type(None))):
-        raise InvalidInput("the compactor must answer {'role': str, 'text': str}; nothing was written")
+    request = _compactor_request(log, snap, a, rt, reflected, prev_summary, hist, identical_to, tasks, summarize, tail)
+    request_bytes, reply = _ask(compactor, request)
     summary = reply["text"]
 
     store = log.store
@@ -134,9 +103,9 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
         if (cur if isinstance(cur, bytes) else None) != head:
             raise Conflict(segments_ref(run), "the segment this compaction started from", "a newer segment (concurrent compaction)")
         seg = {
-            "v": SEGMENT_SCHEMA,
+            "v": COMPACTION_SEGMENT_SCHEMA,
             "run": run,
-            "seq": store.get_typed(head, codec.SEGMENT)["seq"] + 1 if head else 1,
+            "seq": store.get_typed(head, codec.COMPACTION_SEGMENT)["seq"] + 1 if head else 1,
             "previous": head,
             "branch": view.live,
             "covered_through": summarize[-1].id if summarize else (prev[1]["covered_through"] if prev else None),
@@ -159,9 +128,61 @@ def compact(log: RunLog, run: str, compactor: Compactor, *, host: JournalHost | 
             "time": time.time(),
         }
         seg = identity.sign_object(key, seg)  # restore trusts only segments of keys allowed to compact
-        sid = store.put(codec.SEGMENT, seg)
+        sid = store.put(codec.COMPACTION_SEGMENT, seg)
         store.set_ref(segments_ref(run), head, sid, f"compaction {seg['seq']}")
     return CompactionResult(sid, seg, snap, snap.rendered, request_bytes, summary)
+
+
+def _read_host(host: JournalHost | None, key: identity.Key, run: str, budget_bytes: int) -> dict | bytes:
+    """Compaction's one read of the Host, signed by ``key``: its answer, or an ``unavailable`` one
+    when there is no Host or the read fails."""
+    answer: dict | bytes
+    if host is None:
+        answer = unavailable("no_host: no journal host configured", "compaction", run)
+    else:
+        req = identity.sign_request(key, "read", run, params={"purpose": "compaction", "budget": budget_bytes, "predecessor": None})
+        try:
+            answer = host.read(req)
+        except HostUnavailable as e:
+            answer = unavailable(f"read_failed: {e.reason}", "compaction", run)
+    return answer
+
+
+def _compactor_request(log: RunLog, snap: Snapshot, a: dict, rt: str | None, reflected: set, prev_summary: str,
+                       hist: list[dict], identical_to: bytes | None, tasks: list, summarize: list[R.Record],
+                       tail: list[R.Record]) -> dict:
+    """The compactor's input: the previous summary, the historical journals, the frozen journal
+    answer and its rendering, the open tasks, the turns to summarize and the retained tail."""
+    def turn_item(r: R.Record) -> dict:
+        return {"branch": r.branch, "lsn": r.lsn, "id": r.id.hex(), "role": r.body.get("role"),  # a deleted turn: header-only
+                "reflected_in_journal": r.id in reflected, "text": _turn_text(log, r)}
+
+    return {
+        "instructions": INSTRUCTIONS,
+        "previous_summary": prev_summary,
+        "historical_journals": hist,
+        "journal": {"outcome": a["outcome"], "reason": a.get("reason"), "session": a.get("session"),
+                    "version": a.get("version"), "answer_sha256": snap.sha256, "body_sha256": a.get("body_sha256"),
+                    "reflects_through": rt, "checkpoint": a.get("checkpoint"), "provenance": snap.provenance,
+                    "identical_to_historical": identical_to.hex() if identical_to else None, "text": snap.rendered},
+        "tasks": tasks,
+        "turns": [turn_item(r) for r in summarize],
+        "retained_tail": [turn_item(r) for r in tail],
+    }
+
+
+def _ask(compactor: Compactor, request: dict) -> tuple[bytes, dict]:
+    """(the request's canonical bytes, the compactor's reply): over its hard input limit, or a reply
+    that is not ``{'role': str, 'text': str}``, raises with nothing written."""
+    request_bytes = codec.canonical_json(request)
+    if len(request_bytes) > compactor.max_input_bytes:
+        raise LimitExceeded(f"compactor input is {len(request_bytes)} bytes, over its hard limit of {compactor.max_input_bytes}; "
+                            "nothing was truncated and nothing was written")
+    # a copy: the segment ``compact`` writes shares lists with ``request`` (tasks), and a compactor may mutate its input
+    reply = compactor(json.loads(request_bytes), request_bytes)
+    if not isinstance(reply, dict) or not isinstance(reply.get("text"), str) or not isinstance(reply.get("role"), (str, type(None))):
+        raise InvalidInput("the compactor must answer {'role': str, 'text': str}; nothing was written")
+    return request_bytes, reply
 
 
 def _historical(log: ChainReader, run: str, a: dict, include: bool, segs: list) -> tuple[list[dict], bytes | None]:

@@ -22,8 +22,8 @@ from ..storage.refs import check_ref_name
 from ..storage.runrefs import run_grant_ref, subject_grant_ref
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
 
 
 grant_ref = run_grant_ref  # the name the journal API has always used

@@ -60,14 +60,14 @@ from ..errors import (
     WrongSubject,
 )
 from ..runs.records import ABSENT, DISABLED, OUTCOMES, OVER_BUDGET, PRESENT, UNAVAILABLE, check_run_id
-from ..storage import codec, identity, refs, runrefs
+from ..storage import authority, codec, identity, refs, runrefs
 from ..storage.identity import Request
 from .grants import grant_chain, grant_chain_from
 from .versions import JOURNAL_SCHEMA, check_body
 
 if TYPE_CHECKING:
-    from ..runs.runlog import RunLog
-    from ..storage.engine import Position
+    from ..runs.api import RunLog
+    from ..storage.log.format import Position
     from ..storage.store import Store
 
 
@@ -377,17 +377,7 @@ class LocalJournalHost:
             return Principal(req.key, True, "owner", subject, None, "owner")
         return self._granted(req.key, req.run, subject, write=write, at=at)
 
-    @staticmethod
-    def grant_counts(ref: str, g: dict, owner: str | None) -> bool:
-        """Whether a grant object counts behind ``ref``: signed by the owner key and about the key,
-        run and subject the ref names (a genuine grant copied behind another ref grants nothing)."""
-        if owner is None or not identity.object_signed_by(g, owner):
-            return False  # unsigned (legacy) or forged objects grant nothing
-        scope, _, key = ref.rpartition("/grant/")
-        kind, _, name = scope.partition("/")
-        if g.get("grantee") != key:
-            return False
-        return g.get("run") == name if kind == "run" else (g.get("run") is None and g.get("subject") == name)
+    grant_counts = staticmethod(authority.grant_counts)  # the one rule (objstore.storage.authority)
 
     def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None, at: At | None = None) -> dict | None:
         """The newest counting grant object of a chain (committed at or before ``at_entry``), the
@@ -511,7 +501,7 @@ class LocalJournalHost:
         e = store.engine.loc_entry(oid)
         return e is not None and oe is not None and e < oe
 
-    def segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
+    def compaction_segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
         """Whether a segment was written by a compaction of a key allowed to read the session then:
         signed by its compacting key (the owner, or a key granted read on it at the segment's log
         position). A segment appended through the raw store API by anyone else is not restored.

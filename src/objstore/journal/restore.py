@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Erased
 from ..runs import records as R
-from ..runs.records import SEGMENT_SCHEMA
+from ..runs.records import COMPACTION_SEGMENT_SCHEMA
 from ..storage import codec
 from ..storage.runrefs import segments_ref
 from .host import At, LocalJournalHost
@@ -22,34 +22,34 @@ from .sessions import fold_tasks, startup_event
 from .snapshot import Snapshot
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader, View
-    from ..runs.runlog import RunLog
 
 
 
 def segments(log: RunLog, run: str, *, trusted_only: bool = False, at: At | None = None) -> list[tuple[bytes, dict]]:
     """The run's segments, oldest first, by following ``previous`` from the ref. ``trusted_only``:
     only those signed by a compacting key allowed to read the session then (what restore and
-    later compactions build on; ``host.LocalJournalHost.segment_trusted``). The ref and the grants
+    later compactions build on; ``host.LocalJournalHost.compaction_segment_trusted``). The ref and the grants
     are read as of one position: ``at``, or one captured here (default: the ref now)."""
     if trusted_only and at is None:
         at = At(log.store, [run], [])
     out = []
     sid = log.store.read_ref(segments_ref(run)) if at is None else at.ref(segments_ref(run))
     while isinstance(sid, bytes):
-        seg = log.store.get_typed(sid, codec.SEGMENT)
+        seg = log.store.get_typed(sid, codec.COMPACTION_SEGMENT)
         out.append((sid, seg))
         sid = seg["previous"]
     out.reverse()
     if trusted_only:
-        check = LocalJournalHost(log).segment_trusted
+        check = LocalJournalHost(log).compaction_segment_trusted
         out = [(sid, seg) for sid, seg in out if check(run, sid, seg, at)[0]]
     return out
 
 
 def frozen_of(log: ChainReader, seg: dict) -> dict:
     """A segment's frozen snapshot, whatever its schema: outcome, body hash, projection, rendered text."""
-    if seg.get("v") == SEGMENT_SCHEMA:
+    if seg.get("v") == COMPACTION_SEGMENT_SCHEMA:
         s = seg["snapshot"]
         return {"outcome": s["outcome"], "body_sha256": s["body_sha256"], "projection": s["projection"],
                 "answer_sha256": s["answer_sha256"], "version": s["version"], "session": s["session"],
@@ -98,7 +98,7 @@ def _turn_text(log: ChainReader, r: R.Record) -> str:
 
 def _tasks_at(log: ChainReader, lineage: list[R.Record], idx: dict[bytes, int], seg: dict | None) -> list[dict]:
     """Open tasks: the segment's stored list plus task records after its head, or the whole fold."""
-    if seg is not None and seg.get("v") == SEGMENT_SCHEMA and seg.get("through") in idx:
+    if seg is not None and seg.get("v") == COMPACTION_SEGMENT_SCHEMA and seg.get("through") in idx:
         return fold_tasks(lineage[idx[seg["through"]] + 1:], seg["tasks"])
     return fold_tasks(lineage)
 
@@ -121,7 +121,7 @@ def context(log: RunLog, run: str, view: View | None = None) -> list[dict]:
         f = frozen_of(log, seg)
         items.append({"origin": R.ORIGIN_DERIVED, "kind": "summary", "role": seg["summary_role"], "segment": sid.hex(),
                       "text": log.store.get_blob(seg["summary"]).decode("utf-8")})
-        prov = seg["journal"]["provenance"] if seg.get("v") != SEGMENT_SCHEMA else \
+        prov = seg["journal"]["provenance"] if seg.get("v") != COMPACTION_SEGMENT_SCHEMA else \
             Snapshot(log.store.get_blob(seg["snapshot"]["answer"]), f["answer_sha256"], f["rendered"]).provenance
         items.append({"origin": R.ORIGIN_DERIVED, "kind": "journal_context", "role": None, "segment": sid.hex(),
                       "outcome": f["outcome"], "sha256": f["answer_sha256"] or f["body_sha256"],
@@ -155,6 +155,6 @@ def classify(otype: str, value: Any) -> str:
     """Origin of stored material, by object type and record kind only (never by body markers)."""
     if otype == codec.RECORD:
         return R.ORIGIN_SOURCE if value.get("kind") == R.TURN else "log"
-    if otype in (codec.SEGMENT, codec.JOURNAL):
+    if otype in (codec.COMPACTION_SEGMENT, codec.JOURNAL):
         return R.ORIGIN_DERIVED
     return "other"

@@ -21,8 +21,8 @@ from ..storage import identity
 from .snapshot import freeze, unavailable
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader, View
-    from ..runs.runlog import RunLog
     from .host import JournalHost
 
 STARTUP_EVENT = R.STARTUP_EVENT

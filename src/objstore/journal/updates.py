@@ -15,7 +15,7 @@ from .host import LocalJournalHost
 from .versions import JOURNAL_SCHEMA, check_body, current_journal, journal_body, journal_body_bytes, resolve_record
 
 if TYPE_CHECKING:
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
     from ..storage.identity import Key
     from .host import JournalHost
 

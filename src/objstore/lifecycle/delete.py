@@ -56,11 +56,12 @@ from ..errors import (
     Unauthenticated,
 )
 from ..runs import records as R
+from ..runs import schemas as S
 from ..storage import authority, codec, identity, runrefs
 
 if TYPE_CHECKING:
+    from ..runs.api import RunLog
     from ..runs.chain import ChainReader
-    from ..runs.runlog import RunLog
     from ..storage.store import Store
 
 
@@ -124,7 +125,7 @@ def check_authority(store: Store) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    done = getattr(store.engine.tables, "checked", None)  # kept deletions this process knows (Tables.obey's): each checked once
+    done = store.engine.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
     for name, value in store.list_refs():
         if authority.ref_wants(name) is None:
             continue
@@ -182,7 +183,7 @@ def _deletion(scope: str, *, run: str | None, records: list | None, blob: bytes 
         obj["blobs"] = blobs
     if key is not None:
         obj["sig"] = key.sign(identity.object_message(obj))
-    bad = R.schema_problem(R.DELETION_TYPE, obj)
+    bad = S.schema_problem(R.DELETION_TYPE, obj)
     assert bad is None, bad  # built here: a problem is a bug of this module
     return obj
 
@@ -266,7 +267,7 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
         return did
 
     try:
-        if getattr(store.engine, "one_log_per_commit", False):
+        if store.engine.one_log_per_commit:
             for run in runs:
                 ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
         else:

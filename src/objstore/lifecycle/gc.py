@@ -12,7 +12,7 @@ Explicit, never automatic (git ``gc``, borg ``compact``, restic ``prune``). Unde
    from the entries' index rows (their ``refs``), so no live record body is decoded; a committed
    blob that no record names is kept (``stats`` counts it).
 3. **Rewrite**: every sealed segment not packed yet, or holding a body that goes, is written again
-   as a packed segment (``storage.packed``): the same entries, hence the same chain checksums and
+   as a packed segment (``storage.log.packed``): the same entries, hence the same chain checksums and
    anchors, the objects merged into large zstd blocks (records with records, blobs with blobs), the
    removed bodies left out. Each new file and its index are written in ``tmp/``, fsynced, renamed
    over the old ones (the segment file first), and then one **rewrite entry** names every new file's
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import blake3
 import msgspec
@@ -34,9 +34,17 @@ import zstandard
 
 from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UntrustedGcPending
 from ..runs import records, state
-from ..storage import codec, engine, fileutil, packed, runrefs, segindex
+from ..runs.facts import body_refs
+from ..storage import codec, fileutil, runrefs
 from ..storage.gclock import gc_lock
-from ..storage.store import mark_packed
+from ..storage.log import packed, segindex
+from ..storage.log.entry import LogEntry, block_starts
+from ..storage.log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, LARGE_BLOB, MIN_COMPRESS, REMOVED, Loc
+from ..storage.log.local import LogEngine
+from ..storage.log.parse import _rw_shape_problem
+from ..storage.log.segfile import _read_segment_header, packed_entries, seg_name
+from ..storage.log.segrows import _segment_rows
+from ..storage.storedir import mark_packed
 from . import delete
 
 if TYPE_CHECKING:
@@ -79,11 +87,11 @@ class Doomed(NamedTuple):
         return self.records | self.blobs | self.other
 
 
-def _eng(store: Store) -> engine.LogEngine:
+def _eng(store: Store) -> LogEngine:
     eng = store.engine
-    if not isinstance(eng, engine.LogEngine) or store.root is None:
+    if not eng.log_files or store.root is None:
         raise InvalidInput("gc works on a store on disk (this one lives in memory)")
-    return eng
+    return cast(LogEngine, eng)
 
 
 def _reader(store: Store) -> Any:
@@ -107,9 +115,9 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
             named.update(r[6])
         for o in e.objs:
             if o[1] == codec.BLOB:
-                if e.time < cutoff and o[3] != engine.REMOVED:
+                if e.time < cutoff and o[3] != REMOVED:
                     candidates.add(o[0])
-            elif o[1] not in (codec.RECORD, codec.BLOB) and o[3] != engine.REMOVED:
+            elif o[1] not in (codec.RECORD, codec.BLOB) and o[3] != REMOVED:
                 try:
                     otype, value = codec.decode(eng.read(o[0]), o[0], False)
                 except ObjstoreError:
@@ -123,7 +131,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
 def _redact_unreferenced(store: Store, age: float) -> int:
     """Record the removal of every unreferenced blob older than ``age`` as a redaction (signed like
     'objstore redact', reason 'unreferenced'), so verify finds each removed body covered."""
-    from ..runs.runlog import RunLog
+    from ..runs.api import RunLog
 
     blobs = sorted(unreferenced(store, age))
     if blobs:
@@ -179,7 +187,7 @@ def doomed(store: Store) -> Doomed:
     candidates: set = set(named)
     for oid in recs:
         loc = eng.loc(oid)
-        if loc is None or loc.comp == engine.COMP_GONE:
+        if loc is None or loc.comp == COMP_GONE:
             continue
         try:
             value = codec.decode(eng.read(oid), oid, False)[1]
@@ -187,37 +195,42 @@ def doomed(store: Store) -> Doomed:
             continue
         body = value.get("body") if isinstance(value, dict) else None
         if isinstance(body, dict):
-            candidates.update(engine.body_refs(body))
+            candidates.update(body_refs(body))
     # A ref that names a blob itself (keys/owner names the owner's public key as a blob) keeps it.
     for name, value in t.refs.items():
         if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
             candidates.discard(value)
     candidates -= recs
     if candidates:
-        # Kept if anything live still names them: another record (its index rows' refs), or a
-        # journal or segment object of a run that is not deleted (their ids, from their bodies).
-        for e in eng.entries():
-            for r in e.recs:
-                oid = e.objs[r[0]][0]
-                if oid in recs:  # doomed (every record of a deleted run is, but those a live copy reaches)
-                    continue
-                for ref in r[6]:
-                    candidates.discard(ref)
-            for o in e.objs:
-                if o[1] in ("journal", "segment") and candidates and o[3] != engine.REMOVED:
-                    try:
-                        value = codec.decode(eng.read(o[0]), o[0], False)[1]
-                    except ObjstoreError:
-                        continue
-                    if isinstance(value, dict) and value.get("run") not in deleted_runs:
-                        for _f, ref in records.object_refs(o[1], value):
-                            candidates.discard(ref)
-            if not candidates:
-                break
+        _keep_live_named(eng, recs, candidates, deleted_runs)
     return Doomed(recs, candidates | redacted, other)
 
 
-def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:
+def _keep_live_named(eng: LogEngine, recs: set, candidates: set, deleted_runs: set) -> None:
+    """``doomed``'s last pass: the ``candidates`` (blob ids) that something live still names leave the set."""
+    # Kept if anything live still names them: another record (its index rows' refs), or a
+    # journal or segment object of a run that is not deleted (their ids, from their bodies).
+    for e in eng.entries():
+        for r in e.recs:
+            oid = e.objs[r[0]][0]
+            if oid in recs:  # doomed (every record of a deleted run is, but those a live copy reaches)
+                continue
+            for ref in r[6]:
+                candidates.discard(ref)
+        for o in e.objs:
+            if o[1] in ("journal", "segment") and candidates and o[3] != REMOVED:
+                try:
+                    value = codec.decode(eng.read(o[0]), o[0], False)[1]
+                except ObjstoreError:
+                    continue
+                if isinstance(value, dict) and value.get("run") not in deleted_runs:
+                    for _f, ref in records.object_refs(o[1], value):
+                        candidates.discard(ref)
+        if not candidates:
+            break
+
+
+def _kept_by_copies(eng: LogEngine, deleted_runs: set) -> set:
     """Every record and fork object the lineage of a live copy reaches before its own records:
     found from the entries' rows (a run_started whose parent is set starts a copy), then walked back
     through parent links and fork objects into the source (and its sources)."""
@@ -242,7 +255,7 @@ def _kept_by_copies(eng: engine.LogEngine, deleted_runs: set) -> set:
     return kept
 
 
-def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:
+def _parent_of(eng: LogEngine, oid: bytes) -> bytes | None:
     """A record's parent, from its body (None if its body is gone already or unreadable)."""
     try:
         value = codec.decode(eng.read(oid), oid, False)[1]
@@ -252,7 +265,7 @@ def _parent_of(eng: engine.LogEngine, oid: bytes) -> bytes | None:
     return parent if isinstance(parent, bytes) else None
 
 
-def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
+def _chain_objects(eng: LogEngine, head: bytes, out: set) -> None:
     """Every object of a deleted run's journal or segment chain from ``head`` back (into ``out``).
     The blobs they name go only as the run's deletion lists them (``blobs``), which verify can check."""
     cur: Any = head
@@ -263,7 +276,7 @@ def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
         if loc is None or loc.otype not in ("journal", "segment"):
             return
         out.add(cur)
-        if loc.comp == engine.COMP_GONE:
+        if loc.comp == COMP_GONE:
             return  # removed by an earlier gc, with everything behind it
         try:
             value = codec.decode(eng.read(cur), cur, False)[1]
@@ -274,11 +287,11 @@ def _chain_objects(eng: engine.LogEngine, head: bytes, out: set) -> None:
         cur = value.get("previous")
 
 
-def _segments_to_rewrite(eng: engine.LogEngine, last: int, gone: set) -> list[int]:
+def _segments_to_rewrite(eng: LogEngine, last: int, gone: set) -> list[int]:
     need = set()
     for oid in gone:
         loc = eng.loc(oid)
-        if loc is not None and loc.comp != engine.COMP_GONE and loc.seg <= last:
+        if loc is not None and loc.comp != COMP_GONE and loc.seg <= last:
             need.add(loc.seg)
     for seg in range(1, last + 1):
         if eng._packed(seg) is None:
@@ -304,24 +317,24 @@ class _Block:
         if not self.parts:
             return
         raw = b"".join(self.parts)
-        comp, stored = engine.COMP_RAW, raw
-        if len(raw) >= engine.MIN_COMPRESS:
+        comp, stored = COMP_RAW, raw
+        if len(raw) >= MIN_COMPRESS:
             c = z.compress(raw)
             if len(c) < len(raw) - 16:
-                comp, stored = engine.COMP_ZSTD, c
+                comp, stored = COMP_ZSTD, c
         bi = w.block(comp, len(raw), stored)
         for row in self.rows:
             row[3] = bi
         self.parts, self.size, self.rows = [], 0, []
 
 
-def _source_bytes(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list, cache: dict) -> bytes:
+def _source_bytes(eng: LogEngine, e: LogEntry, o: list, starts: list, cache: dict) -> bytes:
     """One object's canonical bytes from the segment being rewritten, hash-checked: gc never carries
     damaged bytes into a new file (it stops and names them; verify tells the rest). Each source
     block is decompressed once (``cache``: file offset -> raw block)."""
     oid, otype, length, bi, off = o
     comp, raw_len, stored = e.blocks[bi][:3]
-    loc = engine.Loc(e.n, e.seg, starts[bi], comp, stored, raw_len, off, length, otype)
+    loc = Loc(e.n, e.seg, starts[bi], comp, stored, raw_len, off, length, otype)
     raw = cache.get(loc.block_off)
     if raw is None:
         eng._check_loc(oid, loc)
@@ -335,10 +348,10 @@ def _source_bytes(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list,
     return data
 
 
-def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, dict]:
+def pack_segment(eng: LogEngine, seg: int, gone: set, path: str, sync: bool) -> tuple[bytes, bytes, dict]:
     """Write segment ``seg`` packed into ``path`` without the bodies in ``gone``: (BLAKE3 of the
     file, the bytes of its index, {id: type} of the bodies this rewrite removes)."""
-    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
     entries = list(eng._segment_entries(seg, hdr[3], hdr[2]))
     if not entries or not entries[-1].seal:
         raise IntegrityError("?", eng.seg_path(seg), "sealed segment does not read to its seal entry (run 'objstore verify')")
@@ -353,14 +366,14 @@ def pack_segment(eng: engine.LogEngine, seg: int, gone: set, path: str, sync: bo
         metas: list = []
         cache: dict = {}
         for e in entries:
-            starts = engine.block_starts(e)
+            starts = block_starts(e)
             objs: list = []
             for o in e.objs:
                 oid, otype, length, bi, _off = o
-                if bi == engine.REMOVED or oid in gone:
-                    if bi != engine.REMOVED:
+                if bi == REMOVED or oid in gone:
+                    if bi != REMOVED:
                         removed[oid] = otype
-                    objs.append([oid, otype, length, engine.REMOVED, 0])
+                    objs.append([oid, otype, length, REMOVED, 0])
                     continue
                 comp, raw_len, stored_len = e.blocks[bi][:3]
                 if _check_large(eng, e, o, starts):
@@ -400,32 +413,32 @@ def _index_of_packed(path: str, seg: int, last: bytes) -> bytes | str:
     try:
         if not packed.is_packed(fd):
             return "it is not a packed segment"
-        pk = engine.packed_entries(fd, seg)
+        pk = packed_entries(fd, seg)
         if pk.problem is not None or not pk.entries or pk.entries[-1].checksum != last:
             return pk.problem or "its chain ends elsewhere"
         objects: dict = {}
         chain: list = []
         for e in pk.entries:
-            engine._segment_rows(e, objects, chain)
+            _segment_rows(e, objects, chain)
         end = pk.entries[-1]
         return segindex.build(seg, pk.entries[0].n, end.n, end.checksum, objects.values(), chain)
     finally:
         os.close(fd)
 
 
-def _first(eng: engine.LogEngine, seg: int, last: engine.Entry) -> Iterator[engine.Entry]:
+def _first(eng: LogEngine, seg: int, last: LogEntry) -> Iterator[LogEntry]:
     for e in eng._segment_entries(seg, last.checksum, last.n + 1):
         yield e
         return
 
 
-def _check_large(eng: engine.LogEngine, e: engine.Entry, o: list, starts: list) -> bool:
+def _check_large(eng: LogEngine, e: LogEntry, o: list, starts: list) -> bool:
     """Whether object row ``o`` is a large blob (a block of its own), hash-checked as it streams if so."""
     oid, otype, length, bi, _off = o
     comp, raw_len, stored_len = e.blocks[bi][:3]
-    if otype != codec.BLOB or raw_len <= engine.LARGE_BLOB:
+    if otype != codec.BLOB or raw_len <= LARGE_BLOB:
         return False
-    eng._check_loc(oid, engine.Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
+    eng._check_loc(oid, Loc(e.n, e.seg, starts[bi], comp, stored_len, raw_len, 0, length, otype), prehash_above=0)
     return True
 
 
@@ -501,7 +514,7 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
 
 
 def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) -> GcResult:
-    """gc on object storage (storage.s3engine): the entries that store a body that goes are written
+    """gc on object storage (storage.s3): the entries that store a body that goes are written
     again without it, in place (chunks and entry keys PUT again under their keys, HEAD's tail by
     compare-and-swap): the same entries and checksums, so anchors hold. A blob a writer named
     meanwhile — it found the body stored and did not store it again — is committed again. With
@@ -547,40 +560,40 @@ def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) ->
                     len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB) + pruned, before, eng.stored_bytes(), 0)
 
 
-def _pack_into_tmp(eng: engine.LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:
-    seg_tmp = os.path.join(tmpdir, engine.seg_name(seg))
+def _pack_into_tmp(eng: LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:
+    seg_tmp = os.path.join(tmpdir, seg_name(seg))
     idx_tmp = seg_tmp[:-4] + ".idx"
     file_digest, idx_bytes, removed = pack_segment(eng, seg, every, seg_tmp, sync)
     segindex.write(idx_tmp, idx_bytes)
     return seg_tmp, idx_tmp, [seg, file_digest, blake3.blake3(idx_bytes).digest()], removed
 
 
-def _holds(eng: engine.LogEngine, seg: int, every: set) -> bool:
+def _holds(eng: LogEngine, seg: int, every: set) -> bool:
     """Whether sealed segment ``seg`` still stores the body of one of ``every``."""
-    return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != engine.COMP_GONE for oid in every)
+    return any((loc := eng.loc(oid)) is not None and loc.seg == seg and loc.comp != COMP_GONE for oid in every)
 
 
-def _check_active(eng: engine.LogEngine) -> None:
+def _check_active(eng: LogEngine) -> None:
     """Hash-check every object of the active segment (gc is about to seal it, a write it must not
     make on a damaged log)."""
     seg = eng._seg
-    hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+    hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
     cache: dict = {}
     for e in eng._segment_entries(seg, hdr[3], hdr[2]):
-        starts = engine.block_starts(e)
+        starts = block_starts(e)
         for o in e.objs:
-            if o[3] != engine.REMOVED and not _check_large(eng, e, o, starts):
+            if o[3] != REMOVED and not _check_large(eng, e, o, starts):
                 _source_bytes(eng, e, o, starts, cache)
 
 
-def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int, candidates: set) -> set:
+def _late_refs(store: Store, eng: LogEngine, since: int, active_then: int, candidates: set) -> set:
     """The ``candidates`` (doomed blobs) that a live record — or a live journal or segment object —
     committed after entry ``since`` names: a writer that found such a blob stored (its body still
     there) did not store it again, so it must stay. Reads only the segments written since."""
     deleted = set(delete.deleted_runs(store))
     late: set = set()
     for seg in range(active_then, eng._seg + 1):
-        hdr = engine._read_segment_header(eng._fd(seg), eng.seg_path(seg))
+        hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
         for e in eng._segment_entries(seg, hdr[3], hdr[2]):
             if e.n <= since:
                 continue
@@ -588,7 +601,7 @@ def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int
                 if r[1] not in deleted:
                     late.update(x for x in r[6] if x in candidates)
             for o in e.objs:
-                if o[1] in ("journal", "segment") and o[3] != engine.REMOVED:
+                if o[1] in ("journal", "segment") and o[3] != REMOVED:
                     try:
                         value = codec.decode(eng.read(o[0]), o[0], False)[1]
                     except ObjstoreError:
@@ -598,7 +611,7 @@ def _late_refs(store: Store, eng: engine.LogEngine, since: int, active_then: int
     return late
 
 
-def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
+def _put_in_place(store: Store, eng: LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
                   active_then: int, sync: bool, timeout: float) -> int:
     """Under the writer lock: keep what writers named meanwhile (re-packing a segment that left it
     out), then the index and the file of each packed segment over the old ones, and the rewrite entry."""
@@ -630,13 +643,13 @@ def _put_in_place(store: Store, eng: engine.LogEngine, root: str, tmpdir: str, p
 PENDING = os.path.basename(packed.PENDING)
 
 
-def _note_pending(eng: engine.LogEngine, tmpdir: str, rows: list) -> None:
+def _note_pending(eng: LogEngine, tmpdir: str, rows: list) -> None:
     """Record, durably and before any file is replaced, the rewrite rows this gc is about to make true."""
     with fileutil.atomic_file(os.path.join(tmpdir, PENDING), tmpdir, eng.policy) as f:
         f.write(packed.encode_pending(rows))
 
 
-def _unfinished(eng: engine.LogEngine) -> list:
+def _unfinished(eng: LogEngine) -> list:
     """The rows of a killed gc whose packed files are in place but which the log does not name yet,
     each checked before it is committed (``_untrusted``)."""
     rows = packed.read_pending(eng.root)
@@ -646,7 +659,7 @@ def _unfinished(eng: engine.LogEngine) -> list:
     where = os.path.join(eng.root, packed.PENDING)
     named: set = set()
     for row in rows:  # the shape first: a row's segment is looked up below (1.0 == 1 in the tables)
-        bad = engine._rw_shape_problem([row])
+        bad = _rw_shape_problem([row])
         if bad is not None:
             raise UntrustedGcPending(where, f"its row for segment {row[0]!r} is not [segment, 32-byte file digest, 32-byte index digest] ({bad})")
         if row[0] in named:
@@ -668,18 +681,18 @@ def _unfinished(eng: engine.LogEngine) -> list:
     return out
 
 
-def _untrusted(eng: engine.LogEngine, row: list) -> str | None:
+def _untrusted(eng: LogEngine, row: list) -> str | None:
     """Why a pending row whose file is in place is not one this gc would commit, else None. Anyone who
     can write the store's files can write tmp/gc/pending (its checksum is BLAKE3 of its bytes), so
     a row is trusted only as far as it is checked: it has the shape readers require of a rewrite row,
     its file is a packed segment whose entries end where the log's segment does (the next segment's
     header chains from there, as readers check), and the index digest is the one those entries give."""
     seg, _file_digest, idx_digest = row
-    bad = engine._rw_shape_problem([row])
+    bad = _rw_shape_problem([row])
     if bad is not None:
         return f"is not [segment, 32-byte file digest, 32-byte index digest] ({bad})"
     try:
-        nxt = engine._read_segment_header(eng._fd(seg + 1), eng.seg_path(seg + 1))
+        nxt = _read_segment_header(eng._fd(seg + 1), eng.seg_path(seg + 1))
         idx = _index_of_packed(eng.seg_path(seg), seg, nxt[3])
     except (OSError, ObjstoreError) as err:
         return f"names a file that cannot be read back ({err})"

@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import cast
 
 from ..errors import InvalidInput, Refused, Unauthenticated
 from ..storage import codec, identity
-from ..storage.engine import REPAIRS_REF, LogEngine
+from ..storage.log.local import LogEngine
+from ..storage.log.witness import REPAIRS_REF
 from ..storage.store import Store
 
 
@@ -38,8 +40,9 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
     codec.check_text(reason, "repair reason")
     engine = store.engine
     store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
-    if not isinstance(engine, LogEngine):
+    if not engine.log_files:
         raise InvalidInput("only a store on disk has a log to repair")
+    engine = cast(LogEngine, engine)
     stale = engine.tables.adopted > cut_after
     if engine.tables.adopted:
         # A checkpoint's tables may be past an entry no reader applied (a forged deletion behind it,

@@ -11,14 +11,19 @@ figures are the same, and the keys and bytes of the bucket by kind (one LIST) st
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InvalidInput
-from ..storage import codec, engine, packed, s3engine
+from ..runs.anchors import anchor_token
+from ..storage import codec
+from ..storage.log import packed
+from ..storage.log.engine import Engine
+from ..storage.log.format import REMOVED, Position
+from ..storage.log.local import LogEngine
 from . import delete
 
 if TYPE_CHECKING:
-    from ..storage.s3engine import S3Engine
+    from ..storage.s3.engine import S3Engine
     from ..storage.store import Store
 
 
@@ -32,15 +37,17 @@ def _size(path: str) -> int:
 def _bucket_keys(eng: S3Engine) -> dict[str, Any]:
     """Keys and bytes of a store on object storage by kind, from one LIST of its prefix (a request per 1000 keys):
     what it costs in the bucket. ``other`` is what no objstore writes there (another tool's keys under the prefix)."""
+    from ..storage.s3 import layout as s3layout
+
     by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "other")}
     for x in eng.bucket.list(""):
-        if x.key == s3engine.HEAD_KEY:
+        if x.key == s3layout.HEAD_KEY:
             kind = "head"
-        elif x.key == s3engine.MARKER_KEY:
+        elif x.key == s3layout.MARKER_KEY:
             kind = "marker"
-        elif x.key.startswith(s3engine.CHUNK_PREFIX):
+        elif x.key.startswith(s3layout.CHUNK_PREFIX):
             kind = "chunk"
-        elif x.key.startswith(s3engine.ENTRY_PREFIX):
+        elif x.key.startswith(s3layout.ENTRY_PREFIX):
             kind = "entry"
         else:
             kind = "other"
@@ -55,14 +62,17 @@ def stats(store: Store) -> dict[str, Any]:
     figures are the same (its entries are read at open anyway); segments and derived files are a disk store's,
     ``bucket`` (keys and bytes by kind, from a LIST) stands for them."""
     eng = store.engine
-    if isinstance(eng, s3engine.S3Engine) and store.root is not None:
-        pos = eng.refresh()
-        bucket = _bucket_keys(eng)
-        figures = _log_figures(store, eng, pos)
+    if store.url is not None and store.root is not None:  # on object storage: only then is the S3 package loaded
+        from ..storage.s3.engine import S3Engine
+
+        s3 = cast(S3Engine, eng)  # store.url: the engine is the S3 one
+        pos = s3.refresh()
+        bucket = _bucket_keys(s3)
+        figures = _log_figures(store, s3, pos)
         return {
             "store": store.url or store.root,
             "entries": pos.entry,
-            "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+            "anchor": anchor_token(pos.entry, pos.checksum),
             "segments": None,
             "bucket": bucket,
             **figures,
@@ -70,8 +80,9 @@ def stats(store: Store) -> dict[str, Any]:
             "derived_bytes": None,
             "state_cache_bytes": _state_cache(store.root),
         }
-    if not isinstance(eng, engine.LogEngine) or store.root is None:
+    if not eng.log_files or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
+    eng = cast(LogEngine, eng)
     pos = eng.refresh()
     figures = _log_figures(store, eng, pos)
     segs = []
@@ -92,7 +103,7 @@ def stats(store: Store) -> dict[str, Any]:
     return {
         "store": store.root,
         "entries": pos.entry,
-        "anchor": f"objstore-anchor:1:{pos.entry}:{pos.checksum.hex()}",
+        "anchor": anchor_token(pos.entry, pos.checksum),
         "segments": {"count": len(segs), "packed": sum(1 for s in segs if s["kind"] == "packed"), "bytes": seg_bytes, "files": segs},
         "bucket": None,
         **figures,
@@ -106,7 +117,7 @@ def _state_cache(root: str) -> dict[str, int]:
     return {name: _size(os.path.join(root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
 
 
-def _log_figures(store: Store, eng: engine.Engine, pos: engine.Position) -> dict[str, Any]:
+def _log_figures(store: Store, eng: Engine, pos: Position) -> dict[str, Any]:
     """What the log's entries say, up to ``pos``: objects and their canonical bytes, runs, records, blobs."""
     t = eng.tables
     objects = records = blobs = removed = canonical = 0
@@ -120,7 +131,7 @@ def _log_figures(store: Store, eng: engine.Engine, pos: engine.Position) -> dict
             objects += 1
             canonical += o[2]
             by_type[o[1]] = by_type.get(o[1], 0) + 1
-            if o[3] == engine.REMOVED:
+            if o[3] == REMOVED:
                 removed += 1
             if o[1] == codec.RECORD:
                 records += 1

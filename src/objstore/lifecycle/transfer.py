@@ -11,7 +11,7 @@ an S3 target (one log per commit, ``MultiLogBatch`` otherwise) takes them as the
 What a ref reaches is what verify checks a store holds: from each ref's value, every object that
 ``records.object_refs`` names (a record's parent and blob fields, a fork's parent record and head,
 every id in a journal, segment, grant, deletion or schema object), plus every id a record body names
-(``engine.body_refs``, what gc's index rows hold), walked until an object the target has already.
+(``runs.facts.body_refs``, what gc's index rows hold), walked until an object the target has already.
 An object the target holds is never read again, so a second push of the same store reads refs only
 and writes nothing.
 
@@ -53,10 +53,11 @@ from typing import Any
 
 from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound
 from ..runs import records
+from ..runs.facts import body_refs
 from ..storage import codec, runrefs
-from ..storage.engine import LogEngine, body_refs
 from ..storage.refs import forward_only, write_once_deletion
-from ..storage.store import LABELS_VERSION, Store
+from ..storage.store import Store
+from ..storage.storedir import LABELS_VERSION
 from . import delete
 
 Progress = Callable[[str], None]
@@ -151,7 +152,7 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
         if step is not None:
             step(i, len(wanted), rep.bytes)
     if t.deletion_moved:
-        if target.url is not None or (isinstance(target.engine, LogEngine) and target.root is not None):
+        if target.url is not None or (target.engine.log_files and target.root is not None):
             from .gc import gc
 
             say("gc of the target (a deletion was carried)")

@@ -332,16 +332,16 @@ class ChainReader:
         """Every record the branch folds over (up to its LSN ``upto``), oldest first, streamed:
         each ancestor up to its fork point (read from the fork objects), then its own records.
         A copy (``fork_run``) goes on into its source run at its cross-run fork object."""
-        for v, b, upto_b in self.lineage_segments(view, branch, upto):
+        for v, b, upto_b in self.lineage_parts(view, branch, upto):
             yield from self.iter_own(v, b, upto_b)
 
-    def lineage_segments(self, view: View, branch: int, upto: int | None = None) -> list[tuple[View, int, int | None]]:
+    def lineage_parts(self, view: View, branch: int, upto: int | None = None) -> list[tuple[View, int, int | None]]:
         """(view, branch, last LSN or None for the head) of each part of ``iter_lineage``, root first."""
-        segs = []  # (view, branch, upto) from the branch back to the root
+        parts = []  # (view, branch, upto) from the branch back to the root
         b = branch
         seen = set()
         while True:
-            segs.append((view, b, upto))
+            parts.append((view, b, upto))
             fk = self.fork_object(view, b) if b != 0 or self._copied(view) else None
             if fk is None:
                 break
@@ -350,8 +350,8 @@ class ChainReader:
             seen.add((view.run, b))
             view = self.parent_view(view, fk)
             b, upto = fk["parent_branch"], fk["parent_lsn"]
-        segs.reverse()
-        return segs
+        parts.reverse()
+        return parts
 
     def _copied(self, view: View) -> bool:
         """Whether the run is a copy: its run_started names a cross-run fork object (``fork_run``)."""

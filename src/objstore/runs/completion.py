@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..errors import ObjstoreError
 from ..storage import runrefs
-from ..storage.store import Store, discover
+from ..storage.store import Store
+from ..storage.storedir import discover
 from .chain import ChainReader
 from .resolve import LATEST, candidates, resolve_run
 

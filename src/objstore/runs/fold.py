@@ -10,7 +10,7 @@ a cached fold (invariant 15).
 
 The state of a branch is the fold of its lineage: the parent branch's records up
 to the fork LSN (recursively), then the branch's own records. The chain walking
-that feeds this lives in ``runlog``; this module only says what each record
+that feeds this lives in ``api``; this module only says what each record
 does to the state, so the materialized cache and a cold re-fold cannot differ
 unless one of them is fed different records.
 

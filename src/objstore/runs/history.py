@@ -38,8 +38,9 @@ if TYPE_CHECKING:
 EAGER = 64  # entries read object by object before a walk switches to decoding whole blocks
 
 
-class Entry(NamedTuple):
-    """One ``log`` entry: a record, or the fork object at the root of ``branch``."""
+class HistoryItem(NamedTuple):
+    """One item ``objstore log`` shows: a record, or the fork object at the root of ``branch`` (not an
+    entry of the store's log: those are the storage engine's ``LogEntry``)."""
 
     branch: int
     record: R.Record | None
@@ -67,7 +68,7 @@ class _Reader:
 
 
 def entries(log: ChainReader, view: View, branch: int | None = None, *, all_branches: bool = False,
-            since: float | None = None, until: float | None = None) -> Iterator[Entry]:
+            since: float | None = None, until: float | None = None) -> Iterator[HistoryItem]:
     """``objstore log``'s entries newest first, read only as far as the caller consumes.
 
     Default: the live branch (or ``branch``), its fork object, then the parent's records from
@@ -76,11 +77,11 @@ def entries(log: ChainReader, view: View, branch: int | None = None, *, all_bran
     ``since``/``until`` (epoch seconds) keep entries whose time is in [since, until]."""
     reader = _Reader(log.store)
 
-    def raw() -> Iterator[Entry]:
+    def raw() -> Iterator[HistoryItem]:
         if all_branches:
             for b in sorted(view.heads, reverse=True):
                 for item in log.walk(view.head(b), get=reader.get):
-                    yield Entry(b, None, item) if isinstance(item, dict) else Entry(b, item, None)
+                    yield HistoryItem(b, None, item) if isinstance(item, dict) else HistoryItem(b, item, None)
             return
         b = view.live if branch is None else branch
         head = view.head(b)
@@ -89,9 +90,9 @@ def entries(log: ChainReader, view: View, branch: int | None = None, *, all_bran
             for item in log.walk(head, get=reader.get):
                 if isinstance(item, dict):
                     fk = item
-                    yield Entry(b, None, item)
+                    yield HistoryItem(b, None, item)
                 else:
-                    yield Entry(b, item, None)
+                    yield HistoryItem(b, item, None)
             if fk is None:
                 return
             b, head = fk["parent_branch"], fk["parent_record"]
@@ -252,7 +253,7 @@ def fork_line(fk: dict, *, with_time: bool = True) -> str:
     return f"fork   {fk['id'].hex()[:12]}{when}  {fork_text(fk)}"
 
 
-def oneline(e: Entry) -> str:
+def oneline(e: HistoryItem) -> str:
     """``--format oneline``: short id, branch/lsn, kind, what."""
     if e.record is not None:
         r = e.record
@@ -262,7 +263,7 @@ def oneline(e: Entry) -> str:
     return f"{fk['id'].hex()[:12]} b{fk['branch']} fork {fork_text(fk)}"
 
 
-def full_lines(e: Entry, live: int) -> list[str]:
+def full_lines(e: HistoryItem, live: int) -> list[str]:
     """``--format full``: every field of the entry, body as indented JSON, then a blank line."""
     if e.record is not None:
         r = e.record

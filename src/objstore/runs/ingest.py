@@ -44,7 +44,7 @@ from ..storage import codec
 from . import records as R
 
 if TYPE_CHECKING:
-    from .runlog import RunLog
+    from .api import RunLog
 
 SCHEMA_VERSION = 1
 EVENT_TYPES = (R.RUN_STARTED, R.ATTEMPT, R.INTENT, R.INTENT_COMMITTED, R.RUN_FINISHED, R.TURN, "rewind", "fork")

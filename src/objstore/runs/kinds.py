@@ -8,7 +8,7 @@ committing a ``schema`` object behind the ref ``schema/<kind>``::
 ``type`` is one of ``str int float bool bytes id map list`` (``id``: a 32-byte object id; ``map``:
 a map with string keys; ``list``: a list). An ``is_ref`` field is an ``id`` or a ``list`` of ids:
 objects the record references, which verify follows and gc keeps (they are at the body's top
-level or one level down, so the entry's index row lists them: ``engine.body_refs``). Schemas are
+level or one level down, so the entry's index row lists them: ``runs.facts.body_refs``). Schemas are
 append-only per kind: the ref is a forward-only chain (``storage.refs``), a new version names its
 predecessor, and a record names the version it was written under (its payload's ``schema``).
 

@@ -29,11 +29,11 @@ from ..storage import codec
 from . import records as R
 from . import views
 from .fold import fold
-from .state import attempt_view, refold_stream
+from .refold import attempt_view, refold_stream
 
 if TYPE_CHECKING:
+    from .api import RunLog
     from .chain import ChainReader, View
-    from .runlog import RunLog
 
 SOURCES = ("state", "refold")
 
@@ -214,15 +214,15 @@ def iter_episode_json(log: RunLog, run: str, *, all_branches: bool = False, sour
     yield b"]" + tail[tail.index(b'"branches":[]') + len(b'"branches":[]'):]
 
 
-def _segments(groups: list[tuple[int, list, dict | None]]) -> list[tuple[int, int | None, dict | None]]:
+def _lineage_parts(groups: list[tuple[int, list, dict | None]]) -> list[tuple[int, int | None, dict | None]]:
     """(branch, last LSN — None for the branch's own head —, fork object), root first, from history groups."""
-    segs: list[tuple[int, int | None, dict | None]] = []
+    parts: list[tuple[int, int | None, dict | None]] = []
     upto = None
     for b, _, fk in groups:
-        segs.append((b, upto, fk))
+        parts.append((b, upto, fk))
         upto = fk["parent_lsn"] if fk else None  # the cut-off is read from the fork object
-    segs.reverse()
-    return segs
+    parts.reverse()
+    return parts
 
 
 def _state_diff(a: Any, b: Any, path: str, out: list) -> None:
@@ -238,7 +238,7 @@ def diff(log: ChainReader, run: str, a: int, b: int, view: View | None = None) -
     records unique to each side, and the difference of their folded states."""
     view = view or log.view(run)
     ha, hb = log.history(view, a), log.history(view, b)  # one walk per side serves everything below
-    sa, sb = _segments(ha), _segments(hb)
+    sa, sb = _lineage_parts(ha), _lineage_parts(hb)
     # Root-first, the lineages share whole segments until the first branch where
     # their cut-offs differ; there the shared history ends at the smaller cut-off.
     common_branch, common_lsn = None, None
@@ -259,7 +259,7 @@ def diff(log: ChainReader, run: str, a: int, b: int, view: View | None = None) -
         "run": run,
         "a": a,
         "b": b,
-        "forks": {str(x): [views.fork(f) for _, _, f in segs if f] for x, segs in ((a, sa), (b, sb))},
+        "forks": {str(x): [views.fork(f) for _, _, f in parts if f] for x, parts in ((a, sa), (b, sb))},
         "common": {"branch": common_branch, "lsn": common_lsn},
         "only_a": [views.record(r) for r in la if r.id not in ids_b],
         "only_b": [views.record(r) for r in lb if r.id not in ids_a],

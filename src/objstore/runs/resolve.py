@@ -33,7 +33,7 @@ LATEST = "latest"
 MAX_CANDIDATES = 10
 SHORT_MIN = 8  # hex digits of the suffix ``runs`` shows at least (more when needed to be unique)
 
-# A generated id (``runlog.new_run_id``): time to the µs (older ones: to the ms), 48 random bits.
+# A generated id (``api.new_run_id``): time to the µs (older ones: to the ms), 48 random bits.
 _GENERATED = re.compile(r"^r\d{8}-\d{9,12}-([0-9a-f]{12})$")
 _LATEST = re.compile(r"^latest(?:~(.*))?$")
 

@@ -17,7 +17,7 @@ SQLite snapshot, checks the branch row against the log (deletions head, tip LSN,
 bytes are hashed (BLAKE3) and the record at an LSN is the one whose hash is
 the id the log's chain index holds there, and nothing else; a record a recorded deletion covers is
 header-only from the log's deletion row, as in every reader. The fold and the attempt views come
-from ``fold_stream`` — the function the re-fold uses on records read from the log — so the two
+from ``fold_stream`` (``runs.refold``) — the function the re-fold uses on records read from the log — so the two
 answers are the same bytes by construction. The branch's own records must all confirm (else
 ``Diverged``); an inherited (pre-fork) part is read from its branch's rows as far as they confirm
 and from the log past that. The row's stored folded state and summary must equal that fold (else
@@ -44,9 +44,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -61,6 +60,7 @@ from ..storage.fileutil import no_gc
 from . import records as R
 from .chain import _new_record
 from .fold import apply, empty_state, fold
+from .refold import attempt_view, fold_stream, refold_branch
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -71,7 +71,6 @@ SCHEMA_VERSION = "6"  # 6: recs rows hold the records' canonical bytes; no attem
 RCHUNK = 1024  # records per ``recs`` row (at most)
 _CHUNK_BYTES = 1 << 22  # canonical bytes per ``recs`` row (at most, but for one record larger than it)
 _MAX_CHUNK = 1 << 28  # what a row may decompress to: more is a damaged row
-_SPILL = 50000  # attempt views a streamed fold sorts in memory; past it, on disk
 
 # The part of the folded state an episode needs: small, whatever the history length.
 SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "failed_attempts")
@@ -146,107 +145,6 @@ def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., An
         return op
 
     return wrap
-
-
-def attempt_view(rec: R.Record, run_workflow_version: str | None) -> dict:
-    """The seed's AttemptView, exactly its fields; blob refs as hex, never bodies."""
-    b = rec.body
-    return {
-        "step": b["step"],
-        "attempt": b["attempt"],
-        "state": b["state"],
-        "workflow_version": b["workflow_version"] or run_workflow_version,
-        "context": b["context"],
-        "prompt": b["prompt"].hex() if b["prompt"] else None,
-        "output": b["output"].hex() if b["output"] else None,
-        "tools": b["tools"],
-        "usage": b["usage"],
-    }
-
-
-def refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, list[dict]]:
-    """Cold re-fold from raw objects: (folded state, fork object, attempt views in query order).
-
-    The oracle the cache is checked against; it never looks at the cache.
-    """
-    with no_gc():
-        return _refold_branch(chains, view, branch)
-
-
-def _refold_branch(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, list[dict]]:
-    fk = chains.fork_object(view, branch)
-    state = empty_state()
-    atts = []
-    for r in chains.iter_lineage(view, branch):
-        apply(state, r)  # workflow_version as folded at each record, as the cache sees it
-        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == view.run:
-            atts.append((r.body["step"], r.body["attempt"], r.lsn, attempt_view(r, state["workflow_version"])))
-    chains.store.forget_decoded()
-    atts.sort(key=lambda t: t[:3])
-    return state, fk, [a[3] for a in atts]
-
-
-def refold_stream(chains: ChainReader, view: View, branch: int) -> tuple[dict, dict | None, Iterator[bytes]]:
-    """``refold_branch`` with the attempt views as canonical JSON, streamed in query order in
-    bounded memory: past ``_SPILL`` views they are sorted in a temporary SQLite file (unlinked
-    at once; not the cache, which a re-fold never looks at)."""
-    with no_gc():
-        try:
-            fk = chains.fork_object(view, branch)
-            state, views = fold_stream(chains.iter_lineage(view, branch), view.run, branch)
-        finally:
-            chains.store.forget_decoded()
-    return state, fk, views
-
-
-def fold_stream(records: Iterable[R.Record], run: str, branch: int) -> tuple[dict, Iterator[bytes]]:
-    """(folded state, the branch's own attempt views as canonical JSON in query order) of a
-    lineage's records, oldest first: what a re-fold and the cache's confirmed records both go
-    through, so the two answers are the same bytes by construction."""
-    held: list[tuple[int, int, int, bytes]] = []
-    spill = None
-    jenc = codec.canonical_json_plain
-    state = empty_state()
-    for r in records:
-        apply(state, r)  # workflow_version as folded at each record
-        if r.branch == branch and r.kind == R.ATTEMPT and R.DELETED_FIELD not in r.body and r.run == run:
-            b = r.body
-            held.append((b["step"], b["attempt"], r.lsn, jenc(attempt_view(r, state["workflow_version"]))))
-            if len(held) >= _SPILL:
-                spill = spill or _Spill()
-                spill.add(held)
-                held = []
-    if spill is None:
-        held.sort(key=lambda t: t[:3])
-        return state, (t[3] for t in held)
-    spill.add(held)
-    return state, spill.sorted()
-
-
-class _Spill:
-    """A temporary SQLite table that sorts a re-fold's views on disk (its page cache bounds memory)."""
-
-    def __init__(self) -> None:
-        fd, path = tempfile.mkstemp(prefix="objstore-refold-", suffix=".db")
-        os.close(fd)
-        try:
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA journal_mode=OFF")
-            self.db.execute("CREATE TABLE v(step INTEGER, attempt INTEGER, lsn INTEGER, view BLOB, "
-                            "PRIMARY KEY(step, attempt, lsn)) WITHOUT ROWID")
-        finally:
-            os.unlink(path)  # the open file lives on; nothing is left behind, even by a crash
-        self.db.execute("BEGIN")
-
-    def add(self, rows: list[tuple[int, int, int, bytes]]) -> None:
-        self.db.executemany("INSERT INTO v VALUES(?,?,?,?)", rows)
-
-    def sorted(self) -> Iterator[bytes]:
-        try:
-            for (v,) in self.db.execute("SELECT view FROM v ORDER BY step, attempt, lsn"):
-                yield v
-        finally:
-            self.db.close()
 
 
 class StateCache:
@@ -410,8 +308,8 @@ class StateCache:
         try:
             if not self.try_refresh(chains, view, branch):
                 return None
-            segs = chains.lineage_segments(view, branch)
-            for v, b, _upto in segs[:-1]:
+            lineage = chains.lineage_parts(view, branch)
+            for v, b, _upto in lineage[:-1]:
                 if v.run == view.run:
                     self.try_refresh(chains, view, b)  # the inherited part: confirmed rows, not the log, when they can
         except _ROW_DAMAGE:
@@ -425,7 +323,7 @@ class StateCache:
                                  (view.run, branch)).fetchone()
                 if row is None or not isinstance(row[0], bytes) or bytes(row[0]) != view.head(branch):
                     return None  # another process moved the cache on between refresh and read
-                return self._confirmed(chains, view, branch, row, segs=segs)
+                return self._confirmed(chains, view, branch, row, lineage=lineage)
             finally:
                 db.execute("COMMIT")
         except Diverged:
@@ -435,7 +333,7 @@ class StateCache:
             return None
 
     def _confirmed(self, chains: ChainReader, view: View, branch: int, row: tuple, stored_state: bool = True,
-                   segs: list | None = None) -> tuple[dict, Iterator[bytes]]:
+                   lineage: list | None = None) -> tuple[dict, Iterator[bytes]]:
         """The branch's folded state and attempt views, derived from records the log confirms (raises
         ``Diverged`` otherwise): the row's own checks (``confirm``), then the fold of the branch's
         lineage from the cached records' canonical bytes, each re-hashed against the id the log's chain
@@ -446,8 +344,8 @@ class StateCache:
         self.confirm(chains, view, branch, row[1], row[2], row[3])
         with no_gc():
             try:
-                segs = segs if segs is not None else chains.lineage_segments(view, branch)
-                state, views = fold_stream(self._lineage(chains, segs), view.run, branch)
+                lineage = lineage if lineage is not None else chains.lineage_parts(view, branch)
+                state, views = fold_stream(self._lineage(chains, lineage), view.run, branch)
             finally:
                 chains.store.forget_decoded()
         why = None
@@ -503,13 +401,13 @@ class StateCache:
         if got_fork != want_fork:
             raise Diverged(f"cached fork object {_show(got_fork)}, the branch's fork object is {_show(want_fork)}")
 
-    def _lineage(self, chains: ChainReader, segs: list) -> Iterator[R.Record]:
-        """``chains.iter_lineage`` over ``segs`` (``lineage_segments``) from the cache's confirmed records: the branch's own
+    def _lineage(self, chains: ChainReader, lineage: list) -> Iterator[R.Record]:
+        """``chains.iter_lineage`` over ``lineage`` (``chains.lineage_parts``) from the cache's confirmed records: the branch's own
         from its rows (all of them, or ``Diverged``); each inherited part from its branch's rows as
         far as they confirm, and from the log past that (a parent's damage is its own miss)."""
-        for v, b, upto in segs[:-1]:
+        for v, b, upto in lineage[:-1]:
             yield from self._records(chains, v, b, upto, strict=False)
-        v, b, upto = segs[-1]
+        v, b, upto = lineage[-1]
         yield from self._records(chains, v, b, upto, strict=True)
 
     def _records(self, chains: ChainReader, view: View, branch: int, upto: int | None, strict: bool) -> Iterator[R.Record]:
@@ -554,27 +452,7 @@ class StateCache:
                     if strict:
                         raise
                     break
-                at = 0
-                got_recs: list[tuple[int, bytes, tuple | None]] = []  # (LSN, id, deletion row) confirmed so far
-                pays: list[memoryview] = []  # their payloads, each hashed with its header to the log's id
-                for lsn in range(first, min(first + n, last + 1)):
-                    got = next(ids, None)
-                    if got is None or got[0] != lsn:
-                        why = f"cached record rows reach LSN {first + n - 1}, the log's chain index ends at LSN {lsn - 1}"
-                        break
-                    oid = got[1]
-                    if strict and lsn == last and oid != head:
-                        why = f"the log's chain index holds {oid.hex()} at the head's LSN {last}"
-                        break
-                    hit = erased.get(oid) if erased else None
-                    if hit is None:
-                        rec = parts[at] if at < len(parts) else b""
-                        at += 1
-                        if blake3(rec).digest() != oid or rec[:7] != b"record ":
-                            why = f"cached record at LSN {lsn} is not the log's record {oid.hex()} there"
-                            break
-                        pays.append(memoryview(rec)[rec.index(b"\x00", 0, 40) + 1:])
-                    got_recs.append((lsn, oid, hit))
+                got_recs, pays, at, why = self._confirm_row(parts, first, n, last, ids, strict, head, erased)
                 # one decode for the row: every payload is a whole record's (its bytes hash to the log's
                 # id), so each element of the array is exactly one of them, in order
                 values = iter(_dec.decode(_ARRAY + len(pays).to_bytes(4, "big") + b"".join(pays)) if pays else ())
@@ -604,6 +482,37 @@ class StateCache:
             # there: verify's views name only the branch they check)
             at_last = view._replace(heads={**view.heads, branch: store.indexed_record(run, branch, last) or view.head(branch)})
             yield from chains.iter_own(at_last, branch, last, start=expect)
+
+    @staticmethod
+    def _confirm_row(parts: list[bytes], first: int, n: int, last: int, ids: Iterator[tuple[int, bytes]], strict: bool,
+                     head: bytes | None, erased: Any) -> tuple[list[tuple[int, bytes, tuple | None]], list[memoryview], int, str | None]:
+        """One ``recs`` row of ``_records`` against the log's chain index (``ids``, consumed as far as
+        the row goes): (LSN, id, deletion row) of each record it confirms, in order, their payloads,
+        how many of the row's records were read, and why it stopped confirming (None: it did not).
+        ``strict``: the head's LSN ``last`` must hold ``head``."""
+        at = 0
+        why = None
+        got_recs: list[tuple[int, bytes, tuple | None]] = []  # (LSN, id, deletion row) confirmed so far
+        pays: list[memoryview] = []  # their payloads, each hashed with its header to the log's id
+        for lsn in range(first, min(first + n, last + 1)):
+            got = next(ids, None)
+            if got is None or got[0] != lsn:
+                why = f"cached record rows reach LSN {first + n - 1}, the log's chain index ends at LSN {lsn - 1}"
+                break
+            oid = got[1]
+            if strict and lsn == last and oid != head:
+                why = f"the log's chain index holds {oid.hex()} at the head's LSN {last}"
+                break
+            hit = erased.get(oid) if erased else None
+            if hit is None:
+                rec = parts[at] if at < len(parts) else b""
+                at += 1
+                if blake3(rec).digest() != oid or rec[:7] != b"record ":
+                    why = f"cached record at LSN {lsn} is not the log's record {oid.hex()} there"
+                    break
+                pays.append(memoryview(rec)[rec.index(b"\x00", 0, 40) + 1:])
+            got_recs.append((lsn, oid, hit))
+        return got_recs, pays, at, why
 
     def read_branch(self, chains: ChainReader, view: View, branch: int) -> tuple[dict, bytes | None, list[bytes]] | None:
         """(summary, fork id, attempt fragments) of ``branch`` at the view's head, confirmed, in

@@ -5,7 +5,7 @@ an attempt, a verify problem and an error look like as JSON, so every command
 that prints one (``objstore ... --json``) and every Python caller gets the same
 shape. Each function returns plain JSON values (ids as lowercase hex, never
 bytes); ``codec.canonical_json`` of the result is what the CLI prints. The JSON
-Schema of each shape is in docs/CLI.md and tests/test_cli_json.py validates the
+Schema of each shape is in docs/CLI.md and tests/cli/test_cli_json.py validates the
 CLI's real output against it, so a change here must change the docs too.
 
 Vocabulary: an **LSN** is a record's position on its branch (0, 1, 2, ...);
@@ -47,9 +47,9 @@ from . import records as R
 if TYPE_CHECKING:
     from ..errors import ObjstoreError
     from ..storage.store import Store
+    from .api import ForkResult
     from .chain import ChainReader, View
-    from .runlog import ForkResult
-    from .verify import Problem
+    from .verify_report import Problem
 
 FORK_KIND = "fork"
 
@@ -140,7 +140,7 @@ def export_entry(schema: int, entry: dict) -> dict:
 
 def attempt(rec: R.Record, run_workflow_version: Any = None) -> dict:
     """The seed's AttemptView of an ``attempt`` record (what ``episode`` lists)."""
-    from .state import attempt_view
+    from .refold import attempt_view
 
     return attempt_view(rec, run_workflow_version)
 

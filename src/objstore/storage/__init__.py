@@ -6,14 +6,21 @@ Members, lowest first (each imports only those before it and ``objstore.errors``
 * ``fileutil`` — durable file primitives: the fsync policy, atomic replace, directory sync;
 * ``refs``, ``runrefs`` — what a ref may be called, the ref namespace, forward-only and write-once rules;
 * ``authority`` — who may delete: the deletion authority rule every apply path checks, object signatures;
-* ``segindex`` — the persistent index of a sealed segment (``log/<segment>.idx``);
-* ``format1``, ``format2`` — read-only access to the older layouts, for ``objstore upgrade``;
-* ``engine`` — format 3: the append-only log of commit entries, its tables, root, checkpoint and witness;
+* ``log`` — one log's mechanics (format 3): entries, the chain checksum, tables and rules, the ``Engine``
+  interface, the memory engine, segment files and their indexes, the head witness, the checkpoint, the local
+  engine (``log.local.LogEngine``) and the log-level fsck (its own docstring lists its members and invariants);
+* ``s3`` — the log on object storage (``s3.engine.S3Engine``), loaded only for an ``s3://`` store;
+* ``gclock`` — gc and backup never overlap;
 * ``erased`` — blob bodies only deleted records name, withheld at once (gc's reachability at read time);
-* ``store`` — typed objects and refs over one engine, batches, snapshots, finding a store;
+* ``storedir`` — where a store is and which format: discovery, ``s3://`` names and their cache, the marker;
+* ``batch`` — a store's open batch, per thread or task;
+* ``store`` — typed objects and refs over one engine, batches, snapshots;
 * ``identity`` — ed25519 keys, signed objects and signed requests (the owner key lives in the store's refs).
 
-A new engine (an S3 one) joins next to ``engine`` by passing ``tests/test_engine_contract.py``.
+A new engine implements ``log.engine.Engine`` and passes ``tests/storage/test_engine_contract.py``.
+
+The numbered invariants the code and the tests cite ("invariant 12") are listed in docs/DESIGN.md,
+each with the modules that keep it and the tests that pin it.
 """
 
 

@@ -155,10 +155,13 @@ def owner_at(view: View, at_entry: int | None = None) -> str | None:
     return text if len(text) == 64 else "unreadable owner key"
 
 
-def _grant_counts(ref: str, g: dict, owner: str | None) -> bool:
-    """An owner-signed grant about the key, run and subject its ref names (Host.grant_counts' rule)."""
+def grant_counts(ref: str, g: dict, owner: str | None) -> bool:
+    """Whether a grant object counts behind ``ref``: signed by the owner key and about the key,
+    run and subject the ref names (a genuine grant copied behind another ref grants nothing). The
+    one copy of the rule: the journal Host (who may read and write) and the deletion authority
+    (who may delete) both count grants with it."""
     if owner is None or not object_signed_by(g, owner):
-        return False
+        return False  # unsigned (legacy) or forged objects grant nothing
     scope, _, key = ref.rpartition("/grant/")
     kind, _, name = scope.partition("/")
     if g.get("grantee") != key:
@@ -176,7 +179,7 @@ def effective_grant(view: View, ref: str, owner: str | None, at_entry: int | Non
         g = _decoded(view, gid, codec.GRANT)
         if g is None:
             return None
-        if _grant_counts(ref, g, owner):
+        if grant_counts(ref, g, owner):
             e = view.entry_of(gid)
             if at_entry is None or (e is not None and e <= at_entry):
                 return gid, g

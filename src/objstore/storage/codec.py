@@ -35,11 +35,11 @@ BLOB = "blob"
 RECORD = "record"
 FORK = "fork"
 JOURNAL = "journal"
-SEGMENT = "segment"
+COMPACTION_SEGMENT = "segment"
 GRANT = "grant"
 DELETION = "deletion"  # a recorded deletion or redaction (issue 17; docs/FORMAT.md "Deletion")
 SCHEMA = "schema"  # the declaration of a record kind the core does not know (format 5; runs.kinds)
-TYPES = (BLOB, RECORD, FORK, JOURNAL, SEGMENT, GRANT, DELETION, SCHEMA)
+TYPES = (BLOB, RECORD, FORK, JOURNAL, COMPACTION_SEGMENT, GRANT, DELETION, SCHEMA)
 _TYPES_B = {t.encode(): t for t in TYPES}
 
 # Header is at most "segment 18446744073709551615\0"; 40 bytes bounds the scan.
@@ -557,3 +557,26 @@ def decode_block(raw: bytes) -> dict:
         if type(v) is dict:
             out[oid] = (otype, v)
     return out
+
+
+def checked_payload(value: dict) -> tuple[dict, bytes]:
+    """(the value as stored, its canonical payload) for a value the encoder refused: an ``Id`` (a bytes
+    subclass msgspec does not take) becomes the plain bytes it is — in the value too, which the entry's
+    index facts (``runs.facts.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
+    else is ``encode_input``'s InvalidInput."""
+    try:
+        value = plain_ids(value)
+    except RecursionError:
+        pass  # nested past the encoder's limit too: encode_input names that
+    return value, encode_input(value)
+
+
+def encode_input(value: dict) -> bytes:
+    """The canonical payload of a structured object, or InvalidInput for a value MessagePack cannot
+    hold (an integer outside int64/uint64, a lone surrogate, nesting past the encoder's limit). The
+    input checks (records.check_body, codec.check_json_value) refuse these first; this is the net
+    under every other path, so that none of them is a traceback, and nothing is written."""
+    try:
+        return _enc.encode(value)
+    except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, msgspec.EncodeError) as e:
+        raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None

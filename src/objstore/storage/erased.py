@@ -9,7 +9,7 @@ that is not is ``Deleted`` (exit 12), naming the deletion and its reason, like n
 What it costs a read, so that a big store never pays a scan per read:
 
 * the blobs the deleted records name (``dead``) are worked out once per process and again only after
-  an entry that moves a deletion ref (the tables count those: ``Tables.dgen``), from the deleted
+  an entry that moves a deletion ref (the tables count those: ``LogState.dgen``), from the deleted
   records still stored (a run gc has been through is skipped at its tips);
 * a blob not among them — every blob, on a store with no deletion pending gc — is served at once;
 * only a blob a deleted record names is looked for, and for all of them at once: one pass over the
@@ -27,7 +27,10 @@ from typing import Any
 
 from ..errors import Deleted, ObjstoreError
 from . import codec, runrefs
-from .engine import COMP_GONE, REMOVED, Entry, LogEngine, _read_segment_header, body_refs
+from .log.entry import LogEntry
+from .log.facts import body_refs
+from .log.format import COMP_GONE, REMOVED
+from .log.segfile import _read_segment_header
 
 _SUFFIXES = ("/" + runrefs.DELETED, "/" + runrefs.DELETIONS)
 
@@ -121,10 +124,10 @@ def _note(eng: Any, rid: bytes, did: bytes, blobs: dict, records: dict) -> None:
         blobs.setdefault(b, did)
 
 
-def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, Entry]]:
+def _entries_after(eng: Any, seg: int, n: int) -> Iterator[tuple[int, LogEntry]]:
     """(segment, entry) of the entries after entry ``n`` from segment ``seg`` on, meta only; every
     entry after ``n``, on another engine (segment 0)."""
-    if not isinstance(eng, LogEngine):
+    if not eng.log_files:
         for e in eng.entries():
             if e.n > n:
                 yield 0, e
@@ -183,7 +186,7 @@ def _still_named(store: Any, dead: _Dead) -> None:
             if r[5] == "run_started" and r[4] is not None and r[1] not in dead.deleted:
                 copies.append(r[4])
         for o in e.objs:
-            if o[1] in (codec.JOURNAL, codec.SEGMENT) and o[3] != REMOVED:
+            if o[1] in (codec.JOURNAL, codec.COMPACTION_SEGMENT) and o[3] != REMOVED:
                 try:
                     v = codec.decode(eng.read(o[0]), o[0], False)[1]
                 except ObjstoreError:

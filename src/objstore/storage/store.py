@@ -15,7 +15,6 @@ instead of waiting forever. Readers never wait for it.
 
 from __future__ import annotations
 
-import contextvars
 import errno
 import json
 import os
@@ -24,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import blake3
 import msgspec
@@ -46,9 +45,29 @@ from ..errors import (
     StoreNotFound,
 )
 from . import codec, erased, runrefs
-from .bucket import Bucket
-from .engine import LARGE_BLOB, Engine, LargeBlob, LogEngine, MemoryEngine, Txn
+from .batch import _BatchVar
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
+from .log.engine import Engine
+from .log.entry import LargeBlob
+from .log.format import LARGE_BLOB
+from .log.local import LogEngine
+from .log.memory import MemoryEngine
+from .log.txn import Txn
+from .storedir import (
+    FORMAT_VERSION,
+    MARKER,
+    NEWEST_VERSION,
+    READ_VERSIONS,
+    default_path,
+    is_remote,
+    mark_version,
+    read_marker,
+    remote_cache_dir,
+    store_dir,
+)
+
+if TYPE_CHECKING:
+    from .s3.bucket import Bucket
 
 _hash = blake3.blake3
 _T = TypeVar("_T")
@@ -64,130 +83,8 @@ def _check_oid(oid: object) -> bytes:
 _encode = codec._enc.encode
 _HEADS = {t: h for t, h in codec._HEAD.items() if t != codec.BLOB}
 
-MARKER = "OBJSTORE"
-FORMAT_VERSION = 3  # what a new store is
-PACKED_VERSION = 4  # format 3 with packed segments and rewrite entries: what a store becomes at its first gc
-# format 4 with labelled records (index rows with labels, label rows in segment indexes), schema objects
-# and cross-run forks: what a store becomes at its first labelled run or record, schema or copy (issue 18)
-LABELS_VERSION = 5
-NEWEST_VERSION = LABELS_VERSION
-READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION)
-DEFAULT_DIR = ".objstore"
 MAX_BLOB = 1 << 30  # a blob handed over as bytes is held in memory whole; larger ones are refused
 MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE) goes through a spill file
-
-
-def default_path() -> str:
-    return os.environ.get("OBJSTORE_DIR") or DEFAULT_DIR
-
-
-S3_SCHEME = "s3://"
-CACHE_ENV = "OBJSTORE_CACHE_DIR"
-
-
-def is_remote(path: object) -> bool:
-    """Whether ``path`` names a store on object storage (``s3://bucket/prefix``) rather than a directory."""
-    return isinstance(path, str) and path.startswith(S3_SCHEME)
-
-
-def remote_cache_dir(url: str) -> str:
-    """The local directory that caches an S3 store's immutable keys and holds its state cache:
-    $OBJSTORE_CACHE_DIR, else $XDG_CACHE_HOME/objstore, else ~/.cache/objstore; one directory per
-    endpoint, bucket and prefix. Everything in it is derived and checked on use."""
-    base = os.environ.get(CACHE_ENV) or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "objstore")
-    ident = f"{os.environ.get('AWS_ENDPOINT_URL', '')}|{url.rstrip('/')}"
-    return os.path.join(base, "s3-" + blake3.blake3(ident.encode()).hexdigest()[:24])
-
-
-CEILING_ENV = "OBJSTORE_CEILING_DIRECTORIES"
-
-
-def store_dir(path: str) -> str:
-    """The store a local path names: ``path`` itself when it is a store (or none is in it), else the
-    ``.objstore`` in it — a directory holding a store, as ``objstore clone URL DIR`` makes one (git's
-    working directory holding ``.git``). So ``--store DIR`` takes a clone and a store cloned the old
-    way (DIR itself the store) alike."""
-    if os.path.isfile(os.path.join(path, MARKER)):
-        return path
-    inner = os.path.join(path, DEFAULT_DIR)
-    return inner if os.path.isfile(os.path.join(inner, MARKER)) else path
-
-
-def discover(start: str | None = None, ceilings: list[str] | None = None) -> str:
-    """The store a command uses when none is named, found like git finds ``.git``: a ``.objstore``
-    directory holding an OBJSTORE marker in ``start`` (default: the current directory), else in
-    its parent, and so on up to ``/`` — stopping before a filesystem boundary (the parent's
-    ``st_dev`` differs) and, like git's GIT_CEILING_DIRECTORIES, before going up into a ceiling
-    directory (``ceilings``; default: the colon-separated absolute paths in
-    $OBJSTORE_CEILING_DIRECTORIES). Returns its absolute path; raises StoreNotFound naming where it
-    looked."""
-    here = os.path.abspath(start or os.getcwd())
-    first = here
-    if ceilings is None:
-        ceilings = [c for c in os.environ.get(CEILING_ENV, "").split(":") if os.path.isabs(c)]
-    stops = {os.path.normpath(c) for c in ceilings}
-    try:
-        dev = os.stat(here).st_dev
-        while True:
-            cand = os.path.join(here, DEFAULT_DIR)
-            if os.path.isfile(os.path.join(cand, MARKER)):
-                return cand
-            parent = os.path.dirname(here)
-            if parent == here:
-                stop = "/"
-                break
-            if parent in stops:
-                stop = f"{here} (ceiling {parent} in ${CEILING_ENV})"
-                break
-            pdev = os.stat(parent).st_dev
-            if pdev != dev:
-                stop = f"{here} (filesystem boundary)"
-                break
-            here = parent
-    except OSError as e:
-        raise StorageOSError(f"look for {DEFAULT_DIR} from {first}", e) from None
-    raise StoreNotFound(f"no {DEFAULT_DIR} in {first} or any parent up to {stop}")
-
-
-def mark_packed(path: str, policy: FsyncPolicy) -> None:
-    """Make the store's marker say format 4 before gc puts its first packed segment in place: an
-    objstore that reads only format 3 then refuses the store as newer (exit 5) instead of reading a
-    packed segment as damage. Atomic (written aside, renamed); a no-op on a format-4 store."""
-    mark_version(path, PACKED_VERSION, policy)
-
-
-def mark_version(path: str, version: int, policy: FsyncPolicy) -> None:
-    """Raise the store's marker to ``version`` (never lower it) before the first entry or file that
-    needs it lands, so that an older objstore refuses the store as newer instead of taking the new
-    rows for damage. Atomic (written aside, renamed); a no-op when the marker says as much already."""
-    if read_marker(path) >= version:
-        return
-    marker = os.path.join(path, MARKER)
-    scratch = os.path.join(path, "tmp")  # a copy a kill leaves behind lands in scratch, which every reader ignores
-    try:
-        os.makedirs(scratch, exist_ok=True)
-        with atomic_file(marker, scratch, policy) as f:
-            f.write(json.dumps({"format": "objstore", "version": version}).encode() + b"\n")
-    except OSError as e:
-        raise StorageOSError(f"write {marker}", e) from None
-
-
-def read_marker(path: str) -> int:
-    """The format version of the store at ``path``; raises StoreNotFound / StoreFormatError."""
-    marker = os.path.join(path, MARKER)
-    try:
-        with open(marker, "rb") as f:
-            meta = json.loads(f.read())
-        version = meta["version"]
-    except FileNotFoundError:
-        raise StoreNotFound(path) from None
-    except (ValueError, KeyError, TypeError):
-        raise StoreFormatError(path, "unreadable OBJSTORE marker") from None
-    except OSError as e:
-        raise StorageOSError(f"read {marker}", e) from None
-    if meta.get("format") != "objstore" or not isinstance(version, int):
-        raise StoreFormatError(path, "not an objstore marker")
-    return version
 
 
 class Store:
@@ -269,16 +166,17 @@ class Store:
 
     @classmethod
     def _open_remote(cls, url: str, create: bool) -> Store:
-        from .s3client import open_bucket
+        from .s3.client import open_bucket
 
         return cls.on_bucket(open_bucket(url), create=create)
 
     @classmethod
     def on_bucket(cls, bucket: Bucket, cache: str | None = None, create: bool = True) -> Store:
-        """The store on one bucket and prefix of object storage (storage.s3engine): its marker object says
+        """The store on one bucket and prefix of object storage (storage.s3): its marker object says
         its format; ``create`` writes it if absent (create-once, so two creators agree on one store).
         ``cache``: the local directory of its cache (default: ``remote_cache_dir``)."""
-        from .s3engine import MARKER_KEY, S3Engine, marker_bytes, marker_version
+        from .s3.engine import S3Engine
+        from .s3.layout import MARKER_KEY, marker_bytes, marker_version
 
         url = bucket.url
         cache = cache or remote_cache_dir(url)
@@ -385,7 +283,7 @@ class Store:
         re-run, so a caller's own ``batch()`` gets the ``StaleBase`` (a ``Conflict``) instead."""
         if self._txn.get() is not None:
             return fn()
-        bound = getattr(self.engine, "retry_seconds", None)
+        bound = self.engine.retry_seconds
         if bound is None:
             with self.batch():
                 return fn()
@@ -410,7 +308,7 @@ class Store:
         try:
             payload = _encode(value)
         except Exception:
-            value, payload = _checked_payload(value)
+            value, payload = codec.checked_payload(value)
         data = _HEADS[otype] % len(payload) + payload
         oid = _hash(data).digest()
         txn.put(oid, otype, data, value)
@@ -427,7 +325,7 @@ class Store:
             try:
                 payload = _encode(value)
             except Exception:
-                value, payload = _checked_payload(value)
+                value, payload = codec.checked_payload(value)
             data = _HEADS[otype] % len(payload) + payload
         else:
             data = codec.encode(otype, value)
@@ -450,7 +348,7 @@ class Store:
         written (a memory store has no marker). Cheap after the first call of a process."""
         if self.root is None or self._version >= version:
             return
-        remote = getattr(self.engine, "mark_version", None)
+        remote = self.engine.mark_version
         if remote is not None:
             remote(version)
         else:
@@ -623,7 +521,7 @@ class Store:
         _check_oid(oid)
         self.check_redacted(oid)
         erased.check_blob(self, oid)
-        streamed = getattr(self.engine, "copy_blob", lambda _o, _f: None)(oid, out)
+        streamed = self.engine.copy_blob(oid, out)
         if streamed is not None:
             return streamed
         data = self.get_blob(oid)
@@ -687,11 +585,9 @@ class Store:
             out = dict(t.run_refs.get(run, {}))
         if txn is not None:
             prefix = runrefs.run_prefix(run)
-            watch = getattr(txn, "watch", None)
-            if watch is not None:
-                # An optimistic commit (object storage) decided on these refs: they join its read set, so a
-                # commit of that run landing first makes it run again (as the writer lock orders them on disk).
-                watch(prefix, {k: v for k, v in out.items() if k not in txn.moves}, prefix=True)
+            # An optimistic commit (object storage) decided on these refs: they join its read set, so a
+            # commit of that run landing first makes it run again (as the writer lock orders them on disk).
+            txn.watch(prefix, {k: v for k, v in out.items() if k not in txn.moves}, prefix=True)
             for name, (_, new, _) in txn.moves.items():
                 if name.startswith(prefix):
                     if new is None:
@@ -789,7 +685,7 @@ class Store:
         return v if t == codec.DELETION and isinstance(v, dict) else {}
 
     def obey_deletion(self, name: str, value: Any) -> None:
-        """What every read does before it obeys deletion ref ``name`` at ``value`` (engine.Tables.obey):
+        """What every read does before it obeys deletion ref ``name`` at ``value`` (storage.log.tables: LogState.obey):
         a deletion this process took in from a checkpoint is checked against the authority rule
         there, once (CorruptLog if it breaks it)."""
         self.engine.tables.obey(name, value)
@@ -866,52 +762,6 @@ class _RunOf(msgspec.Struct):
 
 
 _run_of_record = msgspec.msgpack.Decoder(_RunOf)
-
-
-class _BatchVar:
-    """The open batch of the current context. A context copied while a batch was open (a task
-    created inside it, ``asyncio.to_thread``) still holds it: it counts only in the thread that
-    opened it and only until it ends, so a write from another thread waits for the writer lock
-    and a later write commits on its own, instead of landing unlocked in, or vanishing into,
-    someone else's commit."""
-
-    def __init__(self, name: str) -> None:
-        self._var: contextvars.ContextVar[list | None] = contextvars.ContextVar(name, default=None)
-
-    def get(self) -> Txn | None:
-        state = self._var.get()
-        if state is None or state[1] != threading.get_ident():
-            return None
-        return state[0]
-
-    def set(self, state: list) -> contextvars.Token[list | None]:
-        return self._var.set(state)
-
-    def reset(self, token: contextvars.Token[list | None]) -> None:
-        self._var.reset(token)
-
-
-def _checked_payload(value: dict) -> tuple[dict, bytes]:
-    """(the value as stored, its canonical payload) for a value the encoder refused: an ``Id`` (a bytes
-    subclass msgspec does not take) becomes the plain bytes it is — in the value too, which the entry's
-    index facts (``engine.object_facts``: ``type(v) is bytes``) and the decoded cache read; anything
-    else is ``_encode_input``'s InvalidInput."""
-    try:
-        value = codec.plain_ids(value)
-    except RecursionError:
-        pass  # nested past the encoder's limit too: _encode_input names that
-    return value, _encode_input(value)
-
-
-def _encode_input(value: dict) -> bytes:
-    """The canonical payload of a structured object, or InvalidInput for a value MessagePack cannot
-    hold (an integer outside int64/uint64, a lone surrogate, nesting past the encoder's limit). The
-    input checks (records.check_body, codec.check_json_value) refuse these first; this is the net
-    under every other path, so that none of them is a traceback, and nothing is written."""
-    try:
-        return _encode(value)
-    except (OverflowError, UnicodeEncodeError, RecursionError, TypeError, msgspec.EncodeError) as e:
-        raise InvalidInput(f"cannot store this value: {type(e).__name__}: {str(e)[:200]}") from None
 
 
 def _show(v: bytes | str | None) -> str | None:

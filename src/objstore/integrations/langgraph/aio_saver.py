@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...aio import AsyncRunLog
-from ...runs.runlog import RunLog
+from ...runs.api import RunLog
 from .saver import ObjstoreSaver
 
 

@@ -70,7 +70,7 @@ from langgraph.checkpoint.serde.types import ERROR
 from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, ParentSuperseded, Refused, RunNotFound
 from ...lifecycle import delete as D
 from ...runs import records as R
-from ...runs.runlog import RunLog
+from ...runs.api import RunLog
 from ...storage import codec
 from ...storage.store import Store
 from . import parts as P

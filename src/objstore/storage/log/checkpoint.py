@@ -1,0 +1,128 @@
+"""The checkpoint ``log/checkpoint``: the tables at a position, so an open replays only the log after it.
+
+A checkpoint is derived data (its BLAKE3 is recomputable by anyone), so it is adopted only where the
+log commits to it: the entry ending where it says has the checksum it names, and its tables hash to
+the root that entry names (``adoption``: the one copy of that rule, used by the engine, by backup for
+DEST's checkpoint and by verify). Rows of the active segment it carries are not covered by the root:
+they are checked against the records they point at when used. Deletions it took in are checked
+against the authority rule as of their own entries (``_confirm_adopted``). Written without fsync
+(a lost checkpoint means a longer replay), after the entry it names is durable, and never at the
+end of a packed segment (no offset there to name).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+
+import blake3
+import msgspec
+
+from ...errors import CorruptLog
+from .. import authority
+from ..fileutil import write_derived
+from . import segindex
+from .entry import LogEntry
+from .local_state import LocalBase
+from .root import root_digest
+from .segfile import _read_segment_header, entry_ending_at
+from .tables import LogState
+
+
+def adoption(data: bytes, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str:
+    """Whether a reader adopts the checkpoint bytes ``data``: (its tables, segment, offset, and the entry
+    it follows, None at entry 0) if the log commits to it, else why not. ``entry_at(segment, offset,
+    entry number)`` is the entry ending at that offset (None: no such entry); what it raises goes
+    to the caller."""
+    if len(data) < 32 or blake3.blake3(data[:-32]).digest() != data[-32:]:
+        return "its checksum does not match its bytes"
+    try:
+        t, seg, off = LogState.load(data[:-32])
+    except Exception as err:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
+        return f"unreadable ({err})"
+    if t.pos.entry <= 0:
+        return t, seg, off, None
+    e = entry_at(seg, off, t.pos.entry)
+    if e is None or e.n != t.pos.entry or e.checksum != t.pos.checksum:
+        return f"entry {t.pos.entry} is not at segment {seg} offset {off}"
+    if root_digest(t.root_sum) != e.root:
+        return f"its tables do not hash to the root of entry {t.pos.entry}"
+    return t, seg, off, e
+
+
+class Checkpoints(LocalBase):
+    """Loading (adopting) and writing the checkpoint of one local log."""
+
+    def _load_checkpoint(self) -> None:
+        """Start from the checkpoint if the log commits to it: the entry it claims to follow is
+        where it says, with its checksum, and the checkpoint's tables hash to the root that entry
+        names. Otherwise replay from the first segment. Either way ``refresh`` takes in the rest.
+
+        Whoever wrote the checkpoint (its BLAKE3 is recomputable), an edited ref, tip, intent or
+        start changes the root; its rows of the active segment are checked against the records
+        they point at when used (``_confirmed``, ``_drop_frozen``)."""
+        path = os.path.join(self.dir, "checkpoint")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            got = adoption(data, self._entry_ending_at)
+            if isinstance(got, str):
+                raise ValueError(got)
+            t, seg, off, e = got
+            sealed = e is not None and e.seal
+        except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog, segindex.IndexError_, struct.error):
+            return  # derived data that does not match (or was crafted): replay the log instead
+        self.tables, self._seg, self._off, self._sealed = t, seg, off, sealed
+        self._ckpt_at = (t.pos.entry, off)
+        t.adopted, t.confirm = t.pos.entry, self._confirm_adopted
+
+    def _confirm_adopted(self, name: str, value: bytes) -> None:
+        """The authority rule over the deletions behind ``name`` (at ``value``) that the adopted
+        checkpoint took in, as of their own entries (``LogState.obey``): each one that keeps it is
+        remembered; one that breaks it is damage at its entry, as a replaying reader finds it."""
+        with self._mu:
+            t = self.tables
+            view = authority.EntryView(self, 0, [], {}, lambda oid: None)
+            got = authority.ref_problem(view, name, value, t.adopted, t.checked)
+            if got is None:
+                return
+            did, n, bad = got
+            loc = self.loc(did)
+            seg, off = (loc.seg, 0) if loc is not None else (1, 0)
+            if os.path.exists(self.seg_path(seg)):
+                hdr = _read_segment_header(self._fd(seg), self.seg_path(seg))
+                off = next((e.offset for e in self._segment_entries(seg, hdr[3], hdr[2]) if e.n == n), 0)
+            self.torn, self.damaged, self.breach = None, (seg, off, f"entry {n}: {bad}"), True
+            raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} (entry {n}: {bad}); the log is readable "
+                             "only up to it (run 'objstore verify')")
+
+    def _entry_ending_at(self, seg: int, off: int, n: int) -> LogEntry:
+        """The entry whose trailer ends at ``off`` in segment ``seg``, its checksum recomputed from its
+        meta and the entry before it (``segfile.entry_ending_at``); ValueError if it is not entry ``n``."""
+        got = entry_ending_at(self._fd(seg), off, seg)
+        if got is None:
+            raise ValueError("no entry there")
+        if got.n != n:
+            raise ValueError("not the entry the checkpoint names")
+        return got
+
+    def _checkpoint(self) -> None:
+        """Write the tables at the current position (no fsync: a lost checkpoint means a longer replay)."""
+        path = os.path.join(self.dir, "checkpoint")
+        if self._ckpt_busy or not self._use_checkpoint:
+            return  # another thread of this process is writing one
+        if self._packed(self._seg) is not None:
+            return  # the log ends in a packed segment (a copy caught between two files): no offset there to name
+        self._ckpt_busy = True
+        try:
+            with self._mu:
+                first = _read_segment_header(self._fd(self._seg), self.seg_path(self._seg))[2]
+                data = self.tables.dump(self._seg, self._off, first)
+                at = (self.tables.pos.entry, self._off)
+            write_derived(path, data + blake3.blake3(data).digest())
+        except OSError:
+            return
+        finally:
+            self._ckpt_busy = False
+        self._ckpt_at = at

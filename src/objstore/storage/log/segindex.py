@@ -1,0 +1,267 @@
+"""Persistent indexes of sealed segments (``log/<segment>.idx``), in the manner of git's ``.idx``.
+
+A sealed segment never changes, so its index is written once, when it is
+sealed, and read by ``mmap`` and binary search: opening a store does not read
+the objects of sealed segments, whatever their number. An index is derived
+data: it is rebuilt from its segment whenever it is missing or does not match
+(its header names the segment's last entry and chain checksum), and verify
+compares it with a fresh build.
+
+Layout (little-endian)::
+
+    "OSIX" u8 version=1, 3 reserved
+    u64 segment · u64 first entry · u64 last entry · 32 bytes: last entry's chain checksum
+    u32 object count · u32 chain row count
+    256 × u32 fan-out: number of objects whose id's first byte is <= i
+    object rows, sorted by id: id(32) u64 entry u64 block offset u32 stored length
+        u32 block raw length u32 offset in block u32 length u8 compression u8 type
+    chain rows, sorted: key(16) = BLAKE3("<run>\\0<branch>")[:16] · u64 LSN · record id(32)
+    32 bytes: BLAKE3 of everything before
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterable, Iterator
+
+import blake3
+
+from ..fileutil import write_derived
+
+IDX_MAGIC = b"OSIX\x01\x00\x00\x00"
+HEAD = struct.Struct("<8sQQQ32sII")
+FANOUT = struct.Struct("<256I")
+OBJ = struct.Struct("<32sQQIIIIBB")
+CHAIN = struct.Struct("<16sQ32s")
+TYPES = ("blob", "record", "fork", "journal", "segment", "grant", "deletion", "schema")
+TYPE_CODE = {t: i for i, t in enumerate(TYPES)}
+
+
+def chain_key(run: str, branch: int) -> bytes:
+    return blake3.blake3(f"{run}\x00{branch}".encode()).digest()[:16]
+
+
+def build(seg: int, first: int, last: int, checksum: bytes, objects: Iterable[tuple], chain: Iterable[tuple]) -> bytes:
+    """Index bytes. ``objects``: (id, entry, block_off, stored, raw, off, length, comp, type);
+    ``chain``: (run, branch, lsn, id), or (key, lsn, id) rows taken from another index."""
+    rows = sorted(objects, key=lambda r: r[0])
+    keys: dict = {}  # (run, branch) -> chain key, computed once per branch
+
+    def keyed(c: tuple) -> tuple:
+        if len(c) == 3:
+            return c
+        k = keys.get((c[0], c[1]))
+        if k is None:
+            k = keys[(c[0], c[1])] = chain_key(c[0], c[1])
+        return k, c[2], c[3]
+
+    crow = sorted(map(keyed, chain))
+    fan = [0] * 256
+    for r in rows:
+        fan[r[0][0]] += 1
+    root_sum = 0
+    for i in range(256):
+        root_sum += fan[i]
+        fan[i] = root_sum
+    parts = [HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(rows), len(crow)), FANOUT.pack(*fan)]
+    parts.extend(OBJ.pack(oid, e, bo, st, raw, off, ln, comp, TYPE_CODE[t]) for oid, e, bo, st, raw, off, ln, comp, t in rows)
+    parts.extend(CHAIN.pack(k, lsn, oid) for k, lsn, oid in crow)
+    body = b"".join(parts)
+    return body + blake3.blake3(body).digest()
+
+
+def obj_row(oid: bytes, entry: int, block_off: int, stored: int, raw: int, off: int, length: int, comp: int, otype: str) -> bytes:
+    return OBJ.pack(oid, entry, block_off, stored, raw, off, length, comp, TYPE_CODE[otype])
+
+
+def chain_row(key: bytes, lsn: int, oid: bytes) -> bytes:
+    return CHAIN.pack(key, lsn, oid)
+
+
+def build_packed(seg: int, first: int, last: int, checksum: bytes, obj_rows: list, chain_rows: list) -> bytes:
+    """``build`` from rows already packed (obj_row / chain_row): what verify uses, so that a
+    segment's expected index costs a few bytes per object rather than a tuple of Python objects."""
+    obj_rows.sort()  # ids lead each row: byte order is id order
+    chain_rows.sort(key=lambda r: (r[:16], int.from_bytes(r[16:24], "little")))  # LSNs are little-endian
+    fan = [0] * 256
+    for r in obj_rows:
+        fan[r[0]] += 1
+    root_sum = 0
+    for i in range(256):
+        root_sum += fan[i]
+        fan[i] = root_sum
+    body = b"".join((HEAD.pack(IDX_MAGIC, seg, first, last, checksum, len(obj_rows), len(chain_rows)), FANOUT.pack(*fan),
+                     b"".join(obj_rows), b"".join(chain_rows)))
+    return body + blake3.blake3(body).digest()
+
+
+class IndexError_(Exception):
+    """An index file that cannot be used (the caller rebuilds it)."""
+
+
+class SegmentIndex:
+    """Read-only view of one index file."""
+
+    checked = False  # its bytes were checked against the digest the log names (or built from the log)
+
+    def __init__(self, data: bytes | mmap.mmap, seg: int) -> None:
+        if len(data) < HEAD.size + FANOUT.size + 32:
+            raise IndexError_("too short")
+        magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(data, 0)
+        if magic != IDX_MAGIC or iseg != seg:
+            raise IndexError_("bad header")
+        want = HEAD.size + FANOUT.size + nobj * OBJ.size + nchain * CHAIN.size + 32
+        if len(data) != want:
+            raise IndexError_(f"size {len(data)}, header says {want}")
+        self.data = data
+        self.seg, self.first, self.last, self.checksum = seg, first, last, checksum
+        self.nobj, self.nchain = nobj, nchain
+        self.fan = FANOUT.unpack_from(data, HEAD.size)
+        # a fan-out that is not a non-decreasing count ending at the object count would send a lookup
+        # outside the rows (a crafted or damaged index): unusable, the caller rebuilds it
+        fan = self.fan
+        if fan[255] != nobj or any(fan[i] > fan[i + 1] for i in range(255)):
+            raise IndexError_("fan-out table does not count the object rows")
+        self.obj0 = HEAD.size + FANOUT.size
+        self.chain0 = self.obj0 + nobj * OBJ.size
+
+    def check_sum(self) -> bool:
+        return blake3.blake3(self.data[:-32]).digest() == bytes(self.data[-32:])
+
+    def find(self, oid: bytes) -> tuple | None:
+        """The object row (id, entry, block_off, stored, raw, off, length, comp, type code) or None."""
+        b = oid[0]
+        lo = self.fan[b - 1] if b else 0
+        hi = self.fan[b]
+        data, base, size = self.data, self.obj0, OBJ.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = base + mid * size
+            k = data[p : p + 32]
+            if k < oid:
+                lo = mid + 1
+            elif k > oid:
+                hi = mid
+            else:
+                return OBJ.unpack_from(data, p)
+        return None
+
+    def record_at(self, key: bytes, lsn: int) -> bytes | None:
+        target = key + lsn.to_bytes(8, "little")
+        lo, hi = 0, self.nchain
+        data, base, size = self.data, self.chain0, CHAIN.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = base + mid * size
+            k, l, oid = CHAIN.unpack_from(data, p)
+            if (k, l) < (key, lsn):
+                lo = mid + 1
+            elif (k, l) > (key, lsn):
+                hi = mid
+            else:
+                return oid
+        del target
+        return None
+
+    def release(self) -> None:
+        """Drop the mapped pages from this process's resident set (they stay in the page cache):
+        a long walk over many segments then holds one segment's index at a time, not all."""
+        if isinstance(self.data, mmap.mmap):
+            try:
+                self.data.madvise(mmap.MADV_DONTNEED)
+            except (OSError, AttributeError, ValueError):
+                pass
+
+    def chain_from(self, key: bytes, lsn: int) -> Iterator[tuple[int, bytes]]:
+        """(lsn, id) of the rows of one chain from ``lsn`` on, in LSN order."""
+        lo, hi = 0, self.nchain
+        data, base, size = self.data, self.chain0, CHAIN.size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            k, l, _ = CHAIN.unpack_from(data, base + mid * size)
+            if (k, l) < (key, lsn):
+                lo = mid + 1
+            else:
+                hi = mid
+        while lo < self.nchain:
+            k, l, oid = CHAIN.unpack_from(data, base + lo * size)
+            if k != key:
+                return
+            yield l, oid
+            lo += 1
+
+    def objects(self) -> Iterator[tuple]:
+        for i in range(self.nobj):
+            yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)
+
+    def object_rows(self) -> Iterator[tuple]:
+        """Rows as ``build`` takes them (type names, not codes)."""
+        for oid, e, bo, st, raw, off, ln, comp, tc in self.objects():
+            yield oid, e, bo, st, raw, off, ln, comp, TYPES[tc]
+
+    def chain_rows(self) -> Iterator[tuple]:
+        for i in range(self.nchain):
+            yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
+
+
+def load_named(path: str, seg: int, digest: bytes) -> SegmentIndex | None:
+    """Map an index file if its BLAKE3-256 (of the whole file) is ``digest``, the one the log
+    names for it; None otherwise. Hashed through the map, whose pages then leave the resident set
+    again, so only the pages lookups touch count towards the reader's memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        if size <= 32:
+            return None
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if blake3.blake3(data).digest() != digest:
+        data.close()
+        return None
+    try:
+        idx = SegmentIndex(data, seg)
+    except IndexError_:
+        return None
+    idx.release()
+    return idx
+
+
+def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
+    """Map an index file; with ``check``, its trailing BLAKE3 is verified first by reading the file
+    (not through the map, so only the pages lookups touch count towards the reader's memory)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise IndexError_("missing") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size <= 32:
+            raise IndexError_("empty")
+        if check:
+            h = blake3.blake3()
+            off = 0
+            while off < size - 32:
+                chunk = os.pread(fd, min(1 << 20, size - 32 - off), off)
+                if not chunk:
+                    raise IndexError_("truncated")
+                h.update(chunk)
+                off += len(chunk)
+            if h.digest() != os.pread(fd, 32, size - 32):
+                raise IndexError_("checksum mismatch")
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    return SegmentIndex(data, seg)
+
+
+def write(path: str, data: bytes) -> None:
+    """Atomic replace; no fsync: an index lost in a crash is rebuilt from its segment."""
+    write_derived(path, data)

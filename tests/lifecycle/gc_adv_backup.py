@@ -1,0 +1,62 @@
+"""A backup loop for the adversarial gc tests (tests/lifecycle/test_gc_adversarial.py): backups while gc runs.
+
+    python gc_adv_backup.py SRC DEST STOPFILE SEAL_BYTES
+
+Until STOPFILE exists (and at least twice): ``backup(Store.open(SRC), DEST)`` (incremental, the same
+DEST each time), then checks that backup at once, before the next one overwrites it: DEST opens, its
+position is the snapshot the anchor names, ``verify_report(..., anchor=TOKEN, check_state=False)`` has
+no problems, and DEST's refs are exactly SRC's refs at that snapshot. A failure prints ``FAIL ...``,
+exit 1. Prints ``ready`` after the first backup, ``backups N`` at the end.
+"""
+
+import os
+import sys
+import traceback
+
+import objstore.storage.log.local_write
+
+
+def main(argv):
+    src, dest, stop, seal = argv[1], argv[2], argv[3], int(argv[4])
+    objstore.storage.log.local_write.SEAL_BYTES = seal
+    from objstore import RunLog, Store
+    from objstore.lifecycle.backup import backup
+    from objstore.runs.verify import verify_report
+    from objstore.storage.log.format import Position
+
+    n = 0
+    while n < 2 or not os.path.exists(stop):
+        try:
+            s = Store.open(src)
+            r = backup(s, dest)
+            _, _, entry, hexsum = r.anchor.split(":")
+            pos = Position(int(entry), bytes.fromhex(hexsum))
+            d = Store.open(dest)
+            if d.engine.position() != pos:
+                print(f"FAIL backup {n}: DEST is at {d.engine.position()}, its anchor names {pos}", flush=True)
+                sys.exit(1)
+            mine, theirs = d.engine.refs_at(""), s.engine.refs_at("", pos)
+            if mine != theirs:
+                diff = sorted(set(mine.items()) ^ set(theirs.items()))[:5]
+                print(f"FAIL backup {n}: refs differ from SRC's at the snapshot: {diff}", flush=True)
+                sys.exit(1)
+            rep = verify_report(RunLog(d), anchor=r.anchor, check_state=False)
+            if rep.problems:
+                print(f"FAIL backup {n}: verify: {rep.problems[:3]}", flush=True)
+                sys.exit(1)
+            d.engine.close()
+            s.engine.close()
+        except SystemExit:
+            raise
+        except BaseException as e:
+            print(f"FAIL backup {n}: {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc()
+            sys.exit(1)
+        n += 1
+        if n == 1:
+            print("ready", flush=True)
+    print(f"backups {n}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)
