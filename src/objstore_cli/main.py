@@ -187,7 +187,7 @@ cli.commands = Commands({
     "verify": "audit:verify", "anchor": "audit:anchor", "upgrade": "admin:upgrade", "repair": "admin:repair",
     "runs": "runs:runs", "log": "runs:log_cmd", "branches": "runs:branches", "rewind": "runs:rewind", "fork": "runs:fork",
     "diff": "runs:diff", "export": "runs:export", "rebuild": "admin:rebuild", "ingest": "runs:ingest",
-    "episode": "runs:episode", "key": "journal:key_group", "journal": "journal:journal", "compact": "sessions:compact",
+    "episode": "runs:episode", "view": "runs:view", "key": "journal:key_group", "journal": "journal:journal", "compact": "sessions:compact",
     "segments": "sessions:segments_cmd", "session": "sessions:session", "task": "sessions:task",
     "journal-serve": "sessions:journal_serve", "demo": "admin:demo", "help": help_cmd, "backup": "admin:backup",
     "delete": "lifecycle:delete", "redact": "lifecycle:redact", "gc": "maintenance:gc", "stats": "maintenance:stats",

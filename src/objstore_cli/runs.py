@@ -590,3 +590,44 @@ def _episode_tables(log, view, ep, con, Table) -> None:
                      usage_cell(a["usage"]) if tty else json.dumps(a["usage"]) if a["usage"] else ""]
             t.add_row(*cells, *([src] if inherits else []), style=style)
         con.print(t)
+
+
+@click.command("view")
+@click.argument("run", type=RUN)
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the page to FILE (default: stdout).")
+@click.option("--bodies", is_flag=True, help="Embed the prompt, output and content blobs' text too (never deleted or redacted ones).")
+@click.option("--diff", "pair", type=(INT64, INT64), default=None, metavar="A B",
+              help="The two branches to compare (default: the live branch and the one it forked from).")
+@pass_ctx
+def view(c, run, out, bodies, pair):
+    """Write one self-contained HTML page of a run: open it in any browser.
+
+    The page needs no network, server or CDN (inline CSS and script; its
+    Content-Security-Policy refuses every load). It shows the branch tree
+    with fork points, reasons and COMPENSATION REQUIRED flags; every attempt,
+    failed ones marked with their error; each record's body, shown on click
+    (at most 64 KiB per body and 4 MiB per page; above that the page gives the
+    id, size and the objstore cat line); and the diff of two branches with
+    the first divergence marked. Blob bodies only with --bodies. A deleted or
+    redacted body is never included; the written file is a copy outside the
+    store's erasure (a later delete or redact does not reach it).
+
+    \b
+    Arguments:
+      RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
+
+    \b
+    Examples:
+      objstore view latest -o run.html
+      objstore view RUN --bodies --diff 0 2 -o run.html
+    """
+    from objstore.runs import page
+
+    log = c.log()
+    text = page.page(log, log.view(run), bodies=bodies, pair=tuple(pair) if pair else None)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(text)
