@@ -28,7 +28,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
                        "verify_runmodel", "verify", "views", "export",
-                       "query", "completion", "otel", "otlp"]),
+                       "query", "completion", "otel", "otlp", "page_html", "page"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
     ("objstore.lifecycle", ["repair", "delete", "gc", "backup_io", "backup_copy", "backup", "transfer", "stats"]),

@@ -119,6 +119,7 @@ def test_log_loads_the_store_but_not_the_journal_format1_upgrade_or_verify(tmp_p
     assert "objstore.storage.log.local" in mods and "objstore.runs.history" in mods  # it did read the store
     assert heavy_in(mods, ["cryptography", "rich", "jsonschema", "hypothesis"]) == []
     assert heavy_in(mods, [f"objstore.{m}" for m in T745 + ON_DEMAND]) == []
+    assert not {"objstore.runs.page", "objstore.runs.page_html", "objstore.runs.pictures"} & set(mods)  # view's, --graph's
 
 
 @pytest.fixture
@@ -278,7 +279,7 @@ print("ok")
     assert (p.returncode, p.stdout) == (0, "ok\n"), p.stderr
 
 
-@pytest.mark.parametrize("words", [["init"], ["stats"], ["gc"], ["episode", "RUN"], ["export", "RUN"]])
+@pytest.mark.parametrize("words", [["init"], ["stats"], ["gc"], ["episode", "RUN"], ["export", "RUN"], ["view", "RUN"]])
 def test_a_local_store_loads_no_s3_module(a_run, tmp_path, words):
     """The S3 package (objstore.storage.s3) and obstore are for s3:// stores only, whatever the command."""
     store, run, _blob = a_run
