@@ -3,7 +3,7 @@
 The browser half (the page loads with no console error and no request, the DOM shows each branch,
 fork and failed attempt, a click shows a body) is tests/runs/test_view_browser.py. The demo run's
 page is golden-tested on its structure: ``fixtures/golden-view-demo.json`` holds the embedded data
-with every ``time`` left out (regenerate with ``OBJSTORE_REGEN_GOLDEN=1 .venv/bin/python -m pytest
+with every ``time`` left out (in the bodies too) (regenerate with ``OBJSTORE_REGEN_GOLDEN=1 .venv/bin/python -m pytest
 tests/runs/test_view.py -k golden`` and review the diff).
 """
 
@@ -32,9 +32,12 @@ def embedded(text: str) -> dict:
     return json.loads(m.group(1))
 
 
-def untimed(value):
+def untimed(value, key=None):
+    """``value`` without its times: every ``time`` key, in the data and in the embedded bodies' JSON."""
+    if key == "body" and isinstance(value, str) and value.startswith("{"):
+        return untimed(json.loads(value))
     if isinstance(value, dict):
-        return {k: untimed(v) for k, v in value.items() if k != "time"}
+        return {k: untimed(v, k) for k, v in value.items() if k != "time"}
     if isinstance(value, list):
         return [untimed(v) for v in value]
     return value

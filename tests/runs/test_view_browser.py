@@ -22,6 +22,7 @@ from helpers import run_cli
 AT = 1800000000
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
+GOLDEN_DOM = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden-view-demo-dom.txt")
 SHOT = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "view-demo.png")
 
 try:
@@ -102,6 +103,35 @@ def test_dom_shows_branches_forks_and_failures(browser, demo_page):
     if os.environ.get("OBJSTORE_REGEN_SCREENSHOT") == "1":
         browser.find_elements(By.CSS_SELECTOR, "#tree .node")[1].click()
         browser.save_screenshot(SHOT)
+
+
+OUTLINE = r"""
+var out = [];
+(function walk(e, depth) {
+  Array.prototype.forEach.call(e.children, function (c) {
+    if (c.tagName === "SCRIPT") { return; }  // the data (golden-tested in test_view.py) and the script
+    var name = c.tagName.toLowerCase() + (c.className ? "." + c.className.trim().split(/\s+/).join(".") : "");
+    var attrs = ["data-branch", "data-kind"].filter(function (a) { return c.hasAttribute(a); })
+      .map(function (a) { return "[" + a + "=" + c.getAttribute(a) + "]"; }).join("");
+    var own = c.children.length ? "" : " " + JSON.stringify(c.textContent);
+    out.push(Array(depth + 1).join("  ") + name + attrs + own);
+    walk(c, depth + 1);
+  });
+})(document.body, 0);
+return out.join("\n") + "\n";
+"""
+
+
+def test_dom_golden_structure(browser, demo_page):
+    """The page as the browser built it (tags, classes, branch and kind hooks, leaf text; no times), kept in
+    fixtures/golden-view-demo-dom.txt (OBJSTORE_REGEN_GOLDEN=1 rewrites it; review the diff)."""
+    open_page(browser, demo_page)
+    got = browser.execute_script(OUTLINE)
+    if os.environ.get("OBJSTORE_REGEN_GOLDEN") == "1":
+        with open(GOLDEN_DOM, "w", encoding="utf-8") as f:
+            f.write(got)
+    with open(GOLDEN_DOM, encoding="utf-8") as f:
+        assert got == f.read()
 
 
 def test_click_shows_body(browser, demo_page):
