@@ -161,3 +161,20 @@ def test_size_limits_give_id_size_and_cat_line(tmp_path):
     d = page.data(log, log.view("R"), bodies=True, body_max=10_000, total_max=4000)
     n = [x for x in d["nodes"] if x["id"] == r.id.hex()][0]
     assert n["body"] is not None and n["blobs"][0]["body"] is None, "the page's total is spent: the blob is left out"
+
+
+def test_copied_run_roots_at_its_cross_run_fork(tmp_path):
+    """A copy (``fork_run``) starts at a fork object naming another run: that fork is the page's root,
+    its reason shown; a rewind of the copy is compared with the copy's branch 0."""
+    log = RunLog(Store.init(str(tmp_path / "s")))
+    log.start_run("S", when=1.0)
+    log.record_attempt("S", 1, 0, "succeeded", when=2.0)
+    copy = log.fork_run("S", run="C", reason="try again elsewhere", when=3.0)
+    log.record_attempt(copy, 2, 0, "failed", error="boom", when=4.0)
+    log.record_attempt(copy, 2, 1, "succeeded", when=5.0)
+    log.rewind(copy, to_lsn=1, reason="redo step 2", when=6.0)
+    d = embedded(page.page(log, log.view(copy)))
+    roots = [n for n in d["nodes"] if n["parent"] is None]
+    assert len(roots) == 1 and roots[0]["kind"] == "fork" and "copied from run S" in roots[0]["summary"]
+    assert roots[0]["reason"] == "try again elsewhere"
+    assert (d["diff"]["a"], d["diff"]["b"]) == (0, 1) and [a["error"] for a in d["attempts"] if a["state"] == "failed"] == ["boom"]
