@@ -1,7 +1,8 @@
-"""``objstore log`` of a LangGraph thread reads as its users think (issue 19): each checkpoint line
-says its step, its source, the nodes whose writes made it and its checkpoint id; each writes line
-names its task's node and the channels it wrote. Read from the records' own bodies (no LangGraph
-import on the CLI's side; ``objstore.runs.xsummary``). The graph is ``lg_graphs.chat_graph``: a
+"""A LangGraph thread read from the command line as its users think (issue 19). ``log``: each
+checkpoint line says its step, its source, the nodes whose writes made it and its checkpoint id;
+each writes line names its task's node and the channels it wrote (read from the records' own
+bodies, no LangGraph import on the runs side: ``objstore.runs.xsummary``). ``show`` of a checkpoint:
+its metadata decoded and its channel values summarised through the saver's serializer. The graph is ``lg_graphs.chat_graph``: a
 deterministic stub LLM node, an interrupt and resume, a tool that fails once under RetryPolicy
 with ``saver.attempt_recorder()`` attached."""
 
@@ -19,8 +20,8 @@ from objstore.integrations.langgraph import ObjstoreSaver
 from objstore.runs import xsummary
 
 
-def _thread(root: str) -> list:
-    saver = ObjstoreSaver(root)
+def _thread(root: str, saver: ObjstoreSaver | None = None) -> list:
+    saver = saver or ObjstoreSaver(root)
     graph = G.chat_graph(Counter()).compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "T"}, "callbacks": [saver.attempt_recorder()]}
     graph.invoke({"messages": [HumanMessage("rome", id="h1")]}, cfg)
@@ -52,3 +53,27 @@ def test_a_body_that_is_not_plain_msgpack_is_left_out_not_constructed():
     body = {"checkpoint_id": "c1", "checkpoint_type": "pickle", "checkpoint": b"\x80", "metadata_type": "msgpack", "metadata": md}
     assert xsummary.summarize("x.langgraph.checkpoint", body) == "step 2 (loop) checkpoint c1"
     assert xsummary.summarize("x.other", {"a": 1}) is None
+
+
+def test_show_of_a_checkpoint_decodes_metadata_and_summarises_messages(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    latest = _thread(root, saver)[0]
+    cid = latest.config["configurable"]["checkpoint_id"]
+    rec = saver.log.find_record(saver._run("T", ""), checkpoint_id=cid)
+    _, out, _ = run_cli("show", rec.id.hex(), store=root, exit_code=0)
+    tail = out.split(f"LangGraph checkpoint {cid}", 1)[1]
+    assert '"source": "loop"' in tail and '"step": 4' in tail and "written by: llm" in tail
+    assert "messages: list of 4" in tail
+    assert "[0] human: 'rome'" in tail and "[1] ai: '' calls weather" in tail
+    assert "[2] tool: 'sunny in rome'" in tail and "[3] ai: 'The weather: sunny in rome'" in tail
+
+
+def test_show_of_a_deleted_checkpoint_decodes_nothing(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    old = _thread(root, saver)[1].config["configurable"]["checkpoint_id"]
+    rec = saver.log.find_record(saver._run("T", ""), checkpoint_id=old)
+    saver.prune(["T"], strategy="keep_latest")
+    _, out, err = run_cli("show", rec.id.hex(), store=root, exit_code=12)  # the store's read path refuses it
+    assert out == "" and "rome" not in err and "was deleted" in err
