@@ -560,6 +560,26 @@ def episode(c, run, all_branches, as_json, source, no_pager):
     _note_unrecorded_attempts(log, ep.run)
     with paged_console(no_pager) as (con, Table):  # rich only for a terminal; no escape code under NO_COLOR
         _episode_tables(log, view, ep, con, Table)
+        if "checkpoint_ns" in log.run_labels(ep.run):
+            _task_runs_table(log, ep.run, con, Table)
+
+
+def _task_runs_table(log, run, con, Table) -> None:
+    """A LangGraph thread namespace's task runs, every try (runs.xsummary.task_runs), all branches in commit order."""
+    from objstore.runs.xsummary import task_runs
+
+    rows = task_runs(reversed(list(log.iter_records(run, all_branches=True))))
+    t = Table(title="LangGraph task runs (every try)")
+    for col in ("step", "node", "try", "state", "checkpoint", "note"):
+        t.add_column(col, no_wrap=col != "note")
+    for r in rows:
+        note = r["error"] or ""
+        if r["retries"] != "recorded":
+            note = (note + "; " if note else "") + ("in-task retries not recorded" if r["retries"] == "unrecorded"
+                                                    else "in-task retries: unknown (written before the saver said)")
+        t.add_row("-" if r["step"] is None else str(r["step"]), r["node"], str(r["attempt"]), r["state"],
+                  r["checkpoint_id"][-12:], note, style="red" if r["state"] == "failed" else None)
+    con.print(t)
 
 
 def _episode_tables(log, view, ep, con, Table) -> None:

@@ -77,3 +77,48 @@ def test_show_of_a_deleted_checkpoint_decodes_nothing(tmp_path):
     saver.prune(["T"], strategy="keep_latest")
     _, out, err = run_cli("show", rec.id.hex(), store=root, exit_code=12)  # the store's read path refuses it
     assert out == "" and "rome" not in err and "was deleted" in err
+
+
+def _episode_rows(out: str) -> list[list[str]]:
+    table = out.split("LangGraph task runs (every try)", 1)[1].splitlines()[2:]
+    return [line.split(None, 4) for line in table if line.strip()]
+
+
+def test_episode_lists_every_task_run_and_the_failed_try_with_its_retry(tmp_path):
+    root = str(tmp_path / "s")
+    _thread(root)
+    _, out, err = run_cli("episode", "thread_id=T", "--no-pager", store=root, exit_code=0)
+    rows = [r[:4] for r in _episode_rows(out)]
+    assert rows == [["0", "__start__", "0", "succeeded"], ["1", "llm", "0", "succeeded"], ["2", "review", "0", "interrupted"],
+                    ["2", "review", "1", "succeeded"], ["3", "tools", "0", "failed"], ["3", "tools", "1", "succeeded"],
+                    ["4", "llm", "0", "succeeded"]], out
+    assert "ConnectionError: weather backend unreachable" in out and "not recorded" not in out and err == ""
+
+
+def test_episode_says_in_task_retries_not_recorded_without_the_recorder(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    graph = G.chat_graph(Counter()).compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "T"}}
+    graph.invoke({"messages": [HumanMessage("rome", id="h1")]}, cfg)
+    graph.invoke(Command(resume="yes"), cfg)
+    _, out, _ = run_cli("episode", "thread_id=T", "--no-pager", store=root, exit_code=0)
+    rows = _episode_rows(out)
+    assert [r[1] for r in rows] == ["__start__", "llm", "review", "review", "tools", "llm"]  # the failed try is not there
+    assert all(r[-1].endswith("in-task retries not recorded") for r in rows), out
+
+
+class _Rec:
+    def __init__(self, kind: str, body: dict) -> None:
+        self.kind, self.body = kind, body
+
+
+def test_a_checkpoint_written_before_the_attempts_field_reads_as_unknown():
+    import msgspec
+
+    md = msgspec.msgpack.encode({"step": 0, "source": "loop"})
+    cp = {"checkpoint_id": "c0", "parent_id": "", "metadata_type": "msgpack", "metadata": md}
+    rows = xsummary.task_runs([_Rec("x.langgraph.checkpoint", cp),
+                               _Rec("x.langgraph.writes", {"checkpoint_id": "c0", "task_id": "t1", "task_path": "~__pregel_pull, llm",
+                                                           "channels": ["messages"]})])
+    assert [(r["step"], r["node"], r["state"], r["retries"]) for r in rows] == [(1, "llm", "succeeded", "unknown")]

@@ -15,11 +15,13 @@ The LangGraph saver's two kinds are built in, decoded here without LangGraph:
 Both values are the saver's serde bytes; only its ``msgpack`` type is read, with plain msgpack:
 an extension-typed value (what the serde writes for a class) becomes ``None``, so nothing is
 constructed, whatever a writer named. A body this cannot read gets no summary (``None``).
+
+``task_runs`` lists a LangGraph thread namespace's task runs, one row per try, for ``episode``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -116,3 +118,64 @@ def langgraph_writes(body: dict) -> str:
 
 register("x.langgraph.checkpoint", langgraph_checkpoint)
 register("x.langgraph.writes", langgraph_writes)
+
+
+# -- LangGraph task runs (``objstore episode``) -------------------------------------------------------
+ERROR_CHANNEL, INTERRUPT_CHANNEL = "__error__", "__interrupt__"
+
+
+def _step_of(cp_body: dict | None) -> int | None:
+    md = serde_value(cp_body.get("metadata_type"), cp_body.get("metadata")) if cp_body else None
+    return md["step"] + 1 if isinstance(md, dict) and isinstance(md.get("step"), int) else None
+
+
+def task_runs(records: Iterable[Any]) -> list[dict]:
+    """Every task run of a LangGraph thread namespace's records (oldest first): one row per try.
+
+    A task's ``x.langgraph.writes`` record is a try that ended (``succeeded``, ``failed`` when it
+    wrote LangGraph's error channel, ``interrupted`` when it wrote an interrupt); an ``attempt``
+    record ``attempt_recorder()`` wrote (no checkpoint id) is a failed try a RetryPolicy retried
+    in-process, which reaches no checkpointer. The saver's own attempt records repeat what the
+    writes say and are skipped. A row's ``retries`` is the ``attempts`` field of the checkpoint its
+    step made (else of the checkpoint it ran from): ``recorded``, ``unrecorded`` (in-task retries
+    not recorded), or ``unknown`` (written before that field)."""
+    rows: list[dict] = []
+    cps: dict[str, dict] = {}
+    child: dict[str, dict] = {}
+    tries: dict[str, list[dict]] = {}
+    for r in records:
+        b = r.body
+        if "deleted" in b:
+            continue
+        if r.kind == "x.langgraph.checkpoint":
+            cps[str(b["checkpoint_id"])] = b
+            child.setdefault(str(b.get("parent_id") or ""), b)
+        elif r.kind == "attempt" and not (b.get("context") or {}).get("checkpoint_id"):
+            ctx = b.get("context") or {}
+            row = {"step": b.get("step"), "node": str(ctx.get("node") or ""), "task_id": str(ctx.get("task_id") or ""),
+                   "state": "failed", "error": b.get("error"), "checkpoint_id": "", "by_recorder": True}
+            tries.setdefault(row["task_id"], []).append(row)
+            rows.append(row)
+        elif r.kind == "x.langgraph.writes" and str(b["task_id"]) != NULL_TASK:
+            channels = [str(c) for c in b.get("channels") or []]
+            state = "failed" if ERROR_CHANNEL in channels else "interrupted" if INTERRUPT_CHANNEL in channels else "succeeded"
+            tid, cid = str(b["task_id"]), str(b["checkpoint_id"])
+            prev = tries.get(tid, [])
+            if state == "failed" and prev and prev[-1].get("by_recorder") and not prev[-1]["checkpoint_id"]:
+                prev[-1]["checkpoint_id"] = cid  # the recorder's record of this very try (the last one the policy allowed)
+                continue
+            row = {"step": _step_of(cps.get(cid)), "node": task_node(b.get("task_path", "")) or (prev[-1]["node"] if prev else ""),
+                   "task_id": tid, "state": state, "error": None, "checkpoint_id": cid, "by_recorder": False}
+            tries.setdefault(tid, []).append(row)
+            rows.append(row)
+    for rs in tries.values():
+        for i, row in enumerate(rs):
+            row["attempt"] = i
+    for row in rows:
+        cid = row["checkpoint_id"]
+        made = child.get(cid) or cps.get(cid) or {}
+        row["retries"] = "recorded" if row["by_recorder"] else made.get("attempts") or "unknown"  # a recorder row: it was there
+        if row["step"] is None and cid in cps:
+            row["step"] = _step_of(cps[cid])
+    # by step (stable: commit order within one), as LangGraph's writes may land after the next step's checkpoint
+    return sorted(rows, key=lambda row: (row["step"] is None, row["step"] or 0))
