@@ -361,6 +361,9 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
 def diff(c, run, a, b, as_json, no_pager):
     """Compare branches A and B: fork point, records unique to each, state difference.
 
+    A LangGraph thread's branches also compare their newest checkpoints' channel values,
+    naming the first difference (the first differing message).
+
     \b
     Arguments:
       RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
@@ -382,6 +385,7 @@ def diff(c, run, a, b, as_json, no_pager):
     if sys.stdout.isatty():
         with paged_console(no_pager) as (con, Table):
             tables.diff_tables(run, a, b, d, con, Table)
+        _langgraph_diff(c.log(), run, a, b)
         return
     click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
     for side, key in ((a, "only_a"), (b, "only_b")):
@@ -391,6 +395,31 @@ def diff(c, run, a, b, as_json, no_pager):
     click.echo("folded state:")
     for ch in d["state"]:
         click.echo(f"  {ch['path']}: {json.dumps(ch['a'])} -> {json.dumps(ch['b'])}")
+    _langgraph_diff(c.log(), run, a, b)
+
+
+def _langgraph_diff(log, run, a, b) -> None:
+    """A LangGraph thread namespace's branches: the channel values of each branch's newest checkpoint
+    compared, the first difference named (integrations.langgraph.present.compare)."""
+    if "checkpoint_ns" not in log.run_labels(run):
+        return
+    from objstore.runs import history
+
+    view = log.view(run)
+    tips = []
+    for br in (a, b):
+        tips.append(next((e.record.body for e in history.entries(log, view, br)
+                          if e.record is not None and e.record.kind == "x.langgraph.checkpoint" and "deleted" not in e.record.body), None))
+    if None in tips:
+        return
+    try:
+        from objstore.integrations.langgraph.present import compare
+    except ImportError:
+        click.echo("channel values: not compared (LangGraph is not installed)")
+        return
+    click.echo(f"channel values, newest checkpoint of each ({tips[0]['checkpoint_id']} | {tips[1]['checkpoint_id']}):")
+    for line in compare(log, tips[0], tips[1]):
+        click.echo(line)
 
 
 @click.command()

@@ -122,3 +122,15 @@ def test_a_checkpoint_written_before_the_attempts_field_reads_as_unknown():
                                _Rec("x.langgraph.writes", {"checkpoint_id": "c0", "task_id": "t1", "task_path": "~__pregel_pull, llm",
                                                            "channels": ["messages"]})])
     assert [(r["step"], r["node"], r["state"], r["retries"]) for r in rows] == [(1, "llm", "succeeded", "unknown")]
+
+
+def test_diff_of_a_time_travel_fork_names_the_first_differing_message(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    graph = G.chat_graph(Counter()).compile(checkpointer=saver)
+    tuples = _thread(root, saver)
+    step1 = next(t for t in tuples if t.metadata["step"] == 1)
+    graph.update_state(step1.config, {"messages": [HumanMessage("paris", id="h2")]})  # update_state on the past: a fork
+    run = saver._run("T", "")
+    _, out, _ = run_cli("diff", run, "0", "1", store=root, exit_code=0)
+    assert "messages: 4 vs 3 items, first difference at [2]: tool: 'sunny in rome'  |  human: 'paris'" in out, out

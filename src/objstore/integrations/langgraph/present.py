@@ -78,3 +78,36 @@ def describe(log: Any, value: dict, serde: Any = None) -> list[str]:
             lines.append("updated channels: " + ", ".join(map(str, cp["updated_channels"])))
     lines.append("channel values:")
     return lines + channel_lines(log, body, serde)
+
+
+def _channels(body: dict) -> dict[str, tuple[int, list[bytes]]]:
+    """channel -> (layout count, its part ids), from a checkpoint body (no part read)."""
+    out: dict[str, tuple[int, list[bytes]]] = {}
+    ids, i = list(body.get("parts") or []), 0
+    for name, n in body.get("layout") or []:
+        k = 1 if n == P.SINGLE else n
+        out[str(name)] = (n, [bytes(x) for x in ids[i:i + k]])
+        i += k
+    return out
+
+
+def compare(log: Any, a: dict, b: dict, serde: Any = None) -> list[str]:
+    """Lines comparing the channel values of two checkpoint bodies (of one thread or two): per
+    channel that differs, the first difference (a list channel: the first differing element, a
+    message as ``type: content``). Parts are compared by id (content-addressed: equal ids, equal
+    values), so only the differing elements are read."""
+    serde = strict_serde(serde)
+    ca, cb = _channels(a), _channels(b)
+    lines: list[str] = []
+    for name in sorted(set(ca) | set(cb)):
+        (na, ia), (nb, ib) = ca.get(name, (0, [])), cb.get(name, (0, []))
+        if ia == ib:
+            continue
+        if P.SINGLE in (na, nb):
+            lines.append(f"  {name}: {_part(log, serde, ia[0]) if ia else '(absent)'}  |  {_part(log, serde, ib[0]) if ib else '(absent)'}")
+            continue
+        k = next((j for j, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
+        left = _part(log, serde, ia[k]) if k < len(ia) else "(none)"
+        right = _part(log, serde, ib[k]) if k < len(ib) else "(none)"
+        lines.append(f"  {name}: {len(ia)} vs {len(ib)} items, first difference at [{k}]: {left}  |  {right}")
+    return lines or ["  (the same channel values)"]
