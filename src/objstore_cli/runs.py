@@ -210,7 +210,7 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
         # --all-branches with --graph is git's --all --graph: the graph already draws every branch
         if as_json or fmt or since or until or branch is not None:
             raise click.UsageError("--graph draws every branch whole; it takes only -n, --all-branches and --no-pager")
-        page(itertools.islice(history.graph(log, view), max_count), no_pager)
+        page(itertools.chain(_thread_header(log, run), itertools.islice(history.graph(log, view), max_count)), no_pager)
         return
     if branch is not None and all_branches:
         raise click.UsageError("--branch N shows one branch, --all-branches every branch: give one of them")
@@ -233,7 +233,24 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
         lines = tables.log_tables(run, view, first, all_branches, entries)
     else:
         lines = _grouped(run, view, first, all_branches, entries)
-    page(lines, no_pager)
+    page(itertools.chain(_thread_header(log, run), lines), no_pager)
+
+
+def _thread_header(log, run) -> list[str]:
+    """A LangGraph thread namespace's run (labelled exactly thread_id and checkpoint_ns): one line
+    naming its thread and namespace and the thread's other namespaces (subgraphs), each with the
+    run to log. Any other run: nothing."""
+    labels = log.run_labels(run)
+    if labels.keys() != {"thread_id", "checkpoint_ns"}:
+        return []
+    tid = labels["thread_id"]
+    others = []
+    for r in log.find_runs(thread_id=tid):
+        ls = log.run_labels(r)
+        if r != run and ls.keys() == {"thread_id", "checkpoint_ns"}:
+            others.append(f"{ls['checkpoint_ns']!r} (objstore log thread_id={tid},checkpoint_ns={ls['checkpoint_ns']})")
+    head = f"LangGraph thread {tid!r} namespace {labels['checkpoint_ns']!r}"
+    return [head + ("; other namespaces: " + ", ".join(sorted(others)) if others else "; no other namespaces")]
 
 
 @click.command()

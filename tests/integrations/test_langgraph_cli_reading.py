@@ -134,3 +134,18 @@ def test_diff_of_a_time_travel_fork_names_the_first_differing_message(tmp_path):
     run = saver._run("T", "")
     _, out, _ = run_cli("diff", run, "0", "1", store=root, exit_code=0)
     assert "messages: 4 vs 3 items, first difference at [2]: tool: 'sunny in rome'  |  human: 'paris'" in out, out
+
+
+def test_log_of_a_thread_names_its_namespaces(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    graph = G.nested_graph(Counter()).compile(checkpointer=saver)
+    graph.invoke({"notes": []}, {"configurable": {"thread_id": "T"}})
+    _, out, _ = run_cli("log", "thread_id=T", "--no-pager", store=root, exit_code=0)
+    head = out.splitlines()[0]
+    m = re.match(r"LangGraph thread 'T' namespace ''; other namespaces: '(child:[0-9a-f-]+)' "
+                 r"\(objstore log thread_id=T,checkpoint_ns=child:[0-9a-f-]+\)$", head)
+    assert m, head
+    _, sub, _ = run_cli("log", f"thread_id=T,checkpoint_ns={m.group(1)}", "--graph", "--no-pager", store=root, exit_code=0)
+    assert sub.splitlines()[0] == f"LangGraph thread 'T' namespace '{m.group(1)}'; other namespaces: '' (objstore log thread_id=T,checkpoint_ns=)"
+    assert re.search(r"x\.langgraph\.checkpoint step 1 \(loop\) by inner checkpoint", sub), sub
