@@ -106,7 +106,7 @@ def compare(log: Any, a: dict, b: dict, serde: Any = None) -> list[str]:
         if P.SINGLE in (na, nb):
             lines.append(f"  {name}: {_part(log, serde, ia[0]) if ia else '(absent)'}  |  {_part(log, serde, ib[0]) if ib else '(absent)'}")
             continue
-        k = next((j for j, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), len(ib)))
+        k = next((j for j, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y), min(len(ia), len(ib)))
         left = _part(log, serde, ia[k]) if k < len(ia) else "(none)"
         right = _part(log, serde, ib[k]) if k < len(ib) else "(none)"
         lines.append(f"  {name}: {len(ia)} vs {len(ib)} items, first difference at [{k}]: {left}  |  {right}")
