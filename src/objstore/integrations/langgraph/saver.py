@@ -87,7 +87,7 @@ CHECKPOINT_FIELDS: list[list[Any]] = [
     ["metadata", "bytes", True, False],
     ["layout", "list", True, False],  # [[channel, n], ...] (parts.py)
     ["parts", "list", True, True],  # the part blob ids, flat, in layout order
-    ["attempts", "str", False, False],  # "recorded": its invoke carried attempt_recorder(); "unrecorded"; absent before #19
+    ["attempts", "str", False, False],  # "recorded": its invoke carried attempt_recorder() (or update_state); "unrecorded"
 ]
 WRITES_FIELDS: list[list[Any]] = [
     ["checkpoint_id", "str", True, False],
@@ -458,7 +458,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels["run_id"] = md["run_id"]
         log = self.log
         run = self._ensure_run(thread_id, ns)
-        recorded = _records_attempts(config)  # in the body too: episode says "in-task retries not recorded" where not
+        recorded = _records_attempts(config) or md.get("source") == "update"  # update_state runs no task, retries none
         unseen = run not in self._unrecorded and not recorded
         if unseen:  # once per run and saver: episode says the retried failures are missing (R.UNRECORDED_ATTEMPTS)
             labels[R.UNRECORDED_ATTEMPTS[0]] = R.UNRECORDED_ATTEMPTS[1]
