@@ -368,24 +368,38 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
     _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
 
 
+class BranchOrCheckpoint(click.ParamType):
+    """A branch number, or a LangGraph checkpoint id (anything else that is not an integer)."""
+
+    name = "branch|checkpoint"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        return INT64.convert(text, param, ctx) if text.lstrip("-").isdigit() else text
+
+
 @click.command()
 @click.argument("run", type=RUN)
-@click.argument("a", type=INT64, shell_complete=complete_branch)
-@click.argument("b", type=INT64, shell_complete=complete_branch)
+@click.argument("a", type=BranchOrCheckpoint(), shell_complete=complete_branch)
+@click.argument("b", type=BranchOrCheckpoint(), shell_complete=complete_branch)
+@click.option("--run-b", type=RUN, default=None, help="B is of this run (another LangGraph thread): compare channel values only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
 @click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
 @pass_ctx
-def diff(c, run, a, b, as_json, no_pager):
+def diff(c, run, a, b, run_b, as_json, no_pager):
     """Compare branches A and B: fork point, records unique to each, state difference.
 
     A LangGraph thread's branches also compare their newest checkpoints' channel values,
-    naming the first difference (the first differing message).
+    naming the first difference (the first differing message). A or B may be a LangGraph
+    checkpoint id, and --run-b puts B in another thread's run: then only the channel values
+    of the two checkpoints (a branch: its newest) are compared ('diff thread_id=T CKPT_A
+    CKPT_B', 'diff thread_id=T 0 0 --run-b thread_id=U'; docs/LANGGRAPH.md).
 
     \b
     Arguments:
       RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
-      A    one branch number
-      B    the other branch number
+      A    one branch number (or a LangGraph checkpoint id)
+      B    the other branch number (or a LangGraph checkpoint id)
 
     \b
     Examples:
@@ -394,6 +408,9 @@ def diff(c, run, a, b, as_json, no_pager):
     """
     from objstore.runs.query import diff as run_diff
 
+    if run_b is not None or isinstance(a, str) or isinstance(b, str):
+        _checkpoint_diff(c.log(), (run, a), (run_b or run, b), as_json)
+        return
     d = run_diff(c.log(), run, a, b)
     if as_json:
         echo_json(d)
@@ -413,6 +430,36 @@ def diff(c, run, a, b, as_json, no_pager):
     for ch in d["state"]:
         click.echo(f"  {ch['path']}: {json.dumps(ch['a'])} -> {json.dumps(ch['b'])}")
     _langgraph_diff(c.log(), run, a, b)
+
+
+def _checkpoint_body(log, run, which) -> dict:
+    """The checkpoint body a diff side names: a checkpoint id of ``run``, or a branch's newest checkpoint."""
+    from objstore.errors import InvalidInput
+    from objstore.runs import history
+
+    if isinstance(which, str):
+        body = next((r.body for r in log.find_records(run, checkpoint_id=which) if r.kind == "x.langgraph.checkpoint"), None)
+    else:
+        body = next((e.record.body for e in history.entries(log, log.view(run), which)
+                     if e.record is not None and e.record.kind == "x.langgraph.checkpoint"), None)
+    if body is None or "deleted" in body:
+        raise InvalidInput(f"run {run} has no LangGraph checkpoint {which!r}" if isinstance(which, str)
+                           else f"branch {which} of run {run} has no LangGraph checkpoint")
+    return body
+
+
+def _checkpoint_diff(log, side_a, side_b, as_json) -> None:
+    """Two LangGraph checkpoints (of one thread or two): their channel values compared."""
+    from objstore.integrations.langgraph.present import compare, differences
+
+    ba, bb = (_checkpoint_body(log, *side) for side in (side_a, side_b))
+    if as_json:
+        echo_json({"a": {"run": side_a[0], "checkpoint_id": ba["checkpoint_id"]},
+                   "b": {"run": side_b[0], "checkpoint_id": bb["checkpoint_id"]}, "channels": differences(log, ba, bb)})
+        return
+    click.echo(f"checkpoint {ba['checkpoint_id']} (run {side_a[0]}) vs checkpoint {bb['checkpoint_id']} (run {side_b[0]}):")
+    for line in compare(log, ba, bb):
+        click.echo(line)
 
 
 def _langgraph_diff(log, run, a, b) -> None:

@@ -149,3 +149,24 @@ def test_log_of_a_thread_names_its_namespaces(tmp_path):
     _, sub, _ = run_cli("log", f"thread_id=T,checkpoint_ns={m.group(1)}", "--graph", "--no-pager", store=root, exit_code=0)
     assert sub.splitlines()[0] == f"LangGraph thread 'T' namespace '{m.group(1)}'; other namespaces: '' (objstore log thread_id=T,checkpoint_ns=)"
     assert re.search(r"x\.langgraph\.checkpoint step 1 \(loop\) by inner checkpoint", sub), sub
+
+
+def test_diff_of_two_checkpoints_and_of_two_threads(tmp_path):
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    tuples = _thread(root, saver)
+    new, old = (t.config["configurable"]["checkpoint_id"] for t in (tuples[0], tuples[2]))
+    run = saver._run("T", "")
+    _, out, _ = run_cli("diff", run, old, new, store=root, exit_code=0)
+    assert out.splitlines()[0] == f"checkpoint {old} (run {run}) vs checkpoint {new} (run {run}):"
+    assert "messages: 2 vs 4 items, first difference at [2]: (none)  |  tool: 'sunny in rome'" in out, out
+    graph = G.chat_graph(Counter()).compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "U"}, "callbacks": [saver.attempt_recorder()]}
+    graph.invoke({"messages": [HumanMessage("oslo", id="h1")]}, cfg)
+    graph.invoke(Command(resume="yes"), cfg)
+    _, out, _ = run_cli("diff", "thread_id=T", "0", "0", "--run-b", "thread_id=U", store=root, exit_code=0)
+    assert "messages: 4 vs 4 items, first difference at [0]: human: 'rome'  |  human: 'oslo'" in out, out
+    _, js, _ = run_cli("diff", "thread_id=T", "0", "0", "--run-b", "thread_id=U", "--json", store=root, exit_code=0)
+    assert '"index":0' in js.replace(" ", "") and '"channel":"messages"' in js.replace(" ", "")
+    _, _, err = run_cli("diff", run, "nope", new, store=root, exit_code=5)
+    assert err.count("\n") == 1 and "no LangGraph checkpoint 'nope'" in err

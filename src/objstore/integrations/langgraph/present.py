@@ -91,23 +91,38 @@ def _channels(body: dict) -> dict[str, tuple[int, list[bytes]]]:
     return out
 
 
-def compare(log: Any, a: dict, b: dict, serde: Any = None) -> list[str]:
-    """Lines comparing the channel values of two checkpoint bodies (of one thread or two): per
-    channel that differs, the first difference (a list channel: the first differing element, a
-    message as ``type: content``). Parts are compared by id (content-addressed: equal ids, equal
-    values), so only the differing elements are read."""
+def differences(log: Any, a: dict, b: dict, serde: Any = None) -> list[dict]:
+    """The channel values of two checkpoint bodies (of one thread or two) compared: per channel that
+    differs, ``{"channel", "count_a", "count_b", "index", "a", "b"}`` with the first difference (a
+    list channel: the first differing element's index, ``None`` for a single value; ``a``/``b`` its
+    one-line summaries, a message as ``type: 'content'``). Parts are compared by id
+    (content-addressed: equal ids, equal values), so only the differing elements are read."""
     serde = strict_serde(serde)
     ca, cb = _channels(a), _channels(b)
-    lines: list[str] = []
+    out: list[dict] = []
     for name in sorted(set(ca) | set(cb)):
         (na, ia), (nb, ib) = ca.get(name, (0, [])), cb.get(name, (0, []))
         if ia == ib:
             continue
         if P.SINGLE in (na, nb):
-            lines.append(f"  {name}: {_part(log, serde, ia[0]) if ia else '(absent)'}  |  {_part(log, serde, ib[0]) if ib else '(absent)'}")
-            continue
-        k = next((j for j, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y), min(len(ia), len(ib)))
-        left = _part(log, serde, ia[k]) if k < len(ia) else "(none)"
-        right = _part(log, serde, ib[k]) if k < len(ib) else "(none)"
-        lines.append(f"  {name}: {len(ia)} vs {len(ib)} items, first difference at [{k}]: {left}  |  {right}")
+            k = None
+            left = _part(log, serde, ia[0]) if ia else "(absent)"
+            right = _part(log, serde, ib[0]) if ib else "(absent)"
+        else:
+            k = next((j for j, (x, y) in enumerate(zip(ia, ib, strict=False)) if x != y), min(len(ia), len(ib)))
+            left = _part(log, serde, ia[k]) if k < len(ia) else "(none)"
+            right = _part(log, serde, ib[k]) if k < len(ib) else "(none)"
+        out.append({"channel": name, "count_a": len(ia), "count_b": len(ib), "index": k, "a": left, "b": right})
+    return out
+
+
+def compare(log: Any, a: dict, b: dict, serde: Any = None) -> list[str]:
+    """``differences`` as text lines, the first difference named per channel."""
+    lines = []
+    for d in differences(log, a, b, serde):
+        if d["index"] is None:
+            lines.append(f"  {d['channel']}: {d['a']}  |  {d['b']}")
+        else:
+            lines.append(f"  {d['channel']}: {d['count_a']} vs {d['count_b']} items, first difference at [{d['index']}]: "
+                         f"{d['a']}  |  {d['b']}")
     return lines or ["  (the same channel values)"]
