@@ -170,3 +170,22 @@ def test_diff_of_two_checkpoints_and_of_two_threads(tmp_path):
     assert '"index":0' in js.replace(" ", "") and '"channel":"messages"' in js.replace(" ", "")
     _, _, err = run_cli("diff", run, "nope", new, store=root, exit_code=5)
     assert err.count("\n") == 1 and "no LangGraph checkpoint 'nope'" in err
+
+
+def test_show_of_a_redacted_message_withholds_its_body(tmp_path):
+    from objstore.lifecycle.delete import redact
+
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    cid = _thread(root, saver)[0].config["configurable"]["checkpoint_id"]
+    rec = next(r for r in saver.log.find_records(saver._run("T", ""), checkpoint_id=cid) if r.kind == "x.langgraph.checkpoint")
+    at = 0
+    for name, n in rec.body["layout"]:
+        if name == "messages":
+            break
+        at += 1 if n == -1 else n
+    first = bytes(rec.body["parts"][at])  # the human message 'rome'
+    redact(saver.log, first, reason="the user asked")
+    _, out, _ = run_cli("show", rec.id.hex(), store=root, exit_code=0)
+    assert f"[0] (erased) {first.hex()[:12]}" in out and "human: 'rome'" not in out, out
+    assert "[1] ai: '' calls weather" in out
