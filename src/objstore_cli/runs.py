@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 
 import click
@@ -368,14 +369,17 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
     _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
 
 
+_CHECKPOINT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)  # LangGraph's: a uuid
+
+
 class BranchOrCheckpoint(click.ParamType):
-    """A branch number, or a LangGraph checkpoint id (anything else that is not an integer)."""
+    """A branch number (a bad one is a usage error, as before), or a LangGraph checkpoint id (a uuid)."""
 
     name = "branch|checkpoint"
 
     def convert(self, value, param, ctx):
         text = str(value).strip()
-        return INT64.convert(text, param, ctx) if text.lstrip("-").isdigit() else text
+        return text if _CHECKPOINT_ID.fullmatch(text) else INT64.convert(text, param, ctx)
 
 
 @click.command()

@@ -168,8 +168,8 @@ def test_diff_of_two_checkpoints_and_of_two_threads(tmp_path):
     assert "messages: 4 vs 4 items, first difference at [0]: human: 'rome'  |  human: 'oslo'" in out, out
     _, js, _ = run_cli("diff", "thread_id=T", "0", "0", "--run-b", "thread_id=U", "--json", store=root, exit_code=0)
     assert '"index":0' in js.replace(" ", "") and '"channel":"messages"' in js.replace(" ", "")
-    _, _, err = run_cli("diff", run, "nope", new, store=root, exit_code=5)
-    assert err.count("\n") == 1 and "no LangGraph checkpoint 'nope'" in err
+    _, _, err = run_cli("diff", run, "00000000-0000-0000-0000-00000000000a", new, store=root, exit_code=5)
+    assert err.count("\n") == 1 and "no LangGraph checkpoint '00000000-0000-0000-0000-00000000000a'" in err
 
 
 def test_show_of_a_redacted_message_withholds_its_body(tmp_path):
