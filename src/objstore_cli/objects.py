@@ -62,6 +62,9 @@ def cat(c, oid, body, raw):
 def show(c, oid, as_json, raw):
     """Show one object: its type, id and fields (blobs: their text).
 
+    A LangGraph checkpoint record also shows its metadata decoded and a summary of each channel
+    value (messages as type and content), read through the saver's serializer.
+
     A binary blob shows a one-line summary on a terminal (--raw overrides).
 
     \b
@@ -96,6 +99,19 @@ def show(c, oid, as_json, raw):
             sys.stdout.buffer.flush()
     else:
         click.echo(json.dumps(codec.to_jsonable(value), indent=2, sort_keys=True))
+        if otype == codec.RECORD and value.get("kind") == "x.langgraph.checkpoint":
+            _langgraph_lines(log, value)
+
+
+def _langgraph_lines(log, value) -> None:
+    """A LangGraph checkpoint decoded through the saver's serializer (its allow-list), when LangGraph is here."""
+    try:
+        from objstore.integrations.langgraph.present import describe
+    except ImportError:
+        click.echo("\n(LangGraph is not installed: the checkpoint's metadata and values are not decoded)")
+        return
+    for line in describe(log, value):
+        click.echo(line)
 
 
 @click.command()

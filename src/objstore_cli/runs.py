@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 
 import click
@@ -210,7 +211,7 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
         # --all-branches with --graph is git's --all --graph: the graph already draws every branch
         if as_json or fmt or since or until or branch is not None:
             raise click.UsageError("--graph draws every branch whole; it takes only -n, --all-branches and --no-pager")
-        page(itertools.islice(history.graph(log, view), max_count), no_pager)
+        page(itertools.chain(_thread_header(log, run), itertools.islice(history.graph(log, view), max_count)), no_pager)
         return
     if branch is not None and all_branches:
         raise click.UsageError("--branch N shows one branch, --all-branches every branch: give one of them")
@@ -233,7 +234,24 @@ def log_cmd(c, run, branch, all_branches, max_count, since, until, fmt, oneline,
         lines = tables.log_tables(run, view, first, all_branches, entries)
     else:
         lines = _grouped(run, view, first, all_branches, entries)
-    page(lines, no_pager)
+    page(itertools.chain(_thread_header(log, run), lines), no_pager)
+
+
+def _thread_header(log, run) -> list[str]:
+    """A LangGraph thread namespace's run (labelled exactly thread_id and checkpoint_ns): one line
+    naming its thread and namespace and the thread's other namespaces (subgraphs), each with the
+    run to log. Any other run: nothing."""
+    labels = log.run_labels(run)
+    if labels.keys() != {"thread_id", "checkpoint_ns"}:
+        return []
+    tid = labels["thread_id"]
+    others = []
+    for r in log.find_runs(thread_id=tid):
+        ls = log.run_labels(r)
+        if r != run and ls.keys() == {"thread_id", "checkpoint_ns"}:
+            others.append(f"{ls['checkpoint_ns']!r} (objstore log thread_id={tid},checkpoint_ns={ls['checkpoint_ns']})")
+    head = f"LangGraph thread {tid!r} namespace {labels['checkpoint_ns']!r}"
+    return [head + ("; other namespaces: " + ", ".join(sorted(others)) if others else "; no other namespaces")]
 
 
 @click.command()
@@ -351,21 +369,41 @@ def fork(c, run, from_branch, at_lsn, reason, live, as_json):
     _print_fork(log, log.fork(run, from_branch, at_lsn, reason=reason, make_live=live), as_json)
 
 
+_CHECKPOINT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)  # LangGraph's: a uuid
+
+
+class BranchOrCheckpoint(click.ParamType):
+    """A branch number (a bad one is a usage error, as before), or a LangGraph checkpoint id (a uuid)."""
+
+    name = "branch|checkpoint"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip()
+        return text if _CHECKPOINT_ID.fullmatch(text) else INT64.convert(text, param, ctx)
+
+
 @click.command()
 @click.argument("run", type=RUN)
-@click.argument("a", type=INT64, shell_complete=complete_branch)
-@click.argument("b", type=INT64, shell_complete=complete_branch)
+@click.argument("a", type=BranchOrCheckpoint(), shell_complete=complete_branch)
+@click.argument("b", type=BranchOrCheckpoint(), shell_complete=complete_branch)
+@click.option("--run-b", type=RUN, default=None, help="B is of this run (another LangGraph thread): compare channel values only.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON (docs/CLI.md, 'diff').")
 @click.option("--no-pager", is_flag=True, help="Never page (output is paged only on a terminal, with $PAGER or 'less -FRX').")
 @pass_ctx
-def diff(c, run, a, b, as_json, no_pager):
+def diff(c, run, a, b, run_b, as_json, no_pager):
     """Compare branches A and B: fork point, records unique to each, state difference.
+
+    A LangGraph thread's branches also compare their newest checkpoints' channel values,
+    naming the first difference (the first differing message). A or B may be a LangGraph
+    checkpoint id, and --run-b puts B in another thread's run: then only the channel values
+    of the two checkpoints (a branch: its newest) are compared ('diff thread_id=T CKPT_A
+    CKPT_B', 'diff thread_id=T 0 0 --run-b thread_id=U'; docs/LANGGRAPH.md).
 
     \b
     Arguments:
       RUN  the run: its id, a unique prefix of it, 'latest' (the newest run) or 'latest~N'
-      A    one branch number
-      B    the other branch number
+      A    one branch number (or a LangGraph checkpoint id)
+      B    the other branch number (or a LangGraph checkpoint id)
 
     \b
     Examples:
@@ -374,6 +412,9 @@ def diff(c, run, a, b, as_json, no_pager):
     """
     from objstore.runs.query import diff as run_diff
 
+    if run_b is not None or isinstance(a, str) or isinstance(b, str):
+        _checkpoint_diff(c.log(), (run, a), (run_b or run, b), as_json)
+        return
     d = run_diff(c.log(), run, a, b)
     if as_json:
         echo_json(d)
@@ -382,6 +423,7 @@ def diff(c, run, a, b, as_json, no_pager):
     if sys.stdout.isatty():
         with paged_console(no_pager) as (con, Table):
             tables.diff_tables(run, a, b, d, con, Table)
+        _langgraph_diff(c.log(), run, a, b)
         return
     click.echo(f"run {run}: branch {a} vs branch {b}; shared history: branch {cm['branch']} up to lsn {cm['lsn'] if cm['lsn'] is not None else 'its head'}")
     for side, key in ((a, "only_a"), (b, "only_b")):
@@ -391,6 +433,61 @@ def diff(c, run, a, b, as_json, no_pager):
     click.echo("folded state:")
     for ch in d["state"]:
         click.echo(f"  {ch['path']}: {json.dumps(ch['a'])} -> {json.dumps(ch['b'])}")
+    _langgraph_diff(c.log(), run, a, b)
+
+
+def _checkpoint_body(log, run, which) -> dict:
+    """The checkpoint body a diff side names: a checkpoint id of ``run``, or a branch's newest checkpoint."""
+    from objstore.errors import InvalidInput
+    from objstore.runs import history
+
+    if isinstance(which, str):
+        body = next((r.body for r in log.find_records(run, checkpoint_id=which) if r.kind == "x.langgraph.checkpoint"), None)
+    else:
+        body = next((e.record.body for e in history.entries(log, log.view(run), which)
+                     if e.record is not None and e.record.kind == "x.langgraph.checkpoint"), None)
+    if body is None or "deleted" in body:
+        raise InvalidInput(f"run {run} has no LangGraph checkpoint {which!r}" if isinstance(which, str)
+                           else f"branch {which} of run {run} has no LangGraph checkpoint")
+    return body
+
+
+def _checkpoint_diff(log, side_a, side_b, as_json) -> None:
+    """Two LangGraph checkpoints (of one thread or two): their channel values compared."""
+    from objstore.integrations.langgraph.present import compare, differences
+
+    ba, bb = (_checkpoint_body(log, *side) for side in (side_a, side_b))
+    if as_json:
+        echo_json({"a": {"run": side_a[0], "checkpoint_id": ba["checkpoint_id"]},
+                   "b": {"run": side_b[0], "checkpoint_id": bb["checkpoint_id"]}, "channels": differences(log, ba, bb)})
+        return
+    click.echo(f"checkpoint {ba['checkpoint_id']} (run {side_a[0]}) vs checkpoint {bb['checkpoint_id']} (run {side_b[0]}):")
+    for line in compare(log, ba, bb):
+        click.echo(line)
+
+
+def _langgraph_diff(log, run, a, b) -> None:
+    """A LangGraph thread namespace's branches: the channel values of each branch's newest checkpoint
+    compared, the first difference named (integrations.langgraph.present.compare)."""
+    if "checkpoint_ns" not in log.run_labels(run):
+        return
+    from objstore.runs import history
+
+    view = log.view(run)
+    tips = []
+    for br in (a, b):
+        tips.append(next((e.record.body for e in history.entries(log, view, br)
+                          if e.record is not None and e.record.kind == "x.langgraph.checkpoint" and "deleted" not in e.record.body), None))
+    if None in tips:
+        return
+    try:
+        from objstore.integrations.langgraph.present import compare
+    except ImportError:
+        click.echo("channel values: not compared (LangGraph is not installed)")
+        return
+    click.echo(f"channel values, newest checkpoint of each ({tips[0]['checkpoint_id']} | {tips[1]['checkpoint_id']}):")
+    for line in compare(log, tips[0], tips[1]):
+        click.echo(line)
 
 
 @click.command()
@@ -560,6 +657,26 @@ def episode(c, run, all_branches, as_json, source, no_pager):
     _note_unrecorded_attempts(log, ep.run)
     with paged_console(no_pager) as (con, Table):  # rich only for a terminal; no escape code under NO_COLOR
         _episode_tables(log, view, ep, con, Table)
+        if "checkpoint_ns" in log.run_labels(ep.run):
+            _task_runs_table(log, ep.run, con, Table)
+
+
+def _task_runs_table(log, run, con, Table) -> None:
+    """A LangGraph thread namespace's task runs, every try (runs.xsummary.task_runs), all branches in commit order."""
+    from objstore.runs.xsummary import task_runs
+
+    rows = task_runs(reversed(list(log.iter_records(run, all_branches=True))))
+    t = Table(title="LangGraph task runs (every try)")
+    for col in ("step", "node", "try", "state", "checkpoint", "note"):
+        t.add_column(col, no_wrap=col != "note")
+    for r in rows:
+        note = r["error"] or ""
+        if r["retries"] != "recorded":
+            note = (note + "; " if note else "") + ("in-task retries not recorded" if r["retries"] == "unrecorded"
+                                                    else "in-task retries: unknown (written before the saver said)")
+        t.add_row("-" if r["step"] is None else str(r["step"]), r["node"], str(r["attempt"]), r["state"],
+                  r["checkpoint_id"][-12:], note, style="red" if r["state"] == "failed" else None)
+    con.print(t)
 
 
 def _episode_tables(log, view, ep, con, Table) -> None:

@@ -119,3 +119,34 @@ def nested_graph(calls: Counter) -> Any:
     b.add_edge(START, "outer")
     b.add_edge("outer", "child")
     return b
+
+
+def agent_graph(calls: Counter) -> Any:
+    """``chat_graph`` with a subgraph: llm -> review (interrupt) -> tools (fails once, RetryPolicy) ->
+    llm -> summarize -> END, where summarize is a compiled subgraph (its checkpoints are namespace
+    ``summarize:<task id>``) whose one node appends a summary message. The LLM is ``chat_graph``'s
+    deterministic stub."""
+    b = chat_graph(calls)
+
+    def write_summary(state: ChatState) -> dict:
+        calls["summary"] += 1
+        return {"messages": [AIMessage(f"summary of {len(state['messages'])} messages", id=f"sum-{calls['summary']}")]}
+
+    sub = StateGraph(ChatState)
+    sub.add_node("write_summary", write_summary)
+    sub.add_edge(START, "write_summary")
+
+    def route(state: ChatState) -> str:
+        last = state["messages"][-1]
+        return "review" if isinstance(last, AIMessage) and last.tool_calls else "summarize"
+
+    out = StateGraph(ChatState)
+    for name, spec in b.nodes.items():
+        out.add_node(name, spec.runnable, retry_policy=spec.retry_policy)
+    out.add_node("summarize", sub.compile())
+    out.add_edge(START, "llm")
+    out.add_conditional_edges("llm", route, ["review", "summarize"])
+    out.add_edge("review", "tools")
+    out.add_edge("tools", "llm")
+    out.add_edge("summarize", END)
+    return out

@@ -180,3 +180,20 @@ def test_an_encrypted_serializer_around_the_strict_one_stays_strict(tmp_path):
     ObjstoreSaver(root, serde=EncryptedSerializer(Xor(), JsonPlusSerializer(allowed_msgpack_modules=True))).put(conf, cp, {"step": 0}, {"state": 1})
     got = ObjstoreSaver(root, serde=EncryptedSerializer(Xor(), strict_serde(None, [Plan]))).get_tuple(conf).checkpoint["channel_values"]
     assert not marker.exists() and got["plan"] == Plan(["a"], "me") and got["state"] == f"touch {marker}"
+
+
+def test_show_and_log_of_a_crafted_checkpoint_construct_nothing(tmp_path):
+    # issue 19: `objstore show` decodes a checkpoint through the saver's serializer, `log` reads plain msgpack
+    from helpers import run_cli
+
+    root = str(tmp_path / "s")
+    markers = {k: str(tmp_path / f"{k}.marker") for k in ("part", "element", "metadata", "write")}
+    cid = _crafted(root, markers)
+    saver = ObjstoreSaver(root)
+    rec = next(r for r in saver.log.find_records(saver.log.find_run(thread_id="t", checkpoint_ns=""), checkpoint_id=cid)
+               if r.kind == "x.langgraph.checkpoint")
+    _, out, _ = run_cli("show", rec.id.hex(), store=root, exit_code=0)
+    run_cli("log", "thread_id=t", "--graph", "--no-pager", store=root, exit_code=0)
+    run_cli("diff", "thread_id=t", cid, cid, store=root, exit_code=0)
+    assert f"LangGraph checkpoint {cid}" in out and "messages: list of 1" in out
+    assert not any(os.path.exists(m) for m in markers.values())

@@ -217,6 +217,12 @@ def summary(r: R.Record) -> str:
         return str(b["status"]) + (f": {b['error']}" if b.get("error") else "")
     if r.kind == R.RUN_STARTED:
         return f"subject {b['subject']} workflow {b['workflow_version']}"
+    if r.kind.startswith("x."):  # an extension kind: its registered summary, if any (loaded only when one is shown)
+        from . import xsummary
+
+        x = xsummary.summarize(r.kind, b)
+        if x is not None:
+            return x
     return str(b.get("role", "") or b.get("task", "") or "")
 
 

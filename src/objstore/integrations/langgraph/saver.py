@@ -7,10 +7,10 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
 - **One run per (thread_id, checkpoint_ns)**, labelled with both (``start_run(labels=...)``; its
   id is the labels' hash, so two processes starting one thread make one run and one Conflict,
   which means "use it"). Runs are found with ``find_run`` / ``find_runs``, never from memory.
-- **A checkpoint is an ``x.langgraph.checkpoint`` record** labelled ``checkpoint_id=<id>`` (and
-  ``run_id=<metadata run_id>`` when there is one): the checkpoint without its channel values and
-  the metadata, each through the saver's serde, plus the channel values as content-addressed parts
-  (``parts``: a list channel's elements one blob each, so what did not change is stored once).
+- **A checkpoint is an ``x.langgraph.checkpoint`` record** labelled ``checkpoint_id=<id>`` (and ``run_id=<metadata
+  run_id>`` when there is one): the checkpoint without its channel values and the metadata, each through the saver's
+  serde, the channel values as content-addressed parts (``parts``: a list channel's elements one blob each, so what
+  did not change is stored once), and ``attempts``: whether its invoke carried ``attempt_recorder()``.
 - **Pending writes are ``x.langgraph.writes`` records**, one per ``put_writes`` call, labelled
   ``checkpoint_id`` (the checkpoint they belong to) and ``task_id``: ``get_tuple`` by id is one
   ``find_records`` lookup for both. A task whose writes carry LangGraph's ERROR channel is also an
@@ -23,20 +23,17 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   checkpoint is the first record of the new branch: a fork object, nothing copied, the old branch
   byte for byte as it was. With ``on_concurrent="raise"`` such a put raises ``ParentSuperseded``
   instead (for workers that must be told another continued the thread first).
-- **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and
-  ``prune(strategy="delete")`` delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")``
-  delete records; after ``objstore gc`` their bytes are gone. ``copy_thread`` is a cross-run fork
-  (``fork_run``): the copy names the head of the source's branch holding its latest checkpoint
-  and copies nothing.
+- **Deletion is recorded** (``objstore.lifecycle.delete``): ``delete_thread`` and ``prune(strategy="delete")``
+  delete whole runs, ``delete_for_runs`` and ``prune("keep_latest")`` delete records; ``objstore gc`` drops their bytes.
+  ``copy_thread`` is a cross-run fork (``fork_run``): the copy names the head of the source's branch holding its
+  latest checkpoint and copies nothing.
+- **Reading constructs only allow-listed types** (``strict_serde``): anyone who can commit can write a checkpoint
+  naming any callable as a value's type, so the default serializer is LangGraph's in strict msgpack mode (its safe
+  built-ins plus ``allowed_types``); pickle is never read.
 
-- **Reading constructs only allow-listed types** (``strict_serde``): anyone who can commit can
-  write a checkpoint naming any callable as a value's type, so the default serializer is
-  LangGraph's in strict msgpack mode (its safe built-ins plus ``allowed_types``); pickle is never read.
-
-"Latest" and ``list`` order are the log's commit order, newest first, across every branch of the
-namespace's run (checkpoint ids are uuid6, so within one writer that is the id order SqliteSaver
-sorts by). The async methods run the sync ones in a worker thread (``asyncio.to_thread``), so the
-event loop is never blocked.
+"Latest" and ``list`` order are the log's commit order, newest first, across every branch of the namespace's
+run (checkpoint ids are uuid6, so within one writer the id order SqliteSaver sorts by). The async methods
+run the sync ones in a worker thread (``asyncio.to_thread``), so the event loop is never blocked.
 """
 
 from __future__ import annotations
@@ -90,6 +87,7 @@ CHECKPOINT_FIELDS: list[list[Any]] = [
     ["metadata", "bytes", True, False],
     ["layout", "list", True, False],  # [[channel, n], ...] (parts.py)
     ["parts", "list", True, True],  # the part blob ids, flat, in layout order
+    ["attempts", "str", False, False],  # "recorded": its invoke carried attempt_recorder() (or update_state); "unrecorded"
 ]
 WRITES_FIELDS: list[list[Any]] = [
     ["checkpoint_id", "str", True, False],
@@ -100,6 +98,7 @@ WRITES_FIELDS: list[list[Any]] = [
     ["parts", "list", True, True],  # one blob per written value
 ]
 
+ATTEMPTS = ("unrecorded", "recorded")  # a checkpoint's "attempts" field, by whether its invoke carried the recorder
 RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each try writes nothing until it wins)
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
 
@@ -459,15 +458,16 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels["run_id"] = md["run_id"]
         log = self.log
         run = self._ensure_run(thread_id, ns)
-        unseen = run not in self._unrecorded and not _records_attempts(config)
+        recorded = _records_attempts(config) or md.get("source") == "update"  # update_state runs no task, retries none
+        unseen = run not in self._unrecorded and not recorded
         if unseen:  # once per run and saver: episode says the retried failures are missing (R.UNRECORDED_ATTEMPTS)
             labels[R.UNRECORDED_ATTEMPTS[0]] = R.UNRECORDED_ATTEMPTS[1]
         for attempt in range(RETRIES):
             try:
                 with log.batch():
                     ids = [log.put_blob(b) for b in blobs]
-                    body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype,
-                            "checkpoint": cbytes, "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids}
+                    body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype, "checkpoint": cbytes,
+                            "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids, "attempts": ATTEMPTS[recorded]}
                     branch, head = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
                     log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 break
