@@ -19,18 +19,12 @@ import socket
 import threading
 
 import pytest
+from google.protobuf import json_format  # opentelemetry-proto: the otel extra, which the test extra pulls
 from helpers import run_cli
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from objstore import RunLog, Store
 from objstore.runs import otel, otlp
-
-try:
-    from google.protobuf import json_format
-    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-except ImportError:  # the otel extra, which the test extra pulls
-    if os.environ.get("CI") == "true":
-        raise
-    pytest.skip("OTLP tests skipped: opentelemetry-proto is not installed (pip install -e '.[test]')", allow_module_level=True)
 
 AT = 1800000000
 INTERNAL, CLIENT = 1, 2
