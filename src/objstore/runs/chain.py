@@ -469,13 +469,13 @@ class ChainReader:
                 return parent
         elif branch == 0:
             return None
-        row = getattr(self.store.engine, "record_row", None)  # the header in the entry's meta, if the engine serves it
+        row = getattr(self.store.logs.run_log(run), "record_row", None)  # the header in the entry's meta, if the engine serves it
         if row is not None:
             got = row(oid)
             if got is not None:
                 return cast("bytes | None", got[3])
         try:
-            return cast("bytes | None", codec.decode(self.store.engine.read(oid), oid, False)[1]["parent"])
+            return cast("bytes | None", codec.decode(self.store.logs.run_log(run).read(oid), oid, False)[1]["parent"])
         except Erased:
             return self._fork_of(run, branch)  # gc removed it: the fork object is the branch's root
 
@@ -487,7 +487,7 @@ class ChainReader:
         if key in self._forks:
             return self._forks[key]
         ref = runrefs.branch_ref(run, branch)
-        engine = self.store.engine
+        engine = self.store.logs.run_log(run)
         found = None
         for e in engine.entries():
             moved = next((m for m in e.moves if m[0] == ref), None)

@@ -25,7 +25,7 @@ from .chain import ChainReader, View
 
 
 def _entry_of(log: ChainReader, oid: bytes) -> int:
-    return log.store.engine.loc_entry(oid) or 0
+    return log.store.logs.locate(oid).loc_entry(oid) or 0
 
 
 def _position(log: ChainReader, rec: R.Record) -> tuple[int, int, int]:
@@ -38,7 +38,7 @@ def _below(log: ChainReader, view: View, b: int, cut: tuple[int, int, int] | Non
     log's chain index — index rows and locations, no record decoded — so a listing paged by
     ``before`` reads nothing newer than its cut. The head when there is no cut or nothing indexed to search."""
     head = view.head(b)
-    tip = log.store.engine.tables.tips.get((view.run, b))
+    tip = log.store.logs.run_log(view.run).tables.tips.get((view.run, b))
     if cut is None or tip is None or tip[1] != head:
         return head  # (an open batch's records, or a branch that is only its fork object: the walk decides)
 

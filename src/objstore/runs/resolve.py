@@ -70,7 +70,7 @@ def runs_by_start(log: ChainReader) -> list[str]:
     started in one commit — by id). Runs whose start is not indexed (damaged) come first."""
     store = log.store
     runs = _runs(log)
-    pos = {r: store.run_started_entry(r) for r in runs}
+    pos = {r: store.run_order(r) for r in runs}
     return sorted(runs, key=lambda r: (-1 if pos[r] is None else pos[r], r))
 
 

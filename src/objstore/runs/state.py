@@ -433,7 +433,7 @@ class StateCache:
             return
         head = view.head(branch) if strict else None  # an inherited part needs no head (verify's views have none)
         erased = store.erased_records
-        ids = store.engine.iter_chain(run, branch, 0)
+        ids = store.logs.run_log(run).iter_chain(run, branch, 0)
         expect = 0
         why = None
         rows = self.db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch))
@@ -470,7 +470,7 @@ class StateCache:
                 if why is not None:
                     break
                 expect = first + n
-                store.engine.release_indexes()  # the index pages read so far leave the resident set
+                store.logs.run_log(run).release_indexes()  # the index pages read so far leave the resident set
         finally:
             rows.close()
         if strict and why is None and expect != last + 1:
@@ -712,7 +712,7 @@ class StateCache:
             n += 1
             if n >= RCHUNK or size >= _CHUNK_BYTES:
                 db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
-                chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
+                chains.store.logs.run_log(run).release_indexes()  # the index pages read so far leave the resident set
                 parts, first, n, size = [], r.lsn + 1, 0, 0
         if n:
             db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))

@@ -53,14 +53,17 @@ from .log.format import LARGE_BLOB
 from .log.local import LogEngine
 from .log.memory import MemoryEngine
 from .log.txn import Txn
+from .logset import LogSet, OneLog
 from .storedir import (
     FORMAT_VERSION,
     MARKER,
     NEWEST_VERSION,
     READ_VERSIONS,
+    RUNLOGS_VERSION,
     default_path,
     is_remote,
     mark_version,
+    new_store_format,
     read_marker,
     remote_cache_dir,
     store_dir,
@@ -88,8 +91,9 @@ MAX_STREAMED_BLOB = 1 << 40  # a streamed blob (put_blob_stream / put-blob FILE)
 
 
 class Store:
-    def __init__(self, engine: Engine, root: str | None = None, policy: FsyncPolicy | None = None) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine, root: str | None = None, policy: FsyncPolicy | None = None, logs: LogSet | None = None) -> None:
+        self.engine = engine  # the store log (a store of one log: that log)
+        self.logs: LogSet = logs if logs is not None else OneLog(engine)
         self.root = root
         self._version = read_marker(root) if root is not None and os.path.exists(os.path.join(root, MARKER)) else FORMAT_VERSION
         self.policy = policy or FsyncPolicy()
@@ -130,9 +134,15 @@ class Store:
             os.makedirs(parent, exist_ok=True)
             staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
             os.makedirs(os.path.join(staging, "tmp"))
-            LogEngine.create(staging, policy)
+            version = new_store_format()
+            if version == RUNLOGS_VERSION:
+                from .runlogs.logs import create_layout
+
+                create_layout(staging, policy)
+            else:
+                LogEngine.create(staging, policy)
             with atomic_file(os.path.join(staging, MARKER), os.path.join(staging, "tmp"), policy) as f:
-                f.write(json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
+                f.write(json.dumps({"format": "objstore", "version": version}).encode() + b"\n")
             policy.dir(staging)
             try:
                 os.rename(staging, path)  # a whole store appears at once, or not at all
@@ -247,6 +257,14 @@ class Store:
         if version not in READ_VERSIONS:
             raise StoreFormatError(path, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
         policy = FsyncPolicy(fsync)
+        if version == RUNLOGS_VERSION:
+            from .runlogs.logs import RunLogs
+
+            try:
+                logs = RunLogs(path, policy)
+            except OSError as e:
+                raise StorageOSError(f"open the store log of {path}", e) from None
+            return cls(logs.store_log, root=path, policy=policy, logs=logs)
         try:
             engine = LogEngine(path, policy)
         except OSError as e:
@@ -264,7 +282,7 @@ class Store:
         if txn is not None:
             yield txn
             return
-        with self.engine.transaction(timeout) as txn:
+        with self.logs.transaction(timeout) as txn:
             state = [txn, threading.get_ident()]
             token = self._txn.set(state)
             try:
@@ -357,8 +375,7 @@ class Store:
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
         """(entry, record id) of the label rows with this key, newest first (storage.labels)."""
-        with _tables_lock(self.engine):
-            return self.engine.label_rows(key)
+        return self.logs.label_rows(key)
 
     def put_blob(self, data: bytes) -> bytes:
         """Store a blob once (deduplicated by content); returns the id of exactly these bytes."""
@@ -460,7 +477,7 @@ class Store:
             pending = txn.objects.get(oid)
             if pending is not None:  # a large blob of this batch is still in its spill file
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
-        data = self.engine.read(oid)
+        data = self.logs.locate(oid).read(oid)
         if data[:5] == b"blob ":
             erased.check_blob(self, oid)  # only deleted records name it: withheld before gc removes it
         return data
@@ -481,7 +498,7 @@ class Store:
             return hit
         _check_oid(oid)
         txn = self._txn.get()
-        got = None if (txn is not None and oid in txn.objects) else self.engine.read_block_of(oid)
+        got = None if (txn is not None and oid in txn.objects) else self.logs.locate(oid).read_block_of(oid)
         if got is None:
             return codec.decode(self.get_raw(oid), oid, False)
         raw, _ = got
@@ -521,7 +538,7 @@ class Store:
         _check_oid(oid)
         self.check_redacted(oid)
         erased.check_blob(self, oid)
-        streamed = self.engine.copy_blob(oid, out)
+        streamed = self.logs.locate(oid).copy_blob(oid, out)
         if streamed is not None:
             return streamed
         data = self.get_blob(oid)
@@ -533,10 +550,7 @@ class Store:
         txn = self._txn.get()
         if txn is not None:
             return txn.has(oid)
-        if self.engine.has(oid):
-            return True
-        self.engine.refresh()
-        return self.engine.has(oid)
+        return self.logs.has(oid)
 
     def resolve_id(self, text: str) -> bytes:
         """A full hex id, or a unique prefix of at least 4 hex digits."""
@@ -545,8 +559,7 @@ class Store:
             return codec.parse_id(text)
         if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
             raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
-        self.engine.refresh()
-        hits = [oid for oid in self.engine.iter_ids() if oid.hex().startswith(text)]
+        hits = sorted(self.logs.ids_with_prefix(text))
         if not hits:
             raise ObjectNotFound(text)
         if len(hits) > 1:
@@ -558,8 +571,9 @@ class Store:
         txn = self._txn.get()
         if txn is not None:
             return txn.read_ref(name)
-        self.engine.refresh()
-        return self.engine.tables.refs.get(name)
+        e = self.logs.for_ref(name)
+        e.refresh()
+        return e.tables.refs.get(name)
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         """Compare-and-swap a ref, committed with the batch it is in (or alone)."""
@@ -578,11 +592,11 @@ class Store:
     def run_refs(self, run: str) -> dict:
         """Every ref of one run at one log position, without touching other runs' refs."""
         txn = self._txn.get()
-        t = self.engine.tables
+        e = self.logs.run_log(run)
         if txn is None:
-            self.engine.refresh()
-        with _tables_lock(self.engine):
-            out = dict(t.run_refs.get(run, {}))
+            e.refresh()
+        with _tables_lock(e):
+            out = dict(e.tables.run_refs.get(run, {}))
         if txn is not None:
             prefix = runrefs.run_prefix(run)
             # An optimistic commit (object storage) decided on these refs: they join its read set, so a
@@ -599,30 +613,39 @@ class Store:
     def run_names(self) -> list[str]:
         """Every run (a run exists once its branch 0 ref does), but deleted ones (``run/<R>/deleted``
         set: issue 17, gone from every listing)."""
-        self.engine.refresh()
-        t = self.engine.tables
-        with _tables_lock(self.engine):
-            runs = [(r, d.get(runrefs.deleted_ref(r))) for r, d in t.run_refs.items() if runrefs.branch_ref(r, 0) in d]
-        for r, gone in runs:
+        runs = []
+        for r in self.logs.run_ids():
+            e = self.logs.run_log(r)
+            with _tables_lock(e):
+                d = e.tables.run_refs.get(r, {})
+                if runrefs.branch_ref(r, 0) not in d:
+                    continue
+                gone = d.get(runrefs.deleted_ref(r))
             if gone is not None:
-                t.obey(runrefs.deleted_ref(r), gone)  # hidden from the listing: only by a deletion that holds
-        return sorted(r for r, gone in runs if gone is None)
+                e.tables.obey(runrefs.deleted_ref(r), gone)  # hidden from the listing: only by a deletion that holds
+            else:
+                runs.append(r)
+        return sorted(runs)
 
     def run_started_entry(self, run: str) -> int | None:
-        """Log position (entry number) of a run's ``run_started`` record."""
-        return self.engine.tables.starts.get(run)
+        """Log position (entry number, in the run's log) of a run's ``run_started`` record."""
+        return self.logs.run_log(run).tables.starts.get(run)
+
+    def run_order(self, run: str) -> tuple | int | None:
+        """Where a run is in the order runs were started (comparable between runs; None: not indexed)."""
+        return self.logs.start_order(run)
 
     def indexed_record(self, run: str, branch: int, lsn: int) -> bytes | None:
         """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
         if lsn < 0:
             return None
-        return self.engine.record_at(run, branch, lsn)
+        return self.logs.run_log(run).record_at(run, branch, lsn)
 
     def intent_records(self, run: str) -> list[tuple]:
         """(branch, lsn, kind, body, id) of the run's intent and intent_committed records that are
         on their branch's chain, from the chain index (committed records only)."""
         out = []
-        for fact in list(self.engine.tables.intents.get(run, ())):
+        for fact in list(self.logs.run_log(run).tables.intents.get(run, ())):
             if self.indexed_record(run, fact[0], fact[1]) == fact[4]:
                 out.append(fact)
         return out
@@ -644,10 +667,12 @@ class Store:
             items = self.run_refs(run)
         else:
             txn = self._txn.get()
-            if txn is None:
-                self.engine.refresh()
-            with _tables_lock(self.engine):
-                items = dict(self.engine.tables.refs)
+            items = {}
+            for log in self.logs.ref_logs(prefix):
+                if txn is None:
+                    log.refresh()
+                with _tables_lock(log):
+                    items.update(log.tables.refs)
             if txn is not None:
                 for name, (_, new, _) in txn.moves.items():
                     if new is None:
@@ -659,7 +684,7 @@ class Store:
     def ref_log(self, name: str | None = None, upto: int | None = None) -> Iterator[dict]:
         """Every ref move in log order (of one ref, or all), read from the commit entries; with
         ``upto``, only the moves of entries up to that one (a snapshot's)."""
-        for e in self.engine.entries():
+        for e in (self.logs.store_log if name is None else self.logs.for_ref(name)).entries():
             if upto is not None and e.n > upto:
                 return
             for ref, old, new, reason in e.moves:
@@ -679,7 +704,7 @@ class Store:
     def deletion_object(self, did: bytes) -> dict:
         """A deletion object's payload, read below the erasure checks ({} if it is not one)."""
         try:
-            t, v = codec.decode(self.engine.read(did), did, False)
+            t, v = codec.decode(self.logs.locate(did).read(did), did, False)
         except ObjectNotFound:
             return {}
         return v if t == codec.DELETION and isinstance(v, dict) else {}
@@ -688,7 +713,7 @@ class Store:
         """What every read does before it obeys deletion ref ``name`` at ``value`` (storage.log.tables: LogState.obey):
         a deletion this process took in from a checkpoint is checked against the authority rule
         there, once (CorruptLog if it breaks it)."""
-        self.engine.tables.obey(name, value)
+        self.logs.for_ref(name).tables.obey(name, value)
 
     def check_redacted(self, oid: bytes) -> None:
         name = runrefs.REDACTED_PREFIX + oid.hex()
@@ -707,12 +732,13 @@ class Store:
 
     def check_record_erasure(self, oid: bytes, run: str) -> None:
         """Deleted if ``oid`` (a record of ``run``) is erased: its run deleted, or the record covered."""
-        rr = self.engine.tables.run_refs.get(run)
+        t = self.logs.run_log(run).tables
+        rr = t.run_refs.get(run)
         if not rr:
             return
         d = rr.get(runrefs.deleted_ref(run))
         if isinstance(d, bytes):
-            self.engine.tables.obey(runrefs.deleted_ref(run), d)
+            t.obey(runrefs.deleted_ref(run), d)
             raise Deleted(f"run {run}", d.hex(), self.deletion_object(d).get("reason", ""))
         if runrefs.deletions_ref(run) in rr:
             hit = self.covered_records(run).get(oid)
@@ -725,12 +751,13 @@ class Store:
         position). Remembered by chain head: a new deletion reads only the objects it added. The
         covered records join ``erased_records``, which chain walks obey: the chain is checked first
         (``obey_deletion``), unless ``obey`` is False (storage.erased, which checks before it withholds)."""
+        t = self.logs.run_log(run).tables
         if head is False:
-            head = self.engine.tables.run_refs.get(run, {}).get(runrefs.deletions_ref(run))
+            head = t.run_refs.get(run, {}).get(runrefs.deletions_ref(run))
         if not isinstance(head, bytes):
             return {}
         if obey:
-            self.engine.tables.obey(runrefs.deletions_ref(run), head)
+            t.obey(runrefs.deletions_ref(run), head)
         got = self._covered.get(run)
         if got is not None and got[0] == head:
             return got[1]

@@ -24,8 +24,18 @@ PACKED_VERSION = 4  # format 3 with packed segments and rewrite entries: what a 
 # format 4 with labelled records (index rows with labels, label rows in segment indexes), schema objects
 # and cross-run forks: what a store becomes at its first labelled run or record, schema or copy (issue 18)
 LABELS_VERSION = 5
-NEWEST_VERSION = LABELS_VERSION
-READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION)
+# a log per run: a store log, a log per run and the catalog (storage.runlogs; issue 16)
+RUNLOGS_VERSION = 6
+NEWEST_VERSION = RUNLOGS_VERSION
+READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION, RUNLOGS_VERSION)
+ONE_LOG_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION)  # one log holds everything
+
+
+def new_store_format() -> int:
+    """The format ``objstore init`` makes on disk: 6 (a log per run), or one log (``OBJSTORE_NEW_FORMAT=3``) while
+    every command learns format 6."""
+    v = os.environ.get("OBJSTORE_NEW_FORMAT")
+    return RUNLOGS_VERSION if v is None or v.strip() == "6" else FORMAT_VERSION
 DEFAULT_DIR = ".objstore"
 
 

@@ -1,0 +1,261 @@
+"""A store of format 6 (``RunLogs``): a store log, a log per run, and the catalog that lists the runs.
+
+Layout under the store's directory (docs/FORMAT.md "Format 6"):
+
+* ``store/`` — the store log: a log (``storage.log``, ``LogEngine``) of the store-wide refs — the owner key,
+  subject grants, ``schema/<kind>``, ``redacted/<id>``, anchor manifests — and the objects they name;
+* ``runs/<xx>/<run>/`` — run ``run``'s log (``xx``: ``catalog.shard``): its records, fork objects, the bodies
+  its records name, and its refs (branches, live, journal, segments, grants, deletions, deleted);
+* ``catalog/`` — one create-once entry per run (``catalog``), written before the run's log holds an entry.
+
+A run's log is opened when something of that run is asked for, and stays open for the life of the store object
+(its tables are what a reader of that run reads). Opening the store opens the store log only: a read costs the
+logs it touches. Writers of different runs share nothing: each commit takes its own log's lock
+(``multitxn.LogTxn``).
+
+Invariants kept here: a run's refs live only in its log, a store-wide ref only in the store log
+(``for_ref``); a run's log is created (empty) before the catalog entry, and the catalog entry before the log's
+first entry, so a crash leaves at most an entry-less log or an entry without a log, never a run without its
+catalog entry.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ...errors import ObjectNotFound, StorageOSError
+from .. import codec, runrefs
+from ..fileutil import FsyncPolicy
+from ..log.engine import Engine
+from ..log.entry import LargeBlob
+from ..log.local import LogEngine
+from ..log.memory import MemoryEngine
+from ..log.txn import Txn
+from ..logset import LogSet
+from .catalog import Catalog, CatalogEntry, entry_of, shard
+from .held import Held
+from .multitxn import LogTxn, record_values, value_of
+
+STORE_LOG = "store"
+RUNS = "runs"
+CATALOG = "catalog"
+
+
+def run_dir(root: str, run: str) -> str:
+    return os.path.join(root, RUNS, shard(run), run)
+
+
+def create_layout(root: str, policy: FsyncPolicy) -> None:
+    """The directories of a new store of format 6 (its marker is the caller's)."""
+    LogEngine.create(os.path.join(root, STORE_LOG), policy)
+    for d in (RUNS, CATALOG, "tmp"):
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    policy.dir(root)
+
+
+class RunLogs(LogSet):
+    """The logs of a store of format 6."""
+
+    per_run = True
+
+    def __init__(self, root: str, policy: FsyncPolicy) -> None:
+        self.root = root
+        self.policy = policy
+        self.tmp = os.path.join(root, "tmp")
+        self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
+        self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
+        self.held = Held()
+        self._runs: dict[str, LogEngine] = {}
+        self._mu = threading.Lock()
+
+    # -- which log ------------------------------------------------------------------------------
+    def run_log(self, run: str, create: bool = False) -> Engine:
+        log = self._runs.get(run)
+        if log is not None:
+            return log
+        with self._mu:
+            log = self._runs.get(run)
+            if log is not None:
+                return log
+            d = run_dir(self.root, run)
+            if not os.path.isdir(os.path.join(d, "log")):
+                if not create:
+                    return _ABSENT  # read as empty; looked for again on the next ask
+                self._create_run_log(d)
+            try:
+                log = LogEngine(d, self.policy)
+            except OSError as e:
+                raise StorageOSError(f"open the log of run {run}", e) from None
+            self._runs[run] = log
+            return log
+
+    def _create_run_log(self, d: str) -> None:
+        parent = os.path.dirname(d)
+        staging = os.path.join(parent, f".{os.path.basename(d)}.new-{os.getpid()}-{threading.get_ident()}")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            LogEngine.create(staging, self.policy)
+            try:
+                os.rename(staging, d)  # the log appears whole; another creator's won: theirs is the same empty log
+            except OSError:
+                _rmtree(staging)
+                if not os.path.isdir(os.path.join(d, "log")):
+                    raise
+            self.policy.dir(parent)
+        except OSError as e:
+            raise StorageOSError(f"create the log {d}", e) from None
+
+    def for_ref(self, name: str, create: bool = False) -> Engine:
+        run = runrefs.run_of(name)
+        return self.store_log if run is None else self.run_log(run, create)
+
+    def open_logs(self) -> list[Engine]:
+        return [self.store_log, *list(self._runs.values())]
+
+    def locate(self, oid: bytes) -> Engine:
+        if self.held.has(oid):
+            return self.held
+        logs = self.open_logs()
+        for log in logs:
+            if log.has(oid):
+                return log
+        for log in logs:
+            log.refresh()
+            if log.has(oid):
+                return log
+        for run in self._unopened_newest_first():
+            log = self.run_log(run)
+            if log.has(oid):
+                return log
+        return self.store_log
+
+    def _unopened_newest_first(self) -> Iterator[str]:
+        for _key, run in self.catalog.newest_first():
+            if run not in self._runs:
+                yield run
+
+    def has(self, oid: bytes) -> bool:
+        return self.locate(oid).has(oid)
+
+    def copy_source(self, oid: bytes) -> tuple[str, bytes | LargeBlob] | None:
+        """(type, canonical bytes) of a body another log (or the process) holds, for a run's entry naming it."""
+        got = self.held.get(oid)
+        if got is not None:
+            return got
+        log = self.locate(oid)
+        if not log.has_body(oid):
+            return None
+        try:
+            data = log.read(oid)
+        except ObjectNotFound:
+            return None
+        return codec.split_header(data, oid)[0], data
+
+    def hold(self, objects: dict, spills: list) -> None:
+        self.held.hold(objects, spills)
+
+    # -- runs ---------------------------------------------------------------------------------
+    def run_ids(self) -> list[str]:
+        out = []
+        for _key, run in self.catalog.oldest_first():
+            if os.path.isdir(os.path.join(run_dir(self.root, run), "log")):
+                out.append(run)
+        return out
+
+    def start_order(self, run: str) -> tuple | int | None:
+        e = self.catalog.entry(run)
+        return None if e is None else (e.time_us, run)
+
+    def all_logs(self) -> Iterator[tuple[str | None, Engine]]:
+        yield None, self.store_log
+        for run in self.run_ids():
+            yield run, self.run_log(run)
+
+    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """Run labels (store scope) from the catalog, confirmed by the caller against each run's first record;
+        a record label's key names one run's log, searched in the runs this process has open."""
+        out = []
+        for k, run in self.catalog.by_label_key(key):
+            oid = self.run_log(run).record_at(run, 0, 0)
+            if oid is not None:
+                out.append((int(k, 16), oid))
+        if out:
+            return out
+        rows: list[tuple[int, bytes]] = []
+        for log in list(self._runs.values()):
+            with log._mu:
+                rows.extend(log.label_rows(key))
+        return sorted(set(rows), reverse=True)
+
+    def ref_logs(self, prefix: str) -> list[Engine]:
+        if prefix and not runrefs.RUN_PREFIX.startswith(prefix) and not prefix.startswith(runrefs.RUN_PREFIX):
+            return [self.store_log]
+        return [self.store_log, *(self.run_log(r) for r in self.run_ids())]
+
+    # -- commits ------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        txn = LogTxn(self, timeout)
+        try:
+            yield txn
+        except BaseException as e:
+            txn.finish(e)
+            raise
+        txn.finish(None)
+
+    def before_commit(self, log: Engine, txn: LogTxn) -> None:
+        """Under ``log``'s lock, before its entry is written: a run log's first entry needs the run's catalog entry."""
+        if log is self.store_log or log.position().entry != 0 or not txn.ref_moves():
+            return
+        run = next((runrefs.run_of(m[0]) for m in txn.ref_moves()), None)
+        if run is None:
+            return
+        self.catalog.add(self._catalog_entry(run, txn))
+
+    def _catalog_entry(self, run: str, txn: LogTxn) -> CatalogEntry:
+        """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a
+        run whose first entry holds none: the time now, the default subject)."""
+        when = time.time() if txn.when is None else float(txn.when)
+        subject, labels, copy_of = "default", None, None
+        for _oid, v in record_values(txn):
+            if v.get("run") == run and v.get("kind") == "run_started" and v.get("branch") == 0 and v.get("lsn") == 0:
+                body = v.get("body") if isinstance(v.get("body"), dict) else {}
+                subject = body.get("subject") if isinstance(body.get("subject"), str) else subject
+                labels = v.get("labels")
+                t = v.get("time")
+                when = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else when
+                parent = v.get("parent")
+                if isinstance(parent, bytes):
+                    fork = value_of(txn, parent)
+                    if isinstance(fork, dict) and isinstance(fork.get("parent_run"), str):
+                        copy_of = fork["parent_run"]
+                break
+        return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
+
+    def close(self) -> None:
+        self.store_log.close()
+        with self._mu:
+            logs, self._runs = list(self._runs.values()), {}
+        for log in logs:
+            log.close()
+
+
+_ABSENT: Engine = MemoryEngine()  # the empty log a run without one reads as (never written: writes create the log)
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def is_format6(root: str) -> bool:
+    return os.path.isdir(os.path.join(root, STORE_LOG, "log"))
+
+
+__all__ = ["RunLogs", "create_layout", "run_dir"]

@@ -1,0 +1,195 @@
+"""One commit of a store of logs (``LogTxn``): it writes the log of the first ref it touches, and only that log.
+
+A batch does not say which run it is for; its refs do. So a ``LogTxn`` holds its objects until a ref is read
+or moved, then *binds* to that ref's log: takes that log's writer lock (its own, never the store's) and opens
+the log's own ``Txn`` under it, into which it hands every object so far and after. Refs of other logs are read
+as of now, lock-free, like any reader's. A batch that has only read its log may rebind to another log on its
+first ref move (fork_run reads its source, then writes the copy): the first lock is let go before the second
+is taken, so no commit ever holds two logs' locks and none can deadlock. A ref move to a second log is
+refused (``MultiLogBatch``) with nothing written.
+
+Invariants kept here:
+
+* a commit is one entry of one log, written under that log's lock alone;
+* a body a record of the entry names is in that entry's log when the entry lands (put by the batch, held by
+  the process, or read from the log that holds it): no run names a body only another run holds;
+* objects committed with no ref are held by the process (``Held``) until a record that names them is committed.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from ...errors import MultiLogBatch
+from .. import codec
+from ..log.engine import Engine
+from ..log.entry import LargeBlob
+from ..log.facts import body_refs
+from ..log.txn import Txn
+
+if TYPE_CHECKING:
+    from .logs import RunLogs
+
+
+class _Rebind(Exception):
+    """Unwinds a bound log's transaction that wrote nothing (the batch moves to another log)."""
+
+
+class LogTxn(Txn):
+    """A batch of a store of logs: objects now, a log at its first ref."""
+
+    def __init__(self, logs: RunLogs, timeout: float | None) -> None:  # noqa: super().__init__ not called: see below
+        # Txn's fields, as a batch sees them (its moves are the bound log's: a property below).
+        self.engine = logs.store_log
+        self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}
+        self.decoded: dict[bytes, dict] = {}
+        self.facts: dict[bytes, list] = {}
+        self.when: float | None = None
+        self.spills: list = []
+        self.replay = False
+        self.logs = logs
+        self.timeout = timeout
+        self.bound: Engine | None = None
+        self.inner: Txn | None = None
+        self._cm: AbstractContextManager[Txn] | None = None
+
+    @property  # type: ignore[override]
+    def moves(self) -> dict[str, list]:
+        return self.inner.moves if self.inner is not None else {}
+
+    # -- objects ------------------------------------------------------------------------------
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
+        if oid in self.objects:
+            return
+        self.objects[oid] = (otype, canonical)
+        if value is not None:
+            self.decoded[oid] = value
+        if self.inner is not None:
+            self.inner.put(oid, otype, canonical, value)
+
+    def has(self, oid: bytes) -> bool:
+        return oid in self.objects or self.logs.has(oid)
+
+    # -- refs ---------------------------------------------------------------------------------
+    def read_ref(self, name: str) -> bytes | str | None:
+        log = self.logs.for_ref(name, create=self.bound is None)
+        if self.bound is None:
+            self._bind(log)
+        if log is self.bound:
+            assert self.inner is not None
+            return self.inner.read_ref(name)
+        log.refresh()
+        return log.tables.refs.get(name)
+
+    def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
+        inner = self._writer_for(name)
+        inner.set_ref(name, old, new, reason)
+
+    def expect(self, name: str, value: bytes | str | None) -> None:
+        self._writer_for(name).expect(name, value)
+
+    def _writer_for(self, name: str) -> Txn:
+        log = self.logs.for_ref(name, create=True)
+        if self.bound is None:
+            self._bind(log)
+        elif log is not self.bound:
+            if self.inner is not None and self.inner.moves:
+                names = sorted({m for m in self.inner.moves} | {name})
+                raise MultiLogBatch("two logs", ", ".join(names[:3]) + (", …" if len(names) > 3 else ""))
+            self._unbind()
+            self._bind(log)
+        assert self.inner is not None
+        return self.inner
+
+    def ref_moves(self) -> list:
+        return self.inner.ref_moves() if self.inner is not None else []
+
+    # -- binding ------------------------------------------------------------------------------
+    def _bind(self, log: Engine) -> None:
+        cm = log.transaction(self.timeout)
+        inner = cm.__enter__()
+        self._cm, self.inner, self.bound = cm, inner, log
+        inner.replay = self.replay
+        for oid, (otype, c) in self.objects.items():
+            inner.put(oid, otype, c, self.decoded.get(oid))
+
+    def _unbind(self) -> None:
+        cm, inner = self._cm, self.inner
+        self._cm = self.inner = self.bound = None
+        if cm is not None and inner is not None:
+            inner.spills = []  # ours: they go with the log the batch lands in
+            try:
+                cm.__exit__(_Rebind, _Rebind(), None)
+            except _Rebind:
+                pass
+
+    def _add_named_bodies(self) -> None:
+        """Every body a record of this entry names, into the entry if its log lacks it."""
+        assert self.inner is not None and self.bound is not None
+        log, inner = self.bound, self.inner
+        for oid, (otype, c) in list(self.objects.items()):
+            if otype != codec.RECORD:
+                continue
+            value = self.decoded.get(oid)
+            if value is None:
+                try:
+                    value = codec.decode(bytes(c) if not isinstance(c, LargeBlob) else c.read_all(), oid, False)[1]
+                except Exception:  # noqa: BLE001 - a record that does not decode names nothing we can find
+                    continue
+            body = value.get("body") if isinstance(value, dict) else None
+            if not isinstance(body, dict):
+                continue
+            for ref in body_refs(body):
+                if not isinstance(ref, bytes) or ref in self.objects or log.has_body(ref):
+                    continue
+                got = self.logs.copy_source(ref)
+                if got is not None:
+                    self.objects[ref] = got
+                    inner.put(ref, got[0], got[1])
+
+    # -- the end ------------------------------------------------------------------------------
+    def finish(self, exc: BaseException | None) -> None:
+        """Commit (``exc`` None) or discard the batch."""
+        if exc is None and self.inner is not None:
+            self._add_named_bodies()
+            self.inner.when = self.when
+            self.inner.spills.extend(self.spills)
+            self.spills = []
+            assert self.bound is not None
+            self.logs.before_commit(self.bound, self)
+        cm = self._cm
+        self._cm = None
+        try:
+            if cm is not None:
+                if exc is None:
+                    cm.__exit__(None, None, None)
+                else:
+                    cm.__exit__(type(exc), exc, exc.__traceback__)
+            elif exc is None and self.objects:
+                self.logs.hold(self.objects, self.spills)
+                self.spills = []
+        finally:
+            for spill in self.spills:
+                spill.discard()
+
+
+def record_values(txn: LogTxn) -> list[tuple[bytes, dict]]:
+    """(id, payload) of the records a batch puts (decoded ones only: every put through Store has its value)."""
+    return [(oid, v) for oid, v in txn.decoded.items() if txn.objects.get(oid, ("",))[0] == codec.RECORD and isinstance(v, dict)]
+
+
+def value_of(txn: LogTxn, oid: bytes) -> Any:
+    v = txn.decoded.get(oid)
+    if v is not None:
+        return v
+    got = txn.objects.get(oid)
+    if got is None or isinstance(got[1], LargeBlob):
+        return None
+    try:
+        return codec.decode(bytes(got[1]), oid, False)[1]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+__all__ = ["LogTxn"]
