@@ -280,3 +280,29 @@ def _drain_pty(master, timeout):
         chunks.append(data)
     os.close(master)
     return b"".join(chunks)
+
+
+# -- where a store's logs are on disk (format 6: a log per run; formats 3 to 5: one log) ------------------------
+
+def is_per_run(root):
+    """Whether the store at ``root`` has a log per run (format 6)."""
+    return os.path.isdir(os.path.join(str(root), "store", "log"))
+
+
+def store_log_root(root):
+    """The directory holding the store log's ``log/`` and ``lock`` (the store's one log before format 6)."""
+    return os.path.join(str(root), "store") if is_per_run(root) else str(root)
+
+
+def run_log_root(root, run):
+    """The directory holding run ``run``'s ``log/`` and ``lock`` (the store's one log before format 6)."""
+    if not is_per_run(root):
+        return str(root)
+    from objstore.storage.runlogs.logs import run_dir
+
+    return run_dir(str(root), run)
+
+
+def log_engine_of(store, run=None):
+    """The engine of run ``run``'s log (None: the store log) — the store's one engine before format 6."""
+    return store.logs.store_log if run is None else store.logs.run_log(run)
