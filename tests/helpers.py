@@ -49,11 +49,11 @@ def run_cli(*args, store=None, input=None, cwd=None, env_extra=None, exit_code=_
 def raw_objects(store):
     """(id, type, canonical bytes) of every object, read from the segment files in log order
     (the lowest layer: entries re-read and blocks decompressed, not the engine's tables)."""
-    engine = store.engine
     out = []
-    for item in engine.scan(engine.refresh().entry):
-        assert not hasattr(item, "code"), f"log damaged: {item}"
-        out.extend(item.objects)
+    for _run, engine in store.logs.all_logs():  # every log of the store: the store log, then each run's
+        for item in engine.scan(engine.refresh().entry):
+            assert not hasattr(item, "code"), f"log damaged: {item}"
+            out.extend(item.objects)
     return out
 
 
