@@ -373,8 +373,13 @@ class Store:
             mark_version(self.root, version, self.policy)
         self._version = version
 
-    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
-        """(entry, record id) of the label rows with this key, newest first (storage.labels)."""
+    def label_rows(self, key: bytes, run: str | None = None) -> list[tuple[int, bytes]]:
+        """(order, record id) of the label rows with this key, newest first (storage.labels): a record
+        label's rows are in its run's log (``run``), a run label's are store-wide (None)."""
+        if run is not None:
+            log = self.logs.run_log(run)
+            with _tables_lock(log):
+                return log.label_rows(key)
         return self.logs.label_rows(key)
 
     def put_blob(self, data: bytes) -> bytes:
