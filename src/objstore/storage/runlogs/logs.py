@@ -38,7 +38,7 @@ from ..log.memory import MemoryEngine
 from ..log.txn import Txn
 from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
-from .citation import CiteHistory, CrossView, needs_cite, recheck, shared_lock
+from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
 from .multitxn import LogTxn, record_values, value_of
 
@@ -270,6 +270,17 @@ class RunLogs(LogSet):
             moved = next((m[2] for m in moves if m[0] == name), None)
             cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
         return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
+
+    def date(self, run: str, oid: bytes) -> int | None:
+        log = self.run_log(run)
+        e = log.loc_entry(oid)
+        if e is not None:
+            return e
+        s = self.store_log.loc_entry(oid)
+        if s is None:
+            return None
+        seen = self.history(log).first_seeing(s) if log is not _ABSENT else None
+        return AFTER if seen is None else seen
 
     def history(self, engine: Engine) -> CiteHistory:
         h = self._hist.get(id(engine))
