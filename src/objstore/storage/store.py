@@ -645,6 +645,15 @@ class Store:
             return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
         return self.run_names()
 
+    def granted_runs(self, key: str) -> list[str]:
+        """The runs whose logs hold a grant chain about public key ``key`` (found in the catalog of a store of a log
+        per run, to be confirmed against their logs); a store of one log: every run."""
+        if self.logs.per_run:
+            from .runlogs.logs import RunLogs
+
+            return cast(RunLogs, self.logs).catalog.granted(key)
+        return self.run_names()
+
     def run_order(self, run: str) -> tuple | int | None:
         """Where a run is in the order runs were started (comparable between runs; None: not indexed)."""
         return self.logs.start_order(run)

@@ -214,12 +214,18 @@ class RunLogs(LogSet):
 
     def before_commit(self, log: Engine, txn: LogTxn) -> None:
         """Under ``log``'s lock, before its entry is written: a run log's first entry needs the run's catalog entry."""
-        if log is self.store_log or log.position().entry != 0 or not txn.ref_moves():
+        moves = txn.ref_moves()
+        if log is self.store_log or not moves:
             return
-        run = next((runrefs.run_of(m[0]) for m in txn.ref_moves()), None)
+        run = next((runrefs.run_of(m[0]) for m in moves), None)
         if run is None:
             return
-        self.catalog.add(self._catalog_entry(run, txn))
+        if log.position().entry == 0:
+            self.catalog.add(self._catalog_entry(run, txn))
+        prefix = runrefs.run_grant_prefix(run)
+        for m in moves:
+            if m[0].startswith(prefix) and m[1] is None:  # a new grant chain: findable by its key
+                self.catalog.mark_grant(run, m[0][len(prefix):])
 
     def _catalog_entry(self, run: str, txn: LogTxn) -> CatalogEntry:
         """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a

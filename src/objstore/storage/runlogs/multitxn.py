@@ -21,12 +21,13 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import MultiLogBatch
+from ...errors import MultiLogBatch, Refused
 from .. import codec
 from ..log.engine import Engine
 from ..log.entry import LargeBlob
 from ..log.facts import body_refs
 from ..log.txn import Txn
+from ..refs import chain_type, forward_only
 
 if TYPE_CHECKING:
     from .logs import RunLogs
@@ -91,6 +92,12 @@ class LogTxn(Txn):
         return value
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
+        if isinstance(new, bytes) and new not in self.objects and self.logs.held.has(new) and forward_only(name):
+            # An object this process holds was put by an earlier commit: a chain ref that moves only to an object
+            # of its own commit refuses it, as it refuses one stored earlier (its writer's grant is dated by it).
+            want = chain_type(name)
+            if want in ("journal", "segment", "deletion", "schema"):
+                raise Refused(f"ref {name} moves only to a {want} stored in the same commit")
         inner = self._writer_for(name)
         inner.set_ref(name, old, new, reason)
 
