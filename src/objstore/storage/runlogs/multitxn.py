@@ -92,7 +92,7 @@ class LogTxn(Txn):
         return value
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
-        if isinstance(new, bytes) and new not in self.objects and self.logs.held.has(new) and forward_only(name):
+        if isinstance(new, bytes) and self.logs.held.has(new) and forward_only(name):
             # An object this process holds was put by an earlier commit: a chain ref that moves only to an object
             # of its own commit refuses it, as it refuses one stored earlier (its writer's grant is dated by it).
             want = chain_type(name)
