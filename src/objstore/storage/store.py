@@ -636,6 +636,26 @@ class Store:
         """Log position (entry number, in the run's log) of a run's ``run_started`` record."""
         return self.logs.run_log(run).tables.starts.get(run)
 
+    def runs_newest_first(self) -> Iterator[str]:
+        """Every live run, newest start first (ties by id, the greater first). A store of a log per run walks its
+        catalog from the newest end, opening only the runs it yields (and those it skips: a start killed before
+        its first entry, a deleted run); a store of one log sorts its run-start index."""
+        if not self.logs.per_run:
+            runs = self.run_names()
+            yield from sorted(runs, key=lambda r: (-1 if (p := self.run_order(r)) is None else p, r), reverse=True)
+            return
+        from .runlogs.logs import RunLogs
+
+        for _k, run in cast(RunLogs, self.logs).catalog.newest_first():
+            refs = self.run_refs(run)
+            if runrefs.branch_ref(run, 0) not in refs:
+                continue  # no log, or a log without its first entry: a killed start
+            gone = refs.get(runrefs.deleted_ref(run))
+            if gone is not None:
+                self.obey_deletion(runrefs.deleted_ref(run), gone)
+                continue
+            yield run
+
     def subject_runs(self, subject: str) -> list[str]:
         """The runs catalogued with ``subject`` (a store of a log per run; newest first), to be confirmed
         against their logs by the caller; a store of one log has no catalog: every run."""

@@ -229,7 +229,8 @@ class RunLogs(LogSet):
 
     def _catalog_entry(self, run: str, txn: LogTxn) -> CatalogEntry:
         """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a
-        run whose first entry holds none: the time now, the default subject)."""
+        run whose first entry holds none: the default subject). Its time, the catalog's order, is the commit's
+        (the entry's time: now, or the time a copy or an upgrade keeps), not the time the record states."""
         when = time.time() if txn.when is None else float(txn.when)
         subject, labels, copy_of = "default", None, None
         for _oid, v in record_values(txn):
@@ -238,8 +239,6 @@ class RunLogs(LogSet):
                 if isinstance(body, dict) and isinstance(body.get("subject"), str):
                     subject = body["subject"]
                 labels = v.get("labels")
-                t = v.get("time")
-                when = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else when
                 parent = v.get("parent")
                 if isinstance(parent, bytes):
                     fork = value_of(txn, parent)
