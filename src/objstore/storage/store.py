@@ -38,6 +38,7 @@ from ..errors import (
     NewerFormat,
     ObjectNotFound,
     Redacted,
+    RunNotFound,
     StaleBase,
     StorageOSError,
     StoreFormatError,
@@ -558,13 +559,37 @@ class Store:
         return self.logs.has(oid)
 
     def resolve_id(self, text: str) -> bytes:
-        """A full hex id, or a unique prefix of at least 4 hex digits."""
-        text = text.strip().lower()
+        """A full hex id, or a unique prefix of at least 4 hex digits; ``RUN:ID`` looks in run RUN's log (opening
+        that log only, so a store of a log per run finds it at the cost of one run)."""
+        text = text.strip()
+        run, sep, rest = text.rpartition(":")
+        if sep:
+            log = self.logs.run_log(run)
+            log.refresh()
+            if runrefs.branch_ref(run, 0) not in log.tables.run_refs.get(run, {}):
+                raise RunNotFound(run)
+            text = rest.strip().lower()
+            if len(text) == codec.HEX_LEN:
+                oid = codec.parse_id(text)
+                if not log.has(oid):
+                    raise ObjectNotFound(f"{text} (in run {run})")
+                return oid
+            self._check_prefix(text)
+            hits = sorted(oid for oid in log.iter_ids() if oid.hex().startswith(text))
+            return self._one_hit(text, hits)
+        text = text.lower()
         if len(text) == codec.HEX_LEN:
             return codec.parse_id(text)
+        self._check_prefix(text)
+        return self._one_hit(text, sorted(self.logs.ids_with_prefix(text)))
+
+    @staticmethod
+    def _check_prefix(text: str) -> None:
         if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
             raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
-        hits = sorted(self.logs.ids_with_prefix(text))
+
+    @staticmethod
+    def _one_hit(text: str, hits: list[bytes]) -> bytes:
         if not hits:
             raise ObjectNotFound(text)
         if len(hits) > 1:

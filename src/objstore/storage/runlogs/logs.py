@@ -146,6 +146,15 @@ class RunLogs(LogSet):
     def has(self, oid: bytes) -> bool:
         return self.locate(oid).has(oid)
 
+    def ids_with_prefix(self, text: str) -> set[bytes]:
+        """Every log's ids with this prefix: a prefix is unique only over the whole store, so every run is
+        searched (O(runs); ``RUN:PREFIX`` searches one run)."""
+        out: set[bytes] = set()
+        for _run, log in self.all_logs():
+            log.refresh()
+            out.update(oid for oid in log.iter_ids() if oid.hex().startswith(text))
+        return out
+
     def copy_source(self, oid: bytes) -> tuple[str, bytes | LargeBlob] | None:
         """(type, canonical bytes) of a body another log (or the process) holds, for a run's entry naming it."""
         got = self.held.get(oid)
