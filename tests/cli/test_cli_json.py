@@ -150,6 +150,7 @@ def world(tmp_path_factory):
     cli_json("stats")
     cli_json("gc", "--delete-runs-older-than", "3650d", "--reason", "retention", "--dry-run")
     cli_json("gc")
+    cli_json("index")
     cli_json("stats")
     cli_json("push", str(tmp / "mirror"))  # everything above, deletions and redaction included, to another store
     cli_json("clone", str(tmp / "mirror"), str(tmp / "clone"))

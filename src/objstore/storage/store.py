@@ -294,6 +294,17 @@ class Store:
 
     transaction = batch
 
+    @contextmanager
+    def batch_in(self, run: str | None, timeout: float | None = None) -> Iterator[Txn]:
+        """A batch that writes run ``run``'s log (None: the store log) even if it moves no ref: objects put in it
+        are stored there, durable when it ends (a store of one log: ``batch``). On a store of a log per run an
+        object put outside such a batch, with no ref, is held by the process until a record names it."""
+        with self.batch(timeout) as txn:
+            bind = getattr(txn, "bind_to", None)
+            if bind is not None:
+                bind(run)
+            yield txn
+
     def atomically(self, fn: Callable[[], _T]) -> _T:
         """``fn()`` as one commit. Inside an open batch it joins it. On an engine whose commits are
         optimistic (object storage: no lock is held while the body runs), a commit that another
@@ -689,6 +700,15 @@ class Store:
 
             return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
         return self.run_names()
+
+    def build_id_index(self) -> dict:
+        """Write the id → run index (a store of a log per run: ``index/ids``, storage.runlogs.idindex) so a bare id
+        is found without opening every run's log. A store of one log finds every id in its log: nothing to build."""
+        if not self.logs.per_run:
+            return {"built": False, "runs": len(self.run_names()), "ids": None}
+        from .runlogs.logs import RunLogs
+
+        return {"built": True, **cast(RunLogs, self.logs).build_index()}
 
     def granted_runs(self, key: str) -> list[str]:
         """The runs whose logs hold a grant chain about public key ``key`` (found in the catalog of a store of a log

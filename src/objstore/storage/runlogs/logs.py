@@ -40,11 +40,14 @@ from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
 from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
+from .idindex import IdIndex
+from .idindex import build as idindex_build
 from .multitxn import LogTxn, record_values, value_of
 
 STORE_LOG = "store"
 RUNS = "runs"
 CATALOG = "catalog"
+INDEX = "index"  # derived files: index/ids (idindex)
 
 
 def run_dir(root: str, run: str) -> str:
@@ -74,6 +77,7 @@ class RunLogs(LogSet):
         self._runs: dict[str, LogEngine] = {}
         self._run_of: dict[int, str] = {}  # id of an open run log -> its run
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
+        self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
         self._mu = threading.Lock()
 
     # -- which log ------------------------------------------------------------------------------
@@ -132,16 +136,52 @@ class RunLogs(LogSet):
             log.refresh()
             if log.has(oid):
                 return log
-        for run in self._unopened_newest_first():
-            log = self.run_log(run)
-            if log.has(oid):
+        index = self._id_index()
+        newer: set[str] = set()
+        for key, run in self.catalog.newest_first():  # runs the index has not seen first, newest first
+            if index.newest and f"{key}-{run}" <= index.newest:
+                break
+            newer.add(run)
+            if run not in self._runs and self.run_log(run).has(oid):
+                return self.run_log(run)
+        claimed = index.run_of(oid)
+        if claimed is not None:
+            log = self.run_log(claimed)
+            if log.has(oid):  # the index is a claim: the run's log confirms it
                 return log
+        for _key, run in self.catalog.newest_first():  # not where the index says: every run, newest first
+            if run not in self._runs and run not in newer:
+                log = self.run_log(run)
+                if log.has(oid):
+                    return log
         return self.store_log
 
-    def _unopened_newest_first(self) -> Iterator[str]:
-        for _key, run in self.catalog.newest_first():
-            if run not in self._runs:
-                yield run
+    def _id_index(self) -> IdIndex:
+        if self._index is None:
+            self._index = IdIndex(os.path.join(self.root, INDEX, "ids"))
+        return self._index
+
+    def build_index(self) -> dict:
+        """Write ``index/ids``: every run's object ids with their run (``objstore index``; gc too). Returns
+        {"runs": n, "ids": n}."""
+        newest = next(iter(self.catalog.newest_first()), None)
+        mark = "" if newest is None else f"{newest[0]}-{newest[1]}"
+        runs = [r for _k, r in self.catalog.oldest_first()]
+
+        def each() -> Iterator[tuple[str, Iterator[bytes]]]:
+            for run in runs:
+                log = self.run_log(run)
+                if log is _ABSENT:
+                    continue
+                log.refresh()
+                yield run, log.iter_ids()
+                log.release_indexes()
+
+        count = idindex_build(os.path.join(self.root, INDEX, "ids"), self.tmp, self.policy, mark, each())
+        if self._index is not None:
+            self._index.close()
+        self._index = None
+        return {"runs": len(runs), "ids": count}
 
     def has(self, oid: bytes) -> bool:
         return self.locate(oid).has(oid)

@@ -121,6 +121,15 @@ class LogTxn(Txn):
         return self.inner.ref_moves() if self.inner is not None else []
 
     # -- binding ------------------------------------------------------------------------------
+    def bind_to(self, run: str | None) -> None:
+        """Write run ``run``'s log (None: the store log) whatever the batch touches first: a batch of objects
+        alone lands there instead of being held by the process."""
+        log = self.logs.store_log if run is None else self.logs.run_log(run, create=True)
+        if self.bound is None:
+            self._bind(log)
+        elif log is not self.bound:
+            raise MultiLogBatch("two logs", f"{run or 'the store log'} and the log this batch writes")
+
     def _bind(self, log: Engine) -> None:
         cm = log.transaction(self.timeout)
         inner = cm.__enter__()
