@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ObjectNotFound, StorageOSError
 from .. import codec, runrefs
@@ -38,11 +38,12 @@ from ..log.memory import MemoryEngine
 from ..log.txn import Txn
 from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
-from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
-from .idindex import IdIndex
-from .idindex import build as idindex_build
-from .multitxn import LogTxn, record_values, value_of
+
+if TYPE_CHECKING:  # imported where used: a reader of runs never loads the write path, citations or the id index
+    from .citation import CiteHistory, CrossView
+    from .idindex import IdIndex
+    from .multitxn import LogTxn
 
 STORE_LOG = "store"
 RUNS = "runs"
@@ -157,6 +158,8 @@ class RunLogs(LogSet):
         return self.store_log
 
     def _id_index(self) -> IdIndex:
+        from .idindex import IdIndex
+
         if self._index is None:
             self._index = IdIndex(os.path.join(self.root, INDEX, "ids"))
         return self._index
@@ -176,6 +179,8 @@ class RunLogs(LogSet):
                 log.refresh()
                 yield run, log.iter_ids()
                 log.release_indexes()
+
+        from .idindex import build as idindex_build
 
         count = idindex_build(os.path.join(self.root, INDEX, "ids"), self.tmp, self.policy, mark, each())
         if self._index is not None:
@@ -253,6 +258,8 @@ class RunLogs(LogSet):
     # -- commits ------------------------------------------------------------------------------
     @contextmanager
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        from .multitxn import LogTxn
+
         txn = LogTxn(self, timeout)
         try:
             yield txn
@@ -280,6 +287,8 @@ class RunLogs(LogSet):
         """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a
         run whose first entry holds none: the default subject). Its time, the catalog's order, is the commit's
         (the entry's time: now, or the time a copy or an upgrade keeps), not the time the record states."""
+        from .multitxn import record_values, value_of
+
         when = time.time() if txn.when is None else float(txn.when)
         subject, labels, copy_of = "default", None, None
         for _oid, v in record_values(txn):
@@ -300,6 +309,8 @@ class RunLogs(LogSet):
     def citing(self, txn: LogTxn) -> Iterator[None]:
         """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
         re-check what the batch read of it, and move the run's cite ref to the store log's position."""
+        from .citation import needs_cite, recheck, shared_lock
+
         log = txn.bound
         run = self._run_of.get(id(log))
         if run is None or txn.inner is None or not needs_cite(txn):
@@ -317,6 +328,8 @@ class RunLogs(LogSet):
 
     def entry_view(self, engine: Engine, n: int, moves: list, types: dict, bodies: Any, chain: list) -> CrossView:
         """The view a run-log entry's rules read: its run's log, and the store log at the position it cites."""
+        from .citation import CrossView
+
         run = self._run_of.get(id(engine))
         cite = None
         if run is not None:
@@ -333,10 +346,14 @@ class RunLogs(LogSet):
         s = self.store_log.loc_entry(oid)
         if s is None:
             return None
+        from .citation import AFTER
+
         seen = self.history(log).first_seeing(s) if log is not _ABSENT else None
         return AFTER if seen is None else seen
 
     def history(self, engine: Engine) -> CiteHistory:
+        from .citation import CiteHistory
+
         h = self._hist.get(id(engine))
         if h is None:
             h = self._hist[id(engine)] = CiteHistory(engine)

@@ -19,7 +19,7 @@ Invariants kept here:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import MultiLogBatch, Refused
 from .. import codec
@@ -29,9 +29,6 @@ from ..log.facts import body_refs
 from ..log.txn import Txn
 from ..refs import chain_type, forward_only
 
-if TYPE_CHECKING:
-    from .logs import RunLogs
-
 
 class _Rebind(Exception):
     """Unwinds a bound log's transaction that wrote nothing (the batch moves to another log)."""
@@ -40,7 +37,7 @@ class _Rebind(Exception):
 class LogTxn(Txn):
     """A batch of a store of logs: objects now, a log at its first ref."""
 
-    def __init__(self, logs: RunLogs, timeout: float | None) -> None:  # noqa: super().__init__ not called: see below
+    def __init__(self, logs: Any, timeout: float | None) -> None:  # logs: its RunLogs (logs.py imports this module)
         # Txn's fields, as a batch sees them (its moves are the bound log's: a property below).
         self.engine = logs.store_log
         self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}
