@@ -701,6 +701,15 @@ class Store:
             return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
         return self.run_names()
 
+    def fence(self, run: str) -> None:
+        """Move run ``run``'s cite to the store log's position now (a store of a log per run; else nothing): from
+        here on the run's log accepts only entries judged at this store-log position or a later one. Written after
+        a revocation of a grant the run's writers could hold (storage.runlogs.citation)."""
+        if not self.logs.per_run:
+            return
+        with self.batch_in(run) as txn:
+            txn.cite_now = True  # type: ignore[attr-defined]  # batch_in binds a LogTxn on a store of a log per run
+
     def build_id_index(self) -> dict:
         """Write the id → run index (a store of a log per run: ``index/ids``, storage.runlogs.idindex) so a bare id
         is found without opening every run's log. A store of one log finds every id in its log: nothing to build."""

@@ -52,6 +52,7 @@ class LogTxn(Txn):
         self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
+        self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
 
     @property
     def moves(self) -> dict[str, list]:
