@@ -113,9 +113,10 @@ class Store:
         return cls(MemoryEngine())
 
     @classmethod
-    def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
+    def init(cls, path: str | None = None, fsync: str | None = None, format: int | None = None) -> Store:
         """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
-        which: two processes creating one new store at once both succeed, one of them created it."""
+        which: two processes creating one new store at once both succeed, one of them created it.
+        ``format``: 6 (a log per run) or 3 (one log); default ``storedir.new_store_format()``."""
         path = path or default_path()
         if is_remote(path):
             return cls._open_remote(path, create=True)
@@ -135,7 +136,9 @@ class Store:
             os.makedirs(parent, exist_ok=True)
             staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
             os.makedirs(os.path.join(staging, "tmp"))
-            version = new_store_format()
+            version = new_store_format() if format is None else format
+            if version not in (FORMAT_VERSION, RUNLOGS_VERSION):
+                raise InvalidInput(f"a new store is format {FORMAT_VERSION} (one log) or {RUNLOGS_VERSION} (a log per run), not {version!r}")
             if version == RUNLOGS_VERSION:
                 from .runlogs.logs import create_layout
 
@@ -152,7 +155,7 @@ class Store:
                 _rmtree(staging)
                 if os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
-                    return cls.init(path, fsync)
+                    return cls.init(path, fsync, format)
                 if not os.path.exists(marker):
                     raise
                 return cls.open(path, fsync=fsync)  # theirs, whole: not created here
