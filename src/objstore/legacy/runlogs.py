@@ -7,7 +7,9 @@ order) and reasons. Where an object goes: a record or fork object to its run's l
 grant, deletion, schema) to the log of the ref the entry moves to it; a blob to the log of each run whose record or
 journal/segment object of the entry names it (a body a later record of another run names is copied into that run's
 log by the commit that names it, as every format-6 commit does), else to the store log (the owner key, a blob put
-alone). A body gc removed is not copied: no reader of a deleted run reads it. Deletions are judged by the rules of
+alone). A body gc removed is not copied: no reader of a deleted run reads it; but a *record* gc removed cannot be
+replayed (an entry of format 6 holds its records' bytes), so a store whose gc removed records is refused with nothing
+changed (it stays on its format, which this objstore reads). Deletions are judged by the rules of
 format 6 as they are replayed: each cites the store log as the replay stands, which holds every grant and key the
 old log held before it.
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import IntegrityError, ObjectNotFound, ObjstoreError
+from ..errors import IntegrityError, ObjectNotFound, ObjstoreError, Refused
 from ..storage import codec, runrefs
 from ..storage.log.facts import body_refs
 from ..storage.log.format import COMP_GONE, REMOVED
@@ -80,6 +82,11 @@ def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
     moves_of: dict[str | None, list] = {}
     for name, o, n, reason in e.moves:
         log = runrefs.run_of(name)
+        if isinstance(n, bytes) and n not in objs and _removed(eng, n) and e.n == eng.loc_entry(n):
+            # gc removed a record this entry appended (a deleted run's, or one a partial deletion covers): a log of
+            # format 6 cannot take an entry whose record has no bytes, so this store stays on its format
+            raise Refused(f"upgrade: gc removed record {n.hex()} (moved to by {name} in entry {e.n}); a store whose gc removed "
+                          "records is not upgraded to format 6 yet: it stays as it is, and this objstore goes on reading it")
         moves_of.setdefault(log, []).append([name, o, n, reason])
         if isinstance(n, bytes) and n in objs and objs[n][0] != codec.BLOB:
             targets[n].add(log)
@@ -103,6 +110,12 @@ def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
         out.setdefault(log, ([], []))[1].extend(moves)
     order = sorted(out, key=lambda k: (k is not None, k or ""))  # the store log first: what runs' entries cite
     return [(log, out[log][0], out[log][1]) for log in order]
+
+
+def _removed(eng: Any, oid: bytes) -> bool:
+    """Whether gc removed ``oid``'s bytes from the old log."""
+    loc = eng.loc(oid)
+    return loc is not None and getattr(loc, "comp", None) == COMP_GONE
 
 
 def _named(value: dict) -> list:

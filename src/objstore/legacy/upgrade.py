@@ -163,8 +163,19 @@ def _set(cur: dict, name: str, value: bytes | str | None) -> None:
 # -- the public entry point ------------------------------------------------------------------
 
 
+def upgrade_all(path: str, *, fsync: str | None = None) -> list[dict]:
+    """``upgrade`` step by step until the store is of the newest format (1 or 2 -> 3 -> 6): each step's summary."""
+    steps = []
+    while True:
+        got = upgrade(path, fsync=fsync)
+        steps.append(got)
+        if got["status"] not in ("upgraded", "finished"):
+            return steps
+
+
 def upgrade(path: str, *, fsync: str | None = None) -> dict:
-    """Convert the format-1 store at ``path`` to format 2 in place (see the module docstring).
+    """One step of the upgrade of the store at ``path``, in place: format 1 or 2 to 3 (see the module docstring),
+    or a store of one log (3, 4, 5) to format 6 (``legacy.runlogs``); ``upgrade_all`` takes every step.
 
     Returns a summary: ``status`` (``upgraded``, ``finished``, ``already-format-2``), and for a
     conversion ``objects`` copied, ``dropped`` (structured objects no ref ever reached),
@@ -186,8 +197,7 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
         if version in ONE_LOG_VERSIONS:
             return _upgrade_runlogs(path, version, staging, policy, fsync)
         if version == 2:
-            got = _upgrade2(path, staging, policy, fsync)
-            return {**got, "runlogs": _upgrade_runlogs(path, FORMAT_VERSION, staging, policy, fsync)}
+            return _upgrade2(path, staging, policy, fsync)
         if version != 1:
             raise StoreFormatError(path, f"format version {version!r}; upgrade converts format 1 to {FORMAT_VERSION}")
         if os.path.lexists(backup):
@@ -211,9 +221,7 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
             _rmtree(staging)
             raise
         _swap(path, staging, backup, policy)
-    with _dir_lock(path):
-        then = _upgrade_runlogs(path, FORMAT_VERSION, staging, policy, fsync)
-    return {"status": "upgraded", "path": path, **summary, "backup": backup, "runlogs": then}
+    return {"status": "upgraded", "path": path, **summary, "backup": backup}
 
 
 # -- formats 3 to 5 -> 6 ---------------------------------------------------------------------------
