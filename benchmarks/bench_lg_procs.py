@@ -25,6 +25,12 @@ process i runs --steps super-steps on thread ``t<i>``. Total steps/s = all steps
 savers alternate, order reversed on alternate repetitions; per-rep ratio objstore/SqliteSaver, min/median/max. Each
 repetition prints its load average and fsync latency (one os.fdatasync of a 4 KiB write in the scratch directory).
 
+Unless --no-profile: one more objstore round (not timed) with process 0 under ``py-spy record --idle -f raw``: the
+shares of its samples inside the saver's put and put_writes (LangGraph calls them from a thread of its own) spent
+waiting for the writer lock (the flock in ``_os_lock``; the in-process ``_wlock`` the saver's threads wait on
+first) and in fdatasync, and
+the top functions.
+
 Aim (issue 16): objstore >= 1.5x SqliteSaver's total steps/s (median per-rep ratio); main before the per-run format:
 0.54x.
 """
@@ -39,12 +45,18 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gang import PY, fmt3, fsync_probe, loadavg, mmm, run_gang, wait_for_go  # noqa: E402
+from gang import PY, fmt3, fsync_probe, loadavg, lock_wait_marks, mmm, pyspy_shares, run_gang, wait_for_go  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
 SAVERS = ("objstore", "sqlite")
 NAMES = {"objstore": "ObjstoreSaver", "sqlite": "SqliteSaver"}
+SAVER_CALLS = ("ObjstoreSaver.put", "ObjstoreSaver.put_writes")
+
+
+def _steps(app, config):
+    """The timed graph run (its name marks the samples of a py-spy profile)."""
+    return app.invoke({"n": 0, "payload": ""}, config, durability="sync")
 
 
 def child_main(a):
@@ -54,7 +66,7 @@ def child_main(a):
     app = loop_graph(a["steps"]).compile(checkpointer=saver)
     wait_for_go()
     t0 = time.monotonic()
-    out = app.invoke({"n": 0, "payload": ""}, cfg(a["thread"], a["steps"]), durability="sync")
+    out = _steps(app, cfg(a["thread"], a["steps"]))
     t1 = time.monotonic()
     assert out["n"] == a["steps"], out["n"]
     print(json.dumps({"t0": t0, "t1": t1, "n": a["steps"], **facts}), flush=True)
@@ -66,7 +78,7 @@ def child_env():
     return env
 
 
-def one_round(scratch, saver, procs, steps):
+def one_round(scratch, saver, procs, steps, wrap0=()):
     d = tempfile.mkdtemp(prefix=f"{saver}-", dir=scratch)
     env = child_env()
     try:
@@ -75,7 +87,7 @@ def one_round(scratch, saver, procs, steps):
                                capture_output=True, text=True, env=env, check=False)
         if setup.returncode != 0:
             raise SystemExit(f"setup of {saver} failed:\n{setup.stderr[-3000:]}")
-        cmds = [[PY, HERE, "--child", json.dumps({"saver": saver, "dir": d, "steps": steps, "thread": f"t{i}"})]
+        cmds = [[*(wrap0 if i == 0 else ()), PY, HERE, "--child", json.dumps({"saver": saver, "dir": d, "steps": steps, "thread": f"t{i}"})]
                 for i in range(procs)]
         res, rate, wall = run_gang(cmds, env=env)
     finally:
@@ -84,11 +96,35 @@ def one_round(scratch, saver, procs, steps):
     return rate, wall, facts
 
 
+def profile_objstore(scratch, procs, steps):
+    """One untimed objstore round with process 0 under py-spy --idle: where its wall time goes."""
+    pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
+    if not os.path.exists(pyspy):
+        print("  (py-spy not found: pip install py-spy into the venv; no profile)")
+        return
+    raw = os.path.join(os.environ.get("BENCH_DIR") or tempfile.gettempdir(), f"lg-procs-p0-{os.getpid()}.txt")
+    rate, _, _ = one_round(scratch, "objstore", procs, steps, wrap0=(pyspy, "record", "--idle", "-r", "200", "-f", "raw", "-o", raw, "--"))
+    marks = lock_wait_marks()
+    # LangGraph calls the saver from a thread of its own executor: the saver's samples are not under _steps.
+    wall, _, _, _ = pyspy_shares(raw, "_steps", [])
+    total, shares, top, incl = pyspy_shares(raw, SAVER_CALLS, marks)
+    print(f"  py-spy --idle, process 0 of {procs} on ObjstoreSaver ({rate:,.0f} steps/s in that round, not a timed figure): "
+          f"{wall} samples of the graph run (main thread), {total} inside the saver's put/put_writes "
+          f"({100 * total / max(wall, 1):.0f} % of the run's wall time); of the latter:")
+    for label, v in shares.items():
+        print(f"    {label:<30} {100 * v:5.1f} % of them")
+    print("    top functions, inclusive: " + "; ".join(f"{k} {100 * v:.1f} %" for k, v in incl[:12]))
+    print("    top leaf frames: " + "; ".join(f"{k} {100 * v:.1f} %" for k, v in top[:6]))
+    print(f"    raw profile kept: {raw}")
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--procs", type=int, default=8, help="processes, each on its own thread (8)")
     ap.add_argument("--steps", type=int, default=200, help="super-steps per process (200)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions (5)")
+    ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the reps, one untimed objstore round with process 0 under py-spy --idle (on)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -113,6 +149,8 @@ def main(argv):
             print(f"  rep {r}: ObjstoreSaver {rates['objstore'][-1]:,.0f} steps/s  SqliteSaver {rates['sqlite'][-1]:,.0f} steps/s  "
                   f"ratio {rates['objstore'][-1] / rates['sqlite'][-1]:.2f}  | fsync {1000 * lat:.2f} ms  {loadavg()}  "
                   f"| {json.dumps(facts)}", flush=True)
+        if a.profile:
+            profile_objstore(scratch, a.procs, a.steps)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for s in SAVERS:

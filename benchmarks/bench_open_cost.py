@@ -36,6 +36,8 @@ around the operation, which includes opening the store:
     reversed on alternate reps); per-rep ratio big/small; min/median/max.
 (iii) peak RSS: VmHWM of the CPU child (/proc/self/status) at the end; the child's VmHWM before the operation (imports
     + warm-up) printed beside it.
+(profile) unless --no-profile: each operation once more at the big store under ``py-spy record -r 500 -f raw``; the
+    top functions by inclusive share of the samples inside the measured call, and the top leaf frames.
 Before measuring, each operation is run once per store unmeasured (a first opener may write the store's caches).
 
 Targets (issue 16): big/small <= 1.5x for bytes read and for CPU, each operation; peak RSS <= 100 MB at 100 000 runs.
@@ -54,7 +56,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gang import PY, fmt3, fsync_probe, loadavg, mmm  # noqa: E402
+from gang import PY, fmt3, fsync_probe, loadavg, mmm, pyspy_shares  # noqa: E402
 
 HERE = os.path.abspath(__file__)
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -189,6 +191,11 @@ def store_mmaps(root):
     return out
 
 
+def _measured(fn):
+    """The measured call (its name marks the operation's samples in a py-spy profile)."""
+    return fn()
+
+
 def child_main(a):
     import langgraph.checkpoint.base  # noqa: F401
 
@@ -202,7 +209,7 @@ def child_main(a):
     fn = operation(a["op"], a["root"], a["meta"], a["show_arg"])
     hwm0 = vm_hwm()
     c0 = time.process_time()
-    fn()
+    _measured(fn)
     cpu = time.process_time() - c0
     print(json.dumps({"cpu": cpu, "hwm": vm_hwm(), "hwm_before": hwm0, "mmaps": store_mmaps(a["root"])}), flush=True)
 
@@ -258,8 +265,8 @@ def _apply(name, args, ret, fds, per, prefix):
             per[path] = per.get(path, 0) + ret
 
 
-def run_child(args, strace_to=None):
-    cmd = [PY, HERE, "--child", json.dumps(args)]
+def run_child(args, strace_to=None, wrap=()):
+    cmd = [*wrap, PY, HERE, "--child", json.dumps(args)]
     if strace_to:
         cmd = ["strace", "-f", "-qq", "-e", "trace=read,pread64,readv,preadv,openat,open,close,dup,dup2,dup3", "-o", strace_to, *cmd]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -286,6 +293,10 @@ def measure_bytes(a, stores, scratch):
         out[op] = ratio
         print(f"  {op:<10} {a.small:>7,} runs: {small:>12,} B   {a.big:>7,} runs: {big:>12,} B   ratio {ratio:8.1f}x   "
               f"target <= 1.5x: {'met' if ratio <= 1.5 else 'NOT MET'}")
+        mm = {size: sum(v[2] for v in got[size][2].values()) for size in got}
+        if mm[a.small] or mm[a.big]:
+            print(f"  {'':<10} + mmapped store files resident: {mm[a.small]:>10,} B at {a.small:,} runs, {mm[a.big]:>12,} B at "
+                  f"{a.big:,} runs (page faults, not read calls; Rss includes the kernel's fault-around, an upper bound)")
         for size in (a.small, a.big):
             top = sorted(got[size][1].items(), key=lambda kv: -kv[1])[:4]
             rel = [(os.path.relpath(p, stores[size][1]), b) for p, b in top]
@@ -327,6 +338,22 @@ def measure_cpu(a, stores, scratch):
               f"target <= 100 MB: {'met' if peak <= 100 * 2**20 else 'NOT MET'}")
 
 
+def profile_ops(a, stores, scratch):
+    """Each operation on the big store once under py-spy (500 Hz): where its CPU goes."""
+    pyspy = shutil.which("py-spy") or os.path.join(os.path.dirname(PY), "py-spy")
+    if not os.path.exists(pyspy):
+        print("  (py-spy not found: pip install py-spy into the venv; no profile)")
+        return
+    print(f"\n(profile) each operation at {a.big:,} runs under py-spy (not timed): shares of its samples")
+    for op in OPS:
+        raw = os.path.join(scratch, f"profile-{op}-{a.big}.txt")
+        run_child(child_args(a, op, *stores[a.big]), wrap=(pyspy, "record", "-r", "500", "-f", "raw", "-o", raw, "--"))
+        total, _, top, incl = pyspy_shares(raw, "_measured", [])
+        print(f"  {op}: {total} samples; top functions, inclusive: " + "; ".join(f"{k} {100 * v:.0f} %" for k, v in incl[:10]))
+        print(f"  {'':<{len(op)}}  top leaf frames: " + "; ".join(f"{k} {100 * v:.0f} %" for k, v in top[:6]))
+        print(f"  {'':<{len(op)}}  raw profile kept: {raw}")
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", help="where the stores are built once and kept (required unless --child/--build)")
@@ -334,7 +361,9 @@ def parse_args(argv):
     ap.add_argument("--big", type=int, default=100_000, help="runs of the big store (100000)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of the CPU measurement (5)")
     ap.add_argument("--show-arg", default="{id}", help="the argument of show: '{id}' today, '{run}:{id}' on the per-run format")
-    ap.add_argument("--only", choices=("bytes", "cpu"), help="only one of the two measurements")
+    ap.add_argument("--only", choices=("bytes", "cpu", "profile"), help="only one of the measurements")
+    ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
+                    help="after the figures, each operation at the big store once under py-spy: top functions (on)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--build", nargs=2, metavar=("DIR", "N"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -350,7 +379,7 @@ def main(argv):
     if a.build:
         return build_main(a.build[0], int(a.build[1]))
     os.makedirs(a.dir, exist_ok=True)
-    if shutil.which("strace") is None and a.only != "cpu":
+    if shutil.which("strace") is None and a.only in (None, "bytes"):
         raise SystemExit("strace is missing (apt-get install strace), or run with --only cpu")
     rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     print(f"bench_open_cost: code {rev or '?'}, {os.cpu_count()} CPUs, stores under {a.dir}, {loadavg()}")
@@ -367,10 +396,12 @@ def main(argv):
             run_child(child_args(a, op, *stores[size]))
     scratch = os.path.join(a.dir, "scratch")
     os.makedirs(scratch, exist_ok=True)
-    if a.only != "cpu":
+    if a.only in (None, "bytes"):
         measure_bytes(a, stores, scratch)
-    if a.only != "bytes":
+    if a.only in (None, "cpu"):
         measure_cpu(a, stores, scratch)
+    if a.only == "profile" or (a.only is None and a.profile):
+        profile_ops(a, stores, scratch)
     return 0
 
 

@@ -102,18 +102,22 @@ def frame_fn(frame):
 
 def pyspy_shares(raw_path, loop_fn, marks):
     """Shares of a py-spy ``--idle -f raw`` profile: for each (label, predicate over a stack's frames) in marks,
-    the fraction of the samples whose stack is inside ``loop_fn`` (the timed loop) that the predicate accepts;
-    also the top leaf frames. Raw lines: ``frame;frame;...;leaf COUNT``, a frame ``func (file:line)``."""
+    the fraction of the samples whose stack is inside ``loop_fn`` (the timed loop; a function name, bare or
+    ``Class.name``, or a tuple of them) that the predicate accepts;
+    also the top leaf frames and the top functions by inclusive share (on the stack below loop_fn). Raw lines: ``frame;frame;...;leaf COUNT``, a frame ``func (file:line)``."""
+    names = {loop_fn} if isinstance(loop_fn, str) else set(loop_fn)
     total = 0
     hits = dict.fromkeys((m[0] for m in marks), 0)
     leaves: dict = {}
+    inclusive: dict = {}
     with open(raw_path) as f:
         for line in f:
             stack, _, count = line.rstrip("\n").rpartition(" ")
             if not count.isdigit():
                 continue
             frames = stack.split(";")
-            if not any(frame_fn(fr) == loop_fn for fr in frames):
+            at = next((i for i, fr in enumerate(frames) if frame_fn(fr) in names or fr.split(" (")[0] in names), None)
+            if at is None:
                 continue
             c = int(count)
             total += c
@@ -122,5 +126,33 @@ def pyspy_shares(raw_path, loop_fn, marks):
                     hits[label] += c
             leaf = frames[-1].split(" (")[0] + " (" + os.path.basename(frames[-1].split(" (")[-1])
             leaves[leaf] = leaves.get(leaf, 0) + c
+            for fn in {fr.split(" (")[0] for fr in frames[at + 1:]}:
+                inclusive[fn] = inclusive.get(fn, 0) + c
     top = sorted(leaves.items(), key=lambda kv: -kv[1])[:8]
-    return total, {k: (v / total if total else 0.0) for k, v in hits.items()}, [(k, v / total if total else 0.0) for k, v in top]
+    incl = sorted(inclusive.items(), key=lambda kv: -kv[1])[:12]
+    share = (lambda v: v / total if total else 0.0)  # noqa: E731
+    return total, {k: share(v) for k, v in hits.items()}, [(k, share(v)) for k, v in top], [(k, share(v)) for k, v in incl]
+
+
+def lock_wait_marks(lock_fn="_os_lock"):
+    """py-spy marks for time waiting on the writer lock: a frame ``lock_fn`` (the flock, taken in
+    src/objstore/storage/log/local_write.py), and the in-process lock threads of one process wait on first (a leaf
+    frame ``Writer.transaction`` at the line of ``self._wlock.acquire``, found in the source: a C call has no frame)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("objstore.storage.log.local_write")
+    line = None
+    if spec is not None and spec.origin:
+        with open(spec.origin) as f:
+            line = next((i for i, ln in enumerate(f, 1) if "self._wlock.acquire(" in ln), None)
+    at = f"local_write.py:{line})" if line else None
+
+    def flock(frames):
+        return any(frame_fn(f) == lock_fn for f in frames)
+
+    def wlock(frames):
+        return at is not None and frame_fn(frames[-1]) == "transaction" and frames[-1].endswith(at)
+
+    return [(f"lock wait, flock ({lock_fn})", flock), ("lock wait, in-process (_wlock)", wlock),
+            ("lock wait, both", lambda fr: flock(fr) or wlock(fr)),
+            ("fdatasync (leaf _sync_upto)", lambda fr: frame_fn(fr[-1]) == "_sync_upto")]
