@@ -77,10 +77,10 @@ def child_objstore(a):
     log = RunLog(Store.open(a["root"], fsync=a["fsync"]))
     run = log.start_run(a["run"])
     wait_for_go()
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     _commit_loop(log, run, a["n"])
-    t1 = time.monotonic()
-    return {"t0": t0, "t1": t1, "n": a["n"]}
+    t1, c1 = time.monotonic(), time.process_time()
+    return {"t0": t0, "t1": t1, "n": a["n"], "cpu": c1 - c0}
 
 
 def load_commitpath(path):
@@ -146,6 +146,9 @@ def profile_writer(scratch, p, n, fsync, lock_fn):
     raw = os.path.join(scratch, f"writer0-{fsync}.txt")
     wrap = (pyspy, "record", "--idle", "-r", "200", "-f", "raw", "-o", raw, "--")
     rate, _ = objstore_round(scratch, p, n, fsync, wrap0=wrap)
+    if not os.path.exists(raw):
+        print("  (py-spy wrote no profile: ptrace not permitted here?)")
+        return None
     marks = lock_wait_marks(lock_fn)
     total, shares, top, incl = pyspy_shares(raw, LOOP_FN, marks)
     print(f"  py-spy, writer 0 of {p} (fsync {fsync}, {rate:,.0f} commits/s in that round, not a timed figure): "
@@ -162,15 +165,21 @@ def part_off(a, scratch):
     print(f"\n(a) fsync off: P writer processes, each on its own run, {a.n_off} one-record commits each; aggregate commits/s")
     ps = (1, 2, 8)
     rates = {p: [] for p in ps}
+    cpu = {p: [] for p in ps}
     for r in range(a.reps):
         lat = fsync_probe(scratch)
         for p in ps if r % 2 == 0 else ps[::-1]:
-            rates[p].append(objstore_round(scratch, p, a.n_off, "off")[0])
+            rate, res = objstore_round(scratch, p, a.n_off, "off")
+            rates[p].append(rate)
+            cpu[p].append(sum(x["cpu"] for x in res) / sum(x["n"] for x in res))
         print(f"  rep {r}: " + "  ".join(f"P={p} {rates[p][-1]:,.0f}/s" for p in ps)
               + f"  | P2/P1 {rates[2][-1] / rates[1][-1]:.2f}  P8/P1 {rates[8][-1] / rates[1][-1]:.2f}"
               + f"  | fsync {1000 * lat:.2f} ms  {loadavg()}", flush=True)
     for p in ps:
-        print(f"  P={p}: commits/s min/median/max {fmt3(rates[p], '{:,.0f}')}")
+        print(f"  P={p}: commits/s min/median/max {fmt3(rates[p], '{:,.0f}')}   writer CPU per commit (ms) "
+              f"{fmt3([1000 * c for c in cpu[p]], '{:.3f}')}")
+    print(f"  (this machine has {os.cpu_count()} CPUs: with fsync off a writer is CPU-bound, so P/P1 <= min(P, CPUs) x "
+          f"(CPU per commit at P=1 / at P))")
     ok = True
     for p in (2, 8):
         ratios = [x / y for x, y in zip(rates[p], rates[1], strict=True)]
