@@ -9,7 +9,7 @@ Run (from the repository root, with the project venv):
     .venv/bin/python benchmarks/bench_open_cost.py --dir D --big 2000 --reps 2     # smoke
 
 Stores (built once under --dir, as ``runs-<N>/store`` with ``runs-<N>/meta.json``; reused when present, the build
-time printed from meta.json): N runs, one commit per run, fsync off, each run ``start_run(labels={"user": "u<i>"})``
+time and the code that built them printed from meta.json; --rebuild after a format change): N runs, one commit per run, fsync off, each run ``start_run(labels={"user": "u<i>"})``
 and one ``record_attempt`` in one ``Store.batch()`` (2 records); every 100th run (i = 50 mod 100) is instead a
 LangGraph thread ``lg-<i>`` written through ``ObjstoreSaver`` (put checkpoint 1, put_writes of one task, put
 checkpoint 2: three commits, the saver's own). The measured run is ``u<N/2 + 7>``, the measured thread the one
@@ -106,13 +106,18 @@ def build(root, n):
         if i % 5000 == 4999:
             print(f"  .. {time.strftime('%H:%M:%S')} built {i + 1} runs in {time.perf_counter() - t0:.0f} s", flush=True)
     meta["build_seconds"] = time.perf_counter() - t0
+    meta["code"] = code_rev()
     return meta
 
 
-def ensure_store(base, n):
+def code_rev():
+    return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def ensure_store(base, n, rebuild=False):
     d = os.path.join(base, f"runs-{n}")
     meta_path = os.path.join(d, "meta.json")
-    if os.path.exists(meta_path):
+    if os.path.exists(meta_path) and not rebuild:
         with open(meta_path) as f:
             return json.load(f), os.path.join(d, "store")
     shutil.rmtree(d, ignore_errors=True)
@@ -349,7 +354,8 @@ def profile_ops(a, stores, scratch):
         raw = os.path.join(scratch, f"profile-{op}-{a.big}.txt")
         run_child(child_args(a, op, *stores[a.big]), wrap=(pyspy, "record", "-r", "500", "-f", "raw", "-o", raw, "--"))
         total, _, top, incl = pyspy_shares(raw, "_measured", [])
-        print(f"  {op}: {total} samples; top functions, inclusive: " + "; ".join(f"{k} {100 * v:.0f} %" for k, v in incl[:10]))
+        incl = [(k, v) for k, v in incl if v < 0.99]  # the ones on every sample are the call's wrappers
+        print(f"  {op}: {total} samples; top functions under 99 %, inclusive: " + "; ".join(f"{k} {100 * v:.0f} %" for k, v in incl[:10]))
         print(f"  {'':<{len(op)}}  top leaf frames: " + "; ".join(f"{k} {100 * v:.0f} %" for k, v in top[:6]))
         print(f"  {'':<{len(op)}}  raw profile kept: {raw}")
 
@@ -364,6 +370,7 @@ def parse_args(argv):
     ap.add_argument("--only", choices=("bytes", "cpu", "profile"), help="only one of the measurements")
     ap.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True,
                     help="after the figures, each operation at the big store once under py-spy: top functions (on)")
+    ap.add_argument("--rebuild", action="store_true", help="build the stores again even if --dir holds them (after a format change)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--build", nargs=2, metavar=("DIR", "N"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -381,15 +388,15 @@ def main(argv):
     os.makedirs(a.dir, exist_ok=True)
     if shutil.which("strace") is None and a.only in (None, "bytes"):
         raise SystemExit("strace is missing (apt-get install strace), or run with --only cpu")
-    rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = code_rev()
     print(f"bench_open_cost: code {rev or '?'}, {os.cpu_count()} CPUs, stores under {a.dir}, {loadavg()}")
     stores = {}
     for size in (a.small, a.big):
-        meta, root = ensure_store(a.dir, size)
+        meta, root = ensure_store(a.dir, size, a.rebuild)
         stores[size] = (meta, root)
-        print(f"  store of {size:,} runs: {root}, built in {meta['build_seconds']:.1f} s (fsync off), "
+        print(f"  store of {size:,} runs: {root}, built in {meta['build_seconds']:.1f} s (fsync off) by code {meta.get('code', '?')}, "
               f"run {meta['run']} {meta['labels']}, thread {meta['thread']}")
-    ensure_store(os.path.join(a.dir, "warm"), 100)
+    ensure_store(os.path.join(a.dir, "warm"), 100, a.rebuild)
     a.warm = os.path.join(a.dir, "warm", "runs-100")
     for op in OPS:  # the first opener may write caches: not measured
         for size in stores:

@@ -129,7 +129,7 @@ def pyspy_shares(raw_path, loop_fn, marks):
             for fn in {fr.split(" (")[0] for fr in frames[at + 1:]}:
                 inclusive[fn] = inclusive.get(fn, 0) + c
     top = sorted(leaves.items(), key=lambda kv: -kv[1])[:8]
-    incl = sorted(inclusive.items(), key=lambda kv: -kv[1])[:12]
+    incl = sorted(inclusive.items(), key=lambda kv: -kv[1])[:30]
     share = (lambda v: v / total if total else 0.0)  # noqa: E731
     return total, {k: share(v) for k, v in hits.items()}, [(k, share(v)) for k, v in top], [(k, share(v)) for k, v in incl]
 
