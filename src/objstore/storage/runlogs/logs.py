@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # imported where used: a reader of runs never loads the write
     from .multitxn import LogTxn
 
 STORE_LOG = "store"
+MAX_OPEN = 256  # run logs a process keeps open (each holds a few descriptors); past it the least recently used goes
 RUNS = "runs"
 CATALOG = "catalog"
 INDEX = "index"  # derived files: index/ids (idindex)
@@ -75,8 +77,8 @@ class RunLogs(LogSet):
         self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
-        self._runs: dict[str, LogEngine] = {}
-        self._run_of: dict[int, str] = {}  # id of an open run log -> its run
+        self._runs: OrderedDict[str, LogEngine] = OrderedDict()  # the open run logs, least recently used first
+        self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
         self._mu = threading.Lock()
@@ -85,6 +87,11 @@ class RunLogs(LogSet):
     def run_log(self, run: str, create: bool = False) -> Engine:
         log = self._runs.get(run)
         if log is not None:
+            if self._evictable:
+                try:
+                    self._runs.move_to_end(run)
+                except KeyError:
+                    pass  # evicted by another thread meanwhile: this caller still holds it
             return log
         with self._mu:
             log = self._runs.get(run)
@@ -99,9 +106,18 @@ class RunLogs(LogSet):
                 log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
-            self._run_of[id(log)] = run
             self._runs[run] = log
+            self._evictable = len(self._runs) > MAX_OPEN // 2
+            while len(self._runs) > MAX_OPEN:
+                self._evict()
             return log
+
+    def _evict(self) -> None:
+        """Let the least recently used run log go (called with ``_mu`` held). It is not closed here: whoever still
+        holds it (a batch bound to it, a reader mid-walk) goes on using it, and its descriptors close when the last
+        holder lets it go (``LocalBase.__del__``); a later ask opens it again."""
+        run, log = self._runs.popitem(last=False)
+        self._hist.pop(id(log), None)
 
     def _create_run_log(self, d: str) -> None:
         parent = os.path.dirname(d)
@@ -312,7 +328,7 @@ class RunLogs(LogSet):
         from .citation import needs_cite, recheck, shared_lock
 
         log = txn.bound
-        run = self._run_of.get(id(log))
+        run = log.run if log is not None else None
         if run is None or txn.inner is None or not needs_cite(txn):
             yield
             return
@@ -330,7 +346,7 @@ class RunLogs(LogSet):
         """The view a run-log entry's rules read: its run's log, and the store log at the position it cites."""
         from .citation import CrossView
 
-        run = self._run_of.get(id(engine))
+        run = engine.run
         cite = None
         if run is not None:
             name = runrefs.cite_ref(run)
@@ -362,7 +378,7 @@ class RunLogs(LogSet):
     def close(self) -> None:
         self.store_log.close()
         with self._mu:
-            logs, self._runs = list(self._runs.values()), {}
+            logs, self._runs = list(self._runs.values()), OrderedDict()
         for log in logs:
             log.close()
 
