@@ -77,6 +77,7 @@ class RunLogs(LogSet):
         self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
+        self.prefix_ok = False  # every log answers from its readable prefix (verify): set by Store.open(readable_prefix=)
         self._runs: OrderedDict[str, LogEngine] = OrderedDict()  # the open run logs, least recently used first
         self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
@@ -106,6 +107,7 @@ class RunLogs(LogSet):
                 log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
+            log.prefix_ok = self.prefix_ok
             self._runs[run] = log
             self._evictable = len(self._runs) > MAX_OPEN // 2
             while len(self._runs) > MAX_OPEN:
