@@ -75,6 +75,7 @@ class RunLogs(LogSet):
         self.policy = policy
         self.tmp = os.path.join(root, "tmp")
         self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
+        self.store_log.one_log_per_commit = True  # the store's capability, declared where callers ask it (store.engine)
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
         self.prefix_ok = False  # every log answers from its readable prefix (verify): set by Store.open(readable_prefix=)
