@@ -28,6 +28,7 @@ from ..fileutil import FsyncPolicy
 from .engine import Engine
 from .entry import LogEntry
 from .format import SEG_HEADER, ZERO, Loc, Position
+from .idxtrust import VerifiedIndexes
 from .rules import EntryEffect
 from .segfile import Packed, _write_segment_header, seg_name
 from .tables import LogState
@@ -58,6 +59,7 @@ class LocalBase(Engine):
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
         self._built: dict[int, bytes] = {}  # sealed segment -> digest of the index this process built from the log
+        self._verified = VerifiedIndexes(self.dir)  # index files already hashed to the digest the log names (a hint)
         self._bad_idx: dict[int, bytes] = {}  # sealed segment -> the index bytes its wrong file should hold
         self._hint = 0  # segment of the last object found through an index
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
