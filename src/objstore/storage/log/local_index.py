@@ -73,7 +73,6 @@ class SegmentIndexes(LocalBase):
                 yield l, oid
                 prev = oid
                 lsn += 1
-            idx.release()  # done with this segment's rows: its pages leave our resident set
         frozen = self.tables.frozen
         if frozen is not None:
             rows = list(frozen.chain_from(key, lsn))

@@ -1,7 +1,7 @@
 """Persistent indexes of sealed segments (``log/<segment>.idx``), in the manner of git's ``.idx``.
 
 A sealed segment never changes, so its index is written once, when it is
-sealed, and read by ``mmap`` and binary search: opening a store does not read
+sealed, and read by ``pread`` and binary search: opening a store does not read
 the objects of sealed segments, whatever their number. An index is derived
 data: it is rebuilt from its segment whenever it is missing or does not match
 (its header names the segment's last entry and chain checksum), and verify
@@ -21,7 +21,6 @@ Layout (little-endian)::
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -143,7 +142,7 @@ class SegmentIndex:
 
     checked = False  # its bytes were checked against the digest the log names (or built from the log)
 
-    def __init__(self, data: bytes | mmap.mmap | FileBytes, seg: int) -> None:
+    def __init__(self, data: bytes | FileBytes, seg: int) -> None:
         if len(data) < HEAD.size + FANOUT.size + 32:
             raise IndexError_("too short")
         head = data[: HEAD.size + FANOUT.size]
@@ -160,7 +159,7 @@ class SegmentIndex:
         # a fan-out that is not a non-decreasing count ending at the object count would send a lookup
         # outside the rows (a crafted or damaged index): unusable, the caller rebuilds it
         fan = self.fan
-        if fan[255] != nobj or any(fan[i] > fan[i + 1] for i in range(255)):
+        if fan[255] != nobj or list(fan) != sorted(fan):
             raise IndexError_("fan-out table does not count the object rows")
         self.obj0 = HEAD.size + FANOUT.size
         self.chain0 = self.obj0 + nobj * OBJ.size
@@ -185,13 +184,21 @@ class SegmentIndex:
             else:
                 return OBJ.unpack(data[p : p + size])
         rows = data[base + lo * size : base + hi * size]  # the fan-out's bucket (or what is left of it): one read
-        for i in range(0, len(rows), size):
-            if rows[i : i + 32] == oid:
-                return OBJ.unpack_from(rows, i)
+        lo, hi = 0, len(rows) // size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            k = rows[mid * size : mid * size + 32]
+            if k < oid:
+                lo = mid + 1
+            elif k > oid:
+                hi = mid
+            else:
+                return OBJ.unpack_from(rows, mid * size)
         return None
 
     def _chain_lower(self, key: bytes, lsn: int) -> int:
-        """The first chain row at or after (key, lsn)."""
+        """The first chain row at or after (key, lsn): probes read one row each until the rows left
+        fit in ``BLOCK`` bytes, which are read at once and searched in memory."""
         lo, hi = 0, self.nchain
         data, base, size = self.data, self.chain0, CHAIN.size
         while (hi - lo) * size > BLOCK:
@@ -202,11 +209,15 @@ class SegmentIndex:
             else:
                 hi = mid
         rows = data[base + lo * size : base + hi * size]
-        for i in range(0, len(rows), size):
-            k, l, _ = CHAIN.unpack_from(rows, i)
-            if (k, l) >= (key, lsn):
-                return lo + i // size
-        return hi
+        a, b = 0, len(rows) // size
+        while a < b:
+            mid = (a + b) // 2
+            k, l, _ = CHAIN.unpack_from(rows, mid * size)
+            if (k, l) < (key, lsn):
+                a = mid + 1
+            else:
+                b = mid
+        return lo + a
 
     def record_at(self, key: bytes, lsn: int) -> bytes | None:
         at = self._chain_lower(key, lsn)
@@ -216,18 +227,9 @@ class SegmentIndex:
         k, l, oid = CHAIN.unpack(self.data[p : p + CHAIN.size])
         return oid if (k, l) == (key, lsn) else None
 
-    def release(self) -> None:
-        """Drop the mapped pages from this process's resident set (they stay in the page cache):
-        a long walk over many segments then holds one segment's index at a time, not all."""
-        if isinstance(self.data, mmap.mmap):
-            try:
-                self.data.madvise(mmap.MADV_DONTNEED)
-            except (OSError, AttributeError, ValueError):
-                pass
-
     def close(self) -> None:
         """Let go of the file (a map or a descriptor); bytes held in memory stay."""
-        if isinstance(self.data, (mmap.mmap, FileBytes)):
+        if isinstance(self.data, FileBytes):
             self.data.close()
 
     def chain_from(self, key: bytes, lsn: int) -> Iterator[tuple[int, bytes]]:
@@ -314,31 +316,23 @@ def load_named(path: str, seg: int, digest: bytes, vouched: Callable[[os.stat_re
 
 
 def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
-    """Map an index file; with ``check``, its trailing BLAKE3 is verified first by reading the file
-    (not through the map, so only the pages lookups touch count towards the reader's memory)."""
+    """An index file read with ``pread`` (``FileBytes``); with ``check``, its own trailing BLAKE3 is
+    verified first (a damaged file; only the log's digest tells a forged one)."""
+    got = open_index(path)
+    if got is None:
+        raise IndexError_("missing or empty")
+    data = got[0]
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise IndexError_("missing") from None
-    try:
-        size = os.fstat(fd).st_size
-        if size <= 32:
-            raise IndexError_("empty")
         if check:
             h = blake3.blake3()
-            off = 0
-            while off < size - 32:
-                chunk = os.pread(fd, min(1 << 20, size - 32 - off), off)
-                if not chunk:
-                    raise IndexError_("truncated")
-                h.update(chunk)
-                off += len(chunk)
-            if h.digest() != os.pread(fd, 32, size - 32):
+            for off in range(0, len(data) - 32, 1 << 20):
+                h.update(data[off : min(off + (1 << 20), len(data) - 32)])
+            if h.digest() != data[len(data) - 32 :]:
                 raise IndexError_("checksum mismatch")
-        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    return SegmentIndex(data, seg)
+        return SegmentIndex(data, seg)
+    except (OSError, IndexError_):
+        data.close()
+        raise
 
 
 def write(path: str, data: bytes) -> None:
