@@ -143,7 +143,6 @@ class SegmentIndexes(LocalBase):
         idx = self._idx.get(seg)
         if idx is not None:
             return idx
-        _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
         named = self.tables.idx.get(seg) or self._built.get(seg)
         idx = self._load_named(seg, named) if named is not None else None
         if idx is None:
