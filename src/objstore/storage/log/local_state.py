@@ -10,7 +10,8 @@ its signature, and defined in the module named beside it.
 Kept here:
 
 * one descriptor per segment file, opened on first use and kept until ``close`` (or the engine is
-  collected); one that gc replaced is kept open too, as another thread may still read it;
+  collected); one that gc replaced is kept open too, as another thread may still read it; likewise
+  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``);
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
   ``lock`` file's ``flock`` (processes) serialize writers.
@@ -132,6 +133,9 @@ class LocalBase(Engine):
         return fd
 
     def close(self) -> None:
+        for idx in list(self._idx.values()):
+            idx.close()  # an index file read with pread holds its descriptor
+        self._idx.clear()
         for fd in [*self._fds.values(), *self._replaced_fds]:
             os.close(fd)
         self._fds.clear()
