@@ -135,17 +135,13 @@ def refs(c, prefix, as_json, with_log):
       objstore refs --log --json
     """
     store = c.log().store
-    # one log position for both: the refs as of a snapshot, and the moves of the entries up to it
-    snap = store.engine.snapshot()
-    refs_now = store.engine.refs_at(prefix, snap)
-    rows = [{"name": name, "value": value.hex() if isinstance(value, bytes) else value} for name, value in sorted(refs_now.items())]
-    if with_log:
-        moves: dict = {}
-        for m in store.ref_log(upto=snap.entry):
-            if m["name"].startswith(prefix):
-                moves.setdefault(m["name"], []).append(m)
-        for row in rows:
-            row["log"] = moves.get(row["name"], [])
+    # one position per log for both: the refs as of a snapshot, and the moves of the entries up to it
+    rows = []
+    for name, value, moves in store.refs_snapshot(prefix, with_moves=with_log):
+        row = {"name": name, "value": value.hex() if isinstance(value, bytes) else value}
+        if with_log:
+            row["log"] = moves
+        rows.append(row)
     if as_json:
         echo_json(rows)
         return

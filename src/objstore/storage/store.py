@@ -790,6 +790,29 @@ class Store:
                         items[name] = new
         yield from sorted((n, v) for n, v in items.items() if n.startswith(prefix))
 
+    def refs_snapshot(self, prefix: str = "", with_moves: bool = False) -> list[tuple[str, Any, list[dict]]]:
+        """(name, value, its moves) of every ref under ``prefix``, each log read at one snapshot: the refs as of it and
+        (``with_moves``) the moves of that log's entries up to it, in log order ({entry, name, old, new, time, reason};
+        ``entry`` is the entry's number in the log holding the ref). A store of a log per run reads the store log and
+        each run's log (one run's alone for a prefix ``run/<R>/…``)."""
+        run = runrefs.run_of(prefix)
+        logs = [self.logs.run_log(run)] if run is not None else self.logs.ref_logs(prefix)
+        out: list[tuple[str, Any, list[dict]]] = []
+        for log in logs:
+            snap = log.snapshot()
+            now = log.refs_at(prefix, snap)
+            moves: dict[str, list[dict]] = {}
+            if with_moves and now:
+                for e in log.entries():
+                    if e.n > snap.entry:
+                        break
+                    for ref, old, new, reason in e.moves:
+                        if ref.startswith(prefix):
+                            moves.setdefault(ref, []).append({"entry": e.n, "name": ref, "old": _show(old), "new": _show(new),
+                                                              "time": e.time, "reason": reason})
+            out.extend((name, value, moves.get(name, [])) for name, value in now.items())
+        return sorted(out, key=lambda r: r[0])
+
     def ref_log(self, name: str | None = None, upto: int | None = None) -> Iterator[dict]:
         """Every ref move in log order (of one ref, or all), read from the commit entries; with
         ``upto``, only the moves of entries up to that one (a snapshot's)."""
