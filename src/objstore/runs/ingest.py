@@ -364,7 +364,7 @@ def same_run(log: RunLog, run: str, events: list[tuple[int, dict, dict]]) -> boo
     mine = mem.records(run, all_branches=True)
     if len(mine) != len(theirs) or mem.view(run).live != live:
         return False
-    for a, b in zip(mine, theirs):
+    for a, b in zip(mine, theirs, strict=True):
         if (a.kind, a.branch, a.lsn, a.body) != (b.kind, b.branch, b.lsn, b.body):
             return False
         if a.time != _NO_TIME and a.time != b.time:
