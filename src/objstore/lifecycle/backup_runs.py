@@ -108,23 +108,28 @@ def backup_runs(store: Store, src: str, dest: str, progress: Progress | None) ->
                 dcat.add(e)
                 if logs.catalog.is_deleted(run):
                     dcat.mark_deleted(run)
+            opened = {os.path.realpath(e.root): e for e in logs.open_logs() if isinstance(e, LogEngine)}
             for run in _sources_first(entries):
-                _copy_run(src, dest, run, policy, total, logs.catalog.is_deleted(run))
+                _copy_run(src, dest, run, policy, total, logs.catalog.is_deleted(run), opened.get(os.path.realpath(run_dir(src, run))))
     return BackupResult(dest, pos.entry, anchor_token(pos.entry, pos.checksum), total.copied, total.reused,
                         total.removed, total.bytes, total.recopied, total.logs)
 
 
-def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, deleted: bool) -> None:
-    """Run ``run``'s log, SRC's snapshot of it now, into DEST (created empty first if DEST has none)."""
+def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, deleted: bool, engine: LogEngine | None) -> None:
+    """Run ``run``'s log, SRC's snapshot of it now, into DEST (created empty first if DEST has none). ``engine``:
+    the log as this process has it open already, else it is opened here and closed after (a backup of many
+    runs does not keep every log open)."""
     sdir, ddir = run_dir(src, run), run_dir(dest, run)
     if not os.path.isdir(os.path.join(sdir, "log")):
         if deleted and os.path.isdir(os.path.join(ddir, "log")):
             _remove_log(dest, ddir, policy)
         return  # a start killed before the log was made: the catalog entry alone, as in SRC
-    try:
-        engine = LogEngine(sdir, policy)
-    except OSError as e:
-        raise StorageOSError(f"open the log of run {run}", e) from None
+    mine = engine is None
+    if engine is None:
+        try:
+            engine = LogEngine(sdir, policy)
+        except OSError as e:
+            raise StorageOSError(f"open the log of run {run}", e) from None
     try:
         rpos, rseg, rend = engine.tail()
         lengths = src_lengths(engine, rseg, rend)
@@ -138,7 +143,8 @@ def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, d
             _drop_tmp(_log_tmp(dest, run))
         total.add(r, run)
     finally:
-        engine.close()
+        if mine:
+            engine.close()
 
 
 def make_log(d: str, policy: FsyncPolicy) -> None:
