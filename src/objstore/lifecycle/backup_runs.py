@@ -47,7 +47,7 @@ from ..storage.runlogs.logs import CATALOG, STORE_LOG, RunLogs, create_layout, r
 from ..storage.store import Store
 from ..storage.storedir import MARKER, RUNLOGS_VERSION, read_marker
 from . import delete
-from .backup import check_log_history, create_dest, dest_lock, src_lengths
+from .backup import check_log_history, create_dest, dest_lock, remove_dead_stagings, src_lengths
 from .backup_copy import BackupResult, Progress, _Copier, digests_path
 
 LOCK = "backup-runs.lock"  # DEST/tmp/<this>: one backup into DEST at a time
@@ -150,9 +150,11 @@ def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, d
 def make_log(d: str, policy: FsyncPolicy) -> None:
     """An empty log at ``d`` (``d/log/``, ``d/lock``), staged beside it and renamed into place: whole or absent."""
     parent = os.path.dirname(d)
-    staging = os.path.join(parent, f".{os.path.basename(d)}.new-{os.getpid()}-{threading.get_ident()}")
+    prefix = f".{os.path.basename(d)}.new-"
+    staging = os.path.join(parent, f"{prefix}{os.getpid()}-{threading.get_ident()}")
     try:
         os.makedirs(parent, exist_ok=True)
+        remove_dead_stagings(parent, prefix)  # a copy killed while making it left one
         LogEngine.create(staging, policy)
         try:
             os.rename(staging, d)
