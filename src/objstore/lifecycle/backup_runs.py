@@ -243,8 +243,13 @@ def _check_dest(dest: str, slog: LogEngine, pos: Position) -> bool:
 
 
 def _check_catalog(dest: str, entries: dict[str, CatalogEntry]) -> None:
-    """InvalidInput if DEST's catalog holds an entry of one of SRC's runs with other contents (another history)."""
+    """InvalidInput if DEST's catalog holds a run SRC's does not (a catalog entry is never removed: DEST is a
+    backup of another store), or an entry of one of SRC's runs with other contents (another history)."""
     dcat = Catalog(os.path.join(dest, CATALOG), FsyncPolicy("off"), os.path.join(dest, "tmp"))
+    extra = next((run for run in dcat.all_ids() if run not in entries), None)
+    if extra is not None:
+        raise InvalidInput(f"backup destination {dest} is a store of another history (it holds run {extra}, which this store "
+                           "never had)")
     for run, e in entries.items():
         try:
             mine = dcat.entry(run)
