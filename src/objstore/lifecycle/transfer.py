@@ -2,7 +2,12 @@
 
 ``transfer(source, target, runs)`` is both directions (local -> S3, S3 -> local, local -> local): the
 target's log entries are its own (re-chained: its entry numbers, checksums and anchors differ from
-the source's), its objects are the source's, byte for byte (content-addressed: the same ids).
+the source's), its objects are the source's, byte for byte (content-addressed: the same ids) — except
+between two stores with a log per run on disk, where a run's log is copied entry for entry
+(``transfer_logs``: the same entries, so the run's head and anchor are the same at both ends; the
+catalog entry as it is) whenever the target's log of the run is empty or a prefix of the source's.
+On a store of logs a run's objects are read from, and written to, that run's own log (a commit
+writes one log: one commit per run there).
 
 Units. First the store-level refs (every ref that is not ``run/<R>/…``: ``keys/owner``, ``schema/*``,
 ``subjects/*/grant/*``, ``redacted/*``), then each run. A unit's commits touch only its own refs, so
