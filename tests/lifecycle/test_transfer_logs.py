@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from helpers import is_per_run, run_cli, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store
@@ -124,3 +125,85 @@ def test_between_a_store_of_one_log_and_a_store_of_logs_both_ways(tmp_path, monk
         assert back.run_refs(run) == one.store.run_refs(run)
     assert verify(RunLog(back)) == []
     assert transfer(logs, back).entries == 0 and transfer(one.store, logs).entries == 0
+
+
+# -- kill -9 at every file operation of a push between stores of logs ---------------------------------------------
+OPS = ("open", "write", "pwrite", "rename", "replace", "fsync", "fdatasync", "unlink", "ftruncate", "mkdir", "link", "rmdir")
+CHANGES = {"write", "pwrite", "rename", "replace", "unlink", "ftruncate", "mkdir", "link", "rmdir", "open-create"}
+
+
+def push_killed_at(k, src, dst, trace=None):
+    """A push from ``src`` to ``dst`` in a forked child that SIGKILLs itself at its k-th file operation; True if it
+    finished first. With ``trace``, the child writes there the kind of each of its file operations."""
+    import json
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            count, kinds = [0], []
+            for name in OPS:
+                real = getattr(os, name)
+
+                def op(*a, _real=real, _name=name, **kw):
+                    count[0] += 1
+                    if count[0] == k:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    flags = a[1] if len(a) > 1 else kw.get("flags", 0)
+                    kinds.append("open-create" if _name == "open" and flags & (os.O_CREAT | os.O_TRUNC) else _name)
+                    return _real(*a, **kw)
+
+                setattr(os, name, op)
+            rep = transfer(Store.open(src), Store.open(dst))
+            assert rep.conflicts == [] and rep.erased == []
+            if trace is not None:
+                with open(trace, "w") as f:
+                    json.dump(kinds, f)
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFEXITED(status):
+        assert os.WEXITSTATUS(status) == 0, "the push failed instead of finishing or being killed"
+        return True
+    assert os.WTERMSIG(status) == signal.SIGKILL
+    return False
+
+
+@pytest.mark.slow
+def test_a_push_killed_at_every_file_operation_leaves_each_run_log_a_prefix(tmp_path, monkeypatch):
+    """A push (a clone of one run, then a push of more) killed at each file operation that can leave the target
+    different: every run log the target has is a prefix of the source's (its head an entry of the source's run,
+    same checksum), no run log has entries without its catalog entry, the target verifies, and the next push ends
+    with every run's head the source's."""
+    import json
+    import shutil
+
+    a, b, base = tmp_path / "a", tmp_path / "b", tmp_path / "base"
+    log = world(make(a, 6, monkeypatch))
+    make(base, 6, monkeypatch)
+    transfer(log.store, Store.open(str(base)), ["A"])
+    log.record_attempt("A", 50, 0, "succeeded", output=log.put_blob(b"after the base"))
+    src_heads = heads(Store.open(str(a)))
+    trace = str(tmp_path / "ops.json")
+    shutil.copytree(base, b)
+    assert push_killed_at(0, str(a), str(b), trace)
+    kinds = json.load(open(trace))
+    os.unlink(trace)
+    points = {1} | {i + 2 for i, kind in enumerate(kinds[:-1]) if kind in CHANGES} | {kinds.index(x) + 1 for x in set(kinds)}
+    assert len(kinds) > 20 and {"open-create", "write", "rename"} <= set(kinds)
+    for k in sorted(points):
+        shutil.rmtree(b)
+        shutil.copytree(base, b)
+        push_killed_at(k, str(a), str(b))
+        t = Store.open(str(b))
+        for run in t.logs.run_ids():
+            got = t.logs.run_log(run).refresh()
+            assert got.entry <= src_heads[run].entry
+            if got.entry:
+                assert t.logs.catalog.entry(run) == log.store.logs.catalog.entry(run)
+                src_at = [e.checksum for e in Store.open(str(a)).logs.run_log(run).entries() if e.n == got.entry]
+                assert src_at == [got.checksum], (k, run)
+        assert verify(RunLog(t)) == [], k
+        rep = transfer(Store.open(str(a)), Store.open(str(b)))
+        assert rep.conflicts == [] and heads(Store.open(str(b))) == src_heads, k
