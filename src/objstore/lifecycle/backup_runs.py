@@ -61,7 +61,6 @@ class _Sum:
         self.copied = self.reused = self.removed = self.bytes = self.logs = 0
         self.recopied: list[int | str] = []
         self.progress = progress
-        self.done = self.total = 0
 
     def add(self, r: BackupResult, run: str | None) -> None:
         self.copied += r.copied
@@ -70,7 +69,6 @@ class _Sum:
         self.bytes += r.bytes_copied
         self.logs += 1
         self.recopied += [k if run is None else f"{k} of run {run}" for k in r.recopied]
-        self.done, self.total = self.bytes, self.bytes
 
     def bar(self) -> Progress | None:
         """A progress callback for one log's copy, counting the logs copied before it."""
