@@ -590,7 +590,12 @@ def ingest(c, source, per_run, as_json):
 
     events = read_events(source)  # every line checked before the store is opened, or created
     log = c.log(create=True)
-    summary = apply_events_per_run(log, events)
+    errors: list = []
+    summary = apply_events_per_run(log, events, errors)
+    if errors and not summary["landed"] and not summary["skipped"]:
+        for e in errors[1:]:  # nothing landed: each run's error as every command says one, the first one last
+            click.echo(f"objstore: error: {e}", err=True)
+        raise errors[0]
     if as_json:
         echo_json(views.ingest_summary(log, summary))
     else:
@@ -602,7 +607,7 @@ def ingest(c, source, per_run, as_json):
         if summary["skipped"]:
             click.echo(f"{len(summary['skipped'])} run(s) in the store already with the same events, skipped: {', '.join(summary['skipped'])}")
         for f in summary["failed"]:
-            click.echo(f"run {f['run']} did not land: {f['error']['message']} (exit {f['error']['exit']})", err=True)
+            click.echo(f"objstore: error: run {f['run']} did not land: {f['error']['message']} (exit {f['error']['exit']})", err=True)
     if summary["failed"]:
         raise SystemExit(summary["failed"][0]["error"]["exit"])
 
