@@ -1,6 +1,6 @@
 """A new user's first commands against object storage, on a real SeaweedFS: a bucket that does not exist is one
 line naming it and ``init --create-bucket`` (exit 3, no store there), and ``init --create-bucket`` makes it; a file
-of several runs is refused naming ``--per-run``; ``stats`` gives what the log and one LIST of the bucket tell."""
+of several runs lands run by run (issue 16: it was refused, naming ``--per-run``); ``stats`` gives what the log and one LIST of the bucket tell."""
 
 from __future__ import annotations
 
