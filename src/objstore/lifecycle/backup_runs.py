@@ -8,14 +8,16 @@ of the same layout (``storage.runlogs``).
 Order, and why it keeps DEST readable at every instant (a ``kill -9`` anywhere leaves a store whose every log is
 a checked prefix of SRC's, and the next backup finishes it):
 
-1. the store log, up to its tail taken first (the grants, owner key and schemas the runs' entries are read
-   against are in DEST before any run entry copied after them);
+0. the snapshot: the catalog listed, then each listed run's log tail taken, then the store log's tail — after
+   every run's, so it holds every store-log position a copied run entry cites (``run/<R>/cite``);
+1. the store log, up to its tail (the grants, owner key and schemas the runs' entries are read against are in
+   DEST before any run entry);
 2. the catalog: every entry SRC has when the copy starts, copied as it is (create-once: a name DEST has is kept,
    and an entry DEST holds with other bytes is another history, refused before anything is written), its order,
    label, subject and copy names and its deletion markers — before any run log, so DEST never holds a run log
    with entries and no catalog entry (what SRC's writers keep too);
-3. each catalogued run's log, a copy's source before the copy (the entry's ``copy_of``), each up to its own tail
-   taken when its turn comes. A run whose log SRC no longer has and whose catalog entry is marked deleted loses
+3. each catalogued run's log, a copy's source before the copy (the entry's ``copy_of``), each up to its tail
+   taken in 0. A run whose log SRC no longer has and whose catalog entry is marked deleted loses
    its log in DEST too (its bodies are not kept in the backup); a run whose log is missing without a deletion
    marker is left as DEST has it.
 
@@ -24,8 +26,6 @@ second backup into DEST is ``LockTimeout``), and each DEST log's own lock while 
 that log in DEST is ``LockTimeout`` for the backup, or waits for it). Temporary files of a log's copy go in
 ``DEST/tmp/backup-logs/<run>/`` (the store log's: ``…/store``), cleared only under that log's lock.
 
-Not yet: run entries citing a store-log position (issue 16's cross-log reads) would need the store log copied up
-to a position at or after every citation of the run entries copied; today no entry cites one.
 """
 
 from __future__ import annotations
@@ -84,11 +84,17 @@ def backup_runs(store: Store, src: str, dest: str, progress: Progress | None) ->
     policy = store.policy
     slog = cast(LogEngine, logs.store_log)
     with gclock.gc_lock(src, shared=True, what="backup"):
+        entries = _catalog_entries(logs.catalog)  # first: every run whose log the snapshot may hold
+        opened = {os.path.realpath(e.root): e for e in logs.open_logs() if isinstance(e, LogEngine)}
+        tails = {}
+        for run in entries:  # each run's snapshot before the store log's: every position they cite is in it
+            got = _tail(src, run, policy, opened)
+            if got is not None:
+                tails[run] = got
         pos, tail_seg, end = slog.tail()
         delete.check_authority(store)  # as the one-log backup: a forged deletion is not spread
         lengths = src_lengths(slog, tail_seg, end)
         fresh = _check_dest(dest, slog, pos)
-        entries = _catalog_entries(logs.catalog)  # after the store log's tail: every run it may name
         if not fresh:
             _check_catalog(dest, entries)
         if fresh:
@@ -106,31 +112,52 @@ def backup_runs(store: Store, src: str, dest: str, progress: Progress | None) ->
                 dcat.add(e)
                 if logs.catalog.is_deleted(run):
                     dcat.mark_deleted(run)
-            opened = {os.path.realpath(e.root): e for e in logs.open_logs() if isinstance(e, LogEngine)}
             for run in _sources_first(entries):
-                _copy_run(src, dest, run, policy, total, logs.catalog.is_deleted(run), opened.get(os.path.realpath(run_dir(src, run))))
+                _copy_run(src, dest, run, policy, total, logs.catalog.is_deleted(run), opened, tails.get(run))
     return BackupResult(dest, pos.entry, anchor_token(pos.entry, pos.checksum), total.copied, total.reused,
                         total.removed, total.bytes, total.recopied, total.logs)
 
 
-def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, deleted: bool, engine: LogEngine | None) -> None:
-    """Run ``run``'s log, SRC's snapshot of it now, into DEST (created empty first if DEST has none). ``engine``:
-    the log as this process has it open already, else it is opened here and closed after (a backup of many
-    runs does not keep every log open)."""
-    sdir, ddir = run_dir(src, run), run_dir(dest, run)
-    if not os.path.isdir(os.path.join(sdir, "log")):
-        if deleted and os.path.isdir(os.path.join(ddir, "log")):
-            _remove_log(dest, ddir, policy)
-        return  # a start killed before the log was made: the catalog entry alone, as in SRC
-    mine = engine is None
-    if engine is None:
-        try:
-            engine = LogEngine(sdir, policy)
-        except OSError as e:
-            raise StorageOSError(f"open the log of run {run}", e) from None
+_Tail = tuple[Position, int, dict[int, int]]  # a log's snapshot: its position, active segment, segment -> bytes
+
+
+def _open(src: str, run: str, policy: FsyncPolicy, opened: dict[str, LogEngine]) -> tuple[LogEngine, bool]:
+    """Run ``run``'s log: as this process has it open, else opened here (True: the caller closes it; a backup
+    of many runs does not keep every log open)."""
+    sdir = run_dir(src, run)
+    engine = opened.get(os.path.realpath(sdir))
+    if engine is not None:
+        return engine, False
+    try:
+        return LogEngine(sdir, policy), True
+    except OSError as e:
+        raise StorageOSError(f"open the log of run {run}", e) from None
+
+
+def _tail(src: str, run: str, policy: FsyncPolicy, opened: dict[str, LogEngine]) -> _Tail | None:
+    """SRC's snapshot of run ``run``'s log now (None: it has no log)."""
+    if not os.path.isdir(os.path.join(run_dir(src, run), "log")):
+        return None
+    engine, mine = _open(src, run, policy, opened)
     try:
         rpos, rseg, rend = engine.tail()
-        lengths = src_lengths(engine, rseg, rend)
+        return rpos, rseg, src_lengths(engine, rseg, rend)
+    finally:
+        if mine:
+            engine.close()
+
+
+def _copy_run(src: str, dest: str, run: str, policy: FsyncPolicy, total: _Sum, deleted: bool,
+              opened: dict[str, LogEngine], tail: _Tail | None) -> None:
+    """Run ``run``'s log, SRC's snapshot of it ``tail``, into DEST (created empty first if DEST has none)."""
+    sdir, ddir = run_dir(src, run), run_dir(dest, run)
+    if tail is None:
+        if deleted and not os.path.isdir(os.path.join(sdir, "log")) and os.path.isdir(os.path.join(ddir, "log")):
+            _remove_log(dest, ddir, policy)
+        return  # a start killed before the log was made (or made after the snapshot): the catalog entry alone
+    rpos, rseg, lengths = tail
+    engine, mine = _open(src, run, policy, opened)
+    try:
         if os.path.isdir(os.path.join(ddir, "log")):
             check_log_history(ddir, engine, rpos, f"the log of run {run} in backup destination {dest}")
         else:
