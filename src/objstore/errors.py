@@ -328,7 +328,8 @@ class MultiLogBatch(ObjstoreError):
 
 
 class IngestMultiLog(MultiLogBatch):
-    """``ingest`` of events of several runs onto object storage, refused as one commit: the line names the way out."""
+    """Events of several runs applied as one commit (``ingest.apply_events``) where a commit writes one run's log
+    (a store with a log per run, object storage): refused, nothing written; the line names the way out."""
 
-    msg = ("ingest on object storage commits one run's log at a time; these events touch {} ({}): "
-           "run it with --per-run to commit each run on its own")
+    msg = ("a commit writes one run's log; these events touch {} ({}): "
+           "apply them run by run (ingest.apply_events_per_run, what 'objstore ingest' does)")

@@ -286,6 +286,8 @@ def backup(c, dest, as_json):
     'objstore anchor' does) on stdout and what it did on stderr; 'objstore
     --store DEST verify --anchor TOKEN' proves the copy. A kill or a full disk
     leaves DEST a store that verifies clean (the older snapshot); run it again.
+    A store with a log per run is copied log by log: the store log (the
+    token is its), the catalog, then each run's log, each the same way.
 
     \b
     Arguments:

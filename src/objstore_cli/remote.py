@@ -75,7 +75,9 @@ def push(c, url, runs, as_json):
     segment, grant or deletion chains). A run whose branch the target moved
     elsewhere is a conflict naming the run and the ref: nothing of it is
     written, the other runs go on. A copy's source run is pushed first. A
-    second push writes nothing.
+    second push writes nothing. Between two stores with a log per run on
+    disk, a run's log is copied entry for entry: its head (its anchor) is
+    the same at both ends.
 
     \b
     Arguments:

@@ -559,19 +559,21 @@ def _export_otlp(c, run, endpoint, bodies, all_branches):
 
 @click.command()
 @click.argument("source", type=click.File("rb"))
-@click.option("--per-run", is_flag=True, help="One commit per run instead of one for the whole file (needed on object storage "
-              "for events of several runs); a run that fails is named and the others still land.")
+@click.option("--per-run", is_flag=True, help="One commit per run: the default (kept for scripts that pass it).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was ingested as JSON (docs/CLI.md, 'ingest').")
 @pass_ctx
 def ingest(c, source, per_run, as_json):
     """Ingest JSON Lines events (schema v1, docs/INGEST.md) from FILE or - (stdin).
 
-    All or nothing: a bad line is reported with its number and no line lands.
-    Creates the store if absent. On object storage (--store s3://...) a
-    commit touches one run's log: a file with events of several runs is
-    refused (exit 15) unless --per-run, which commits each run's events as
-    one commit and reports which runs landed (exit 0 when all did, else the
-    first failed run's exit code).
+    All or nothing per run: every line is checked first (a bad line is
+    reported with its number and no line lands), then each run's events are
+    one commit; a run refused when applied does not land, the others do, and
+    the runs that landed are named (exit 0 when all did, else the first
+    failed run's exit code). Ingesting the same file again lands only the
+    runs that are missing: a run already in the store with the same events is
+    skipped, one with other events is refused (exit 7, naming it). Each
+    commit takes that run's writer lock only. Creates the store if absent.
+    --per-run is the default (accepted).
 
     \b
     Arguments:
@@ -581,14 +583,19 @@ def ingest(c, source, per_run, as_json):
     Examples:
       objstore ingest events.jsonl
       cat events.jsonl | objstore ingest - --json
-      objstore --store s3://bucket/agents ingest events.jsonl --per-run
+      objstore --store s3://bucket/agents ingest events.jsonl
     """
     from objstore.runs import views
-    from objstore.runs.ingest import apply_events, apply_events_per_run, read_events
+    from objstore.runs.ingest import apply_events_per_run, read_events
 
     events = read_events(source)  # every line checked before the store is opened, or created
     log = c.log(create=True)
-    summary = apply_events_per_run(log, events) if per_run else apply_events(log, events)
+    errors: list = []
+    summary = apply_events_per_run(log, events, errors)
+    if errors and not summary["landed"] and not summary["skipped"]:
+        for e in errors[1:]:  # nothing landed: each run's error as every command says one, the first one last
+            click.echo(f"objstore: error: {e}", err=True)
+        raise errors[0]
     if as_json:
         echo_json(views.ingest_summary(log, summary))
     else:
@@ -596,11 +603,12 @@ def ingest(c, source, per_run, as_json):
         for f in summary["forks"]:
             if f["compensation_required"]:
                 click.echo(f"COMPENSATION REQUIRED on run {f['run']} branch {f['branch']} (line {f['line']})", err=True)
-        if per_run:
-            click.echo(f"{len(summary['landed'])} run(s) landed" + (f": {', '.join(summary['landed'])}" if summary["landed"] else ""))
-            for f in summary["failed"]:
-                click.echo(f"run {f['run']} did not land: {f['error']['message']} (exit {f['error']['exit']})", err=True)
-    if per_run and summary["failed"]:
+        click.echo(f"{len(summary['landed'])} run(s) landed" + (f": {', '.join(summary['landed'])}" if summary["landed"] else ""))
+        if summary["skipped"]:
+            click.echo(f"{len(summary['skipped'])} run(s) in the store already with the same events, skipped: {', '.join(summary['skipped'])}")
+        for f in summary["failed"]:
+            click.echo(f"objstore: error: run {f['run']} did not land: {f['error']['message']} (exit {f['error']['exit']})", err=True)
+    if summary["failed"]:
         raise SystemExit(summary["failed"][0]["error"]["exit"])
 
 

@@ -62,12 +62,12 @@ def objects(store):
 
 
 def run_refs(store):
-    runs = {r for r in store.engine.tables.run_refs}
-    return {r: store.run_refs(r) for r in sorted(runs)}
+    return {r: store.run_refs(r) for r in sorted(store.logs.run_ids())}
 
 
 def entries(store):
-    return store.engine.refresh().entry
+    """Entries of every log of the store (a store of logs: the store log's and each run's)."""
+    return sum(engine.refresh().entry for _run, engine in store.logs.all_logs())
 
 
 def test_round_trip_local_s3_local(tmp_path):
@@ -138,7 +138,7 @@ def test_a_copy_pushed_alone_brings_its_source_run_first(tmp_path):
     target = Store.init(str(tmp_path / "b"))
     rep = transfer(log.store, target, ["C"])
     assert rep.landed == ["B", "C"]
-    assert sorted(r for r in target.engine.tables.run_refs) == ["B", "C"]
+    assert sorted(target.logs.run_ids()) == ["B", "C"]
     assert verify(RunLog(target)) == []
     with pytest.raises(RunNotFound):
         transfer(log.store, target, ["nope"])
@@ -374,9 +374,9 @@ def test_a_large_run_is_pushed_in_several_commits_each_a_consistent_prefix(tmp_p
     seen = []
     real = T._Transfer._commit
 
-    def commit(self, commits):  # every commit of the split, checked as the target stands after it
+    def commit(self, commits, run):  # every commit of the split, checked as the target stands after it
         for c in commits:
-            n = real(self, [c])
+            n = real(self, [c], run)
             assert n == 1 and verify(RunLog(self.dst)) == []
             seen.append(len(c[0]))
         return len(commits)

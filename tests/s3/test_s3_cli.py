@@ -25,10 +25,11 @@ def test_the_audit_commands_on_s3(s3_url, tmp_path):
     env = {"OBJSTORE_KEYS": str(tmp_path / "keys"), "OBJSTORE_CACHE_DIR": str(tmp_path / "cache")}
     run_cli("init", store=s3_url, env_extra=env, exit_code=0)
     both = _events("r-one", 5) + _events("r-two", 5)
-    _, _, err = run_cli("ingest", "-", store=s3_url, input=both.encode(), env_extra=env, exit_code=15)
-    assert err.count("\n") == 1 and "r-one" in err and "r-two" in err
-    out = json.loads(run_cli("ingest", "-", "--per-run", "--json", store=s3_url, input=both.encode(), env_extra=env, exit_code=0)[1])
+    # run by run by default (issue 16: it was refused, exit 15, without --per-run); the same file again lands nothing
+    out = json.loads(run_cli("ingest", "-", "--json", store=s3_url, input=both.encode(), env_extra=env, exit_code=0)[1])
     assert out["landed"] == ["r-one", "r-two"] and out["failed"] == [] and out["records"] == 12
+    out = json.loads(run_cli("ingest", "-", "--per-run", "--json", store=s3_url, input=both.encode(), env_extra=env, exit_code=0)[1])
+    assert out["landed"] == [] and out["skipped"] == ["r-one", "r-two"] and out["records"] == 0
     log = run_cli("log", "r-one", "-n", "3", "--format", "json", store=s3_url, env_extra=env, exit_code=0)[1]
     assert [json.loads(x)["lsn"] for x in log.splitlines()] == [5, 4, 3]
     # OBJSTORE_DIR names it as well as --store

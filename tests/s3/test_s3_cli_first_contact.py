@@ -1,6 +1,6 @@
 """A new user's first commands against object storage, on a real SeaweedFS: a bucket that does not exist is one
 line naming it and ``init --create-bucket`` (exit 3, no store there), and ``init --create-bucket`` makes it; a file
-of several runs is refused naming ``--per-run``; ``stats`` gives what the log and one LIST of the bucket tell."""
+of several runs lands run by run (issue 16: it was refused, naming ``--per-run``); ``stats`` gives what the log and one LIST of the bucket tell."""
 
 from __future__ import annotations
 
@@ -58,11 +58,12 @@ def test_create_bucket_is_for_object_storage_only(tmp_path):
     assert "--create-bucket" in err and "s3://" in err, err
 
 
-def test_ingest_of_several_runs_on_s3_names_per_run(s3_url, tmp_path):
+def test_ingest_of_several_runs_on_s3_lands_run_by_run(s3_url, tmp_path):
+    """Issue 16 changed its meaning: ingest commits run by run by default (it was refused, exit 15, naming --per-run)."""
     env = _env(tmp_path)
     run_cli("init", store=s3_url, env_extra=env, exit_code=0)
-    _, _, err = run_cli("ingest", "-", store=s3_url, input=(_events("a", 2) + _events("b", 2)).encode(), env_extra=env, exit_code=15)
-    assert err.count("\n") == 1 and "--per-run" in err and "a, b" in err, err
+    _, out, err = run_cli("ingest", "-", store=s3_url, input=(_events("a", 2) + _events("b", 2)).encode(), env_extra=env, exit_code=0)
+    assert "2 run(s) landed: a, b" in out, (out, err)
 
 
 def test_stats_on_s3_counts_the_log_and_the_buckets_keys(s3_url, tmp_path):

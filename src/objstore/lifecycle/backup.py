@@ -61,7 +61,8 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import cast
 
@@ -73,14 +74,15 @@ from ..storage.log.local import LogEngine
 from ..storage.log.segfile import seg_name
 from ..storage.log.witness import read_witness
 from ..storage.store import Store
-from ..storage.storedir import FORMAT_VERSION, MARKER, READ_VERSIONS, read_marker
+from ..storage.storedir import FORMAT_VERSION, MARKER, ONE_LOG_VERSIONS, read_marker
 from . import delete
 from .backup_copy import BackupResult, Progress, _Copier
 from .backup_io import _UNKNOWN, _first_checksum, _tail32, _write_all
 
 
 def backup(store: Store, dest: str, *, progress: Progress | None = None) -> BackupResult:
-    """Copy a consistent snapshot of ``store`` to ``dest`` (see the module docstring)."""
+    """Copy a consistent snapshot of ``store`` to ``dest`` (see the module docstring; a store with a
+    log per run: ``backup_runs``)."""
     engine = store.engine
     store.require_local("backup copies", f"'objstore clone {store.url} DIR' copies it")
     if not engine.log_files or store.root is None:
@@ -89,17 +91,21 @@ def backup(store: Store, dest: str, *, progress: Progress | None = None) -> Back
     src = os.path.realpath(store.root)
     dest = os.path.abspath(dest)
     _check_apart(src, dest)
+    if store.logs.per_run:
+        from .backup_runs import backup_runs
+
+        return backup_runs(store, src, dest, progress)
     with gclock.gc_lock(src, shared=True, what="backup"):
         pos, tail_seg, end = engine.tail()
         # DEST gets SRC's checkpoint too: one a forger's process wrote past a deletion no authorised
         # key made would hide it from DEST's readers as from SRC's (gc refuses it alike)
         delete.check_authority(store)
-        lengths = _src_lengths(engine, tail_seg, end)
+        lengths = src_lengths(engine, tail_seg, end)
         fresh = _check_dest(dest, engine, pos)  # nothing is written before this passes
         policy = store.policy
         if fresh:
-            _create_dest(dest, policy)
-        with _dest_lock(dest):
+            create_dest(dest, policy)
+        with dest_lock(dest):
             return _Copier(engine, dest, policy, progress).run(pos, tail_seg, lengths, src_version=read_marker(src))
 
 
@@ -110,7 +116,7 @@ def _check_apart(src: str, dest: str) -> None:
         raise InvalidInput(f"backup destination {dest} is the store itself, inside it or around it")
 
 
-def _src_lengths(engine: LogEngine, tail_seg: int, end: int) -> dict[int, int]:
+def src_lengths(engine: LogEngine, tail_seg: int, end: int) -> dict[int, int]:
     """Segment -> bytes of it in the snapshot: sealed ones whole (they do not change while the gc lock
     is held), the active one up to the end of its last complete entry."""
     out = {}
@@ -145,12 +151,20 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
         version = read_marker(dest)
     except ObjstoreError as e:
         raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
-    if version not in READ_VERSIONS:
-        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup is format {', '.join(map(str, READ_VERSIONS))}")
+    if version not in ONE_LOG_VERSIONS:
+        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup of this store is format "
+                           f"{', '.join(map(str, ONE_LOG_VERSIONS))}")
+    check_log_history(dest, engine, pos, f"backup destination {dest}")
+    return False
+
+
+def check_log_history(dest: str, engine: LogEngine, pos: Position, what: str) -> None:
+    """InvalidInput unless the log rooted at ``dest`` (its ``log/``) is a copy of ``engine``'s history
+    not ahead of ``pos``: its first entry's checksum is SRC's, and its witness is not beyond SRC's head."""
     dlog = os.path.join(dest, "log")
     first = os.path.join(dlog, seg_name(1))
     if not os.path.isfile(first):
-        raise InvalidInput(f"backup destination {dest} is a store without {first}")
+        raise InvalidInput(f"{what} is a store without {first}")
     mine = _first_checksum(first)
     if mine is not None:  # DEST has entries: its first must be SRC's
         if mine is _UNKNOWN:  # DEST's first segment is packed (sealed): compare the checksum it ends with
@@ -161,28 +175,29 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
                 theirs = next((e.checksum for e in engine.entries()), None)
             same = mine == theirs
         if not same:
-            raise InvalidInput(f"backup destination {dest} is a store of another history (its first entry is not this store's)")
+            raise InvalidInput(f"{what} is a store of another history (its first entry is not this store's)")
     w = read_witness(os.path.join(dlog, "witness"))
     if w is not None and w[0] > pos.entry:
-        raise InvalidInput(f"backup destination {dest} holds entry {w[0]}, beyond this store's head (entry {pos.entry}); "
+        raise InvalidInput(f"{what} holds entry {w[0]}, beyond this store's head (entry {pos.entry}); "
                            "refusing to roll a backup back")
-    return False
 
 
 # -- DEST as a store -------------------------------------------------------------------------------------------
-def _create_dest(dest: str, policy: FsyncPolicy) -> None:
-    """An empty format-3 store at ``dest``, staged beside it and renamed into place (onto an empty
-    directory too), so DEST is a whole store or absent at every instant; the staging goes on failure."""
+def create_dest(dest: str, policy: FsyncPolicy, version: int = FORMAT_VERSION,
+                layout: Callable[[str, FsyncPolicy], None] = LogEngine.create) -> None:
+    """An empty store of format ``version`` (its directories made by ``layout``) at ``dest``, staged beside
+    it and renamed into place (onto an empty directory too), so DEST is a whole store or absent at every
+    instant; the staging goes on failure."""
     parent = os.path.dirname(dest) or "."
     prefix = f".{os.path.basename(dest)}.backup-"
-    _remove_dead_stagings(parent, prefix)
+    remove_dead_stagings(parent, prefix)
     staging = os.path.join(parent, f"{prefix}{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.makedirs(os.path.join(staging, "tmp"))
-        LogEngine.create(staging, policy)
+        layout(staging, policy)
         fd = os.open(os.path.join(staging, MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _write_all(fd, json.dumps({"format": "objstore", "version": FORMAT_VERSION}).encode() + b"\n")
+            _write_all(fd, json.dumps({"format": "objstore", "version": version}).encode() + b"\n")
             policy.file(fd)
         finally:
             os.close(fd)
@@ -196,7 +211,7 @@ def _create_dest(dest: str, policy: FsyncPolicy) -> None:
         raise StorageOSError(f"create the backup store {dest}", e.strerror) from None
 
 
-def _remove_dead_stagings(parent: str, prefix: str) -> None:
+def remove_dead_stagings(parent: str, prefix: str) -> None:
     """A staging directory of this DEST left by a backup killed before its rename (its pid is gone)."""
     try:
         names = [f for f in os.listdir(parent) if f.startswith(prefix)]
@@ -216,18 +231,24 @@ def _remove_dead_stagings(parent: str, prefix: str) -> None:
 
 
 @contextmanager
-def _dest_lock(dest: str) -> Iterator[None]:
-    """DEST's writer lock, exclusively, without waiting: no writer of DEST and no other backup into it."""
-    path = os.path.join(dest, "lock")
+def dest_lock(dest: str, wait: float = 0.0, path: str | None = None) -> Iterator[None]:
+    """DEST's writer lock (``path``, default ``dest/lock``), exclusively, waiting at most ``wait`` seconds:
+    no writer of DEST and no other backup into it."""
+    path = path or os.path.join(dest, "lock")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise StorageOSError(f"open {path}", e.strerror) from None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LockTimeout(f"{path} for a backup (another backup or a writer of {dest} holds it)", 0) from None
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"{path} for a copy (another backup or a writer of {dest} holds it)", wait) from None
+                time.sleep(0.01)
         yield
     finally:
         os.close(fd)

@@ -66,11 +66,12 @@ class BackupResult(NamedTuple):
     reused: int
     removed: int
     bytes_copied: int
-    recopied: list[int] = []  # DEST segments found damaged (not the bytes they must be) and copied again
+    recopied: list[int | str] = []  # DEST segments found damaged (not the bytes they must be) and copied again ("K of run R")
+    logs: int = 1  # logs copied (a store of format 6: the store log and each run's; ``entries``/``anchor``: the store log's)
 
     def to_json(self) -> dict:
         return {"entries": self.entries, "anchor": self.anchor, "copied": self.copied, "reused": self.reused,
-                "removed": self.removed, "bytes_copied": self.bytes_copied, "recopied": list(self.recopied)}
+                "removed": self.removed, "bytes_copied": self.bytes_copied, "recopied": list(self.recopied), "logs": self.logs}
 
 
 class _Plan(NamedTuple):
@@ -83,11 +84,15 @@ class _Plan(NamedTuple):
 
 
 class _Copier:
-    def __init__(self, engine: LogEngine, dest: str, policy: FsyncPolicy, progress: Progress | None) -> None:
+    def __init__(self, engine: LogEngine, dest: str, policy: FsyncPolicy, progress: Progress | None,
+                 tmp: str | None = None, digests: str | None = None) -> None:
+        """``dest``: the directory holding DEST's ``log/`` (a store of one log, or one log of a store of logs);
+        ``tmp``: where this copy's temporary files go (default ``dest/tmp``; on DEST's file system, used by
+        nothing else while DEST's log lock is held); ``digests``: the file of the last backup's digests."""
         self.engine = engine
         self.dest = dest
         self.dlog = os.path.join(dest, "log")
-        self.tmp = os.path.join(dest, "tmp")
+        self.tmp = tmp or os.path.join(dest, "tmp")
         self.policy = policy
         self.progress = progress
         self.copied = self.reused = self.removed = self.bytes = 0
@@ -96,11 +101,11 @@ class _Copier:
         self.replaced = False  # a DEST segment is replaced or removed: its checkpoint may no longer be adoptable
         # segment -> (size, BLAKE3) the last backup checked. Kept beside SRC, not in DEST: whoever can edit a
         # DEST segment can edit a file in DEST to vouch for the edit, while these digests were made reading SRC
-        self.digests = os.path.join(engine.root, "tmp", DIGESTS, blake3.blake3(os.path.realpath(dest).encode()).hexdigest())
+        self.digests = digests or digests_path(engine.root, dest)
         self.sums = _read_digests(self.digests)
         self.new_sums: dict[int, tuple[int, bytes]] = {}  # the same for this backup's DEST, written at the end
         self.prefix: dict[int, blake3.blake3] = {}  # append: the hash of DEST's checked bytes, continued by the copy
-        self.recopied: list[int] = []
+        self.recopied: list[int | str] = []
 
     def dpath(self, k: int) -> str:
         return os.path.join(self.dlog, seg_name(k))
@@ -585,6 +590,11 @@ class _Copier:
         if pos.entry and read_witness(os.path.join(self.dlog, "witness")) != (pos.entry, pos.checksum):
             self._put_file(os.path.join(self.dlog, "witness"), WITNESS.pack(WITNESS_MAGIC, pos.entry, pos.checksum))
         self.policy.dir(self.dlog)
+
+
+def digests_path(src_root: str, dest: str) -> str:
+    """SRC's file of the digests of DEST's log at ``dest`` as the last backup checked them."""
+    return os.path.join(src_root, "tmp", DIGESTS, blake3.blake3(os.path.realpath(dest).encode()).hexdigest())
 
 
 _AT_FDCWD = -100

@@ -2,7 +2,12 @@
 
 ``transfer(source, target, runs)`` is both directions (local -> S3, S3 -> local, local -> local): the
 target's log entries are its own (re-chained: its entry numbers, checksums and anchors differ from
-the source's), its objects are the source's, byte for byte (content-addressed: the same ids).
+the source's), its objects are the source's, byte for byte (content-addressed: the same ids) — except
+between two stores with a log per run on disk, where a run's log is copied entry for entry
+(``transfer_logs``: the same entries, so the run's head and anchor are the same at both ends; the
+catalog entry as it is) whenever the target's log of the run is empty or a prefix of the source's.
+On a store of logs a run's objects are read from, and written to, that run's own log (a commit
+writes one log: one commit per run there).
 
 Units. First the store-level refs (every ref that is not ``run/<R>/…``: ``keys/owner``, ``schema/*``,
 ``subjects/*/grant/*``, ``redacted/*``), then each run. A unit's commits touch only its own refs, so
@@ -49,13 +54,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from ..errors import BodyRemoved, Conflict, InvalidInput, ObjectNotFound, ObjstoreError, Refused, RunNotFound
+from ..errors import BodyRemoved, Conflict, InvalidInput, LockTimeout, ObjectNotFound, ObjstoreError, Refused, RunNotFound
 from ..runs import records
 from ..runs.facts import body_refs
 from ..storage import codec, runrefs
+from ..storage.log.engine import Engine
 from ..storage.refs import forward_only, write_once_deletion
+from ..storage.runlogs.logs import RunLogs
 from ..storage.store import Store
 from ..storage.storedir import LABELS_VERSION
 from . import delete
@@ -164,7 +171,10 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
 
 
 def _all_runs(store: Store) -> set[str]:
-    """Every run the store has a branch 0 of, deleted ones included (run_names leaves those out)."""
+    """Every run the store has a branch 0 of, deleted ones included (run_names leaves those out); on a
+    store with a log per run, every catalogued run with a log (a log without branch 0 is skipped by ``_run``)."""
+    if store.logs.per_run:
+        return set(store.logs.run_ids())
     with store.engine._mu:
         return {r for r, d in store.engine.tables.run_refs.items() if runrefs.branch_ref(r, 0) in d}
 
@@ -180,6 +190,21 @@ class _Transfer:
         self.deletion_moved = False
         self.reason = f"transfer from {rep.source}"
         self.redacted = {name[len(runrefs.REDACTED_PREFIX):] for name, v in source.list_refs(runrefs.REDACTED_PREFIX) if isinstance(v, bytes)}
+        # two stores of logs on disk: a run's log is copied entry for entry (transfer_logs), its anchor the same at both ends
+        self.logcopy = source.logs.per_run and target.logs.per_run and target.root is not None and target.url is None
+
+    def _dst_log(self, run: str | None) -> Engine:
+        """The target's log that holds the unit's refs and objects (a store of one log: that log)."""
+        return self.dst.logs.store_log if run is None else self.dst.logs.run_log(run)
+
+    def _src_read(self, oid: bytes, run: str | None) -> bytes:
+        """An object's canonical bytes from the source: the unit's own log first, then wherever it is."""
+        logs = self.src.logs
+        if run is not None:
+            log = logs.run_log(run)
+            if log.has(oid):
+                return log.read(oid)
+        return logs.locate(oid).read(oid)
 
     # -- the walk ------------------------------------------------------------------------------
     def _reach(self, start: Any, run: str | None, have: dict) -> list:
@@ -192,7 +217,7 @@ class _Transfer:
         out: list = []
         stack: list = [(start, None)]
         seen: set = set()
-        eng = self.dst.engine
+        eng = self._dst_log(run)
         while stack:
             oid, got = stack.pop()
             if got is not None:  # every reference of it is out already: it goes next
@@ -204,6 +229,8 @@ class _Transfer:
                 continue
             seen.add(oid)
             got = self._read(oid, run)
+            if got is None:
+                continue  # another run's record the target holds in that run's log
             stack.append((oid, got))
             otype, value = got[1], got[3]
             if otype == codec.BLOB or not isinstance(value, dict):
@@ -216,18 +243,21 @@ class _Transfer:
                     stack.append((ref, None))
         return out
 
-    def _read(self, oid: bytes, run: str | None) -> tuple:
+    def _read(self, oid: bytes, run: str | None) -> tuple | None:
         if oid.hex() in self.redacted:
             raise _Unsendable(f"blob {oid.hex()} is redacted in the source")
         try:
-            data = self.src.engine.read(oid)  # below the erasure checks: a covered record travels as it is
+            data = self._src_read(oid, run)  # below the erasure checks: a covered record travels as it is
         except BodyRemoved:
             raise _Unsendable(f"the body of object {oid.hex()} was removed by gc in the source") from None
         except ObjectNotFound:
             raise _Unsendable(f"object {oid.hex()} is not in the source") from None
         otype, value = codec.decode(data, oid, False)
         if otype == codec.RECORD and isinstance(value, dict) and value.get("run") != run:
-            raise _Needs(str(value.get("run")))
+            other = str(value.get("run"))
+            if self.dst.logs.per_run and self.dst.logs.run_log(other).has(oid):
+                return None
+            raise _Needs(other)
         return (oid, otype, data, value if isinstance(value, dict) else None)
 
     def _chain(self, name: str, sv: bytes, tv: Any) -> list[bytes]:
@@ -238,7 +268,7 @@ class _Transfer:
         while isinstance(cur, bytes) and cur != tv:
             out.append(cur)
             try:
-                value = codec.decode(self.src.engine.read(cur), cur, False)[1]
+                value = codec.decode(self._src_read(cur, runrefs.run_of(name)), cur, False)[1]
             except BodyRemoved:
                 raise _Unsendable(f"chain object {cur.hex()} of {name} was removed by gc in the source") from None
             cur = value.get("previous") if isinstance(value, dict) else None
@@ -276,7 +306,7 @@ class _Transfer:
                         blob = codec.parse_id(name[len(runrefs.REDACTED_PREFIX):])
                     except InvalidInput:
                         continue
-                    if not self.dst.engine.has(blob):
+                    if not self.dst.logs.has(blob):
                         continue  # the target never held the blob: nothing there to withhold
                 first_objs += self._reach(sv, run, have)
                 first_moves.append((name, None, sv))
@@ -284,7 +314,7 @@ class _Transfer:
             elif forward_only(name) and isinstance(sv, bytes):
                 for i, new in enumerate(chain := self._chain(name, sv, tv)):
                     old = tv if i == 0 else chain[i - 1]
-                    steps.append((self.src.engine.loc_entry(new) or 0, name, old, new, runrefs.is_grant_ref(name)))
+                    steps.append((self.src.logs.for_ref(name).loc_entry(new) or 0, name, old, new, runrefs.is_grant_ref(name)))
             else:
                 if tv is not None:
                     raise _Diverged(name, f"the target holds {_show(tv)}, the source {_show(sv)}")
@@ -356,11 +386,11 @@ class _Transfer:
                 return True
         return False
 
-    def _commit(self, commits: list) -> int:
-        """Each planned commit as one target commit; the number of entries written."""
-        eng = self.dst.engine
-        before = eng.refresh().entry
+    def _commit(self, commits: list, run: str | None) -> int:
+        """Each planned commit as one target commit (of the unit's log); the number of entries written."""
+        before = self._dst_log(run).refresh().entry
         for objs, moves in commits:
+            eng = self._dst_log(run)  # a run's first commit makes its log on a store of logs
             with self.dst.batch() as txn:
                 for oid, otype, data, value in objs:
                     if oid not in txn.objects and not eng.has_body(oid):
@@ -369,7 +399,7 @@ class _Transfer:
                     txn.put(oid, otype, data, value)
                 for name, old, new in moves:
                     txn.set_ref(name, old, new, self.reason)
-        n = eng.refresh().entry - before
+        n = self._dst_log(run).refresh().entry - before
         self.rep.entries += n
         return n
 
@@ -378,12 +408,11 @@ class _Transfer:
         """Each store-level ref on its own (its own commits): one that conflicts, or that the
         target refuses (a subject grant on S3), leaves the others to land."""
         self.dst.engine.refresh()
-        src = {n: v for n, v in self.src.list_refs() if runrefs.run_of(n) is None}
-        tgt = {n: v for n, v in self.dst.list_refs() if runrefs.run_of(n) is None}
+        src, tgt = _store_refs(self.src), _store_refs(self.dst)
         wrote = False
         for name in sorted(src):
             try:
-                wrote = self._commit(self._plan(None, {name: src[name]}, {name: tgt.get(name)})) > 0 or wrote
+                wrote = self._commit(self._plan(None, {name: src[name]}, {name: tgt.get(name)}), None) > 0 or wrote
             except _Diverged as e:
                 self.rep.conflicts.append(("", e.ref, e.detail))
             except (Conflict, Refused) as e:
@@ -410,8 +439,12 @@ class _Transfer:
 
     def _run(self, run: str) -> str:
         rep = self.rep
+        if self.logcopy:
+            got = self._copy_log(run)
+            if got is not None:
+                return got
         for _ in range(64):  # each pass pushes one more copy source first
-            self.dst.engine.refresh()
+            self._dst_log(run).refresh()
             src = self.src.run_refs(run)
             tgt = self.dst.run_refs(run)
             gone = runrefs.deleted_ref(run)
@@ -438,8 +471,10 @@ class _Transfer:
             except _Unsendable as e:
                 rep.erased.append((run, str(e)))
                 return "erased"
+            if runrefs.branch_ref(run, 0) not in src and not tgt:
+                return "already"  # a log with no run in it (a start killed before its first entry): nothing to send
             try:
-                n = self._commit(commits)
+                n = self._commit(commits, run)
             except (Conflict, Refused) as e:  # a writer of the target moved a ref of this run meanwhile; a rule of the target
                 rep.conflicts.append((run, "?", str(e)))
                 return "conflict"
@@ -447,6 +482,46 @@ class _Transfer:
             return "landed" if n else "already"
         rep.erased.append((run, "its copies' sources nest too deep"))
         return "erased"
+
+    def _copy_log(self, run: str) -> str | None:
+        """Two stores of logs: the run's log copied entry for entry (``transfer_logs``), its copy source first;
+        None when refs and objects must go instead (the target's log is not a prefix of the source's, a
+        deletion to compare, or a blob the source redacts that a plain copy would hand over)."""
+        from .transfer_logs import copy_run_log
+
+        src, tgt = self.src.run_refs(run), self.dst.run_refs(run)
+        gone = runrefs.deleted_ref(run)
+        if runrefs.branch_ref(run, 0) not in src or (gone in tgt and src.get(gone) != tgt.get(gone)):
+            return None
+        if gone in src and runrefs.branch_ref(run, 0) not in tgt:
+            self.rep.deleted.append(run)
+            return "deleted"
+        slog = self.src.logs.run_log(run)
+        if any(slog.has(bytes.fromhex(h)) for h in self.redacted if len(h) == 64):
+            return None
+        entry = cast(RunLogs, self.src.logs).catalog.entry(run)
+        if entry is not None and entry.copy_of not in (None, run):
+            dep = self.run(entry.copy_of)
+            if dep not in ("landed", "already"):
+                self.rep.erased.append((run, f"its copy source {entry.copy_of} was not pushed ({dep})"))
+                return "erased"
+        try:
+            got = copy_run_log(self.src, self.dst, run)
+        except LockTimeout as e:
+            self.rep.conflicts.append((run, "?", str(e)))
+            return "conflict"
+        if got is None:
+            return None
+        if got.entries:
+            self.rep.entries += got.entries
+            self.rep.objects += got.objects
+            self.rep.bytes += got.bytes
+            moved = {n for n in set(src) | set(tgt) if src.get(n) != tgt.get(n)}
+            self.deletion_moved = self.deletion_moved or any(runrefs.is_deletions_ref(n) or write_once_deletion(n) for n in moved)
+            self.rep.landed.append(run)
+            return "landed"
+        self.rep.already.append(run)
+        return "already"
 
     def _plan_deleted(self, run: str, src: dict, tgt: dict) -> list | None:
         """A run deleted in the source: None when the target lacks it (not sent); its deletion when
@@ -463,6 +538,15 @@ class _Transfer:
         have: dict = {}
         self.deletion_moved = True
         return [(self._reach(sv, run, have), [(gone, None, sv)])]
+
+
+def _store_refs(store: Store) -> dict:
+    """The store-level refs (not ``run/<R>/…``): on a store of logs, the store log's alone (no run log opened)."""
+    if store.logs.per_run:
+        log = store.logs.store_log
+        log.refresh()
+        return {n: v for n, v in log.refs_at("").items() if runrefs.run_of(n) is None}
+    return {n: v for n, v in store.list_refs() if runrefs.run_of(n) is None}
 
 
 def _show(v: Any) -> str:

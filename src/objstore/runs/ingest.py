@@ -16,9 +16,14 @@ Common optional fields: ``time`` (seconds since the epoch), ``branch`` (append t
 a retained branch explicitly). ``prompt``/``output``/``content`` are either a
 string (stored as a UTF-8 blob) or ``{"blob": "<64 hex id>"}`` naming a stored blob.
 
-All or nothing: every line is parsed and checked first; the events are then
-applied inside one group commit, so if line N is bad, none of the lines before
-it land either, and the error names line N.
+All or nothing per run: every line is parsed and checked first (a bad line: nothing
+lands, the error names it); the events are then committed run by run, each run's
+events one commit (``apply_events_per_run``), so a run whose line N is refused when
+applied lands not at all while the other runs land, and the summary names the runs
+that landed. A run the store has already with the same events (a file ingested again)
+is skipped; one it has with other events is refused (``IngestRunExists``, exit 7,
+naming it). On a store with a log per run a commit writes one log: a single commit
+of several runs' events (``apply_events``) is ``MultiLogBatch`` (exit 15).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from ..errors import (
     Refused,
     StorageOSError,
 )
-from ..storage import codec
+from ..storage import codec, runrefs
 from . import records as R
 
 if TYPE_CHECKING:
@@ -232,8 +237,8 @@ def _at_line(lineno: int, e: ObjstoreError) -> ObjstoreError:
     """An error met applying line ``lineno``: invalid input and not-found (an unknown run, a rewind
     past the end) are the line's fault, IngestError (exit 5); a conflict, refusal, limit, damage or
     OS error keeps its own exit code."""
-    if isinstance(e, IngestError):
-        return e
+    if isinstance(e, (IngestError, MultiLogBatch)):
+        return e  # a batch of several runs' logs: the whole batch's fault, not the line's (apply_events says so)
     for base, cls in _KEEP:
         if isinstance(e, base):
             return cls(lineno, str(e))
@@ -263,9 +268,20 @@ def read_events(stream: IO) -> list[tuple[int, dict, dict]]:
     return parse(_lines(stream))
 
 
+class IngestRunExists(Conflict):
+    msg = "ingest: line {1}: run {0} is in the store already, with other events than this file's (skipped: a run is ingested once)"
+
+
 def ingest(log: RunLog, stream: IO) -> dict:
-    """Apply a JSON Lines stream all-or-nothing; returns a summary."""
-    return apply_events(log, read_events(stream))
+    """Apply a JSON Lines stream, all or nothing per run (``apply_events_per_run``); returns the summary, or
+    raises the first failed run's error once the other runs have landed (its ``summary`` attribute says which)."""
+    errors: list[ObjstoreError] = []
+    summary = apply_events_per_run(log, read_events(stream), errors)
+    if errors:
+        err = errors[0]
+        err.summary = summary  # type: ignore[attr-defined]
+        raise err
+    return summary
 
 
 def apply_events(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
@@ -281,31 +297,79 @@ def apply_events(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
     return summary
 
 
-def apply_events_per_run(log: RunLog, events: list[tuple[int, dict, dict]]) -> dict:
+def apply_events_per_run(log: RunLog, events: list[tuple[int, dict, dict]], errors: list[ObjstoreError] | None = None) -> dict:
     """Apply events run by run, in the order of each run's first line: each run's events are one
     commit (all or nothing for that run), re-run on a newer head if another writer moved it. A run
     that fails is named with its error and the others go on. The summary adds ``landed`` (runs
-    committed) and ``failed`` ([{run, error}], the error's JSON); running it again after fixing the
-    input re-applies only what a failed run needed (runs that landed conflict: start them once)."""
+    committed), ``skipped`` (runs the file starts that the store holds already with the same events:
+    ``same_run``) and ``failed`` ([{run, error}], the error's JSON; the errors themselves appended to
+    ``errors``). Running it again lands only the runs that did not land (a run started by the file and
+    present with other events is ``IngestRunExists``, exit 7)."""
     by_run: dict[str, list] = {}
     for item in events:
         by_run.setdefault(item[1]["run"], []).append(item)
-    summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": [], "landed": [], "failed": []}
+    summary: dict[str, Any] = {"events": len(events), "records": 0, "runs": [], "forks": [], "landed": [], "skipped": [], "failed": []}
     for run, evs in by_run.items():
         def one(evs: list = evs) -> dict:
             sub: dict[str, Any] = {"records": 0, "runs": [], "forks": []}
             _apply(log, evs, sub)
             return sub
         try:
+            start = next((lineno for lineno, ev, _ in evs if ev["type"] == R.RUN_STARTED), None)
+            if start is not None and runrefs.branch_ref(run, 0) in log.store.run_refs(run):
+                if not same_run(log, run, evs):
+                    raise IngestRunExists(run, start)
+                summary["skipped"].append(run)
+                continue
             sub = log.store.atomically(one)
         except ObjstoreError as e:
             summary["failed"].append({"run": run, "error": e.to_json()})
+            if errors is not None:
+                errors.append(e)
             continue
         summary["records"] += sub["records"]
         summary["runs"] += sub["runs"]
         summary["forks"] += sub["forks"]
         summary["landed"].append(run)
     return summary
+
+
+_NO_TIME = float(R.TIME_MIN)  # the time an event without one gets when a run is rebuilt to compare (never compared)
+
+
+def same_run(log: RunLog, run: str, events: list[tuple[int, dict, dict]]) -> bool:
+    """Whether run ``run`` in the store is what ``events`` (every event of it in a file, its start
+    included) make: the events are applied to a store in memory and every record of every branch
+    compared — kind, branch, LSN, body (blob ids included: content-addressed) and the time an event
+    gives — and the live branch. Costs the run's records read once; nothing is written."""
+    from ..storage.store import Store
+    from .api import RunLog as _RunLog
+
+    mem = _RunLog(Store.memory())
+    for _lineno, _ev, body in events:
+        for f in R.BLOB_FIELDS:
+            v = body.get(f)
+            if isinstance(v, bytes):
+                if not log.store.has(v):
+                    return False
+                mem.store.put_blob(log.get_blob(v))
+    timed = [(lineno, ev if ev.get("time") is not None else dict(ev, time=_NO_TIME), body) for lineno, ev, body in events]
+    try:
+        with mem.store.batch():
+            _apply(mem, timed, {"records": 0, "runs": [], "forks": []})
+        theirs = log.records(run, all_branches=True)
+        live = log.view(run).live
+    except ObjstoreError:
+        return False
+    mine = mem.records(run, all_branches=True)
+    if len(mine) != len(theirs) or mem.view(run).live != live:
+        return False
+    for a, b in zip(mine, theirs, strict=True):
+        if (a.kind, a.branch, a.lsn, a.body) != (b.kind, b.branch, b.lsn, b.body):
+            return False
+        if a.time != _NO_TIME and a.time != b.time:
+            return False
+    return True
 
 
 def _apply(log: RunLog, events: list[tuple[int, dict, dict]], summary: dict) -> None:

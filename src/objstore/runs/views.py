@@ -203,6 +203,7 @@ def ingest_summary(log: ChainReader, summary: dict) -> dict:
         "runs": list(summary["runs"]),
         "forks": [{"line": f["line"], "fork": fork_by_id(log.store, bytes.fromhex(f["fork_id"]))} for f in summary["forks"]],
         **({"landed": list(summary["landed"]), "failed": list(summary["failed"])} if "landed" in summary else {}),
+        **({"skipped": list(summary["skipped"])} if "skipped" in summary else {}),
     }
 
 

@@ -1,0 +1,103 @@
+"""push / clone between two stores with a log per run, on disk: a run's log copied entry for entry.
+
+``copy_run_log(source, target, run)`` makes the target's log of ``run`` hold the source's entries as they are
+(the same bytes: the same entry numbers and chain checksums, so the run's head — its anchor — is the same at
+both ends), with the one-log backup's copier (``backup_copy._Copier``: the source's snapshot up to its tail,
+appended to the target's log when that log is a prefix of it, every copied byte read back and chained, the
+target's log opened at exactly the snapshot's position). The run's catalog entry is copied as it is, before
+the log's first entry lands (as every writer of the target writes it).
+
+Fast-forward only, decided under the target log's own lock (its writers wait; nothing of any other log is
+locked): the target's log must be empty or a prefix of the source's (its head entry is one of the source's,
+with the same checksum). Anything else (a run the target wrote on its own, one pushed there from a store of
+one log, re-chained, or a catalog entry with other contents) is ``None``: the caller copies objects and refs
+instead (``transfer``), which fast-forwards or names a conflict. SRC's and the target's ``gc.lock`` are held
+shared while a log is copied, so no sealed segment of either is replaced under the copy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from ..errors import ObjstoreError
+from ..storage import gclock
+from ..storage.log.format import Position
+from ..storage.log.local import LogEngine
+from ..storage.runlogs.logs import RunLogs, run_dir
+from ..storage.store import Store
+from .backup import dest_lock, src_lengths
+from .backup_copy import _Copier, digests_path
+from .backup_io import _checksum_at
+from .backup_runs import make_log
+
+LOCK_WAIT = 30.0  # seconds a push waits for a writer of the target's run to finish its commit
+TMP = "push-logs"  # <target>/tmp/<this>/run-<R>/: a run log's copy's temporary files (under that log's lock)
+
+
+class Copied(NamedTuple):
+    """What copying one run's log did: entries, objects and segment bytes the target gained (0: it had them)."""
+
+    entries: int
+    objects: int
+    bytes: int
+
+
+def copy_run_log(source: Store, target: Store, run: str) -> Copied | None:
+    """Copy run ``run``'s log from ``source`` to ``target`` as it is (see the module docstring); None when the
+    target's log of the run is not a prefix of the source's (or either is not a store of logs on disk)."""
+    slogs, tlogs = source.logs, target.logs
+    if not (isinstance(slogs, RunLogs) and isinstance(tlogs, RunLogs)) or source.root is None or target.root is None:
+        return None
+    sengine = slogs.run_log(run)
+    if not isinstance(sengine, LogEngine):
+        return None  # the source has no log of this run
+    entry = slogs.catalog.entry(run)
+    if entry is not None:
+        mine = tlogs.catalog.entry(run)
+        if mine is not None and mine != entry:
+            return None
+    ddir = run_dir(target.root, run)
+    with gclock.gc_lock(source.root, shared=True, what="push"), gclock.gc_lock(target.root, shared=True, what="push"):
+        pos, seg, end = sengine.tail()
+        lengths = src_lengths(sengine, seg, end)
+        if not os.path.isdir(os.path.join(ddir, "log")):
+            make_log(ddir, target.policy)
+        with dest_lock(ddir, wait=LOCK_WAIT):
+            have = _head(ddir, target)
+            if have is None or have.entry > pos.entry or (have.entry and _checksum_at(sengine, seg, lengths, have.entry) != have.checksum):
+                return None
+            if have == pos:
+                return Copied(0, 0, 0)
+            if entry is not None:
+                tlogs.catalog.add(entry)  # before the log's first entry, as a writer of the target writes it
+            if slogs.catalog.is_deleted(run):
+                tlogs.catalog.mark_deleted(run)
+            tmp = os.path.join(target.root, "tmp", TMP, f"run-{run}")
+            got = _Copier(sengine, ddir, target.policy, None, tmp=tmp, digests=digests_path(source.root, ddir)).run(pos, seg, lengths)
+            try:
+                os.rmdir(tmp)
+            except OSError:
+                pass
+    objects = sum(len(e.objs) for e in sengine.entries() if have.entry < e.n <= pos.entry)
+    target.logs.run_log(run).refresh()
+    return Copied(pos.entry - have.entry, objects, got.bytes_copied)
+
+
+def _head(ddir: str, target: Store) -> Position | None:
+    """The target's log's head (entry, checksum) read afresh under its lock; None if it does not read whole."""
+    try:
+        log = LogEngine(ddir, target.policy)
+    except ObjstoreError:
+        return None
+    try:
+        if log.damaged is not None:
+            return None
+        return log.refresh()
+    except ObjstoreError:
+        return None
+    finally:
+        log.close()
+
+
+__all__ = ["Copied", "copy_run_log"]
