@@ -138,6 +138,11 @@ class RunLogs(LogSet):
         except OSError as e:
             raise StorageOSError(f"create the log {d}", e) from None
 
+    @staticmethod
+    def absent(log: Engine) -> bool:
+        """Whether ``log`` is the empty stand-in of a run that has no log."""
+        return log is _ABSENT
+
     def for_ref(self, name: str, create: bool = False) -> Engine:
         run = runrefs.run_of(name)
         return self.store_log if run is None else self.run_log(run, create)

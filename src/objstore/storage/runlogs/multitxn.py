@@ -77,8 +77,11 @@ class LogTxn(Txn):
 
     # -- refs ---------------------------------------------------------------------------------
     def read_ref(self, name: str) -> bytes | str | None:
-        log = self.logs.for_ref(name, create=self.bound is None)
+        log = self.logs.for_ref(name)
         if self.bound is None:
+            if self.logs.absent(log):
+                return None  # a run with no log holds no ref: nothing to lock yet (a move to it creates the log, then
+                # compares with what it finds under the log's lock)
             self._bind(log)
         if log is self.bound:
             assert self.inner is not None
