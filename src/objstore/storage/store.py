@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import blake3
 import msgspec
@@ -635,6 +635,15 @@ class Store:
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number, in the run's log) of a run's ``run_started`` record."""
         return self.logs.run_log(run).tables.starts.get(run)
+
+    def subject_runs(self, subject: str) -> list[str]:
+        """The runs catalogued with ``subject`` (a store of a log per run; newest first), to be confirmed
+        against their logs by the caller; a store of one log has no catalog: every run."""
+        if self.logs.per_run:
+            from .runlogs.logs import RunLogs
+
+            return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
+        return self.run_names()
 
     def run_order(self, run: str) -> tuple | int | None:
         """Where a run is in the order runs were started (comparable between runs; None: not indexed)."""
