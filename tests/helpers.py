@@ -79,16 +79,17 @@ class FileReadSpy:
         self.store = store
         self.reads = []  # (path, offset, length)
         self.blob_ranges = []  # (path, start, end) of blocks whose objects are blobs
-        for item in store.engine.scan(store.engine.refresh().entry):
-            e = item.entry
-            off = e.data_off
-            kinds = {}
-            for _oid, otype, _len, bi, _o in e.objs:
-                kinds.setdefault(bi, set()).add(otype)
-            for bi, (_comp, _raw, stored) in enumerate(e.blocks):
-                if "blob" in kinds.get(bi, ()):
-                    self.blob_ranges.append((item.where, off, off + stored))
-                off += stored
+        for _run, engine in store.logs.all_logs():  # every log of the store: the store log, then each run's
+            for item in engine.scan(engine.refresh().entry):
+                e = item.entry
+                off = e.data_off
+                kinds = {}
+                for _oid, otype, _len, bi, _o in e.objs:
+                    kinds.setdefault(bi, set()).add(otype)
+                for bi, (_comp, _raw, stored) in enumerate(e.blocks):
+                    if "blob" in kinds.get(bi, ()):
+                        self.blob_ranges.append((item.where, off, off + stored))
+                    off += stored
 
     def __enter__(self):
         self._pread, self._read = os.pread, os.read

@@ -16,7 +16,7 @@ import sys
 import click
 import jsonschema
 import pytest
-from helpers import run_cli, run_on_pty
+from helpers import log_engine_of, run_cli, run_on_pty
 
 from objstore import RunLog, Store
 from objstore.runs import history, views
@@ -390,7 +390,7 @@ def test_demo_json_names_the_run_its_branches_and_verify(store, env):
 def test_rebuild_json_lists_the_runs_rebuilt(store, env):
     log = RunLog(Store.open(store))
     runs = [log.start_run(f"r{i}") for i in range(3)]
-    log.store.engine.close()
+    log.store.logs.close()
     got = valid("rebuild", run_cli("rebuild", "--json", store=store, env_extra=env, exit_code=0)[1])
     assert sorted(got["runs"]) == sorted(runs) and got["count"] == 3
     got = valid("rebuild", run_cli("rebuild", "r1", "--json", store=store, env_extra=env, exit_code=0)[1])
@@ -426,11 +426,12 @@ def test_repair_json_is_the_cut(store, env):
     log = RunLog(Store.open(store))
     run = log.start_run("r1")
     log.record_attempt(run, 1, 0, "failed")
-    last_good = log.store.engine.position()
-    seg = log.store.engine.seg_path(log.store.engine._seg)
+    engine = log_engine_of(log.store, run)  # r1's log (the store's one log before format 6): the one damaged
+    last_good = engine.position()
+    seg = engine.seg_path(engine._seg)
     before = os.path.getsize(seg)
     log.record_attempt(run, 1, 1, "succeeded", error="x" * 40)
-    log.store.engine.close()
+    log.store.logs.close()
     data = bytearray(open(seg, "rb").read())
     data[len(data) - 5] ^= 0x04  # a flipped bit in the last entry's chain checksum
     open(seg, "wb").write(bytes(data))

@@ -49,7 +49,7 @@ def test_log_n_reads_only_what_it_prints(tmp_path, monkeypatch):
         with log.store.batch():
             for i in range(start, start + 500):
                 log.record_attempt(run, i, 0, "succeeded")
-    log.store.engine.close()
+    log.store.logs.close()
 
     def decoded(*args):
         before = codec.STATS["objects_decoded"]

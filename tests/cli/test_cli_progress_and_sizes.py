@@ -28,7 +28,7 @@ def _store(tmp_path, name="src"):
         run = log.start_run(f"r{r}")
         for i in range(30):
             log.record_attempt(run, i, 0, "succeeded", output=log.put_blob(os.urandom(2000)))
-    log.store.engine.close()
+    log.store.logs.close()
     return root
 
 

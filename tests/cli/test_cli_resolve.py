@@ -61,7 +61,7 @@ def named(tmp_path):
         log.start_run(r)
         log.record_attempt(r, 1, 0, "succeeded")
     log.fork("zz-first", 0, 0, reason="later fork")
-    log.store.engine.close()
+    log.store.logs.close()
     return root
 
 
@@ -89,7 +89,7 @@ def test_more_than_ten_candidates_are_cut(tmp_path):
     names = [f"many-{i:02d}" for i in range(13)]
     for r in names:
         log.start_run(r)
-    log.store.engine.close()
+    log.store.logs.close()
     rc, out, err = run_cli("export", "many", store=root, exit_code=5)
     assert err.strip() == f"objstore: error: ambiguous run 'many': it matches 13 runs: {', '.join(names[:10])} and 3 more"
 
@@ -119,7 +119,7 @@ def test_runs_shows_short_ids_that_resolve(tmp_path):
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="off"))
     ids = [log.start_run() for _ in range(3)]
-    log.store.engine.close()
+    log.store.logs.close()
     rc, out, err = run_cli("runs", store=root, exit_code=0)
     lines = out.strip().splitlines()
     assert len(lines) == 3

@@ -85,8 +85,10 @@ def blobs(tmp_path):
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root))
     run = log.start_run("r1", subject="s")
-    rec = log.record_attempt(run, step=1, attempt=0, state="succeeded")
-    return root, log.put_blob(BINARY).hex(), log.put_blob(b"plain text\twith a tab\n").hex(), rec.id.hex()
+    binary, text = log.put_blob(BINARY), log.put_blob(b"plain text\twith a tab\n")
+    # the record names both blobs: on format 6 a blob no record names is held by its process, never written
+    rec = log.record_attempt(run, step=1, attempt=0, state="succeeded", prompt=binary, output=text)
+    return root, binary.hex(), text.hex(), rec.id.hex()
 
 
 def on_tty(root, *args):

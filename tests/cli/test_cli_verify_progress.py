@@ -16,7 +16,7 @@ def _store(tmp_path):
     run = log.start_run("r")
     for i in range(200):
         log.record_attempt(run, i, 0, "succeeded", prompt=log.put_blob(b"p" * 100))
-    log.store.engine.close()
+    log.store.logs.close()
     return root
 
 

@@ -9,6 +9,7 @@ from collections import Counter
 
 import lg_graphs as G
 import pytest
+from helpers import log_engine_of
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
@@ -47,7 +48,6 @@ def test_a_tasks_batch_makes_its_puts_one_commit(tmp_path):
     from langgraph.checkpoint.base import empty_checkpoint
 
     saver = AsyncObjstoreSaver(str(tmp_path / "s"))
-    engine = saver.log.store.engine
 
     async def puts(n, parent):
         for i in range(n):
@@ -62,6 +62,8 @@ def test_a_tasks_batch_makes_its_puts_one_commit(tmp_path):
 
     async def main():
         parent = await puts(1, None)  # the kinds and the run exist from here on
+        # the thread's run's log (the store's one log before format 6): where its commits are entries
+        engine = log_engine_of(saver.log.store, saver.log.find_run(thread_id="b", checkpoint_ns=""))
         e0 = engine.refresh().entry
         parent = await puts(3, parent)
         e1 = engine.refresh().entry

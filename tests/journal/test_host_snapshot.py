@@ -20,7 +20,7 @@ import threading
 import time
 
 import pytest
-from helpers import new_key
+from helpers import log_engine_of, new_key
 
 from objstore import RunLog, Store
 from objstore import journal as J
@@ -172,7 +172,7 @@ def test_update_is_decided_under_the_writer_lock(tmp_path):
     vid, ver = J.update_journal(log, run, w1, {"entries": [{"id": "w", "text": "written by w1 while granted"}]}, host=host)
     out, err = revoker[0].communicate(timeout=120)
     assert revoker[0].returncode == 0 and out.strip() == b"done", err.decode()
-    engine = log.store.engine
+    engine = log_engine_of(log.store, run)  # the run's log holds its grant refs and its journal (the one log before 6)
     revocation = log.store.read_ref(J.grant_ref(run, w1.public))
     assert log.store.get_typed(revocation, codec.GRANT)["action"] == "revoke"
     assert ver == 2 and engine.loc_entry(vid) < engine.loc_entry(revocation), "the version landed before the revocation"

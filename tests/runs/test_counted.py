@@ -6,10 +6,11 @@ through storage.log.parse.parse_entry / _parse_split), blocks read from segment 
 are taken around the operation alone; opening itself is counted separately and bounded.
 """
 
+import contextlib
 import itertools
 
 import pytest
-from helpers import FileReadSpy
+from helpers import FileReadSpy, log_engine_of
 
 from objstore import RunLog, Store
 from objstore.runs import history
@@ -40,7 +41,7 @@ def build_branch(root, n, intents_at=()):
                 log.commit_intent(run, f"pay-{i}")
             else:
                 log.record_attempt(run, step=i, attempt=0, state="succeeded", usage={"tokens": i})
-    log.store.engine._checkpoint()
+    log_engine_of(log.store, run)._checkpoint()
     return run
 
 
@@ -54,7 +55,7 @@ def test_fork_at_head_minus_3_costs_the_same_on_100_and_100000_records(tmp_path)
         view = log.view(run)
         head_lsn = log.own_records(view, 0)[-1].lsn if n == 100 else n
         log = RunLog(Store.open(root))  # fresh: nothing cached from the walk above
-        got[n] = count(lambda log=log, run=run, head_lsn=head_lsn: log.fork(run, 0, head_lsn - 3, reason="back 3")), log.store.engine._seg - 1
+        got[n] = count(lambda log=log, run=run, head_lsn=head_lsn: log.fork(run, 0, head_lsn - 3, reason="back 3")), log_engine_of(log.store, run)._seg - 1
         if n == 100_000:  # and the sealed segments' indexes are exactly what verify rebuilds
             assert verify(RunLog(Store.open(root)), check_state=False) == []
     (small, _), (big, sealed) = got[100], got[100_000]
@@ -81,17 +82,21 @@ def test_rewind_to_lsn_3_of_a_long_branch_reads_the_intents_after_it_and_a_const
 
 def build_runs(root, runs, per_run):
     log = RunLog(Store.init(root, fsync="off"))
-    with log.store.batch():
+    # One log: one batch for every run. Format 6: a batch writes one run's log (MultiLogBatch otherwise), so a batch per run.
+    each = log.store.batch if log.store.logs.per_run else contextlib.nullcontext
+    with contextlib.nullcontext() if log.store.logs.per_run else log.store.batch():
         for r in range(runs):
-            run = log.start_run(f"run{r:05d}")
-            for i in range(per_run):
-                log.record_attempt(run, step=i, attempt=0, state="failed" if i % 4 == 0 else "succeeded")
+            with each():
+                run = log.start_run(f"run{r:05d}")
+                for i in range(per_run):
+                    log.record_attempt(run, step=i, attempt=0, state="failed" if i % 4 == 0 else "succeeded")
     target = log.start_run("target")
     for i in range(30):
         log.record_attempt(target, step=i, attempt=0, state="succeeded")
     log.rewind(target, 20, reason="r")
     log.record_attempt(target, step=21, attempt=1, state="succeeded")
-    log.store.engine._checkpoint()
+    log.store.engine._checkpoint()  # the store's one log; format 6: the store log, and the target's below
+    log_engine_of(log.store, target)._checkpoint()
     return target
 
 

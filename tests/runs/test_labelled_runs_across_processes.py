@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 
+from helpers import log_engine_of
+
 import objstore
 from objstore.errors import Conflict
 from objstore.runs import labels as L
@@ -147,7 +149,7 @@ def test_many_processes_labelling_records_of_one_run_lose_none(tmp_path):
         mine = [r.id.hex() for r in fresh.find_records(run, who=str(i))]
         assert sorted(mine) == sorted(ids) and len(ids) == 7
         assert {r.id.hex() for r in fresh.find_records(run, who=str(i), checkpoint_id="C")} == set(ids) & set(shared)
-    entries = [fresh.store.engine.loc_entry(bytes.fromhex(h)) for h in shared]
+    entries = [log_engine_of(fresh.store, run).loc_entry(bytes.fromhex(h)) for h in shared]  # the run's log (the store's one before 6)
     assert entries == sorted(entries, reverse=True)  # newest commit first
     assert [r.lsn for r in fresh.records(run)] == list(range(1 + N * 7))
     assert objstore.verify(objstore.open_store(root)) == []

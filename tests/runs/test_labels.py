@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 
 import pytest
+from helpers import log_engine_of, run_log_root
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from objstore.storage.log.tables import LogState
 
 def _open(path):
     return objstore.open_store(str(path))
+
+
 
 
 def test_labelled_run_id_is_the_labels_and_starting_twice_is_a_conflict(tmp_path):
@@ -107,17 +110,20 @@ def _fill(log, n_threads, per_thread, pad=0):
 
 @pytest.mark.parametrize("where", ["tail", "sealed", "checkpoint"])
 def test_find_by_label_across_tail_checkpoint_and_sealed_indexes(tmp_path, monkeypatch, where):
-    if where == "sealed":
-        monkeypatch.setattr(local_write, "SEAL_BYTES", 64 << 10)
+    log = _open(tmp_path / "s")
+    per_run = log.store.logs.per_run
+    if where == "sealed":  # format 6: a run's log holds its own 40 KB, so each run's log seals at a lower size
+        monkeypatch.setattr(local_write, "SEAL_BYTES", (16 if per_run else 64) << 10)
     if where == "checkpoint":
         monkeypatch.setattr(local_write, "CHECKPOINT_ENTRIES", 7)
-    log = _open(tmp_path / "s")
     made = _fill(log, 6, 5, pad=8000 if where == "sealed" else 0)
-    segs = [f for f in os.listdir(tmp_path / "s" / "log") if f.endswith(".seg")]
-    if where == "sealed":
-        assert len(segs) > 3
+    if where == "sealed":  # one log: sealed more than 3 times; format 6: every run's log sealed at least once
+        for run in made if per_run else [None]:
+            d = os.path.join(run_log_root(tmp_path / "s", run) if run else tmp_path / "s", "log")
+            assert len([f for f in os.listdir(d) if f.endswith(".seg")]) > (1 if per_run else 3), d
     if where == "checkpoint":
-        assert os.path.exists(tmp_path / "s" / "log" / "checkpoint")
+        for run in made:
+            assert os.path.exists(os.path.join(run_log_root(tmp_path / "s", run), "log", "checkpoint"))
     for fresh in (log, _open(tmp_path / "s")):
         assert set(fresh.find_runs(checkpoint_ns="")) == set(made)
         assert fresh.find_runs(thread_id="t3") == [L.run_id({"thread_id": "t3", "checkpoint_ns": ""})]
@@ -131,16 +137,18 @@ def test_find_by_label_across_tail_checkpoint_and_sealed_indexes(tmp_path, monke
             other = list(made)[(i + 1) % len(made)]
             assert fresh.find_records(other, checkpoint_id=f"c{i}-0") == []
     assert objstore.verify(_open(tmp_path / "s")) == []
-    assert "5" in open(tmp_path / "s" / "OBJSTORE").read()
+    assert f'"version": {6 if per_run else 5}' in open(tmp_path / "s" / "OBJSTORE").read()
 
 
 def test_an_unlabelled_store_stays_format_3(tmp_path):
+    """One log: labels move a store from format 3 to 5. Format 6 has labels from its start and stays 6."""
     log = _open(tmp_path / "s")
+    per_run = log.store.logs.per_run
     run = log.start_run()
     log.record_attempt(run, 0, 0, "succeeded")
-    assert '"version": 3' in open(tmp_path / "s" / "OBJSTORE").read()
+    assert f'"version": {6 if per_run else 3}' in open(tmp_path / "s" / "OBJSTORE").read()
     log.append(run, "attempt", {"step": 1, "attempt": 0, "state": "running"}, labels={"checkpoint_id": "x"})
-    assert '"version": 5' in open(tmp_path / "s" / "OBJSTORE").read()
+    assert f'"version": {6 if per_run else 5}' in open(tmp_path / "s" / "OBJSTORE").read()
 
 
 def test_lookups_read_only_what_they_return(tmp_path, monkeypatch):
@@ -189,11 +197,14 @@ def test_a_forged_run_label_is_refused_and_named_by_verify(tmp_path, monkeypatch
 
 
 def _log_bytes(path):
-    out = b""
-    d = os.path.join(path, "log")
-    for f in sorted(os.listdir(d)):
-        if f.endswith(".seg"):
-            out += open(os.path.join(d, f), "rb").read()
+    """The segments of every log of the store, and (format 6) every catalog file: what a refused write must not touch."""
+    out = {}
+    for d, _, files in os.walk(str(path)):
+        for f in files:
+            p = os.path.join(d, f)
+            if f.endswith(".seg") or os.path.relpath(p, str(path)).startswith("catalog" + os.sep):
+                with open(p, "rb") as fh:
+                    out[os.path.relpath(p, str(path))] = fh.read()
     return out
 
 
@@ -228,10 +239,13 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     other = log.start_run(labels={"thread_id": "U"})
     old = log.append(run, "attempt", {"step": 0, "attempt": 0, "state": "failed"}, labels={"checkpoint_id": "c"})
     new = log.append(run, "attempt", {"step": 0, "attempt": 1, "state": "succeeded"}, labels={"checkpoint_id": "c"})
+    # One log: entries of any run make the checkpoint, and its store-scope rows include U's. Format 6: the checkpoint
+    # is of run's own log (its entries alone count), and the store-scope row there is run's own labels' (T).
+    filler, scoped = (run, "T") if log.store.logs.per_run else (other, "U")
     for i in range(6):
-        log.record_attempt(other, i, 0, "succeeded")
-    assert _open(root).store.engine.tables.frozen is not None  # the genuine checkpoint is adopted
-    path = os.path.join(root, "log", "checkpoint")
+        log.record_attempt(filler, i, 0, "succeeded")
+    assert log_engine_of(_open(root).store, run).tables.frozen is not None  # the genuine checkpoint is adopted
+    path = os.path.join(run_log_root(root, run), "log", "checkpoint")
     data = open(path, "rb").read()
     m = msgspec.msgpack.decode(data[:-32])
     rows = [list(r) for r in LABEL_ROW.iter_unpack(m["labels"])]  # packed rows, commit order
@@ -246,17 +260,17 @@ def test_a_forged_checkpoint_label_list_is_not_adopted_and_changes_no_answer(tmp
     elif mode == "retarget a row":
         next(r for r in mine if r[2] == new.id)[2] = old.id
     elif mode == "drop a store-scope row":
-        rows.remove(next(r for r in rows if r[0] == SL.key("", "thread_id", "U")))
+        rows.remove(next(r for r in rows if r[0] == SL.key("", "thread_id", scoped)))
     else:
         rows.append([SL.key(run, "checkpoint_id", "forged"), 1, old.id])
     m["labels"] = b"".join(LABEL_ROW.pack(*r) for r in rows)
     body = msgspec.msgpack.encode(m)
     open(path, "wb").write(body + blake3.blake3(body).digest())
     fresh = _open(root)
-    assert fresh.store.engine.tables.frozen is None  # not adopted: replayed from the log
+    assert log_engine_of(fresh.store, run).tables.frozen is None  # not adopted: replayed from the log
     assert fresh.find_record(run, checkpoint_id="c").id == new.id
     assert [r.id for r in fresh.find_records(run, checkpoint_id="c")] == [new.id, old.id]
-    assert fresh.find_runs(thread_id="U") == [other]
+    assert fresh.find_runs(thread_id="U") == [other] and fresh.find_runs(thread_id="T") == [run]
     assert fresh.find_record(run, checkpoint_id="forged") is None
     assert [p.code for p in objstore.verify(_open(root))] == ["damaged-checkpoint"]
 
@@ -269,9 +283,12 @@ def test_a_reader_thread_taking_in_the_writers_entry_first_adds_no_label_row_twi
     refresh from another thread before the writer applies its entry."""
     import threading
 
-    monkeypatch.setattr(local_write, "SEAL_BYTES", 48 << 10)
     log = _open(tmp_path / "s")
-    eng = log.store.engine
+    per_run = log.store.logs.per_run
+    # One log: 40 runs' 2 KB batches seal it at 48 KB. Format 6: each run's log holds one batch, so each seals at 2 KB
+    # (its batch's entry passes it), each with the race.
+    monkeypatch.setattr(local_write, "SEAL_BYTES", (2 if per_run else 48) << 10)
+    runs = []
     real = LogEngine._write_entry
 
     def write_then_read(self, wfd, raw, off, sync=True):
@@ -287,7 +304,9 @@ def test_a_reader_thread_taking_in_the_writers_entry_first_adds_no_label_row_twi
             blob = log.put_blob(os.urandom(2000))
             log.record_attempt(run, 0, 0, "succeeded", output=blob)
             log.append(run, "attempt", {"step": 1, "attempt": 0, "state": "running"}, labels={"checkpoint_id": f"c{i}"})
-    assert eng._seg > 1  # sealed at least once, with the race at every commit
+        runs.append(run)
+    for run in runs if per_run else runs[:1]:
+        assert log_engine_of(log.store, run)._seg > 1  # sealed at least once, with the race at every commit
     monkeypatch.undo()
     assert objstore.verify(_open(tmp_path / "s")) == []
     fresh = _open(tmp_path / "s")

@@ -8,7 +8,7 @@ query surface, which defaults to the live branch and would hide damage.
 
 
 import pytest
-from helpers import FileReadSpy, assert_prefix_kept, raw_objects, snapshot_tree
+from helpers import FileReadSpy, assert_prefix_kept, log_engine_of, raw_objects, run_log_root, snapshot_tree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,12 +23,13 @@ from objstore.storage import codec
 from objstore.storage.log.format import STATS
 
 
-def raw_chain(store, head):
-    """[(id, canonical bytes)] from head back to the root, read from the backend directly."""
+def raw_chain(store, run, head):
+    """[(id, canonical bytes)] from head back to the root, read from the run's log directly."""
     out = []
     oid = head
+    engine = log_engine_of(store, run)
     while oid is not None:
-        data = store.engine.read(oid)
+        data = engine.read(oid)
         out.append((oid, data))
         otype, value = codec.decode(data, oid)
         if otype == codec.FORK:
@@ -57,8 +58,8 @@ def rewound(tmp_path):
     for step in range(1, 7):
         run_step(log, run, model, "A", step, f"task {step}", max_attempts=1)
     b0_head = log.view(run).heads[0]
-    snapshot = raw_chain(log.store, b0_head)
-    files_before = {k: v for k, v in snapshot_tree(root).items() if k.startswith("log")}
+    snapshot = raw_chain(log.store, run, b0_head)
+    files_before = {k: v for k, v in snapshot_tree(run_log_root(root, run)).items() if k.startswith("log")}
     # Step 2: rewind to step 3 (LSN 3), run a different path on branch 1.
     fr = log.rewind(run, 3, reason="step 6 failed")
     for step in (4, 5):
@@ -69,22 +70,22 @@ def rewound(tmp_path):
 def test_step3_branch0_byte_identical_raw(rewound):
     log, run, fr, b0_head, snapshot, files_before, root = rewound
     assert log.store.read_ref(f"run/{run}/branch/0") == b0_head, "branch 0 ref unchanged"
-    assert raw_chain(log.store, b0_head) == snapshot, "every record of branch 0 byte-identical"
+    assert raw_chain(log.store, run, b0_head) == snapshot, "every record of branch 0 byte-identical"
     assert [codec.decode(d, i)[1]["lsn"] for i, d in snapshot] == [6, 5, 4, 3, 2, 1, 0], "nothing truncated"
-    assert_prefix_kept(files_before, snapshot_tree(root))
+    assert_prefix_kept(files_before, snapshot_tree(run_log_root(root, run)))
 
 
 def test_step4_lsns_from_zero_and_fork_point_is_data(rewound):
     log, run, fr, *_ = rewound
     head1 = log.store.read_ref(f"run/{run}/branch/1")
-    chain = raw_chain(log.store, head1)
+    chain = raw_chain(log.store, run, head1)
     fork_id, fork_raw = chain[-1]
     otype, fk = codec.decode(fork_raw, fork_id)
     assert otype == "fork"
     assert (fk["parent_branch"], fk["parent_lsn"]) == (0, 3)
     assert fk["branch"] == 1 and fk["run"] == run
     # parent_record is the record at LSN 3 of branch 0, as stored, not inferred.
-    t, prec = codec.decode(log.store.engine.read(fk["parent_record"]), fk["parent_record"])
+    t, prec = codec.decode(log_engine_of(log.store, run).read(fk["parent_record"]), fk["parent_record"])
     assert (t, prec["branch"], prec["lsn"]) == ("record", 0, 3)
     lsns = [codec.decode(d, i)[1]["lsn"] for i, d in reversed(chain[:-1])]
     assert lsns == [0, 1], "branch 1 starts at LSN 0 and is contiguous"
@@ -133,7 +134,7 @@ def test_step8_compensation_flag_and_rewind_proceeds(tmp_path):
     res = six_step_run(log, run="comp")
     fr = res["fork"]
     # Raw fork object carries the flag.
-    t, fk = codec.decode(log.store.engine.read(fr.fork_id), fr.fork_id)
+    t, fk = codec.decode(log_engine_of(log.store, "comp").read(fr.fork_id), fr.fork_id)
     assert t == "fork"
     assert [(c["intent"], c["effect"], c["committed_lsn"]) for c in fk["compensation"]] == [("refund-1234", "issue_refund", 5)]
     assert fr.compensation_required
@@ -221,14 +222,14 @@ def test_verify_catches_lsn_gap_and_foreign_record(rewound):
     view = log.view(run)
     head = view.heads[1]
     gap = {"run": run, "branch": 1, "lsn": 5, "parent": head, "kind": "intent_committed", "time": 0.0, "body": {"intent": "x"}}
-    before = log.store.engine.position()
+    before = log_engine_of(log.store, run).position()
     # Format 3: the rules of the log hold where an entry is applied, its writer first: a record
     # that does not extend its chain is refused and nothing is written.
     with pytest.raises(Refused, match="LSN 5 on branch 1"):
         with log.store.batch():
             gid = log.store.put("record", gap)
             log.store.set_ref(f"run/{run}/branch/1", head, gid, "forged gap")
-    assert log.store.engine.position() == before
+    assert log_engine_of(log.store, run).position() == before
     assert verify(log) == []
 
 
@@ -306,12 +307,12 @@ def test_property_state_equals_refold_and_heads_stay_identical(tmp_path_factory,
             log.set_live(run, a % len(view.heads))
         view = log.view(run)
         for h in view.heads.values():
-            seen_heads.setdefault(h, raw_chain(log.store, h))
+            seen_heads.setdefault(h, raw_chain(log.store, run, h))
         if len(seen_heads) % 5 == 0:
             assert_refold_identical(log, run)
     assert_refold_identical(log, run)
     for h, chain in seen_heads.items():
-        assert raw_chain(log.store, h) == chain
+        assert raw_chain(log.store, run, h) == chain
     assert verify(log) == []
 
 

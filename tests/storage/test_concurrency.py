@@ -61,7 +61,7 @@ if __name__ == "__main__":
 
 # -- the test ---------------------------------------------------------------------------
 
-from helpers import raw_objects, run_cli  # noqa: E402
+from helpers import log_engine_of, raw_objects, run_cli  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 from objstore.storage import codec
@@ -189,14 +189,14 @@ def test_eight_processes_append_while_verify_loops_then_concurrent_demos(tmp_pat
             chunk = ids[first:first + BATCH]
             lsns = [lsn_of[i] for i in chunk]
             assert lsns == list(range(lsns[0], lsns[0] + BATCH)), f"batch of process {proc} was interleaved"
-            assert len({store.engine.loc_entry(i) for i in chunk}) == 1, "a batch spans more than one entry"
+            assert len({log_engine_of(store, run).loc_entry(i) for i in chunk}) == 1, "a batch spans more than one entry"
 
-    # The branch ref's chain, walked through engine.read, is exactly these records.
+    # The branch ref's chain, walked through the run log's engine.read, is exactly these records.
     head = store.read_ref(f"run/{run}/branch/0")
     walked = []
     oid = head
     while oid is not None:
-        _, p = codec.decode(store.engine.read(oid), oid)
+        _, p = codec.decode(log_engine_of(store, run).read(oid), oid)
         walked.append(oid)
         oid = p["parent"]
     assert len(walked) == 4001 and set(walked) == set(records)

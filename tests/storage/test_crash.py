@@ -16,7 +16,7 @@ import sys
 import time
 
 import pytest
-from helpers import raw_objects
+from helpers import is_per_run, raw_objects
 
 from objstore import RunLog, Store
 from objstore.runs.verify import verify_report
@@ -37,12 +37,15 @@ def test_kill9_writer_50_times(tmp_path):
     torn_rounds = 0
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
     env.pop("OBJSTORE_FSYNC", None)  # the durability path (fsync=full) is the one under test
+    # Format 6: a run's creation makes its catalog entry and its log's directory durable before its first entry, about
+    # 4x a commit (38 ms vs 9 ms measured under load); the kill window is widened so some rounds still start runs.
+    window = 0.2 if is_per_run(root) else 0.08
     t0 = time.monotonic()
     for round_ in range(50):
         p = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_writer.py"), root, RUN, str(round_)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert p.stdout.readline().strip() == b"ready"
-        time.sleep(rnd.uniform(0.0, 0.08))
+        time.sleep(rnd.uniform(0.0, window))
         p.send_signal(signal.SIGKILL)
         out, err = p.communicate(timeout=30)
         assert p.returncode == -signal.SIGKILL, err.decode()
@@ -68,6 +71,8 @@ def test_kill9_writer_50_times(tmp_path):
         runs = set(log.runs())
         lost_runs = [name for name, head in started if name not in runs or log.view(name).heads[0] != head]
         assert not lost_runs, f"round {round_}: acknowledged runs lost: {lost_runs[:3]}"
+        for name in runs:  # no listing shows a half run (format 6: a catalog entry whose log a kill left unwritten)
+            assert log.view(name).heads[0] is not None, f"round {round_}: run {name} is listed but has no head"
         for fid, branch in forks.items():
             assert branch in view.heads, f"round {round_}: acknowledged fork's branch {branch} is missing"
             fk = log.fork_object(view, branch)
@@ -80,7 +85,7 @@ def test_kill9_writer_50_times(tmp_path):
             assert payload["branch"] in view.heads, f"round {round_}: fork object {fid.hex()} without its branch ref"
             assert log.fork_object(view, payload["branch"])["id"] == fid
         assert len(fork_ids) == len(view.heads) - 1
-        log.store.engine.close()
+        log.store.logs.close()
     elapsed = time.monotonic() - t0
     print(f"{len(acked)} records, {len(started)} runs, {len(forks)} rewinds acknowledged; "
           f"{torn_rounds} rounds left a torn tail; {elapsed:.1f}s")

@@ -98,7 +98,7 @@ if __name__ == "__main__":
 
 # -- the tests ---------------------------------------------------------------------------
 
-from helpers import raw_objects, run_cli, snapshot_tree  # noqa: E402
+from helpers import log_engine_of, raw_objects, run_cli, snapshot_tree  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 from objstore.errors import Conflict  # noqa: E402
@@ -111,6 +111,11 @@ def _env():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + sys.path))
     env.pop("OBJSTORE_DIR", None)
     return env
+
+
+def _positions(store):
+    """Every log's position: the store's one log, or (format 6) the store log's and each run's."""
+    return [(run, engine.position()) for run, engine in store.logs.all_logs()]
 
 
 def _log_files(root):
@@ -228,7 +233,7 @@ def test_batch_with_failing_second_expectation_writes_nothing(tmp_path):
     stale_x = head_x
     log.record_attempt(x, step=2, attempt=0, state="succeeded")
     before = _log_files(root)
-    pos = log.store.engine.position()
+    pos = _positions(log.store)
     heads = (log.view(x).heads, log.view(y).heads)
     for first, second in ((dict(run=y, expect_branch=0), dict(run=x, expect_head=stale_x)),
                           (dict(run=y, expect_head=log.view(y).heads[0]), dict(run=x, expect_branch=1))):
@@ -241,7 +246,7 @@ def test_batch_with_failing_second_expectation_writes_nothing(tmp_path):
         else:
             raise AssertionError("the second expectation should have failed")
         assert _log_files(root) == before
-        assert log.store.engine.position() == pos
+        assert _positions(log.store) == pos
         assert (log.view(x).heads, log.view(y).heads) == heads
         assert not log.store.in_batch()
     rec = log.record_attempt(y, step=4, attempt=0, state="succeeded")
@@ -354,13 +359,13 @@ def test_appends_racing_rewinds_land_on_the_branch_live_at_their_commit(tmp_path
     view = fresh.view(run)
     chains = {b: {r.id for r in fresh.own_records(view, b)} for b in view.heads}
     for oid, (role, branch) in acked.items():
-        entry = store.engine.loc_entry(oid)
+        entry = log_engine_of(store, run).loc_entry(oid)  # entry numbers of the run's log, as its live ref's moves
         assert raw_records[oid]["branch"] == branch
         assert branch == _live_before(moves, entry), f"{role} append at entry {entry} landed on branch {branch}, not the live one"
         assert oid in chains[branch], f"{role} append {oid.hex()} is not on the chain of branch {branch}"
     # Nothing appended after the last rewind is missing from the live branch's export.
     last_move = moves[-1][0]
-    late = {oid for oid in acked if store.engine.loc_entry(oid) > last_move}
+    late = {oid for oid in acked if log_engine_of(store, run).loc_entry(oid) > last_move}
     exported = {bytes.fromhex(e["id"]) for e in export(fresh, run) if e["kind"] != "fork"}
     assert late <= exported, f"{len(late - exported)} records appended after the last rewind are not exported"
     assert late, "some appends should have come after the last rewind"

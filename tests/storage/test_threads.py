@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from helpers import raw_objects
+from helpers import log_engine_of, raw_objects
 
 from objstore import RunLog, Store
 from objstore.errors import LockTimeout
@@ -29,12 +29,13 @@ class Boom(Exception):
     """Raised inside a batch on purpose."""
 
 
-def _walk(store, head):
-    """Ids of the chain behind head, oldest first, read through engine.read (raw bytes)."""
+def _walk(store, run, head):
+    """Ids of the chain behind head, oldest first, read through the run's log's engine.read (raw bytes)."""
     out = []
     oid = head
+    engine = log_engine_of(store, run)
     while oid is not None:
-        otype, p = codec.decode(store.engine.read(oid), oid)
+        otype, p = codec.decode(engine.read(oid), oid)
         assert otype == codec.RECORD
         out.append((oid, p))
         oid = p["parent"]
@@ -125,7 +126,7 @@ def test_eight_threads_one_store_failed_batches_leave_nothing(tmp_path):
             assert not ctx.get("doomed"), f"record {oid.hex()} of a failed batch reached the log"
 
     # Every acknowledged record is on the chain exactly once; the chain is nothing else.
-    chain = _walk(fresh, fresh.read_ref(f"run/{run}/branch/0"))
+    chain = _walk(fresh, run, fresh.read_ref(f"run/{run}/branch/0"))
     assert [p["lsn"] for _, p in chain] == list(range(len(chain))), "LSNs are not contiguous"
     chain_ids = [oid for oid, _ in chain]
     assert len(chain_ids) == len(set(chain_ids))
@@ -141,7 +142,7 @@ def test_eight_threads_one_store_failed_batches_leave_nothing(tmp_path):
     for ids in batches:
         idx = [pos[i] for i in ids]
         assert idx == list(range(idx[0], idx[0] + len(ids))), "a batch was interleaved with another thread's writes"
-        assert len({fresh.engine.loc_entry(i) for i in ids}) == 1
+        assert len({log_engine_of(fresh, run).loc_entry(i) for i in ids}) == 1
 
     assert verify(RunLog(fresh)) == []
     assert verify(log) == []
@@ -188,10 +189,10 @@ def test_asyncio_tasks_do_not_join_each_others_batch(tmp_path):
     asyncio.run(main())
     assert "b_inside" not in got and got["a_committed"]
     fresh = Store.open(root)
-    chain = _walk(fresh, fresh.read_ref(f"run/{run}/branch/0"))
+    chain = _walk(fresh, run, fresh.read_ref(f"run/{run}/branch/0"))
     assert [oid for oid, _ in chain[1:]] == [got["a1"], got["a2"], got["b_after"]]
-    assert fresh.engine.loc_entry(got["a1"]) == fresh.engine.loc_entry(got["a2"])  # A's batch: one commit
-    assert fresh.engine.loc_entry(got["b_after"]) != fresh.engine.loc_entry(got["a1"])
+    assert log_engine_of(fresh, run).loc_entry(got["a1"]) == log_engine_of(fresh, run).loc_entry(got["a2"])  # A's batch: one commit
+    assert log_engine_of(fresh, run).loc_entry(got["b_after"]) != log_engine_of(fresh, run).loc_entry(got["a1"])
     assert verify(RunLog(fresh)) == []
 
 
@@ -220,9 +221,9 @@ def test_task_created_inside_a_batch_that_writes_after_it_ended_is_not_lost(tmp_
 
     asyncio.run(main())
     fresh = Store.open(root)
-    chain = _walk(fresh, fresh.read_ref(f"run/{run}/branch/0"))
+    chain = _walk(fresh, run, fresh.read_ref(f"run/{run}/branch/0"))
     assert [oid for oid, _ in chain[1:]] == [got["parent"], got["child"]], "the child's acknowledged record was lost"
-    assert fresh.engine.loc_entry(got["child"]) != fresh.engine.loc_entry(got["parent"])
+    assert log_engine_of(fresh, run).loc_entry(got["child"]) != log_engine_of(fresh, run).loc_entry(got["parent"])
     assert verify(RunLog(fresh)) == []
 
 
@@ -257,8 +258,8 @@ def test_thread_with_a_copied_context_waits_for_the_lock_and_never_joins(tmp_pat
     asyncio.run(main())
     assert started.is_set()
     fresh = Store.open(root)
-    chain = [oid for oid, _ in _walk(fresh, fresh.read_ref(f"run/{run}/branch/0"))[1:]]
+    chain = [oid for oid, _ in _walk(fresh, run, fresh.read_ref(f"run/{run}/branch/0"))[1:]]
     assert chain == [got["a1"], got["a2"], got["t1"], got["t2"]], "a thread joined the batch or its record was lost"
-    entries = [fresh.engine.loc_entry(i) for i in chain]
+    entries = [log_engine_of(fresh, run).loc_entry(i) for i in chain]
     assert entries[0] == entries[1] and len(set(entries)) == 3, entries
     assert verify(RunLog(fresh)) == []

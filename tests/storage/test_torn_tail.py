@@ -19,7 +19,7 @@ import sys
 
 import blake3
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, snapshot_tree, store_log_root
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
@@ -41,13 +41,13 @@ def build(root):
         recs = [log.record_attempt(run, 1, i, "failed", when=1_700_000_001.0 + i) for i in range(6)]
     finally:
         mp.undo()
-    engine = log.store.engine
+    engine = log_engine_of(log.store, run)  # r1's log (the store's one log before format 6)
     assert engine._seg >= 2, "segment 1 must be sealed"
     path = engine.seg_path(engine._seg)
     recs.append(log.record_attempt(run, 2, 0, "failed", error="x" * 50))
     recs.append(log.record_attempt(run, 2, 1, "failed", error="y" * 50))
     before = os.path.getsize(path)
-    WITNESS_BEFORE[root] = read_witness(root)
+    WITNESS_BEFORE[root] = read_witness(run_log_root(root, run))
     recs.append(log.record_attempt(run, 3, 0, "succeeded", usage={"tokens": 123}, error="z" * 100))
     after = os.path.getsize(path)
     assert 300 <= after - before <= 1000
@@ -57,15 +57,16 @@ def build(root):
 WITNESS_BEFORE: dict = {}
 
 
-def read_witness(root):
-    with open(os.path.join(root, "log", "witness"), "rb") as f:
+def read_witness(log_root):
+    """The head witness of the log at ``log_root`` (helpers.run_log_root / store_log_root)."""
+    with open(os.path.join(log_root, "log", "witness"), "rb") as f:
         return f.read()
 
 
-def crash_before_sync(root, witness):
+def crash_before_sync(log_root, witness):
     """A crash before the last entry's fdatasync: its writer never wrote the head witness for it,
     so the witness still names the entry before (what a genuine torn tail looks like)."""
-    with open(os.path.join(root, "log", "witness"), "wb") as f:
+    with open(os.path.join(log_root, "log", "witness"), "wb") as f:
         f.write(witness)
 
 
@@ -83,9 +84,9 @@ def torn_line(path, before, cut_len, total):
 def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
     root = str(tmp_path / "s")
     log, run, recs, path, before, after = build(root)
-    seg_n = log.store.engine._seg
+    seg_n = log_engine_of(log.store, run)._seg
     last, prev = recs[-1], recs[-2]
-    n_last = log.store.engine.position().entry
+    n_last = log_engine_of(log.store, run).position().entry
     pristine = open(path, "rb").read()
     assert len(pristine) == after
     total = after - before
@@ -93,7 +94,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
     for off in range(before + 1, after):
         with open(path, "wb") as f:
             f.write(pristine[:off])
-        crash_before_sync(root, WITNESS_BEFORE[root])
+        crash_before_sync(run_log_root(root, run), WITNESS_BEFORE[root])
         cut_len = off - before
         rl = fresh(root)
         # Earlier commits readable, the cut one invisible.
@@ -102,7 +103,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
         assert not rl.store.has(last.id), off
         assert rl.view(run).heads[0] == prev.id, off
         assert [r.id for r in rl.records(run)][1:] == [r.id for r in recs[:-1]], off  # [0]: run_started
-        assert rl.store.engine.position().entry == n_last - 1
+        assert log_engine_of(rl.store, run).position().entry == n_last - 1
         # verify: clean, with exactly the torn-tail note.
         report = verify_report(rl)
         assert report.problems == [], (off, [p.line() for p in report.problems])
@@ -114,7 +115,7 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
         # The next write cuts the torn bytes and records the cut in its own entry.
         new = rl.record_attempt(run, 3, 0, "succeeded", error="again")
         assert (new.parent, new.lsn) == (prev.id, last.lsn)
-        e = list(rl.store.engine.entries())[-1]
+        e = list(log_engine_of(rl.store, run).entries())[-1]
         assert e.n == n_last and e.offset == before
         assert e.cut == [seg_n, before, cut_len, blake3.blake3(pristine[before:off]).hexdigest()], off
         data = open(path, "rb").read()
@@ -157,14 +158,14 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
             "invisible to readers, cut by the next commit")
     assert [n.line() for n in report.notes] == [note]
     code, out, err = run_cli("verify", store=root, exit_code=0)
-    assert (out, err) == ("", f"note: {note}\nverify: ok ({rl.store.engine.position().entry} entries, 10 objects)\n")
+    assert (out, err) == ("", f"note: {note}\nverify: ok ({log_engine_of(rl.store, run).position().entry} entries, 10 objects)\n")
     new = rl.record_attempt(run, 4, 0, "failed")
-    e = list(rl.store.engine.entries())[-1]
-    assert e.cut == [rl.store.engine._seg, after, len(garbage), blake3.blake3(garbage).hexdigest()]
+    e = list(log_engine_of(rl.store, run).entries())[-1]
+    assert e.cut == [log_engine_of(rl.store, run)._seg, after, len(garbage), blake3.blake3(garbage).hexdigest()]
     assert e.offset == after and os.path.getsize(path) == after + e.length
     report = verify_report(fresh(root))
     assert report.problems == [] and [n.line() for n in report.notes] == [
-        f"past-cut entry {e.n}: its writer cut a torn tail of {len(garbage)} bytes at segment {rl.store.engine._seg} offset {after} "
+        f"past-cut entry {e.n}: its writer cut a torn tail of {len(garbage)} bytes at segment {log_engine_of(rl.store, run)._seg} offset {after} "
         f"(blake3 {blake3.blake3(garbage).hexdigest()}) [{path}]"]
     assert fresh(root).view(run).heads[0] == new.id
 
@@ -175,7 +176,7 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     writer refuses (CorruptLog, exit 6) instead of cutting committed entries."""
     root = str(tmp_path / "s")
     log, run, recs, path, before, after = build(root)
-    entries = [e for e in log.store.engine.entries() if e.seg == log.store.engine._seg]
+    entries = [e for e in log_engine_of(log.store, run).entries() if e.seg == log_engine_of(log.store, run)._seg]
     victim = entries[-2]
     assert victim.offset + victim.length == before
     with open(path, "rb") as f:
@@ -187,7 +188,7 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     files = snapshot_tree(root)
 
     rl = fresh(root)
-    assert rl.store.engine.torn is None
+    assert log_engine_of(rl.store, run).torn is None
     with pytest.raises(CorruptLog):  # readers say they would stop short: a typed error...
         rl.view(run)
     rl = RunLog(Store.open(root, fsync="off", readable_prefix=True))  # ...unless the caller asks for the readable prefix
@@ -206,8 +207,8 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
                              "complete entries follow it); refusing to write (run 'objstore verify')")
     blob = tmp_path / "b.txt"
     blob.write_bytes(b"hello")
-    code, out, err = run_cli("put-blob", str(blob), store=root, exit_code=6)
-    assert (code, out) == (6, "")
+    code, out, err = _write_blob(root, str(blob))
+    assert (code, out) == (6, ""), err
     assert err == f"objstore: error: {ei.value}\n"
     assert snapshot_tree(root) == files  # nothing cut, nothing appended
 
@@ -215,15 +216,40 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
 # -- short writes ------------------------------------------------------------------------------
 
 
-def _put_blob_limited(root, path, limit):
+# Format 6: a blob no record names is held by its process, not written (the CLI's put-blob writes no log), so the
+# commit under test is a record of r1 naming the blob, made by a child that reports errors as the CLI does.
+_RECORD_BLOB_CHILD = r"""
+import sys
+from objstore import RunLog, Store
+from objstore.errors import ObjstoreError
+
+try:
+    log = RunLog(Store.open(sys.argv[1]))
+    with log.batch():
+        blob = log.put_blob(open(sys.argv[2], "rb").read())
+        log.record_attempt("r1", 77, 0, "succeeded", output=blob)
+except ObjstoreError as e:
+    print(f"objstore: error: {e}", file=sys.stderr)
+    sys.exit(e.exit_code)
+print(blob.hex())
+"""
+
+
+def _write_blob(root, path, limit=None):
+    """Commit the file at ``path`` as a blob, in a child process (its file size limited to ``limit``): the CLI's
+    put-blob on one log; on format 6 a record of run r1 naming it (r1's log is the one written). (exit, out, err)."""
     env = dict(os.environ)
     env.pop("OBJSTORE_DIR", None)
 
     def limit_file_size():
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    p = subprocess.run([sys.executable, "-m", "objstore", "--store", root, "put-blob", path], capture_output=True, env=env,
-                       timeout=120, preexec_fn=limit_file_size)
+    if is_per_run(root):
+        argv = [sys.executable, "-c", _RECORD_BLOB_CHILD, root, path]
+    else:
+        argv = [sys.executable, "-m", "objstore", "--store", root, "put-blob", path]
+    p = subprocess.run(argv, capture_output=True, env=env, timeout=120, preexec_fn=limit_file_size)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 
 
@@ -235,7 +261,7 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
     log = RunLog(Store.init(root))
     run = log.start_run("r1")
     log.record_attempt(run, 1, 0, "failed")
-    engine = log.store.engine
+    engine = log_engine_of(log.store, run)
     seg = engine.seg_path(engine._seg)
     size = os.path.getsize(seg)
     n = engine.position().entry
@@ -245,7 +271,7 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
     blob_id = blake3.blake3(b"blob %d\x00" % len(payload) + payload).digest()
     files = snapshot_tree(root)
 
-    code, out, err = _put_blob_limited(root, str(src), size + headroom)
+    code, out, err = _write_blob(root, str(src), size + headroom)
     assert (code, out) == (10, ""), err
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     prefix = "objstore: error: operating-system error while trying to append a commit entry: "
@@ -257,16 +283,16 @@ def test_short_write_is_invisible_typed_and_recoverable(tmp_path, headroom):
     assert snapshot_tree(root) == files
     rl = RunLog(Store.open(root))
     assert not rl.store.has(blob_id)
-    assert rl.store.engine.position().entry == n
+    assert log_engine_of(rl.store, run).position().entry == n
     report = verify_report(rl)
     assert (report.problems, report.notes) == ([], [])
 
     # Space returns: the same commit goes through, with nothing to cut.
-    code, out, err = run_cli("put-blob", str(src), store=root, exit_code=0)
+    code, out, err = _write_blob(root, str(src))
     assert (code, out, err) == (0, blob_id.hex() + "\n", "")
     rl = RunLog(Store.open(root))
     assert rl.store.get_blob(blob_id) == payload
-    assert list(rl.store.engine.entries())[-1].cut is None
+    assert list(log_engine_of(rl.store, run).entries())[-1].cut is None
     code, out, err = run_cli("verify", store=root, exit_code=0)
     assert (code, out) == (0, "") and err.startswith("verify: ok (")
 
@@ -339,11 +365,11 @@ def test_an_entry_shaped_blob_inside_a_torn_entry_is_still_a_torn_tail(tmp_path)
     fake, _ = encode_entry(b"\0" * 32, 99, 0.0, [], [["refs/z", None, b"\1" * 32, "r"]], None)
     seg = s.engine.seg_path(1)
     start = os.path.getsize(seg)
-    witness = read_witness(root)
+    witness = read_witness(store_log_root(root))  # refs/* are the store log's
     with s.batch():
         s.set_ref("refs/b", None, s.put_blob(fake), "b")
     os.truncate(seg, os.path.getsize(seg) - 20)  # the trailer of that entry never reached the disk
-    crash_before_sync(root, witness)
+    crash_before_sync(store_log_root(root), witness)
     torn = open(seg, "rb").read()[start:]
     r = Store.open(root, fsync="off")
     assert r.engine.torn is not None and r.engine.damaged is None
