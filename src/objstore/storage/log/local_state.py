@@ -13,7 +13,8 @@ Kept here:
   collected); one that gc replaced is kept open too, as another thread may still read it;
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
-  ``lock`` file's ``flock`` (processes) serialize writers.
+  ``lock`` file's ``flock`` (processes) serialize writers; the ``sync`` file (``groupsync``) lets
+  writer processes share flushes.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class LocalBase(Engine):
         self._packs: dict[int, Packed | None] = {}  # segment -> its packed entries (None: an ordinary segment)
         self._replaced_fds: list[int] = []  # descriptors of segment files gc replaced (other threads may still read them)
         self._lfd: int | None = None  # the writer lock's descriptor, opened on first write
+        self._sync_fd: int | None = None  # <root>/sync (groupsync), opened on first durable commit
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
@@ -134,10 +136,10 @@ class LocalBase(Engine):
             os.close(fd)
         self._fds.clear()
         self._replaced_fds = []
-        for extra in (self._lfd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
+        for extra in (self._lfd, self._sync_fd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
             if extra is not None:
                 os.close(extra)
-        self._lfd = self._wfd = self._wit_fd = None
+        self._lfd = self._sync_fd = self._wfd = self._wit_fd = None
         self._old_wfds = []
 
     def __del__(self) -> None:

@@ -6,8 +6,11 @@ Kept here:
   writer catches up, refuses a damaged log or one its head witness disagrees with, cuts a torn tail
   (recording the cut in its own entry), checks the entry against the rules, appends, and releases;
 * an entry is one write and one fdatasync: the only commit point. The sync happens outside the locks
-  so threads of one process share it (group commit); a commit returns only once its own entry is
-  durable, and the head witness follows each sync;
+  so threads of one process share it, and writer processes too (``groupsync``: a flush another
+  process began after our write covers our entry); a commit returns only once its own entry is
+  durable. The syncer catches up without the writer lock first, so its flush names (and the head
+  witness written after it) the newest entry it covers, and its next commit has less to take in
+  under the lock;
 * a segment is sealed only once everything in it is durable; the sealer then starts the next segment
   and writes its first entry, naming the sealed segment's index by digest;
 * ``repair`` cuts only after the last readable entry of the last segment, and records what it cut.
@@ -24,7 +27,7 @@ from contextlib import contextmanager
 import blake3
 
 from ...errors import CorruptLog, InvalidInput, LockTimeout, ObjstoreError, Refused, StorageOSError
-from . import segindex
+from . import groupsync, segindex
 from .engine import deletion_rule, txn_bodies
 from .entry import LogEntry, build_entry
 from .format import SEG_HEADER, Position
@@ -92,7 +95,7 @@ class Writer(LocalBase):
         # of this process that write meanwhile share one fdatasync. The commit returns (is
         # acknowledged) only once its own entry is durable.
         if written is not None:
-            self._sync_upto(written)
+            self._sync_upto(*written)
             # Off the commit path's locks: other writers go on while this thread writes the checkpoint.
             if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
                 self._checkpoint()
@@ -113,10 +116,10 @@ class Writer(LocalBase):
         self.breach = False
         self.witness_problem = None
 
-    def _sync_upto(self, n: int) -> None:
-        """Return once entry ``n`` (written by this process) is durable: one thread syncs for every
-        entry written before it started, the others wait for it. The head witness follows each
-        sync."""
+    def _sync_upto(self, n: int, s: int) -> None:
+        """Return once entry ``n`` (written by this process; ``s``: the sync counter read after its
+        write, ``groupsync.started``) is durable: one thread of this process makes it so for every
+        entry it wrote before, the others wait for it."""
         with self._sync_cv:
             while self._durable < n:
                 if self._syncing:
@@ -127,8 +130,7 @@ class Writer(LocalBase):
                 err = None
                 self._sync_cv.release()
                 try:
-                    if self.policy.enabled:
-                        os.fdatasync(fd)
+                    done = self._make_durable(n, s, target, fd)
                 except OSError as e:
                     err = e
                 finally:
@@ -137,9 +139,60 @@ class Writer(LocalBase):
                     self._sync_cv.notify_all()
                 if err is not None:
                     raise StorageOSError("make a commit entry durable (fdatasync)", err)
-                if target.entry > self._durable:
-                    self._durable = target.entry
-                    self._write_witness(target.entry, target.checksum)
+                self._durable = max(self._durable, done)
+
+    def _make_durable(self, n: int, s: int, written: Position, fd: int) -> int:
+        """Make this process's entries up to ``n`` durable (``written``: its newest, in file ``fd``);
+        the entry number up to which they now are. Another process's flush that began after the
+        write of ``n`` covers it (then nothing is written here); else this one flushes ``fd`` and
+        writes the head witness."""
+        if not self.policy.enabled:
+            self._write_witness(written.entry, written.checksum)
+            return written.entry
+        if self._sync_fd is None:
+            self._sync_fd = groupsync.open_sync(self.root)
+        if self._sync_fd is None:
+            os.fdatasync(fd)
+            self._write_witness(written.entry, written.checksum)
+            return written.entry
+        covers = [written]
+
+        def sync() -> None:
+            covers[0] = self._horizon(written, fd)
+            os.fdatasync(fd)
+            self._write_witness(covers[0].entry, covers[0].checksum)
+
+        if groupsync.await_durable(self._sync_fd, s, sync):
+            return n  # an entry written before n's write is covered by the same flush
+        return covers[0].entry
+
+    def _sync_started(self) -> int:
+        """The group-sync counter, read right after an entry's write (0 when nothing is synced)."""
+        if not self.policy.enabled:
+            return 0
+        if self._sync_fd is None:
+            self._sync_fd = groupsync.open_sync(self.root)
+        return groupsync.NEVER if self._sync_fd is None else groupsync.started(self._sync_fd)
+
+    def _horizon(self, written: Position, fd: int) -> Position:
+        """The newest entry a flush of ``fd`` about to begin covers: every complete entry in that
+        file, found by catching up without the writer lock (what this process's next commit would
+        take in under it), else ``written``. Skipped while another thread of this process holds
+        ``_wlock``: its entry may be written and not yet applied, and a catch-up would take it twice."""
+        if not self._wlock.acquire(blocking=False):
+            return written
+        try:
+            with self._mu:
+                try:
+                    self.refresh()
+                except CorruptLog:
+                    return written
+                w, pos = self._wfd, self.tables.pos
+                if w is not None and w[1] == fd and w[0] == self._seg and pos.entry >= written.entry:
+                    return pos
+                return written
+        finally:
+            self._wlock.release()
 
     def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
         # One lock file descriptor per engine, kept open: flock excludes other open file
@@ -174,8 +227,9 @@ class Writer(LocalBase):
                 raise StorageOSError("open the active segment", e) from None
         return w[1]
 
-    def _commit(self, txn: Txn, moves: list) -> int | None:
-        """Write one entry (not yet synced: returns its number for _sync_upto; None if synced)."""
+    def _commit(self, txn: Txn, moves: list) -> tuple[int, int] | None:
+        """Write one entry (not yet synced: returns its number and the sync counter read after its
+        write, for _sync_upto; None if synced)."""
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
@@ -201,6 +255,7 @@ class Writer(LocalBase):
         if off + e.length >= SEAL_BYTES:  # the last entry of this segment says so
             raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True, idx=idx)
         self._write_entry(wfd, raw, off, sync=False)
+        started = self._sync_started()
         with self._mu:
             # Our own entry: applied from what we hold, never read back.
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
@@ -208,13 +263,13 @@ class Writer(LocalBase):
         with self._sync_cv:
             self._written = (Position(e.n, e.checksum), wfd)
         if e.seal:
-            self._sync_upto(e.n)  # a segment is sealed only once everything in it is durable
+            self._sync_upto(e.n, started)  # a segment is sealed only once everything in it is durable
             try:
                 self._seal()
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
             return None
-        return e.n
+        return e.n, started
 
     def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:
         try:

@@ -1,0 +1,105 @@
+"""Group commit across processes: one fdatasync covers the entries several writer processes wrote.
+
+Writers of one log append under its writer lock and make their entries durable after releasing it.
+Each process used to fdatasync for its own entry, so P writers flushed up to P times for entries one
+flush would cover. They share the file ``<root>/sync`` (beside the writer lock ``<root>/lock``) to
+tell whether a flush that covers their entry has happened:
+
+* it holds two counters, ``started`` and ``completed``, and a CRC over both, so a read racing a write
+  is seen as unreadable, never as another pair of numbers;
+* a syncer holds the file's ``flock`` exclusively: it sets ``started`` to q, calls fdatasync, then sets
+  ``completed`` to q;
+* a writer reads ``started`` (s) after its entry's write returned. A sync numbered above s set its
+  number after that read, so its fdatasync began after the write and covers the entry: once
+  ``completed`` > s the entry is durable and the writer returns without a flush of its own. Otherwise
+  it waits out the sync in flight (a shared lock, granted to every waiter at once), looks again, and
+  if still not covered becomes the syncer under the exclusive lock: its own fdatasync, issued after its
+  own write, covers its entry whatever the counters say.
+
+The file is a hint, not part of the log: missing, zeroed or stale it costs a flush, never durability
+(a writer trusts only a ``completed`` above the ``started`` it read itself, after its write). A process
+killed anywhere in this leaves the lock released (the kernel drops a dead process's ``flock``) and at
+worst ``started`` above ``completed``: nobody counts that sync, the next syncer makes its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import zlib
+from collections.abc import Callable
+
+SYNC_FILE = "sync"
+_REC = struct.Struct("<QQI")  # started, completed, CRC-32 of the 16 bytes before it
+NEVER = 1 << 64  # the ``started`` of an unreadable file: no sync counts as covering the entry
+
+
+def open_sync(root: str) -> int | None:
+    """A descriptor of ``<root>/sync`` (created if missing), or None if it cannot be opened: the
+    writer then makes each of its entries durable itself."""
+    try:
+        return os.open(os.path.join(root, SYNC_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+
+
+def _counts(fd: int) -> tuple[int, int] | None:
+    """(started, completed), or None: absent, short, or torn by a write in progress."""
+    try:
+        raw = os.pread(fd, _REC.size, 0)
+    except OSError:
+        return None
+    if len(raw) != _REC.size:
+        return None
+    started, completed, crc = _REC.unpack(raw)
+    return (started, completed) if zlib.crc32(raw[:16]) == crc else None
+
+
+def _set(fd: int, started: int, completed: int) -> None:
+    head = struct.pack("<QQ", started, completed)
+    try:
+        os.pwrite(fd, head + struct.pack("<I", zlib.crc32(head)), 0)
+    except OSError:
+        pass  # a hint: unwritten, the other writers make their own flushes
+
+
+def started(fd: int) -> int:
+    """The ``started`` counter now; read after an entry's write returned (NEVER if unreadable)."""
+    c = _counts(fd)
+    return NEVER if c is None else c[0]
+
+
+def _covered(fd: int, s: int) -> bool:
+    c = _counts(fd)
+    return c is not None and c[1] > s
+
+
+def await_durable(fd: int, s: int, sync: Callable[[], None]) -> bool:
+    """Return once an fdatasync issued after the write that read ``started`` = ``s`` has completed:
+    True when another process's sync covered it, False when this one ran ``sync()`` (the
+    fdatasync, between setting ``started`` and ``completed``, under the exclusive lock). An
+    OSError of ``sync`` propagates; the lock is released whatever happens."""
+    if _covered(fd, s):
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        # A sync is in flight (or waiters are looking): wait it out with every other waiter at
+        # once, look again, and only then queue for the exclusive lock (two waits at most).
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if _covered(fd, s):
+            return True
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        c = _counts(fd) or (0, 0)
+        if c[1] > s:
+            return True
+        q = max(c) + 1
+        _set(fd, q, c[1])
+        sync()
+        _set(fd, q, q)
+        return False
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
