@@ -12,7 +12,10 @@ run from outside the repository with ``PYTHONPATH=DIR`` (the children inherit it
 ``objstore`` was imported.
 
 Options (each also read from the environment): --reps / BENCH_REPS (5), --seconds / BENCH_SECONDS (3.0): the timed
-window of each measurement, --procs / BENCH_PROCS (8): P of the many-writer side.
+window of each measurement, --procs / BENCH_PROCS (8): P of the many-writer side, --baseline / BENCH_BASELINE (none):
+the ``src`` directory of another objstore (main's, say: ``git archive main src | tar -x -C DIR``, then DIR/src), whose
+writers are measured in the same repetitions (P = 1 and P = P each), so today's figure and this tree's come from the
+same disk and load; also printed: this tree's P-writer rate over the baseline's. --profile PATH: see below.
 
 What it measures
 ----------------
@@ -87,15 +90,17 @@ def writer_child(root, idx):
     print(json.dumps({"n": n, "t1": t1, "cpu": cpu}), flush=True)
 
 
-def measure(root, procs, seconds, profile=None):
+def measure(root, procs, seconds, profile=None, path=None):
     """(aggregate commits/s, per-writer counts, CPU s per commit) of ``procs`` writers on the run. ``profile``: a
-    path: writer 0 runs under ``py-spy record --idle -f raw`` writing there (the other writers run as they are)."""
+    path: writer 0 runs under ``py-spy record --idle -f raw`` writing there (the other writers run as they are).
+    ``path``: the writers import objstore from there (PYTHONPATH) instead of this interpreter's."""
     me = os.path.abspath(__file__)
     cmds = [[sys.executable, me, "--writer-child", root, str(i)] for i in range(procs)]
     if profile:
         spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
         cmds[0] = [spy, "record", "--nonblocking", "--idle", "-r", "100", "-f", "raw", "-o", profile, "--", *cmds[0]]
-    children = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True) for cmd in cmds]
+    env = dict(os.environ, PYTHONPATH=path) if path else None
+    children = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env) for cmd in cmds]
     try:
         for c in children:
             line = c.stdout.readline()
@@ -188,6 +193,8 @@ def main():
     ap.add_argument("--procs", type=int, default=int(os.environ.get("BENCH_PROCS", 8)))
     ap.add_argument("--profile", metavar="PATH", help="one extra P-writer measurement (not in the figures), writer 0 under "
                     "py-spy record --idle -f raw -o PATH; prints the top frames (own samples, idle included)")
+    ap.add_argument("--baseline", metavar="SRC", default=os.environ.get("BENCH_BASELINE"),
+                    help="also measure, in the same repetitions, writers importing objstore from SRC (e.g. main's src/)")
     ap.add_argument("--writer-child", nargs=2, metavar=("ROOT", "IDX"))
     a = ap.parse_args()
     if a.writer_child:
@@ -199,37 +206,50 @@ def main():
     if a.profile:
         profile(a.profile, P, a.seconds)
         return
+    libs = [("this", None)] + ([("baseline", os.path.abspath(a.baseline))] if a.baseline else [])
     print(f"objstore from {os.path.dirname(objstore.__file__)}; python {sys.version.split()[0]}; "
           f"{os.cpu_count()} CPUs; BENCH_DIR={os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
+    if a.baseline:
+        print(f"baseline: writers run with PYTHONPATH={libs[1][1]} (measured in the same repetitions, order alternating)")
     print(f"one run, fsync full, 1 record per commit (record_attempt outside a batch), {a.seconds:g} s per measurement, "
           f"P = 1 vs P = {P}, {a.reps} reps interleaved")
-    ratios, shares = [], []
+    ratios = {name: [] for name, _ in libs}
+    shares = {name: [] for name, _ in libs}
+    vs_base = []
     for rep in range(a.reps):
         d = tempfile.mkdtemp(prefix="onerun.", dir=os.environ.get("BENCH_DIR"))
         try:
             lat = fsync_latency(d)
+            order = [(lib, p) for lib in libs for p in (1, P)]
             res = {}
-            for p in ((1, P) if rep % 2 == 0 else (P, 1)):
-                root = os.path.join(d, f"s{p}")
+            for lib, p in (order if rep % 2 == 0 else order[::-1]):
+                root = os.path.join(d, f"{lib[0]}{p}")
                 log = RunLog(Store.init(root, fsync="full"))
                 log.start_run(RUN)
                 log.store.engine.close()
-                res[p] = measure(root, p, a.seconds)
-                check_run(root, sum(res[p][1]))
-            r1, rp = res[1][0], res[P][0]
-            share = max(res[P][1]) / max(1, sum(res[P][1]))
-            ratios.append(rp / r1)
-            shares.append(share)
+                res[lib[0], p] = measure(root, p, a.seconds, path=lib[1])
+                check_run(root, sum(res[lib[0], p][1]))
             load = os.getloadavg()
-            print(f"  rep {rep}: fsync {lat * 1e3:6.2f} ms | P=1 {r1:7,.0f}/s ({res[1][2] * 1e3:.2f} ms CPU/commit) | "
-                  f"P={P} {rp:7,.0f}/s ({res[P][2] * 1e3:.2f} ms CPU/commit) | ratio {rp / r1:5.2f} | busiest "
-                  f"{share:.3f} (counts {sorted(res[P][1], reverse=True)}) | load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+            print(f"  rep {rep}: fsync {lat * 1e3:6.2f} ms | load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+            for name, _ in libs:
+                (r1, _c1, cpu1), (rp, cp, cpup) = res[name, 1], res[name, P]
+                share = max(cp) / max(1, sum(cp))
+                ratios[name].append(rp / r1)
+                shares[name].append(share)
+                print(f"    {name:<8} P=1 {r1:7,.0f}/s ({cpu1 * 1e3:.2f} ms CPU/commit) | P={P} {rp:7,.0f}/s "
+                      f"({cpup * 1e3:.2f} ms CPU/commit) | ratio {rp / r1:5.2f} | busiest {share:.3f} "
+                      f"(counts {sorted(cp, reverse=True)})")
+            if a.baseline:
+                vs_base.append(res["this", P][0] / res["baseline", P][0])
         finally:
             shutil.rmtree(d, ignore_errors=True)
-    print(f"P={P} / P=1 (min / median / max): {fmt(ratios)}   target >= 1.5: {'met' if statistics.median(ratios) >= 1.5 else 'NOT met'}")
-    print(f"busiest writer's share (min / median / max): {fmt(shares, '{:.3f}')}   target <= {2 / P:.3f}: "
-          f"{'met' if max(shares) <= 2 / P else 'NOT met'} (every rep)")
-
+    for name, _ in libs:
+        print(f"{name}: P={P} / P=1 (min / median / max): {fmt(ratios[name])}   target >= 1.5: "
+              f"{'met' if statistics.median(ratios[name]) >= 1.5 else 'NOT met'}")
+        print(f"{name}: busiest writer's share (min / median / max): {fmt(shares[name], '{:.3f}')}   target <= {2 / P:.3f}: "
+              f"{'met' if max(shares[name]) <= 2 / P else 'NOT met'} (every rep)")
+    if a.baseline:
+        print(f"this / baseline at P={P} (min / median / max): {fmt(vs_base)}")
 
 if __name__ == "__main__":
     main()

@@ -16,8 +16,9 @@ tell whether a flush that covers their entry has happened:
   if still not covered becomes the syncer under the exclusive lock: its own fdatasync, issued after its
   own write, covers its entry whatever the counters say.
 
-The file is a hint, not part of the log: missing, zeroed or stale it costs a flush, never durability
-(a writer trusts only a ``completed`` above the ``started`` it read itself, after its write). A process
+The file is a hint, not part of the log: missing, unreadable, zeroed or rolled back it costs a flush,
+never durability (a writer trusts only a ``completed`` above the ``started`` it read itself, after its
+write; only a file swapped for one with higher counters between those two reads could mislead it). A process
 killed anywhere in this leaves the lock released (the kernel drops a dead process's ``flock``) and at
 worst ``started`` above ``completed``: nobody counts that sync, the next syncer makes its own.
 """
@@ -53,7 +54,9 @@ def _counts(fd: int) -> tuple[int, int] | None:
     if len(raw) != _REC.size:
         return None
     started, completed, crc = _REC.unpack(raw)
-    return (started, completed) if zlib.crc32(raw[:16]) == crc else None
+    if zlib.crc32(raw[:16]) != crc or completed > started:
+        return None  # torn by a write in progress, or not a pair a syncer writes
+    return started, completed
 
 
 def _set(fd: int, started: int, completed: int) -> None:
