@@ -7,7 +7,8 @@ then lets them go, and checks:
 
 * two writers stopped there share one flush after it, and the head witness names the newest entry the
   flush covered, one written by a third writer meanwhile (the syncer caught up before flushing);
-* a writer whose entry a flush begun after its write covered (the counters say so) flushes nothing;
+* a writer whose entry a flush of its segment begun after its write covered (the counters say so)
+  flushes nothing; a flush of another segment, or counters no syncer writes, do not count;
 * a syncer killed with SIGKILL in the middle of its flush, or a waiter killed while it waits, stops
   nobody: the next writer flushes its own entry, and the run's records stay contiguous and verify clean.
 
@@ -147,29 +148,28 @@ def test_two_waiting_writers_share_one_flush_which_names_the_newest_entry(tmp_pa
     assert _lsns(root) == [0, 1, 2, 3]
 
 
-def test_a_flush_begun_after_the_write_covers_the_entry(tmp_path):
+def _one_waiting_writer(root: str, entries: int, segment: int | None) -> int:
+    """A child's flushes for one record, while the test holds the sync lock and, once the child's entry
+    is written, leaves the counters a sync of ``segment`` begun after that write leaves (None: none)."""
+    lock = _SyncLock(root)
+    try:
+        kid = _spawn(root)
+        _wait_entries(root, entries, [kid])
+        if segment is not None:
+            s = groupsync.started(lock.fd)
+            groupsync._set(lock.fd, s + 1, s + 1, segment)
+    finally:
+        lock.release()
+    return _result(kid)["flushes"]
+
+
+def test_a_flush_of_its_segment_begun_after_the_write_covers_the_entry(tmp_path):
     root = _store(tmp_path)
     start = _entries(root)
-    lock = _SyncLock(root)
-    try:
-        kid = _spawn(root)
-        _wait_entries(root, start + 1, [kid])
-        # What a syncer that began after the child's write leaves behind: started and completed
-        # past the value the child read after its write.
-        s = groupsync.started(lock.fd)
-        groupsync._set(lock.fd, s + 1, s + 1)
-    finally:
-        lock.release()
-    assert _result(kid)["flushes"] == 0
-    # Without that, the same wait ends in the writer's own flush.
-    lock = _SyncLock(root)
-    try:
-        kid = _spawn(root)
-        _wait_entries(root, start + 2, [kid])
-    finally:
-        lock.release()
-    assert _result(kid)["flushes"] == 1
-    assert _lsns(root) == [0, 1, 2]
+    assert _one_waiting_writer(root, start + 1, 1) == 0
+    assert _one_waiting_writer(root, start + 2, 2) == 1  # another segment's flush covers nothing here
+    assert _one_waiting_writer(root, start + 3, None) == 1
+    assert _lsns(root) == [0, 1, 2, 3]
 
 
 def test_counters_no_syncer_writes_are_not_trusted(tmp_path):
@@ -177,7 +177,7 @@ def test_counters_no_syncer_writes_are_not_trusted(tmp_path):
     fd = groupsync.open_sync(root)
     assert fd is not None
     try:
-        groupsync._set(fd, 5, 9)  # completed above started: no syncer leaves this
+        groupsync._set(fd, 5, 9, 1)  # completed above started: no syncer leaves this
         assert groupsync.started(fd) == groupsync.NEVER
         os.pwrite(fd, b"\xff", 3)  # a torn or damaged record
         assert groupsync.started(fd) == groupsync.NEVER

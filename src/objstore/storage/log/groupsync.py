@@ -5,13 +5,16 @@ Each process used to fdatasync for its own entry, so P writers flushed up to P t
 flush would cover. They share the file ``<root>/sync`` (beside the writer lock ``<root>/lock``) to
 tell whether a flush that covers their entry has happened:
 
-* it holds two counters, ``started`` and ``completed``, and a CRC over both, so a read racing a write
-  is seen as unreadable, never as another pair of numbers;
-* a syncer holds the file's ``flock`` exclusively: it sets ``started`` to q, calls fdatasync, then sets
-  ``completed`` to q;
+* it holds two counters, ``started`` and ``completed``, the segment the last completed sync flushed,
+  and a CRC over them, so a read racing a write is seen as unreadable, never as other numbers;
+* a syncer holds the file's ``flock`` exclusively: it sets ``started`` to q, calls fdatasync on its
+  segment file, then sets ``completed`` to q and the segment to its own;
 * a writer reads ``started`` (s) after its entry's write returned. A sync numbered above s set its
-  number after that read, so its fdatasync began after the write and covers the entry: once
-  ``completed`` > s the entry is durable and the writer returns without a flush of its own. Otherwise
+  number after that read, so its fdatasync began after the write and, if it flushed the segment file
+  the entry is in, covers it: once ``completed`` > s with that segment the entry is durable and the
+  writer returns without a flush of its own (a flush of another segment covers nothing of it: a
+  segment is sealed only once durable, so only a syncer slow to flush the sealed one can leave its
+  number over an entry of the next). Otherwise
   it waits out the sync in flight (a shared lock, granted to every waiter at once), looks again, and
   if still not covered becomes the syncer under the exclusive lock: its own fdatasync, issued after its
   own write, covers its entry whatever the counters say.
@@ -32,7 +35,8 @@ import zlib
 from collections.abc import Callable
 
 SYNC_FILE = "sync"
-_REC = struct.Struct("<QQI")  # started, completed, CRC-32 of the 16 bytes before it
+_HEAD = struct.Struct("<QQQ")  # started, completed, the segment the last completed sync flushed
+_REC = struct.Struct("<QQQI")  # the same, and the CRC-32 of those 24 bytes
 NEVER = 1 << 64  # the ``started`` of an unreadable file: no sync counts as covering the entry
 
 
@@ -45,22 +49,22 @@ def open_sync(root: str) -> int | None:
         return None
 
 
-def _counts(fd: int) -> tuple[int, int] | None:
-    """(started, completed), or None: absent, short, or torn by a write in progress."""
+def _counts(fd: int) -> tuple[int, int, int] | None:
+    """(started, completed, segment), or None: absent, short, or torn by a write in progress."""
     try:
         raw = os.pread(fd, _REC.size, 0)
     except OSError:
         return None
     if len(raw) != _REC.size:
         return None
-    started, completed, crc = _REC.unpack(raw)
-    if zlib.crc32(raw[:16]) != crc or completed > started:
-        return None  # torn by a write in progress, or not a pair a syncer writes
-    return started, completed
+    started, completed, seg, crc = _REC.unpack(raw)
+    if zlib.crc32(raw[:_HEAD.size]) != crc or completed > started:
+        return None  # torn by a write in progress, or not counters a syncer writes
+    return started, completed, seg
 
 
-def _set(fd: int, started: int, completed: int) -> None:
-    head = struct.pack("<QQ", started, completed)
+def _set(fd: int, started: int, completed: int, seg: int) -> None:
+    head = _HEAD.pack(started, completed, seg)
     try:
         os.pwrite(fd, head + struct.pack("<I", zlib.crc32(head)), 0)
     except OSError:
@@ -73,17 +77,17 @@ def started(fd: int) -> int:
     return NEVER if c is None else c[0]
 
 
-def _covered(fd: int, s: int) -> bool:
+def _covered(fd: int, s: int, seg: int) -> bool:
     c = _counts(fd)
-    return c is not None and c[1] > s
+    return c is not None and c[1] > s and c[2] == seg
 
 
-def await_durable(fd: int, s: int, sync: Callable[[], None]) -> bool:
-    """Return once an fdatasync issued after the write that read ``started`` = ``s`` has completed:
-    True when another process's sync covered it, False when this one ran ``sync()`` (the
-    fdatasync, between setting ``started`` and ``completed``, under the exclusive lock). An
-    OSError of ``sync`` propagates; the lock is released whatever happens."""
-    if _covered(fd, s):
+def await_durable(fd: int, s: int, seg: int, sync: Callable[[], None], synced: int) -> bool:
+    """Return once an fdatasync of segment ``seg`` issued after the write that read ``started`` =
+    ``s`` has completed: True when another process's flush covered it, False when this one ran
+    ``sync()`` (its fdatasync of segment ``synced``, between setting ``started`` and ``completed``,
+    under the exclusive lock). An OSError of ``sync`` propagates; the lock is released whatever happens."""
+    if _covered(fd, s, seg):
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,17 +96,17 @@ def await_durable(fd: int, s: int, sync: Callable[[], None]) -> bool:
         # once, look again, and only then queue for the exclusive lock (two waits at most).
         fcntl.flock(fd, fcntl.LOCK_SH)
         fcntl.flock(fd, fcntl.LOCK_UN)
-        if _covered(fd, s):
+        if _covered(fd, s, seg):
             return True
         fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        c = _counts(fd) or (0, 0)
-        if c[1] > s:
+        c = _counts(fd) or (0, 0, 0)
+        if c[1] > s and c[2] == seg:
             return True
-        q = max(c) + 1
-        _set(fd, q, c[1])
+        q = c[0] + 1
+        _set(fd, q, c[1], c[2])
         sync()
-        _set(fd, q, q)
+        _set(fd, q, q, synced)
         return False
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

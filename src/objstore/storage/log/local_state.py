@@ -73,7 +73,7 @@ class LocalBase(Engine):
         self._wit_fd: int | None = None
         self._sync_cv = threading.Condition(threading.Lock())  # group commit: who syncs, who waits
         self._syncing = False
-        self._written: tuple[Position, int] = (Position(0, ZERO), -1)  # newest entry this process wrote, and its file
+        self._written: tuple[Position, int, int] = (Position(0, ZERO), -1, 0)  # newest entry this process wrote, its file and segment
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False

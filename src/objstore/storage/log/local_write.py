@@ -116,21 +116,21 @@ class Writer(LocalBase):
         self.breach = False
         self.witness_problem = None
 
-    def _sync_upto(self, n: int, s: int) -> None:
-        """Return once entry ``n`` (written by this process; ``s``: the sync counter read after its
-        write, ``groupsync.started``) is durable: one thread of this process makes it so for every
-        entry it wrote before, the others wait for it."""
+    def _sync_upto(self, n: int, s: int, seg: int) -> None:
+        """Return once entry ``n`` (written by this process in segment ``seg``; ``s``: the sync
+        counter read after its write, ``groupsync.started``) is durable: one thread of this process
+        makes it so for every entry it wrote before, the others wait for it."""
         with self._sync_cv:
             while self._durable < n:
                 if self._syncing:
                     self._sync_cv.wait()
                     continue
                 self._syncing = True
-                target, fd = self._written
+                written = self._written
                 err = None
                 self._sync_cv.release()
                 try:
-                    done = self._make_durable(n, s, target, fd)
+                    done = self._make_durable(n, s, seg, written)
                 except OSError as e:
                     err = e
                 finally:
@@ -141,11 +141,12 @@ class Writer(LocalBase):
                     raise StorageOSError("make a commit entry durable (fdatasync)", err)
                 self._durable = max(self._durable, done)
 
-    def _make_durable(self, n: int, s: int, written: Position, fd: int) -> int:
-        """Make this process's entries up to ``n`` durable (``written``: its newest, in file ``fd``);
-        the entry number up to which they now are. Another process's flush that began after the
-        write of ``n`` covers it (then nothing is written here); else this one flushes ``fd`` and
-        writes the head witness."""
+    def _make_durable(self, n: int, s: int, seg: int, newest: tuple[Position, int, int]) -> int:
+        """Make this process's entries up to ``n`` durable (``newest``: its newest entry, the file
+        and the segment it is in); the entry number up to which they now are. Another process's
+        flush of ``seg`` that began after the write of ``n`` covers it (then nothing is written
+        here); else this one flushes the newest entry's file and writes the head witness."""
+        written, fd, wseg = newest
         if not self.policy.enabled:
             self._write_witness(written.entry, written.checksum)
             return written.entry
@@ -162,7 +163,7 @@ class Writer(LocalBase):
             os.fdatasync(fd)
             self._write_witness(covers[0].entry, covers[0].checksum)
 
-        if groupsync.await_durable(self._sync_fd, s, sync):
+        if groupsync.await_durable(self._sync_fd, s, seg, sync, wseg):
             return n  # an entry written before n's write is covered by the same flush
         return covers[0].entry
 
@@ -227,9 +228,9 @@ class Writer(LocalBase):
                 raise StorageOSError("open the active segment", e) from None
         return w[1]
 
-    def _commit(self, txn: Txn, moves: list) -> tuple[int, int] | None:
-        """Write one entry (not yet synced: returns its number and the sync counter read after its
-        write, for _sync_upto; None if synced)."""
+    def _commit(self, txn: Txn, moves: list) -> tuple[int, int, int] | None:
+        """Write one entry (not yet synced: returns its number, the sync counter read after its
+        write and its segment, for _sync_upto; None if synced)."""
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
@@ -261,15 +262,15 @@ class Writer(LocalBase):
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
             self._off = off + e.length
         with self._sync_cv:
-            self._written = (Position(e.n, e.checksum), wfd)
+            self._written = (Position(e.n, e.checksum), wfd, seg)
         if e.seal:
-            self._sync_upto(e.n, started)  # a segment is sealed only once everything in it is durable
+            self._sync_upto(e.n, started, seg)  # a segment is sealed only once everything in it is durable
             try:
                 self._seal()
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
             return None
-        return e.n, started
+        return e.n, started, seg
 
     def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:
         try:
@@ -348,14 +349,14 @@ class Writer(LocalBase):
             raise Refused(plan)
         cut = self._cut_torn()
         raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, seal=seal, idx=idx, rw=rw)
-        off = self._off
-        wfd = self._writer(self._seg)
+        off, seg = self._off, self._seg
+        wfd = self._writer(seg)
         self._write_entry(wfd, raw, off)  # synced: an entry gc relies on is durable before it goes on
         with self._mu:
             self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
             self._off = off + e.length
         with self._sync_cv:
-            self._written = (Position(e.n, e.checksum), wfd)
+            self._written = (Position(e.n, e.checksum), wfd, seg)
             self._durable = max(self._durable, e.n)  # the fdatasync covered every earlier write to this file
             self._write_witness(e.n, e.checksum)
         return e
