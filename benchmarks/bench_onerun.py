@@ -15,7 +15,9 @@ Options (each also read from the environment): --reps / BENCH_REPS (5), --second
 window of each measurement, --procs / BENCH_PROCS (8): P of the many-writer side, --baseline / BENCH_BASELINE (none):
 the ``src`` directory of another objstore (main's, say: ``git archive main src | tar -x -C DIR``, then DIR/src), whose
 writers are measured in the same repetitions (P = 1 and P = P each), so today's figure and this tree's come from the
-same disk and load; also printed: this tree's P-writer rate over the baseline's. --profile PATH: see below.
+same disk and load; also printed: this tree's P-writer rate over the baseline's. --profile PATH: one P-writer
+measurement with writer 0 under ``py-spy record --idle`` (BENCH_PROFILE_CPU=1: without --idle, on-CPU samples only);
+prints the top frames of its samples inside record_attempt.
 
 What it measures
 ----------------
@@ -98,7 +100,8 @@ def measure(root, procs, seconds, profile=None, path=None):
     cmds = [[sys.executable, me, "--writer-child", root, str(i)] for i in range(procs)]
     if profile:
         spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
-        cmds[0] = [spy, "record", "--nonblocking", "--idle", "-r", "100", "-f", "raw", "-o", profile, "--", *cmds[0]]
+        idle = ["--idle"] if os.environ.get("BENCH_PROFILE_CPU") != "1" else []  # 1: on-CPU samples only
+        cmds[0] = [spy, "record", "--nonblocking", *idle, "-r", "100", "-f", "raw", "-o", profile, "--", *cmds[0]]
     env = dict(os.environ, PYTHONPATH=path) if path else None
     children = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True, env=env) for cmd in cmds]
     try:
