@@ -186,8 +186,8 @@ class Writer(LocalBase):
             with self._mu:
                 try:
                     self.refresh()
-                except CorruptLog:
-                    return written
+                except (ObjstoreError, OSError):
+                    return written  # damage, an unreadable file: the writer lock's holder meets it; flush what we wrote
                 w, pos = self._wfd, self.tables.pos
                 if w is not None and w[1] == fd and w[0] == self._seg and pos.entry >= written.entry:
                     return pos
