@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import blake3
 
 from ...errors import CorruptLog, InvalidInput, LockTimeout, ObjstoreError, Refused, StorageOSError
-from . import groupsync, segindex
+from . import segindex
 from .engine import deletion_rule, txn_bodies
 from .entry import LogEntry, build_entry
 from .format import SEG_HEADER, Position
@@ -146,6 +146,8 @@ class Writer(LocalBase):
         and the segment it is in); the entry number up to which they now are. Another process's
         flush of ``seg`` that began after the write of ``n`` covers it (then nothing is written
         here); else this one flushes the newest entry's file and writes the head witness."""
+        from . import groupsync  # on the first durable commit: a reader never loads it
+
         written, fd, wseg = newest
         if not self.policy.enabled:
             self._write_witness(written.entry, written.checksum)
@@ -171,6 +173,8 @@ class Writer(LocalBase):
         """The group-sync counter, read right after an entry's write (0 when nothing is synced)."""
         if not self.policy.enabled:
             return 0
+        from . import groupsync
+
         if self._sync_fd is None:
             self._sync_fd = groupsync.open_sync(self.root)
         return groupsync.NEVER if self._sync_fd is None else groupsync.started(self._sync_fd)
