@@ -31,8 +31,8 @@ rate is all commits / (t_end - t_start + the overrun of the slowest writer's las
 
 Printed per repetition: the fsync latency (one ``os.write`` of 4 KiB + ``os.fdatasync`` in the scratch directory,
 timed at the start of the repetition), P = 1 and P = P aggregate commits/s, their ratio, the busiest writer's share
-of the P-writer commits (target <= 2/P) and each writer's count, CPU milliseconds per commit at each P, the load
-average. After each measurement the run is read back: every commit is one record, LSNs contiguous (or the bench
+of the P-writer commits (target <= 2/P) and each writer's count, CPU milliseconds and fdatasync calls (counted in each
+writer by wrapping ``os.fdatasync``) per commit at each P, the load average. After each measurement the run is read back: every commit is one record, LSNs contiguous (or the bench
 fails). Summary: min / median / max of the per-repetition ratios and of the busiest shares.
 
 Gate (issue 16): P = 8 / P = 1 >= 1.5x (median per-repetition ratio), busiest writer <= 2/P of the commits.
@@ -73,6 +73,14 @@ def writer_child(root, idx):
     """Open, say ready, wait for the go file (t_start t_end), append one record per commit until t_end; print the count."""
     log = RunLog(Store.open(root, fsync="full"))
     record_attempt = log.record_attempt
+    flushes = [0]
+    real_fdatasync = os.fdatasync
+
+    def fdatasync(fd):  # counted: how many commits one flush covers
+        flushes[0] += 1
+        return real_fdatasync(fd)
+
+    os.fdatasync = fdatasync
     ctx = {"task": "ticket", "writer": idx, "tool": "search"}
     print("ready", flush=True)
     go = root + ".go"  # the start line comes as a file: a child under py-spy has no stdin of ours
@@ -89,7 +97,7 @@ def writer_child(root, idx):
         n += 1
     t1 = time.monotonic()
     cpu = time.process_time() - c0
-    print(json.dumps({"n": n, "t1": t1, "cpu": cpu}), flush=True)
+    print(json.dumps({"n": n, "t1": t1, "cpu": cpu, "flushes": flushes[0]}), flush=True)
 
 
 def measure(root, procs, seconds, profile=None, path=None):
@@ -130,7 +138,7 @@ def measure(root, procs, seconds, profile=None, path=None):
     counts = [o["n"] for o in outs]
     span = max(o["t1"] for o in outs) - t_start
     total = sum(counts)
-    return total / span, counts, sum(o["cpu"] for o in outs) / max(1, total)
+    return total / span, counts, sum(o["cpu"] for o in outs) / max(1, total), sum(o["flushes"] for o in outs) / max(1, total)
 
 
 def check_run(root, expect):
@@ -160,7 +168,7 @@ def profile(path, procs, seconds):
         log = RunLog(Store.init(root, fsync="full"))
         log.start_run(RUN)
         log.store.engine.close()
-        rate, counts, cpu = measure(root, procs, seconds, profile=path)
+        rate, counts, cpu, _fl = measure(root, procs, seconds, profile=path)
         print(f"P={procs}: {rate:,.0f}/s, counts {counts}, {cpu * 1e3:.2f} ms CPU/commit (writer 0 under py-spy)")
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -235,12 +243,12 @@ def main():
             load = os.getloadavg()
             print(f"  rep {rep}: fsync {lat * 1e3:6.2f} ms | load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
             for name, _ in libs:
-                (r1, _c1, cpu1), (rp, cp, cpup) = res[name, 1], res[name, P]
+                (r1, _c1, cpu1, fl1), (rp, cp, cpup, flp) = res[name, 1], res[name, P]
                 share = max(cp) / max(1, sum(cp))
                 ratios[name].append(rp / r1)
                 shares[name].append(share)
-                print(f"    {name:<8} P=1 {r1:7,.0f}/s ({cpu1 * 1e3:.2f} ms CPU/commit) | P={P} {rp:7,.0f}/s "
-                      f"({cpup * 1e3:.2f} ms CPU/commit) | ratio {rp / r1:5.2f} | busiest {share:.3f} "
+                print(f"    {name:<8} P=1 {r1:7,.0f}/s ({cpu1 * 1e3:.2f} ms CPU, {fl1:.2f} fdatasync /commit) | P={P} {rp:7,.0f}/s "
+                      f"({cpup * 1e3:.2f} ms CPU, {flp:.2f} fdatasync /commit) | ratio {rp / r1:5.2f} | busiest {share:.3f} "
                       f"(counts {sorted(cp, reverse=True)})")
             if a.baseline:
                 vs_base.append(res["this", P][0] / res["baseline", P][0])
