@@ -2,8 +2,9 @@
 
 Kept here:
 
-* writers serialize on an in-process lock and an exclusive ``flock`` of ``lock``; under them a
-  writer catches up, refuses a damaged log or one its head witness disagrees with, cuts a torn tail
+* writers serialize on an in-process lock and an exclusive ``flock`` of ``lock``; a writer catches
+  up as a reader before queueing for the ``flock`` (less to take in while holding it); under it a
+  writer catches up on the rest, refuses a damaged log or one its head witness disagrees with, cuts a torn tail
   (recording the cut in its own entry), checks the entry against the rules, appends, and releases;
 * an entry is one write and one fdatasync: the only commit point. The sync happens outside the locks
   so threads of one process share it, and writer processes too (``groupsync``: a flush another
@@ -55,6 +56,12 @@ class Writer(LocalBase):
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
+            # Catch up as a reader first (no thread of this process is mid-commit: _wlock is ours),
+            # so what is left to take in under the writer lock is what others wrote while we queued.
+            try:
+                self.refresh()
+            except (ObjstoreError, OSError):
+                pass  # met again, and dealt with, under the lock
             self._os_lock(deadline, timeout)
             try:
                 try:
