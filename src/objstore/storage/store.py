@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import blake3
 import msgspec
@@ -373,8 +373,13 @@ class Store:
             mark_version(self.root, version, self.policy)
         self._version = version
 
-    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
-        """(entry, record id) of the label rows with this key, newest first (storage.labels)."""
+    def label_rows(self, key: bytes, run: str | None = None) -> list[tuple[int, bytes]]:
+        """(order, record id) of the label rows with this key, newest first (storage.labels): a record
+        label's rows are in its run's log (``run``), a run label's are store-wide (None)."""
+        if run is not None:
+            log = self.logs.run_log(run)
+            with _tables_lock(log):
+                return log.label_rows(key)
         return self.logs.label_rows(key)
 
     def put_blob(self, data: bytes) -> bytes:
@@ -630,6 +635,15 @@ class Store:
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number, in the run's log) of a run's ``run_started`` record."""
         return self.logs.run_log(run).tables.starts.get(run)
+
+    def subject_runs(self, subject: str) -> list[str]:
+        """The runs catalogued with ``subject`` (a store of a log per run; newest first), to be confirmed
+        against their logs by the caller; a store of one log has no catalog: every run."""
+        if self.logs.per_run:
+            from .runlogs.logs import RunLogs
+
+            return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
+        return self.run_names()
 
     def run_order(self, run: str) -> tuple | int | None:
         """Where a run is in the order runs were started (comparable between runs; None: not indexed)."""

@@ -38,6 +38,7 @@ from ..log.memory import MemoryEngine
 from ..log.txn import Txn
 from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
+from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
 from .multitxn import LogTxn, record_values, value_of
 
@@ -71,6 +72,8 @@ class RunLogs(LogSet):
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
         self._runs: dict[str, LogEngine] = {}
+        self._run_of: dict[int, str] = {}  # id of an open run log -> its run
+        self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._mu = threading.Lock()
 
     # -- which log ------------------------------------------------------------------------------
@@ -88,9 +91,10 @@ class RunLogs(LogSet):
                     return _ABSENT  # read as empty; looked for again on the next ask
                 self._create_run_log(d)
             try:
-                log = LogEngine(d, self.policy)
+                log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
+            self._run_of[id(log)] = run
             self._runs[run] = log
             return log
 
@@ -224,8 +228,9 @@ class RunLogs(LogSet):
         subject, labels, copy_of = "default", None, None
         for _oid, v in record_values(txn):
             if v.get("run") == run and v.get("kind") == "run_started" and v.get("branch") == 0 and v.get("lsn") == 0:
-                body = v.get("body") if isinstance(v.get("body"), dict) else {}
-                subject = body.get("subject") if isinstance(body.get("subject"), str) else subject
+                body = v.get("body")
+                if isinstance(body, dict) and isinstance(body.get("subject"), str):
+                    subject = body["subject"]
                 labels = v.get("labels")
                 t = v.get("time")
                 when = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else when
@@ -236,6 +241,52 @@ class RunLogs(LogSet):
                         copy_of = fork["parent_run"]
                 break
         return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
+
+    @contextmanager
+    def citing(self, txn: LogTxn) -> Iterator[None]:
+        """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
+        re-check what the batch read of it, and move the run's cite ref to the store log's position."""
+        log = txn.bound
+        run = self._run_of.get(id(log))
+        if run is None or txn.inner is None or not needs_cite(txn):
+            yield
+            return
+        with shared_lock(os.path.join(self.root, STORE_LOG), txn.timeout):
+            recheck(txn, self.store_log)
+            pos = self.store_log.position()
+            name = runrefs.cite_ref(run)
+            old = txn.inner.read_ref(name)
+            new = runrefs.cite_value(pos.entry, pos.checksum)
+            if old != new:
+                txn.inner.set_ref(name, old, new, "cite the store log")
+            yield
+
+    def entry_view(self, engine: Engine, n: int, moves: list, types: dict, bodies: Any, chain: list) -> CrossView:
+        """The view a run-log entry's rules read: its run's log, and the store log at the position it cites."""
+        run = self._run_of.get(id(engine))
+        cite = None
+        if run is not None:
+            name = runrefs.cite_ref(run)
+            moved = next((m[2] for m in moves if m[0] == name), None)
+            cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
+        return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
+
+    def date(self, run: str, oid: bytes) -> int | None:
+        log = self.run_log(run)
+        e = log.loc_entry(oid)
+        if e is not None:
+            return e
+        s = self.store_log.loc_entry(oid)
+        if s is None:
+            return None
+        seen = self.history(log).first_seeing(s) if log is not _ABSENT else None
+        return AFTER if seen is None else seen
+
+    def history(self, engine: Engine) -> CiteHistory:
+        h = self._hist.get(id(engine))
+        if h is None:
+            h = self._hist[id(engine)] = CiteHistory(engine)
+        return h
 
     def close(self) -> None:
         self.store_log.close()

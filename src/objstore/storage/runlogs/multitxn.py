@@ -53,10 +53,15 @@ class LogTxn(Txn):
         self.bound: Engine | None = None
         self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
+        self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
 
-    @property  # type: ignore[override]
+    @property
     def moves(self) -> dict[str, list]:
         return self.inner.moves if self.inner is not None else {}
+
+    @moves.setter
+    def moves(self, value: dict[str, list]) -> None:
+        raise AttributeError("a batch's moves are its log's")
 
     # -- objects ------------------------------------------------------------------------------
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
@@ -80,7 +85,10 @@ class LogTxn(Txn):
             assert self.inner is not None
             return self.inner.read_ref(name)
         log.refresh()
-        return log.tables.refs.get(name)
+        value = log.tables.refs.get(name)
+        if log is self.logs.store_log:
+            self.store_reads.setdefault(name, value)
+        return value
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         inner = self._writer_for(name)
@@ -163,7 +171,8 @@ class LogTxn(Txn):
         try:
             if cm is not None:
                 if exc is None:
-                    cm.__exit__(None, None, None)
+                    with self.logs.citing(self):
+                        cm.__exit__(None, None, None)
                 else:
                     cm.__exit__(type(exc), exc, exc.__traceback__)
             elif exc is None and self.objects:
