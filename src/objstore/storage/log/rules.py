@@ -231,7 +231,9 @@ class Rules:
                     self.obey(gone, self.refs[gone])
                 if any(r == run for r, _b in tips):
                     return f"run {run} is deleted: no record is appended to it"
-                moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)]
+                # the deletion's own entry cites the store log it was judged by (format 6): that move goes with it
+                moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)
+                         and not (gone not in self.refs and runrefs.is_cite_ref(name))]
                 if moved:
                     return f"run {run} is deleted: its ref {moved[0]} does not move"
         return None

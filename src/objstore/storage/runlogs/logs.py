@@ -94,6 +94,9 @@ class RunLogs(LogSet):
                 log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
+            log.prefix_ok = self.store_log.prefix_ok  # a reader of the readable prefix (verify) reads every log so
+            if log.damaged is not None and not log.prefix_ok:
+                log.refresh()  # damage before the log's end (a forged deletion, bad bytes): the read stops here
             self._run_of[id(log)] = run
             self._runs[run] = log
             return log
