@@ -115,6 +115,20 @@ def covered(store: Store) -> tuple[set[bytes], set[bytes]]:
     return records, set(redacted_blobs(store))
 
 
+def covered_in(store: Store, log: Any) -> set[bytes]:
+    """``covered``'s records, of the deletions whose refs are in ``log`` (one log of the store)."""
+    records: set[bytes] = set()
+    for name, value in list(log.tables.refs.items()):
+        run = runrefs.run_of(name)
+        if run is None or not isinstance(value, bytes):
+            continue
+        if runrefs.is_deletions_ref(name):
+            records.update(store.covered_records(run, value))
+        elif runrefs.is_deleted_ref(name):
+            records.update(run_records(store, run))
+    return records
+
+
 def run_records(store: Store, run: str) -> set[bytes]:
     """Every record of run ``run`` its log's chain index places (bodies not read)."""
     log = store.logs.run_log(run)
@@ -122,7 +136,7 @@ def run_records(store: Store, run: str) -> set[bytes]:
     return {oid for b in tips for _lsn, oid in log.iter_chain(run, b, 0)}
 
 
-def check_authority(store: Store) -> None:
+def check_authority(store: Store, log: Any = None) -> None:
     """CorruptLog (exit 6, one line naming it) if a deletion the store's refs name breaks the
     authority rule as of its entry (objstore.storage.authority). Every reader refuses such an entry
     where it applies it; this is for what acts on deletions for good (gc), whose tables may come
@@ -130,15 +144,16 @@ def check_authority(store: Store) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    for _run, log in store.logs.all_logs():
-        done = log.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
-        log.refresh()
-        for name, value in list(log.tables.refs.items()):
+    logs = [store.engine] if store.url is not None else [e for _r, e in store.logs.all_logs()] if log is None else [log]
+    for eng in logs:
+        done = eng.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
+        eng.refresh()
+        for name, value in list(eng.tables.refs.items()):
             if authority.ref_wants(name) is None:
                 continue
             got = authority.ref_problem(view, name, value, done=done)
             if got is not None:
-                raise CorruptLog(log.where(got[0]) if hasattr(log, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
+                raise CorruptLog(eng.where(got[0]) if hasattr(eng, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
 
 
 # -- writing deletions ------------------------------------------------------------------------
@@ -280,8 +295,7 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
                 try:
                     ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
                 except ObjstoreError as err:
-                    if ids:
-                        err.add_note(f"deleted before this failure (one commit per run): {', '.join(runs[:len(ids)])}")
+                    err.landed = runs[:len(ids)]  # type: ignore[attr-defined]  # the runs deleted before it (one commit each)
                     raise
                 _mark_deleted(store, run)
         else:
@@ -412,7 +426,11 @@ def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None
     if loc is None and got is None:
         raise ObjectNotFound(blob_id.hex())
     # a blob this process holds (put outside any run's batch, format 6) is redacted before any log stores it
-    otype = got[0] if got is not None else (loc.otype if hasattr(loc, "otype") else loc[1])
+    if got is not None:
+        otype = got[0]
+    else:
+        assert loc is not None
+        otype = loc.otype if hasattr(loc, "otype") else loc[1]
     if otype != codec.BLOB:
         raise InvalidInput(f"{blob_id.hex()} is a {otype}, not a blob: only a blob is redacted (delete records with 'objstore delete')")
     key = _key(store, key)
