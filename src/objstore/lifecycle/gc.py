@@ -47,6 +47,10 @@ from ..storage.log.segfile import _read_segment_header, packed_entries, seg_name
 from ..storage.log.segrows import _segment_rows
 from ..storage.storedir import mark_packed
 from . import delete
+from .gc_copies import _kept_by_copies, _parent_of
+from .retention import parse_age as parse_age  # the retention options of gc: re-exported (objstore_cli, callers of gc)
+from .retention import runs_inactive_for as runs_inactive_for
+from .retention import runs_older_than as runs_older_than
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -259,75 +263,6 @@ def _keep_live_named(eng: LogEngine, recs: set, candidates: set, deleted_runs: s
                         candidates.discard(ref)
         if not candidates:
             break
-
-
-def _kept_by_copies(store: Store, eng: LogEngine, deleted_runs: set) -> set:
-    """Every record and fork object the lineage of a live copy reaches before its own records:
-    found from the entries' rows (a run_started whose parent is set starts a copy), then walked back
-    through parent links and fork objects into the source (and its sources). On a store of a log per
-    run the copies of this log's run are the catalog's (``Catalog.copies``, and theirs in turn): no other
-    log is read but theirs."""
-    roots = _copy_roots(store, eng, deleted_runs)
-    logs = getattr(store, "logs", None)
-    per_run = logs is not None and store.url is None and logs.per_run
-
-    def read(oid: bytes) -> bytes:
-        return (logs.locate(oid) if per_run else eng).read(oid)  # type: ignore[union-attr]
-
-    kept: set = set()
-    for oid in roots:
-        cur: Any = oid
-        while isinstance(cur, bytes) and cur not in kept:
-            try:
-                otype, value = codec.decode(read(cur), cur, False)
-            except ObjstoreError:
-                break  # gone already (an earlier gc, with what lies behind it) or damaged: verify names that
-            if not isinstance(value, dict) or otype not in (codec.RECORD, codec.FORK):
-                break
-            if cur != oid:
-                kept.add(cur)
-            cur = value.get("parent") if otype == codec.RECORD else value.get("parent_record")
-    return kept
-
-
-def _copy_roots(store: Store, eng: LogEngine, deleted_runs: set) -> list:
-    """The cross-run fork objects the live copies reaching into this log start at."""
-    logs = getattr(store, "logs", None)
-    if logs is None or store.url is not None or not logs.per_run:
-        roots = []
-        for e in eng.entries():
-            for r in e.recs:
-                if r[5] == "run_started" and r[4] is not None and r[1] not in deleted_runs:
-                    roots.append(r[4])  # the copy's cross-run fork object
-        return roots
-    run = getattr(eng, "run", None)
-    if run is None:
-        return []  # the store log holds no run
-    roots, todo, seen = [], [run], {run}
-    while todo:  # the copies of this run, and the copies of those (their lineage passes through this log)
-        for copy in logs.catalog.copies(todo.pop()):
-            if copy in seen:
-                continue
-            seen.add(copy)
-            todo.append(copy)
-            clog = logs.run_log(copy)
-            if isinstance(clog.tables.refs.get(runrefs.deleted_ref(copy)), bytes):
-                continue
-            first = clog.record_at(copy, 0, 0)
-            parent = _parent_of(clog, first) if first is not None else None
-            if parent is not None:
-                roots.append(parent)
-    return roots
-
-
-def _parent_of(eng: LogEngine, oid: bytes) -> bytes | None:
-    """A record's parent, from its body (None if its body is gone already or unreadable)."""
-    try:
-        value = codec.decode(eng.read(oid), oid, False)[1]
-    except ObjstoreError:
-        return None
-    parent = value.get("parent") if isinstance(value, dict) else None
-    return parent if isinstance(parent, bytes) else None
 
 
 def _chain_objects(eng: LogEngine, head: bytes, out: set) -> None:
@@ -834,60 +769,3 @@ def _vacuum_state(store: Store) -> None:
     fn = getattr(state, "drop_deleted_and_vacuum", None)
     if fn is not None:
         fn(store)
-
-
-def parse_age(text: str, now: float | None = None) -> float:
-    """Seconds in an AGE (``--delete-runs-older-than``, ``--delete-runs-inactive-for``,
-    ``--prune-unreferenced-older-than``): ``now`` minus the time ``text`` names, read by the one time
-    parser ``--since`` uses (``runs.history.parse_time``: ``90d``, ``1.5d``, ``2.days``, ``'2 hours'``,
-    ``1h30m``, an ISO date, ...). A time in the future is no age (InvalidInput)."""
-    from ..runs.history import parse_time
-
-    now = time.time() if now is None else now
-    age = now - parse_time(text, now)
-    if age < 0:
-        raise InvalidInput(f"age {text!r} names a time in the future")
-    return age
-
-
-def runs_older_than(log: Any, seconds: float, now: float | None = None) -> list[str]:
-    """The runs (not deleted) whose ``run_started`` record is older than ``seconds``, oldest first.
-    A run without a recorded start time is never chosen by age."""
-    import time as _time
-
-    cutoff = (_time.time() if now is None else now) - seconds
-    found = []
-    for run in log.runs():
-        t = log.run_started(run).time
-        if isinstance(t, (int, float)) and t < cutoff:
-            found.append((t, run))
-    return [r for _t, r in sorted(found)]
-
-
-def runs_inactive_for(log: Any, seconds: float, now: float | None = None) -> list[str]:
-    """The runs (not deleted) whose last activity is older than ``seconds``, least recently active
-    first. Last activity is read now, from each run's newest entries: the time of every branch's head
-    (its newest record, or the fork object of a branch with none yet) and of its newest recorded
-    deletion of records. A run with no readable time is never chosen."""
-    import time as _time
-
-    from ..errors import Erased
-
-    cutoff = (_time.time() if now is None else now) - seconds
-    found = []
-    for run in log.runs():
-        try:
-            view = log.view(run)
-        except Erased:
-            continue
-        times = []
-        for oid in [*view.heads.values(), *([view.deletions] if view.deletions else [])]:
-            try:
-                t = log.store.get(oid)[1].get("time")
-            except Erased:  # a head whose body a deletion withholds: the deletion's time counts instead
-                continue
-            if isinstance(t, (int, float)) and not isinstance(t, bool):
-                times.append(t)
-        if times and max(times) < cutoff:
-            found.append((max(times), run))
-    return [r for _t, r in sorted(found)]
