@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import raw_objects, run_cli
+from helpers import is_per_run, log_engine_of, raw_objects, run_cli
 
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
@@ -16,13 +16,16 @@ from objstore.runs.verify import verify
 from objstore.storage.log import local_write, packed
 from objstore.storage.log.segfile import seg_name
 from objstore.storage.store import Store
-from objstore.storage.storedir import read_marker
+from objstore.storage.storedir import RUNLOGS_VERSION, new_store_format, read_marker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def build(root, runs=3, records=60, seal_bytes=24 << 10):
-    """A store of several sealed segments, one record per commit (a text blob on one in three)."""
+def build(root, runs=3, records=60, seal_bytes=None):
+    """A store of several sealed segments, one record per commit (a text blob on one in three); with a log
+    per run, several in each run's log."""
+    if seal_bytes is None:
+        seal_bytes = (6 << 10) if new_store_format() == RUNLOGS_VERSION else (24 << 10)
     old = local_write.SEAL_BYTES
     local_write.SEAL_BYTES = seal_bytes
     try:
@@ -41,11 +44,12 @@ def build(root, runs=3, records=60, seal_bytes=24 << 10):
 
 
 def contents(root):
-    """Every entry's (number, checksum) and every object's canonical bytes, read from the files."""
+    """Every entry's (number, checksum) — of each log: {run or None: [...]} — and every object's canonical
+    bytes, read from the files."""
     s = Store.open(root)
-    entries = [(e.n, e.checksum) for e in s.engine.entries()]
+    entries = {run: [(e.n, e.checksum) for e in eng.entries()] for run, eng in s.logs.all_logs()}
     objs = {oid: bytes(data) for oid, _t, data in raw_objects(s)}
-    s.engine.close()
+    s.logs.close()
     return entries, objs
 
 
@@ -53,23 +57,37 @@ def contents(root):
 def test_gc_repacks_keeping_every_id_checksum_and_anchor(tmp_path):
     root = str(tmp_path / "s")
     log, runs = build(root)
-    sealed = log.store.engine._seg - 1
+    per_run = is_per_run(root)
+    eng = log_engine_of(log.store, runs[0] if per_run else None)  # a run's log, or the store's one log
+    sealed = eng._seg - 1
     assert sealed >= 3
     code, token, _ = run_cli("anchor", store=root, exit_code=0)
     entries, objs = contents(root)
-    seg_bytes = sum(os.path.getsize(log.store.engine.seg_path(s)) for s in range(1, sealed + 1))
-    assert read_marker(root) == 3
+    seg_bytes = sum(os.path.getsize(eng.seg_path(s)) for s in range(1, sealed + 1))
+    assert read_marker(root) == (6 if per_run else 3)
     res = G.gc(Store.open(root))
-    assert res.rewritten == list(range(1, res.sealed + 1)) and res.sealed >= sealed
-    assert read_marker(root) == 4  # format 3 with packed segments: an objstore reading only 3 refuses it as newer
+    if per_run:  # each log's segments, named LOG:SEGMENT; the run's log all of its sealed ones
+        assert {f"{runs[0]}:{s}" for s in range(1, sealed + 1)} <= set(res.rewritten)
+    else:
+        assert res.rewritten == list(range(1, res.sealed + 1)) and res.sealed >= sealed
+    assert read_marker(root) == (6 if per_run else 4)  # format 3 with packed segments: an objstore reading only 3 refuses it as newer
     after_entries, after_objs = contents(root)
-    # the same entries (numbers and chain checksums), then the seal and the rewrite entry gc wrote
-    assert after_entries[: len(entries)] == entries and len(after_entries) == len(entries) + 3
+    # the same entries (numbers and chain checksums) in each log, then the seal and the rewrite entry gc wrote
+    for which, before in entries.items():
+        assert after_entries[which][: len(before)] == before
+    key = runs[0] if per_run else None
+    eng = log_engine_of(Store.open(root), key)
+    added = [e for e in eng.entries() if e.n > len(entries[key])]
+    # gc's own entries (seals, then one rewrite entry, last): no object, no ref moved
+    assert [bool(e.rw) for e in added] == [False] * (len(added) - 1) + [True] and any(e.seal for e in added)
+    assert not any(e.objs or e.moves for e in added)
+    if not per_run:
+        assert len(added) == 3
     assert after_objs == objs  # every object, byte for byte, from the packed files
-    for s in range(1, res.sealed + 1):
-        with open(log.store.engine.seg_path(s), "rb") as f:
+    for s in range(1, sealed + 1):
+        with open(eng.seg_path(s), "rb") as f:
             assert f.read(8) == packed.PK_MAGIC
-    packed_bytes = sum(os.path.getsize(log.store.engine.seg_path(s)) for s in range(1, sealed + 1))
+    packed_bytes = sum(os.path.getsize(eng.seg_path(s)) for s in range(1, sealed + 1))
     assert packed_bytes < seg_bytes / 2, (packed_bytes, seg_bytes)
     run_cli("verify", "--anchor", token.strip(), store=root, exit_code=0)
     # a fresh process answers as before
@@ -88,13 +106,13 @@ def test_a_reader_that_held_the_old_files_reads_the_new_ones(tmp_path):
     stale = Store.open(root)  # opened before gc, some files open, some indexes mapped
     some = sorted(objs)[: len(objs) // 2]
     for oid in some:
-        assert stale.engine.read(oid) == objs[oid]
+        assert stale.get_raw(oid) == objs[oid]
     G.gc(Store.open(root))
     for oid, data in objs.items():  # never wrong bytes: its old descriptors, or the new files
-        assert stale.engine.read(oid) == data
+        assert stale.get_raw(oid) == data
     fresh = Store.open(root)
     for oid, data in objs.items():
-        assert fresh.engine.read(oid) == data
+        assert fresh.get_raw(oid) == data
 
 
 def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
