@@ -175,7 +175,10 @@ def doomed(store: Store, log: Any = None) -> Doomed:
     """The bodies that go from one log (``log``; None: the store's one log) (see the module docstring):
     from the log's refs, the deletion objects (``lifecycle.delete``'s readers), the index rows of its
     entries, and the bodies of the records that go (each read once). Redactions are the store log's and
-    reach every log that holds the blob."""
+    reach every log that holds the blob. ``log`` None on a store of a log per run: what goes from every log."""
+    if log is None and store.url is None and store.logs.per_run:
+        parts = [doomed(store, e) for _r, e in store.logs.all_logs()]
+        return Doomed(*(set().union(*(getattr(d, f) for d in parts)) for f in Doomed._fields))
     eng = _reader(store, log)
     eng.refresh()
     delete.check_authority(store, eng)  # nothing is removed for a deletion no authorised key made
