@@ -452,8 +452,8 @@ def test_verify_names_a_body_gc_removed_that_no_deletion_covers(world, monkeypat
     extra = _middle(log, "C", 0, 3) if what == "record" else log.put_blob(b"prompt of C")
     real = GC.doomed
 
-    def wider(store):
-        d = real(store)
+    def wider(store, log=None):  # what goes from each log (a store of a log per run: called once per log)
+        d = real(store, log)
         return GC.Doomed(d.records | ({extra} if what == "record" else set()), d.blobs | ({extra} if what == "blob" else set()), d.other)
 
     monkeypatch.setattr(GC, "doomed", wider)
