@@ -100,3 +100,26 @@ def test_stats_gives_every_logs_figures(three):
     assert (st["runs"], st["deleted_runs"]) == (2, 1)
     assert st["records"] == sum(x["records"] for x in st["logs"]) == 3 * 6
     assert st["segments"]["count"] == len(st["segments"]["files"]) >= 4
+
+
+def test_a_redacted_blob_two_runs_name_leaves_both_runs_logs(three):
+    """A body two runs' records name is stored in each run's log; its redaction is the store log's, and gc
+    drops the body from every log that holds it."""
+    import secrets
+
+    from test_erasure import found
+
+    root, log = three
+    needle = secrets.token_hex(16).encode()
+    shared = log.put_blob(b"leaked " + needle)
+    for run in ("A", "C"):
+        log.record_attempt(run, 9, 0, "succeeded", output=shared)
+    holders = {run for run in ("A", "B", "C") if log_engine_of(log.store, run).loc(shared) is not None}
+    assert holders == {"A", "C"}
+    assert {f.split(os.sep)[1] for f in found(os.path.join(root, "runs"), needle)} == {"A", "C"}
+    D.redact(log, shared, reason="leak")
+    assert log_engine_of(log.store, None).tables.refs.get(f"redacted/{shared.hex()}") is not None  # the store log's
+    G.gc(Store.open(root))
+    assert found(root, needle) == []
+    s = Store.open(root)
+    assert all(log_engine_of(s, run).loc(shared).comp == COMP_GONE for run in ("A", "C"))
