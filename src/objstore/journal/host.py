@@ -315,8 +315,12 @@ class At:
         """Forward-only refs under ``prefix`` ending in ``suffix`` as of this position: the captured
         runs' from the capture, the others read now and walked back (a ref made later is absent)."""
         out = []
-        if self.store.logs.per_run:  # the captured runs' refs, and the store log's
+        if self.store.logs.per_run:  # the captured runs' refs, those of the runs granting the key asked for, the store log's
             listed = [(n, v) for d in self._runs.values() for n, v in d.items() if n.startswith(prefix)]
+            if suffix.startswith("/grant/"):
+                for run in self.store.granted_runs(suffix[len("/grant/"):]):
+                    if run not in self._runs:
+                        listed += [(n, v) for n, v in self.store.run_refs(run).items() if n.startswith(prefix)]
             with self.store.engine._mu:
                 listed += [(n, v) for n, v in self.store.engine.tables.refs.items() if n.startswith(prefix)]
         else:

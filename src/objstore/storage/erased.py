@@ -93,8 +93,9 @@ def _dead(store: Any, eng: Any) -> _Dead:
     with eng._mu:
         t = eng.tables
         key = (id(t), t.dgen)
-        cache: dict = store.__dict__.setdefault("_dead_blobs", {})  # id(log) -> its _Dead
-        got: _Dead | None = cache.get(id(eng))
+        cache: dict = store.__dict__.setdefault("_dead_blobs", {})  # log (its directory) -> its _Dead
+        where = getattr(eng, "root", None) or id(eng)  # a run log let go and opened again is the same log
+        got: _Dead | None = cache.get(where)
         if got is not None and got.key == key:
             got.pos = t.pos  # a later entry may name one of them again: _still_named reads it once
             return got
@@ -123,7 +124,7 @@ def _dead(store: Any, eng: Any) -> _Dead:
             for rid, hit in store.covered_records(run, did, obey=False).items():
                 _note(eng, rid, hit[0], blobs, records)
     got = _Dead(key, pos, blobs, records, deleted, refs)
-    cache[id(eng)] = got
+    cache[where] = got
     return got
 
 

@@ -34,7 +34,8 @@ from .root import _ROOT_MOD, element_hash, root_digest, run_digest
 
 SYMREF = runrefs.SYMREF_PREFIX
 _CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS, "/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
-_DELETION_REFS = ("/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
+# refs a deleted run may still move: its deletions, its deletion, and the store-log position they cite (format 6)
+_DELETION_REFS = ("/" + runrefs.DELETIONS, "/" + runrefs.DELETED, "/" + runrefs.CITE)
 KEYS_PREFIX = runrefs.KEYS_PREFIX
 _branch_ref = runrefs.branch_ref
 _live_ref = runrefs.live_ref
@@ -231,9 +232,7 @@ class Rules:
                     self.obey(gone, self.refs[gone])
                 if any(r == run for r, _b in tips):
                     return f"run {run} is deleted: no record is appended to it"
-                # the deletion's own entry cites the store log it was judged by (format 6): that move goes with it
-                moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)
-                         and not (gone not in self.refs and runrefs.is_cite_ref(name))]
+                moved = [name for name, r in ref_run.items() if r == run and not name.endswith(_DELETION_REFS)]
                 if moved:
                     return f"run {run} is deleted: its ref {moved[0]} does not move"
         return None

@@ -19,17 +19,15 @@ Invariants kept here:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ...errors import MultiLogBatch
+from ...errors import MultiLogBatch, Refused
 from .. import codec
 from ..log.engine import Engine
 from ..log.entry import LargeBlob
 from ..log.facts import body_refs
 from ..log.txn import Txn
-
-if TYPE_CHECKING:
-    from .logs import RunLogs
+from ..refs import chain_type, forward_only
 
 
 class _Rebind(Exception):
@@ -39,7 +37,7 @@ class _Rebind(Exception):
 class LogTxn(Txn):
     """A batch of a store of logs: objects now, a log at its first ref."""
 
-    def __init__(self, logs: RunLogs, timeout: float | None) -> None:  # noqa: super().__init__ not called: see below
+    def __init__(self, logs: Any, timeout: float | None) -> None:  # logs: its RunLogs (logs.py imports this module)
         # Txn's fields, as a batch sees them (its moves are the bound log's: a property below).
         self.engine = logs.store_log
         self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}
@@ -54,6 +52,7 @@ class LogTxn(Txn):
         self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
+        self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
 
     @property
     def moves(self) -> dict[str, list]:
@@ -91,6 +90,12 @@ class LogTxn(Txn):
         return value
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
+        if isinstance(new, bytes) and self.logs.held.has(new) and forward_only(name):
+            # An object this process holds was put by an earlier commit: a chain ref that moves only to an object
+            # of its own commit refuses it, as it refuses one stored earlier (its writer's grant is dated by it).
+            want = chain_type(name)
+            if want in ("journal", "segment", "deletion", "schema"):
+                raise Refused(f"ref {name} moves only to a {want} stored in the same commit")
         inner = self._writer_for(name)
         inner.set_ref(name, old, new, reason)
 
@@ -114,6 +119,15 @@ class LogTxn(Txn):
         return self.inner.ref_moves() if self.inner is not None else []
 
     # -- binding ------------------------------------------------------------------------------
+    def bind_to(self, run: str | None) -> None:
+        """Write run ``run``'s log (None: the store log) whatever the batch touches first: a batch of objects
+        alone lands there instead of being held by the process."""
+        log = self.logs.store_log if run is None else self.logs.run_log(run, create=True)
+        if self.bound is None:
+            self._bind(log)
+        elif log is not self.bound:
+            raise MultiLogBatch("two logs", f"{run or 'the store log'} and the log this batch writes")
+
     def _bind(self, log: Engine) -> None:
         cm = log.transaction(self.timeout)
         inner = cm.__enter__()
@@ -133,9 +147,16 @@ class LogTxn(Txn):
                 pass
 
     def _add_named_bodies(self) -> None:
-        """Every body a record of this entry names, into the entry if its log lacks it."""
+        """Every body a record of this entry names, and every object a ref it moves names, into the entry if its log
+        lacks it (held by the process, or stored in another log)."""
         assert self.inner is not None and self.bound is not None
         log, inner = self.bound, self.inner
+        for _name, _old, new, _reason in inner.ref_moves():
+            if isinstance(new, bytes) and new not in self.objects and not log.has(new):
+                got = self.logs.copy_source(new)
+                if got is not None:
+                    self.objects[new] = got
+                    inner.put(new, got[0], got[1])
         for oid, (otype, c) in list(self.objects.items()):
             if otype != codec.RECORD:
                 continue
