@@ -137,7 +137,7 @@ def repair(c, run, cut_after, reason, key_file, as_json):
     from objstore.storage import identity
 
     store = c.log().store
-    store.engine.prefix_ok = True
+    store.engine.prefix_ok = store.logs.prefix_ok = True
     key = identity.default_key(key_file) if identity.owner_public(store) is not None else None
     summary = run_repair(store, cut_after, reason, key=key, run=run)
     if as_json:

@@ -121,8 +121,7 @@ def test_kill_9_at_every_file_operation_of_repair(tmp_path, how):
         if repair_killed_at(k, root, good):
             writable_and_clean(root)
             break
-        s = Store.open(root)
-        s.engine.prefix_ok = True
+        s = Store.open(root, readable_prefix=True)
         eng = _eng(s)
         repaired = eng.position().entry > good and eng.tables.refs.get(REPAIRS_REF) is not None
         w, pos = eng.witness(), eng.position()

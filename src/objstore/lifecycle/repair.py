@@ -40,7 +40,7 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
         raise InvalidInput("a repair needs a reason (--reason TEXT)")
     codec.check_text(reason, "repair reason")
     store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
-    store.engine.prefix_ok = True  # the store is damaged: read what can be read (a run's log opened below too)
+    store.engine.prefix_ok = store.logs.prefix_ok = True  # the store is damaged: read what can be read (every log)
     engine = _log_to_cut(store, run)
     stale = engine.tables.adopted > cut_after
     if engine.tables.adopted:
