@@ -26,9 +26,7 @@ def _opened(monkeypatch):
 
 def _store(tmp_path, n=30):
     root = str(tmp_path / "s")
-    log = RunLog(Store.init(root, fsync="off"))
-    if not log.store.logs.per_run:
-        pytest.skip("a store of one log has no id index (OBJSTORE_NEW_FORMAT=3)")
+    log = RunLog(Store.init(root, fsync="off", format=6))
     recs = {}
     for i in range(n):
         r = log.start_run()

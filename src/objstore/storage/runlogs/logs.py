@@ -199,7 +199,6 @@ class RunLogs(LogSet):
                     continue
                 log.refresh()
                 yield run, log.iter_ids()
-                log.release_indexes()
 
         from .idindex import build as idindex_build
 
