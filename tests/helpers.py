@@ -311,3 +311,16 @@ def run_log_root(root, run):
 def log_engine_of(store, run=None):
     """The engine of run ``run``'s log (None: the store log) — the store's one engine before format 6."""
     return store.logs.store_log if run is None else store.logs.run_log(run)
+
+
+def log_files(root):
+    """{relative path: bytes} of every file of every log of the store at ``root`` (and, with a log per run, the
+    catalog): what a commit may write, for 'nothing written' checks on either shape."""
+    root = str(root)
+    if not is_per_run(root):
+        return snapshot_tree(os.path.join(root, "log"))
+    out = {}
+    for part in ("store", "runs", "catalog"):
+        for rel, data in snapshot_tree(os.path.join(root, part)).items():
+            out[os.path.join(part, rel)] = data
+    return out

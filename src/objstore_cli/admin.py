@@ -101,6 +101,7 @@ def upgrade(c, as_json):
 
 
 @click.command()
+@click.argument("run", required=False, default=None)
 @click.option("--cut-after", "cut_after", type=click.IntRange(min=0), required=True, metavar="N",
               help="The last entry to keep: the end of the log's readable prefix (verify names the damage after it).")
 @click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the log with the cut).")
@@ -108,8 +109,12 @@ def upgrade(c, as_json):
               help="The owner's private key (PEM) that signs the repair (env OBJSTORE_KEY; default: the owner key 'objstore init' made).")
 @click.option("--json", "as_json", is_flag=True, help="The cut as JSON: the entry kept last, the bytes removed, the note.")
 @pass_ctx
-def repair(c, cut_after, reason, key_file, as_json):
-    """Cut damaged entries off the end of the log, on the record.
+def repair(c, run, cut_after, reason, key_file, as_json):
+    """Cut damaged entries off the end of a log, on the record.
+
+    With RUN, the log of that run (a store of a log per run: entry N is an
+    entry of the run's own log); without it, the store log (on a store of one
+    log, the store's one log).
 
     For a store that writers refuse because its log is damaged after entry N
     (a bad entry that was acknowledged, an entry that breaks a rule, a head
@@ -126,14 +131,15 @@ def repair(c, cut_after, reason, key_file, as_json):
     Examples:
       objstore verify                     # corrupt-entry …: entry 42 at offset …
       objstore repair --cut-after 41 --reason "bit rot in entry 42, no backup"
+      objstore repair RUN --cut-after 7 --reason "torn entry 8 of RUN's log"
     """
     from objstore.lifecycle.repair import repair as run_repair
     from objstore.storage import identity
 
     store = c.log().store
-    store.engine.prefix_ok = True
+    store.engine.prefix_ok = store.logs.prefix_ok = True
     key = identity.default_key(key_file) if identity.owner_public(store) is not None else None
-    summary = run_repair(store, cut_after, reason, key=key)
+    summary = run_repair(store, cut_after, reason, key=key, run=run)
     if as_json:
         echo_json(summary)
         return

@@ -58,7 +58,7 @@ def delete(c, runs, reason, branch, from_lsn, record_ids, key_file, as_json):
       objstore delete RUN --branch 1 --from-lsn 3 --reason "leaked key"
       objstore delete RUN --record ID --reason "wrong upload"
     """
-    from objstore.errors import InvalidInput
+    from objstore.errors import InvalidInput, ObjstoreError
     from objstore.lifecycle import delete as D
     from objstore.storage import runrefs
 
@@ -76,7 +76,13 @@ def delete(c, runs, reason, branch, from_lsn, record_ids, key_file, as_json):
     key = _key(key_file)
     if not partial:
         before = {r: store.run_refs(r).get(runrefs.deleted_ref(r)) for r in runs}
-        ids = D.delete_runs(log, list(runs), reason=reason, key=key)
+        try:
+            ids = D.delete_runs(log, list(runs), reason=reason, key=key)
+        except ObjstoreError as e:
+            landed = getattr(e, "landed", None)
+            if landed:  # one commit per run: these are deleted; running the command again finishes the rest
+                click.echo(f"deleted before the failure: {', '.join(landed)}", err=True)
+            raise
         written = [r for r, did in zip(runs, ids, strict=True) if did != before[r]]
         out = {"scope": "run", "runs": list(runs), "deletions": [i.hex() for i in ids], "records": 0, "written": bool(written)}
     else:

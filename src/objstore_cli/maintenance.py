@@ -26,9 +26,11 @@ from .params import pass_ctx
 @click.option("--prune-unreferenced-older-than", "prune", metavar="AGE", default=None,
               help="Also remove committed blobs that nothing names (no record, ref or journal object), committed more than AGE ago "
                    "(recorded as redactions, so verify stays clean), and on object storage the keys no entry names (a lost commit's).")
+@click.option("--run", "only_run", metavar="RUN", default=None,
+              help="Collect only the log of run RUN (a store of a log per run, format 6): no other log is read or written.")
 @click.option("--json", "as_json", is_flag=True, help="What gc did as JSON.")
 @pass_ctx
-def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, as_json):
+def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, only_run, as_json):
     """Remove the bodies recorded deletions name, and repack sealed segments.
 
     Never automatic. gc seals the active segment, then rewrites every sealed
@@ -42,7 +44,9 @@ def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, a
     and entry keys that hold a body that goes (same entries, same anchors). Writers and readers go on meanwhile; a
     reader that held a file gc replaced reads the new one, or gets exit 13.
     Killed at any point, the store stays readable and verifies clean; run gc
-    again to finish.
+    again to finish. On a store of a log per run (format 6) gc collects the
+    store log, then each run's log in turn, each one as above (a segment is
+    named LOG:SEGMENT in the output); --run RUN collects only that run's log.
 
     With --delete-runs-older-than AGE --reason TEXT (retention by start), gc
     first writes the deletion of every run started before now - AGE, signed
@@ -91,7 +95,8 @@ def gc(c, older_than, inactive_for, reason, key_file, dry_run, timeout, prune, a
     prune_age = G.parse_age(prune) if prune is not None else None
     with progress_bar("gc", as_json) as bar:  # segments packed so far (how many gc packs is known as it goes)
         res = G.gc(log.store, timeout=timeout, progress=None if as_json else lambda m: click.echo(m, err=True),
-                   prune_unreferenced_older_than=prune_age, step=(lambda n: bar(n, None, "segment(s) packed")) if bar else None)
+                   prune_unreferenced_older_than=prune_age, step=(lambda n: bar(n, None, "segment(s) packed")) if bar else None,
+                   run=only_run)
     if as_json:
         echo_json({**res.to_json(), "deleted_runs": deleted})
         return

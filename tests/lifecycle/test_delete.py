@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from helpers import new_key, snapshot_tree
+from helpers import is_per_run, log_engine_of, log_files, new_key
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,8 +40,8 @@ from objstore.storage.log.craft import encode_next
 
 
 def _log_files(root):
-    """Every file of the log (what a commit writes), byte for byte."""
-    return snapshot_tree(os.path.join(root, "log"))
+    """Every file of the logs (what a commit writes), byte for byte."""
+    return log_files(root)
 
 
 @pytest.fixture
@@ -111,9 +111,15 @@ def test_a_deleted_run_vanishes_from_every_listing_and_query_at_once(world):
 
 def test_delete_runs_is_one_entry_and_deleting_again_writes_nothing(world):
     root, log, _owner = world
-    before = log.store.engine.refresh().entry
-    ids = D.delete_runs(log, ["B", "C"], reason="retention")
-    assert log.store.engine.refresh().entry == before + 1  # one commit for both
+    if is_per_run(root):  # a log per run: one commit in each run's own log, none in the store log
+        before = {r: log_engine_of(log.store, r).refresh().entry for r in (None, "B", "C")}
+        ids = D.delete_runs(log, ["B", "C"], reason="retention")
+        assert {r: log_engine_of(log.store, r).refresh().entry for r in (None, "B", "C")} == {None: before[None], "B": before["B"] + 1, "C": before["C"] + 1}
+        assert log.store.logs.catalog.is_deleted("B") and log.store.logs.catalog.is_deleted("C")
+    else:
+        before = log.store.engine.refresh().entry
+        ids = D.delete_runs(log, ["B", "C"], reason="retention")
+        assert log.store.engine.refresh().entry == before + 1  # one commit for both
     assert [D.deletion_of(log.store, r)[0] for r in ("B", "C")] == ids
     assert D.deleted_runs(log.store) == {"B": ids[0], "C": ids[1]}
     files = _log_files(root)
@@ -302,8 +308,9 @@ def test_a_run_delete_grant_reaches_only_its_run_and_read_write_grants_do_not_de
 
 def _forge(log, obj, moves):
     """Append a checksum-valid entry carrying ``obj`` (a deletion) and ``moves``, built as a writer
-    builds it (engine.encode_next: index rows, rules, root), to the end of the active segment."""
-    eng = log.store.engine
+    builds it (engine.encode_next: index rows, rules, root), to the end of the active segment of the
+    log the first move's ref lives in (a run's own log with a log per run)."""
+    eng = log_engine_of(log.store, runrefs.run_of(moves[0][0]))
     eng.refresh()
     canon = codec.encode(codec.DELETION, obj)
     did = codec.object_id(canon)
@@ -337,7 +344,7 @@ def _breach(root, did):
 def test_verify_names_a_forged_deletion_signed_by_a_key_that_is_not_the_owners(world, tmp_path):
     root, log, _owner = world
     stranger = identity.generate()
-    n = log.store.engine.position().entry + 1
+    n = log_engine_of(log.store, "B").position().entry + 1
     did = _forge(log, _signed(stranger, run="B"), [[runrefs.deleted_ref("B"), None, None, "forged deletion"]])
     assert _breach(root, did) == [("bad-deletion", f"its signer {stranger.public[:16]}… held no live delete grant on run B at entry {n} "
                                    f"({runrefs.deleted_ref('B')})")]
@@ -445,8 +452,8 @@ def test_verify_names_a_body_gc_removed_that_no_deletion_covers(world, monkeypat
     extra = _middle(log, "C", 0, 3) if what == "record" else log.put_blob(b"prompt of C")
     real = GC.doomed
 
-    def wider(store):
-        d = real(store)
+    def wider(store, log=None):  # what goes from each log (a store of a log per run: called once per log)
+        d = real(store, log)
         return GC.Doomed(d.records | ({extra} if what == "record" else set()), d.blobs | ({extra} if what == "blob" else set()), d.other)
 
     monkeypatch.setattr(GC, "doomed", wider)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import raw_objects, run_cli
+from helpers import is_per_run, log_engine_of, raw_objects, run_cli
 
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
@@ -16,13 +16,16 @@ from objstore.runs.verify import verify
 from objstore.storage.log import local_write, packed
 from objstore.storage.log.segfile import seg_name
 from objstore.storage.store import Store
-from objstore.storage.storedir import read_marker
+from objstore.storage.storedir import RUNLOGS_VERSION, new_store_format, read_marker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def build(root, runs=3, records=60, seal_bytes=24 << 10):
-    """A store of several sealed segments, one record per commit (a text blob on one in three)."""
+def build(root, runs=3, records=60, seal_bytes=None):
+    """A store of several sealed segments, one record per commit (a text blob on one in three); with a log
+    per run, several in each run's log."""
+    if seal_bytes is None:
+        seal_bytes = (6 << 10) if new_store_format() == RUNLOGS_VERSION else (24 << 10)
     old = local_write.SEAL_BYTES
     local_write.SEAL_BYTES = seal_bytes
     try:
@@ -41,11 +44,12 @@ def build(root, runs=3, records=60, seal_bytes=24 << 10):
 
 
 def contents(root):
-    """Every entry's (number, checksum) and every object's canonical bytes, read from the files."""
+    """Every entry's (number, checksum) — of each log: {run or None: [...]} — and every object's canonical
+    bytes, read from the files."""
     s = Store.open(root)
-    entries = [(e.n, e.checksum) for e in s.engine.entries()]
+    entries = {run: [(e.n, e.checksum) for e in eng.entries()] for run, eng in s.logs.all_logs()}
     objs = {oid: bytes(data) for oid, _t, data in raw_objects(s)}
-    s.engine.close()
+    s.logs.close()
     return entries, objs
 
 
@@ -53,23 +57,37 @@ def contents(root):
 def test_gc_repacks_keeping_every_id_checksum_and_anchor(tmp_path):
     root = str(tmp_path / "s")
     log, runs = build(root)
-    sealed = log.store.engine._seg - 1
+    per_run = is_per_run(root)
+    eng = log_engine_of(log.store, runs[0] if per_run else None)  # a run's log, or the store's one log
+    sealed = eng._seg - 1
     assert sealed >= 3
     code, token, _ = run_cli("anchor", store=root, exit_code=0)
     entries, objs = contents(root)
-    seg_bytes = sum(os.path.getsize(log.store.engine.seg_path(s)) for s in range(1, sealed + 1))
-    assert read_marker(root) == 3
+    seg_bytes = sum(os.path.getsize(eng.seg_path(s)) for s in range(1, sealed + 1))
+    assert read_marker(root) == (6 if per_run else 3)
     res = G.gc(Store.open(root))
-    assert res.rewritten == list(range(1, res.sealed + 1)) and res.sealed >= sealed
-    assert read_marker(root) == 4  # format 3 with packed segments: an objstore reading only 3 refuses it as newer
+    if per_run:  # each log's segments, named LOG:SEGMENT; the run's log all of its sealed ones
+        assert {f"{runs[0]}:{s}" for s in range(1, sealed + 1)} <= set(res.rewritten)
+    else:
+        assert res.rewritten == list(range(1, res.sealed + 1)) and res.sealed >= sealed
+    assert read_marker(root) == (6 if per_run else 4)  # format 3 with packed segments: an objstore reading only 3 refuses it as newer
     after_entries, after_objs = contents(root)
-    # the same entries (numbers and chain checksums), then the seal and the rewrite entry gc wrote
-    assert after_entries[: len(entries)] == entries and len(after_entries) == len(entries) + 3
+    # the same entries (numbers and chain checksums) in each log, then the seal and the rewrite entry gc wrote
+    for which, before in entries.items():
+        assert after_entries[which][: len(before)] == before
+    key = runs[0] if per_run else None
+    eng = log_engine_of(Store.open(root), key)
+    added = [e for e in eng.entries() if e.n > len(entries[key])]
+    # gc's own entries (seals, then one rewrite entry, last): no object, no ref moved
+    assert [bool(e.rw) for e in added] == [False] * (len(added) - 1) + [True]
+    assert not any(e.objs or e.moves for e in added)
+    if not per_run:
+        assert len(added) == 3
     assert after_objs == objs  # every object, byte for byte, from the packed files
-    for s in range(1, res.sealed + 1):
-        with open(log.store.engine.seg_path(s), "rb") as f:
+    for s in range(1, sealed + 1):
+        with open(eng.seg_path(s), "rb") as f:
             assert f.read(8) == packed.PK_MAGIC
-    packed_bytes = sum(os.path.getsize(log.store.engine.seg_path(s)) for s in range(1, sealed + 1))
+    packed_bytes = sum(os.path.getsize(eng.seg_path(s)) for s in range(1, sealed + 1))
     assert packed_bytes < seg_bytes / 2, (packed_bytes, seg_bytes)
     run_cli("verify", "--anchor", token.strip(), store=root, exit_code=0)
     # a fresh process answers as before
@@ -88,13 +106,13 @@ def test_a_reader_that_held_the_old_files_reads_the_new_ones(tmp_path):
     stale = Store.open(root)  # opened before gc, some files open, some indexes mapped
     some = sorted(objs)[: len(objs) // 2]
     for oid in some:
-        assert stale.engine.read(oid) == objs[oid]
+        assert stale.get_raw(oid) == objs[oid]
     G.gc(Store.open(root))
     for oid, data in objs.items():  # never wrong bytes: its old descriptors, or the new files
-        assert stale.engine.read(oid) == data
+        assert stale.get_raw(oid) == data
     fresh = Store.open(root)
     for oid, data in objs.items():
-        assert fresh.engine.read(oid) == data
+        assert fresh.get_raw(oid) == data
 
 
 def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
@@ -133,11 +151,11 @@ def _ops_of_gc(root):
 
 
 def _live(root):
-    """Every entry's (number, checksum) and the canonical bytes of every object whose body is stored."""
+    """Every entry's (log, number, checksum) and the canonical bytes of every object whose body is stored."""
     s = Store.open(root)
-    entries = [(e.n, e.checksum) for e in s.engine.entries()]
+    entries = [(run, e.n, e.checksum) for run, eng in s.logs.all_logs() for e in eng.entries()]
     objs = {oid: bytes(data) for oid, _t, data in raw_objects(s) if isinstance(data, (bytes, bytearray, memoryview))}
-    s.engine.close()
+    s.logs.close()
     return entries, objs
 
 
@@ -174,13 +192,15 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
         problems = verify(RunLog(Store.open(root)), check_state=False)
         assert problems == [], (k, problems)
         got_entries, got_objs = _live(root)
-        assert got_entries[: len(entries)] == entries, k
+        for which in {e[0] for e in entries}:  # each log's entries before, as they were (gc's own may follow)
+            was = [e for e in entries if e[0] == which]
+            assert [e for e in got_entries if e[0] == which][: len(was)] == was, (k, which)
         assert {oid: got_objs.get(oid) for oid in live} == live, k  # nothing acknowledged is lost
         # and every writer can write: a fresh one (as a new process opens the store) commits a record
         w = RunLog(Store.open(root))
         rec = w.record_attempt(runs[1], 100 + k, 0, "succeeded", output=w.put_blob(f"after kill {k}".encode()))
         assert rec.lsn == 31, k  # run_started and 30 attempts before it
-        w.store.engine.close()
+        w.store.logs.close()
         G.gc(Store.open(root))
         rep = verify_report(RunLog(Store.open(root)), check_state=False)
         assert rep.problems == [] and not [n for n in rep.notes if n.code == "gc-unfinished"], (k, rep.notes)
@@ -229,7 +249,12 @@ def test_a_committed_blob_no_record_names_is_kept_and_counted(tmp_path):
 
     root = str(tmp_path / "s")
     log, runs = build(root, runs=1, records=10)
-    lonely = log.put_blob(b"put, never named by a record")
+    if is_per_run(root):  # a blob put outside any run's batch is only held by the process: commit it with a run's entry
+        with log.store.batch():
+            lonely = log.put_blob(b"put, never named by a record")
+            log.record_attempt(runs[0], 10, 0, "succeeded")
+    else:
+        lonely = log.put_blob(b"put, never named by a record")
     before = json.loads(run_cli("stats", "--json", store=root, exit_code=0)[1])
     assert before["unreferenced_blobs"] == 1
     G.gc(Store.open(root))

@@ -30,7 +30,7 @@ import time
 
 import blake3
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import log_engine_of, run_cli, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import BodyRemoved, IntegrityError, LockTimeout
@@ -43,6 +43,7 @@ from objstore.storage.log import local_write, packed
 from objstore.storage.log.entry import block_starts
 from objstore.storage.log.format import REMOVED, WITNESS, WITNESS_MAGIC
 from objstore.storage.log.segfile import seg_name
+from objstore.storage.storedir import RUNLOGS_VERSION, new_store_format
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEAL = 32 << 10
@@ -301,10 +302,12 @@ def test_gc_and_stats_on_a_directory_that_is_no_store(tmp_path):
     assert not (tmp_path / "absent").exists()
 
 
-def _record_block(root, seg):
-    """(file offset, stored length, comp) of the first block of sealed segment ``seg`` holding a record."""
+def _record_block(root, seg, run=None):
+    """(file offset, stored length, comp) of the first block of sealed segment ``seg`` holding a record (of
+    run ``run``'s log; None: the store's one log)."""
     s = Store.open(root)
-    for item in s.engine.scan(s.engine.refresh().entry):
+    eng = log_engine_of(s, run)
+    for item in eng.scan(eng.refresh().entry):
         e = item.entry
         if e.seg != seg:
             continue
@@ -312,7 +315,7 @@ def _record_block(root, seg):
         for _oid, otype, _len, bi, _off in e.objs:
             if otype == codec.RECORD:
                 comp, _raw, stored = e.blocks[bi]
-                s.engine.close()
+                s.logs.close()
                 return starts[bi], stored, comp
     raise AssertionError(f"no record in segment {seg}")
 
@@ -321,21 +324,24 @@ def _record_block(root, seg):
 def test_gc_on_a_damaged_sealed_segment_is_a_typed_error_and_touches_nothing(tmp_path, small_seal, where):
     """A flipped byte in a sealed segment: in a record's block (the bytes gc would carry into a packed
     file) or in the entry around it (its meta: the chain breaks). gc must stop with a typed error
-    (exit 6) before writing anything: not seal, not pack, not rewrite the index, not the checkpoint."""
+    (exit 6) before writing anything: not seal, not pack, not rewrite the index, not the checkpoint. With a log per
+    run: nothing in the damaged log (gc goes log by log: the store log before it is collected whole)."""
     root = str(tmp_path / "s")
-    _small(root)
-    off, stored, _comp = _record_block(root, 2)
-    p = os.path.join(root, "log", seg_name(2))
+    per_run = new_store_format() == RUNLOGS_VERSION
+    _small(root, per=150 if per_run else 60)  # several sealed segments in each run's log too
+    off, stored, _comp = _record_block(root, 2, "r0" if per_run else None)
+    base = run_log_root(root, "r0")  # the damaged log's directory (the store's, on a store of one log)
+    p = os.path.join(base, "log", seg_name(2))
     with open(p, "r+b") as f:
         at = off + stored // 2 if where == "block" else off - 8  # the middle of the block / the meta just before it
         f.seek(at)
         b = f.read(1)
         f.seek(at)
         f.write(bytes([b[0] ^ 0x40]))
-    before = snapshot_tree(root)
+    before = snapshot_tree(base)
     _, out, err = run_cli("gc", store=root, exit_code=6)
     _one_line(err)
-    after = snapshot_tree(root)
+    after = snapshot_tree(base)
     after.pop("gc.lock", None)  # the lock file itself (empty) may appear: taking the lock is not writing the store
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     assert changed == [], f"gc on a damaged store changed {changed}"

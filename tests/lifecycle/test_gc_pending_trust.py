@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, snapshot_tree
 from test_gc import build
 
 from objstore.lifecycle import gc as G
@@ -23,9 +23,16 @@ from objstore.storage.log import packed
 from objstore.storage.store import Store
 
 
+def _lr(root):
+    """The directory of the log these tests damage: the store's one run's log (a log per run), else the store's log."""
+    if not is_per_run(root):
+        return root
+    return run_log_root(root, Store.open(root).logs.run_ids()[0])
+
+
 def _craft_pending(root, rows):
-    os.makedirs(os.path.join(root, "tmp", "gc"), exist_ok=True)
-    with open(os.path.join(root, packed.PENDING), "wb") as f:
+    os.makedirs(os.path.join(_lr(root), "tmp", "gc"), exist_ok=True)
+    with open(os.path.join(_lr(root), packed.PENDING), "wb") as f:
         f.write(packed.encode_pending(rows))  # checksummed as gc writes it: anyone can recompute that
 
 
@@ -51,18 +58,18 @@ def _gc_killed_before_its_rewrite_entry(root):
 
 
 def _seg(root, n):
-    return os.path.join(root, "log", f"{n:010d}.seg")
+    return os.path.join(_lr(root), "log", f"{n:010d}.seg")
 
 
 def _assert_refused_and_untouched(root, runs):
-    before = snapshot_tree(os.path.join(root, "log"))
+    before = snapshot_tree(os.path.join(_lr(root), "log"))
     _, out, err = run_cli("gc", store=root, exit_code=6)
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith(f"objstore: error: integrity error: {os.path.join(root, packed.PENDING)}: "), lines[0]
+    assert lines[0].startswith(f"objstore: error: integrity error: {os.path.join(_lr(root), packed.PENDING)}: "), lines[0]
     assert "gc commits nothing" in lines[0]
     assert out == ""
-    assert snapshot_tree(os.path.join(root, "log")) == before  # nothing written: no entry, no file replaced
+    assert snapshot_tree(os.path.join(_lr(root), "log")) == before  # nothing written: no entry, no file replaced
     log = RunLog(Store.open(root))
     log.record_attempt(runs[0], 30, 0, "succeeded", usage={"after": 1})  # every writer still writes
     run_cli("verify", store=root, exit_code=0)
@@ -87,7 +94,7 @@ def test_a_crafted_pending_row_with_a_wrong_index_digest_for_a_packed_file_is_re
     _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
     # a gc killed after it put segment 1's packed file in place, before its rewrite entry
     _gc_killed_before_its_rewrite_entry(root)
-    rows = packed.read_pending(root)
+    rows = packed.read_pending(_lr(root))
     assert rows and packed.file_digest(_seg(root, rows[0][0])) == rows[0][1]
     rows[0][2] = bytes(32)
     _craft_pending(root, rows)
@@ -99,9 +106,9 @@ def test_a_true_pending_file_is_still_finished(tmp_path):
     root = str(tmp_path / "s")
     _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
     _gc_killed_before_its_rewrite_entry(root)
-    assert packed.read_pending(root)
+    assert packed.read_pending(_lr(root))
     G.gc(Store.open(root))
-    assert packed.read_pending(root) == []
+    assert packed.read_pending(_lr(root)) == []
     report = verify_report(RunLog(Store.open(root)))
     assert report.problems == [] and report.notes == []
 
@@ -113,13 +120,14 @@ def test_a_writer_refuses_a_rewrite_entry_readers_would_refuse(tmp_path):
 
     root = str(tmp_path / "s")
     _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
-    before = snapshot_tree(os.path.join(root, "log"))
+    before = snapshot_tree(os.path.join(_lr(root), "log"))
     store = Store.open(root)
+    eng = log_engine_of(store, runs[0] if is_per_run(root) else None)
     for row in ([1, packed.file_digest(_seg(root, 1)), b"\x01" * 5], [1, b"short", bytes(32)], [0, bytes(32), bytes(32)]):
         with pytest.raises(Refused, match="rw is not"):
-            store.engine.commit_rewrite([row])
-    store.engine.close()
-    assert snapshot_tree(os.path.join(root, "log")) == before
+            eng.commit_rewrite([row])
+    eng.close()
+    assert snapshot_tree(os.path.join(_lr(root), "log")) == before
     RunLog(Store.open(root)).record_attempt(runs[0], 30, 0, "succeeded")
 
 
@@ -139,7 +147,7 @@ def test_a_pending_file_naming_a_segment_twice_is_refused_as_untrusted(tmp_path)
     root = str(tmp_path / "s")
     _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
     _gc_killed_before_its_rewrite_entry(root)
-    rows = packed.read_pending(root)
+    rows = packed.read_pending(_lr(root))
     _craft_pending(root, rows + rows)
     line = _assert_refused_and_untouched(root, runs)
     assert f"names segment {rows[0][0]} twice" in line
@@ -150,10 +158,10 @@ def test_a_huge_pending_file_is_not_read_whole(tmp_path):
     not one a gc wrote: gc and verify read it as none, they do not load it (it was a MemoryError)."""
     root = str(tmp_path / "s")
     _log, runs = build(root, runs=1, records=30, seal_bytes=16 << 10)
-    os.makedirs(os.path.join(root, "tmp", "gc"), exist_ok=True)
-    with open(os.path.join(root, packed.PENDING), "wb") as f:
+    os.makedirs(os.path.join(_lr(root), "tmp", "gc"), exist_ok=True)
+    with open(os.path.join(_lr(root), packed.PENDING), "wb") as f:
         f.truncate(1 << 40)
-    assert packed.read_pending(root) == []
+    assert packed.read_pending(_lr(root)) == []
     run_cli("verify", store=root, exit_code=0)
     run_cli("gc", store=root, exit_code=0)
     run_cli("verify", store=root, exit_code=0)
@@ -165,7 +173,7 @@ def test_verify_reads_a_crafted_pending_row_as_a_hint_only(tmp_path, digest):
     digest is not bytes is no such hint (bytes() of it was a traceback, or an allocation of that size)."""
     root = str(tmp_path / "s")
     build(root, runs=1, records=30, seal_bytes=16 << 10)
-    idx = os.path.join(root, "log", "0000000001.idx")
+    idx = os.path.join(_lr(root), "log", "0000000001.idx")
     with open(idx, "r+b") as f:  # an index that differs from its entries: verify asks the pending rows why
         f.seek(os.path.getsize(idx) // 2)
         f.write(b"\xff" * 8)

@@ -11,11 +11,20 @@ import os
 
 import blake3
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
 from objstore.storage import codec, identity
+
+
+def _eng(store, run):
+    return log_engine_of(store, run if store.logs.per_run else None)
+
+
+def _repair(root, run, *args, **kw):
+    """``objstore repair [RUN] ARGS``: the run's log is named where each run has one."""
+    return run_cli("repair", *([run] if is_per_run(root) else []), *args, store=root, **kw)
 
 
 @pytest.fixture
@@ -29,11 +38,12 @@ def damaged(tmp_path):
     log = RunLog(Store.open(root))
     run = log.start_run("r1")
     log.record_attempt(run, 1, 0, "failed")
-    last_good = log.store.engine.position()
-    seg = log.store.engine.seg_path(log.store.engine._seg)
+    eng = _eng(log.store, run)  # the run's own log (a log per run), else the store's one log
+    last_good = eng.position()
+    seg = eng.seg_path(eng._seg)
     before = os.path.getsize(seg)
     log.record_attempt(run, 1, 1, "succeeded", error="x" * 40)
-    assert log.store.engine.witness()[0] == last_good.entry + 1  # acknowledged
+    assert eng.witness()[0] == last_good.entry + 1  # acknowledged
     data = bytearray(open(seg, "rb").read())
     data[len(data) - 5] ^= 0x04  # in the trailer's chain checksum
     open(seg, "wb").write(bytes(data))
@@ -54,19 +64,20 @@ def test_a_writer_never_cuts_an_acknowledged_entry(damaged):
 
 def test_repair_cuts_on_the_record_signed_by_the_owner(damaged):
     root, env, run, last_good, seg, before, tail = damaged
-    code, out, err = run_cli("repair", "--cut-after", str(last_good.entry), "--reason", "bit rot, no backup",
-                             store=root, env_extra=env, exit_code=0)
+    code, out, err = _repair(root, run, "--cut-after", str(last_good.entry), "--reason", "bit rot, no backup", env_extra=env, exit_code=0)
     s = Store.open(root)
-    pos = s.engine.position()
+    eng = _eng(s, run)
+    pos = eng.position()
     assert pos.entry == last_good.entry + 1
-    e = list(s.engine.entries())[-1]
-    assert e.cut == [s.engine._seg, before, len(tail), blake3.blake3(tail).hexdigest()]
-    note = json.loads(s.get_blob(s.read_ref("log/repairs")))
+    e = list(eng.entries())[-1]
+    assert e.cut == [eng._seg, before, len(tail), blake3.blake3(tail).hexdigest()]
+    noted = eng.tables.refs["log/repairs"]  # the note is in the log it cut
+    note = json.loads(codec.decode(eng.read(noted), noted, False)[1])
     owner = identity.owner_public(s)
     assert note["reason"] == "bit rot, no backup" and note["cut_after"] == last_good.entry
-    assert note["removed"] == [{"segment": s.engine._seg, "offset": before, "length": len(tail)}]
+    assert note["removed"] == [{"segment": eng._seg, "offset": before, "length": len(tail)}]
     assert identity.object_signed_by(note, owner)
-    assert s.engine.witness() == (pos.entry, pos.checksum)
+    assert eng.witness() == (pos.entry, pos.checksum)
     code, out, err = run_cli("verify", store=root, env_extra=env, exit_code=0)
     assert f"past-cut entry {pos.entry}" in err
     log = RunLog(Store.open(root))
@@ -79,11 +90,11 @@ def test_repair_is_refused_without_the_owner_key_or_past_the_readable_prefix(dam
     root, env, run, last_good, seg, before, tail = damaged
     files = snapshot_tree(root)
     other = {"OBJSTORE_KEYS": str(tmp_path / "elsewhere")}
-    code, out, err = run_cli("repair", "--cut-after", str(last_good.entry), "--reason", "x", store=root, env_extra=other, exit_code=8)
+    code, out, err = _repair(root, run, "--cut-after", str(last_good.entry), "--reason", "x", env_extra=other, exit_code=8)
     assert err.count("\n") == 1
-    code, out, err = run_cli("repair", "--cut-after", str(last_good.entry - 1), "--reason", "x", store=root, env_extra=env, exit_code=5)
+    code, out, err = _repair(root, run, "--cut-after", str(last_good.entry - 1), "--reason", "x", env_extra=env, exit_code=5)
     assert f"reads through entry {last_good.entry}" in err and err.count("\n") == 1
-    code, out, err = run_cli("repair", "--cut-after", str(last_good.entry), store=root, env_extra=env, exit_code=2)
+    code, out, err = _repair(root, run, "--cut-after", str(last_good.entry), env_extra=env, exit_code=2)
     assert snapshot_tree(root) == files
 
 
@@ -91,9 +102,10 @@ def test_a_repair_note_is_a_blob_the_log_names(damaged):
     """What repair wrote is an object like any other: its id is the hash of its bytes, verify
     checks it, and the ref's move says why."""
     root, env, run, last_good, seg, before, tail = damaged
-    run_cli("repair", "--cut-after", str(last_good.entry), "--reason", "why", store=root, env_extra=env, exit_code=0)
+    _repair(root, run, "--cut-after", str(last_good.entry), "--reason", "why", env_extra=env, exit_code=0)
     s = Store.open(root)
-    oid = s.read_ref("log/repairs")
-    assert codec.object_id(s.get_raw(oid)) == oid
-    moves = [m for m in s.ref_log("log/repairs")]
-    assert len(moves) == 1 and moves[0]["reason"] == f"repair: cut after entry {last_good.entry}: why"
+    eng = _eng(s, run)
+    oid = eng.tables.refs["log/repairs"]  # in the log it cut
+    assert codec.object_id(eng.read(oid)) == oid
+    moves = [m for e in eng.entries() for m in e.moves if m[0] == "log/repairs"]
+    assert len(moves) == 1 and moves[0][3] == f"repair: cut after entry {last_good.entry}: why"

@@ -17,6 +17,7 @@ import shutil
 import signal
 
 import pytest
+from helpers import log_engine_of
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
@@ -24,6 +25,15 @@ from objstore.lifecycle.repair import REPAIRS_REF, repair
 from objstore.runs.verify import verify
 
 OPS = ("open", "write", "pwrite", "rename", "replace", "fsync", "fdatasync", "unlink", "ftruncate", "mkdir", "link")
+
+
+def _eng(store):
+    """The log the damage is in: run r1's (a store of a log per run), else the store's one log."""
+    return log_engine_of(store, "r1" if store.logs.per_run else None)
+
+
+def _repair(store, cut_after, reason):
+    return repair(store, cut_after, reason, run="r1" if store.logs.per_run else None)
 
 
 def damaged_store(root, how):
@@ -35,12 +45,12 @@ def damaged_store(root, how):
     run = log.start_run("r1")
     for i in range(4):
         log.record_attempt(run, 1, i, "failed", error="e" * 30)
-    good = log.store.engine.position().entry
-    seg = log.store.engine.seg_path(log.store.engine._seg)
+    eng = _eng(log.store)  # the run's own log (a log per run), else the store's one log
+    good = eng.position().entry
+    seg = eng.seg_path(eng._seg)
     end = os.path.getsize(seg)
     log.record_attempt(run, 1, 8, "failed", error="y" * 40)
     log.record_attempt(run, 1, 9, "succeeded", error="x" * 40)
-    eng = log.store.engine
     assert eng.witness()[0] == good + 2
     eng.close()
     if how == "lost":
@@ -71,7 +81,7 @@ def repair_killed_at(k, root, cut_after):
                     return _real(*a, **kw)
 
                 setattr(os, name, op)
-            repair(Store.open(root), cut_after, "bit rot, no backup")
+            _repair(Store.open(root), cut_after, "bit rot, no backup")
         except BaseException:
             os._exit(3)
         os._exit(0)
@@ -87,10 +97,10 @@ def writable_and_clean(root):
     """verify is clean, and a writer of another handle commits (then verify is still clean)."""
     s = Store.open(root)
     assert verify(RunLog(s), jobs=1) == []
-    s.engine.close()
+    s.logs.close()
     log = RunLog(Store.open(root))
     log.record_attempt("r1", 2, 0, "succeeded")
-    log.store.engine.close()
+    log.store.logs.close()
     assert verify(RunLog(Store.open(root)), jobs=1) == []
 
 
@@ -111,14 +121,14 @@ def test_kill_9_at_every_file_operation_of_repair(tmp_path, how):
         if repair_killed_at(k, root, good):
             writable_and_clean(root)
             break
-        s = Store.open(root)
-        s.engine.prefix_ok = True
-        repaired = s.engine.position().entry > good and s.read_ref(REPAIRS_REF) is not None
-        w, pos = s.engine.witness(), s.engine.position()
+        s = Store.open(root, readable_prefix=True)
+        eng = _eng(s)
+        repaired = eng.position().entry > good and eng.tables.refs.get(REPAIRS_REF) is not None
+        w, pos = eng.witness(), eng.position()
         between += repaired and (w[0] > pos.entry or (w[0] == pos.entry and w[1] != pos.checksum))
-        s.engine.close()
+        s.logs.close()
         if not repaired:  # killed before its entry was durable: the same repair finishes
-            repair(Store.open(root), good, "bit rot, no backup, again")
+            _repair(Store.open(root), good, "bit rot, no backup, again")
         writable_and_clean(root)
     assert k > 5, f"only {k} file operations: the child did not count them"
     assert between, "no kill fell between the repair's entry and its head witness"

@@ -19,7 +19,7 @@ def test_deleted_records_counts_only_runs_that_remain(tmp_path):
     for i in range(4):
         log.record_attempt("A", i, 0, "succeeded")
         log.record_attempt("B", i, 0, "succeeded")
-    D.delete_records(log, "A", [log.store.engine.record_at("A", 0, 2)], reason="one attempt")
+    D.delete_records(log, "A", [log.store.indexed_record("A", 0, 2)], reason="one attempt")
     D.delete_run(log, "A", reason="then the whole run")
     st = S.stats(Store.open(root))
     assert (st["runs"], st["deleted_runs"]) == (1, 1)

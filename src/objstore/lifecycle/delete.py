@@ -111,13 +111,32 @@ def covered(store: Store) -> tuple[set[bytes], set[bytes]]:
         if runrefs.is_deletions_ref(name):
             records.update(store.covered_records(run, value))
         elif runrefs.is_deleted_ref(name):
-            tips = {b: tip for (r, b), tip in store.engine.tables.tips.items() if r == run}
-            for b in tips:
-                records.update(oid for _lsn, oid in store.engine.iter_chain(run, b, 0))
+            records.update(run_records(store, run))
     return records, set(redacted_blobs(store))
 
 
-def check_authority(store: Store) -> None:
+def covered_in(store: Store, log: Any) -> set[bytes]:
+    """``covered``'s records, of the deletions whose refs are in ``log`` (one log of the store)."""
+    records: set[bytes] = set()
+    for name, value in list(log.tables.refs.items()):
+        run = runrefs.run_of(name)
+        if run is None or not isinstance(value, bytes):
+            continue
+        if runrefs.is_deletions_ref(name):
+            records.update(store.covered_records(run, value))
+        elif runrefs.is_deleted_ref(name):
+            records.update(run_records(store, run))
+    return records
+
+
+def run_records(store: Store, run: str) -> set[bytes]:
+    """Every record of run ``run`` its log's chain index places (bodies not read)."""
+    log = store.logs.run_log(run)
+    tips = {b for (r, b) in log.tables.tips if r == run}
+    return {oid for b in tips for _lsn, oid in log.iter_chain(run, b, 0)}
+
+
+def check_authority(store: Store, log: Any = None) -> None:
     """CorruptLog (exit 6, one line naming it) if a deletion the store's refs name breaks the
     authority rule as of its entry (objstore.storage.authority). Every reader refuses such an entry
     where it applies it; this is for what acts on deletions for good (gc), whose tables may come
@@ -125,13 +144,16 @@ def check_authority(store: Store) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    done = store.engine.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
-    for name, value in store.list_refs():
-        if authority.ref_wants(name) is None:
-            continue
-        got = authority.ref_problem(view, name, value, done=done)
-        if got is not None:
-            raise CorruptLog(store.engine.where(got[0]) if hasattr(store.engine, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
+    logs = [store.engine] if store.url is not None else [e for _r, e in store.logs.all_logs()] if log is None else [log]
+    for eng in logs:
+        done = eng.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
+        eng.refresh()
+        for name, value in list(eng.tables.refs.items()):
+            if authority.ref_wants(name) is None:
+                continue
+            got = authority.ref_problem(view, name, value, done=done)
+            if got is not None:
+                raise CorruptLog(eng.where(got[0]) if hasattr(eng, "where") else name, f"{got[2]}; refusing to act on it (run 'objstore verify')")
 
 
 # -- writing deletions ------------------------------------------------------------------------
@@ -205,7 +227,7 @@ def _session_blobs(store: Store, refs: dict, run: str) -> list:
             if otype not in ("journal", "segment") or not isinstance(value, dict):
                 break
             for _f, ref in R.object_refs(otype, value):
-                loc = store.engine.loc(ref)
+                loc = store.logs.run_log(run).loc(ref)
                 if loc is not None and (loc.otype if hasattr(loc, "otype") else loc[1]) == codec.BLOB:
                     found.add(ref)
             cur = value.get("previous")
@@ -266,10 +288,16 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
         fresh.append(run)
         return did
 
+    per_run = store.engine.one_log_per_commit or store.logs.per_run
     try:
-        if store.engine.one_log_per_commit:
+        if per_run:
             for run in runs:
-                ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
+                try:
+                    ids.append(store.atomically(lambda run=run: one(run)))  # type: ignore[misc]
+                except ObjstoreError as err:
+                    err.landed = runs[:len(ids)]  # type: ignore[attr-defined]  # the runs deleted before it (one commit each)
+                    raise
+                _mark_deleted(store, run)
         else:
             with store.batch():
                 for run in runs:
@@ -277,6 +305,14 @@ def delete_runs(log: RunLog, runs: Iterable[str], *, reason: str, key: identity.
     finally:
         _drop_cached(log, fresh)
     return ids
+
+
+def _mark_deleted(store: Store, run: str) -> None:
+    """The catalog's create-once deletion marker, after the run log's deletion entry landed (the log
+    decides; the marker is a finding aid listings may use, confirmed against the log)."""
+    catalog = getattr(store.logs, "catalog", None)
+    if catalog is not None:
+        catalog.mark_deleted(run)
 
 
 def delete_run(log: RunLog, run: str, *, reason: str, key: identity.Key | None = None) -> bytes:
@@ -380,13 +416,21 @@ def redact(log: RunLog, blob_id: bytes, *, reason: str, key: identity.Key | None
     old = store.read_ref(runrefs.redacted_ref(blob_id))
     if isinstance(old, bytes):
         return old
-    loc = store.engine.loc(blob_id)
+    holder = store.logs.locate(blob_id)
+    loc = holder.loc(blob_id)
     if loc is None:
-        store.engine.refresh()
-        loc = store.engine.loc(blob_id)
-    if loc is None:
+        holder.refresh()
+        loc = holder.loc(blob_id)
+    held = getattr(store.logs, "held", None)
+    got = held.get(blob_id) if held is not None and loc is None else None
+    if loc is None and got is None:
         raise ObjectNotFound(blob_id.hex())
-    otype = loc.otype if hasattr(loc, "otype") else loc[1]
+    # a blob this process holds (put outside any run's batch, format 6) is redacted before any log stores it
+    if got is not None:
+        otype = got[0]
+    else:
+        assert loc is not None
+        otype = loc.otype if hasattr(loc, "otype") else loc[1]
     if otype != codec.BLOB:
         raise InvalidInput(f"{blob_id.hex()} is a {otype}, not a blob: only a blob is redacted (delete records with 'objstore delete')")
     key = _key(store, key)

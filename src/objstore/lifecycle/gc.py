@@ -32,8 +32,9 @@ import blake3
 import msgspec
 import zstandard
 
-from ..errors import IntegrityError, InvalidInput, ObjstoreError, StorageOSError, UntrustedGcPending
+from ..errors import IntegrityError, InvalidInput, ObjstoreError, RunNotFound, StorageOSError, UntrustedGcPending
 from ..runs import records, state
+from ..runs import records as R
 from ..runs.facts import body_refs
 from ..storage import codec, fileutil, runrefs
 from ..storage.gclock import gc_lock
@@ -46,6 +47,10 @@ from ..storage.log.segfile import _read_segment_header, packed_entries, seg_name
 from ..storage.log.segrows import _segment_rows
 from ..storage.storedir import mark_packed
 from . import delete
+from .gc_copies import _kept_by_copies, _parent_of
+from .retention import parse_age as parse_age  # the retention options of gc: re-exported (objstore_cli, callers of gc)
+from .retention import runs_inactive_for as runs_inactive_for
+from .retention import runs_older_than as runs_older_than
 
 if TYPE_CHECKING:
     from ..storage.store import Store
@@ -87,25 +92,50 @@ class Doomed(NamedTuple):
         return self.records | self.blobs | self.other
 
 
-def _eng(store: Store) -> LogEngine:
-    eng = store.engine
+def _eng(store: Store, log: Any = None) -> LogEngine:
+    eng = store.engine if log is None else log
     if not eng.log_files or store.root is None:
         raise InvalidInput("gc works on a store on disk (this one lives in memory)")
     return cast(LogEngine, eng)
 
 
-def _reader(store: Store) -> Any:
-    """The engine gc reads what goes from: a log on disk, or one on object storage."""
+def _reader(store: Store, log: Any = None) -> Any:
+    """The engine gc reads what goes from: ``log`` (one log of a store of a log per run), else the store's
+    log on disk or on object storage."""
     if store.url is not None:
         return store.engine
-    return _eng(store)
+    return _eng(store, log)
+
+
+def _deleted_in(eng: Any) -> dict[str, bytes]:
+    """{run: id of its deletion} of the deleted runs whose ``deleted`` ref is in this log (on a store of a
+    log per run: the log's own run, if deleted; on a store of one log: every deleted run)."""
+    out = {}
+    for name, value in list(eng.tables.refs.items()):
+        if runrefs.is_deleted_ref(name) and isinstance(value, bytes):
+            run = runrefs.run_of(name)
+            if run is not None:
+                out[run] = value
+    return out
 
 
 def unreferenced(store: Store, age: float, now: float | None = None) -> set:
     """Blobs committed more than ``age`` seconds ago that nothing names: no record (its index row's
-    refs), no ref, no journal, segment, grant, fork or deletion object. What ``gc
+    refs), no ref, no journal, segment, grant, fork or deletion object — in any log of the store (a
+    redaction is store-wide: a blob one log holds unnamed may be another log's named copy). What ``gc
     --prune-unreferenced-older-than`` removes, explicitly: by default gc keeps them (``stats`` counts them)."""
-    eng = _reader(store)
+    candidates: set = set()
+    named: set = set()
+    logs = [(None, store.engine)] if store.url is not None else list(store.logs.all_logs())
+    for _run, log in logs:
+        c, n = _unreferenced_in(_reader(store, log), age, now)
+        candidates |= c
+        named |= n
+    return candidates - named
+
+
+def _unreferenced_in(eng: Any, age: float, now: float | None) -> tuple[set, set]:
+    """(blobs of this log committed more than ``age`` seconds ago, every id this log names)."""
     eng.refresh()
     cutoff = (time.time() if now is None else now) - age
     candidates: set = set()
@@ -125,7 +155,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
                 if isinstance(value, dict):
                     named.update(ref for _f, ref in records.object_refs(otype, value))
                     named.update(b for b in value.get("blobs") or () if isinstance(b, bytes))
-    return candidates - named
+    return candidates, named
 
 
 def _redact_unreferenced(store: Store, age: float) -> int:
@@ -141,17 +171,22 @@ def _redact_unreferenced(store: Store, age: float) -> int:
     return len(blobs)
 
 
-def doomed(store: Store) -> Doomed:
-    """The bodies that go (see the module docstring): from the refs, the deletion objects
-    (``lifecycle.delete``'s readers), the index rows of the entries, and the bodies of the records
-    that go (each read once)."""
-    eng = _reader(store)
+def doomed(store: Store, log: Any = None) -> Doomed:
+    """The bodies that go from one log (``log``; None: the store's one log) (see the module docstring):
+    from the log's refs, the deletion objects (``lifecycle.delete``'s readers), the index rows of its
+    entries, and the bodies of the records that go (each read once). Redactions are the store log's and
+    reach every log that holds the blob. ``log`` None on a store of a log per run: what goes from every log."""
+    if log is None and store.url is None and store.logs.per_run:
+        parts = [doomed(store, e) for _r, e in store.logs.all_logs()]
+        return Doomed(*(set().union(*(getattr(d, f) for d in parts)) for f in Doomed._fields))
+    eng = _reader(store, log)
     eng.refresh()
-    delete.check_authority(store)  # nothing is removed for a deletion no authorised key made
+    delete.check_authority(store, eng)  # nothing is removed for a deletion no authorised key made
     t = eng.tables
-    gone_runs = delete.deleted_runs(store)
+    gone_runs = _deleted_in(eng)
     deleted_runs = set(gone_runs)
-    covered, redacted = delete.covered(store)  # every record partial deletions list or deleted runs hold
+    covered = delete.covered_in(store, eng)  # every record partial deletions list or deleted runs hold
+    redacted = set(delete.redacted_blobs(store))
     named: set = set()  # blob ids a deleted run's journal and segment objects named (its deletion lists them)
     for did in gone_runs.values():
         named.update(b for b in store.deletion_object(did).get("blobs") or () if isinstance(b, bytes))
@@ -180,7 +215,7 @@ def doomed(store: Store) -> Doomed:
         for partly in {runrefs.run_of(n) for n in t.refs if runrefs.is_deletions_ref(n)}:
             if partly is not None:
                 named_records.update(store.covered_records(partly))
-        kept = _kept_by_copies(eng, deleted_runs) - named_records
+        kept = _kept_by_copies(store, eng, deleted_runs) - named_records
         recs -= kept
         other -= kept
     # The blobs the doomed records name (their bodies are in segments being rewritten anyway).
@@ -197,7 +232,10 @@ def doomed(store: Store) -> Doomed:
         if isinstance(body, dict):
             candidates.update(body_refs(body))
     # A ref that names a blob itself (keys/owner names the owner's public key as a blob) keeps it.
-    for name, value in t.refs.items():
+    refs = dict(t.refs)
+    if store.url is None and store.logs.store_log is not eng:
+        refs.update(store.logs.store_log.tables.refs)  # the store-wide refs name blobs a run's log may hold too
+    for name, value in refs.items():
         if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
             candidates.discard(value)
     candidates -= recs
@@ -228,41 +266,6 @@ def _keep_live_named(eng: LogEngine, recs: set, candidates: set, deleted_runs: s
                         candidates.discard(ref)
         if not candidates:
             break
-
-
-def _kept_by_copies(eng: LogEngine, deleted_runs: set) -> set:
-    """Every record and fork object the lineage of a live copy reaches before its own records:
-    found from the entries' rows (a run_started whose parent is set starts a copy), then walked back
-    through parent links and fork objects into the source (and its sources)."""
-    kept: set = set()
-    roots = []
-    for e in eng.entries():
-        for r in e.recs:
-            if r[5] == "run_started" and r[4] is not None and r[1] not in deleted_runs:
-                roots.append(r[4])  # the copy's cross-run fork object
-    for oid in roots:
-        cur: Any = oid
-        while isinstance(cur, bytes) and cur not in kept:
-            try:
-                otype, value = codec.decode(eng.read(cur), cur, False)
-            except ObjstoreError:
-                break  # gone already (an earlier gc, with what lies behind it) or damaged: verify names that
-            if not isinstance(value, dict) or otype not in (codec.RECORD, codec.FORK):
-                break
-            if cur != oid:
-                kept.add(cur)
-            cur = value.get("parent") if otype == codec.RECORD else value.get("parent_record")
-    return kept
-
-
-def _parent_of(eng: LogEngine, oid: bytes) -> bytes | None:
-    """A record's parent, from its body (None if its body is gone already or unreadable)."""
-    try:
-        value = codec.decode(eng.read(oid), oid, False)[1]
-    except ObjstoreError:
-        return None
-    parent = value.get("parent") if isinstance(value, dict) else None
-    return parent if isinstance(parent, bytes) else None
 
 
 def _chain_objects(eng: LogEngine, head: bytes, out: set) -> None:
@@ -443,7 +446,8 @@ def _check_large(eng: LogEngine, e: LogEntry, o: list, starts: list) -> bool:
 
 
 def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: float = 600.0,
-       prune_unreferenced_older_than: float | None = None, step: Callable[[int], None] | None = None) -> GcResult:
+       prune_unreferenced_older_than: float | None = None, step: Callable[[int], None] | None = None,
+       run: str | None = None) -> GcResult:
     """Find what goes, pack every segment that needs it into ``tmp/gc/`` (the sealed ones, then the
     active one once sealed), then under the writer lock take in what writers committed meanwhile,
     put the packed files in place and commit one rewrite entry (see the module docstring). Nothing
@@ -452,59 +456,104 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
     ``prune_unreferenced_older_than`` (seconds): also remove the committed blobs that nothing names
     (``unreferenced``), and on object storage the keys no entry names, older than that.
     ``step(segments packed so far)``: called as each segment is packed (a progress bar's).
+    A store of a log per run is collected one log at a time (the store log, then each run's in catalog
+    order: memory holds one log's figures), each by the same mechanics; ``run``: only that run's log.
     A store on object storage is collected by ``_gc_remote``."""
     if prune_unreferenced_older_than is not None and (isinstance(prune_unreferenced_older_than, bool) or prune_unreferenced_older_than < 0):
         raise InvalidInput("--prune-unreferenced-older-than must be an age of 0 or more")
+    if run is not None and (store.url is not None or not store.logs.per_run):
+        raise InvalidInput("gc of one run works on a store of a log per run (format 6); this store has one log: run 'objstore gc'")
     if store.url is not None:
         return _gc_remote(store, progress or (lambda _m: None), prune_unreferenced_older_than)
-    eng = _eng(store)
     root = store.root
-    assert root is not None
-    tmpdir = os.path.join(root, "tmp", TMP)
+    if root is None or not store.engine.log_files:
+        raise InvalidInput("gc works on a store on disk (this one lives in memory)")
     say = progress or (lambda _m: None)
-    sync = eng.policy.enabled
     with gc_lock(root, shared=False, timeout=timeout, what="gc"):
-        unfinished = _unfinished(eng)
-        if unfinished:
-            # A gc killed after it put packed files in place and before its rewrite entry: name them now.
-            eng.commit_rewrite(unfinished, timeout=timeout)
-            say(f"finished an interrupted gc: segments {', '.join(str(r[0]) for r in unfinished)}")
-        _clean_tmp(tmpdir)
-        eng.finish_seal(timeout=timeout)
-        active_then = eng._seg
-        since = eng.tables.pos.entry
-        if prune_unreferenced_older_than is not None:
-            _redact_unreferenced(store, prune_unreferenced_older_than)
-        gone = doomed(store)
-        every = gone.all()
-        packs: dict[int, tuple] = {}  # segment -> (packed file in tmp, its index in tmp, row, removed {id: type})
-        try:
-            os.makedirs(tmpdir, exist_ok=True)
-            for seg in _segments_to_rewrite(eng, active_then - 1, every):
+        if not store.logs.per_run:
+            res = _gc_log(store, _eng(store), say, step, timeout, prune_unreferenced_older_than)
+        else:
+            res = _gc_logs(store, say, step, timeout, prune_unreferenced_older_than, run)
+    _vacuum_state(store)
+    return res
+
+
+def _gc_logs(store: Store, say: Callable[[str], None], step: Callable[[int], None] | None, timeout: float,
+             prune: float | None, run: str | None) -> GcResult:
+    """gc of a store of a log per run: each log in turn (``run``: that run's log alone), results summed;
+    ``rewritten`` names each segment as ``<log>:<segment>`` (``store`` for the store log)."""
+    if prune is not None:
+        _redact_unreferenced(store, prune)  # redactions are store-wide: found over every log, then each log drops them
+    if run is not None:
+        R.check_run_id(run)
+        if not isinstance(store.run_refs(run).get(runrefs.branch_ref(run, 0)), bytes):
+            raise RunNotFound(run)
+        logs: Iterator[tuple[str | None, Any]] = iter([(run, store.logs.run_log(run))])
+    else:
+        logs = store.logs.all_logs()
+    rewritten: list[str] = []
+    sums = [0, 0, 0, 0, 0, 0]  # sealed, removed records, blobs, other, bytes before, after
+    entry = 0
+
+    def stepped(n: int) -> None:
+        if step is not None:
+            step(len(rewritten) + n)
+
+    for name, log in logs:
+        label = "store" if name is None else name
+        res = _gc_log(store, _eng(store, log), lambda m, label=label: say(f"{label}: {m}"), stepped, timeout, None)  # type: ignore[misc]
+        rewritten += [f"{label}:{seg}" for seg in res.rewritten]
+        for i, v in enumerate((res.sealed, res.removed_records, res.removed_blobs, res.removed_other, res.bytes_before, res.bytes_after)):
+            sums[i] += v
+        entry = max(entry, res.entry)
+    return GcResult(sums[0], rewritten, sums[1], sums[2], sums[3], sums[4], sums[5], entry)
+
+
+def _gc_log(store: Store, eng: LogEngine, say: Callable[[str], None], step: Callable[[int], None] | None, timeout: float,
+            prune: float | None) -> GcResult:
+    """gc of one log (``eng``), under the gc lock: today's mechanics, in the log's own ``tmp/gc/``."""
+    tmpdir = os.path.join(eng.root, "tmp", TMP)
+    sync = eng.policy.enabled
+    unfinished = _unfinished(eng)
+    if unfinished:
+        # A gc killed after it put packed files in place and before its rewrite entry: name them now.
+        eng.commit_rewrite(unfinished, timeout=timeout)
+        say(f"finished an interrupted gc: segments {', '.join(str(r[0]) for r in unfinished)}")
+    _clean_tmp(tmpdir)
+    eng.finish_seal(timeout=timeout)
+    active_then = eng._seg
+    since = eng.tables.pos.entry
+    if prune is not None:
+        _redact_unreferenced(store, prune)
+    gone = doomed(store, eng)
+    every = gone.all()
+    packs: dict[int, tuple] = {}  # segment -> (packed file in tmp, its index in tmp, row, removed {id: type})
+    try:
+        os.makedirs(tmpdir, exist_ok=True)
+        for seg in _segments_to_rewrite(eng, active_then - 1, every):
+            say(f"packing segment {seg}")
+            packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
+            if step is not None:
+                step(len(packs))
+        _check_active(eng)  # damage in the active segment is found before gc seals it
+        last = eng.seal_now(timeout=timeout)
+        for seg in range(active_then, last + 1):
+            if seg not in packs and (eng._packed(seg) is None or _holds(eng, seg, every)):
                 say(f"packing segment {seg}")
                 packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
                 if step is not None:
                     step(len(packs))
-            _check_active(eng)  # damage in the active segment is found before gc seals it
-            last = eng.seal_now(timeout=timeout)
-            for seg in range(active_then, last + 1):
-                if seg not in packs and (eng._packed(seg) is None or _holds(eng, seg, every)):
-                    say(f"packing segment {seg}")
-                    packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
-                    if step is not None:
-                        step(len(packs))
-            before = eng.segment_bytes(packs)
-            entry = 0
-            if packs:
-                entry = _put_in_place(store, eng, root, tmpdir, packs, gone, every, since, active_then, sync, timeout)
-        except OSError as e:
-            raise StorageOSError("rewrite a segment (gc)", e) from None
-        finally:
-            _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until a rewrite entry names them
-        _clean_tmp(tmpdir)
-        eng._checkpoint()
-        after = eng.segment_bytes(packs)
-    _vacuum_state(store)
+        before = eng.segment_bytes(packs)
+        entry = 0
+        if packs:
+            entry = _put_in_place(store, eng, tmpdir, packs, gone, every, since, active_then, sync, timeout)
+    except OSError as e:
+        raise StorageOSError("rewrite a segment (gc)", e) from None
+    finally:
+        _clean_tmp(tmpdir, keep=PENDING)  # the pending rows stay until a rewrite entry names them
+    _clean_tmp(tmpdir)
+    eng._checkpoint()
+    after = eng.segment_bytes(packs)
     removed: dict = {}
     for p in packs.values():
         removed.update(p[3])
@@ -586,11 +635,11 @@ def _check_active(eng: LogEngine) -> None:
                 _source_bytes(eng, e, o, starts, cache)
 
 
-def _late_refs(store: Store, eng: LogEngine, since: int, active_then: int, candidates: set) -> set:
+def _late_refs(eng: LogEngine, since: int, active_then: int, candidates: set) -> set:
     """The ``candidates`` (doomed blobs) that a live record — or a live journal or segment object —
     committed after entry ``since`` names: a writer that found such a blob stored (its body still
     there) did not store it again, so it must stay. Reads only the segments written since."""
-    deleted = set(delete.deleted_runs(store))
+    deleted = set(_deleted_in(eng))
     late: set = set()
     for seg in range(active_then, eng._seg + 1):
         hdr = _read_segment_header(eng._fd(seg), eng.seg_path(seg))
@@ -611,18 +660,19 @@ def _late_refs(store: Store, eng: LogEngine, since: int, active_then: int, candi
     return late
 
 
-def _put_in_place(store: Store, eng: LogEngine, root: str, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
+def _put_in_place(store: Store, eng: LogEngine, tmpdir: str, packs: dict, gone: Doomed, every: set, since: int,
                   active_then: int, sync: bool, timeout: float) -> int:
     """Under the writer lock: keep what writers named meanwhile (re-packing a segment that left it
     out), then the index and the file of each packed segment over the old ones, and the rewrite entry."""
     with eng.transaction(timeout) as _txn:
-        late = _late_refs(store, eng, since, active_then, gone.blobs - set(delete.redacted_blobs(store))) if gone.blobs else set()
+        late = _late_refs(eng, since, active_then, gone.blobs - set(delete.redacted_blobs(store))) if gone.blobs else set()
         if late:
             every -= late
             for seg, p in list(packs.items()):
                 if late & set(p[3]):
                     packs[seg] = _pack_into_tmp(eng, seg, every, tmpdir, sync)
-        mark_packed(root, eng.policy)
+        assert store.root is not None
+        mark_packed(store.root, eng.policy)  # the store's marker (a no-op from format 4 on)
         rows = [packs[seg][2] for seg in sorted(packs)]
         _note_pending(eng, tmpdir, rows)
         for seg in sorted(packs):
@@ -722,60 +772,3 @@ def _vacuum_state(store: Store) -> None:
     fn = getattr(state, "drop_deleted_and_vacuum", None)
     if fn is not None:
         fn(store)
-
-
-def parse_age(text: str, now: float | None = None) -> float:
-    """Seconds in an AGE (``--delete-runs-older-than``, ``--delete-runs-inactive-for``,
-    ``--prune-unreferenced-older-than``): ``now`` minus the time ``text`` names, read by the one time
-    parser ``--since`` uses (``runs.history.parse_time``: ``90d``, ``1.5d``, ``2.days``, ``'2 hours'``,
-    ``1h30m``, an ISO date, ...). A time in the future is no age (InvalidInput)."""
-    from ..runs.history import parse_time
-
-    now = time.time() if now is None else now
-    age = now - parse_time(text, now)
-    if age < 0:
-        raise InvalidInput(f"age {text!r} names a time in the future")
-    return age
-
-
-def runs_older_than(log: Any, seconds: float, now: float | None = None) -> list[str]:
-    """The runs (not deleted) whose ``run_started`` record is older than ``seconds``, oldest first.
-    A run without a recorded start time is never chosen by age."""
-    import time as _time
-
-    cutoff = (_time.time() if now is None else now) - seconds
-    found = []
-    for run in log.runs():
-        t = log.run_started(run).time
-        if isinstance(t, (int, float)) and t < cutoff:
-            found.append((t, run))
-    return [r for _t, r in sorted(found)]
-
-
-def runs_inactive_for(log: Any, seconds: float, now: float | None = None) -> list[str]:
-    """The runs (not deleted) whose last activity is older than ``seconds``, least recently active
-    first. Last activity is read now, from each run's newest entries: the time of every branch's head
-    (its newest record, or the fork object of a branch with none yet) and of its newest recorded
-    deletion of records. A run with no readable time is never chosen."""
-    import time as _time
-
-    from ..errors import Erased
-
-    cutoff = (_time.time() if now is None else now) - seconds
-    found = []
-    for run in log.runs():
-        try:
-            view = log.view(run)
-        except Erased:
-            continue
-        times = []
-        for oid in [*view.heads.values(), *([view.deletions] if view.deletions else [])]:
-            try:
-                t = log.store.get(oid)[1].get("time")
-            except Erased:  # a head whose body a deletion withholds: the deletion's time counts instead
-                continue
-            if isinstance(t, (int, float)) and not isinstance(t, bool):
-                times.append(t)
-        if times and max(times) < cutoff:
-            found.append((max(times), run))
-    return [r for _t, r in sorted(found)]

@@ -24,31 +24,32 @@ import os
 import time
 from typing import cast
 
-from ..errors import InvalidInput, Refused, Unauthenticated
+from ..errors import InvalidInput, Refused, RunNotFound, Unauthenticated
 from ..storage import codec, identity
 from ..storage.log.local import LogEngine
 from ..storage.log.witness import REPAIRS_REF
 from ..storage.store import Store
 
 
-def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None = None) -> dict:
-    """Cut the log after entry ``cut_after`` (see the module docstring); returns what was done."""
+def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None = None, run: str | None = None) -> dict:
+    """Cut the log after entry ``cut_after`` (see the module docstring); returns what was done. ``run``: cut
+    that run's log (a store of a log per run); None: the store log (a store of one log: its log)."""
     if type(cut_after) is not int or cut_after < 0:
         raise InvalidInput(f"--cut-after must be an entry number (>= 0), got {cut_after!r}")
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("a repair needs a reason (--reason TEXT)")
     codec.check_text(reason, "repair reason")
-    engine = store.engine
     store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
-    if not engine.log_files:
-        raise InvalidInput("only a store on disk has a log to repair")
-    engine = cast(LogEngine, engine)
+    store.engine.prefix_ok = store.logs.prefix_ok = True  # the store is damaged: read what can be read (every log)
+    engine = _log_to_cut(store, run)
     stale = engine.tables.adopted > cut_after
     if engine.tables.adopted:
         # A checkpoint's tables may be past an entry no reader applied (a forged deletion behind it,
         # found only where a read obeys it): what is readable is what a replay from the first entry reads.
-        engine = store.engine = LogEngine(engine.root, engine.policy, checkpoint=False)
-    engine.prefix_ok = True  # the store is damaged: read what can be read
+        engine = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run)
+        if run is None:
+            store.engine = engine
+    engine.prefix_ok = True
     owner = identity.owner_public(store)
     if owner is not None:
         if key is None:
@@ -74,4 +75,28 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
             os.unlink(os.path.join(engine.dir, "checkpoint"))
         except FileNotFoundError:
             pass
-    return {"cut_after": cut_after, "entry": engine.position().entry, "removed": removed, "note": oid.hex(), "signed": key is not None}
+    return {**({"run": run} if run is not None else {}), "cut_after": cut_after, "entry": engine.position().entry, "removed": removed, "note": oid.hex(), "signed": key is not None}
+
+
+def _log_to_cut(store: Store, run: str | None) -> LogEngine:
+    """The log a repair cuts: run ``run``'s (RunNotFound if it has none), else the store log."""
+    if run is not None:
+        if not store.logs.per_run:
+            raise InvalidInput("this store has one log (format 3 to 5): repair it without naming a run")
+        from ..runs.records import check_run_id
+
+        check_run_id(run)
+        if os.path.isdir(os.path.join(run_dir_of(store, run), "log")):
+            return cast(LogEngine, store.logs.run_log(run))
+        raise RunNotFound(run)
+    engine = store.engine
+    if not engine.log_files:
+        raise InvalidInput("only a store on disk has a log to repair")
+    return cast(LogEngine, engine)
+
+
+def run_dir_of(store: Store, run: str) -> str:
+    from ..storage.runlogs.logs import run_dir
+
+    assert store.root is not None
+    return run_dir(store.root, run)

@@ -82,23 +82,12 @@ def stats(store: Store) -> dict[str, Any]:
         }
     if not eng.log_files or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
+    if store.logs.per_run:
+        return _per_run_stats(store)
     eng = cast(LogEngine, eng)
     pos = eng.refresh()
     figures = _log_figures(store, eng, pos)
-    segs = []
-    seg_bytes = 0
-    for s in range(1, eng._seg + 1):
-        p = eng.seg_path(s)
-        size = _size(p)
-        seg_bytes += size
-        try:
-            with open(p, "rb") as f:
-                kind = "packed" if f.read(8) == packed.PK_MAGIC else ("active" if s == eng._seg else "sealed")
-        except OSError:
-            kind = "missing"
-        segs.append({"segment": s, "kind": kind, "bytes": size})
-    idx_bytes = sum(_size(eng.idx_path(s)) for s in range(1, eng._seg))
-    derived = {"indexes": idx_bytes, "checkpoint": _size(os.path.join(eng.dir, "checkpoint")), "witness": _size(os.path.join(eng.dir, "witness"))}
+    segs, seg_bytes, derived = _files(eng)
     canonical = figures["canonical_bytes"]
     return {
         "store": store.root,
@@ -113,8 +102,104 @@ def stats(store: Store) -> dict[str, Any]:
     }
 
 
+def _files(eng: LogEngine) -> tuple[list, int, dict]:
+    """(segment files: number, kind, bytes; their total; derived files' bytes) of one log on disk."""
+    segs = []
+    seg_bytes = 0
+    for s in range(1, eng._seg + 1):
+        p = eng.seg_path(s)
+        size = _size(p)
+        seg_bytes += size
+        try:
+            with open(p, "rb") as f:
+                kind = "packed" if f.read(8) == packed.PK_MAGIC else ("active" if s == eng._seg else "sealed")
+        except OSError:
+            kind = "missing"
+        segs.append({"segment": s, "kind": kind, "bytes": size})
+    idx_bytes = sum(_size(eng.idx_path(s)) for s in range(1, eng._seg))
+    derived = {"indexes": idx_bytes, "checkpoint": _size(os.path.join(eng.dir, "checkpoint")), "witness": _size(os.path.join(eng.dir, "witness"))}
+    return segs, seg_bytes, derived
+
+
+_SUMMED = ("canonical_bytes", "records", "blobs", "unreferenced_blobs", "objects", "removed_bodies")
+
+
+def _per_run_stats(store: Store) -> dict[str, Any]:
+    """``stats`` of a store of a log per run: every log read in turn (the store log, then each run's), the
+    figures summed; ``logs`` gives each log's own (``log``: ``store`` or the run), ``entries`` and ``anchor``
+    are the store log's (each run's head is in ``logs``)."""
+    assert store.root is not None
+    total: dict[str, Any] = {k: 0 for k in _SUMMED}
+    by_type: dict[str, int] = {}
+    files: list = []
+    per_log = []
+    seg_bytes = 0
+    derived = {"indexes": 0, "checkpoint": 0, "witness": 0}
+    store_pos = None
+    for run, log in store.logs.all_logs():
+        eng = cast(LogEngine, log)
+        pos = eng.refresh()
+        store_pos = pos if run is None else store_pos
+        f = _entry_figures(eng, pos)
+        segs, nbytes, d = _files(eng)
+        label = "store" if run is None else run
+        for k in _SUMMED:
+            total[k] += f[k]
+        for t, n in f["objects_by_type"].items():
+            by_type[t] = by_type.get(t, 0) + n
+        files += [{"log": label, **x} for x in segs]
+        seg_bytes += nbytes
+        for k in derived:
+            derived[k] += d[k]
+        per_log.append({"log": label, "entries": pos.entry, "anchor": anchor_token(pos.entry, pos.checksum), "segments": len(segs),
+                        "segment_bytes": nbytes, "records": f["records"], "blobs": f["blobs"], "canonical_bytes": f["canonical_bytes"]})
+    assert store_pos is not None
+    runs = set(store.logs.run_ids())
+    deleted_runs = set(delete.deleted_runs(store))
+    total.update({"runs": len(runs - deleted_runs), "deleted_runs": len(deleted_runs & runs), "objects_by_type": dict(sorted(by_type.items())),
+                  "deleted_records": sum(len(store.covered_records(r)) for r in runs - deleted_runs),
+                  "redacted_blobs": len(delete.redacted_blobs(store))})
+    canonical = total["canonical_bytes"]
+    return {
+        "store": store.root,
+        "entries": store_pos.entry,
+        "anchor": anchor_token(store_pos.entry, store_pos.checksum),
+        "segments": {"count": len(files), "packed": sum(1 for s in files if s["kind"] == "packed"), "bytes": seg_bytes, "files": files},
+        "bucket": None,
+        **total,
+        "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
+        "derived_bytes": derived,
+        "state_cache_bytes": _state_cache(store.root),
+        "logs": per_log,
+    }
+
+
 def _state_cache(root: str) -> dict[str, int]:
     return {name: _size(os.path.join(root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
+
+
+def _entry_figures(eng: Engine, pos: Position) -> dict[str, Any]:
+    """What one log's entries say, up to ``pos`` (index rows only): objects, canonical bytes, records, blobs."""
+    objects = records = blobs = removed = canonical = 0
+    blob_ids: set = set()
+    named: set = set()
+    by_type: dict[str, int] = {}
+    for e in eng.entries():
+        if e.n > pos.entry:
+            break
+        for o in e.objs:
+            objects += 1
+            canonical += o[2]
+            by_type[o[1]] = by_type.get(o[1], 0) + 1
+            removed += o[3] == REMOVED
+            records += o[1] == codec.RECORD
+            if o[1] == codec.BLOB:
+                blobs += 1
+                blob_ids.add(o[0])
+        for r in e.recs:
+            named.update(r[6])
+    return {"canonical_bytes": canonical, "records": records, "blobs": blobs, "unreferenced_blobs": len(blob_ids - named),
+            "objects": objects, "objects_by_type": by_type, "removed_bodies": removed}
 
 
 def _log_figures(store: Store, eng: Engine, pos: Position) -> dict[str, Any]:

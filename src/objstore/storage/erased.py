@@ -52,27 +52,50 @@ class _Dead:
 
 
 def check_blob(store: Any, oid: bytes) -> None:
-    """Deleted if the blob ``oid`` is named only by records deletions cover (see the module docstring)."""
-    dead = _dead(store)
+    """Deleted if the blob ``oid`` is named only by records deletions cover (see the module docstring).
+
+    On a store of a log per run a blob is stored in the log of every run whose record names it, and each log
+    decides for its own copy: the blob is withheld when every log this process has open that holds it withholds
+    it (a live run's log holding it serves it), with the first such log's deletion."""
+    logs = getattr(store, "logs", None)
+    if logs is None or not logs.per_run:
+        _check_in(store, store.engine, oid)
+        return
+    first: Deleted | None = None
+    for eng in logs.open_logs():
+        if eng.loc(oid) is None:
+            continue
+        try:
+            _check_in(store, eng, oid)
+            return
+        except Deleted as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _check_in(store: Any, eng: Any, oid: bytes) -> None:
+    dead = _dead(store, eng)
     did = dead.blobs.get(oid)
     if did is None or oid in dead.named:
         return
     if dead.ref_pos != dead.pos:  # once per log position, for every blob at once
-        _still_named(store, dead)
+        _still_named(store, dead, eng)
     if oid not in dead.named and oid not in dead.refnamed:
         # Withheld by what the deletions together leave unnamed: each is checked before a read obeys
         # them (a deletion a checkpoint brought in is checked once per process; else a set look-up).
         for name, value in dead.refs:
-            store.engine.tables.obey(name, value)
+            eng.tables.obey(name, value)
         raise Deleted(f"blob {oid.hex()}", did.hex(), store.deletion_object(did).get("reason", ""))
 
 
-def _dead(store: Any) -> _Dead:
-    eng = store.engine
+def _dead(store: Any, eng: Any) -> _Dead:
     with eng._mu:
         t = eng.tables
         key = (id(t), t.dgen)
-        got: _Dead | None = store.__dict__.get("_dead_blobs")
+        cache: dict = store.__dict__.setdefault("_dead_blobs", {})  # log (its directory) -> its _Dead
+        where = getattr(eng, "root", None) or id(eng)  # a run log let go and opened again is the same log
+        got: _Dead | None = cache.get(where)
         if got is not None and got.key == key:
             got.pos = t.pos  # a later entry may name one of them again: _still_named reads it once
             return got
@@ -101,7 +124,7 @@ def _dead(store: Any) -> _Dead:
             for rid, hit in store.covered_records(run, did, obey=False).items():
                 _note(eng, rid, hit[0], blobs, records)
     got = _Dead(key, pos, blobs, records, deleted, refs)
-    store.__dict__["_dead_blobs"] = got
+    cache[where] = got
     return got
 
 
@@ -157,15 +180,17 @@ def _ids_in(value: Any, out: set) -> None:
             _ids_in(v, out)
 
 
-def _still_named(store: Any, dead: _Dead) -> None:
+def _still_named(store: Any, dead: _Dead, eng: Any) -> None:
     """Bring ``dead.named`` up to the log's position: read the entries not read yet (a record no
     deletion covers names blobs in its ``refs`` row; a journal or segment object of a run not deleted
     names the ids in it; a live copy's lineage reaches covered records, which gc keeps), and, once per
-    position, the refs (a ref outside the deleted runs naming a blob itself keeps it)."""
-    eng = store.engine
+    position, the refs (a ref outside the deleted runs naming a blob itself keeps it; on a store of a log per
+    run the store log's refs too, and the copies of a run are the catalog's)."""
+    logs: Any = getattr(store, "logs", None)
+    per_run = logs is not None and logs.per_run
     if dead.ref_pos != dead.pos:
-        dead.refnamed = {v for name, v in list(eng.tables.refs.items())
-                         if type(v) is bytes and v in dead.blobs and runrefs.run_of(name) not in dead.deleted}
+        refs = list(eng.tables.refs.items()) + (list(logs.store_log.tables.refs.items()) if per_run else [])
+        dead.refnamed = {v for name, v in refs if type(v) is bytes and v in dead.blobs and runrefs.run_of(name) not in dead.deleted}
         dead.ref_pos = dead.pos
     if dead.scanned is None:
         segs = [loc.seg for b in dead.blobs if (loc := eng.loc(b)) is not None and hasattr(loc, "seg")]
@@ -196,6 +221,9 @@ def _still_named(store: Any, dead: _Dead) -> None:
                     _ids_in(v, ids)
                     dead.named.update(b for b in ids if b in dead.blobs)
     dead.scanned = (max(last, dead.scanned[0]), n)
+    if per_run:
+        copies = _catalog_copies(logs, getattr(eng, "run", None))
+    read = (lambda oid: logs.locate(oid).read(oid)) if per_run else eng.read
     for start in copies:  # a live copy goes on into its source: the records its lineage reaches are its history
         cur: Any = start
         seen: set = set()
@@ -205,9 +233,34 @@ def _still_named(store: Any, dead: _Dead) -> None:
             if named:
                 dead.named.update(b for b in named if b in dead.blobs)
             try:
-                otype, v = codec.decode(eng.read(cur), cur, False)
+                otype, v = codec.decode(read(cur), cur, False)
             except ObjstoreError:
                 break
             if not isinstance(v, dict) or otype not in (codec.RECORD, codec.FORK):
                 break
             cur = v.get("parent") if otype == codec.RECORD else v.get("parent_record")
+
+
+def _catalog_copies(logs: Any, run: str | None) -> list:
+    """The cross-run fork objects the live copies of ``run`` (and theirs) start at, from the catalog."""
+    out: list = []
+    todo, seen = ([run], {run}) if run is not None else ([], set())
+    while todo:
+        for copy in logs.catalog.copies(todo.pop()):
+            if copy in seen:
+                continue
+            seen.add(copy)
+            todo.append(copy)
+            clog = logs.run_log(copy)
+            if isinstance(clog.tables.refs.get(runrefs.deleted_ref(copy)), bytes):
+                continue
+            first = clog.record_at(copy, 0, 0)
+            if first is None:
+                continue
+            try:
+                v = codec.decode(clog.read(first), first, False)[1]
+            except ObjstoreError:
+                continue
+            if isinstance(v, dict) and isinstance(v.get("parent"), bytes):
+                out.append(v["parent"])
+    return out

@@ -109,6 +109,8 @@ class RunLogs(LogSet):
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
             log.prefix_ok = self.prefix_ok
+            if log.damaged is not None and not log.prefix_ok:
+                log.refresh()  # damage before the log's end (a forged deletion, bad bytes): the read stops here
             self._runs[run] = log
             self._evictable = len(self._runs) > MAX_OPEN // 2
             while len(self._runs) > MAX_OPEN:
