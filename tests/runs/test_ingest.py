@@ -4,7 +4,7 @@ import io
 import json
 
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_state_file, run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import IngestError
@@ -60,12 +60,12 @@ def test_ingest_good_stream(tmp_path):
 def test_bad_line_named_and_nothing_lands(tmp_path, bad, msg):
     log = RunLog(Store.init(str(tmp_path / "s")))
     stream = jl(*GOOD[:5]) + bad + "\n" + jl(*GOOD[5:])
-    before = {k: v for k, v in snapshot_tree(log.store.root).items() if not k.startswith("state.db")}
+    before = {k: v for k, v in snapshot_tree(log.store.root).items() if not is_state_file(k)}
     with pytest.raises(IngestError) as ei:
         ingest(log, io.StringIO(stream))
     assert str(ei.value).startswith("ingest: line 6: ")
     assert msg in str(ei.value)
-    after = {k: v for k, v in snapshot_tree(log.store.root).items() if not k.startswith("state.db")}
+    after = {k: v for k, v in snapshot_tree(log.store.root).items() if not is_state_file(k)}
     # Not one of the five good lines before it landed: no ref, no object.
     assert {k: v for k, v in after.items() if not k.startswith("tmp")} == {k: v for k, v in before.items() if not k.startswith("tmp")}
     assert log.runs() == []

@@ -309,7 +309,7 @@ class ChainReader:
             return
         if self.store.indexed_record(view.run, branch, last) is not None:
             erased = self.store.erased_records
-            for lsn, oid in self.store.engine.iter_chain(view.run, branch, start):
+            for lsn, oid in self.store.logs.run_log(view.run).iter_chain(view.run, branch, start):
                 if lsn > last:
                     break
                 hit = erased.get(oid) if erased else None
