@@ -35,6 +35,11 @@ every re-fold (its bytes are not kept), and each branch row names the head of it
 (every read stops at its ``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc)
 remove its rows.
 
+Where the rows are (``runs.statefiles``): one ``state.db`` at the root of a store of one log; on a store
+with a log per run (format 6), each run's rows in its own ``state.db`` beside its log, so readers and
+refreshers of different runs share no file. A row is keyed by what the run's own log says (branch head,
+tip LSN, fork object, the run's deletions head), never by a position of another log.
+
 Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded state, summary, the
 deletions head it reflects); ``recs`` (LSN order, one row up to ``RCHUNK`` records: its first LSN,
 record count, and the canonical bytes of those records as a zstd-compressed msgpack list in LSN order).
