@@ -113,9 +113,10 @@ class Store:
         return cls(MemoryEngine())
 
     @classmethod
-    def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
+    def init(cls, path: str | None = None, fsync: str | None = None, format: int | None = None) -> Store:
         """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
-        which: two processes creating one new store at once both succeed, one of them created it."""
+        which: two processes creating one new store at once both succeed, one of them created it.
+        ``format``: 6 (a log per run) or 3 (one log); default ``storedir.new_store_format()``."""
         path = path or default_path()
         if is_remote(path):
             return cls._open_remote(path, create=True)
@@ -135,7 +136,9 @@ class Store:
             os.makedirs(parent, exist_ok=True)
             staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
             os.makedirs(os.path.join(staging, "tmp"))
-            version = new_store_format()
+            version = new_store_format() if format is None else format
+            if version not in (FORMAT_VERSION, RUNLOGS_VERSION):
+                raise InvalidInput(f"a new store is format {FORMAT_VERSION} (one log) or {RUNLOGS_VERSION} (a log per run), not {version!r}")
             if version == RUNLOGS_VERSION:
                 from .runlogs.logs import create_layout
 
@@ -152,7 +155,7 @@ class Store:
                 _rmtree(staging)
                 if os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
-                    return cls.init(path, fsync)
+                    return cls.init(path, fsync, format)
                 if not os.path.exists(marker):
                     raise
                 return cls.open(path, fsync=fsync)  # theirs, whole: not created here
@@ -293,6 +296,17 @@ class Store:
                 self._txn.reset(token)
 
     transaction = batch
+
+    @contextmanager
+    def batch_in(self, run: str | None, timeout: float | None = None) -> Iterator[Txn]:
+        """A batch that writes run ``run``'s log (None: the store log) even if it moves no ref: objects put in it
+        are stored there, durable when it ends (a store of one log: ``batch``). On a store of a log per run an
+        object put outside such a batch, with no ref, is held by the process until a record names it."""
+        with self.batch(timeout) as txn:
+            bind = getattr(txn, "bind_to", None)
+            if bind is not None:
+                bind(run)
+            yield txn
 
     def atomically(self, fn: Callable[[], _T]) -> _T:
         """``fn()`` as one commit. Inside an open batch it joins it. On an engine whose commits are
@@ -689,6 +703,24 @@ class Store:
 
             return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
         return self.run_names()
+
+    def fence(self, run: str) -> None:
+        """Move run ``run``'s cite to the store log's position now (a store of a log per run; else nothing): from
+        here on the run's log accepts only entries judged at this store-log position or a later one. Written after
+        a revocation of a grant the run's writers could hold (storage.runlogs.citation)."""
+        if not self.logs.per_run:
+            return
+        with self.batch_in(run) as txn:
+            txn.cite_now = True  # type: ignore[attr-defined]  # batch_in binds a LogTxn on a store of a log per run
+
+    def build_id_index(self) -> dict:
+        """Write the id → run index (a store of a log per run: ``index/ids``, storage.runlogs.idindex) so a bare id
+        is found without opening every run's log. A store of one log finds every id in its log: nothing to build."""
+        if not self.logs.per_run:
+            return {"built": False, "runs": len(self.run_names()), "ids": None}
+        from .runlogs.logs import RunLogs
+
+        return {"built": True, **cast(RunLogs, self.logs).build_index()}
 
     def granted_runs(self, key: str) -> list[str]:
         """The runs whose logs hold a grant chain about public key ``key`` (found in the catalog of a store of a log
