@@ -22,7 +22,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
-    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.tables", "log.craft", "log.txn",
+    ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.idxtrust", "log.tables", "log.craft", "log.txn",
                           "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
                           "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "logset",
                           "runlogs.catalog", "runlogs.held", "runlogs.idindex", "runlogs.multitxn", "runlogs.citation",
@@ -34,7 +34,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
     ("objstore.lifecycle", ["repair", "delete", "gc", "backup_io", "backup_copy", "backup", "transfer", "stats"]),
-    ("objstore.legacy", ["format1", "format2", "upgrade"]),  # old formats, for the upgrade command only
+    ("objstore.legacy", ["format1", "format2", "runlogs", "upgrade"]),  # old formats, for the upgrade command only
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver", "present"]),
     ("objstore.integrations", []),

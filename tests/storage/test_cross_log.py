@@ -21,9 +21,7 @@ from objstore.storage.log.local import LogEngine
 
 def _env(tmp_path):
     root = str(tmp_path / "s")
-    log = RunLog(Store.init(root))
-    if not log.store.logs.per_run:
-        pytest.skip("one log (OBJSTORE_NEW_FORMAT=3): nothing is cross-log")
+    log = RunLog(Store.init(root, format=6))
     owner, _ = identity.ensure_owner_key(log.store)
     run = J.start_session(log, "alice", run="r1")
     recs = [log.record_attempt(run, i, 0, "succeeded") for i in range(4)]

@@ -26,9 +26,7 @@ def _opened(monkeypatch):
 
 def _store(tmp_path, n=30):
     root = str(tmp_path / "s")
-    log = RunLog(Store.init(root, fsync="off"))
-    if not log.store.logs.per_run:
-        pytest.skip("a store of one log has no id index (OBJSTORE_NEW_FORMAT=3)")
+    log = RunLog(Store.init(root, fsync="off", format=6))
     recs = {}
     for i in range(n):
         r = log.start_run()
@@ -84,3 +82,23 @@ def test_an_edited_index_never_gives_a_wrong_answer(tmp_path):
     # garbage instead of an index: read as no index
     open(path, "wb").write(b"not an index")
     assert Store.open(root).get(recs[next(iter(recs))])[0] == "record"
+
+
+def test_run_colon_id_opens_that_run_alone(tmp_path, monkeypatch):
+    root, log, recs = _store(tmp_path, 12)
+    run = list(recs)[4]
+    oid = recs[run]
+    seen = _opened(monkeypatch)
+    fresh = Store.open(root)
+    assert fresh.resolve_id(f"{run}:{oid.hex()[:10]}") == oid
+    assert fresh.resolve_id(f"{run}:{oid.hex()}") == oid
+    assert seen == ["store", run]
+    from objstore.errors import RunNotFound
+    with pytest.raises(RunNotFound):
+        fresh.resolve_id(f"no-such-run:{oid.hex()[:10]}")
+    with pytest.raises(ObjectNotFound):
+        fresh.resolve_id(f"{list(recs)[0]}:{oid.hex()}")  # another run's log does not hold it
+    # the CLI takes it wherever an id is taken
+    from helpers import run_cli
+    code, out, _err = run_cli("show", f"{run}:{oid.hex()[:12]}", store=root, exit_code=0)
+    assert out.startswith(f"record {oid.hex()}")

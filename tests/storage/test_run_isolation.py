@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(shutil.which("strace") is None and os.environ.ge
 
 def _store(tmp_path):
     root = str(tmp_path / "s")
-    log = RunLog(Store.init(root, fsync="off"))
+    log = RunLog(Store.init(root, fsync="off", format=6))
     a, b = log.start_run(), log.start_run()
     for i in range(3):
         log.record_attempt(b, i, 0, "succeeded")

@@ -461,7 +461,6 @@ class StateCache:
                 if why is not None:
                     break
                 expect = first + n
-                store.logs.run_log(run).release_indexes()  # the index pages read so far leave the resident set
         finally:
             if rows is not None:
                 rows.close()
@@ -702,7 +701,6 @@ class StateCache:
             n += 1
             if n >= RCHUNK or size >= _CHUNK_BYTES:
                 db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
-                chains.store.logs.run_log(run).release_indexes()  # the index pages read so far leave the resident set
                 parts, first, n, size = [], r.lsn + 1, 0, 0
         if n:
             db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))

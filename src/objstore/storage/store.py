@@ -175,7 +175,7 @@ class Store:
         damage (what verify does, to list everything it finds)."""
         path = path or default_path()  # OBJSTORE_DIR may name an s3:// store too
         store = cls._open_remote(path, create) if is_remote(path) else cls._open(path, fsync, create)
-        store.engine.prefix_ok = readable_prefix
+        store.engine.prefix_ok = store.logs.prefix_ok = readable_prefix
         return store
 
     @classmethod
@@ -633,9 +633,17 @@ class Store:
         else:
             txn.set_ref(name, old, new, reason)
 
+    def _touch(self, txn: Txn | None, run: str) -> None:
+        """Inside a batch of a store of a log per run, a read of run ``run`` binds the batch to its log first (taking
+        its lock) if the batch has none yet: what the batch decides on is then read under the lock it commits under,
+        as on a store of one log, whose batch holds the writer lock from its start."""
+        if txn is not None and self.logs.per_run and getattr(txn, "bound", True) is None:
+            txn.read_ref(runrefs.live_ref(run))
+
     def run_refs(self, run: str) -> dict:
         """Every ref of one run at one log position, without touching other runs' refs."""
         txn = self._txn.get()
+        self._touch(txn, run)
         e = self.logs.run_log(run)
         if txn is None:
             e.refresh()
@@ -739,6 +747,7 @@ class Store:
         """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
         if lsn < 0:
             return None
+        self._touch(self._txn.get(), run)
         return self.logs.run_log(run).record_at(run, branch, lsn)
 
     def intent_records(self, run: str) -> list[tuple]:

@@ -75,8 +75,10 @@ class RunLogs(LogSet):
         self.policy = policy
         self.tmp = os.path.join(root, "tmp")
         self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
+        self.store_log.one_log_per_commit = True  # the store's capability, declared where callers ask it (store.engine)
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
+        self.prefix_ok = False  # every log answers from its readable prefix (verify): set by Store.open(readable_prefix=)
         self._runs: OrderedDict[str, LogEngine] = OrderedDict()  # the open run logs, least recently used first
         self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
@@ -106,6 +108,7 @@ class RunLogs(LogSet):
                 log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
+            log.prefix_ok = self.prefix_ok
             self._runs[run] = log
             self._evictable = len(self._runs) > MAX_OPEN // 2
             while len(self._runs) > MAX_OPEN:
@@ -194,7 +197,6 @@ class RunLogs(LogSet):
                     continue
                 log.refresh()
                 yield run, log.iter_ids()
-                log.release_indexes()
 
         from .idindex import build as idindex_build
 

@@ -147,9 +147,16 @@ class LogTxn(Txn):
                 pass
 
     def _add_named_bodies(self) -> None:
-        """Every body a record of this entry names, into the entry if its log lacks it."""
+        """Every body a record of this entry names, and every object a ref it moves names, into the entry if its log
+        lacks it (held by the process, or stored in another log)."""
         assert self.inner is not None and self.bound is not None
         log, inner = self.bound, self.inner
+        for _name, _old, new, _reason in inner.ref_moves():
+            if isinstance(new, bytes) and new not in self.objects and not log.has(new):
+                got = self.logs.copy_source(new)
+                if got is not None:
+                    self.objects[new] = got
+                    inner.put(new, got[0], got[1])
         for oid, (otype, c) in list(self.objects.items()):
             if otype != codec.RECORD:
                 continue
