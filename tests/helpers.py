@@ -308,6 +308,17 @@ def run_log_root(root, run):
     return run_dir(str(root), run)
 
 
+def state_db_path(root, run):
+    """The state cache's file holding run ``run``'s rows: beside the run's log on a store with a log per run
+    (format 6), else the store's one ``state.db`` at its root."""
+    return os.path.join(run_log_root(root, run), "state.db")
+
+
+def is_state_file(path):
+    """Whether a path (relative to a store's root) is one of the state cache's files (a cache: derived data)."""
+    return os.path.basename(str(path)).startswith("state.db")
+
+
 def log_engine_of(store, run=None):
     """The engine of run ``run``'s log (None: the store log) — the store's one engine before format 6."""
     return store.logs.store_log if run is None else store.logs.run_log(run)

@@ -28,7 +28,7 @@ ORDER: list[tuple[str, list[str]]] = [
                           "runlogs.catalog", "runlogs.held", "runlogs.idindex", "runlogs.multitxn", "runlogs.citation",
                           "runlogs.logs", "runlogs", "store", "identity"]),
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
-    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
+    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "statefiles", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
                        "verify_runmodel", "verify", "views", "export",
                        "query", "completion", "otel", "otlp", "page_html", "page"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",

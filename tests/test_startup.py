@@ -221,7 +221,7 @@ LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" fo
         "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
         "tables", "txn", "witness")),
     "objstore.runs", *(f"objstore.runs.{m}" for m in (
-        "api", "chain", "fold", "kinds", "labels", "listing", "records", "refold", "resolve", "state", "views"))}
+        "api", "chain", "fold", "kinds", "labels", "listing", "records", "refold", "resolve", "state", "statefiles", "views"))}
 LOADS = {
     "--help": APP | GROUPS,  # every command's line: each group's module, and nothing of the library
     "log --help": APP | {"objstore_cli.runs", "objstore_cli.tables"},

@@ -4,7 +4,7 @@ import json
 import os
 
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_state_file, run_cli, snapshot_tree
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_unknown_run_branch_and_lsn(demo_store):
     check_error(run_cli("diff", run, "0", "5", store=root, exit_code=4), 4, "branch 5")
     # state.db is a cache: the failed commands may have refreshed it, nothing else changes
     after = snapshot_tree(root)
-    assert {k: v for k, v in after.items() if not k.startswith("state.db")} == {k: v for k, v in before.items() if not k.startswith("state.db")}
+    assert {k: v for k, v in after.items() if not is_state_file(k)} == {k: v for k, v in before.items() if not is_state_file(k)}
 
 
 def test_usage_error_is_exit_2(demo_store):

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from helpers import is_per_run, log_engine_of, log_files, new_key
+from helpers import is_per_run, log_engine_of, log_files, new_key, state_db_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -137,12 +137,12 @@ def test_the_state_cache_drops_a_deleted_runs_rows(world):
     root, log, _owner = world
     for run in ("A", "B", "C"):
         query.episode(log, run, all_branches=True)
-    db = sqlite3.connect(os.path.join(root, "state.db"))
-    assert db.execute("SELECT count(*) FROM branch WHERE run='B'").fetchone()[0] == 1
+    db_a, db_b = (sqlite3.connect(state_db_path(root, r)) for r in ("A", "B"))  # one file on one log, two with a log per run
+    assert db_b.execute("SELECT count(*) FROM branch WHERE run='B'").fetchone()[0] == 1
     D.delete_run(log, "B", reason="gone")
     for table in ("branch", "recs"):
-        assert db.execute(f"SELECT count(*) FROM {table} WHERE run='B'").fetchone()[0] == 0, table
-        assert db.execute(f"SELECT count(*) FROM {table} WHERE run='A'").fetchone()[0] > 0, table
+        assert db_b.execute(f"SELECT count(*) FROM {table} WHERE run='B'").fetchone()[0] == 0, table
+        assert db_a.execute(f"SELECT count(*) FROM {table} WHERE run='A'").fetchone()[0] > 0, table
 
 
 def _middle(log, run, branch, lsn):
@@ -481,20 +481,19 @@ def test_gc_leaves_no_covered_body_in_the_state_cache_file(world):
         query.episode(log, run)
         log.state.state(log, log.view(run), log.view(run).live)
 
-    def cache_bytes():
+    def cache_bytes():  # every state file of the store (one at the root, or one beside each run's log), and its WAL
         out = b""
-        for suffix in ("", "-wal"):
-            p = os.path.join(root, "state.db" + suffix)
-            if os.path.exists(p):
-                with open(p, "rb") as f:
-                    out += f.read()
+        for d, _dirs, names in os.walk(root):
+            for n in names:
+                if n in ("state.db", "state.db-wal"):
+                    with open(os.path.join(d, n), "rb") as f:
+                        out += f.read()
         return out
 
     assert b"SECRET-PARTIAL-7f3a" in cache_bytes() and b"SECRET-RUN-91bc" in cache_bytes()
     D.delete_records(log, "A", [intent.id], reason="secret")
     D.delete_run(log, "D", reason="secret")
-    log.state._db.close()
-    log.state._db = None  # gc runs in its own process, as 'objstore gc' would
+    log.state.close()  # gc runs in its own process, as 'objstore gc' would
     GC.gc(log.store)
     data = cache_bytes()
     assert b"SECRET-PARTIAL-7f3a" not in data and b"SECRET-RUN-91bc" not in data

@@ -27,7 +27,7 @@ import blake3
 import msgspec
 import pytest
 import zstandard
-from helpers import raw_objects, run_cli, run_read_only, snapshot_tree
+from helpers import raw_objects, run_cli, run_read_only, snapshot_tree, state_db_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -412,7 +412,7 @@ def test_state_cache_wrong_column_type(store, update):
     root, keys = store
     env = {"OBJSTORE_KEYS": keys}
     want = run_cli("episode", "r1", "--json", store=root, env_extra=env, exit_code=0)[1]
-    db = sqlite3.connect(os.path.join(root, "state.db"))
+    db = sqlite3.connect(state_db_path(root, "r1"))
     db.execute(f"UPDATE {update}")
     db.commit()
     db.close()
@@ -463,8 +463,9 @@ def test_two_inits_of_one_new_store_at_once(tmp_path):
 def test_read_only_store_reads(store, drop):
     root, keys = store
     for rel in drop:
-        if os.path.exists(os.path.join(root, rel)):
-            os.remove(os.path.join(root, rel))
+        path = state_db_path(root, "r1") if rel == "state.db" else os.path.join(root, rel)
+        if os.path.exists(path):
+            os.remove(path)
     before = snapshot_tree(root)
     env = {"OBJSTORE_KEYS": keys}
     for args in (["verify"], ["episode", "r1"], ["episode", "r1", "--all-branches", "--json"], ["log", "r1"], ["runs"]):

@@ -6,6 +6,8 @@ intents is a verify problem with an exact line; the flags do not depend on the s
 
 import os
 
+from helpers import state_db_path
+
 from objstore import RunLog, Store
 from objstore.runs.verify import verify
 from objstore.storage import codec
@@ -29,17 +31,18 @@ def test_flags_come_from_the_records_not_the_cache(tmp_path):
     from objstore.runs.query import episode
 
     episode(log, run)  # populate the state cache
-    assert os.path.exists(os.path.join(root, "state.db"))
+    db = state_db_path(root, run)
+    assert os.path.exists(db)
     with_cache = log.fork(run, 0, 1, reason="with cache", make_live=False).compensation
-    log.state.db.close()
+    log.state.close()
     for suffix in ("", "-wal", "-shm"):
-        if os.path.exists(os.path.join(root, "state.db" + suffix)):
-            os.unlink(os.path.join(root, "state.db" + suffix))
+        if os.path.exists(db + suffix):
+            os.unlink(db + suffix)
     fresh = RunLog(Store.open(root))
     without = fresh.fork(run, 0, 1, reason="without cache", make_live=False).compensation
     assert with_cache == without
     assert [(c["intent"], c["effect"], c["committed_lsn"]) for c in without] == [("charge", "charge_card", 3)]
-    assert not os.path.exists(os.path.join(root, "state.db")), "fork never touched the cache"
+    assert not os.path.exists(db), "fork never touched the cache"
     assert verify(fresh) == []
 
 

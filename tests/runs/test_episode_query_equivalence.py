@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from helpers import FileReadSpy, run_cli
+from helpers import FileReadSpy, is_per_run, run_cli, state_db_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -191,14 +191,16 @@ def test_unreadable_state_cache_is_set_aside_and_rebuilt(episode_run):
     log, run, _ = episode_run
     want = episode(log, run, all_branches=True, source="refold").to_json()
     root = log.store.root
-    log.state.db.close()
-    with open(os.path.join(root, "state.db"), "wb") as f:
+    log.state.close()
+    db = state_db_path(root, run)
+    with open(db, "wb") as f:
         f.write(b"this is not a database" * 100)
-    for extra in ("state.db-wal", "state.db-shm"):
-        if os.path.exists(os.path.join(root, extra)):
-            os.unlink(os.path.join(root, extra))
+    for extra in ("-wal", "-shm"):
+        if os.path.exists(db + extra):
+            os.unlink(db + extra)
     fresh = RunLog(Store.open(root))
     assert episode(fresh, run, all_branches=True).to_json() == want
-    assert len([n for n in os.listdir(root) if re.fullmatch(r"state\.db\.corrupt-\d+", n)]) == 1  # set aside, once
+    assert len([n for n in os.listdir(os.path.dirname(db)) if re.fullmatch(r"state\.db\.corrupt-\d+", n)]) == 1  # set aside, once
     rc, out, err = run_cli("verify", store=root, exit_code=0)
-    assert (out, err) == ("", "verify: ok (26 entries, 26 objects)\n")  # the log is whole; the cache is not verify's problem
+    counts = "10 entries in 2 logs" if is_per_run(root) else "26 entries"  # a log per run: the store log and the run's
+    assert (out, err) == ("", f"verify: ok ({counts}, 26 objects)\n")  # the logs are whole; the cache is not verify's problem

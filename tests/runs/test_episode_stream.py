@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import run_cli, run_log_root
+from helpers import run_cli, run_log_root, state_db_path
 
 from objstore import RunLog, Store
 from objstore.runs import refold as RF
@@ -55,7 +55,7 @@ def test_chunked_cache_answers_like_a_refold_through_every_change(tmp_path, smal
         for i in range(12):
             log.record_attempt(run, step=i % 3, attempt=100 + i, state="failed")
     _all_forms(log, run)
-    rows = log.state.db.execute("SELECT COUNT(*), MAX(n) FROM recs WHERE run=?", (run,)).fetchone()
+    rows = log.state.db_of(run).execute("SELECT COUNT(*), MAX(n) FROM recs WHERE run=?", (run,)).fetchone()
     assert rows[0] > 3 and rows[1] == 4  # records really are spread over chunks
     from objstore.runs.verify import verify
 
@@ -110,11 +110,11 @@ def test_rebuild_truncates_the_wal_and_the_cache_is_a_fraction_of_the_log(tmp_pa
             log.record_attempt(run, step=k % 50, attempt=1000 + k, state="succeeded", prompt=p)
     episode(log, run, all_branches=True)  # the cache, built by a query: its WAL may be large
     run_cli("rebuild", store=path, exit_code=0)
-    wal = os.path.join(path, "state.db-wal")
+    wal = state_db_path(path, run) + "-wal"
     assert not os.path.exists(wal) or os.path.getsize(wal) == 0
-    segs = os.path.join(run_log_root(path, run), "log")  # the run's log (the store's one log before format 6)
-    seg = sum(os.path.getsize(os.path.join(segs, f)) for f in os.listdir(segs) if f.endswith(".seg"))
-    assert os.path.getsize(os.path.join(path, "state.db")) <= 0.5 * seg
+    logdir = os.path.join(run_log_root(path, run), "log")
+    seg = sum(os.path.getsize(os.path.join(logdir, f)) for f in os.listdir(logdir) if f.endswith(".seg"))
+    assert os.path.getsize(state_db_path(path, run)) <= 0.5 * seg
     assert run_cli("verify", store=path, exit_code=0)
 
 
@@ -129,8 +129,8 @@ def test_an_abandoned_stream_ends_its_snapshot(tmp_path):
     log.record_attempt(run, step=1, attempt=9, state="succeeded")
     summary, views = log.state.open_branch(log, log.view(run), 0)
     views.close()  # never started
-    log.state.db.execute("BEGIN IMMEDIATE")  # would fail inside an open read transaction
-    log.state.db.execute("COMMIT")
+    log.state.db_of(run).execute("BEGIN IMMEDIATE")  # would fail inside an open read transaction
+    log.state.db_of(run).execute("COMMIT")
     it = iter_episode(log, run, all_branches=True)
     first = next(it)
     next(first.attempts)  # half read

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from helpers import is_per_run, run_cli, run_log_root, snapshot_tree
+from helpers import is_per_run, is_state_file, run_cli, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import IngestError
@@ -68,12 +68,12 @@ def test_ingest_good_stream(tmp_path):
 def test_bad_line_named_and_nothing_lands(tmp_path, bad, msg):
     log = RunLog(Store.init(str(tmp_path / "s")))
     stream = jl(*GOOD[:5]) + bad + "\n" + jl(*GOOD[5:])
-    before = {k: v for k, v in snapshot_tree(log.store.root).items() if not k.startswith("state.db")}
+    before = {k: v for k, v in snapshot_tree(log.store.root).items() if not is_state_file(k)}
     with pytest.raises(IngestError) as ei:
         ingest(log, io.StringIO(stream))
     assert str(ei.value).startswith("ingest: line 6: ")
     assert msg in str(ei.value)
-    after = {k: v for k, v in snapshot_tree(log.store.root).items() if not k.startswith("state.db")}
+    after = {k: v for k, v in snapshot_tree(log.store.root).items() if not is_state_file(k)}
     # Not one of the five good lines before it landed: no ref, no object (a store of logs may keep the run's
     # log made empty for the commit that did not land: a header, no entry).
     assert without_empty_logs({k: v for k, v in after.items() if not k.startswith("tmp")}) == \

@@ -241,8 +241,8 @@ def test_verify_catches_state_cache_that_lies(rewound):
 
     state = log.state.cached(run)[1][2]
     state["attempts"] += 1
-    log.state.db.execute("UPDATE branch SET state=? WHERE run=? AND branch=1", (msgspec.msgpack.Encoder(order="sorted").encode(state), run))
-    assert [p.line() for p in verify(log)] == [f"state-diverged {run}/1: cached folded state differs from the cold re-fold [{log.state.path}]"]
+    log.state.db_of(run).execute("UPDATE branch SET state=? WHERE run=? AND branch=1", (msgspec.msgpack.Encoder(order="sorted").encode(state), run))
+    assert [p.line() for p in verify(log)] == [f"state-diverged {run}/1: cached folded state differs from the cold re-fold [{log.state.path_of(run)}]"]
     # A cache that is merely behind is a miss, not corruption.
     log.state.drop(run)
     log.state.refresh(log, view)

@@ -15,13 +15,12 @@ the ids the log's chain index holds."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import msgspec
 import pytest
 import zstandard
-from helpers import run_cli
+from helpers import run_cli, state_db_path
 
 import objstore
 from objstore.storage import codec
@@ -49,8 +48,8 @@ def _store(tmp_path):
     return root, run, p1, p2
 
 
-def _db(root):
-    return sqlite3.connect(os.path.join(root, "state.db"))
+def _db(root, run):
+    return sqlite3.connect(state_db_path(root, run))
 
 
 def _edit_state(db, run, branch, fn):
@@ -116,7 +115,7 @@ def _one_less(st):
 
 def forge(root, run, p1, p2, case):
     p1, p2 = bytes(p1), bytes(p2)  # put_blob hands out codec.Id; the forger encodes plain bytes
-    db = _db(root)
+    db = _db(root, run)
     if case == "an attempt's state":  # LSN 4, branch 0: step 2 failed -> succeeded
         _forge_record(db, run, 0, 4, _with(state="succeeded"))
         _edit_state(db, run, 0, lambda st: (_succeeded(st), st["steps"]["2"].update(state="succeeded")))

@@ -6,11 +6,10 @@ library or reaches the command line."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 
 import pytest
-from helpers import run_cli, run_read_only, snapshot_tree
+from helpers import run_cli, run_read_only, snapshot_tree, state_db_path
 
 from objstore import RunLog, Store
 from objstore.errors import StateCacheError
@@ -56,7 +55,7 @@ def test_a_damaged_cache_row_is_never_trusted(tmp_path, sql, line):
     path, log, run = _store(tmp_path)
     good_state, good_cold = _answers(log, run)
     assert good_state == good_cold
-    db = sqlite3.connect(os.path.join(path, "state.db"))
+    db = sqlite3.connect(state_db_path(path, run))
     db.execute(sql)
     db.commit()
     db.close()
@@ -67,7 +66,7 @@ def test_a_damaged_cache_row_is_never_trusted(tmp_path, sql, line):
         run_cli("verify", store=path, exit_code=0)
     else:
         code, out, err = run_cli("verify", store=path, exit_code=1)
-        assert out.splitlines() == [line.format(b=1, db=os.path.join(path, "state.db"))]
+        assert out.splitlines() == [line.format(b=1, db=state_db_path(path, run))]
         run_cli("rebuild", store=path, exit_code=0)
         run_cli("verify", store=path, exit_code=0)
         assert _answers(RunLog(Store.open(path)), run) == (good_state, good_cold)
@@ -76,7 +75,7 @@ def test_a_damaged_cache_row_is_never_trusted(tmp_path, sql, line):
 def test_a_cache_that_refuses_writes_is_state_cache_error_not_sqlite(tmp_path):
     path, log, run = _store(tmp_path)
     _answers(log, run)  # the cache exists
-    db = sqlite3.connect(os.path.join(path, "state.db"))
+    db = sqlite3.connect(state_db_path(path, run))
     # A cache SQLite refuses to write (as a full disk or a foreign lock would), whoever runs the test.
     db.execute("CREATE TRIGGER refuse BEFORE INSERT ON branch BEGIN SELECT RAISE(ABORT, 'cache refuses writes'); END")
     db.commit()

@@ -10,12 +10,11 @@ names the edited rows (``state-diverged``)."""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import msgspec
 import pytest
-from helpers import run_cli
+from helpers import run_cli, state_db_path
 
 import objstore
 
@@ -39,7 +38,7 @@ def _store(tmp_path):
 
 def _rewrite(root, run, **fields):
     """Rewrite every cached row of ``run``: the folded state and the summary, as an attacker would."""
-    db = sqlite3.connect(os.path.join(root, "state.db"))
+    db = sqlite3.connect(state_db_path(root, run))
     rows = db.execute("SELECT branch, state, summary FROM branch WHERE run=?", (run,)).fetchall()
     assert rows
     for b, state, summary in rows:

@@ -10,12 +10,11 @@ the damage.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, state_db_path
 
 from objstore import RunLog, Store
 from objstore.runs.query import episode, iter_episode, iter_episode_json
@@ -70,8 +69,8 @@ def _answers(path, run):
 
 
 def _edit(path, sql, params=()):
-    """Run the damage: SQL with its parameters, or a callable given the open database."""
-    db = sqlite3.connect(os.path.join(path, "state.db"))
+    """Run the damage (to run r1's rows): SQL with its parameters, or a callable given the open database."""
+    db = sqlite3.connect(state_db_path(path, "r1"))
     if callable(sql):
         sql(db, *params)
     else:
@@ -190,7 +189,7 @@ def test_edited_state_rows_change_no_answer_and_verify_names_them(tmp_path, temp
     shutil.copytree(src, path)
     ids = _ids(path, run)
     _edit(path, sql, params(ids))
-    db = os.path.join(path, "state.db")
+    db = state_db_path(path, run)
     line = f"state-diverged {run}/{branch}: cached rows disagree with the log: {detail(ids)} [{db}]"
     cli = damage in THROUGH_CLI
 

@@ -22,7 +22,7 @@ import types
 
 import blake3
 import pytest
-from helpers import run_cli
+from helpers import run_cli, state_db_path
 
 from objstore import RunLog, Store
 from objstore.runs.verify import verify_report
@@ -67,7 +67,7 @@ def pristine(tmp_path_factory):
     b.nseg = e[max(e)].seg
     b.fork_seg = next(x.seg for x in e.values() if x.objs and x.objs[0][1] == "fork")
     assert b.nseg == 7 and 2 < b.fork_seg < b.nseg - 2
-    assert os.path.exists(os.path.join(b.root, "state.db"))
+    assert os.path.exists(state_db_path(b.root, "r1"))
     return b
 
 

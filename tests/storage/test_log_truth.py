@@ -21,7 +21,7 @@ import time
 
 import blake3
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_state_file, run_cli, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore import journal as J
@@ -120,7 +120,7 @@ def store(template, tmp_path):
 
 def _files(path):
     """Every file but the witness (rewritten in place by design) and the state cache (a reader's)."""
-    return {k: v for k, v in snapshot_tree(path).items() if k != os.path.join("log", "witness") and not k.startswith("state.db")}
+    return {k: v for k, v in snapshot_tree(path).items() if k != os.path.join("log", "witness") and not is_state_file(k)}
 
 
 def _one_line(err):

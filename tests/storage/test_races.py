@@ -98,7 +98,7 @@ if __name__ == "__main__":
 
 # -- the tests ---------------------------------------------------------------------------
 
-from helpers import log_engine_of, raw_objects, run_cli, snapshot_tree  # noqa: E402
+from helpers import is_state_file, log_engine_of, raw_objects, run_cli, snapshot_tree  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 from objstore.errors import Conflict  # noqa: E402
@@ -120,7 +120,7 @@ def _positions(store):
 
 def _log_files(root):
     """Every file of the store but the state cache (a cache, rebuilt from the log)."""
-    return {p: b for p, b in snapshot_tree(root).items() if not p.startswith("state.db")}
+    return {p: b for p, b in snapshot_tree(root).items() if not is_state_file(p)}
 
 
 def _spawn(role, root, run, out_path, n):

@@ -248,7 +248,7 @@ def _drop_cached(log: ChainReader, runs: Iterable[str]) -> None:
     """The deleted runs' rows leave the state cache (best effort: a busy or read-only cache keeps
     them, and never serves them, since every read of a deleted run stops at its deleted ref)."""
     state = getattr(log, "state", None)
-    if state is None or not state.exists():
+    if state is None:
         return
     for run in runs:
         try:

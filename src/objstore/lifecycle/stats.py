@@ -4,7 +4,7 @@ Counts come from the entries' index rows (object rows, record rows, their ``refs
 decoded body: segments (sealed, packed, active), bytes stored against canonical bytes, runs (and
 deleted runs), records, blobs (and the committed blobs no record names, which gc keeps), redacted
 blobs and deleted records, the derived files (indexes, checkpoint, witness) and the state cache
-(``state.db`` and its WAL, reported apart), and the anchor of the log's head. On object storage the log's
+(``state.db`` and its WAL, reported apart; summed over the runs' files on a store with a file per run), and the anchor of the log's head. On object storage the log's
 figures are the same, and the keys and bytes of the bucket by kind (one LIST) stand for segments and derived files.
 """
 
@@ -78,7 +78,7 @@ def stats(store: Store) -> dict[str, Any]:
             **figures,
             "stored_ratio": round(bucket["bytes"] / figures["canonical_bytes"], 4) if figures["canonical_bytes"] else None,
             "derived_bytes": None,
-            "state_cache_bytes": _state_cache(store.root),
+            "state_cache_bytes": _state_cache(store),
         }
     if not eng.log_files or store.root is None:
         raise InvalidInput("stats reads a store on disk or on object storage (this one lives in memory)")
@@ -98,7 +98,7 @@ def stats(store: Store) -> dict[str, Any]:
         **figures,
         "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
         "derived_bytes": derived,
-        "state_cache_bytes": _state_cache(store.root),
+        "state_cache_bytes": _state_cache(store),
     }
 
 
@@ -169,13 +169,20 @@ def _per_run_stats(store: Store) -> dict[str, Any]:
         **total,
         "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
         "derived_bytes": derived,
-        "state_cache_bytes": _state_cache(store.root),
+        "state_cache_bytes": _state_cache(store),
         "logs": per_log,
     }
 
 
-def _state_cache(root: str) -> dict[str, int]:
-    return {name: _size(os.path.join(root, name)) for name in ("state.db", "state.db-wal", "state.db-shm")}
+def _state_cache(store: Store) -> dict[str, int]:
+    """Bytes of the state cache's files, summed over every run's on a store with a file per run."""
+    from ..runs.state import StateCache
+
+    out = dict.fromkeys(("state.db", "state.db-wal", "state.db-shm"), 0)
+    for path in StateCache.for_store(store).files.files():
+        name = os.path.basename(path)
+        out[name] = out.get(name, 0) + _size(path)
+    return out
 
 
 def _entry_figures(eng: Engine, pos: Position) -> dict[str, Any]:

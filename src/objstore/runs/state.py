@@ -35,6 +35,11 @@ every re-fold (its bytes are not kept), and each branch row names the head of it
 (every read stops at its ``deleted`` ref); ``drop_deleted`` / ``drop_deleted_and_vacuum`` (gc)
 remove its rows.
 
+Where the rows are (``runs.statefiles``): one ``state.db`` at the root of a store of one log; on a store
+with a log per run (format 6), each run's rows in its own ``state.db`` beside its log, so readers and
+refreshers of different runs share no file. A row is keyed by what the run's own log says (branch head,
+tip LSN, fork object, the run's deletions head), never by a position of another log.
+
 Tables (per run, per branch): ``branch`` (head, tip LSN, fork point, folded state, summary, the
 deletions head it reflects); ``recs`` (LSN order, one row up to ``RCHUNK`` records: its first LSN,
 record count, and the canonical bytes of those records as a zstd-compressed msgpack list in LSN order).
@@ -44,10 +49,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -61,12 +63,11 @@ from . import records as R
 from .chain import _new_record
 from .fold import apply, empty_state, fold
 from .refold import attempt_view, fold_stream, refold_branch
+from .statefiles import MEMORY, TABLES, StateFiles, drop_deleted_in, vacuum_file, write_tx
 
 if TYPE_CHECKING:
     from ..storage.store import Store
     from .chain import ChainReader, View
-
-SCHEMA_VERSION = "6"  # 6: recs rows hold the records' canonical bytes; no attempt views (issue 13)
 
 RCHUNK = 1024  # records per ``recs`` row (at most)
 _CHUNK_BYTES = 1 << 22  # canonical bytes per ``recs`` row (at most, but for one record larger than it)
@@ -78,19 +79,6 @@ SUMMARY_KEYS = ("subject", "workflow_version", "meta", "status", "attempts", "fa
 
 def summary_of(state: dict) -> dict:
     return {k: state[k] for k in SUMMARY_KEYS}
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS branch(
-  run TEXT, branch INTEGER, head BLOB, tip_lsn INTEGER, fork BLOB,
-  parent_branch INTEGER, parent_lsn INTEGER, state BLOB, summary BLOB, dels BLOB,
-  PRIMARY KEY(run, branch));
-CREATE TABLE IF NOT EXISTS recs(
-  run TEXT, branch INTEGER, lsn INTEGER, n INTEGER, data BLOB,
-  PRIMARY KEY(run, branch, lsn)) WITHOUT ROWID;
-"""
-_TABLES = ("branch", "recs")
-_OLD_TABLES = ("attempt", "rec", "intent", "commit_")  # earlier schemas', dropped on sight
 
 _enc = msgspec.msgpack.Encoder(order="sorted")
 _dec = msgspec.msgpack.Decoder()
@@ -148,9 +136,11 @@ def _cache_op(operation: str) -> Callable[[Callable[..., Any]], Callable[..., An
 
 
 class StateCache:
-    def __init__(self, path: str):
-        self.path = path
-        self._db: sqlite3.Connection | None = None
+    """The state cache of one store: its rows in ``files`` (one file, or one per run: ``runs.statefiles``)."""
+
+    def __init__(self, path: str, runs_root: str | None = None, run_ids: Callable[[], list[str]] | None = None):
+        self.files = StateFiles(path, runs_root, run_ids)
+        self.path = path  # the one file (one log, memory); with a file per run, the store's root
 
     @_cache_op("rebuild the state cache")
     def rebuild(self, chains: ChainReader, run: str | None = None) -> list[str]:
@@ -162,112 +152,106 @@ class StateCache:
         self.drop(run)
         for r in runs:
             self.refresh(chains, chains.view(r))
-        if self.path != ":memory:":
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            if self.files.per_run:  # a file per run: each is left its tables' size before the next opens
+                self._truncate_wal(r)
+        if not self.files.per_run:
+            self._truncate_wal(None)
         return runs
 
-    def exists(self) -> bool:
-        """Whether there is a cache at all (without creating one)."""
-        return self._db is not None or self.path == ":memory:" or os.path.exists(self.path)
+    def _truncate_wal(self, run: str | None) -> None:
+        if self.path != MEMORY:
+            db = self.files.conn(run, create=False)
+            if db is not None:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    @property
-    def db(self) -> sqlite3.Connection:
-        """Opened on first use, so commands that never query state never create the file."""
-        if self._db is None:
-            self._db = self._open()
-        return self._db
+    def exists(self, run: str | None = None) -> bool:
+        """Whether there is a cache at all (of run ``run``; None: of any run), without creating one."""
+        return self.files.exists(run)
 
-    def _open(self) -> sqlite3.Connection:
-        try:
-            return self._connect()
-        except sqlite3.DatabaseError:
-            if self.path == ":memory:":
-                raise
-            # An unreadable cache is only a cache: set it aside and rebuild from the objects.
-            aside = f"{self.path}.corrupt-{int(time.time())}"
-            for suffix in ("", "-wal", "-shm"):
-                if os.path.exists(self.path + suffix):
-                    os.replace(self.path + suffix, aside + suffix)
-            return self._connect()
+    def path_of(self, run: str) -> str:
+        """The file holding run ``run``'s rows (what verify names beside a ``state-diverged`` row)."""
+        return self.files.path_of(run)
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        if self.path != ":memory:":
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")  # a cache: losing the tail only makes it stale
-            db.execute("PRAGMA journal_size_limit=4194304")  # a big refresh leaves no big WAL behind
-        db.execute("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)")
-        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-        if row is not None and row[0] != SCHEMA_VERSION:
-            # A cache of another layout: throw it away, it is rebuilt from the objects.
-            for t in _TABLES + _OLD_TABLES:
-                db.execute(f"DROP TABLE IF EXISTS {t}")
-        if row is None or row[0] != SCHEMA_VERSION:
-            db.executescript(_SCHEMA)
-            db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (SCHEMA_VERSION,))
+    def db_of(self, run: str) -> sqlite3.Connection:
+        """The connection to run ``run``'s file, opened (and made) on first use: commands that never
+        query state never create a file."""
+        db = self.files.conn(self._key(run))
+        assert db is not None
         return db
+
+    def _read_db(self, run: str) -> sqlite3.Connection | None:
+        """Run ``run``'s file's connection, or None when it has no file (nothing cached: none is made)."""
+        return self.files.conn(self._key(run), create=False)
+
+    def _key(self, run: str) -> str | None:
+        return run if self.files.per_run else None
+
+    def close(self) -> None:
+        """Close every connection (the next use opens them again)."""
+        self.files.close()
 
     @classmethod
     def for_store(cls, store: Store) -> StateCache:
+        """The store's cache: in memory, one ``state.db`` at the root (one log), or one beside each run's
+        log (a log per run: readers of different runs share no file)."""
         if store.root is None:
-            return cls(":memory:")
+            return cls(MEMORY)
+        logs = store.logs
+        if logs.per_run:
+            return cls(store.root, runs_root=store.root, run_ids=logs.run_ids)
         return cls(os.path.join(store.root, "state.db"))
 
     # -- maintenance ---------------------------------------------------------
     @_cache_op("drop cached state")
     def drop(self, run: str | None = None) -> None:
         """Forget cached state (all runs, or one): the next query rebuilds or re-folds."""
-        with self._tx():
-            for t in _TABLES:
-                if run is None:
-                    self.db.execute(f"DELETE FROM {t}")
-                else:
-                    self.db.execute(f"DELETE FROM {t} WHERE run=?", (run,))
+        if run is not None:
+            db = self._read_db(run)
+            if db is not None:
+                with write_tx(db):
+                    for t in TABLES:
+                        db.execute(f"DELETE FROM {t} WHERE run=?", (run,))
+            return
+        for db in self._all_dbs():
+            with write_tx(db):
+                for t in TABLES:
+                    db.execute(f"DELETE FROM {t}")
+
+    def _all_dbs(self) -> Iterator[sqlite3.Connection]:
+        """The connection to each file of the store that exists, one at a time (a file per run: in run order)."""
+        if not self.files.per_run:
+            db = self.files.conn(None, create=False)
+            if db is not None:
+                yield db
+            return
+        for r in self.files.runs_with_files():
+            db = self.files.conn(r, create=False)
+            if db is not None:
+                yield db
 
     @_cache_op("drop deleted runs' cached state")
     def drop_deleted(self, store: Store) -> list[str]:
         """Remove the rows of every run the log says is deleted (``run/<R>/deleted``), and of every
         run with rows folded before its newest partial deletion (they hold what it covers): their
         folded state leaves the cache (gc then vacuums the file). Returns the deleted runs."""
-        from ..storage import runrefs
-
+        gone: list[str] = []
         if not self.exists():
-            return []
-        rows = self.db.execute("SELECT run, dels FROM branch").fetchall()
-        gone, stale = [], []
-        for r in sorted({r for r, _d in rows if isinstance(r, str)}):
-            refs = store.run_refs(r)
-            if isinstance(refs.get(runrefs.deleted_ref(r)), bytes):
-                gone.append(r)
-            else:  # rows folded before a partial deletion still hold what it covers: they go too
-                dels = refs.get(runrefs.deletions_ref(r))
-                if any(rr == r and _dels(d) != (dels if isinstance(dels, bytes) else None) for rr, d in rows):
-                    stale.append(r)
-        for r in gone + stale:
-            self.drop(r)
+            return gone
+        for db in self._all_dbs():
+            gone += drop_deleted_in(db, store)
         return gone
 
-    def _tx(self) -> AbstractContextManager[None]:
-        db = self.db
-
-        class _T:
-            def __enter__(s) -> None:
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(s, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-                db.execute("COMMIT" if et is None else "ROLLBACK")
-
-        return _T()
-
     def _forget(self, run: str, branch: int) -> None:
-        for t in _TABLES:
-            self.db.execute(f"DELETE FROM {t} WHERE run=? AND branch=?", (run, branch))
+        db = self.db_of(run)
+        for t in TABLES:
+            db.execute(f"DELETE FROM {t} WHERE run=? AND branch=?", (run, branch))
 
     @_cache_op("read cached state")
     def cached(self, run: str) -> dict:
         """branch -> (head it reflects, tip LSN, state dict) as stored; the state is None when the
         row is damaged (not the types this code writes, or not a decodable folded state)."""
-        rows = self.db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
+        db = self._read_db(run)
+        rows = [] if db is None else db.execute("SELECT branch, head, tip_lsn, state FROM branch WHERE run=?", (run,)).fetchall()
         out = {}
         for b, h, t, s in rows:
             try:
@@ -283,7 +267,10 @@ class StateCache:
     def cached_deletions(self, run: str) -> dict:
         """branch -> the head of the run's deletions chain its row reflects (None: none): a row
         reflecting another head than the run's is behind (a cache miss), never served."""
-        return {b: _dels(d) for b, d in self.db.execute("SELECT branch, dels FROM branch WHERE run=?", (run,)).fetchall()}
+        db = self._read_db(run)
+        if db is None:
+            return {}
+        return {b: _dels(d) for b, d in db.execute("SELECT branch, dels FROM branch WHERE run=?", (run,)).fetchall()}
 
     # -- refresh ---------------------------------------------------------------
     @_cache_op("refresh the state cache")
@@ -315,8 +302,8 @@ class StateCache:
         except _ROW_DAMAGE:
             self._heal(view.run, branch)
             return None
-        db = self.db
         try:
+            db = self.db_of(view.run)
             db.execute("BEGIN")
             try:
                 row = db.execute("SELECT head, tip_lsn, fork, dels, state, summary FROM branch WHERE run=? AND branch=?",
@@ -365,7 +352,9 @@ class StateCache:
         """Why ``branch``'s rows cannot be served at the view's head (``_confirmed``'s finding, or the
         damage met reading them), or None when they confirm; nothing is refreshed or healed.
         What verify reports as ``state-diverged``."""
-        db = self.db
+        db = self._read_db(view.run)
+        if db is None:
+            return None  # nothing cached for this run
         db.execute("BEGIN")
         try:
             row = db.execute("SELECT head, tip_lsn, fork, dels, state, summary FROM branch WHERE run=? AND branch=?",
@@ -436,9 +425,11 @@ class StateCache:
         ids = store.logs.run_log(run).iter_chain(run, branch, 0)
         expect = 0
         why = None
-        rows = self.db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch))
+        # the run's own file (an inherited part of a copy: its source run's file, never made by this read)
+        db = self._read_db(run)
+        rows = None if db is None else db.execute("SELECT lsn, n, data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch))
         try:
-            for first, n, data in rows:
+            for first, n, data in rows if rows is not None else ():
                 if expect > last:
                     if strict:
                         why = f"cached record rows cover more than the branch's {last + 1} LSNs"
@@ -471,7 +462,8 @@ class StateCache:
                     break
                 expect = first + n
         finally:
-            rows.close()
+            if rows is not None:
+                rows.close()
         if strict and why is None and expect != last + 1:
             why = f"cached record rows cover {expect} LSNs, the branch has {last + 1}"
         if why is not None and strict:
@@ -545,10 +537,13 @@ class StateCache:
         hold, in query order, as stored (unconfirmed: what verify compares with its own fold, after
         ``diverged`` has confirmed them). The workflow version is the cached state's: only a run's
         ``run_started`` sets it, before any attempt of the run."""
-        got = self.db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
+        db = self._read_db(run)
+        if db is None:
+            return
+        got = db.execute("SELECT state FROM branch WHERE run=? AND branch=?", (run, branch)).fetchone()
         wv = _dec.decode(got[0]).get("workflow_version") if got is not None and isinstance(got[0], bytes) else None
         out = []
-        for (chunk,) in self.db.execute("SELECT data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch)).fetchall():
+        for (chunk,) in db.execute("SELECT data FROM recs WHERE run=? AND branch=? ORDER BY lsn", (run, branch)).fetchall():
             for data in _unchunk(chunk):
                 oid = blake3(data).digest()
                 p = _payload(data)
@@ -575,17 +570,12 @@ class StateCache:
     def _heal(self, run: str, branch: int) -> None:
         """Forget a branch's rows after they failed to read, so the next refresh folds them again;
         best effort (a busy or read-only cache stays as it is, and queries answer from the log)."""
-        if self._db is not None:
-            try:
-                self._db.close()
-            except sqlite3.Error:
-                pass
-        self._db = None
+        self.files.forget(self._key(run))
         try:
-            with self._tx():
+            with write_tx(self.db_of(run)):
                 self._forget(run, branch)
         except (sqlite3.Error, OSError):
-            self._db = None
+            self.files.forget(self._key(run))
 
     @staticmethod
     def _valid_row(row: tuple | None) -> bool:
@@ -600,7 +590,7 @@ class StateCache:
     def try_refresh(self, chains: ChainReader, view: View, branch: int) -> bool:
         """Bring ``branch`` up to the view's head; False if the cache is already past it
         (an older pinned view), in which case the caller answers by re-folding."""
-        row = self.db.execute("SELECT head, tip_lsn, NULL, NULL, NULL, NULL FROM branch WHERE run=? AND branch=?",
+        row = self.db_of(view.run).execute("SELECT head, tip_lsn, NULL, NULL, NULL, NULL FROM branch WHERE run=? AND branch=?",
                               (view.run, branch)).fetchone()
         if self._valid_row(row) and row[0] != view.head(branch) and self._ahead_of(chains, view, branch, row[1]):
             return False
@@ -620,7 +610,7 @@ class StateCache:
         written a row at a time)."""
         run = view.run
         head = view.head(branch)
-        db = self.db
+        db = self.db_of(run)
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute("SELECT head, tip_lsn, state, fork, parent_branch, parent_lsn, dels FROM branch WHERE run=? AND branch=?",
@@ -688,7 +678,7 @@ class StateCache:
         to the record rows (a record a deletion covers has none: its header is the log's deletion
         row); the new tip. Memory: one row (``RCHUNK`` records or ``_CHUNK_BYTES``)."""
         run = view.run
-        db = self.db
+        db = self.db_of(run)
         parts: list[bytes] = []
         first, n, size = start, 0, 0
         if start:
@@ -738,20 +728,20 @@ def _show(v: bytes | None) -> str:
 def drop_deleted_and_vacuum(store: Store) -> list[str]:
     """What gc does to the state cache: the rows of every deleted run leave it, then the file is
     vacuumed and its WAL truncated, so no page of theirs stays on disk. Best effort (a cache is
-    derived data: a busy or read-only one is left as it is, and never serves a deleted run)."""
+    derived data: a busy or read-only one is left as it is, and never serves a deleted run). With a
+    file per run, only the files of runs with a deletion (whole or partial) are opened: no other run's
+    file can hold a deleted record's bytes; each is done on its own (a busy one leaves the rest)."""
     cache = StateCache.for_store(store)
     if store.root is None or not cache.exists():
         return []
-    try:
-        cache.db.execute("PRAGMA secure_delete=ON")  # freed pages are zeroed, not left holding the rows
-        gone = cache.drop_deleted(store)
-        db = cache.db
-        db.execute("VACUUM")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        return gone
-    except (StateCacheError, sqlite3.Error, OSError):
-        return []
-    finally:
-        if cache._db is not None:
-            cache._db.close()
-            cache._db = None
+    files = cache.files
+    if not files.per_run:
+        return vacuum_file(files, None, store)
+    from ..storage import runrefs
+
+    gone = []
+    for r in list(files.runs_with_files()):
+        refs = store.run_refs(r)
+        if isinstance(refs.get(runrefs.deleted_ref(r)), bytes) or isinstance(refs.get(runrefs.deletions_ref(r)), bytes):
+            gone += vacuum_file(files, r, store)
+    return gone

@@ -421,17 +421,17 @@ def check_state_cache(log: RunLog, runs: list[str] | None = None) -> list[Proble
             if view.heads.get(b) != head or reflects.get(b) != log.state_deletions(view):
                 continue  # behind (a cache miss) or beyond this snapshot: not this verify's business
             if state is None:
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state is damaged (not a folded state)"))
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path_of(run), "cached folded state is damaged (not a folded state)"))
                 continue
             why = log.state.diverged(log, view, b)
             if why is not None:
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, f"cached rows disagree with the log: {why}"))
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path_of(run), f"cached rows disagree with the log: {why}"))
                 continue
             cold = _cold(log, view, b)
             if codec.canonical_json(cold[0]) != codec.canonical_json(state):
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached folded state differs from the cold re-fold"))
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path_of(run), "cached folded state differs from the cold re-fold"))
             elif cold[1] != log.state.attempt_fragments(run, b):
-                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path, "cached attempt views differ from the cold re-fold"))
+                out.append(Problem("state-diverged", f"{run}/{b}", log.state.path_of(run), "cached attempt views differ from the cold re-fold"))
     return out
 
 

@@ -327,24 +327,24 @@ class RunModelChecks:
                 if head != mine or mine is None:
                     continue
                 if state is None:
-                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state is damaged (not a folded state)")
+                    self.add("state-diverged", f"{run}/{b}", cache.path_of(run), "cached folded state is damaged (not a folded state)")
                     continue
                 try:
                     why = cache.diverged(self.log, View(run, b, {b: mine}, dels), b)
                 except ObjstoreError:
                     continue
                 if why is not None:
-                    self.add("state-diverged", f"{run}/{b}", cache.path, f"cached rows disagree with the log: {why}")
+                    self.add("state-diverged", f"{run}/{b}", cache.path_of(run), f"cached rows disagree with the log: {why}")
                     continue
                 st = self.states.get(key) or [self._initial_state(key), 0]
                 if codec.canonical_json_plain(st[0]) != codec.canonical_json_plain(state):
-                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached folded state differs from the cold re-fold")
+                    self.add("state-diverged", f"{run}/{b}", cache.path_of(run), "cached folded state differs from the cold re-fold")
                     continue
                 digest = 0
                 for step, attempt, lsn, view in cache.attempt_rows(run, b):
                     digest = (digest + _digest(step, attempt, lsn, view)) % _MOD
                 if digest != st[1]:
-                    self.add("state-diverged", f"{run}/{b}", cache.path, "cached attempt views differ from the cold re-fold")
+                    self.add("state-diverged", f"{run}/{b}", cache.path_of(run), "cached attempt views differ from the cold re-fold")
 
     # -- recorded deletions (issue 17) ------------------------------------------------------
     def _erasures(self) -> None:
