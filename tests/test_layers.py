@@ -26,8 +26,8 @@ ORDER: list[tuple[str, list[str]]] = [
                           "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
                           "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "store", "identity"]),
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
-    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
-                       "verify_runmodel", "verify", "views", "export",
+    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchor_manifest", "anchors", "verify_report", "verify_objects",
+                       "verify_runmodel", "verify_logs", "verify", "views", "export",
                        "query", "completion", "otel", "otlp", "page_html", "page"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),

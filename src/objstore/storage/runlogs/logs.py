@@ -237,6 +237,16 @@ class RunLogs(LogSet):
                 break
         return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
 
+    def release(self, run: str | None = None) -> None:
+        with self._mu:
+            if run is None:
+                logs, self._runs = list(self._runs.values()), {}
+            else:
+                one = self._runs.pop(run, None)
+                logs = [one] if one is not None else []
+        for log in logs:
+            log.close()
+
     def close(self) -> None:
         self.store_log.close()
         with self._mu:
