@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 OneLogPass = Callable[..., Report]  # verify.verify_log(log, engine, run, check_state, want, progress, jobs, watch, seen)
 
-_TAIL_DAMAGE = ("torn-tail", "truncated-log", "corrupt-log", "missing-segment", "witness-ahead", "head-witness")
 
 
 def walk_runs(root: str) -> Iterator[tuple[str, str, bool, bool]]:
@@ -157,7 +156,9 @@ class _Pass:
             p = Problem("anchor-rewritten", name, where, f"entry {n} has checksum {got.hex() if got else '(unread)'}, "
                         f"the anchor names {checksum.hex()}")
         else:
-            damaged = any(q.code in _TAIL_DAMAGE for q in [*r.problems, *r.notes])
+            # a log whose own pass found damage (a cut entry, a missing segment, a witness it falls short of) or a
+            # torn tail was cut; a sound log that ends early is an older copy put back
+            damaged = bool(r.problems) or any(q.code == "torn-tail" for q in r.notes)
             code = "anchor-truncated" if damaged else "anchor-rolled-back"
             p = Problem(code, name, where, f"the log ends at entry {count}, the anchor names entry {n} ({checksum.hex()})")
         self.problems.append(p)
