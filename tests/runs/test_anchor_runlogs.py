@@ -96,6 +96,8 @@ def test_the_tree_is_rfc6962_over_blake3():
     node = lambda left, right: blake3.blake3(b"\x01" + left + right).digest()  # noqa: E731
     assert M.merkle_root([a, b, c]) == node(node(a, b), c)
     assert M.merkle_root([]) == blake3.blake3(b"").digest()
+    # docs/FORMAT.md "Anchor manifest": the golden vector
+    assert M.merkle_root([a, b, c]).hex() == "a649cae67de1a431fa94c5f7325ed9247d0f87c0137d6dd0e583cccc3cce6510"
 
 
 def test_anchor_commits_a_manifest_of_every_head(store):
