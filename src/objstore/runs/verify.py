@@ -166,13 +166,21 @@ class _Rewritten(Exception):
 def progress_totals(store: Store) -> tuple[int | None, int | None]:
     """(objects, bytes) a full ``verify`` will read, for a progress bar; None where unknown (an
     in-memory store). ``verify_report(progress=f)`` calls ``f(objects_done, bytes_done)`` after
-    each entry, bytes being the entries' lengths in the segment files."""
-    engine = store.engine
-    engine.refresh()
-    total = log_check(engine).log_bytes()
-    if total is None:
-        return None, None
-    return sum(1 for _ in engine.iter_ids()), total
+    each entry, bytes being the entries' lengths in the segment files (over every log of a store with
+    a log per run, one run's log open at a time)."""
+    objects = size = 0
+    for run, engine in store.logs.all_logs():
+        try:
+            engine.refresh()
+            total = log_check(engine).log_bytes()
+            if total is None:
+                return None, None
+            objects += sum(1 for _ in engine.iter_ids())
+            size += total
+        finally:
+            if run is not None:
+                store.logs.release(run)
+    return objects, size
 
 
 class _Verifier(RunModelChecks):
