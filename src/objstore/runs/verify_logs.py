@@ -280,19 +280,21 @@ def _started(engine: Engine, run: str) -> tuple[str, list | None, int | None, st
         return None
     if t != codec.RECORD or not isinstance(v, dict) or v.get("kind") != "run_started":
         return None
-    body = v.get("body") if isinstance(v.get("body"), dict) else {}
-    subject = body.get("subject") if isinstance(body.get("subject"), str) else "default"
+    b = v.get("body")
+    body: dict = b if isinstance(b, dict) else {}
+    s = body.get("subject")
+    subject = s if isinstance(s, str) else "default"
     rows = L.canonical(v.get("labels")) if v.get("labels") is not None else None
     labels = [list(r) for r in rows] if rows is not None else None
     tm = v.get("time")
     when = int(float(tm) * 1_000_000) if isinstance(tm, (int, float)) and not isinstance(tm, bool) else None
-    copy_of = None
+    copy_of: str | None = None
     parent = v.get("parent")
     if isinstance(parent, bytes) and engine.has_body(parent):
         try:
             ft, fv = codec.decode(engine.read(parent), parent, False)
-            if ft == codec.FORK and isinstance(fv, dict) and isinstance(fv.get("parent_run"), str):
-                copy_of = fv["parent_run"]
+            src = fv.get("parent_run") if ft == codec.FORK and isinstance(fv, dict) else None
+            copy_of = src if isinstance(src, str) else None
         except ObjstoreError:
             pass
     return subject, labels, when, copy_of
