@@ -321,10 +321,10 @@ class Busy(ObjstoreError):
 
 
 class MultiLogBatch(ObjstoreError):
-    """On object storage a commit touches one run's log; this one spanned several."""
+    """A commit writes one log (one run's, or the store log); this one spanned several. Nothing was written."""
 
     exit_code = 15
-    msg = "a batch on object storage touches one run's log; this one touches {} ({}): commit each run on its own"
+    msg = "a batch writes one run's log; this one touches {} ({}): nothing was written, commit each run on its own"
 
 
 class IngestMultiLog(MultiLogBatch):

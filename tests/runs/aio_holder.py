@@ -14,4 +14,4 @@ with log.batch():
     rec = log.record_attempt(run, step=99, attempt=0, state="succeeded", context={"by": "another process"})
     print("held", flush=True)
     select.select([sys.stdin], [], [], 60)
-print("committed", log.store.engine.loc_entry(rec.id), flush=True)
+print("committed", log.store.logs.run_log(run).loc_entry(rec.id), flush=True)

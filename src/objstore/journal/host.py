@@ -168,21 +168,33 @@ def _is_open(e: object) -> bool:
 
 # -- one position per request ---------------------------------------------------------------------
 
-def capture_refs(store: Store, runs: list[str], names: list[str]) -> tuple[Position, dict[str, dict], dict[str, Any]]:
+def capture_refs(store: Store, runs: list[str], names: list[str], positions: dict[int, Position] | None = None) \
+        -> tuple[Position, dict[str, dict], dict[str, Any]]:
     """One log position and the refs a request reads at it, taken together under the engine's
     tables lock (two ``read_ref`` calls may see two positions: each catches up): ``(position,
     {run: that run's refs}, {name: value or None})``. O(those refs), never O(log) or O(all refs).
     Inside a batch, the batch's own moves are applied on top (its writer lock holds the log).
     (The engine primitive this stands for: ``Engine.capture(runs, names)``.)"""
-    engine = store.engine
     txn = store.current_batch()
-    if txn is None:
-        engine.refresh()
-    with engine._mu:
-        t = engine.tables
-        pos = engine.position()
-        got_runs = {r: dict(t.run_refs.get(r, {})) for r in runs}
-        got_names = {n: t.refs.get(n) for n in names}
+    logs = store.logs
+    if txn is not None:  # the batch's own log first (a batch writes the log of the first ref it reads)
+        for r in runs:
+            txn.read_ref(runrefs.branch_ref(r, 0))
+        for n in names:
+            txn.read_ref(n)  # a store-log ref a run's batch reads joins what its entry cites
+    got_runs: dict[str, dict] = {}
+    got_names: dict[str, Any] = {}
+    if positions is None:
+        positions = {}  # id of each log read -> its position, taken with its refs
+    for log, want_runs, want_names in _by_log(logs, runs, names):
+        if txn is None:
+            log.refresh()
+        with log._mu:
+            t = log.tables
+            positions[id(log)] = log.position()
+            got_runs.update({r: dict(t.run_refs.get(r, {})) for r in want_runs})
+            got_names.update({n: t.refs.get(n) for n in want_names})
+    pos = positions[id(logs.run_log(runs[0]) if runs else logs.store_log)]
     watch = getattr(txn, "watch", None)
     if watch is not None:
         # An optimistic commit (object storage: no writer lock) must not land if a grant or the owner
@@ -207,6 +219,29 @@ def capture_refs(store: Store, runs: list[str], names: list[str]) -> tuple[Posit
     return pos, got_runs, got_names
 
 
+def _by_log(logs: Any, runs: list[str], names: list[str]) -> list[tuple[Any, list[str], list[str]]]:
+    """The runs and names a request reads, grouped by the log holding them (a store of one log: one group)."""
+    out: dict[int, tuple[Any, list[str], list[str]]] = {}
+    for r in runs:
+        log = logs.run_log(r)
+        out.setdefault(id(log), (log, [], []))[1].append(r)
+    for n in names:
+        log = logs.for_ref(n)
+        out.setdefault(id(log), (log, [], []))[2].append(n)
+    if not out:
+        out[id(logs.store_log)] = (logs.store_log, [], [])
+    return list(out.values())
+
+
+def _newness(store: Store, run: str, jid: bytes) -> tuple:
+    """How new a session's journal head is, comparable between sessions: its entry's number in a store of one
+    log; in a store of a log per run, the time its entry was written (then the run's start order)."""
+    if not store.logs.per_run:
+        return (store.logs.date(run, jid) or -1,)
+    log = store.logs.run_log(run)
+    return (log.entry_time() or 0.0, store.run_order(run) or ())
+
+
 class At:
     """One request's log position and the refs it reads there (a Host request reads nothing newer).
 
@@ -219,12 +254,18 @@ class At:
     only to an object stored by the same commit (``refs.check_move`` for journal and segment
     refs; engine format 3 applies it to grant refs too, wherever an entry is applied)."""
 
-    def __init__(self, store: Store, runs: list[str], names: list[str]) -> None:
+    def __init__(self, store: Store, runs: list[str], names: list[str], subject: str | None = None) -> None:
         self.store = store
         runs = list(dict.fromkeys(runs))
+        self.session = runs[0] if runs else None
+        if subject is not None and store.logs.per_run:
+            # A log per run: the other sessions of the subject (the same-subject fallback reads them) are
+            # captured now too, each log's position with its refs; a session started later is not there.
+            runs += [r for r in store.subject_runs(subject) if r not in runs]
         names = list(dict.fromkeys([identity.OWNER_REF, *names]))
-        self.pos, self._runs, self._names = capture_refs(store, runs, names)
-        self.entry: int = self.pos.entry
+        self.positions: dict[int, Position] = {}
+        self.pos, self._runs, self._names = capture_refs(store, runs, names, self.positions)
+        self.entry: int = self.pos.entry  # the position in the request's session's log (its first run's)
 
     def run_refs(self, run: str) -> dict:
         """The refs of a captured run at this position (a copy: ``ChainReader.view_from`` takes it)."""
@@ -234,6 +275,8 @@ class At:
         """Whether ``run`` existed at this position (one of the captured runs: its branch 0 ref)."""
         refs_of = self._runs.get(run)
         if refs_of is None:
+            if self.store.logs.per_run:  # another run's log: it existed if its log held its start when asked
+                return isinstance(self.store.read_ref(runrefs.branch_ref(run, 0)), bytes)
             at = self.store.run_started_entry(run)
             return at is not None and at <= self.entry
         return runrefs.branch_ref(run, 0) in refs_of
@@ -254,12 +297,16 @@ class At:
         if not isinstance(value, bytes):
             return None
         otype = refs.chain_type(name) if not name.startswith(runrefs.KEYS_PREFIX) else None
+        log = self.store.logs.for_ref(name)
+        bound = self.positions.get(id(log))
+        if bound is None:  # a log not read with the request: as it stands now, from here on
+            bound = self.positions[id(log)] = log.position()
         while isinstance(value, bytes):
-            e = self.store.engine.loc_entry(value)
+            e = log.loc_entry(value)
             if e is None:  # an object the log does not hold cannot be dated: reading it names the damage
                 return value
-            if e <= self.entry or otype is None:
-                return value if e <= self.entry else None
+            if e <= bound.entry or otype is None:
+                return value if e <= bound.entry else None
             prev = self.store.get_typed(value, otype).get("previous")
             value = prev if isinstance(prev, bytes) else None
         return None
@@ -268,7 +315,17 @@ class At:
         """Forward-only refs under ``prefix`` ending in ``suffix`` as of this position: the captured
         runs' from the capture, the others read now and walked back (a ref made later is absent)."""
         out = []
-        for name, value in self.store.list_refs(prefix):
+        if self.store.logs.per_run:  # the captured runs' refs, those of the runs granting the key asked for, the store log's
+            listed = [(n, v) for d in self._runs.values() for n, v in d.items() if n.startswith(prefix)]
+            if suffix.startswith("/grant/"):
+                for run in self.store.granted_runs(suffix[len("/grant/"):]):
+                    if run not in self._runs:
+                        listed += [(n, v) for n, v in self.store.run_refs(run).items() if n.startswith(prefix)]
+            with self.store.engine._mu:
+                listed += [(n, v) for n, v in self.store.engine.tables.refs.items() if n.startswith(prefix)]
+        else:
+            listed = list(self.store.list_refs(prefix))
+        for name, value in sorted(listed):
             if not name.endswith(suffix) or not refs.forward_only(name):
                 continue
             v = self.ref(name) if runrefs.run_of(name) in self._runs else self.back(name, value)
@@ -321,7 +378,7 @@ class LocalJournalHost:
         if isinstance(req.key, str) and req.key:
             names.append(runrefs.subject_grant_ref(subject, req.key))
         want = [r for r in (req.run, *runs) if isinstance(r, str)]
-        return At(self.log.store, want, names)
+        return At(self.log.store, want, names, subject)
 
     # -- authorization ---------------------------------------------------------------------------
     def authorize(self, req: Request, body: bytes = b"", *, write: bool = False, at: At | None = None) -> Principal:
@@ -379,7 +436,8 @@ class LocalJournalHost:
 
     grant_counts = staticmethod(authority.grant_counts)  # the one rule (objstore.storage.authority)
 
-    def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None, at: At | None = None) -> dict | None:
+    def _chain_state(self, ref: str, owner: str | None, at_entry: int | None = None, at: At | None = None,
+                     session: str | None = None) -> dict | None:
         """The newest counting grant object of a chain (committed at or before ``at_entry``), the
         chain as of ``at`` (default: now)."""
         store = self.log.store
@@ -388,7 +446,7 @@ class LocalJournalHost:
             if not self.grant_counts(ref, g, owner):
                 continue
             if at_entry is not None:
-                e = store.engine.loc_entry(gid)
+                e = store.logs.date(session or runrefs.run_of(ref) or "", gid)
                 if e is None or e > at_entry:
                     continue
             return g
@@ -419,9 +477,9 @@ class LocalJournalHost:
         """The key's effective grant on ``run`` (else on ``subject``): the newest owner-signed grant
         object committed at or before ``at_entry``, of the chains as of ``at`` (default: now)."""
         owner = self.owner if at is None else self.owner_at(at)
-        g = self._chain_state(runrefs.run_grant_ref(run, key), owner, at_entry, at) if run is not None else None
+        g = self._chain_state(runrefs.run_grant_ref(run, key), owner, at_entry, at, run) if run is not None else None
         if g is None:
-            g = self._chain_state(runrefs.subject_grant_ref(subject, key), owner, at_entry, at)
+            g = self._chain_state(runrefs.subject_grant_ref(subject, key), owner, at_entry, at, run)
         return g
 
     def _granted(self, key: str, run: str | None, subject: str, *, write: bool, at: At) -> Principal:
@@ -459,9 +517,9 @@ class LocalJournalHost:
         """Whether a journal version was written through a Host by a key allowed to write it then
         (grants read as of ``at``, default now)."""
         store = self.log.store
-        entry = store.engine.loc_entry(jid)
+        entry = store.logs.date(session, jid)
         if j.get("v") != 2:
-            if self._legacy_ok(jid, at):
+            if self._legacy_ok(jid, session, at):
                 return True, "legacy version written before the store had an owner key"
             return False, f"version {j.get('version')} is unsigned and was written after the owner key"
         try:
@@ -491,14 +549,14 @@ class LocalJournalHost:
         g = self.grant_state(key, session, self.log.subject(session), at_entry=entry, at=at)
         return g is not None and g["action"] == "grant" and right in g["rights"] and g.get("role") == "worker"
 
-    def _legacy_ok(self, oid: bytes, at: At | None = None) -> bool:
+    def _legacy_ok(self, oid: bytes, session: str, at: At | None = None) -> bool:
         """An unsigned (schema-1) object counts only if it predates the store's owner key."""
         store = self.log.store
         if (self.owner if at is None else self.owner_at(at)) is None:
             return True
         okey = store.read_ref(identity.OWNER_REF) if at is None else at.ref(identity.OWNER_REF)
-        oe = store.engine.loc_entry(okey) if isinstance(okey, bytes) else None
-        e = store.engine.loc_entry(oid)
+        oe = store.logs.date(session, okey) if isinstance(okey, bytes) else None
+        e = store.logs.date(session, oid)
         return e is not None and oe is not None and e < oe
 
     def compaction_segment_trusted(self, session: str, sid: bytes, seg: dict, at: At | None = None) -> tuple[bool, str]:
@@ -507,11 +565,11 @@ class LocalJournalHost:
         position). A segment appended through the raw store API by anyone else is not restored.
         Grants are read as of ``at`` (default: now)."""
         if seg.get("v") != 2:
-            return (True, "legacy segment") if self._legacy_ok(sid, at) else (False, "unsigned segment written after the owner key")
+            return (True, "legacy segment") if self._legacy_ok(sid, session, at) else (False, "unsigned segment written after the owner key")
         signer = seg.get("signer")
         if seg.get("run") != session or not isinstance(signer, str) or not identity.object_signed_by(seg, signer):
             return False, "segment is not signed by its compacting key"
-        if not self._allowed_at(signer, session, self.log.store.engine.loc_entry(sid), "read", at):
+        if not self._allowed_at(signer, session, self.log.store.logs.date(session, sid), "read", at):
             return False, "segment was signed by a key without a grant at the time"
         return True, "compacted by the owner or a granted worker"
 
@@ -528,7 +586,7 @@ class LocalJournalHost:
         jid, j = cur
         legacy = j.get("v") != 2
         base.update(journal=jid.hex(), version=j.get("version"), legacy=legacy, writer=j.get("writer"),
-                    written_entry=self.log.store.engine.loc_entry(jid),
+                    written_entry=self.log.store.logs.date(session, jid),
                     reflects_through=None if legacy else _hex(j.get("reflects_through")),
                     checkpoint=_hex(j.get("checkpoint")) if isinstance(j.get("checkpoint"), bytes) else None,
                     source_end=j.get("source_end") if legacy else None,
@@ -567,7 +625,7 @@ class LocalJournalHost:
                     continue
             except ObjstoreError:
                 continue
-            found.append((store.engine.loc_entry(val) or -1, run))
+            found.append((_newness(store, run, val), run))
         return [r for _, r in sorted(found, reverse=True)]
 
     def read(self, req: Request) -> dict:

@@ -108,7 +108,7 @@ def _candidates(store: Store, scope: str, want: dict[str, str]) -> list[tuple[in
     """(entry, record id) the label rows name for every pair of ``want`` in ``scope``."""
     found: dict[bytes, int] | None = None
     for k, v in want.items():
-        rows = {oid: n for n, oid in store.label_rows(L.key(scope, k, v))}
+        rows = {oid: n for n, oid in store.label_rows(L.key(scope, k, v), run=scope or None)}
         found = rows if found is None else {oid: n for oid, n in found.items() if oid in rows}
         if not found:
             return []

@@ -83,10 +83,11 @@ def _latest(log: ChainReader, spec: str, back: str | None) -> str:
         n = int(back)
     else:
         raise InvalidInput(f"malformed run spec {spec!r}: expected 'latest' or 'latest~N' (N a number)")
-    order = runs_by_start(log)
-    if n >= len(order):
-        raise RunNotFound(f"{spec} (the store has {len(order)} run{'s' if len(order) != 1 else ''})")
-    return order[-1 - n]
+    for i, run in enumerate(log.store.runs_newest_first()):
+        if i == n:
+            return run
+    count = len(_runs(log))
+    raise RunNotFound(f"{spec} (the store has {count} run{'s' if count != 1 else ''})")
 
 
 def candidates(runs: Iterable[str], prefix: str) -> list[str]:

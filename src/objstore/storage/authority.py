@@ -122,6 +122,20 @@ class StoreView(EntryView):
     def ref(self, name: str) -> Any:
         return self.store.read_ref(name)
 
+    def body(self, oid: bytes) -> bytes | None:
+        self.engine = self.store.logs.locate(oid)  # the log holding it (a store of one log: that log)
+        return super().body(oid)
+
+    def entry_of(self, oid: bytes) -> int | None:
+        return self.store.logs.locate(oid).loc_entry(oid)
+
+    def otype(self, oid: bytes) -> str | None:
+        self.engine = self.store.logs.locate(oid)
+        return super().otype(oid)
+
+    def record_at(self, run: str, branch: int, lsn: int) -> bytes | None:
+        return self.store.indexed_record(run, branch, lsn)
+
 
 def _decoded(view: View, oid: Any, want: str) -> dict | None:
     if type(oid) is not bytes:

@@ -65,6 +65,12 @@ class LogSet:
         """Some log of the store holds ``oid`` (caught up first if the logs open say no)."""
         raise NotImplementedError
 
+    def date(self, run: str, oid: bytes) -> int | None:
+        """When ``oid`` entered the store, in run ``run``'s order: the entry of the run's log that stored it, or
+        for an object of the store log the first entry of the run's log that cited a position holding it (after
+        every entry if none did yet); None if neither log holds it."""
+        raise NotImplementedError
+
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
         """(order, record id) of the label rows with this key (storage.labels), newest first."""
         raise NotImplementedError
@@ -130,6 +136,9 @@ class OneLog(LogSet):
 
     def start_order(self, run: str) -> tuple | int | None:
         return self.store_log.tables.starts.get(run)
+
+    def date(self, run: str, oid: bytes) -> int | None:
+        return self.store_log.loc_entry(oid)
 
     def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
         with self.store_log._mu:

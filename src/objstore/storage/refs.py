@@ -61,7 +61,7 @@ def forward_only(name: str) -> bool:
     if name.startswith(runrefs.KEYS_PREFIX) or name.startswith(runrefs.REDACTED_PREFIX) or name.startswith(runrefs.SCHEMA_PREFIX):
         return True
     return (runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name) or runrefs.is_grant_ref(name)
-            or runrefs.is_deletions_ref(name) or runrefs.is_deleted_ref(name))
+            or runrefs.is_deletions_ref(name) or runrefs.is_deleted_ref(name) or runrefs.is_cite_ref(name))
 
 
 def write_once_deletion(name: str) -> bool:
@@ -88,6 +88,16 @@ def check_move(name: str, old: bytes | str | None, new: bytes | str | None, prev
     if name.startswith(runrefs.KEYS_PREFIX):
         if old is not None or not isinstance(new, bytes):
             raise Refused(f"ref {name} is written once and never moved or deleted")
+        return
+    if runrefs.is_cite_ref(name):
+        # A run's log never goes back along the store log: each citing entry reads the store log at or
+        # after the position the one before it read (docs/FORMAT.md "Citations").
+        got = runrefs.parse_cite(new)
+        if got is None:
+            raise Refused(f"ref {name} names a store-log position (store@<entry>:<checksum>), not {new!r}")
+        was = runrefs.parse_cite(old) if old is not None else None
+        if old is not None and (was is None or got[0] < was[0] or (got[0] == was[0] and got[1] != was[1])):
+            raise Refused(f"ref {name} moves back along the store log: it cites entry {got[0]}, the run's log cited {old!r} before")
         return
     if write_once_deletion(name):
         # Deletion is forward-only: a deleted run or a redacted blob is never restored, and what

@@ -11,6 +11,7 @@ spells ``run/…`` or ``ref: …`` by hand::
     run/<R>/grant/<public key>   head of a grant chain about one key on run R
     run/<R>/deletions            head of R's chain of partial deletions (records, a branch from an LSN)
     run/<R>/deleted              the deletion of the whole run R, written once: R is gone
+    run/<R>/cite                 store@<N>:<checksum>: the store-log position R's newest citing entry read (format 6)
     subjects/<S>/grant/<key>     head of a subject-wide grant chain
     redacted/<id hex>            the redaction of one blob, written once
     keys/owner                   the store owner's public key, written once
@@ -37,6 +38,8 @@ JOURNAL = "journal"
 SEGMENTS = "segments"
 DELETIONS = "deletions"
 DELETED = "deleted"
+CITE = "cite"
+CITE_PREFIX = "store@"
 REDACTED_PREFIX = "redacted/"
 SCHEMA_PREFIX = "schema/"  # schema/<kind>: the newest schema object of an x. record kind (append-only chain)
 
@@ -67,6 +70,32 @@ def deletions_ref(run: str) -> str:
 
 def deleted_ref(run: str) -> str:
     return f"{RUN_PREFIX}{run}/{DELETED}"
+
+
+def cite_ref(run: str) -> str:
+    return f"{RUN_PREFIX}{run}/{CITE}"
+
+
+def is_cite_ref(name: str) -> bool:
+    return name.startswith(RUN_PREFIX) and name.endswith("/" + CITE)
+
+
+def cite_value(entry: int, checksum: bytes) -> str:
+    """A cite ref's value: the store-log position ``(entry, checksum)`` a run-log entry's rules read."""
+    return f"{CITE_PREFIX}{entry}:{checksum.hex()}"
+
+
+def parse_cite(value: object) -> tuple[int, bytes] | None:
+    """(entry, checksum) of a cite ref's value, or None if it is not one."""
+    if not isinstance(value, str) or not value.startswith(CITE_PREFIX):
+        return None
+    n, sep, hx = value[len(CITE_PREFIX):].partition(":")
+    if not sep or not n.isdigit() or not n.isascii() or len(hx) != 64:
+        return None
+    try:
+        return int(n), bytes.fromhex(hx)
+    except ValueError:
+        return None
 
 
 def redacted_ref(oid: bytes) -> str:

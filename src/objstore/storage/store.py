@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import blake3
 import msgspec
@@ -38,6 +38,7 @@ from ..errors import (
     NewerFormat,
     ObjectNotFound,
     Redacted,
+    RunNotFound,
     StaleBase,
     StorageOSError,
     StoreFormatError,
@@ -373,8 +374,13 @@ class Store:
             mark_version(self.root, version, self.policy)
         self._version = version
 
-    def label_rows(self, key: bytes) -> list[tuple[int, bytes]]:
-        """(entry, record id) of the label rows with this key, newest first (storage.labels)."""
+    def label_rows(self, key: bytes, run: str | None = None) -> list[tuple[int, bytes]]:
+        """(order, record id) of the label rows with this key, newest first (storage.labels): a record
+        label's rows are in its run's log (``run``), a run label's are store-wide (None)."""
+        if run is not None:
+            log = self.logs.run_log(run)
+            with _tables_lock(log):
+                return log.label_rows(key)
         return self.logs.label_rows(key)
 
     def put_blob(self, data: bytes) -> bytes:
@@ -553,13 +559,37 @@ class Store:
         return self.logs.has(oid)
 
     def resolve_id(self, text: str) -> bytes:
-        """A full hex id, or a unique prefix of at least 4 hex digits."""
-        text = text.strip().lower()
+        """A full hex id, or a unique prefix of at least 4 hex digits; ``RUN:ID`` looks in run RUN's log (opening
+        that log only, so a store of a log per run finds it at the cost of one run)."""
+        text = text.strip()
+        run, sep, rest = text.rpartition(":")
+        if sep:
+            log = self.logs.run_log(run)
+            log.refresh()
+            if runrefs.branch_ref(run, 0) not in log.tables.run_refs.get(run, {}):
+                raise RunNotFound(run)
+            text = rest.strip().lower()
+            if len(text) == codec.HEX_LEN:
+                oid = codec.parse_id(text)
+                if not log.has(oid):
+                    raise ObjectNotFound(f"{text} (in run {run})")
+                return oid
+            self._check_prefix(text)
+            hits = sorted(oid for oid in log.iter_ids() if oid.hex().startswith(text))
+            return self._one_hit(text, hits)
+        text = text.lower()
         if len(text) == codec.HEX_LEN:
             return codec.parse_id(text)
+        self._check_prefix(text)
+        return self._one_hit(text, sorted(self.logs.ids_with_prefix(text)))
+
+    @staticmethod
+    def _check_prefix(text: str) -> None:
         if len(text) < 4 or any(c not in "0123456789abcdef" for c in text):
             raise InvalidInput(f"{text!r} is not an object id (64 hex digits, or a unique prefix of 4 or more)")
-        hits = sorted(self.logs.ids_with_prefix(text))
+
+    @staticmethod
+    def _one_hit(text: str, hits: list[bytes]) -> bytes:
         if not hits:
             raise ObjectNotFound(text)
         if len(hits) > 1:
@@ -630,6 +660,44 @@ class Store:
     def run_started_entry(self, run: str) -> int | None:
         """Log position (entry number, in the run's log) of a run's ``run_started`` record."""
         return self.logs.run_log(run).tables.starts.get(run)
+
+    def runs_newest_first(self) -> Iterator[str]:
+        """Every live run, newest start first (ties by id, the greater first). A store of a log per run walks its
+        catalog from the newest end, opening only the runs it yields (and those it skips: a start killed before
+        its first entry, a deleted run); a store of one log sorts its run-start index."""
+        if not self.logs.per_run:
+            runs = self.run_names()
+            yield from sorted(runs, key=lambda r: (-1 if (p := self.run_order(r)) is None else p, r), reverse=True)
+            return
+        from .runlogs.logs import RunLogs
+
+        for _k, run in cast(RunLogs, self.logs).catalog.newest_first():
+            refs = self.run_refs(run)
+            if runrefs.branch_ref(run, 0) not in refs:
+                continue  # no log, or a log without its first entry: a killed start
+            gone = refs.get(runrefs.deleted_ref(run))
+            if gone is not None:
+                self.obey_deletion(runrefs.deleted_ref(run), gone)
+                continue
+            yield run
+
+    def subject_runs(self, subject: str) -> list[str]:
+        """The runs catalogued with ``subject`` (a store of a log per run; newest first), to be confirmed
+        against their logs by the caller; a store of one log has no catalog: every run."""
+        if self.logs.per_run:
+            from .runlogs.logs import RunLogs
+
+            return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
+        return self.run_names()
+
+    def granted_runs(self, key: str) -> list[str]:
+        """The runs whose logs hold a grant chain about public key ``key`` (found in the catalog of a store of a log
+        per run, to be confirmed against their logs); a store of one log: every run."""
+        if self.logs.per_run:
+            from .runlogs.logs import RunLogs
+
+            return cast(RunLogs, self.logs).catalog.granted(key)
+        return self.run_names()
 
     def run_order(self, run: str) -> tuple | int | None:
         """Where a run is in the order runs were started (comparable between runs; None: not indexed)."""

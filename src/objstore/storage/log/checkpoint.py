@@ -83,7 +83,9 @@ class Checkpoints(LocalBase):
         remembered; one that breaks it is damage at its entry, as a replaying reader finds it."""
         with self._mu:
             t = self.tables
-            view = authority.EntryView(self, 0, [], {}, lambda oid: None)
+            factory = self.entry_view
+            view = authority.EntryView(self, 0, [], {}, lambda oid: None) if factory is None else \
+                factory(self, 0, [], {}, lambda oid: None, [])
             got = authority.ref_problem(view, name, value, t.adopted, t.checked)
             if got is None:
                 return

@@ -54,7 +54,10 @@ def deletion_rule(engine: Engine, n: int, objs: list, moves: list, bodies: Any, 
     entry to its canonical bytes."""
     if not authority.moves_deletion(moves):
         return None
-    view = authority.EntryView(engine, n, moves, {o[0]: o[1] for o in objs}, bodies(), plan.chain)
+    factory = engine.entry_view
+    types = {o[0]: o[1] for o in objs}
+    view = authority.EntryView(engine, n, moves, types, bodies(), plan.chain) if factory is None else \
+        factory(engine, n, moves, types, bodies(), plan.chain)
     return authority.entry_problem(view, n, moves)
 
 
@@ -94,6 +97,10 @@ class Engine:
     prefix_ok = False  # read the readable prefix of a damaged log instead of raising CorruptLog
     witness_problem: tuple[str, str] | None = None  # (code, detail) when the head witness disagrees with the log
     log_files = False  # the log is segment files on this machine, checked byte by byte by objstore.storage.log.fsck
+    # the view an entry's deletion authority rule reads (None: this log alone). A run's log of format 6 reads
+    # the store log too, at the position the entry cites (storage.runlogs.citation).
+    entry_view: Callable[..., Any] | None = None
+    run: str | None = None  # the run whose log this is (format 6), None for a log of a whole store
 
     # -- optional capabilities: the defaults are those of an engine that lacks them ---------------
     retry_seconds: float | None = None  # optimistic commits (object storage): Store.atomically re-runs a stale one this long

@@ -39,10 +39,13 @@ OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 class LocalBase(Engine):
     """A local log engine's state and files; its concerns are defined by the classes over it."""
 
-    def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True) -> None:
+    def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True, entry_view: Any = None, run: str | None = None) -> None:
         """``checkpoint=False``: neither adopt nor write a checkpoint; every entry from the first is
-        replayed (its rules and root checked): what verify reads the log with."""
+        replayed (its rules and root checked): what verify reads the log with. ``entry_view`` and ``run``: a
+        run's log of format 6 (``Engine.entry_view``)."""
         self.root = root
+        self.entry_view = entry_view
+        self.run = run
         self.dir = os.path.join(root, "log")
         self.policy = policy
         self.tables = LogState()

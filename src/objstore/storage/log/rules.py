@@ -34,7 +34,8 @@ from .root import _ROOT_MOD, element_hash, root_digest, run_digest
 
 SYMREF = runrefs.SYMREF_PREFIX
 _CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS, "/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
-_DELETION_REFS = ("/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
+# refs a deleted run may still move: its deletions, its deletion, and the store-log position they cite (format 6)
+_DELETION_REFS = ("/" + runrefs.DELETIONS, "/" + runrefs.DELETED, "/" + runrefs.CITE)
 KEYS_PREFIX = runrefs.KEYS_PREFIX
 _branch_ref = runrefs.branch_ref
 _live_ref = runrefs.live_ref

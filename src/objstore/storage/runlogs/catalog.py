@@ -10,8 +10,9 @@ Layout under ``<store>/catalog/`` (docs/FORMAT.md "Catalog"):
   the newest names down the trie (three short listings), a listing walks it all.
 * ``labels/<key hex>/<key>-<run>``, ``subjects/<hash>/<key>-<run>`` — the same file linked under each of its run
   labels' index keys (``storage.labels.key``) and under its subject: a look-up lists one directory.
-* ``deleted/<xx>/<run>`` and ``copies/<xx>/<source>/<copy>`` — create-once markers: a run deletion, a copy of
-  ``source`` (so gc of a source finds its copies without reading every log).
+* ``deleted/<xx>/<run>``, ``copies/<xx>/<source>/<copy>`` and ``grants/<key>/<run>`` — create-once markers: a
+  run deletion, a copy of ``source`` (so gc of a source finds its copies without reading every log), a grant
+  chain about a key in a run's log (so the Host finds where else a key was granted).
 
 Invariants: an entry is never rewritten (a second claim of a run id finds the first and keeps it); every other
 name is a link to an entry or an empty marker, so the catalog holds no fact the entry does not. The catalog is
@@ -120,6 +121,14 @@ class Catalog:
         if entry.copy_of is not None:
             self._marker(os.path.join(self.copies_dir(entry.copy_of), entry.run))
         return entry
+
+    def mark_grant(self, run: str, key: str) -> None:
+        """The create-once marker that run ``run``'s log holds a grant chain about public key ``key`` (so "where else
+        was this key granted" lists one directory, not every run's refs)."""
+        self._marker(os.path.join(self.root, "grants", key[:64], run))
+
+    def granted(self, key: str) -> list[str]:
+        return sorted(_listdir(os.path.join(self.root, "grants", key[:64])))
 
     def mark_deleted(self, run: str) -> None:
         """The create-once marker of a run deletion (the deletion itself is the run log's ``deleted`` ref)."""

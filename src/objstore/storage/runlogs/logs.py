@@ -38,6 +38,7 @@ from ..log.memory import MemoryEngine
 from ..log.txn import Txn
 from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
+from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
 from .multitxn import LogTxn, record_values, value_of
 
@@ -71,6 +72,8 @@ class RunLogs(LogSet):
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
         self._runs: dict[str, LogEngine] = {}
+        self._run_of: dict[int, str] = {}  # id of an open run log -> its run
+        self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._mu = threading.Lock()
 
     # -- which log ------------------------------------------------------------------------------
@@ -88,9 +91,10 @@ class RunLogs(LogSet):
                     return _ABSENT  # read as empty; looked for again on the next ask
                 self._create_run_log(d)
             try:
-                log = LogEngine(d, self.policy)
+                log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
+            self._run_of[id(log)] = run
             self._runs[run] = log
             return log
 
@@ -141,6 +145,15 @@ class RunLogs(LogSet):
 
     def has(self, oid: bytes) -> bool:
         return self.locate(oid).has(oid)
+
+    def ids_with_prefix(self, text: str) -> set[bytes]:
+        """Every log's ids with this prefix: a prefix is unique only over the whole store, so every run is
+        searched (O(runs); ``RUN:PREFIX`` searches one run)."""
+        out: set[bytes] = set()
+        for _run, log in self.all_logs():
+            log.refresh()
+            out.update(oid for oid in log.iter_ids() if oid.hex().startswith(text))
+        return out
 
     def copy_source(self, oid: bytes) -> tuple[str, bytes | LargeBlob] | None:
         """(type, canonical bytes) of a body another log (or the process) holds, for a run's entry naming it."""
@@ -210,25 +223,31 @@ class RunLogs(LogSet):
 
     def before_commit(self, log: Engine, txn: LogTxn) -> None:
         """Under ``log``'s lock, before its entry is written: a run log's first entry needs the run's catalog entry."""
-        if log is self.store_log or log.position().entry != 0 or not txn.ref_moves():
+        moves = txn.ref_moves()
+        if log is self.store_log or not moves:
             return
-        run = next((runrefs.run_of(m[0]) for m in txn.ref_moves()), None)
+        run = next((runrefs.run_of(m[0]) for m in moves), None)
         if run is None:
             return
-        self.catalog.add(self._catalog_entry(run, txn))
+        if log.position().entry == 0:
+            self.catalog.add(self._catalog_entry(run, txn))
+        prefix = runrefs.run_grant_prefix(run)
+        for m in moves:
+            if m[0].startswith(prefix) and m[1] is None:  # a new grant chain: findable by its key
+                self.catalog.mark_grant(run, m[0][len(prefix):])
 
     def _catalog_entry(self, run: str, txn: LogTxn) -> CatalogEntry:
         """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a
-        run whose first entry holds none: the time now, the default subject)."""
+        run whose first entry holds none: the default subject). Its time, the catalog's order, is the commit's
+        (the entry's time: now, or the time a copy or an upgrade keeps), not the time the record states."""
         when = time.time() if txn.when is None else float(txn.when)
         subject, labels, copy_of = "default", None, None
         for _oid, v in record_values(txn):
             if v.get("run") == run and v.get("kind") == "run_started" and v.get("branch") == 0 and v.get("lsn") == 0:
-                body = v.get("body") if isinstance(v.get("body"), dict) else {}
-                subject = body.get("subject") if isinstance(body.get("subject"), str) else subject
+                body = v.get("body")
+                if isinstance(body, dict) and isinstance(body.get("subject"), str):
+                    subject = body["subject"]
                 labels = v.get("labels")
-                t = v.get("time")
-                when = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else when
                 parent = v.get("parent")
                 if isinstance(parent, bytes):
                     fork = value_of(txn, parent)
@@ -236,6 +255,52 @@ class RunLogs(LogSet):
                         copy_of = fork["parent_run"]
                 break
         return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
+
+    @contextmanager
+    def citing(self, txn: LogTxn) -> Iterator[None]:
+        """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
+        re-check what the batch read of it, and move the run's cite ref to the store log's position."""
+        log = txn.bound
+        run = self._run_of.get(id(log))
+        if run is None or txn.inner is None or not needs_cite(txn):
+            yield
+            return
+        with shared_lock(os.path.join(self.root, STORE_LOG), txn.timeout):
+            recheck(txn, self.store_log)
+            pos = self.store_log.position()
+            name = runrefs.cite_ref(run)
+            old = txn.inner.read_ref(name)
+            new = runrefs.cite_value(pos.entry, pos.checksum)
+            if old != new:
+                txn.inner.set_ref(name, old, new, "cite the store log")
+            yield
+
+    def entry_view(self, engine: Engine, n: int, moves: list, types: dict, bodies: Any, chain: list) -> CrossView:
+        """The view a run-log entry's rules read: its run's log, and the store log at the position it cites."""
+        run = self._run_of.get(id(engine))
+        cite = None
+        if run is not None:
+            name = runrefs.cite_ref(run)
+            moved = next((m[2] for m in moves if m[0] == name), None)
+            cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
+        return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
+
+    def date(self, run: str, oid: bytes) -> int | None:
+        log = self.run_log(run)
+        e = log.loc_entry(oid)
+        if e is not None:
+            return e
+        s = self.store_log.loc_entry(oid)
+        if s is None:
+            return None
+        seen = self.history(log).first_seeing(s) if log is not _ABSENT else None
+        return AFTER if seen is None else seen
+
+    def history(self, engine: Engine) -> CiteHistory:
+        h = self._hist.get(id(engine))
+        if h is None:
+            h = self._hist[id(engine)] = CiteHistory(engine)
+        return h
 
     def release(self, run: str | None = None) -> None:
         with self._mu:
@@ -245,6 +310,8 @@ class RunLogs(LogSet):
                 one = self._runs.pop(run, None)
                 logs = [one] if one is not None else []
         for log in logs:
+            self._run_of.pop(id(log), None)  # (ids of closed engines are reused)
+            self._hist.pop(id(log), None)
             log.close()
 
     def close(self) -> None:

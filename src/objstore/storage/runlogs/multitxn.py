@@ -21,12 +21,13 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import MultiLogBatch
+from ...errors import MultiLogBatch, Refused
 from .. import codec
 from ..log.engine import Engine
 from ..log.entry import LargeBlob
 from ..log.facts import body_refs
 from ..log.txn import Txn
+from ..refs import chain_type, forward_only
 
 if TYPE_CHECKING:
     from .logs import RunLogs
@@ -53,10 +54,15 @@ class LogTxn(Txn):
         self.bound: Engine | None = None
         self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
+        self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
 
-    @property  # type: ignore[override]
+    @property
     def moves(self) -> dict[str, list]:
         return self.inner.moves if self.inner is not None else {}
+
+    @moves.setter
+    def moves(self, value: dict[str, list]) -> None:
+        raise AttributeError("a batch's moves are its log's")
 
     # -- objects ------------------------------------------------------------------------------
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
@@ -80,9 +86,18 @@ class LogTxn(Txn):
             assert self.inner is not None
             return self.inner.read_ref(name)
         log.refresh()
-        return log.tables.refs.get(name)
+        value = log.tables.refs.get(name)
+        if log is self.logs.store_log:
+            self.store_reads.setdefault(name, value)
+        return value
 
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
+        if isinstance(new, bytes) and self.logs.held.has(new) and forward_only(name):
+            # An object this process holds was put by an earlier commit: a chain ref that moves only to an object
+            # of its own commit refuses it, as it refuses one stored earlier (its writer's grant is dated by it).
+            want = chain_type(name)
+            if want in ("journal", "segment", "deletion", "schema"):
+                raise Refused(f"ref {name} moves only to a {want} stored in the same commit")
         inner = self._writer_for(name)
         inner.set_ref(name, old, new, reason)
 
@@ -163,7 +178,8 @@ class LogTxn(Txn):
         try:
             if cm is not None:
                 if exc is None:
-                    cm.__exit__(None, None, None)
+                    with self.logs.citing(self):
+                        cm.__exit__(None, None, None)
                 else:
                     cm.__exit__(type(exc), exc, exc.__traceback__)
             elif exc is None and self.objects:
