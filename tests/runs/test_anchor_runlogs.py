@@ -333,3 +333,44 @@ def test_verify_run_reads_that_runs_log_and_the_store_log_only(store, monkeypatc
     report = verify_report(s, runs=["rb"])
     assert report.problems == [] and report.logs == 2
     assert set(opened) == {"rb"}
+
+
+# -- what a run's log names in another log ------------------------------------------------------------------
+
+def test_a_copy_verifies_against_its_source_and_names_a_source_gone_or_rewritten(store, tmp_path):
+    root, log = store
+    log.fork_run("ra", run="cp")
+    log.record_attempt("cp", 7, 0, "succeeded")
+    assert verify_lines(root, exit_code=0)[0] == []
+    s = Store.open(root)
+    first = s.get(s.logs.run_log("cp").record_at("cp", 0, 0))[1]["parent"]  # the copy's fork object
+    other = str(tmp_path / "other")
+    build(other, runs=("ra",), records=2)  # run ra again, other records at the same LSNs
+    shutil.rmtree(run_log_root(root, "ra"))
+    shutil.copytree(run_log_root(other, "ra"), run_log_root(root, "ra"))
+    lines, _err = verify_lines(root, exit_code=1)
+    bad = [x for x in lines if x.startswith("bad-fork ")]
+    assert len(bad) == 1 and bad[0].startswith(f"bad-fork {first.hex()}: ") and bad[0].endswith("[run/cp/branch/0]")
+    shutil.rmtree(run_log_root(root, "ra"))
+    lines, _err = verify_lines(root, exit_code=1)
+    assert lines[0] == f"missing-run-log ra: the catalog lists this run, its log is gone [{run_log_root(root, 'ra')}]" or \
+        f"missing-run-log ra: the catalog lists this run, its log is gone [{run_log_root(root, 'ra')}]" in lines
+    assert [x.split(" ")[0] for x in lines if not x.startswith("missing-run-log")] == ["bad-fork"]
+
+
+def test_a_store_log_rolled_back_under_a_run_that_cites_it_is_named(store, tmp_path):
+    root, log = store
+    old = str(tmp_path / "old")
+    where = store_log_root(root)
+    shutil.copytree(where, old)
+    log.register_kind("x.test.note", [["text", "str", True, False]])
+    with log.batch():  # a run's batch that reads a store-log ref: its entry cites the store log's position
+        log.append("rb", "x.test.note", {"text": "hi"})
+        log.store.read_ref("schema/x.test.note")
+    cite = Store.open(root).logs.run_log("rb").tables.refs.get("run/rb/cite")
+    assert cite is not None and cite.startswith("store@1:")
+    assert verify_lines(root, exit_code=0)[0] == []
+    shutil.rmtree(where)
+    shutil.copytree(old, where)
+    lines, _err = verify_lines(root, exit_code=1)
+    assert f"bad-cite run/rb/cite: cites store-log entry 1; the store log ends at entry 0 [{log_dir(root, 'rb')}]" in lines

@@ -11,9 +11,12 @@ The runs walked are those the catalog names (``catalog/ids/<xx>/``) and those wi
 * ``missing-run-log <run>`` — the catalog lists the run, its log directory is gone (a problem);
 * ``uncatalogued-run <run>`` — a log holding entries with no catalog entry: listings and ``latest`` miss it;
 * ``catalog-mismatch <run>`` — the catalog entry disagrees with the run's ``run_started`` record (subject,
-  labels, time, copy_of), or its order name is missing (listings miss the run);
+  labels, copy_of) or with its log (a time after the log's first entry: the entry is written before it), or its
+  order name is missing (listings miss the run);
 * ``bad-catalog-entry <run>`` — an entry that does not read, or names another run;
 * ``wrong-run-log <run>`` — the log at a run's place holds another run's refs (swapped or moved logs);
+* ``bad-cite run/<R>/cite`` — the store-log position a run's entries cite is not in the store log (rolled back
+  or rewritten under them);
 * the note ``unstarted-run <run>`` — a log with no entry (a ``start_run`` killed before its first commit,
   with or without its catalog entry): listings skip it; it does not fail verify.
 
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     from ..storage.log.engine import Engine
     from .api import RunLog
 
+CITE_SUMS_MAX = 1 << 20  # store-log entries whose checksums are kept for the cites (beyond: read when cited)
 OneLogPass = Callable[..., Report]  # verify.verify_log(log, engine, run, check_state, want, progress, jobs, watch, seen)
 
 
@@ -81,6 +85,8 @@ class _Pass:
         self.notes: list[Problem] = []
         self.entries = self.objects = self.n_logs = 0
         self.checksum = b""
+        self.store_count = 0  # the store log's last entry read, and its entries' checksums (for cites)
+        self.store_sums: dict[int, bytes] = {}
         self.manifest: dict[str, list[tuple[int, bytes]]] = {}  # leaf name -> the heads (entry, checksum) v2 anchors name
 
     def _progress(self) -> Callable[[int, int], None] | None:
@@ -110,8 +116,13 @@ class _Pass:
         v1 = [parse_anchor(t) for t in tokens if not M.is_manifest_token(t)]
         v2 = [M.parse_manifest_token(t) for t in tokens if M.is_manifest_token(t)]
         engine = self.logs.store_log
-        r, seen = self.one_log(engine, None, v1, [n for n, _c, _r in v2])
+        # every store-log entry's checksum, for the positions run logs cite (a store log holds the store-wide refs
+        # only: grants, schemas, anchors — small beside the runs)
+        upto = engine.refresh().entry
+        every = range(1, upto + 1) if upto <= CITE_SUMS_MAX else range(0)
+        r, seen = self.one_log(engine, None, v1, [*every, *(n for n, _c, _r in v2)])
         self.checksum = r.checksum
+        self.store_count, self.store_sums = seen.get("count", r.entries), seen.get("sums", {})
         for entry, checksum, root in v2:
             bad = self.judge(M.STORE_LEAF, engine, (entry, checksum), seen, r)
             if bad is not None:
@@ -200,6 +211,7 @@ class _Pass:
             self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
             return
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
+        self.check_cite(run, engine)
         held = self.held_runs(engine, run)
         if held:
             self.add("wrong-run-log", run, os.path.join(d, "log"), f"the log at run {run}'s place holds the refs of run {', '.join(held)}")
@@ -217,6 +229,25 @@ class _Pass:
             self.add("uncatalogued-run", run, d, f"its log holds {r.entries} entries, the catalog has no entry for it: listings and latest miss it")
         elif entry is not None and not held:
             self.catalog_against_log(run, entry, engine)
+
+    def check_cite(self, run: str, engine: Engine) -> None:
+        """The store-log position the run's newest citing entry read is an entry of the store log, with that checksum
+        (a store log rolled back or rewritten under the runs that cite it is named here)."""
+        name = runrefs.cite_ref(run)
+        cite = runrefs.parse_cite(engine.tables.refs.get(name))
+        if cite is None or cite[0] == 0:
+            return
+        n, checksum = cite
+        where = os.path.join(run_dir(self.root, run), "log")
+        if n > self.store_count:
+            self.add("bad-cite", name, where, f"cites store-log entry {n}; the store log ends at entry {self.store_count}")
+            return
+        got = self.store_sums.get(n)
+        if got is None:
+            got = _checksum_at(self.logs.store_log, n)
+        if got != checksum:
+            self.add("bad-cite", name, where, f"cites store-log entry {n} with checksum {checksum.hex()}; that entry's is "
+                     f"{got.hex() if got else '(unread)'}")
 
     def catalog_entry(self, run: str) -> CatalogEntry | None:
         path = self.logs.catalog.id_path(run)
@@ -255,14 +286,15 @@ class _Pass:
         if got is None:
             return  # no run_started to compare (a run begun by a ref move; or its body removed: named by the log's pass)
         diff = []
-        subject, labels, when, copy_of = got
+        subject, labels, _when, copy_of = got
         if subject != entry.subject:
             diff.append(f"subject {entry.subject!r} (record: {subject!r})")
         mine = [list(r) for r in entry.labels] if entry.labels is not None else None
         if labels != mine:
             diff.append(f"labels {mine!r:.120} (record: {labels!r:.120})")
-        if when is not None and when != entry.time_us:
-            diff.append(f"time {entry.time_us} µs (record: {when})")
+        first = _first_entry_time(engine)
+        if first is not None and entry.time_us > first:  # written under the run log's lock before its first entry
+            diff.append(f"time {entry.time_us} µs, after the run's first entry ({first} µs)")
         if copy_of != entry.copy_of:
             diff.append(f"copy_of {entry.copy_of!r} (record: {copy_of!r})")
         if diff:
@@ -298,6 +330,17 @@ def _started(engine: Engine, run: str) -> tuple[str, list | None, int | None, st
         except ObjstoreError:
             pass
     return subject, labels, when, copy_of
+
+
+def _first_entry_time(engine: Engine) -> int | None:
+    """The time (µs) of the log's first entry: the catalog's order key is taken just before it is written (or is
+    the time a copy or an upgrade keeps, which that entry keeps too)."""
+    try:
+        for e in engine.entries():
+            return int(e.time * 1_000_000)
+    except ObjstoreError:
+        return None
+    return None
 
 
 def _checksum_at(engine: Engine, n: int) -> bytes | None:

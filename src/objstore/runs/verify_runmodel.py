@@ -399,7 +399,7 @@ class RunModelChecks:
                 continue  # (not in the tables: past an entry readers refuse, named as that entry)
             try:
                 value = self.store.deletion_object(oid)
-                found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid))
+                found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid), self._authority_view())
             except ObjstoreError as e:
                 found = [f"cannot be read: {e}"]
             for what in found:
@@ -442,6 +442,8 @@ class RunModelChecks:
     def _references(self) -> None:
         for otype, oid, field, ref in self.later_refs:
             t = self._type(ref)
+            if t is None and self.own_run is not None:  # a store-log object a run's entry names (a subject grant)
+                t = self._type_in(ref, self.store.logs.store_log)
             if t is None:
                 if ref in self.damaged:
                     continue
@@ -453,6 +455,10 @@ class RunModelChecks:
         refs = self.refs
         runs: dict[str, dict] = {}
         for name, value in refs.items():
+            if runrefs.is_cite_ref(name):
+                if runrefs.parse_cite(value) is None:
+                    self.add("bad-cite", name, "", f"is not a store-log position (store@<entry>:<checksum>): {value!r:.80}")
+                continue  # the position itself is checked against the store log (verify_logs)
             if isinstance(value, str):
                 target = runrefs.parse_symref_value(value)
                 if target is None or target not in refs:
@@ -535,6 +541,15 @@ class RunModelChecks:
                 self.add("bad-labels", h, where, f"run {run} is generation {RL.generation_of(run, labels)} of its labels, but generation {k} "
                          f"({RL.run_id(labels, k)}) is not a deleted run")
 
+    def _authority_view(self) -> authority.View | None:
+        """What a deletion in this pass's log is judged by: on a run's log (format 6), that log with the store log
+        as its entries cited it (``RunLogs.entry_view``: a store-log object dates to the first run entry citing a
+        position that holds it), so entry numbers compare within the run's log; else the store as it stands."""
+        if self.own_run is None:
+            return None
+        make = getattr(self.store.logs, "entry_view", None)
+        return None if make is None else make(self.engine, self.upto + 1, [], {}, lambda _oid: None, [])
+
     def _is_deleted_run(self, run: str) -> bool:
         """Whether ``run`` is deleted at this snapshot (of another run on a store of format 6: at its log's head)."""
         if self.own_run is None or run == self.own_run:
@@ -610,7 +625,7 @@ class RunModelChecks:
 
 # -- recorded deletions (issue 17) ------------------------------------------------------------
 #
-def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None) -> list[str]:
+def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None, view: authority.View | None = None) -> list[str]:
     """What is wrong with a deletion object (each one ``bad-deletion <id>: <what>``): its schema, then
     the authority rule every reader applies to its entry (objstore.storage.authority: the signature,
     the owner or a live delete grant at its entry, a redaction by the owner only, covered rows that
@@ -618,4 +633,4 @@ def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | Non
     bad = S.schema_problem(R.DELETION_TYPE, value)
     if bad is not None:
         return [bad]
-    return authority.deletion_problems(authority.StoreView(store), value, at_entry)
+    return authority.deletion_problems(authority.StoreView(store) if view is None else view, value, at_entry)
