@@ -177,9 +177,8 @@ class _Pass:
 
     # -- the runs ------------------------------------------------------------------------------------------
     def runs(self, only: set[str] | None = None) -> None:
-        for xx, run, catalogued, has_dir in walk_runs(self.root):
-            if only is not None and run not in only:
-                continue
+        walk = walk_runs(self.root) if only is None else self.named(sorted(only))
+        for xx, run, catalogued, has_dir in walk:
             try:
                 self.one_run(xx, run, catalogued, has_dir)
             finally:
@@ -189,6 +188,11 @@ class _Pass:
                 continue
             for n, c in heads:
                 self.add("anchor-removed", name, "", f"the log is gone; the anchor names its entry {n} ({c.hex()})")
+
+    def named(self, runs: list[str]) -> Iterator[tuple[str, str, bool, bool]]:
+        """What ``walk_runs`` says of these runs only (``verify RUN``: no listing of every run)."""
+        for run in runs:
+            yield shard(run), run, os.path.exists(self.logs.catalog.id_path(run)), os.path.isdir(run_dir(self.root, run))
 
     def one_run(self, xx: str, run: str, catalogued: bool, has_dir: bool) -> None:
         d = run_dir(self.root, run)
