@@ -214,7 +214,8 @@ APP = {"objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "obj
 GROUPS = {f"objstore_cli.{m}" for m in ("admin", "audit", "journal", "lifecycle", "maintenance", "objects", "remote", "runs",
                                         "sessions", "tables")}
 LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" for m in (
-    "authority", "batch", "codec", "erased", "fileutil", "labels", "refs", "runrefs", "store", "storedir")),
+    "authority", "batch", "codec", "erased", "fileutil", "labels", "logset", "refs", "runrefs", "store", "storedir")),
+    "objstore.storage.runlogs", "objstore.storage.runlogs.catalog", "objstore.storage.runlogs.held", "objstore.storage.runlogs.logs",
     "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
         "checkpoint", "engine", "entry", "facts", "format", "local", "local_catchup", "local_index", "local_objects",
         "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
@@ -225,7 +226,7 @@ LOADS = {
     "--help": APP | GROUPS,  # every command's line: each group's module, and nothing of the library
     "log --help": APP | {"objstore_cli.runs", "objstore_cli.tables"},
     "log RUN -n 10": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.history", "objstore.runs.labelspec"},
-    "show ID": APP | LOCAL_STORE | {"objstore_cli.objects"},
+    "show ID": APP | LOCAL_STORE | {"objstore_cli.objects", "objstore.storage.runlogs.idindex"},  # a bare id: the id index
     "verify": APP | LOCAL_STORE | {"objstore_cli.audit", "objstore.storage.gclock", "objstore.storage.log.fsck", *(f"objstore.runs.{m}" for m in (
         "anchor_manifest", "anchors", "facts", "schemas", "verify", "verify_logs", "verify_objects", "verify_report", "verify_runmodel"))},
     "runs": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.labelspec"},
@@ -242,7 +243,9 @@ def a_run(tmp_path_factory):
     run = log.start_run("startup", subject="t")
     for i in range(12):
         log.record_attempt(run, step=i, attempt=0, state="succeeded")
-    return store, run, log.put_blob(b"a blob").hex()
+    with log.store.batch_in(run):  # stored in the run's log (a blob put alone is held by its process on format 6)
+        blob = log.put_blob(b"a blob")
+    return store, run, blob.hex()
 
 
 @pytest.mark.parametrize("command", list(LOADS))

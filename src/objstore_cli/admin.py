@@ -77,22 +77,27 @@ def init(c, as_json, create_bucket):
 @click.option("--json", "as_json", is_flag=True, help="What was done as JSON: status, from/to format, where the old copy is kept, counts.")
 @pass_ctx
 def upgrade(c, as_json):
-    """Convert a format-1 or format-2 store in place to format 3 (the current one).
+    """Convert an older store in place to format 6 (a log per run).
 
-    The old store is kept as PATH.format1 or PATH.format2; an interrupted upgrade
-    leaves it usable, and running upgrade again finishes it.
+    Step by step: format 1 or 2 becomes format 3, then a store of one log
+    (format 3, 4 or 5) becomes format 6. Each step keeps the store it
+    converted as PATH.format<N>; an interrupted upgrade leaves the store
+    usable, and running upgrade again finishes it. A store whose gc removed
+    records (deleted runs or records) is not converted to format 6 yet: it
+    stays as it is (exit 8), and this objstore goes on reading it.
 
     \b
     Examples:
       objstore --store ./old-store upgrade
     """
-    from objstore.legacy.upgrade import upgrade as run_upgrade
+    from objstore.legacy.upgrade import upgrade_all
 
-    summary = run_upgrade(c.store_path())
+    steps = upgrade_all(c.store_path())
     if as_json:
-        echo_json(_upgrade_json(summary))
+        echo_json(_upgrade_json(steps))
         return
-    click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
+    for summary in steps:
+        click.echo(" ".join(f"{k}={v}" for k, v in summary.items()))
 
 
 @click.command()
@@ -162,22 +167,30 @@ def rebuild(c, run, as_json):
     click.echo(f"rebuilt state for {len(runs_)} run(s)")
 
 
-def _upgrade_json(summary: dict) -> dict:
-    """``upgrade --json``: the library's summary in one shape whatever happened — the format the store
-    had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now
-    (``to``), where the old copy is kept (``backup``, null when nothing moved) and the counts."""
-    from objstore.storage.storedir import FORMAT_VERSION
+def _upgrade_json(steps: list[dict]) -> dict:
+    """``upgrade --json``: the library's step summaries in one shape whatever happened — the format the store
+    had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now (``to``), where the
+    old copy is kept (``backup``: the first step's, null when nothing moved) and the counts (summed over steps)."""
+    from objstore.storage.storedir import NEWEST_VERSION
 
-    status = summary["status"]
-    if status.startswith("already-format-"):
-        frm = FORMAT_VERSION
-    elif status == "finished":
-        frm = 2 if str(summary.get("backup", "")).endswith(".format2") else 1
+    done = [s for s in steps if not s["status"].startswith("already-format-")]
+    if not done:
+        return {"status": steps[-1]["status"], "path": steps[-1]["path"], "from": NEWEST_VERSION, "to": NEWEST_VERSION,
+                "backup": None, "counts": {}}
+    first = done[0]
+    if first["status"] == "finished":
+        suffix = str(first.get("backup", "")).rpartition(".format")[2]
+        frm = int(suffix) if suffix.isdigit() else 1
     else:
-        frm = summary.get("from", 1)
-    counts = {k: v for k, v in summary.items() if k not in ("status", "path", "from", "backup") and isinstance(v, int)}
-    return {"status": status, "path": summary["path"], "from": frm, "to": FORMAT_VERSION,
-            "backup": summary.get("backup"), "counts": counts}
+        frm = first.get("from", 1)
+    counts: dict[str, int] = {}
+    for s in done:
+        for k, v in s.items():
+            if k not in ("status", "path", "from", "to", "backup") and isinstance(v, int) and not isinstance(v, bool):
+                counts[k] = counts.get(k, 0) + v
+    status = "finished" if any(s["status"] == "finished" for s in done) else "upgraded"
+    return {"status": status, "path": first["path"], "from": frm, "to": NEWEST_VERSION, "backup": first.get("backup"),
+            "counts": counts}
 
 
 def _demo_epoch(at: float | None) -> float | None:

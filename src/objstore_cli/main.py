@@ -190,7 +190,7 @@ cli.commands = Commands({
     "episode": "runs:episode", "view": "runs:view", "key": "journal:key_group", "journal": "journal:journal", "compact": "sessions:compact",
     "segments": "sessions:segments_cmd", "session": "sessions:session", "task": "sessions:task",
     "journal-serve": "sessions:journal_serve", "demo": "admin:demo", "help": help_cmd, "backup": "admin:backup",
-    "delete": "lifecycle:delete", "redact": "lifecycle:redact", "gc": "maintenance:gc", "stats": "maintenance:stats",
+    "delete": "lifecycle:delete", "redact": "lifecycle:redact", "gc": "maintenance:gc", "stats": "maintenance:stats", "index": "maintenance:index_cmd",
     "push": "remote:push", "clone": "remote:clone",
 })
 

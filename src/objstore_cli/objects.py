@@ -158,11 +158,16 @@ def refs(c, prefix, as_json, with_log):
 @click.command("put-blob")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="The blob's id and size (bytes stored) as JSON.")
+@click.option("--run", "run", default=None, metavar="RUN",
+              help="Store it in this run's log (a store with a log per run); default: the store log.")
 @pass_ctx
-def put_blob(c, path, as_json):
+def put_blob(c, path, as_json, run):
     """Store a file (or - for stdin) as a blob and print its id.
 
     The input is read once and the id is the hash of exactly the bytes stored.
+    On a store with a log per run (format 6) the blob is stored in the store
+    log, or with --run in that run's log; a record that names it later
+    stores a copy in its own run's log (each run holds the bodies it names).
 
     \b
     Arguments:
@@ -173,10 +178,16 @@ def put_blob(c, path, as_json):
       objstore put-blob prompt.txt
       echo hello | objstore put-blob -
     """
-    store = c.log().store
+    log = c.log()
+    store = log.store
+    if run is not None:
+        from objstore.runs.resolve import resolve_run
+
+        run = resolve_run(log, run)  # RunNotFound (exit 4) for a run the store does not have
     if path == "-":
         counted = _Counted(sys.stdin.buffer)
-        oid = store.put_blob_stream(counted)
+        with store.batch_in(run):
+            oid = store.put_blob_stream(counted)
     else:
         from objstore.errors import StorageOSError
 
@@ -184,7 +195,7 @@ def put_blob(c, path, as_json):
             f = open(path, "rb")  # noqa: SIM115 - closed below, after the store read it once
         except OSError as e:
             raise StorageOSError(f"read {path!r}", e) from None
-        with f:
+        with f, store.batch_in(run):
             counted = _Counted(f)
             oid = store.put_blob_stream(counted)
     if as_json:

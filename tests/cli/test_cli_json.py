@@ -150,6 +150,7 @@ def world(tmp_path_factory):
     cli_json("stats")
     cli_json("gc", "--delete-runs-older-than", "3650d", "--reason", "retention", "--dry-run")
     cli_json("gc")
+    cli_json("index")
     cli_json("stats")
     cli_json("push", str(tmp / "mirror"))  # everything above, deletions and redaction included, to another store
     cli_json("clone", str(tmp / "mirror"), str(tmp / "clone"))
@@ -414,10 +415,11 @@ def test_upgrade_json_says_from_to_and_where_the_old_copy_is(tmp_path, env):
     root = str(tmp_path / "f2")
     shutil.copytree(FORMAT2_STORE, root)
     got = valid("upgrade", run_cli("upgrade", "--json", store=root, env_extra=env, exit_code=0)[1])
-    assert (got["status"], got["from"], got["to"], got["backup"], got["path"]) == ("upgraded", 2, 3, root + ".format2", root)
-    assert os.path.isdir(got["backup"]) and got["counts"]["objects"] > 0
+    # two steps: 2 -> 3 (the format-2 store kept as .format2), then 3 -> 6 (the format-3 one kept as .format3)
+    assert (got["status"], got["from"], got["to"], got["backup"], got["path"]) == ("upgraded", 2, 6, root + ".format2", root)
+    assert os.path.isdir(got["backup"]) and os.path.isdir(root + ".format3") and got["counts"]["objects"] > 0
     again = valid("upgrade", run_cli("upgrade", "--json", store=root, env_extra=env, exit_code=0)[1])
-    assert again == {"status": "already-format-3", "path": root, "from": 3, "to": 3, "backup": None, "counts": {}}
+    assert again == {"status": "already-format-6", "path": root, "from": 6, "to": 6, "backup": None, "counts": {}}
 
 
 def test_repair_json_is_the_cut(store, env):

@@ -254,10 +254,11 @@ def test_upgrade(f1):
 
 
 def test_upgrade_twice_is_a_noop(f1):
-    U.upgrade(f1.root)
+    steps = U.upgrade_all(f1.root)  # format 1 -> 3 (kept as .format1) -> 6 (the format-3 store kept as .format3)
+    assert [s["status"] for s in steps] == ["upgraded", "upgraded", "already-format-6"]
     before = snapshot_tree(f1.root)
     backup = snapshot_tree(f1.root + ".format1")
-    assert U.upgrade(f1.root)["status"] == "already-format-3"
+    assert U.upgrade(f1.root)["status"] == "already-format-6"
     assert snapshot_tree(f1.root) == before and snapshot_tree(f1.root + ".format1") == backup
 
 
@@ -333,7 +334,9 @@ def test_crash_between_renames_is_finished_by_upgrade(f1):
     store = Store.open(f1.root)
     assert ref_log(store) == f1.expected_log
     assert verify(RunLog(store)) == []
-    assert U.upgrade(f1.root)["status"] == "already-format-3"
+    store.logs.close()
+    assert U.upgrade(f1.root)["status"] == "upgraded"  # the next step: format 3 -> 6
+    assert U.upgrade(f1.root)["status"] == "already-format-6"
 
 
 def test_missing_store_with_backup_but_no_staging(f1):
@@ -492,7 +495,8 @@ def test_format2_upgrades_to_format3_with_the_same_objects_refs_and_moves(tmp_pa
     # the format-2 store is kept, byte for byte
     assert open(os.path.join(root + ".format2", "log", "0000000001.seg"), "rb").read() == \
         open(os.path.join(FORMAT2_STORE, "log", "0000000001.seg"), "rb").read()
-    assert U.upgrade(root)["status"] == "already-format-3"
+    s.logs.close()
+    assert U.upgrade(root)["status"] == "upgraded" and U.upgrade(root)["status"] == "already-format-6"  # then 3 -> 6
 
 
 def test_a_damaged_format2_store_is_not_upgraded(tmp_path):
@@ -513,9 +517,9 @@ def test_a_store_of_a_newer_format_is_refused_not_guessed_at(tmp_path):
     root = str(tmp_path / "s")
     Store.init(root)
     with open(os.path.join(root, "OBJSTORE"), "w") as f:
-        f.write('{"format": "objstore", "version": 6}\n')
+        f.write('{"format": "objstore", "version": 7}\n')
     before = snapshot_tree(root)
-    with pytest.raises(NewerFormat, match="version 6; this objstore reads up to version 5"):
+    with pytest.raises(NewerFormat, match="version 7; this objstore reads up to version 6"):
         Store.open(root)
     code, out, err = run_cli("runs", store=root, exit_code=5)
     assert err.count("\n") == 1 and "newer format" in err

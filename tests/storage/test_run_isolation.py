@@ -74,7 +74,7 @@ def test_a_writer_of_one_run_touches_nothing_of_another_run_nor_writes_the_store
     writes = ("write", "pwrite64", "writev", "ftruncate", "fallocate", "fsync", "fdatasync", "rename", "renameat",
               "renameat2", "link", "linkat", "unlink", "unlinkat", "mkdir", "mkdirat", "creat")
     of_b, wrote_shared, locked_shared = [], [], []
-    for call, args, res, path in calls:
+    for call, args, _res, path in calls:
         if path is None:
             continue
         real = os.path.realpath(path)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidInput, Refused
 from ..runs.records import DEFAULT_RIGHTS, GRANT_SCHEMA, RIGHTS, ROLES
-from ..storage import codec, identity
+from ..storage import codec, identity, runrefs
 from ..storage.identity import Key
 from ..storage.refs import check_ref_name
 from ..storage.runrefs import run_grant_ref, subject_grant_ref
@@ -95,8 +95,20 @@ def revoke(log: RunLog, owner: Key, run: str | None, public: str, *, subject: st
     with log.store.batch():  # the role and name copied from the grant the revocation follows
         cur = log.store.read_ref(ref)
         g = log.store.get_typed(cur, codec.GRANT) if isinstance(cur, bytes) else {}
-        return _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
-                            name=g.get("name") or "", reason=reason)
+        rid = _write_grant(log, owner, run, subject, public, "revoke", role=g.get("role", "worker"), rights=("read",),
+                           name=g.get("name") or "", reason=reason)
+    if ref_run is None:
+        _fence_subject(log, subj)
+    return rid
+
+
+def _fence_subject(log: RunLog, subject: str) -> None:
+    """After a subject-wide revocation (a store-log commit), fence each run of the subject: its log accepts no
+    entry judged at a store-log position before the revocation (a store of one log: nothing to do)."""
+    if log.store.logs.per_run and log.store.current_batch() is None:
+        for run in log.store.subject_runs(subject):
+            if runrefs.branch_ref(run, 0) in log.store.run_refs(run):  # a run whose start was killed has no log to fence
+                log.store.fence(run)
 
 
 def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,
@@ -113,6 +125,8 @@ def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_pub
                          reason=reason or f"superseded by {name or new_public[:16] + '…'}", supersedes=None)
         g = _write_grant(log, owner, run, subject, new_public, "grant", name=name, reason=reason or "supersedes a worker",
                          supersedes=old_public)
+    if ref_run is None:
+        _fence_subject(log, subj)
     return r, g
 
 

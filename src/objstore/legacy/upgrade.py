@@ -69,7 +69,8 @@ from ..runs import records as R
 from ..storage import codec
 from ..storage.fileutil import FsyncPolicy, fsync_dir
 from ..storage.store import Store
-from ..storage.storedir import FORMAT_VERSION, READ_VERSIONS, is_remote, read_marker
+from ..storage.storedir import FORMAT_VERSION, ONE_LOG_VERSIONS, RUNLOGS_VERSION, is_remote, read_marker
+from . import runlogs
 from .format1 import Format1Reader, Move, merge
 from .format2 import Format2Reader
 
@@ -162,8 +163,19 @@ def _set(cur: dict, name: str, value: bytes | str | None) -> None:
 # -- the public entry point ------------------------------------------------------------------
 
 
+def upgrade_all(path: str, *, fsync: str | None = None) -> list[dict]:
+    """``upgrade`` step by step until the store is of the newest format (1 or 2 -> 3 -> 6): each step's summary."""
+    steps = []
+    while True:
+        got = upgrade(path, fsync=fsync)
+        steps.append(got)
+        if got["status"] not in ("upgraded", "finished"):
+            return steps
+
+
 def upgrade(path: str, *, fsync: str | None = None) -> dict:
-    """Convert the format-1 store at ``path`` to format 2 in place (see the module docstring).
+    """One step of the upgrade of the store at ``path``, in place: format 1 or 2 to 3 (see the module docstring),
+    or a store of one log (3, 4, 5) to format 6 (``legacy.runlogs``); ``upgrade_all`` takes every step.
 
     Returns a summary: ``status`` (``upgraded``, ``finished``, ``already-format-2``), and for a
     conversion ``objects`` copied, ``dropped`` (structured objects no ref ever reached),
@@ -180,8 +192,10 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
         raise StoreNotFound(path)
     with _dir_lock(path):
         version = read_marker(path)
-        if version in READ_VERSIONS:
+        if version == RUNLOGS_VERSION:
             return {"status": f"already-format-{version}", "path": path}
+        if version in ONE_LOG_VERSIONS:
+            return _upgrade_runlogs(path, version, staging, policy, fsync)
         if version == 2:
             return _upgrade2(path, staging, policy, fsync)
         if version != 1:
@@ -210,9 +224,43 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     return {"status": "upgraded", "path": path, **summary, "backup": backup}
 
 
+# -- formats 3 to 5 -> 6 ---------------------------------------------------------------------------
+
+
+def _upgrade_runlogs(path: str, version: int, staging: str, policy: FsyncPolicy, fsync: str | None) -> dict:
+    """A store of one log (format ``version``: 3, 4 or 5) to format 6 (legacy.runlogs); the old store is kept as
+    ``PATH.format<version>``."""
+    backup = f"{path}.format{version}"
+    if os.path.lexists(backup):
+        raise InvalidInput(f"{backup} already exists (an earlier upgrade's format-{version} copy?); move it away, then run upgrade again")
+    _rmtree(staging)
+    try:
+        old = Store.open(path)
+        try:
+            built = runlogs.build(old, staging)
+            if policy.enabled:
+                _sync_tree(staging)
+            _checkpoint("built")
+            summary = runlogs.check(old, staging)
+        finally:
+            old.logs.close()
+        _checkpoint("verified")
+        if os.path.lexists(backup):
+            raise InvalidInput(f"{backup} appeared during the upgrade; move it away, then run upgrade again")
+        _checkpoint("swap")
+    except BaseException:
+        _rmtree(staging)
+        raise
+    _swap(path, staging, backup, policy)
+    return {"status": "upgraded", "path": path, "from": version, "to": RUNLOGS_VERSION, **built, **summary, "backup": backup}
+
+
 def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: str | None) -> dict:
     """``path`` is missing: finish an upgrade that stopped between its two renames (of a format-1
     store, kept as ``backup``, or of a format-2 one, kept as ``PATH.format2``)."""
+    one_log = [v for v in ONE_LOG_VERSIONS if os.path.isdir(f"{path}.format{v}")]
+    if one_log and runlogs.staged_ok(staging):  # stopped between the renames of a format 3-5 -> 6 upgrade
+        return _finish_runlogs(path, staging, f"{path}.format{one_log[-1]}", policy)
     if not os.path.isdir(backup) and os.path.isdir(path + BACKUP2_SUFFIX):
         backup, version = path + BACKUP2_SUFFIX, 2
     else:
@@ -236,6 +284,22 @@ def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: st
     return {"status": "finished", "path": path, **summary, "backup": backup}
 
 
+def _finish_runlogs(path: str, staging: str, backup: str, policy: FsyncPolicy) -> dict:
+    """``path`` is missing, ``backup`` holds its store of one log and ``staging`` the format-6 store built from it:
+    check it again, then finish the swap."""
+    with _dir_lock(backup):
+        if os.path.lexists(path):
+            raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
+        old = Store.open(backup)
+        try:
+            summary = runlogs.check(old, staging)
+        finally:
+            old.logs.close()
+        os.rename(staging, path)
+        policy.dir(os.path.dirname(path))
+    return {"status": "finished", "path": path, **summary, "backup": backup}
+
+
 # -- format 2 -> 3 -------------------------------------------------------------------------------
 
 
@@ -249,7 +313,7 @@ def _upgrade2(path: str, staging: str, policy: FsyncPolicy, fsync: str | None) -
         raise InvalidInput(f"{backup} already exists (an earlier upgrade's format-2 copy?); move it away, then run upgrade again")
     _rmtree(staging)
     try:
-        store = Store.init(staging, fsync="off")
+        store = Store.init(staging, fsync="off", format=3)
         assert store.engine.log_files  # a store on disk
         try:
             for e in Format2Reader(path).entries():
@@ -314,7 +378,7 @@ def _verify2(reader: Format2Reader, staging: str, fsync: str | None) -> dict:
 def _build(reader: Format1Reader, p: Plan, staging: str) -> None:
     # No fsync per entry: until the swap nothing depends on the staging store, and a crash
     # only means building it again. It is synced once, whole, before anything is swapped.
-    store = Store.init(staging, fsync="off")
+    store = Store.init(staging, fsync="off", format=3)
     assert store.engine.log_files  # a store on disk
     try:
         pending = set(reader.index())

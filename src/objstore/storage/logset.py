@@ -29,6 +29,7 @@ class LogSet:
 
     store_log: Engine
     per_run = False  # a log per run (format 6): runs share nothing, a listing reads the catalog
+    prefix_ok = False  # read the readable prefix of a damaged log instead of raising (every log of the store)
 
     def run_log(self, run: str) -> Engine:
         """The log of run ``run`` (for a run with no log yet on a per-run store: an empty log, never created by reading)."""

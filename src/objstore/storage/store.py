@@ -113,9 +113,10 @@ class Store:
         return cls(MemoryEngine())
 
     @classmethod
-    def init(cls, path: str | None = None, fsync: str | None = None) -> Store:
+    def init(cls, path: str | None = None, fsync: str | None = None, format: int | None = None) -> Store:
         """Create a store at ``path`` (or open it if it is one already). The store's ``created`` says
-        which: two processes creating one new store at once both succeed, one of them created it."""
+        which: two processes creating one new store at once both succeed, one of them created it.
+        ``format``: 6 (a log per run) or 3 (one log); default ``storedir.new_store_format()``."""
         path = path or default_path()
         if is_remote(path):
             return cls._open_remote(path, create=True)
@@ -135,7 +136,9 @@ class Store:
             os.makedirs(parent, exist_ok=True)
             staging = os.path.join(parent, f".{os.path.basename(path)}.init-{os.getpid()}-{id(policy)}")
             os.makedirs(os.path.join(staging, "tmp"))
-            version = new_store_format()
+            version = new_store_format() if format is None else format
+            if version not in (FORMAT_VERSION, RUNLOGS_VERSION):
+                raise InvalidInput(f"a new store is format {FORMAT_VERSION} (one log) or {RUNLOGS_VERSION} (a log per run), not {version!r}")
             if version == RUNLOGS_VERSION:
                 from .runlogs.logs import create_layout
 
@@ -152,7 +155,7 @@ class Store:
                 _rmtree(staging)
                 if os.path.isdir(path) and not os.listdir(path):
                     os.rmdir(path)
-                    return cls.init(path, fsync)
+                    return cls.init(path, fsync, format)
                 if not os.path.exists(marker):
                     raise
                 return cls.open(path, fsync=fsync)  # theirs, whole: not created here
@@ -172,7 +175,7 @@ class Store:
         damage (what verify does, to list everything it finds)."""
         path = path or default_path()  # OBJSTORE_DIR may name an s3:// store too
         store = cls._open_remote(path, create) if is_remote(path) else cls._open(path, fsync, create)
-        store.engine.prefix_ok = readable_prefix
+        store.engine.prefix_ok = store.logs.prefix_ok = readable_prefix
         return store
 
     @classmethod
@@ -293,6 +296,17 @@ class Store:
                 self._txn.reset(token)
 
     transaction = batch
+
+    @contextmanager
+    def batch_in(self, run: str | None, timeout: float | None = None) -> Iterator[Txn]:
+        """A batch that writes run ``run``'s log (None: the store log) even if it moves no ref: objects put in it
+        are stored there, durable when it ends (a store of one log: ``batch``). On a store of a log per run an
+        object put outside such a batch, with no ref, is held by the process until a record names it."""
+        with self.batch(timeout) as txn:
+            bind = getattr(txn, "bind_to", None)
+            if bind is not None:
+                bind(run)
+            yield txn
 
     def atomically(self, fn: Callable[[], _T]) -> _T:
         """``fn()`` as one commit. Inside an open batch it joins it. On an engine whose commits are
@@ -619,9 +633,17 @@ class Store:
         else:
             txn.set_ref(name, old, new, reason)
 
+    def _touch(self, txn: Txn | None, run: str) -> None:
+        """Inside a batch of a store of a log per run, a read of run ``run`` binds the batch to its log first (taking
+        its lock) if the batch has none yet: what the batch decides on is then read under the lock it commits under,
+        as on a store of one log, whose batch holds the writer lock from its start."""
+        if txn is not None and self.logs.per_run and getattr(txn, "bound", True) is None:
+            txn.read_ref(runrefs.live_ref(run))
+
     def run_refs(self, run: str) -> dict:
         """Every ref of one run at one log position, without touching other runs' refs."""
         txn = self._txn.get()
+        self._touch(txn, run)
         e = self.logs.run_log(run)
         if txn is None:
             e.refresh()
@@ -690,6 +712,24 @@ class Store:
             return [r for _k, r in cast(RunLogs, self.logs).catalog.by_subject(subject)]
         return self.run_names()
 
+    def fence(self, run: str) -> None:
+        """Move run ``run``'s cite to the store log's position now (a store of a log per run; else nothing): from
+        here on the run's log accepts only entries judged at this store-log position or a later one. Written after
+        a revocation of a grant the run's writers could hold (storage.runlogs.citation)."""
+        if not self.logs.per_run:
+            return
+        with self.batch_in(run) as txn:
+            txn.cite_now = True  # type: ignore[attr-defined]  # batch_in binds a LogTxn on a store of a log per run
+
+    def build_id_index(self) -> dict:
+        """Write the id → run index (a store of a log per run: ``index/ids``, storage.runlogs.idindex) so a bare id
+        is found without opening every run's log. A store of one log finds every id in its log: nothing to build."""
+        if not self.logs.per_run:
+            return {"built": False, "runs": len(self.run_names()), "ids": None}
+        from .runlogs.logs import RunLogs
+
+        return {"built": True, **cast(RunLogs, self.logs).build_index()}
+
     def granted_runs(self, key: str) -> list[str]:
         """The runs whose logs hold a grant chain about public key ``key`` (found in the catalog of a store of a log
         per run, to be confirmed against their logs); a store of one log: every run."""
@@ -707,6 +747,7 @@ class Store:
         """The chain index's record id at (run, branch, lsn), or None (committed records only)."""
         if lsn < 0:
             return None
+        self._touch(self._txn.get(), run)
         return self.logs.run_log(run).record_at(run, branch, lsn)
 
     def intent_records(self, run: str) -> list[tuple]:

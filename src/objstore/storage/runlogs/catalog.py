@@ -31,8 +31,8 @@ import blake3
 import msgspec
 
 from ...errors import CorruptLog, StorageOSError
-from ..fileutil import FsyncPolicy, atomic_file
 from .. import labels as L
+from ..fileutil import FsyncPolicy, atomic_file
 
 ENTRY_FMT = "objstore-catalog-1"
 

@@ -8,7 +8,10 @@ verify apply its rules at that position (``CrossView``: store-log objects after 
 
 The writer takes the store log's lock *shared* while it re-checks what it read and writes its entry, so no
 store-log commit lands between the check and the entry (a plain append takes nothing of the store log).
-A cite never goes back within a run's log (``storage.refs.check_move``).
+A cite never goes back within a run's log (``storage.refs.check_move``). A revocation of a subject-wide grant is
+followed by a *fence* in each run of the subject (``Store.fence``): an entry moving the run's cite to the store log's
+position after the revocation, after which the run's log accepts only entries citing that position or a later one —
+so no entry can be judged by a grant the store log has revoked, whatever position its writer names.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ AFTER = 1 << 62  # how a store-log object no run entry cited yet dates: after ev
 
 def needs_cite(txn: LogTxn) -> bool:
     """Whether the batch's entry must name the store-log position it is decided at."""
-    if txn.store_reads:
+    if txn.store_reads or txn.cite_now:
         return True
     return any(_judged_by_store(m[0]) for m in txn.ref_moves())
 

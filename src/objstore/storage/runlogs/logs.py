@@ -24,9 +24,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ObjectNotFound, StorageOSError
 from .. import codec, runrefs
@@ -38,13 +39,18 @@ from ..log.memory import MemoryEngine
 from ..log.txn import Txn
 from ..logset import LogSet
 from .catalog import Catalog, CatalogEntry, entry_of, shard
-from .citation import AFTER, CiteHistory, CrossView, needs_cite, recheck, shared_lock
 from .held import Held
-from .multitxn import LogTxn, record_values, value_of
+
+if TYPE_CHECKING:  # imported where used: a reader of runs never loads the write path, citations or the id index
+    from .citation import CiteHistory, CrossView
+    from .idindex import IdIndex
+    from .multitxn import LogTxn
 
 STORE_LOG = "store"
+MAX_OPEN = 256  # run logs a process keeps open (each holds a few descriptors); past it the least recently used goes
 RUNS = "runs"
 CATALOG = "catalog"
+INDEX = "index"  # derived files: index/ids (idindex)
 
 
 def run_dir(root: str, run: str) -> str:
@@ -69,17 +75,25 @@ class RunLogs(LogSet):
         self.policy = policy
         self.tmp = os.path.join(root, "tmp")
         self.store_log = LogEngine(os.path.join(root, STORE_LOG), policy)
+        self.store_log.one_log_per_commit = True  # the store's capability, declared where callers ask it (store.engine)
         self.catalog = Catalog(os.path.join(root, CATALOG), policy, self.tmp)
         self.held = Held()
-        self._runs: dict[str, LogEngine] = {}
-        self._run_of: dict[int, str] = {}  # id of an open run log -> its run
+        self.prefix_ok = False  # every log answers from its readable prefix (verify): set by Store.open(readable_prefix=)
+        self._runs: OrderedDict[str, LogEngine] = OrderedDict()  # the open run logs, least recently used first
+        self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
+        self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
         self._mu = threading.Lock()
 
     # -- which log ------------------------------------------------------------------------------
     def run_log(self, run: str, create: bool = False) -> Engine:
         log = self._runs.get(run)
         if log is not None:
+            if self._evictable:
+                try:
+                    self._runs.move_to_end(run)
+                except KeyError:
+                    pass  # evicted by another thread meanwhile: this caller still holds it
             return log
         with self._mu:
             log = self._runs.get(run)
@@ -94,9 +108,19 @@ class RunLogs(LogSet):
                 log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
-            self._run_of[id(log)] = run
+            log.prefix_ok = self.prefix_ok
             self._runs[run] = log
+            self._evictable = len(self._runs) > MAX_OPEN // 2
+            while len(self._runs) > MAX_OPEN:
+                self._evict()
             return log
+
+    def _evict(self) -> None:
+        """Let the least recently used run log go (called with ``_mu`` held). It is not closed here: whoever still
+        holds it (a batch bound to it, a reader mid-walk) goes on using it, and its descriptors close when the last
+        holder lets it go (``LocalBase.__del__``); a later ask opens it again."""
+        run, log = self._runs.popitem(last=False)
+        self._hist.pop(id(log), None)
 
     def _create_run_log(self, d: str) -> None:
         parent = os.path.dirname(d)
@@ -132,16 +156,56 @@ class RunLogs(LogSet):
             log.refresh()
             if log.has(oid):
                 return log
-        for run in self._unopened_newest_first():
-            log = self.run_log(run)
-            if log.has(oid):
+        index = self._id_index()
+        newer: set[str] = set()
+        for key, run in self.catalog.newest_first():  # runs the index has not seen first, newest first
+            if index.newest and f"{key}-{run}" <= index.newest:
+                break
+            newer.add(run)
+            if run not in self._runs and self.run_log(run).has(oid):
+                return self.run_log(run)
+        claimed = index.run_of(oid)
+        if claimed is not None:
+            log = self.run_log(claimed)
+            if log.has(oid):  # the index is a claim: the run's log confirms it
                 return log
+        for _key, run in self.catalog.newest_first():  # not where the index says: every run, newest first
+            if run not in self._runs and run not in newer:
+                log = self.run_log(run)
+                if log.has(oid):
+                    return log
         return self.store_log
 
-    def _unopened_newest_first(self) -> Iterator[str]:
-        for _key, run in self.catalog.newest_first():
-            if run not in self._runs:
-                yield run
+    def _id_index(self) -> IdIndex:
+        from .idindex import IdIndex
+
+        if self._index is None:
+            self._index = IdIndex(os.path.join(self.root, INDEX, "ids"))
+        return self._index
+
+    def build_index(self) -> dict:
+        """Write ``index/ids``: every run's object ids with their run (``objstore index``; gc too). Returns
+        {"runs": n, "ids": n}."""
+        newest = next(iter(self.catalog.newest_first()), None)
+        mark = "" if newest is None else f"{newest[0]}-{newest[1]}"
+        runs = [r for _k, r in self.catalog.oldest_first()]
+
+        def each() -> Iterator[tuple[str, Iterator[bytes]]]:
+            for run in runs:
+                log = self.run_log(run)
+                if log is _ABSENT:
+                    continue
+                log.refresh()
+                yield run, log.iter_ids()
+                log.release_indexes()
+
+        from .idindex import build as idindex_build
+
+        count = idindex_build(os.path.join(self.root, INDEX, "ids"), self.tmp, self.policy, mark, each())
+        if self._index is not None:
+            self._index.close()
+        self._index = None
+        return {"runs": len(runs), "ids": count}
 
     def has(self, oid: bytes) -> bool:
         return self.locate(oid).has(oid)
@@ -213,6 +277,8 @@ class RunLogs(LogSet):
     # -- commits ------------------------------------------------------------------------------
     @contextmanager
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        from .multitxn import LogTxn
+
         txn = LogTxn(self, timeout)
         try:
             yield txn
@@ -240,6 +306,8 @@ class RunLogs(LogSet):
         """The run's catalog entry, from the ``run_started`` record its first entry holds (what it can say of a
         run whose first entry holds none: the default subject). Its time, the catalog's order, is the commit's
         (the entry's time: now, or the time a copy or an upgrade keeps), not the time the record states."""
+        from .multitxn import record_values, value_of
+
         when = time.time() if txn.when is None else float(txn.when)
         subject, labels, copy_of = "default", None, None
         for _oid, v in record_values(txn):
@@ -260,8 +328,10 @@ class RunLogs(LogSet):
     def citing(self, txn: LogTxn) -> Iterator[None]:
         """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
         re-check what the batch read of it, and move the run's cite ref to the store log's position."""
+        from .citation import needs_cite, recheck, shared_lock
+
         log = txn.bound
-        run = self._run_of.get(id(log))
+        run = log.run if log is not None else None
         if run is None or txn.inner is None or not needs_cite(txn):
             yield
             return
@@ -277,7 +347,9 @@ class RunLogs(LogSet):
 
     def entry_view(self, engine: Engine, n: int, moves: list, types: dict, bodies: Any, chain: list) -> CrossView:
         """The view a run-log entry's rules read: its run's log, and the store log at the position it cites."""
-        run = self._run_of.get(id(engine))
+        from .citation import CrossView
+
+        run = engine.run
         cite = None
         if run is not None:
             name = runrefs.cite_ref(run)
@@ -293,10 +365,14 @@ class RunLogs(LogSet):
         s = self.store_log.loc_entry(oid)
         if s is None:
             return None
+        from .citation import AFTER
+
         seen = self.history(log).first_seeing(s) if log is not _ABSENT else None
         return AFTER if seen is None else seen
 
     def history(self, engine: Engine) -> CiteHistory:
+        from .citation import CiteHistory
+
         h = self._hist.get(id(engine))
         if h is None:
             h = self._hist[id(engine)] = CiteHistory(engine)
@@ -317,7 +393,7 @@ class RunLogs(LogSet):
     def close(self) -> None:
         self.store_log.close()
         with self._mu:
-            logs, self._runs = list(self._runs.values()), {}
+            logs, self._runs = list(self._runs.values()), OrderedDict()
         for log in logs:
             log.close()
 

@@ -19,7 +19,7 @@ Invariants kept here:
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import MultiLogBatch, Refused
 from .. import codec
@@ -29,9 +29,6 @@ from ..log.facts import body_refs
 from ..log.txn import Txn
 from ..refs import chain_type, forward_only
 
-if TYPE_CHECKING:
-    from .logs import RunLogs
-
 
 class _Rebind(Exception):
     """Unwinds a bound log's transaction that wrote nothing (the batch moves to another log)."""
@@ -40,7 +37,7 @@ class _Rebind(Exception):
 class LogTxn(Txn):
     """A batch of a store of logs: objects now, a log at its first ref."""
 
-    def __init__(self, logs: RunLogs, timeout: float | None) -> None:  # noqa: super().__init__ not called: see below
+    def __init__(self, logs: Any, timeout: float | None) -> None:  # logs: its RunLogs (logs.py imports this module)
         # Txn's fields, as a batch sees them (its moves are the bound log's: a property below).
         self.engine = logs.store_log
         self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}
@@ -55,6 +52,7 @@ class LogTxn(Txn):
         self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
+        self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
 
     @property
     def moves(self) -> dict[str, list]:
@@ -121,6 +119,15 @@ class LogTxn(Txn):
         return self.inner.ref_moves() if self.inner is not None else []
 
     # -- binding ------------------------------------------------------------------------------
+    def bind_to(self, run: str | None) -> None:
+        """Write run ``run``'s log (None: the store log) whatever the batch touches first: a batch of objects
+        alone lands there instead of being held by the process."""
+        log = self.logs.store_log if run is None else self.logs.run_log(run, create=True)
+        if self.bound is None:
+            self._bind(log)
+        elif log is not self.bound:
+            raise MultiLogBatch("two logs", f"{run or 'the store log'} and the log this batch writes")
+
     def _bind(self, log: Engine) -> None:
         cm = log.transaction(self.timeout)
         inner = cm.__enter__()
@@ -140,9 +147,16 @@ class LogTxn(Txn):
                 pass
 
     def _add_named_bodies(self) -> None:
-        """Every body a record of this entry names, into the entry if its log lacks it."""
+        """Every body a record of this entry names, and every object a ref it moves names, into the entry if its log
+        lacks it (held by the process, or stored in another log)."""
         assert self.inner is not None and self.bound is not None
         log, inner = self.bound, self.inner
+        for _name, _old, new, _reason in inner.ref_moves():
+            if isinstance(new, bytes) and new not in self.objects and not log.has(new):
+                got = self.logs.copy_source(new)
+                if got is not None:
+                    self.objects[new] = got
+                    inner.put(new, got[0], got[1])
         for oid, (otype, c) in list(self.objects.items()):
             if otype != codec.RECORD:
                 continue

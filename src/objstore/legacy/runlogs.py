@@ -1,0 +1,166 @@
+"""``objstore upgrade`` of a store of one log (formats 3, 4, 5) to format 6, a log per run, in place.
+
+The new store is built next to the old one, in ``PATH.upgrade-tmp``, by replaying the old log entry by entry
+through the ordinary Store API: each old entry becomes one entry in each log it touches — the objects and ref moves
+of run R go to R's log, the store-wide ones to the store log — with its time (so the catalog keeps the runs' start
+order) and reasons. Where an object goes: a record or fork object to its run's log; a chain object (journal, segment,
+grant, deletion, schema) to the log of the ref the entry moves to it; a blob to the log of each run whose record or
+journal/segment object of the entry names it (a body a later record of another run names is copied into that run's
+log by the commit that names it, as every format-6 commit does), else to the store log (the owner key, a blob put
+alone). A body gc removed is not copied: no reader of a deleted run reads it; but a *record* gc removed cannot be
+replayed (an entry of format 6 holds its records' bytes), so a store whose gc removed records is refused with nothing
+changed (it stays on its format, which this objstore reads). Deletions are judged by the rules of
+format 6 as they are replayed: each cites the store log as the replay stands, which holds every grant and key the
+old log held before it.
+
+Before anything changes, a fresh open of the new store is checked against the old one: every ref (the runs' cite
+refs aside), every object id the old log holds a body for (the same canonical bytes), and every run. Then
+``PATH`` becomes ``PATH.format<N>`` and the new store ``PATH``, fsyncing the parent after each rename; a crash
+between the two renames is finished by running ``upgrade`` again (``legacy.upgrade``), and a crash before them
+leaves the old store as it was (the staging directory is removed on the next run).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import IntegrityError, ObjectNotFound, ObjstoreError, Refused
+from ..storage import codec, runrefs
+from ..storage.log.facts import body_refs
+from ..storage.log.format import COMP_GONE, REMOVED
+from ..storage.store import Store
+
+_CHAIN = {codec.JOURNAL, codec.COMPACTION_SEGMENT, codec.GRANT, codec.DELETION, codec.SCHEMA} \
+    if hasattr(codec, "COMPACTION_SEGMENT") else {codec.JOURNAL, codec.GRANT, codec.DELETION, codec.SCHEMA}
+
+
+class RunLogsMismatch(IntegrityError):
+    """The format-6 store built by upgrade does not hold what the old store holds."""
+
+
+def build(old: Store, staging: str) -> dict:
+    """Replay ``old`` (a store of one log) into a new format-6 store at ``staging``; returns counts."""
+    new = Store.init(staging, fsync="off", format=6)
+    entries = commits = 0
+    try:
+        eng = old.engine
+        for e in eng.entries():
+            entries += 1
+            for log, objs, moves in _route(old, e):
+                with new.batch_in(log) as txn:
+                    txn.when = e.time
+                    txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
+                    for oid, otype, canon, value in objs:
+                        txn.put(oid, otype, canon, value)
+                    for name, o, n, reason in moves:
+                        txn.set_ref(name, o, n, reason)
+                commits += 1
+    finally:
+        new.logs.close()
+    return {"entries": entries, "commits": commits}
+
+
+def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
+    """The commits entry ``e`` becomes: (run or None for the store log, [(id, type, bytes, value)], [moves])."""
+    eng = old.engine
+    objs: dict[bytes, tuple[str, bytes, Any]] = {}
+    for o in e.objs:
+        oid, otype = o[0], o[1]
+        if o[3] == REMOVED:
+            continue
+        loc = eng.loc(oid)
+        if loc is not None and getattr(loc, "comp", None) == COMP_GONE:
+            continue  # a body gc removed
+        try:
+            canon = eng.read(oid)
+        except (ObjectNotFound, ObjstoreError):
+            continue
+        value = None if otype == codec.BLOB else codec.decode(canon, oid, False)[1]
+        objs[oid] = (otype, canon, value)
+    targets: dict[bytes, set[str | None]] = {oid: set() for oid in objs}
+    moves_of: dict[str | None, list] = {}
+    for name, o, n, reason in e.moves:
+        log = runrefs.run_of(name)
+        if isinstance(n, bytes) and n not in objs and _removed(eng, n) and e.n == eng.loc_entry(n):
+            # gc removed a record this entry appended (a deleted run's, or one a partial deletion covers): a log of
+            # format 6 cannot take an entry whose record has no bytes, so this store stays on its format
+            raise Refused(f"upgrade: gc removed record {n.hex()} (moved to by {name} in entry {e.n}); a store whose gc removed "
+                          "records is not upgraded to format 6 yet: it stays as it is, and this objstore goes on reading it")
+        moves_of.setdefault(log, []).append([name, o, n, reason])
+        if isinstance(n, bytes) and n in objs and objs[n][0] != codec.BLOB:
+            targets[n].add(log)
+        elif isinstance(n, bytes) and n in objs and name == runrefs.OWNER_REF:
+            targets[n].add(None)
+    for oid, (otype, _c, value) in objs.items():
+        if otype in (codec.RECORD, codec.FORK) and isinstance(value, dict) and isinstance(value.get("run"), str):
+            targets[oid].add(value["run"])
+    for oid, (otype, _c, value) in objs.items():  # what a record, journal or segment names goes with it
+        if otype == codec.BLOB or not isinstance(value, dict):
+            continue
+        named = body_refs(value["body"]) if otype == codec.RECORD and isinstance(value.get("body"), dict) else _named(value)
+        for ref in named:
+            if isinstance(ref, bytes) and ref in objs and objs[ref][0] == codec.BLOB:
+                targets[ref] |= targets[oid]
+    out: dict[str | None, tuple[list, list]] = {}
+    for oid, (otype, canon, value) in objs.items():
+        for log in targets[oid] or {None}:  # a blob or object nothing of the entry names: the store log's
+            out.setdefault(log, ([], []))[0].append((oid, otype, canon, value))
+    for log, moves in moves_of.items():
+        out.setdefault(log, ([], []))[1].extend(moves)
+    order = sorted(out, key=lambda k: (k is not None, k or ""))  # the store log first: what runs' entries cite
+    return [(log, out[log][0], out[log][1]) for log in order]
+
+
+def _removed(eng: Any, oid: bytes) -> bool:
+    """Whether gc removed ``oid``'s bytes from the old log."""
+    loc = eng.loc(oid)
+    return loc is not None and getattr(loc, "comp", None) == COMP_GONE
+
+
+def _named(value: dict) -> list:
+    """Blob ids a journal or segment object names (its body, its summarized turns)."""
+    got = []
+    for v in value.values():
+        if isinstance(v, bytes) and len(v) == 32:
+            got.append(v)
+        elif isinstance(v, list):
+            got.extend(x for x in v if isinstance(x, bytes) and len(x) == 32)
+    return got
+
+
+def check(old: Store, staging: str) -> dict:
+    """Prove the new store at ``staging`` holds the old store's refs, runs and every object with a body."""
+    new = Store.open(staging)
+    try:
+        new.build_id_index()
+        old_refs = dict(old.list_refs())
+        new_refs = {k: v for k, v in new.list_refs() if not runrefs.is_cite_ref(k)}
+        if old_refs != new_refs:
+            missing = sorted(set(old_refs) ^ set(new_refs)) or sorted(k for k in old_refs if old_refs[k] != new_refs.get(k))
+            raise RunLogsMismatch(staging, f"refs differ: {', '.join(missing[:5])}")
+        if sorted(old.run_names()) != sorted(new.run_names()):
+            raise RunLogsMismatch(staging, "the runs differ")
+        objects = 0
+        eng = old.engine
+        for oid in eng.iter_ids():
+            if not eng.has_body(oid):
+                continue
+            want = eng.read(oid)
+            try:
+                got = new.logs.locate(oid).read(oid)
+            except ObjectNotFound:
+                raise RunLogsMismatch(staging, f"object {oid.hex()} is missing") from None
+            if got != want:
+                raise RunLogsMismatch(staging, f"object {oid.hex()} differs")
+            objects += 1
+        return {"objects": objects, "refs": len(old_refs), "runs": len(new.run_names())}
+    finally:
+        new.logs.close()
+
+
+def staged_ok(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, "store", "log"))
+
+
+__all__ = ["RunLogsMismatch", "build", "check"]

@@ -1,0 +1,94 @@
+"""Cross-log rules of a store of a log per run (format 6): a run-log entry judged by the store log names the
+store-log position it read (its run's ``cite`` ref), readers apply its rules there, and a run's log never goes back
+along the store log. A subject-wide revocation fences each run of the subject.
+
+The forgeries are written the way an attacker with file access and the library writes them: a bare ``LogEngine``
+over the run's log directory, which applies that log's own rules only (no store log), so the entry lands on disk;
+an honest reader (``Store.open``) then applies it with the store log and refuses it.
+"""
+
+import pytest
+from helpers import new_key, run_log_root
+
+from objstore import RunLog, Store
+from objstore import journal as J
+from objstore.errors import CorruptLog, Refused
+from objstore.lifecycle import delete as D
+from objstore.storage import codec, identity, runrefs
+from objstore.storage.fileutil import FsyncPolicy
+from objstore.storage.log.local import LogEngine
+
+
+def _env(tmp_path):
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root))
+    if not log.store.logs.per_run:
+        pytest.skip("one log (OBJSTORE_NEW_FORMAT=3): nothing is cross-log")
+    owner, _ = identity.ensure_owner_key(log.store)
+    run = J.start_session(log, "alice", run="r1")
+    recs = [log.record_attempt(run, i, 0, "succeeded") for i in range(4)]
+    w, _ = new_key(tmp_path, "w")
+    J.grant(log, owner, None, w.public, subject="alice", rights=("read", "write", "delete"), name="w")
+    return root, log, owner, run, recs, w
+
+
+def _cite(log, run):
+    return runrefs.parse_cite(log.store.run_refs(run).get(runrefs.cite_ref(run)))
+
+
+def test_a_deletion_entry_cites_the_store_log_and_is_judged_there(tmp_path):
+    root, log, owner, run, recs, w = _env(tmp_path)
+    store_pos = log.store.logs.store_log.position()
+    did = D.delete_records(log, run, [recs[1].id], reason="pii", key=w)
+    assert did is not None
+    cite = _cite(log, run)
+    assert cite == (store_pos.entry, store_pos.checksum)  # the position its grant was read at
+    # the grant is revoked later: the deletion, judged where it cites, still holds for every reader
+    J.revoke(log, owner, None, w.public, subject="alice", reason="left")
+    fresh = RunLog(Store.open(root))
+    from objstore.errors import Deleted
+    with pytest.raises(Deleted):
+        fresh.store.get(recs[1].id)
+    assert fresh.store.get(recs[2].id)[1]["lsn"] == 3
+    from objstore import verify
+    assert verify(fresh) == []
+    # and the revocation fenced the run: its cite moved to the store log's position after the revocation
+    after = fresh.store.logs.store_log.position()
+    assert _cite(fresh, run) == (after.entry, after.checksum)
+
+
+def test_a_revoked_signer_cannot_delete_and_a_forged_deletion_is_judged_at_its_cite(tmp_path):
+    root, log, owner, run, recs, w = _env(tmp_path)
+    grant_id = log.store.read_ref(runrefs.subject_grant_ref("alice", w.public))
+    J.revoke(log, owner, None, w.public, subject="alice", reason="left")
+    with pytest.raises(Refused):
+        D.delete_records(log, run, [recs[2].id], reason="too late", key=w)
+    # a forger writes w's deletion straight into the run's log: the run log's own rules (no store log) take it
+    view = log.view(run)
+    obj = D._deletion("records", run=run, records=[[bytes(recs[2].id), 0, 3, "attempt"]], blob=None, reason="forged",
+                      previous=view.deletions, key=w, grant=grant_id)
+    data = codec.encode(codec.DELETION, obj)
+    oid = codec.object_id(data)
+    raw = LogEngine(run_log_root(root, run), FsyncPolicy("off"))
+    with raw.transaction() as txn:
+        txn.put(oid, codec.DELETION, data, obj)
+        txn.set_ref(runrefs.deletions_ref(run), view.deletions, oid, "forged deletion")
+    raw.close()
+    # an honest reader applies it where it cites (the fence: after the revocation) and refuses it
+    fresh = RunLog(Store.open(root))
+    with pytest.raises(CorruptLog, match="held no live delete grant"):
+        fresh.records(run)
+    from objstore import verify
+    problems = verify(RunLog(Store.open(root)))
+    assert any(p["code"] == "bad-deletion" or "held no live delete grant" in p["detail"] for p in problems), problems
+
+
+def test_a_cite_that_goes_back_is_refused_even_by_the_run_logs_own_rules(tmp_path):
+    root, log, owner, run, recs, w = _env(tmp_path)
+    J.revoke(log, owner, None, w.public, subject="alice", reason="left")  # fences the run
+    assert _cite(log, run) is not None
+    raw = LogEngine(run_log_root(root, run), FsyncPolicy("off"))
+    name = runrefs.cite_ref(run)
+    with pytest.raises(Refused, match="moves back along the store log"):
+        with raw.transaction() as txn:
+            txn.set_ref(name, raw.tables.refs.get(name), runrefs.cite_value(1, b"\0" * 32), "forged")
