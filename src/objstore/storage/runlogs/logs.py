@@ -381,13 +381,13 @@ class RunLogs(LogSet):
     def release(self, run: str | None = None) -> None:
         with self._mu:
             if run is None:
-                logs, self._runs = list(self._runs.values()), {}
+                logs, self._runs = list(self._runs.values()), OrderedDict()
             else:
                 one = self._runs.pop(run, None)
                 logs = [one] if one is not None else []
+            for log in logs:
+                self._hist.pop(id(log), None)  # (ids of closed engines are reused)
         for log in logs:
-            self._run_of.pop(id(log), None)  # (ids of closed engines are reused)
-            self._hist.pop(id(log), None)
             log.close()
 
     def close(self) -> None:
