@@ -28,8 +28,8 @@ ORDER: list[tuple[str, list[str]]] = [
                           "runlogs.catalog", "runlogs.held", "runlogs.idindex", "runlogs.multitxn", "runlogs.citation",
                           "runlogs.logs", "runlogs", "store", "identity"]),
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
-    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "statefiles", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
-                       "verify_runmodel", "verify", "views", "export",
+    ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "statefiles", "state", "api", "ingest", "anchor_manifest", "anchors", "verify_report", "verify_objects",
+                       "verify_runmodel", "verify_logs", "verify", "views", "export",
                        "query", "completion", "otel", "otlp", "page_html", "page"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),

@@ -228,7 +228,7 @@ LOADS = {
     "log RUN -n 10": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.history", "objstore.runs.labelspec"},
     "show ID": APP | LOCAL_STORE | {"objstore_cli.objects", "objstore.storage.runlogs.idindex"},  # a bare id: the id index
     "verify": APP | LOCAL_STORE | {"objstore_cli.audit", "objstore.storage.gclock", "objstore.storage.log.fsck", *(f"objstore.runs.{m}" for m in (
-        "anchors", "facts", "schemas", "verify", "verify_objects", "verify_report", "verify_runmodel"))},
+        "anchor_manifest", "anchors", "facts", "schemas", "verify", "verify_logs", "verify_objects", "verify_report", "verify_runmodel"))},
     "runs": APP | LOCAL_STORE | {"objstore_cli.runs", "objstore_cli.tables", "objstore.runs.labelspec"},
 }
 

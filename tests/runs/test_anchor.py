@@ -8,6 +8,10 @@ older copy of the active segment, or truncating away a revocation makes
 Each of these leaves a log that is perfectly sound on its own — plain ``verify``
 exits 0 — which is exactly why anchors exist: only a checksum kept elsewhere can
 tell a rolled-back log from an honest one.
+
+These are the anchors of a store whose one log holds every run (formats 3 to 5): every store here is made
+so (``OBJSTORE_NEW_FORMAT=3``). A store with a log per run anchors a manifest of every log's head:
+tests/runs/test_anchor_runlogs.py.
 """
 
 import json
@@ -25,6 +29,11 @@ from objstore.storage.log import local_write
 
 GENESIS = "objstore-anchor:1:0:" + "0" * 64
 TOKEN = re.compile(r"objstore-anchor:1:(\d+):([0-9a-f]{64})")
+
+
+@pytest.fixture(autouse=True)
+def one_log(monkeypatch):
+    monkeypatch.setenv("OBJSTORE_NEW_FORMAT", "3")
 
 
 def anchor(root):

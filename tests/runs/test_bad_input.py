@@ -82,9 +82,27 @@ def nested(levels: int) -> str:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bad-input-base")
+    return _base(tmp_path_factory.mktemp("bad-input-base"), {})
+
+
+@pytest.fixture(scope="module")
+def one_log_base(tmp_path_factory):
+    """The base store made with one log (formats 3 to 5): the crafted entries below are appended by hand to
+    the log that holds run r1 and a run of their own (on a store with a log per run, run zz's entry would be
+    its own log's first: tests/runs/test_anchor_runlogs.py damages run logs)."""
+    return _base(tmp_path_factory.mktemp("bad-input-one-log"), {"OBJSTORE_NEW_FORMAT": "3"})
+
+
+@pytest.fixture
+def one_log_store(one_log_base, tmp_path):
+    root = str(tmp_path / "store")
+    shutil.copytree(one_log_base[0], root)
+    return root, one_log_base[1]
+
+
+def _base(d, more):
     root, keys = str(d / "store"), str(d / "keys")
-    env = {"OBJSTORE_KEYS": keys}
+    env = {"OBJSTORE_KEYS": keys, **more}
     run_cli("init", store=root, env_extra=env, exit_code=0)
     run_cli("ingest", "-", store=root, input=jl(*GOOD), env_extra=env, exit_code=0)
     run_cli("session", "start", "--subject", "alice", "--run", SESSION, store=root, env_extra=env, exit_code=0)
@@ -600,11 +618,11 @@ def test_format2_crafted_large_blob_cat_body_writes_nothing(store, huge_blob_fra
 
 
 @pytest.mark.slow
-def test_format2_crafted_record_block_without_content_size(store, huge_frame_without_size):
+def test_format2_crafted_record_block_without_content_size(one_log_store, huge_frame_without_size):
     """A record block declaring 512 MiB in a frame without a content size (zstd would allocate the
     whole declared size up front): opening the store, walking runs and reading the object stay
     within bounds; the object is an integrity error."""
-    root, keys = store
+    root, keys = one_log_store
     oid = blake3.blake3(b"a record that is not there").digest()
     raw = len(b"record %d\x00" % HUGE) + HUGE
     # Format 3: every record has an index row and extends a chain its branch ref moves to; the
@@ -657,9 +675,12 @@ def test_format2_crafted_entry_meta(store, name, make):
 
 
 def sealed_store(tmp_path):
-    """A store whose segment 1 is sealed (its index file written), holding run r1's records."""
+    """A store whose segment 1 is sealed (its index file written), holding run r1's records: one log (the
+    9 MiB blob put outside a batch is written at once there; with a log per run it waits for a record)."""
     root = str(tmp_path / "sealed")
-    log = RunLog(Store.init(root, fsync="off"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OBJSTORE_NEW_FORMAT", "3")
+        log = RunLog(Store.init(root, fsync="off"))
     log.start_run("r1")
     rec = log.record_attempt("r1", 1, 0, "failed", context={"k": "v"})
     log.put_blob(os.urandom(9 << 20))

@@ -30,6 +30,15 @@ from objstore.storage.log import local_write
 from objstore.storage.log.craft import encode_entry
 from objstore.storage.log.format import COMP_RAW, SEG_HEADER, SEG_MAGIC
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_log():
+    """Every store here has one log (formats 3 to 5): the damage is placed by the entry numbers and segments of the
+    one log ``build`` makes. A run's log is the same log over its own directory (tests/runs/test_anchor_runlogs.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OBJSTORE_NEW_FORMAT", "3")
+        yield
+
 SEAL = 4096
 T0 = 1_700_000_000.0
 

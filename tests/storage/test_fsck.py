@@ -38,6 +38,16 @@ from objstore.storage.log.entry import build_entry
 from objstore.storage.log.format import COMP_RAW, COMP_ZSTD, ENTRY_HEAD
 from objstore.storage.log.tables import LogState
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_log():
+    """Every store here has one log (formats 3 to 5): this suite is the bytes of one log, whose entry numbers and
+    offsets it computes. A run's log on a store with a log per run is the same log (a ``LogEngine`` over its own
+    directory); tests/runs/test_anchor_runlogs.py damages run logs and the store log there."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OBJSTORE_NEW_FORMAT", "3")
+        yield
+
 SEAL = 4096  # a segment is sealed once it passes this size (while building)
 BATCH = 200
 

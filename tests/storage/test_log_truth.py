@@ -38,6 +38,15 @@ from objstore.storage.log.root import root_digest, tables_root
 from objstore.storage.log.rules import EntryEffect
 from objstore.storage.log.tables import LogState
 
+
+@pytest.fixture(scope="module", autouse=True)
+def one_log():
+    """Every store here has one log (formats 3 to 5): these are one log's files and the readers over them. A run's
+    log on a store with a log per run is the same log over its own directory (tests/runs/test_anchor_runlogs.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OBJSTORE_NEW_FORMAT", "3")
+        yield
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CKPT_LINE = "damaged-checkpoint {}: its tables do not hash to the root of entry {}; readers do not adopt it (delete it, or let the next writer replace it)"
 

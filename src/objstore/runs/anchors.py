@@ -27,7 +27,12 @@ def anchor_token(entry: int, checksum: bytes) -> str:
 
 
 def parse_anchor(token: str) -> tuple[int, bytes]:
-    """(entry number, checksum) of an anchor token; raises InvalidInput."""
+    """(entry number, checksum) of an anchor token; raises InvalidInput. (A token of version 2, a manifest of
+    many logs' heads, is objstore.runs.anchor_manifest's: its entry and checksum are the store log's.)"""
+    if isinstance(token, str) and token.startswith("objstore-anchor:2:"):
+        from .anchor_manifest import parse_manifest_token
+
+        return parse_manifest_token(token)[:2]
     if not isinstance(token, str) or not token.startswith(ANCHOR_PREFIX):
         raise InvalidInput(f"not an anchor token (expected {ANCHOR_PREFIX}<entry>:<64 hex>): {token!r:.80}")
     rest = token[len(ANCHOR_PREFIX):].strip().split(":")
@@ -83,9 +88,14 @@ def append_anchor(path: str, token: str) -> None:
 
 
 def anchor_info(store: Store) -> dict:
-    """The anchor of the log's current head (an empty store has the genesis anchor, entry 0)."""
+    """The anchor of the log's current head (an empty store has the genesis anchor, entry 0); on a store with a
+    log per run, a manifest of every log's head committed to the store log (objstore.runs.anchor_manifest)."""
     from ..storage.log.fsck import log_check
 
+    if store.logs.per_run:
+        from .anchor_manifest import write_manifest
+
+        return write_manifest(store)
     engine = store.engine
     pos = engine.refresh()
     seg, off = log_check(engine).tail()

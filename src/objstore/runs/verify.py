@@ -71,11 +71,13 @@ from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
 from ..storage.log.scan import chain_break
 from .anchors import anchor_problem, parse_anchor
 from .refold import refold_branch
+from .verify_logs import verify_logs
 from .verify_objects import check_object
 from .verify_report import Problem, Report
 from .verify_runmodel import RunModelChecks
 
 if TYPE_CHECKING:
+    from ..storage.log.engine import Engine
     from ..storage.store import Store
     from .api import RunLog
     from .chain import View
@@ -105,17 +107,32 @@ def verify(log: RunLog, *, check_state: bool = True, anchor: str | None = None, 
 
 
 def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None = None, anchors: Iterable[str] = (),
-                  progress: Callable[[int, int], None] | None = None, jobs: int | None = None) -> Report:
+                  progress: Callable[[int, int], None] | None = None, jobs: int | None = None, runs: Iterable[str] | None = None) -> Report:
     """The full report. ``anchor``/``anchors``: tokens whose history the log must still hold (each
     one checked; all parsed before anything is read). ``jobs``: worker processes that check segments
     (1: none, all in this process; None: $OBJSTORE_VERIFY_JOBS, else one per core once the log passes
-    PARALLEL_MIN_BYTES). The report is the same whatever ``jobs`` is."""
-    want = [parse_anchor(t) for t in ([anchor] if anchor is not None else []) + list(anchors)]
+    PARALLEL_MIN_BYTES). The report is the same whatever ``jobs`` is. ``runs``: on a store with a log per run,
+    prove the store log and these runs' logs only (``verify RUN``); one log holds every run, so it is read whole."""
+    tokens = ([anchor] if anchor is not None else []) + list(anchors)
     n_jobs = resolve_jobs(jobs)
+    if log.store.logs.per_run:
+        return verify_logs(log, verify_log, check_state=check_state, tokens=tokens, progress=progress, jobs=n_jobs,
+                           runs=set(runs) if runs is not None else None)
+    want = [parse_anchor(t) for t in tokens]
+    return verify_log(log, log.store.engine, None, check_state, want, progress, n_jobs)
+
+
+def verify_log(log: RunLog, engine: Engine, run: str | None, check_state: bool, want: list[tuple[int, bytes]],
+               progress: Callable[[int, int], None] | None, n_jobs: int | None, watch: Iterable[int] = (),
+               seen: dict | None = None) -> Report:
+    """One log proved on its own (``engine``: the store's one log, its store log, or run ``run``'s log).
+    ``watch``: entries whose checksums go into ``seen["sums"]`` (with ``seen["count"]``, the last entry of
+    the unbroken log read), for anchors judged by the caller."""
     with no_gc():
-        first = _Verifier(log, progress, n_jobs)
+        first = _Verifier(log, progress, n_jobs, engine=engine, run=run)
+        first.watch = set(watch)
         try:
-            return first.run(check_state, want)
+            return first.run(check_state, want, seen)
         except _Rewritten as raced:
             segs = raced.segs
         # A gc put rewritten segment files in place during the pass: what was read may mix two
@@ -130,7 +147,9 @@ def verify_report(log: RunLog, *, check_state: bool = True, anchor: str | None =
                     held.enter_context(gc_lock(root, shared=True, what="verify"))
                 except StorageOSError:
                     pass  # a store this process cannot lock (read-only): no gc can run on it from here either
-            report = _Verifier(log, progress, n_jobs, earlier=first).run(check_state, want)
+            again = _Verifier(log, progress, n_jobs, earlier=first, engine=engine, run=run)
+            again.watch = first.watch
+            report = again.run(check_state, want, seen)
         report.notes.append(Problem("verified-again", "log", "", f"gc rewrote segment{'s' if len(segs) > 1 else ''} {_span(segs)} "
                                     f"during the pass; verified again, gc held off, up to entry {report.entries}"))
         return report
@@ -147,13 +166,21 @@ class _Rewritten(Exception):
 def progress_totals(store: Store) -> tuple[int | None, int | None]:
     """(objects, bytes) a full ``verify`` will read, for a progress bar; None where unknown (an
     in-memory store). ``verify_report(progress=f)`` calls ``f(objects_done, bytes_done)`` after
-    each entry, bytes being the entries' lengths in the segment files."""
-    engine = store.engine
-    engine.refresh()
-    total = log_check(engine).log_bytes()
-    if total is None:
-        return None, None
-    return sum(1 for _ in engine.iter_ids()), total
+    each entry, bytes being the entries' lengths in the segment files (over every log of a store with
+    a log per run, one run's log open at a time)."""
+    objects = size = 0
+    for run, engine in store.logs.all_logs():
+        try:
+            engine.refresh()
+            total = log_check(engine).log_bytes()
+            if total is None:
+                return None, None
+            objects += sum(1 for _ in engine.iter_ids())
+            size += total
+        finally:
+            if run is not None:
+                store.logs.release(run)
+    return objects, size
 
 
 class _Verifier(RunModelChecks):
@@ -161,8 +188,8 @@ class _Verifier(RunModelChecks):
     checked object handed to the run model (RunModelChecks), then the checks after the scan."""
 
     def __init__(self, log: RunLog, progress: Callable[[int, int], None] | None, jobs: int | None = 1,
-                 earlier: _Verifier | None = None) -> None:
-        super().__init__(log)
+                 earlier: _Verifier | None = None, engine: Engine | None = None, run: str | None = None) -> None:
+        super().__init__(log, engine, run)
         self.earlier = earlier  # a pass a gc raced: the index files it found are the ones judged
         self.lc: LogCheck = log_check(self.engine, jobs, earlier.lc if earlier is not None else None)
         self.progress = progress
@@ -178,20 +205,24 @@ class _Verifier(RunModelChecks):
         self.n_objects = 0
         self.n_bytes = 0  # of the entries read (what progress_totals' bytes counts)
         self.wit_sum: bytes | None = None  # the checksum of the entry the head witness names
+        self.watch: set[int] = set()  # more entries whose checksums are kept (anchors judged by the caller)
 
-    def run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
+    def run(self, check_state: bool, want: list[tuple[int, bytes]], seen: dict | None = None) -> Report:
         self.folding = check_state and self.log.state.exists()
         engine = self.engine
         # verify lists what it finds: it reads the readable prefix of a damaged log (the damage
         # itself is reported below), where every other reader stops with CorruptLog.
         was, engine.prefix_ok = engine.prefix_ok, True
         try:
-            return self._run(check_state, want)
+            report = self._run(check_state, want)
         finally:
             engine.prefix_ok = was
+        if seen is not None:
+            seen.update(count=self.count, sums=dict(self.entry_sums), bytes=self.n_bytes)
+        return report
 
     def _run(self, check_state: bool, want: list[tuple[int, bytes]]) -> Report:
-        wanted = {n for n, _ in want}  # the entries whose checksums the anchors name
+        wanted = {n for n, _ in want} | self.watch  # the entries whose checksums the anchors name
         engine = self.engine
         self.lc.start()
         # The witness first, then the log: a witness never leads the log it was written after, so

@@ -29,3 +29,4 @@ class Report(NamedTuple):
     entries: int  # entries verified (the snapshot)
     objects: int
     checksum: bytes
+    logs: int = 1  # logs verified (a store of format 6: the store log and every run's log)

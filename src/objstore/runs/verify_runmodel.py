@@ -28,6 +28,7 @@ from .verify_objects import BODY_REMOVED, EXPECT, LABELS, REFS, SCHEMA, Checked,
 from .verify_report import Problem
 
 if TYPE_CHECKING:
+    from ..storage.log.engine import Engine
     from ..storage.store import Store
     from .api import RunLog
 
@@ -49,10 +50,13 @@ def _show(v: bytes | str | None) -> str:
 class RunModelChecks:
     """The state and checks of the run model, over one pass of verify (``_Verifier`` drives it)."""
 
-    def __init__(self, log: RunLog) -> None:
+    def __init__(self, log: RunLog, engine: Engine | None = None, run: str | None = None) -> None:
         self.log = log
         self.store = log.store
-        self.engine = log.store.engine
+        self.engine = log.store.engine if engine is None else engine
+        # the run whose own log this pass reads (a store of format 6), None: the store's one log or its store log;
+        # what such a log names of another run (a copy's source) is read from that run's log
+        self.own_run = run
         self.problems: list[Problem] = []
         self.notes: list[Problem] = []
         self.upto = 0  # the snapshot: the last entry this pass reads (set as the pass starts)
@@ -114,8 +118,9 @@ class RunModelChecks:
                 self.add("broken-chain", h, where, f"a second root for run {key[0]} branch {key[1]}")
             else:
                 self.forks[key] = (oid, value, where)
-            for f in ("parent_record", "parent_head"):
-                self.later_refs.append((t, oid, f, value[f]))
+            if self.own_run is None or "parent_run" not in value:  # a copy's parent is in its source's log (_cross_fork)
+                for f in ("parent_record", "parent_head"):
+                    self.later_refs.append((t, oid, f, value[f]))
         else:
             for f, ref in value:
                 self.later_refs.append((t, oid, f, ref))
@@ -167,11 +172,16 @@ class RunModelChecks:
         known = self.schemas.get(sid)
         if known is not None:
             return known
-        t = self._type(sid)
+        t, log = self._type(sid), self.engine
+        if t is None and self.own_run is not None:
+            # a run's log on a store of format 6: schemas are the store log's (schema/<kind>), read as it stands
+            # (a run entry does not yet name the store-log position it read)
+            log = self.store.logs.store_log
+            t = self._type_in(sid, log)
         value = None
         if t == codec.SCHEMA:
             try:
-                t, value = codec.decode(self.engine.read(sid), sid, False)
+                t, value = codec.decode(log.read(sid), sid, False)
             except ObjstoreError as e:
                 return f"its schema {sid.hex()} does not read: {e}"
         got = K.schema_fields(sid, t, value)
@@ -389,7 +399,7 @@ class RunModelChecks:
                 continue  # (not in the tables: past an entry readers refuse, named as that entry)
             try:
                 value = self.store.deletion_object(oid)
-                found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid))
+                found = deletion_problems(self.store, oid, value, self.engine.loc_entry(oid), self._authority_view())
             except ObjstoreError as e:
                 found = [f"cannot be read: {e}"]
             for what in found:
@@ -432,6 +442,8 @@ class RunModelChecks:
     def _references(self) -> None:
         for otype, oid, field, ref in self.later_refs:
             t = self._type(ref)
+            if t is None and self.own_run is not None:  # a store-log object a run's entry names (a subject grant)
+                t = self._type_in(ref, self.store.logs.store_log)
             if t is None:
                 if ref in self.damaged:
                     continue
@@ -443,6 +455,10 @@ class RunModelChecks:
         refs = self.refs
         runs: dict[str, dict] = {}
         for name, value in refs.items():
+            if runrefs.is_cite_ref(name):
+                if runrefs.parse_cite(value) is None:
+                    self.add("bad-cite", name, "", f"is not a store-log position (store@<entry>:<checksum>): {value!r:.80}")
+                continue  # the position itself is checked against the store log (verify_logs)
             if isinstance(value, str):
                 target = runrefs.parse_symref_value(value)
                 if target is None or target not in refs:
@@ -520,10 +536,25 @@ class RunModelChecks:
         """A labelled run of generation g ≥ 1 stands only beside deleted runs of generations 0 … g−1:
         otherwise one label set would name two live runs (runs.labels)."""
         for run, (labels, h, where) in sorted(self.labelled.items()):
-            k = RL.live_earlier_generation(run, labels, self.deleted_runs.__contains__) if isinstance(labels, dict) else None
+            k = RL.live_earlier_generation(run, labels, self._is_deleted_run) if isinstance(labels, dict) else None
             if k is not None:
                 self.add("bad-labels", h, where, f"run {run} is generation {RL.generation_of(run, labels)} of its labels, but generation {k} "
                          f"({RL.run_id(labels, k)}) is not a deleted run")
+
+    def _authority_view(self) -> authority.View | None:
+        """What a deletion in this pass's log is judged by: on a run's log (format 6), that log with the store log
+        as its entries cited it (``RunLogs.entry_view``: a store-log object dates to the first run entry citing a
+        position that holds it), so entry numbers compare within the run's log; else the store as it stands."""
+        if self.own_run is None:
+            return None
+        make = getattr(self.store.logs, "entry_view", None)
+        return None if make is None else make(self.engine, self.upto + 1, [], {}, lambda _oid: None, [])
+
+    def _is_deleted_run(self, run: str) -> bool:
+        """Whether ``run`` is deleted at this snapshot (of another run on a store of format 6: at its log's head)."""
+        if self.own_run is None or run == self.own_run:
+            return run in self.deleted_runs
+        return isinstance(self.store.logs.run_log(run).tables.refs.get(runrefs.deleted_ref(run)), bytes)
 
     def _cross_fork(self, run: str, b: int, fid: bytes, fk: dict, ref: str) -> None:
         """A cross-run fork (``fork_run``): the root of branch 0 of a copy, naming a record of
@@ -537,35 +568,49 @@ class RunModelChecks:
         if fk["compensation"]:
             self.add("bad-fork", subject, ref, "a copy's fork object carries no compensation flags")
             return
-        last = self.last.get((src, pb))
-        at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
-        bad = R.fork_place_problem(fk, at, lambda oid: "a record of a deleted run" if src in self.deleted_runs else self._describe(oid))
+        if self.own_run is not None:  # the source is another run's log: its chain is read there
+            src_log = self.store.logs.run_log(src)
+            at = src_log.record_at(src, pb, pl) if pl >= 0 else None
+        else:
+            src_log = self.engine
+            last = self.last.get((src, pb))
+            at = self.engine.record_at(src, pb, pl) if last is not None and 0 <= pl <= last[1] else None
+        gone = self._is_deleted_run(src)
+        bad = R.fork_place_problem(fk, at, lambda oid: "a record of a deleted run" if gone else self._describe(oid, src_log))
         if bad is not None:
             self.add("bad-fork", subject, ref, bad)
             return
-        if src in self.deleted_runs:
+        if gone:
             return  # the source was deleted since: its bodies are withheld from reads (gc keeps what the copy reaches)
-        hl = self._lsn_on(src, pb, fk["parent_head"])
+        hl = self._lsn_on(src, pb, fk["parent_head"], src_log)
         if hl is None or hl < pl:
             self.add("bad-fork", subject, ref, f"parent record (run {src} branch {pb} LSN {pl}) is not an ancestor of the recorded parent head")
 
-    def _lsn_on(self, run: str, branch: int, oid: bytes) -> int | None:
+    def _type_in(self, oid: bytes, log: Engine | None) -> str | None:
+        """The type of ``oid`` in this pass's log, or (``log``: another run's) as that log stands."""
+        if log is None or log is self.engine:
+            return self._type(oid)
+        loc = log.loc(oid)
+        return None if loc is None else (loc.otype if hasattr(loc, "otype") else loc[1])
+
+    def _lsn_on(self, run: str, branch: int, oid: bytes, log: Engine | None = None) -> int | None:
         """The LSN of ``oid`` if it is a record on (run, branch)'s chain, else None."""
-        if self._type(oid) != codec.RECORD:
+        engine = self.engine if log is None else log
+        if self._type_in(oid, log) != codec.RECORD:
             return None
         hit = self.store.erased_records.get(oid)
         if hit is not None:  # a covered record: its place is its deletion's row (its body is withheld)
-            return hit[3] if hit[1:3] == (run, branch) and self.engine.record_at(run, branch, hit[3]) == oid else None
+            return hit[3] if hit[1:3] == (run, branch) and engine.record_at(run, branch, hit[3]) == oid else None
         try:
             p = self.store.get(oid)[1]
         except ObjstoreError:
             return None
         if p.get("run") != run or p.get("branch") != branch or type(p.get("lsn")) is not int:
             return None
-        return p["lsn"] if self.engine.record_at(run, branch, p["lsn"]) == oid else None
+        return p["lsn"] if engine.record_at(run, branch, p["lsn"]) == oid else None
 
-    def _describe(self, oid: bytes) -> str:
-        t = self._type(oid)
+    def _describe(self, oid: bytes, log: Engine | None = None) -> str:
+        t = self._type_in(oid, log)
         if t != codec.RECORD:
             return t or "missing"
         hit = self.store.erased_records.get(oid)
@@ -580,7 +625,7 @@ class RunModelChecks:
 
 # -- recorded deletions (issue 17) ------------------------------------------------------------
 #
-def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None) -> list[str]:
+def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | None, view: authority.View | None = None) -> list[str]:
     """What is wrong with a deletion object (each one ``bad-deletion <id>: <what>``): its schema, then
     the authority rule every reader applies to its entry (objstore.storage.authority: the signature,
     the owner or a live delete grant at its entry, a redaction by the owner only, covered rows that
@@ -588,4 +633,4 @@ def deletion_problems(store: Store, did: bytes, value: dict, at_entry: int | Non
     bad = S.schema_problem(R.DELETION_TYPE, value)
     if bad is not None:
         return [bad]
-    return authority.deletion_problems(authority.StoreView(store), value, at_entry)
+    return authority.deletion_problems(authority.StoreView(store) if view is None else view, value, at_entry)

@@ -88,6 +88,10 @@ class LogSet:
             out.update(oid for oid in e.iter_ids() if oid.hex().startswith(text))
         return out
 
+    def release(self, run: str | None = None) -> None:
+        """Close run ``run``'s log (None: every run's log) if this process has it open (a pass over every run
+        keeps one open at a time); the next ask opens it again. A store of one log keeps it."""
+
     def close(self) -> None:
         for e in self.open_logs():
             e.close()

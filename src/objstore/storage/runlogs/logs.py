@@ -384,6 +384,18 @@ class RunLogs(LogSet):
             h = self._hist[id(engine)] = CiteHistory(engine)
         return h
 
+    def release(self, run: str | None = None) -> None:
+        with self._mu:
+            if run is None:
+                logs, self._runs = list(self._runs.values()), OrderedDict()
+            else:
+                one = self._runs.pop(run, None)
+                logs = [one] if one is not None else []
+            for log in logs:
+                self._hist.pop(id(log), None)  # (ids of closed engines are reused)
+        for log in logs:
+            log.close()
+
     def close(self) -> None:
         self.store_log.close()
         with self._mu:
