@@ -33,7 +33,7 @@ ORDER: list[tuple[str, list[str]]] = [
                        "query", "completion", "otel", "otlp", "page_html", "page"]),
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
-    ("objstore.lifecycle", ["repair", "delete", "gc_copies", "retention", "gc", "backup_io", "backup_copy", "backup", "backup_runs", "transfer_logs", "transfer", "stats"]),
+    ("objstore.lifecycle", ["repair", "delete", "gc_copies", "retention", "gc", "backup_io", "backup_copy", "backup_dest", "backup_runs", "backup", "transfer_logs", "transfer", "stats"]),
     ("objstore.legacy", ["format1", "format2", "runlogs", "upgrade"]),  # old formats, for the upgrade command only
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "saver", "aio_saver", "present"]),

@@ -47,8 +47,8 @@ from ..storage.runlogs.logs import CATALOG, STORE_LOG, RunLogs, create_layout, r
 from ..storage.store import Store
 from ..storage.storedir import MARKER, RUNLOGS_VERSION, read_marker
 from . import delete
-from .backup import check_log_history, create_dest, dest_lock, remove_dead_stagings, src_lengths
 from .backup_copy import BackupResult, Progress, _Copier, digests_path
+from .backup_dest import check_log_history, create_dest, dest_lock, remove_dead_stagings, src_lengths
 
 LOCK = "backup-runs.lock"  # DEST/tmp/<this>: one backup into DEST at a time
 LOG_TMP = "backup-logs"  # DEST/tmp/<this>/<run or store>/: a log's copy's temporary files

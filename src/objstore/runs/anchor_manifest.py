@@ -29,17 +29,17 @@ from typing import TYPE_CHECKING
 import blake3
 
 from ..errors import InvalidInput, ObjstoreError
-from ..storage import codec
+from ..storage import codec, runrefs
 
 if TYPE_CHECKING:
     from ..storage.log.engine import Engine
     from ..storage.store import Store
 
-MANIFEST_REF = "anchor"
+MANIFEST_REF = runrefs.ANCHOR_REF
 MANIFEST_FMT = "objstore-anchor-manifest-1"
 TOKEN2_PREFIX = "objstore-anchor:2:"
 STORE_LEAF = "store"
-RUN_LEAF = "run/"
+RUN_LEAF = runrefs.RUN_PREFIX  # a run log's leaf is named as its refs are prefixed: run/<R>
 
 Leaf = tuple[str, int, bytes]
 

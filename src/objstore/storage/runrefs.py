@@ -15,6 +15,7 @@ spells ``run/…`` or ``ref: …`` by hand::
     subjects/<S>/grant/<key>     head of a subject-wide grant chain
     redacted/<id hex>            the redaction of one blob, written once
     keys/owner                   the store owner's public key, written once
+    anchor                       the newest anchor manifest (format 6: every log's head; runs.anchor_manifest)
 
 This module depends on nothing but the error classes: the engine, the refs rules, the run log,
 verify and the journal modules all take their names from here.
@@ -30,6 +31,7 @@ RUN_PREFIX = "run/"
 SUBJECT_PREFIX = "subjects/"
 KEYS_PREFIX = "keys/"
 OWNER_REF = "keys/owner"
+ANCHOR_REF = "anchor"
 SYMREF_PREFIX = "ref: "
 
 # The last component of a run's single refs (besides branch/<N> and grant/<key>).
