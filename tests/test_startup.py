@@ -216,7 +216,7 @@ GROUPS = {f"objstore_cli.{m}" for m in ("admin", "audit", "journal", "lifecycle"
 LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" for m in (
     "authority", "batch", "codec", "erased", "fileutil", "labels", "refs", "runrefs", "store", "storedir")),
     "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
-        "checkpoint", "engine", "entry", "facts", "format", "local", "local_catchup", "local_index", "local_objects",
+        "checkpoint", "engine", "entry", "facts", "format", "idxtrust", "local", "local_catchup", "local_index", "local_objects",
         "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
         "tables", "txn", "witness")),
     "objstore.runs", *(f"objstore.runs.{m}" for m in (

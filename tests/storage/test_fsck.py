@@ -454,8 +454,9 @@ def _files_touched(fn):
 
 
 def _derived(name):
-    # (log/witness: the head witness, format 3 — the last entry made durable; a hint, never trusted over the log)
-    return name in ("log/checkpoint", "log/witness") or (name.startswith("log/") and name.endswith(".idx"))
+    # (log/witness: the head witness, format 3 — the last entry made durable; a hint, never trusted over the log;
+    # log/idx-verified: identities of index files already hashed to the digest the log names, a hint too)
+    return name in ("log/checkpoint", "log/witness", "log/idx-verified") or (name.startswith("log/") and name.endswith(".idx"))
 
 
 def test_open_and_read_touch_only_marker_segments_and_derived_indexes(built):

@@ -470,7 +470,6 @@ class StateCache:
                 if why is not None:
                     break
                 expect = first + n
-                store.engine.release_indexes()  # the index pages read so far leave the resident set
         finally:
             rows.close()
         if strict and why is None and expect != last + 1:
@@ -712,7 +711,6 @@ class StateCache:
             n += 1
             if n >= RCHUNK or size >= _CHUNK_BYTES:
                 db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))
-                chains.store.engine.release_indexes()  # the index pages read so far leave the resident set
                 parts, first, n, size = [], r.lsn + 1, 0, 0
         if n:
             db.execute("INSERT OR REPLACE INTO recs VALUES(?,?,?,?,?)", (run, branch, first, n, _chunk(parts)))

@@ -262,8 +262,6 @@ class _Verifier(RunModelChecks):
                 self.built[res.seg] = res.built
             if res.packed is not None:
                 self.packed[res.seg] = res.packed
-            if res.seg:
-                self.engine.release_indexes()
             if placed and res.end is not None and res.end.complete and not any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in res.items):
                 expect = (res.end.next_entry, res.end.prev)
             last = res

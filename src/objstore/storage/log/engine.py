@@ -142,12 +142,6 @@ class Engine:
         entry first. Rows are claims: the caller checks each record carries the label."""
         return sorted(set(self.tables.label_rows(key)), reverse=True)
 
-    def release_indexes(self) -> None:
-        """Let the mapped index pages touched so far leave this process's resident set (a long
-        scan calls this as it goes, so its memory does not grow with the number of segments)."""
-        for idx in list(getattr(self, "_idx", {}).values()):
-            idx.release()
-
     def iter_chain(self, run: str, branch: int, lsn: int = 0) -> Iterator[tuple[int, bytes]]:
         """(lsn, id) of a branch's committed records from ``lsn`` on, in LSN order (chain index)."""
         chain = self.tables.chain

@@ -476,7 +476,7 @@ class LocalLogCheck(LogCheck):
         if last < t.pos.entry:
             return None  # the segment does not read that far (its damage is named on its own): the rows are not judged
         want = segindex.build(seg, hdr[2], t.pos.entry, t.pos.checksum, objects.values(), chain)
-        if t.frozen is None or bytes(t.frozen.data) != want:
+        if t.frozen is None or t.frozen.data[:] != want:
             return "its rows of the active segment are not the ones the segment's entries give"
         return None
 

@@ -12,6 +12,7 @@ rewrite entry lets go of the old file's index and packed entries.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import blake3
@@ -72,7 +73,6 @@ class SegmentIndexes(LocalBase):
                 yield l, oid
                 prev = oid
                 lsn += 1
-            idx.release()  # done with this segment's rows: its pages leave our resident set
         frozen = self.tables.frozen
         if frozen is not None:
             rows = list(frozen.chain_from(key, lsn))
@@ -143,14 +143,21 @@ class SegmentIndexes(LocalBase):
         idx = self._idx.get(seg)
         if idx is not None:
             return idx
-        _read_segment_header(self._fd(seg + 1), self.seg_path(seg + 1))
         named = self.tables.idx.get(seg) or self._built.get(seg)
-        idx = segindex.load_named(self.idx_path(seg), seg, named) if named is not None else None
+        idx = self._load_named(seg, named) if named is not None else None
         if idx is None:
             idx = self._rebuild_index(seg, named)
         idx.checked = True
         self._idx[seg] = idx
         return idx
+
+    def _load_named(self, seg: int, named: bytes) -> segindex.SegmentIndex | None:
+        """Segment ``seg``'s index file if its bytes hash to ``named``: hashed unless the hint file
+        vouches for this very file (``idxtrust``), and recorded there once hashed."""
+        started = time.time_ns()  # before the file is opened: an edit after it gives a later ctime than the row holds
+        verified = self._verified
+        return segindex.load_named(self.idx_path(seg), seg, named, lambda st: verified.vouches(seg, st, named),
+                                   lambda st: verified.note(seg, st, named, started))
 
     def _rebuild_index(self, seg: int, named: bytes | None) -> segindex.SegmentIndex:
         """Index a sealed segment from its entries' metas (the file is missing or is not the one

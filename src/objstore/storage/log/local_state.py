@@ -10,7 +10,8 @@ its signature, and defined in the module named beside it.
 Kept here:
 
 * one descriptor per segment file, opened on first use and kept until ``close`` (or the engine is
-  collected); one that gc replaced is kept open too, as another thread may still read it;
+  collected); one that gc replaced is kept open too, as another thread may still read it; likewise
+  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``);
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
   ``lock`` file's ``flock`` (processes) serialize writers.
@@ -28,6 +29,7 @@ from ..fileutil import FsyncPolicy
 from .engine import Engine
 from .entry import LogEntry
 from .format import SEG_HEADER, ZERO, Loc, Position
+from .idxtrust import VerifiedIndexes
 from .rules import EntryEffect
 from .segfile import Packed, _write_segment_header, seg_name
 from .tables import LogState
@@ -58,6 +60,7 @@ class LocalBase(Engine):
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
         self._built: dict[int, bytes] = {}  # sealed segment -> digest of the index this process built from the log
+        self._verified = VerifiedIndexes(self.dir)  # index files already hashed to the digest the log names (a hint)
         self._bad_idx: dict[int, bytes] = {}  # sealed segment -> the index bytes its wrong file should hold
         self._hint = 0  # segment of the last object found through an index
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
@@ -130,6 +133,9 @@ class LocalBase(Engine):
         return fd
 
     def close(self) -> None:
+        for idx in list(self._idx.values()):
+            idx.close()  # an index file read with pread holds its descriptor
+        self._idx.clear()
         for fd in [*self._fds.values(), *self._replaced_fds]:
             os.close(fd)
         self._fds.clear()

@@ -1,7 +1,7 @@
 """Persistent indexes of sealed segments (``log/<segment>.idx``), in the manner of git's ``.idx``.
 
 A sealed segment never changes, so its index is written once, when it is
-sealed, and read by ``mmap`` and binary search: opening a store does not read
+sealed, and read by ``pread`` and binary search: opening a store does not read
 the objects of sealed segments, whatever their number. An index is derived
 data: it is rebuilt from its segment whenever it is missing or does not match
 (its header names the segment's last entry and chain checksum), and verify
@@ -21,10 +21,9 @@ Layout (little-endian)::
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import blake3
 
@@ -101,15 +100,53 @@ class IndexError_(Exception):
     """An index file that cannot be used (the caller rebuilds it)."""
 
 
+class FileBytes:
+    """An index file's bytes read with ``pread`` where a lookup asks for them (``data[a:b]``), never
+    mapped: a mapped file's pages count towards the reader's resident set, a whole large folio
+    (up to 2 MB) per page touched, so binary searches over many segments' maps held most of every
+    index resident. Owns its descriptor (closed with ``close`` or when collected)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd, self.size = fd, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, sl: slice) -> bytes:
+        start, stop, _ = sl.indices(self.size)
+        if stop <= start:
+            return b""
+        got = os.pread(self.fd, stop - start, start)
+        if len(got) != stop - start:
+            raise IndexError_("truncated while read")
+        return got
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
+
+
+BLOCK = 16 << 10  # a binary search reads the rows left in one read once they fit in this many bytes
+ITER_ROWS = 2048  # rows read at a time by a scan
+
+
 class SegmentIndex:
-    """Read-only view of one index file."""
+    """Read-only view of one index file (or of index bytes held in memory)."""
 
     checked = False  # its bytes were checked against the digest the log names (or built from the log)
 
-    def __init__(self, data: bytes | mmap.mmap, seg: int) -> None:
+    def __init__(self, data: bytes | FileBytes, seg: int) -> None:
         if len(data) < HEAD.size + FANOUT.size + 32:
             raise IndexError_("too short")
-        magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(data, 0)
+        head = data[: HEAD.size + FANOUT.size]
+        magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(head, 0)
         if magic != IDX_MAGIC or iseg != seg:
             raise IndexError_("bad header")
         want = HEAD.size + FANOUT.size + nobj * OBJ.size + nchain * CHAIN.size + 32
@@ -118,11 +155,11 @@ class SegmentIndex:
         self.data = data
         self.seg, self.first, self.last, self.checksum = seg, first, last, checksum
         self.nobj, self.nchain = nobj, nchain
-        self.fan = FANOUT.unpack_from(data, HEAD.size)
+        self.fan = FANOUT.unpack_from(head, HEAD.size)
         # a fan-out that is not a non-decreasing count ending at the object count would send a lookup
         # outside the rows (a crafted or damaged index): unusable, the caller rebuilds it
         fan = self.fan
-        if fan[255] != nobj or any(fan[i] > fan[i + 1] for i in range(255)):
+        if fan[255] != nobj or list(fan) != sorted(fan):
             raise IndexError_("fan-out table does not count the object rows")
         self.obj0 = HEAD.size + FANOUT.size
         self.chain0 = self.obj0 + nobj * OBJ.size
@@ -136,7 +173,7 @@ class SegmentIndex:
         lo = self.fan[b - 1] if b else 0
         hi = self.fan[b]
         data, base, size = self.data, self.obj0, OBJ.size
-        while lo < hi:
+        while (hi - lo) * size > BLOCK:
             mid = (lo + hi) // 2
             p = base + mid * size
             k = data[p : p + 32]
@@ -145,56 +182,78 @@ class SegmentIndex:
             elif k > oid:
                 hi = mid
             else:
-                return OBJ.unpack_from(data, p)
-        return None
-
-    def record_at(self, key: bytes, lsn: int) -> bytes | None:
-        target = key + lsn.to_bytes(8, "little")
-        lo, hi = 0, self.nchain
-        data, base, size = self.data, self.chain0, CHAIN.size
+                return OBJ.unpack(data[p : p + size])
+        rows = data[base + lo * size : base + hi * size]  # the fan-out's bucket (or what is left of it): one read
+        lo, hi = 0, len(rows) // size
         while lo < hi:
             mid = (lo + hi) // 2
-            p = base + mid * size
-            k, l, oid = CHAIN.unpack_from(data, p)
-            if (k, l) < (key, lsn):
+            k = rows[mid * size : mid * size + 32]
+            if k < oid:
                 lo = mid + 1
-            elif (k, l) > (key, lsn):
+            elif k > oid:
                 hi = mid
             else:
-                return oid
-        del target
+                return OBJ.unpack_from(rows, mid * size)
         return None
 
-    def release(self) -> None:
-        """Drop the mapped pages from this process's resident set (they stay in the page cache):
-        a long walk over many segments then holds one segment's index at a time, not all."""
-        if isinstance(self.data, mmap.mmap):
-            try:
-                self.data.madvise(mmap.MADV_DONTNEED)
-            except (OSError, AttributeError, ValueError):
-                pass
+    def _chain_lower(self, key: bytes, lsn: int) -> int:
+        """The first chain row at or after (key, lsn): probes read one row each until the rows left
+        fit in ``BLOCK`` bytes, which are read at once and searched in memory."""
+        lo, hi = 0, self.nchain
+        data, base, size = self.data, self.chain0, CHAIN.size
+        while (hi - lo) * size > BLOCK:
+            mid = (lo + hi) // 2
+            k, l, _ = CHAIN.unpack(data[base + mid * size : base + (mid + 1) * size])
+            if (k, l) < (key, lsn):
+                lo = mid + 1
+            else:
+                hi = mid
+        rows = data[base + lo * size : base + hi * size]
+        a, b = 0, len(rows) // size
+        while a < b:
+            mid = (a + b) // 2
+            k, l, _ = CHAIN.unpack_from(rows, mid * size)
+            if (k, l) < (key, lsn):
+                a = mid + 1
+            else:
+                b = mid
+        return lo + a
+
+    def record_at(self, key: bytes, lsn: int) -> bytes | None:
+        at = self._chain_lower(key, lsn)
+        if at >= self.nchain:
+            return None
+        p = self.chain0 + at * CHAIN.size
+        k, l, oid = CHAIN.unpack(self.data[p : p + CHAIN.size])
+        return oid if (k, l) == (key, lsn) else None
+
+    def close(self) -> None:
+        """Let go of the file (a map or a descriptor); bytes held in memory stay."""
+        if isinstance(self.data, FileBytes):
+            self.data.close()
 
     def chain_from(self, key: bytes, lsn: int) -> Iterator[tuple[int, bytes]]:
         """(lsn, id) of the rows of one chain from ``lsn`` on, in LSN order."""
-        lo, hi = 0, self.nchain
-        data, base, size = self.data, self.chain0, CHAIN.size
-        while lo < hi:
-            mid = (lo + hi) // 2
-            k, l, _ = CHAIN.unpack_from(data, base + mid * size)
-            if (k, l) < (key, lsn):
-                lo = mid + 1
-            else:
-                hi = mid
-        while lo < self.nchain:
-            k, l, oid = CHAIN.unpack_from(data, base + lo * size)
-            if k != key:
-                return
-            yield l, oid
-            lo += 1
+        at = self._chain_lower(key, lsn)
+        n = 16  # most chains a segment holds rows of are short (a label's): read few rows first, then more
+        while at < self.nchain:
+            for k, l, oid in self._chain_block(at, n):
+                if k != key:
+                    return
+                yield l, oid
+            at += n
+            n = min(ITER_ROWS, n * 8)
+
+    def _chain_block(self, at: int, n: int) -> Iterator[tuple]:
+        n = min(n, self.nchain - at)
+        p = self.chain0 + at * CHAIN.size
+        return CHAIN.iter_unpack(self.data[p : p + n * CHAIN.size])
 
     def objects(self) -> Iterator[tuple]:
-        for i in range(self.nobj):
-            yield OBJ.unpack_from(self.data, self.obj0 + i * OBJ.size)
+        for at in range(0, self.nobj, ITER_ROWS):
+            n = min(ITER_ROWS, self.nobj - at)
+            p = self.obj0 + at * OBJ.size
+            yield from OBJ.iter_unpack(self.data[p : p + n * OBJ.size])
 
     def object_rows(self) -> Iterator[tuple]:
         """Rows as ``build`` takes them (type names, not codes)."""
@@ -202,64 +261,78 @@ class SegmentIndex:
             yield oid, e, bo, st, raw, off, ln, comp, TYPES[tc]
 
     def chain_rows(self) -> Iterator[tuple]:
-        for i in range(self.nchain):
-            yield CHAIN.unpack_from(self.data, self.chain0 + i * CHAIN.size)
+        for at in range(0, self.nchain, ITER_ROWS):
+            yield from self._chain_block(at, ITER_ROWS)
 
 
-def load_named(path: str, seg: int, digest: bytes) -> SegmentIndex | None:
-    """Map an index file if its BLAKE3-256 (of the whole file) is ``digest``, the one the log
-    names for it; None otherwise. Hashed through the map, whose pages then leave the resident set
-    again, so only the pages lookups touch count towards the reader's memory."""
+def open_index(path: str) -> tuple[FileBytes, os.stat_result] | None:
+    """An index file opened for ``pread`` (``FileBytes``), with the fstat of its descriptor; None
+    if it is missing or empty. Nothing of it is read yet."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        size = os.fstat(fd).st_size
-        if size <= 32:
-            return None
-        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    except (OSError, ValueError):
-        return None
-    finally:
+        st = os.fstat(fd)
+    except OSError:
         os.close(fd)
-    if blake3.blake3(data).digest() != digest:
+        return None
+    if st.st_size <= 32:
+        os.close(fd)
+        return None
+    return FileBytes(fd, st.st_size), st
+
+
+def file_hash(data: FileBytes) -> bytes:
+    """BLAKE3-256 of a whole file, read in chunks (nothing of it stays resident)."""
+    h = blake3.blake3()
+    for off in range(0, len(data), 1 << 20):
+        h.update(data[off : off + (1 << 20)])
+    return h.digest()
+
+
+def load_named(path: str, seg: int, digest: bytes, vouched: Callable[[os.stat_result], bool] | None = None,
+               hashed: Callable[[os.stat_result], None] | None = None) -> SegmentIndex | None:
+    """An index file if its BLAKE3-256 (of the whole file) is ``digest``, the one the log names for
+    it; None otherwise. Read with ``pread`` where lookups ask (``FileBytes``). ``vouched(st)``:
+    whether a file of that fstat is known to hash to ``digest`` already (``idxtrust``: then it is
+    not hashed); ``hashed(st)`` is told of a file that was hashed and matched."""
+    got = open_index(path)
+    if got is None:
+        return None
+    data, st = got
+    try:
+        known = vouched is not None and vouched(st)
+        if not known and file_hash(data) != digest:
+            data.close()
+            return None
+        idx = SegmentIndex(data, seg)
+    except (OSError, IndexError_):
         data.close()
         return None
-    try:
-        idx = SegmentIndex(data, seg)
-    except IndexError_:
-        return None
-    idx.release()
+    if not known and hashed is not None:
+        hashed(st)
     return idx
 
 
 def load(path: str, seg: int, check: bool = True) -> SegmentIndex:
-    """Map an index file; with ``check``, its trailing BLAKE3 is verified first by reading the file
-    (not through the map, so only the pages lookups touch count towards the reader's memory)."""
+    """An index file read with ``pread`` (``FileBytes``); with ``check``, its own trailing BLAKE3 is
+    verified first (a damaged file; only the log's digest tells a forged one)."""
+    got = open_index(path)
+    if got is None:
+        raise IndexError_("missing or empty")
+    data = got[0]
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        raise IndexError_("missing") from None
-    try:
-        size = os.fstat(fd).st_size
-        if size <= 32:
-            raise IndexError_("empty")
         if check:
             h = blake3.blake3()
-            off = 0
-            while off < size - 32:
-                chunk = os.pread(fd, min(1 << 20, size - 32 - off), off)
-                if not chunk:
-                    raise IndexError_("truncated")
-                h.update(chunk)
-                off += len(chunk)
-            if h.digest() != os.pread(fd, 32, size - 32):
+            for off in range(0, len(data) - 32, 1 << 20):
+                h.update(data[off : min(off + (1 << 20), len(data) - 32)])
+            if h.digest() != data[len(data) - 32 :]:
                 raise IndexError_("checksum mismatch")
-        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-    return SegmentIndex(data, seg)
+        return SegmentIndex(data, seg)
+    except (OSError, IndexError_):
+        data.close()
+        raise
 
 
 def write(path: str, data: bytes) -> None:

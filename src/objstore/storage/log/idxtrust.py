@@ -1,0 +1,101 @@
+"""Which sealed segments' index files were already hashed here: the hint file ``log/idx-verified``.
+
+The log names each sealed segment's index by its BLAKE3 (the next segment's first entry), and a
+reader uses an index file only once its bytes are known to hash to that digest (invariant 15).
+Hashing every index a fresh reader touches costs the whole log's indexes: a label look-up, or the
+location of an old object, binary-searches each sealed segment's index, so the first ``get_tuple``
+of a long thread hashed hundreds of MB. This file remembers, per sealed segment, the identity of
+an index file whose bytes a process hashed to the digest the log names —
+``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)`` — with that digest. A reader that finds
+the file's identity unchanged and the row's digest equal to the one the log names now maps the
+file without hashing it; any other case hashes it as before (and records the row).
+
+Kept here:
+
+* **A hint, never a source.** A row is used only when its digest is the one the log names for the
+  segment and the file's identity is the one it holds; a missing, torn or foreign file, a row for
+  another file, another digest: the index is hashed. Verify never reads this file: it compares
+  every index file with one built from its segment's entries.
+* **Any change through the file system is seen.** Writing a file's bytes sets its ctime (which no
+  call sets back), replacing it gives a new inode. The kernel's timestamps are coarse (a clock
+  tick), so a row is written only for a file whose ctime and mtime were over ``RACY_NS`` older than
+  the moment its hashing started: an edit after that moment has a later ctime than the row holds
+  (as git treats a "racily clean" index entry).
+* **Derived and best effort**: replaced atomically without fsync; two processes adding rows at
+  once may lose one (it is hashed again next time); a read-only store writes none.
+
+Not covered, and said in docs/FORMAT.md: bytes that change without the file system's knowing (a
+failing disk), or someone who edits an index and then rewrites this file to match: readers then
+answer from that index until it changes again; ``objstore verify`` names the index either way.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import blake3
+
+from ..fileutil import write_derived
+
+NAME = "idx-verified"
+MAGIC = b"OSIV\x01\x00\x00\x00"
+ROW = struct.Struct("<QQQQqq32s")  # segment, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, digest
+RACY_NS = 200_000_000  # far above a clock tick (1-10 ms) and any skew between the coarse and the fine clock
+
+Identity = tuple[int, int, int, int, int]
+
+
+def identity(st: os.stat_result) -> Identity:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _parse(data: bytes) -> dict[int, tuple[Identity, bytes]]:
+    """The rows of the file's bytes; none if they are torn, foreign or of another version."""
+    body = data[:-32]
+    if (len(data) < len(MAGIC) + 32 or not body.startswith(MAGIC) or (len(body) - len(MAGIC)) % ROW.size
+            or blake3.blake3(body).digest() != data[-32:]):
+        return {}
+    return {seg: ((dev, ino, size, mt, ct), digest) for seg, dev, ino, size, mt, ct, digest in ROW.iter_unpack(body[len(MAGIC):])}
+
+
+def _dump(rows: dict[int, tuple[Identity, bytes]]) -> bytes:
+    body = MAGIC + b"".join(ROW.pack(seg, *ident, digest) for seg, (ident, digest) in sorted(rows.items()))
+    return body + blake3.blake3(body).digest()
+
+
+class VerifiedIndexes:
+    """The rows of ``<log dir>/idx-verified``, read once per process on first use."""
+
+    def __init__(self, log_dir: str) -> None:
+        self.path = os.path.join(log_dir, NAME)
+        self._rows: dict[int, tuple[Identity, bytes]] | None = None
+
+    def _read(self) -> dict[int, tuple[Identity, bytes]]:
+        try:
+            with open(self.path, "rb") as f:
+                return _parse(f.read())
+        except OSError:
+            return {}
+
+    def vouches(self, seg: int, st: os.stat_result, digest: bytes) -> bool:
+        """Whether the index file of segment ``seg``, as ``st`` (its fstat) shows it, was hashed to
+        ``digest`` (the one the log names now) and has not changed since."""
+        if self._rows is None:
+            self._rows = self._read()
+        row = self._rows.get(seg)
+        return row is not None and row[1] == digest and row[0] == identity(st)
+
+    def note(self, seg: int, st: os.stat_result, digest: bytes, started_ns: int) -> None:
+        """Record that segment ``seg``'s index file, whose fstat ``st`` was taken after ``started_ns``
+        (``time.time_ns()`` before the file was opened), hashed to ``digest``, the log's. Nothing is
+        recorded for a file changed within ``RACY_NS`` of that moment (see the module's docstring)."""
+        if max(st.st_ctime_ns, st.st_mtime_ns) + RACY_NS >= started_ns:
+            return
+        rows = self._read()  # another process's rows since ours were read: kept
+        rows[seg] = (identity(st), digest)
+        self._rows = rows
+        try:
+            write_derived(self.path, _dump(rows))
+        except OSError:
+            pass  # a read-only store: the next reader hashes the index again
