@@ -24,7 +24,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lazy", []),
     ("objstore.storage", ["codec", "fileutil", "runrefs", "refs", "labels", "authority", "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.idxtrust", "log.tables", "log.craft", "log.txn",
                           "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
-                          "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "store", "identity"]),
+                          "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.groupsync", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "store", "identity"]),
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "state", "api", "ingest", "anchors", "verify_report", "verify_objects",
                        "verify_runmodel", "verify", "views", "export",

@@ -14,7 +14,8 @@ Kept here:
   one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``);
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
-  ``lock`` file's ``flock`` (processes) serialize writers.
+  ``lock`` file's ``flock`` (processes) serialize writers; the ``sync`` file (``groupsync``) lets
+  writer processes share flushes.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class LocalBase(Engine):
         self._packs: dict[int, Packed | None] = {}  # segment -> its packed entries (None: an ordinary segment)
         self._replaced_fds: list[int] = []  # descriptors of segment files gc replaced (other threads may still read them)
         self._lfd: int | None = None  # the writer lock's descriptor, opened on first write
+        self._sync_fd: int | None = None  # <root>/sync (groupsync), opened on first durable commit
         self._wfd: tuple[int, int] | None = None  # (segment, descriptor) we append to
         self._paths: dict[int, str] = {}
         self._idx: dict[int, Any] = {}  # sealed segment -> SegmentIndex
@@ -74,7 +76,7 @@ class LocalBase(Engine):
         self._wit_fd: int | None = None
         self._sync_cv = threading.Condition(threading.Lock())  # group commit: who syncs, who waits
         self._syncing = False
-        self._written: tuple[Position, int] = (Position(0, ZERO), -1)  # newest entry this process wrote, and its file
+        self._written: tuple[Position, int, int] = (Position(0, ZERO), -1, 0)  # newest entry this process wrote, its file and segment
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False
@@ -140,10 +142,10 @@ class LocalBase(Engine):
             os.close(fd)
         self._fds.clear()
         self._replaced_fds = []
-        for extra in (self._lfd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
+        for extra in (self._lfd, self._sync_fd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
             if extra is not None:
                 os.close(extra)
-        self._lfd = self._wfd = self._wit_fd = None
+        self._lfd = self._sync_fd = self._wfd = self._wit_fd = None
         self._old_wfds = []
 
     def __del__(self) -> None:

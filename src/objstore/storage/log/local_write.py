@@ -2,12 +2,16 @@
 
 Kept here:
 
-* writers serialize on an in-process lock and an exclusive ``flock`` of ``lock``; under them a
-  writer catches up, refuses a damaged log or one its head witness disagrees with, cuts a torn tail
+* writers serialize on an in-process lock and an exclusive ``flock`` of ``lock``; a writer catches
+  up as a reader before queueing for the ``flock`` (less to take in while holding it); under it a
+  writer catches up on the rest, refuses a damaged log or one its head witness disagrees with, cuts a torn tail
   (recording the cut in its own entry), checks the entry against the rules, appends, and releases;
 * an entry is one write and one fdatasync: the only commit point. The sync happens outside the locks
-  so threads of one process share it (group commit); a commit returns only once its own entry is
-  durable, and the head witness follows each sync;
+  so threads of one process share it, and writer processes too (``groupsync``: a flush another
+  process began after our write covers our entry); a commit returns only once its own entry is
+  durable. The syncer catches up without the writer lock first, so its flush names (and the head
+  witness written after it) the newest entry it covers, and its next commit has less to take in
+  under the lock;
 * a segment is sealed only once everything in it is durable; the sealer then starts the next segment
   and writes its first entry, naming the sealed segment's index by digest;
 * ``repair`` cuts only after the last readable entry of the last segment, and records what it cut.
@@ -52,6 +56,12 @@ class Writer(LocalBase):
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
+            # Catch up as a reader first (no thread of this process is mid-commit: _wlock is ours),
+            # so what is left to take in under the writer lock is what others wrote while we queued.
+            try:
+                self.refresh()
+            except (ObjstoreError, OSError):
+                pass  # met again, and dealt with, under the lock
             self._os_lock(deadline, timeout)
             try:
                 try:
@@ -92,7 +102,7 @@ class Writer(LocalBase):
         # of this process that write meanwhile share one fdatasync. The commit returns (is
         # acknowledged) only once its own entry is durable.
         if written is not None:
-            self._sync_upto(written)
+            self._sync_upto(*written)
             # Off the commit path's locks: other writers go on while this thread writes the checkpoint.
             if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:
                 self._checkpoint()
@@ -113,22 +123,21 @@ class Writer(LocalBase):
         self.breach = False
         self.witness_problem = None
 
-    def _sync_upto(self, n: int) -> None:
-        """Return once entry ``n`` (written by this process) is durable: one thread syncs for every
-        entry written before it started, the others wait for it. The head witness follows each
-        sync."""
+    def _sync_upto(self, n: int, s: int, seg: int) -> None:
+        """Return once entry ``n`` (written by this process in segment ``seg``; ``s``: the sync
+        counter read after its write, ``groupsync.started``) is durable: one thread of this process
+        makes it so for every entry it wrote before, the others wait for it."""
         with self._sync_cv:
             while self._durable < n:
                 if self._syncing:
                     self._sync_cv.wait()
                     continue
                 self._syncing = True
-                target, fd = self._written
+                written = self._written
                 err = None
                 self._sync_cv.release()
                 try:
-                    if self.policy.enabled:
-                        os.fdatasync(fd)
+                    done = self._make_durable(n, s, seg, written)
                 except OSError as e:
                     err = e
                 finally:
@@ -137,9 +146,65 @@ class Writer(LocalBase):
                     self._sync_cv.notify_all()
                 if err is not None:
                     raise StorageOSError("make a commit entry durable (fdatasync)", err)
-                if target.entry > self._durable:
-                    self._durable = target.entry
-                    self._write_witness(target.entry, target.checksum)
+                self._durable = max(self._durable, done)
+
+    def _make_durable(self, n: int, s: int, seg: int, newest: tuple[Position, int, int]) -> int:
+        """Make this process's entries up to ``n`` durable (``newest``: its newest entry, the file
+        and the segment it is in); the entry number up to which they now are. Another process's
+        flush of ``seg`` that began after the write of ``n`` covers it (then nothing is written
+        here); else this one flushes the newest entry's file and writes the head witness."""
+        from . import groupsync  # on the first durable commit: a reader never loads it
+
+        written, fd, wseg = newest
+        if not self.policy.enabled:
+            self._write_witness(written.entry, written.checksum)
+            return written.entry
+        if self._sync_fd is None:
+            self._sync_fd = groupsync.open_sync(self.root)
+        if self._sync_fd is None:
+            os.fdatasync(fd)
+            self._write_witness(written.entry, written.checksum)
+            return written.entry
+        covers = [written]
+
+        def sync() -> None:
+            covers[0] = self._horizon(written, fd)
+            os.fdatasync(fd)
+            self._write_witness(covers[0].entry, covers[0].checksum)
+
+        if groupsync.await_durable(self._sync_fd, s, seg, sync, wseg):
+            return n  # an entry written before n's write is covered by the same flush
+        return covers[0].entry
+
+    def _sync_started(self) -> int:
+        """The group-sync counter, read right after an entry's write (0 when nothing is synced)."""
+        if not self.policy.enabled:
+            return 0
+        from . import groupsync
+
+        if self._sync_fd is None:
+            self._sync_fd = groupsync.open_sync(self.root)
+        return groupsync.NEVER if self._sync_fd is None else groupsync.started(self._sync_fd)
+
+    def _horizon(self, written: Position, fd: int) -> Position:
+        """The newest entry a flush of ``fd`` about to begin covers: every complete entry in that
+        file, found by catching up without the writer lock (what this process's next commit would
+        take in under it), else ``written``. Skipped while another thread of this process holds
+        ``_wlock``: its entry may be written and not yet applied, and a catch-up would take it twice."""
+        if not self._wlock.acquire(blocking=False):
+            return written
+        try:
+            with self._mu:
+                try:
+                    self.refresh()
+                except (ObjstoreError, OSError):
+                    return written  # damage, an unreadable file: the writer lock's holder meets it; flush what we wrote
+                w, pos = self._wfd, self.tables.pos
+                if w is not None and w[1] == fd and w[0] == self._seg and pos.entry >= written.entry:
+                    return pos
+                return written
+        finally:
+            self._wlock.release()
 
     def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
         # One lock file descriptor per engine, kept open: flock excludes other open file
@@ -174,8 +239,9 @@ class Writer(LocalBase):
                 raise StorageOSError("open the active segment", e) from None
         return w[1]
 
-    def _commit(self, txn: Txn, moves: list) -> int | None:
-        """Write one entry (not yet synced: returns its number for _sync_upto; None if synced)."""
+    def _commit(self, txn: Txn, moves: list) -> tuple[int, int, int] | None:
+        """Write one entry (not yet synced: returns its number, the sync counter read after its
+        write and its segment, for _sync_upto; None if synced)."""
         t = self.tables
         cut = None
         seg, off = self._seg, self._off
@@ -201,20 +267,21 @@ class Writer(LocalBase):
         if off + e.length >= SEAL_BYTES:  # the last entry of this segment says so
             raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True, idx=idx)
         self._write_entry(wfd, raw, off, sync=False)
+        started = self._sync_started()
         with self._mu:
             # Our own entry: applied from what we hold, never read back.
             self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
             self._off = off + e.length
         with self._sync_cv:
-            self._written = (Position(e.n, e.checksum), wfd)
+            self._written = (Position(e.n, e.checksum), wfd, seg)
         if e.seal:
-            self._sync_upto(e.n)  # a segment is sealed only once everything in it is durable
+            self._sync_upto(e.n, started, seg)  # a segment is sealed only once everything in it is durable
             try:
                 self._seal()
             except (ObjstoreError, OSError, segindex.IndexError_):
                 pass  # the commit is durable already; the next writer finishes the seal
             return None
-        return e.n
+        return e.n, started, seg
 
     def _write_entry(self, wfd: int, raw: bytes | list, off: int, sync: bool = True) -> None:
         try:
@@ -293,14 +360,14 @@ class Writer(LocalBase):
             raise Refused(plan)
         cut = self._cut_torn()
         raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, seal=seal, idx=idx, rw=rw)
-        off = self._off
-        wfd = self._writer(self._seg)
+        off, seg = self._off, self._seg
+        wfd = self._writer(seg)
         self._write_entry(wfd, raw, off)  # synced: an entry gc relies on is durable before it goes on
         with self._mu:
             self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
             self._off = off + e.length
         with self._sync_cv:
-            self._written = (Position(e.n, e.checksum), wfd)
+            self._written = (Position(e.n, e.checksum), wfd, seg)
             self._durable = max(self._durable, e.n)  # the fdatasync covered every earlier write to this file
             self._write_witness(e.n, e.checksum)
         return e
