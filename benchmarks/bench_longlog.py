@@ -44,6 +44,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gang import fsync_probe  # noqa: E402 - the benchmarks' one fsync probe
+
 THREAD = "long"
 
 CHILD = r"""
@@ -66,19 +69,6 @@ c2 = time.process_time()
 print(json.dumps({"open": c1 - c0, "get": c2 - c1, "total": c2 - c0, "hwm": hwm(), "imports_hwm": after_imports,
                   "step": t.checkpoint["channel_values"]["step"]}))
 """
-
-
-def fsync_latency(d: str) -> float:
-    path = os.path.join(d, ".fsync-probe")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, b"x" * 4096)
-        t = time.perf_counter()
-        os.fdatasync(fd)
-        return time.perf_counter() - t
-    finally:
-        os.close(fd)
-        os.unlink(path)
 
 
 def build(root: str, n: int, batch: int) -> dict:
@@ -158,7 +148,7 @@ def main() -> None:
     per: dict[str, list[dict]] = {"small": [], "big": []}
     ratios = []
     for r in range(a.reps):
-        lat = fsync_latency(a.dir)
+        lat = fsync_probe(a.dir)
         order = ("small", "big") if r % 2 == 0 else ("big", "small")
         for name in order:
             per[name].append(child(*stores[name]))
