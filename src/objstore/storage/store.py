@@ -21,7 +21,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
@@ -796,7 +796,7 @@ class Store:
         ``entry`` is the entry's number in the log holding the ref). A store of a log per run reads the store log and
         each run's log (one run's alone for a prefix ``run/<R>/…``)."""
         run = runrefs.run_of(prefix)
-        logs = [self.logs.run_log(run)] if run is not None else self.logs.ref_logs(prefix)
+        logs: Iterable[Engine] = [self.logs.run_log(run)] if run is not None else self.logs.ref_logs(prefix)
         out: list[tuple[str, Any, list[dict]]] = []
         for log in logs:
             snap = log.snapshot()
