@@ -60,6 +60,14 @@ def walk_runs(root: str) -> Iterator[tuple[str, str, bool, bool]]:
             yield xx, run, run in ids, run in dirs
 
 
+def _placed(p: Problem, where: str) -> Problem:
+    """A finding of one log's pass, placed in that log: a subject that is a file of the log (a segment: a torn tail,
+    a damaged entry) names it already, and its line stays the one a store with one log prints."""
+    if p.where or not where or p.subject.startswith(where + os.sep):
+        return p
+    return p._replace(where=where)
+
+
 def _ls(d: str) -> list[str]:
     try:
         return os.listdir(d)
@@ -99,8 +107,8 @@ class _Pass:
         seen: dict = {}
         r = self.verify_log(self.log, engine, run, self.check_state, want, self._progress(), self.jobs, watch, seen)
         where = os.path.join(engine.root, "log") if getattr(engine, "root", None) else ""  # type: ignore[attr-defined]
-        self.problems.extend(p._replace(where=p.where or where) for p in r.problems)
-        self.notes.extend(p._replace(where=p.where or where) for p in r.notes)
+        self.problems.extend(_placed(p, where) for p in r.problems)
+        self.notes.extend(_placed(p, where) for p in r.notes)
         self.entries += r.entries
         self.objects += r.objects
         self.n_logs += 1
@@ -209,11 +217,16 @@ class _Pass:
             for n, c in anchored:
                 self.add("anchor-removed", name, d, f"the log is gone; the anchor names its entry {n} ({c.hex()})")
             return
+        # verify reads the readable prefix of a damaged log and names the damage (its own pass, below), where every
+        # other reader's open stops with CorruptLog; the log opened so is released once this run is checked
+        was, self.logs.prefix_ok = self.logs.prefix_ok, True
         try:
             engine = self.logs.run_log(run)
         except ObjstoreError as err:
             self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
             return
+        finally:
+            self.logs.prefix_ok = was
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)
