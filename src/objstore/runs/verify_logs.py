@@ -217,16 +217,11 @@ class _Pass:
             for n, c in anchored:
                 self.add("anchor-removed", name, d, f"the log is gone; the anchor names its entry {n} ({c.hex()})")
             return
-        # verify reads the readable prefix of a damaged log and names the damage (its own pass, below), where every
-        # other reader's open stops with CorruptLog; the log opened so is released once this run is checked
-        was, self.logs.prefix_ok = self.logs.prefix_ok, True
         try:
             engine = self.logs.run_log(run)
         except ObjstoreError as err:
             self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
             return
-        finally:
-            self.logs.prefix_ok = was
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)
@@ -380,8 +375,18 @@ def verify_logs(log: RunLog, verify_log: OneLogPass, *, check_state: bool, token
         else:
             parse_anchor(t)
     p = _Pass(log, check_state, progress, jobs, verify_log)
-    p.store_log(tokens)
-    p.runs(runs)
+    # verify lists what it finds: every log is read to its readable prefix (a damaged one, a forged deletion in it,
+    # is named by its own pass), where every other reader stops with CorruptLog
+    logs = p.logs
+    was = logs.prefix_ok, logs.store_log.prefix_ok
+    logs.release()  # run logs opened before this pass open again, reading their readable prefix
+    logs.prefix_ok = logs.store_log.prefix_ok = True
+    try:
+        p.store_log(tokens)
+        p.runs(runs)
+    finally:
+        logs.prefix_ok, logs.store_log.prefix_ok = was
+        logs.release()
     return Report(p.problems, p.notes, p.entries, p.objects, p.checksum, p.n_logs)
 
 
