@@ -7,6 +7,8 @@ over the run's log directory, which applies that log's own rules only (no store 
 an honest reader (``Store.open``) then applies it with the store log and refuses it.
 """
 
+import os
+
 import pytest
 from helpers import new_key, run_log_root
 
@@ -85,7 +87,7 @@ def test_a_revoked_signer_cannot_delete_and_a_forged_deletion_is_judged_at_its_c
     # verify names the forged entry where it lies (the run's log), judged as readers judge it: at its cite
     assert [p.line() for p in problems] == [
         f"bad-deletion {seg}: entry {n} at offset {off}: entry {n}: bad-deletion {oid.hex()}: its signer {obj['by'][:16]}… "
-        f"held no live delete grant on run {run} at entry {n} (run/{run}/deletions)"]
+        f"held no live delete grant on run {run} at entry {n} (run/{run}/deletions) [{os.path.dirname(seg)}]"]
 
 
 def test_a_cite_that_goes_back_is_refused_even_by_the_run_logs_own_rules(tmp_path):

@@ -83,10 +83,16 @@ def ok_line(store, run_entries, objects):
     return f"verify: ok ({total} entries in 2 logs, {objects} objects)\n"
 
 
-def torn_line(path, before, cut_len, total):
+def in_log(root, path):
+    """The tail of a line of verify's pass of one log (``path``: a segment of it) on a store of a log per run: the
+    log it is in. None on the store's one log."""
+    return f" [{os.path.dirname(path)}]" if is_per_run(root) else ""
+
+
+def torn_line(root, path, before, cut_len, total):
     why = "incomplete entry header" if cut_len < ENTRY_HEAD.size else f"incomplete entry ({cut_len} of {total} bytes)"
     return (f"torn-tail {path}: {cut_len} bytes after the last complete entry at offset {before} ({why}); "
-            "invisible to readers, cut by the next commit")
+            f"invisible to readers, cut by the next commit{in_log(root, path)}")
 
 
 @pytest.mark.slow
@@ -116,11 +122,11 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
         # verify: clean, with exactly the torn-tail note.
         report = verify_report(rl)
         assert report.problems == [], (off, [p.line() for p in report.problems])
-        assert [n.line() for n in report.notes] == [torn_line(path, before, cut_len, total)], off
+        assert [n.line() for n in report.notes] == [torn_line(root, path, before, cut_len, total)], off
         if off in cli_offsets:
             code, out, err = run_cli("verify", store=root, exit_code=0)
             assert (code, out) == (0, ""), (off, out, err)
-            assert err == f"note: {torn_line(path, before, cut_len, total)}\n" + ok_line(rl.store, n_last - 1, len(recs))
+            assert err == f"note: {torn_line(root, path, before, cut_len, total)}\n" + ok_line(rl.store, n_last - 1, len(recs))
         # The next write cuts the torn bytes and records the cut in its own entry.
         new = rl.record_attempt(run, 3, 0, "succeeded", error="again")
         assert (new.parent, new.lsn) == (prev.id, last.lsn)
@@ -164,7 +170,7 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
     report = verify_report(rl)
     assert report.problems == []
     note = (f"torn-tail {path}: {len(garbage)} bytes after the last complete entry at offset {after} ({WHY[kind]}); "
-            "invisible to readers, cut by the next commit")
+            f"invisible to readers, cut by the next commit{in_log(root, path)}")
     assert [n.line() for n in report.notes] == [note]
     code, out, err = run_cli("verify", store=root, exit_code=0)
     assert (out, err) == ("", f"note: {note}\n" + ok_line(rl.store, log_engine_of(rl.store, run).position().entry, 10))
@@ -205,7 +211,7 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     assert rl.view(run).heads[0] == recs[-3].id  # readers stop before the damaged entry
     assert not rl.store.has(recs[-2].id) and not rl.store.has(recs[-1].id)
     report = verify_report(rl)
-    line = f"corrupt-entry {path}: entry {victim.n} at offset {victim.offset}: checksum mismatch"
+    line = f"corrupt-entry {path}: entry {victim.n} at offset {victim.offset}: checksum mismatch{in_log(root, path)}"
     assert [p.line() for p in report.problems] == [line]
     assert report.notes == []
     code, out, err = run_cli("verify", store=root, exit_code=1)

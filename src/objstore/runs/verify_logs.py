@@ -60,14 +60,6 @@ def walk_runs(root: str) -> Iterator[tuple[str, str, bool, bool]]:
             yield xx, run, run in ids, run in dirs
 
 
-def _placed(p: Problem, where: str) -> Problem:
-    """A finding of one log's pass, placed in that log: a subject that is a file of the log (a segment: a torn tail,
-    a damaged entry) names it already, and its line stays the one a store with one log prints."""
-    if p.where or not where or p.subject.startswith(where + os.sep):
-        return p
-    return p._replace(where=where)
-
-
 def _ls(d: str) -> list[str]:
     try:
         return os.listdir(d)
@@ -107,8 +99,8 @@ class _Pass:
         seen: dict = {}
         r = self.verify_log(self.log, engine, run, self.check_state, want, self._progress(), self.jobs, watch, seen)
         where = os.path.join(engine.root, "log") if getattr(engine, "root", None) else ""  # type: ignore[attr-defined]
-        self.problems.extend(_placed(p, where) for p in r.problems)
-        self.notes.extend(_placed(p, where) for p in r.notes)
+        self.problems.extend(p._replace(where=p.where or where) for p in r.problems)
+        self.notes.extend(p._replace(where=p.where or where) for p in r.notes)
         self.entries += r.entries
         self.objects += r.objects
         self.n_logs += 1
