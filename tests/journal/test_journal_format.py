@@ -25,6 +25,8 @@ from objstore.runs import schemas as S
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity
 
+from helpers import log_engine_of
+
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 GOLDEN = os.path.join(FIXTURES, "golden-journal.json")
 sys.path.insert(0, FIXTURES)
@@ -271,23 +273,28 @@ def test_schema_names_what_is_wrong(name, mutate, problem):
 
 
 def test_verify_reports_a_malformed_journal_object(tmp_path):
-    """A schema-2 journal object without its signed request, put through the raw store API: verify
-    names it (malformed-object) with the segment it is in; moving a plain ref to it adds damaged-ref.
-    (run/*/journal is forward-only, so that ref is not moved.)"""
+    """A schema-2 journal object without its signed request, put through the raw store API into its
+    run's log: verify names it (malformed-object) with the segment it is in; moving a plain ref to it
+    adds damaged-ref. (run/*/journal is forward-only, so that ref is not moved.)"""
     log = RunLog(Store.init(str(tmp_path / "s")))
     run = J.start_session(log, "alice", run="r1")
     assert verify(log) == []
     good = golden_value("journal v2")
-    with log.store.batch():
+    with log.store.batch_in(run):
         body = log.store.put_blob(b"{}")
         bad = log.store.put(codec.JOURNAL, dict(_without(good, "request"), run=run, body=body))
-    where = log.store.engine.seg_path(log.store.engine._seg)
+    engine = log_engine_of(log.store, run)
+    where = engine.seg_path(engine._seg)
     line = f"malformed-object {bad.hex()}: missing field 'request' [{where}]"
     assert [p.line() for p in verify(RunLog(Store.open(log.store.root)))] == [line]
     with log.store.batch():
         log.store.set_ref("tags/x", None, bad, "points at a malformed object")
+    # tags/x is a store-wide ref: the store log holds it and a copy of the object it names, each log proved on its own
+    store_log = log_engine_of(log.store)
+    at = store_log.seg_path(store_log._seg)
     assert [p.line() for p in verify(RunLog(Store.open(log.store.root)))] == [
-        line, f"damaged-ref tags/x: points to damaged object {bad.hex()} [{where}]"]
+        f"malformed-object {bad.hex()}: missing field 'request' [{at}]",
+        f"damaged-ref tags/x: points to damaged object {bad.hex()} [{at}]", line]
 
 
 def test_verify_accepts_every_object_the_code_writes(tmp_path):
