@@ -227,6 +227,8 @@ class _Transfer:
             # known to the target, with its body or without (its gc removed it): never sent again
             if oid in have or oid in seen or eng.has(oid):
                 continue
+            if run is None and oid.hex() in self.redacted and self.dst.logs.per_run and self.dst.logs.locate(oid).has(oid):
+                continue  # a redaction's blob, held by the target in a run's log (a store log holds no run's blob)
             seen.add(oid)
             got = self._read(oid, run)
             if got is None:
