@@ -15,6 +15,7 @@ import os
 import sys
 
 import pytest
+from helpers import log_engine_of
 
 from objstore import RunLog, Store
 from objstore import journal as J
@@ -24,8 +25,6 @@ from objstore.runs import records as R
 from objstore.runs import schemas as S
 from objstore.runs.verify import verify
 from objstore.storage import codec, identity
-
-from helpers import log_engine_of
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 GOLDEN = os.path.join(FIXTURES, "golden-journal.json")

@@ -62,7 +62,8 @@ def objects(store):
 
 
 def run_refs(store):
-    return {r: store.run_refs(r) for r in sorted(store.logs.run_ids())}
+    """Each run's refs, its cite aside (a position in its own store's store log: each store's commits cite their own)."""
+    return {r: {k: v for k, v in store.run_refs(r).items() if not runrefs.is_cite_ref(k)} for r in sorted(store.logs.run_ids())}
 
 
 def entries(store):
