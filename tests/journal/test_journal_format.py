@@ -15,6 +15,7 @@ import os
 import sys
 
 import pytest
+from helpers import log_engine_of
 
 from objstore import RunLog, Store
 from objstore import journal as J
@@ -271,23 +272,29 @@ def test_schema_names_what_is_wrong(name, mutate, problem):
 
 
 def test_verify_reports_a_malformed_journal_object(tmp_path):
-    """A schema-2 journal object without its signed request, put through the raw store API: verify
-    names it (malformed-object) with the segment it is in; moving a plain ref to it adds damaged-ref.
-    (run/*/journal is forward-only, so that ref is not moved.)"""
+    """A schema-2 journal object without its signed request, put through the raw store API into its
+    run's log: verify names it (malformed-object) with the segment it is in; moving a plain ref to it
+    adds damaged-ref. (run/*/journal is forward-only, so that ref is not moved.)"""
     log = RunLog(Store.init(str(tmp_path / "s")))
     run = J.start_session(log, "alice", run="r1")
     assert verify(log) == []
     good = golden_value("journal v2")
-    with log.store.batch():
+    with log.store.batch_in(run):
         body = log.store.put_blob(b"{}")
         bad = log.store.put(codec.JOURNAL, dict(_without(good, "request"), run=run, body=body))
-    where = log.store.engine.seg_path(log.store.engine._seg)
+    engine = log_engine_of(log.store, run)
+    where = engine.seg_path(engine._seg)
     line = f"malformed-object {bad.hex()}: missing field 'request' [{where}]"
     assert [p.line() for p in verify(RunLog(Store.open(log.store.root)))] == [line]
     with log.store.batch():
         log.store.set_ref("tags/x", None, bad, "points at a malformed object")
-    assert [p.line() for p in verify(RunLog(Store.open(log.store.root)))] == [
-        line, f"damaged-ref tags/x: points to damaged object {bad.hex()} [{where}]"]
+    # tags/x is a store-wide ref: with a log per run the store log holds it and a copy of the object it names, each
+    # log proved on its own (the store log's first); one log holds both once
+    store_log = log_engine_of(log.store)
+    at = store_log.seg_path(store_log._seg)
+    damaged = f"damaged-ref tags/x: points to damaged object {bad.hex()} [{at}]"
+    want = [f"malformed-object {bad.hex()}: missing field 'request' [{at}]", damaged, line] if log.store.logs.per_run else [line, damaged]
+    assert [p.line() for p in verify(RunLog(Store.open(log.store.root)))] == want
 
 
 def test_verify_accepts_every_object_the_code_writes(tmp_path):

@@ -48,10 +48,11 @@ def dest_problems(dest):
     s = Store.open(dest)
     try:
         problems = list(verify(RunLog(s), jobs=1, check_state=False))
-        for run, engine in s.logs.all_logs():
+        for run in [None, *(s.logs.run_ids() if s.logs.per_run else [])]:  # (one log: the store log is it)
             try:
+                engine = s.logs.store_log if run is None else s.logs.run_log(run)
                 problems += [(run, item) for item in engine.scan(engine.refresh().entry) if hasattr(item, "code")]
-            except CorruptLog as e:  # damage before the log's end: its reader refuses it
+            except CorruptLog as e:  # damage before the log's end: its reader refuses it (opening a run's log, too)
                 problems.append((run, str(e)))
         return problems
     finally:

@@ -22,9 +22,10 @@ def _eng(store, run):
     return log_engine_of(store, run if store.logs.per_run else None)
 
 
-def _repair(root, run, *args, **kw):
-    """``objstore repair [RUN] ARGS``: the run's log is named where each run has one."""
-    return run_cli("repair", *([run] if is_per_run(root) else []), *args, store=root, **kw)
+def _repair(root, run, *args, exit_code, **kw):
+    """``objstore repair [RUN] ARGS``: the run's log is named where each run has one; every caller
+    names the exit code it expects (the test habit of #10)."""
+    return run_cli("repair", *([run] if is_per_run(root) else []), *args, store=root, exit_code=exit_code, **kw)
 
 
 @pytest.fixture

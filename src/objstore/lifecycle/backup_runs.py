@@ -14,8 +14,9 @@ a checked prefix of SRC's, and the next backup finishes it):
    DEST before any run entry);
 2. the catalog: every entry SRC has when the copy starts, copied as it is (create-once: a name DEST has is kept,
    and an entry DEST holds with other bytes is another history, refused before anything is written), its order,
-   label, subject and copy names and its deletion markers — before any run log, so DEST never holds a run log
-   with entries and no catalog entry (what SRC's writers keep too);
+   label, subject and copy names and its deletion markers — before any run log's entries, so DEST never holds a
+   run log with entries and no catalog entry; each run's log SRC has is made in DEST (empty) before its entry, so
+   DEST never holds a catalog entry whose run's log is missing either (what SRC's writers keep too);
 3. each catalogued run's log, a copy's source before the copy (the entry's ``copy_of``), each up to its tail
    taken in 0. A run whose log SRC no longer has and whose catalog entry is marked deleted loses
    its log in DEST too (its bodies are not kept in the backup); a run whose log is missing without a deletion
@@ -109,6 +110,8 @@ def backup_runs(store: Store, src: str, dest: str, progress: Progress | None) ->
             total.add(r, None)
             dcat = Catalog(os.path.join(dest, CATALOG), policy, os.path.join(dest, "tmp"))
             for run, e in entries.items():
+                if run in tails and not os.path.isdir(os.path.join(run_dir(dest, run), "log")):
+                    make_log(run_dir(dest, run), policy)  # its log (empty) before its entry, as a writer makes them
                 dcat.add(e)
                 if logs.catalog.is_deleted(run):
                     dcat.mark_deleted(run)

@@ -227,6 +227,8 @@ class _Transfer:
             # known to the target, with its body or without (its gc removed it): never sent again
             if oid in have or oid in seen or eng.has(oid):
                 continue
+            if run is None and oid.hex() in self.redacted and self.dst.logs.per_run and self.dst.logs.locate(oid).has(oid):
+                continue  # a redaction's blob, held by the target in a run's log (a store log holds no run's blob)
             seen.add(oid)
             got = self._read(oid, run)
             if got is None:
@@ -286,8 +288,8 @@ class _Transfer:
         steps: list = []  # (source entry, chain ref, old, new, is grant)
         for name, sv in sorted(src.items()):
             tv = tgt.get(name)
-            if tv == sv:
-                continue
+            if tv == sv or (runrefs.is_cite_ref(name) and self.dst.logs.per_run):
+                continue  # (a cite names a position of the source's store log: a store of logs' commits cite its own)
             if run is not None and runrefs.branch_of(run, name) is not None:
                 if not isinstance(sv, bytes):
                     raise _Diverged(name, f"the source's value {sv!r} is not an id")

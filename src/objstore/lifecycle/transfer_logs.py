@@ -5,7 +5,8 @@
 both ends), with the one-log backup's copier (``backup_copy._Copier``: the source's snapshot up to its tail,
 appended to the target's log when that log is a prefix of it, every copied byte read back and chained, the
 target's log opened at exactly the snapshot's position). The run's catalog entry is copied as it is, before
-the log's first entry lands (as every writer of the target writes it).
+the log's first entry lands (as every writer of the target writes it). Only when the target's store log holds the
+store-log position the run's entries cite (``run/<R>/cite``: the same entry, the same checksum): else ``None``.
 
 Fast-forward only, decided under the target log's own lock (its writers wait; nothing of any other log is
 locked): the target's log must be empty or a prefix of the source's (its head entry is one of the source's,
@@ -21,7 +22,8 @@ import os
 from typing import NamedTuple
 
 from ..errors import ObjstoreError
-from ..storage import gclock
+from ..storage import gclock, runrefs
+from ..storage.log.engine import Engine
 from ..storage.log.format import Position
 from ..storage.log.local import LogEngine
 from ..storage.runlogs.logs import RunLogs, run_dir
@@ -61,6 +63,8 @@ def copy_run_log(source: Store, target: Store, run: str) -> Copied | None:
     with gclock.gc_lock(source.root, shared=True, what="push"), gclock.gc_lock(target.root, shared=True, what="push"):
         pos, seg, end = sengine.tail()
         lengths = src_lengths(sengine, seg, end)
+        if not _cites_hold(sengine, pos, run, tlogs.store_log):
+            return None
         if not os.path.isdir(os.path.join(ddir, "log")):
             make_log(ddir, target.policy)
         with dest_lock(ddir, wait=LOCK_WAIT):
@@ -82,6 +86,21 @@ def copy_run_log(source: Store, target: Store, run: str) -> Copied | None:
     objects = sum(len(e.objs) for e in sengine.entries() if have.entry < e.n <= pos.entry)
     target.logs.run_log(run).refresh()
     return Copied(pos.entry - have.entry, objects, got.bytes_copied)
+
+
+def _cites_hold(sengine: LogEngine, pos: Position, run: str, tstore: Engine) -> bool:
+    """Whether the store-log position the run's entries cite (its newest cite: the chain holds the older ones) is an
+    entry of the target's store log with the same checksum. Stores that wrote their store logs on their own differ
+    there: a run's entries copied as they are would cite a position of another store (verify: bad-cite)."""
+    cite = runrefs.parse_cite(sengine.refs_at("", pos).get(runrefs.cite_ref(run)))
+    if cite is None or cite[0] == 0:
+        return True
+    n, checksum = cite
+    tstore.refresh()
+    try:
+        return any(e.n == n and bytes(e.checksum) == checksum for e in tstore.entries())
+    except ObjstoreError:
+        return False
 
 
 def _head(ddir: str, target: Store) -> Position | None:
