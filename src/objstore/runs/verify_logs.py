@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ..errors import CorruptLog, ObjstoreError, StorageOSError
 from ..storage import codec, runrefs
 from ..storage import labels as L
+from ..storage.log.witness import REPAIRS_REF
 from ..storage.runlogs.catalog import CatalogEntry, order_key, shard
 from ..storage.runlogs.logs import CATALOG, RUNS, RunLogs, run_dir
 from . import anchor_manifest as M
@@ -209,11 +210,15 @@ class _Pass:
             for n, c in anchored:
                 self.add("anchor-removed", name, d, f"the log is gone; the anchor names its entry {n} ({c.hex()})")
             return
+        # verify reads the readable prefix of a damaged run log (its pass names the damage), as of the store log
+        was, self.logs.prefix_ok = self.logs.prefix_ok, True
         try:
             engine = self.logs.run_log(run)
         except ObjstoreError as err:
             self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
             return
+        finally:
+            self.logs.prefix_ok = was
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)
@@ -272,6 +277,8 @@ class _Pass:
         """The other runs whose refs the log at ``run``'s place holds (a sound run log holds its own only)."""
         others: set[str] = set()
         for ref in list(engine.tables.refs):
+            if ref == REPAIRS_REF:
+                continue  # the note of a repair of this log (lifecycle.repair): every log may hold its own
             r = runrefs.run_of(ref)
             if r != run:
                 others.add(str(r) if r is not None else ref)
