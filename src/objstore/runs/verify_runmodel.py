@@ -382,6 +382,9 @@ class RunModelChecks:
         and the refs that name one name a deletion of their own run and scope; each redacted blob
         is a note, with the reason."""
         redacted = {name[len(runrefs.REDACTED_PREFIX):] for name in self.refs if name.startswith(runrefs.REDACTED_PREFIX)}
+        if self.own_run is not None:  # a run's log (format 6): redactions are store-wide, their refs in the store log
+            redacted.update(name[len(runrefs.REDACTED_PREFIX):] for name in list(self.store.logs.store_log.tables.refs)
+                            if name.startswith(runrefs.REDACTED_PREFIX))
         for oid, (otype, where, value) in self.removed.items():
             if otype == codec.RECORD and value is not None:
                 run = value["run"] if isinstance(value, dict) else value[0]
@@ -444,6 +447,8 @@ class RunModelChecks:
             t = self._type(ref)
             if t is None and self.own_run is not None:  # a store-log object a run's entry names (a subject grant)
                 t = self._type_in(ref, self.store.logs.store_log)
+            elif t is None and otype == codec.DELETION and field == "blob" and self.store.logs.per_run:
+                t = self._type_in(ref, self.store.logs.locate(ref))  # the store log's redaction of a blob a run's log holds
             if t is None:
                 if ref in self.damaged:
                     continue
