@@ -48,8 +48,9 @@ def dest_problems(dest):
     s = Store.open(dest)
     try:
         problems = list(verify(RunLog(s), jobs=1, check_state=False))
-        for run, engine in s.logs.all_logs():
-            try:
+        for run in [None, *(s.logs.run_ids() if s.logs.per_run else ())]:  # the store log (the one log), each run's
+            try:  # a run's log damaged before its end refuses to open (and its reader to read)
+                engine = s.logs.store_log if run is None else s.logs.run_log(run)
                 problems += [(run, item) for item in engine.scan(engine.refresh().entry) if hasattr(item, "code")]
             except CorruptLog as e:  # damage before the log's end: its reader refuses it
                 problems.append((run, str(e)))
