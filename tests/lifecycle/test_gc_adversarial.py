@@ -130,7 +130,7 @@ def _prebuilt(root, deleted="old", records=24):
         b = log.put_blob(f"{deleted} private {i} ".encode() * 60)
         mine.append(b)
         log.record_attempt(deleted, 1, i, "succeeded", prompt=b, output=shared if i == 0 else None)
-    doomed = set(mine) | {oid for _l, oid in log.store.engine.iter_chain(deleted, 0)}
+    doomed = set(mine) | {oid for _l, oid in _eng(log.store, deleted).iter_chain(deleted, 0)}
     return log, doomed, shared
 
 
@@ -473,13 +473,19 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
     is gone for it, and nothing else."""
     root = str(tmp_path / "s")
     log, doomed, shared = _prebuilt(root, records=40)
+    per_run = log.store.logs.per_run
     for i in range(40):  # more live records after it, so the deleted run's bodies sit in segments with live ones
         log.record_attempt("w1", 1, i, "failed", prompt=log.put_blob(f"w1 {i} ".encode() * 50))
-    ids = list(log.store.engine.iter_ids())
-    log.store.engine.close()
+    if log.store.logs.per_run:
+        # The deleted run's log holds its own records only, all in its active segment so far: seal it, so its bodies
+        # sit in sealed segments as on one log (a reader's descriptor of the active segment, opened with the engine,
+        # would still give the old bytes: allowed, as for the reader that read everything)
+        _eng(log.store, "old").seal_now()
+    ids = [(run, oid) for run, eng in log.store.logs.all_logs() for oid in list(eng.iter_ids())]  # every log's
+    log.store.logs.close()
     idsfile = str(tmp_path / "ids")
     with open(idsfile, "w") as f:
-        f.write("".join(o.hex() + "\n" for o in ids))
+        f.write("".join(f"{run or '-'} {o.hex()}\n" for run, o in ids))
     go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
     readers = [_child("gc_adv_stale.py", root, go1, go2, "all", "12", idsfile),
                _child("gc_adv_stale.py", root, go1, go2, "none", "2", idsfile)]
@@ -491,7 +497,10 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
         open(go1, "w").close()
         assert readers[0].stdout.readline().startswith("phase 1 read"), readers[0].stderr.read()
         log = RunLog(Store.open(root))
-        segs_of = {log.store.engine.loc(o).seg for o in doomed}
+        eng = _eng(log.store, "old")  # the deleted run's log (the store's one log)
+        segs_of = {eng.loc(o).seg for o in doomed}
+        if log.store.logs.per_run:  # gc names each log's segments LOG:SEGMENT
+            segs_of = {f"old:{seg}" for seg in segs_of}
         D.delete_run(log, "old", reason="deleted between two gcs")
         res2 = G.gc(Store.open(root))
         assert segs_of <= set(res2.rewritten), (segs_of, res2.rewritten)  # packed segments packed again, without the bodies
@@ -506,11 +515,15 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
     for r, (out, err) in zip(readers, outs, strict=True):
         assert r.returncode == 0, (out[-2000:], err[-2000:])
         assert out.splitlines()[-1] .startswith("phase 2 read"), out[-2000:]
-    gone = [{bytes.fromhex(ln.split()[1]) for ln in out.splitlines() if ln.startswith("gone ")} for out, _ in outs]
-    assert gone[0] <= doomed
+    # (log, id) of each body a reader found gone: the log is the deleted run's ("-": the store's one log)
+    gone = [{(ln.split()[3], bytes.fromhex(ln.split()[1])) for ln in out.splitlines() if ln.startswith("gone ")} for out, _ in outs]
+    where = "old" if per_run else "-"
+    # with a log per run, the deleted run's log held its own copy of the blob it shared with w0: gone with it
+    doomed_there = doomed | ({shared} if per_run else set())
+    assert gone[0] <= {(where, o) for o in doomed_there}
     assert "deleted old" in outs[0][0].splitlines()
-    assert gone[1] == doomed, (len(gone[1]), len(doomed))
-    assert shared not in gone[1]
+    assert gone[1] == {(where, o) for o in doomed_there}, (len(gone[1]), len(doomed_there))
+    assert ("w0" if per_run else "-", shared) not in gone[1]  # the live run's copy stays
 
 
 # -- 5. forgery -------------------------------------------------------------------------------------------------------
