@@ -139,9 +139,11 @@ def _prebuilt(root, deleted="old", records=24):
 def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal):
     root, stop = str(tmp_path / "s"), str(tmp_path / "stop")
     log, doomed, shared = _prebuilt(root)
+    per_run = log.store.logs.per_run
+    where = "old" if per_run else "-"  # the log holding the deleted run's bodies ("-": the store's one log)
     dpath = str(tmp_path / "doomed")
-    with open(dpath, "w") as f:
-        f.write("".join(o.hex() + "\n" for o in doomed))
+    with open(dpath, "w") as f:  # with a log per run, the deleted run's own copy of the shared blob goes too
+        f.write("".join(f"{where} {o.hex()}\n" for o in doomed | ({shared} if per_run else set())))
     acks = [str(tmp_path / f"ack{i}") for i in range(4)]
     runs = ["w0", "w1", "sh", "sh"]
     writers = [_child("gc_adv_writer.py", root, runs[i], stop, acks[i], SEAL, MOST) for i in range(4)]
@@ -151,7 +153,8 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
             _ready(p)
         _wait_lines(acks, 40)
         D.delete_run(log, "old", reason="adversarial: deleted just before gc")
-        assert len(_unpacked(Store.open(root).engine)) >= 3, "gc has several sealed segments to rewrite while writers run"
+        assert sum(len(_unpacked(e)) for _r, e in Store.open(root).logs.all_logs()) >= 3, \
+            "gc has several sealed segments to rewrite while writers run"
         during = []
         for _ in range(2):  # gc twice, the writers and readers going on
             n0 = sum(map(_lines, acks))
@@ -167,9 +170,9 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     assert all(o.split()[0] == "passes" for o in reads), reads
     # Every acknowledged record is in the store with its bytes, at its place.
     s = Store.open(root)
-    eng = s.engine
     by_run: dict = {}
     for run, path in zip(runs, acks, strict=True):
+        eng = _eng(s, run)  # the run's log (the store's one log)
         for oid, lsn, blob in _acks(path):
             data = eng.read(oid)
             assert blake3.blake3(bytes(data)).digest() == oid
@@ -182,16 +185,20 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     assert sorted(by_run["w0"]) == list(range(2, 2 + len(by_run["w0"])))  # after run_started and the prebuilt record
     assert sorted(by_run["w1"]) == list(range(1, 1 + len(by_run["w1"])))
     assert sorted(by_run["sh"]) == list(range(1, 1 + len(by_run["sh"])))  # two writers, one chain, no lsn twice
-    assert [lsn for lsn, _ in eng.iter_chain("sh", 0)] == list(range(len(by_run["sh"]) + 1))
-    # Only the deleted run's bodies are gone; the blob it shared with a live run stays.
+    assert [lsn for lsn, _ in _eng(s, "sh").iter_chain("sh", 0)] == list(range(len(by_run["sh"]) + 1))
+    # Only the deleted run's bodies are gone; the blob it shared with a live run stays (in w0's log).
     for oid in doomed:
         with pytest.raises(BodyRemoved):
-            eng.read(oid)
-    assert eng.read(shared)
+            _eng(s, "old").read(oid)
+    assert _eng(s, "w0").read(shared)
     rep = verify_report(RunLog(s), check_state=False)
     assert rep.problems == [], rep.problems
     # gc again: only the segments not packed yet (the one it seals among them) are rewritten, nothing removed.
-    before = _unpacked(eng) + [eng._seg]
+    if per_run:  # each log's, named LOG:SEGMENT
+        before = [f"{r or 'store'}:{seg}" for r, e in s.logs.all_logs() for seg in _unpacked(e) + [e._seg]]
+    else:
+        before = _unpacked(s.engine) + [s.engine._seg]
+    eng = _eng(s, "sh")
     res = G.gc(Store.open(root))
     assert set(res.rewritten) <= set(before), (res.rewritten, before)
     assert during[0] > 0, "commits were acknowledged while the first gc ran"
