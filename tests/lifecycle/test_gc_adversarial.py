@@ -235,12 +235,13 @@ def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal)
     from objstore.lifecycle.backup import backup
 
     r = backup(Store.open(root), dest)
-    d = Store.open(dest)
-    assert d.engine.refs_at("") == Store.open(root).engine.refs_at("")
+    d, src = Store.open(dest), Store.open(root)
+    dest_logs = {name: e.refs_at("") for name, e in d.logs.all_logs()}  # every log's refs (the one log's)
+    assert dest_logs == {name: e.refs_at("") for name, e in src.logs.all_logs()}
     assert verify_report(RunLog(d), anchor=r.anchor, check_state=False).problems == []
     for oid in doomed:
         with pytest.raises(BodyRemoved):
-            d.engine.read(oid)
+            _eng(d, "old").read(oid)
 
 
 # -- 3. bad input and refusals --------------------------------------------------------------------------------------
