@@ -102,7 +102,8 @@ def build(root: str, n: int, batch: int) -> dict:
         if i % 100_000 == 0:
             print(f"  ... {i:,} checkpoints, {time.perf_counter() - t0:.0f} s", flush=True)
     secs = time.perf_counter() - t0
-    nseg = len([f for f in os.listdir(os.path.join(root, "log")) if f.endswith(".idx")])
+    # every log's sealed indexes (one log, or the store log and the thread's run log on a store of a log per run)
+    nseg = sum(1 for d, _s, fs in os.walk(root) if os.path.basename(d) == "log" for f in fs if f.endswith(".idx"))
     info = {"n": n, "batch": batch, "seconds": secs, "rate": n / secs, "sealed_indexes": nseg}
     with open(marker, "w") as f:
         json.dump(info, f)

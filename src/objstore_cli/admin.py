@@ -315,7 +315,8 @@ def backup(c, dest, as_json):
         echo_json(result.to_json())
         return
     click.echo(result.anchor)
-    click.echo(f"backup: {result.entries} entries in {result.dest}: {result.copied} file(s) copied ({human_size(result.bytes_copied)} of log), "
+    what = f"{result.entries} entries" if result.logs == 1 else f"{result.logs} logs (the store log's {result.entries} entries and each run's)"
+    click.echo(f"backup: {what} in {result.dest}: {result.copied} file(s) copied ({human_size(result.bytes_copied)} of log), "
                f"{result.reused} segment(s) kept, {result.removed} file(s) removed", err=True)
     for seg in result.recopied:
         click.echo(f"backup: segment {seg} of DEST was damaged: copied again from the store", err=True)

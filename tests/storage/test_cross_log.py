@@ -7,6 +7,8 @@ over the run's log directory, which applies that log's own rules only (no store 
 an honest reader (``Store.open``) then applies it with the store log and refuses it.
 """
 
+import os
+
 import pytest
 from helpers import new_key, run_log_root
 
@@ -68,9 +70,13 @@ def test_a_revoked_signer_cannot_delete_and_a_forged_deletion_is_judged_at_its_c
     data = codec.encode(codec.DELETION, obj)
     oid = codec.object_id(data)
     raw = LogEngine(run_log_root(root, run), FsyncPolicy("off"))
+    raw.refresh()
+    seg, off = raw.seg_path(raw._seg), raw._off  # where the forged entry lands: the run's log's tail
     with raw.transaction() as txn:
         txn.put(oid, codec.DELETION, data, obj)
         txn.set_ref(runrefs.deletions_ref(run), view.deletions, oid, "forged deletion")
+    n = raw.position().entry
+    assert raw.seg_path(raw._seg) == seg
     raw.close()
     # an honest reader applies it where it cites (the fence: after the revocation) and refuses it
     fresh = RunLog(Store.open(root))
@@ -78,7 +84,10 @@ def test_a_revoked_signer_cannot_delete_and_a_forged_deletion_is_judged_at_its_c
         fresh.records(run)
     from objstore import verify
     problems = verify(RunLog(Store.open(root)))
-    assert any(p["code"] == "bad-deletion" or "held no live delete grant" in p["detail"] for p in problems), problems
+    # verify names the forged entry where it lies (the run's log), judged as readers judge it: at its cite
+    assert [p.line() for p in problems] == [
+        f"bad-deletion {seg}: entry {n} at offset {off}: entry {n}: bad-deletion {oid.hex()}: its signer {obj['by'][:16]}… "
+        f"held no live delete grant on run {run} at entry {n} (run/{run}/deletions) [{os.path.dirname(seg)}]"]
 
 
 def test_a_cite_that_goes_back_is_refused_even_by_the_run_logs_own_rules(tmp_path):

@@ -18,6 +18,7 @@ import os
 import blake3
 import msgspec
 import pytest
+from helpers import log_engine_of, log_files, run_log_root
 
 import objstore
 from objstore.errors import ObjstoreError, Refused
@@ -85,17 +86,19 @@ def test_a_forged_sealed_index_changes_no_answer_and_verify_names_it(tmp_path, m
     monkeypatch.setattr(local_write, "SEAL_BYTES", 4096)
     root = str(tmp_path / "s")
     log, t, u, a, b, c, plain = _fill(root)
+    # T's log (the store's one log before format 6) holds T's labelled records and T's store-scope label rows
+    logdir = os.path.join(run_log_root(root, t), "log")
     for i in range(30):  # seal the segment holding the labelled records
-        log.record_attempt(u, 1, i, "succeeded", output=log.put_blob(os.urandom(300)))
+        log.record_attempt(t, 1, i, "succeeded", output=log.put_blob(os.urandom(300)))
     if packed:
         from objstore.lifecycle.gc import gc
 
         gc(log.store)
-        with open(os.path.join(root, "log", "0000000001.seg"), "rb") as f:
+        with open(os.path.join(logdir, "0000000001.seg"), "rb") as f:
             assert f.read(4) == b"OSPK"
     truth = _answers(root, t, u)
     assert truth["find_record T C"] == b.id and truth["find_records T C"] == [b.id, a.id]
-    path = os.path.join(root, "log", "0000000001.idx")
+    path = os.path.join(logdir, "0000000001.idx")
     idx = segindex.load(path, 1)
     assert any(r[2] == b.id for r in idx.chain_rows() if r[0] == SL.key(t, "checkpoint_id", "C")), "the labelled records are sealed"
     started = {r: log.run_started(r).id for r in (t, u)}
@@ -110,8 +113,9 @@ def test_a_forged_sealed_index_changes_no_answer_and_verify_names_it(tmp_path, m
     assert [(p.code, p.subject) for p in problems] == [("damaged-index", path)], problems
 
 
-def _rewrite_checkpoint(root, fn):
-    path = os.path.join(root, "log", "checkpoint")
+def _rewrite_checkpoint(log_root, fn):
+    """Rewrite the checkpoint of the log at ``log_root`` (helpers.run_log_root / store_log_root)."""
+    path = os.path.join(log_root, "log", "checkpoint")
     with open(path, "rb") as f:
         data = f.read()
     m = msgspec.msgpack.decode(data[:-32])
@@ -132,14 +136,14 @@ def test_a_forged_checkpoint_label_row_changes_no_answer_and_verify_names_it(tmp
     monkeypatch.setattr(local_write, "CHECKPOINT_ENTRIES", 5)
     root = str(tmp_path / "s")
     log, t, u, a, b, c, plain = _fill(root)
-    for i in range(4):
-        log.record_attempt(u, 1, i, "succeeded")
-    assert os.path.exists(os.path.join(root, "log", "checkpoint"))
+    for i in range(4):  # T's log (the store's one log before format 6) writes its checkpoint
+        log.record_attempt(t, 1, i, "succeeded")
+    assert os.path.exists(os.path.join(run_log_root(root, t), "log", "checkpoint"))
     truth = _answers(root, t, u)
     started = {r: log.run_started(r).id for r in (t, u)}
-    path = _rewrite_checkpoint(root, lambda rows: _forge(rows, mode, t, u, a, b, c, plain, started))
+    path = _rewrite_checkpoint(run_log_root(root, t), lambda rows: _forge(rows, mode, t, u, a, b, c, plain, started))
     fresh = objstore.open_store(root)
-    assert fresh.store.engine.tables.frozen is not None, "the forged checkpoint is adopted (its tables hash to the log's root)"
+    assert log_engine_of(fresh.store, t).tables.frozen is not None, "the forged checkpoint is adopted (its tables hash to the log's root)"
     assert _answers(root, t, u) == truth
     problems = objstore.verify(objstore.open_store(root))
     assert [(p.code, p.subject) for p in problems] == [("damaged-checkpoint", path)], problems
@@ -185,6 +189,9 @@ def _forge_entry(log, src, recs, sid, other, case):
     """Write one forged entry; returns the id verify must name, and (run, head ref) moved."""
     st = log.store
     head = log.view(src).heads[0]
+    if case in ("copy naming another run's record", "branch-1 fork naming another run"):
+        o2 = log.start_run("o2")  # another run, written before the forgery (a batch writes one run's log)
+        r2 = log.record_attempt(o2, 0, 0, "succeeded")
     with st.batch():
         if case == "x record without a schema field":
             oid = _x_record(st, src, head)
@@ -206,8 +213,6 @@ def _forge_entry(log, src, recs, sid, other, case):
             st.set_ref(f"run/{run}/branch/0", None, oid, "forged")
             return fid
         elif case == "copy naming another run's record":
-            o2 = log.start_run("o2")
-            r2 = log.record_attempt(o2, 0, 0, "succeeded")
             fid = st.put("fork", _fork("cp", src, 1, r2.id, recs[-1].id))
             oid = st.put("record", _started("cp", parent=fid))
             st.set_ref("run/cp/branch/0", None, oid, "forged")
@@ -234,8 +239,6 @@ def _forge_entry(log, src, recs, sid, other, case):
             st.set_ref("run/cp/branch/0", None, oid, "forged")
             return fid
         elif case == "branch-1 fork naming another run":
-            o2 = log.start_run("o2")
-            r2 = log.record_attempt(o2, 0, 0, "succeeded")
             fid = st.put("fork", _fork(src, "o2", 1, r2.id, r2.id, branch=1))
             st.set_ref(f"run/{src}/branch/1", None, fid, "forged")
             return fid
@@ -304,9 +307,7 @@ def test_a_schema_ref_moves_only_forward_and_a_refused_move_writes_nothing(tmp_p
     log, src, recs, sid, other = _base(root)
     v2 = log.register_kind("x.t.k", [["a", "str", True, False]])
     st = log.store
-    seg = os.path.join(root, "log", "0000000001.seg")
-    with open(seg, "rb") as f:
-        before = f.read()
+    before = log_files(root)  # every log's files (schema refs are the store log's; a record is its run's log's)
     with pytest.raises(Refused):
         with st.batch():
             if case == "back to its predecessor":
@@ -318,8 +319,7 @@ def test_a_schema_ref_moves_only_forward_and_a_refused_move_writes_nothing(tmp_p
                 st.set_ref("schema/x.t.k", v2, new, "f")
             else:
                 st.set_ref("schema/x.t.k", v2, other, "f")
-    with open(seg, "rb") as f:
-        assert f.read() == before
+    assert log_files(root) == before
     assert objstore.open_store(root).schema_of("x.t.k")[0] == v2
     assert objstore.verify(objstore.open_store(root)) == []
 
@@ -333,14 +333,11 @@ def test_a_record_whose_labels_are_no_label_set_is_refused_below_the_api(tmp_pat
     run = log.start_run("r")
     st = log.store
     head = log.view(run).heads[0]
-    seg = os.path.join(root, "log", "0000000001.seg")
-    with open(seg, "rb") as f:
-        before = f.read()
+    before = log_files(root)  # every log's files (schema refs are the store log's; a record is its run's log's)
     with pytest.raises(Refused):
         with st.batch():
             oid = st.put("record", {"run": run, "branch": 0, "lsn": 1, "parent": head, "kind": "attempt", "time": 1.0,
                                     "body": {"step": 0, "attempt": 0, "state": "running"}, "labels": labels})
             st.set_ref(f"run/{run}/branch/0", head, oid, "forged")
-    with open(seg, "rb") as f:
-        assert f.read() == before
+    assert log_files(root) == before
     assert objstore.verify(objstore.open_store(root)) == []

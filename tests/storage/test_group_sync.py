@@ -56,7 +56,7 @@ if __name__ == "__main__":
 
 # -- the tests ----------------------------------------------------------------------------------------
 
-from helpers import run_cli  # noqa: E402
+from helpers import log_engine_of, run_cli, run_log_root  # noqa: E402
 
 from objstore import RunLog, Store  # noqa: E402
 from objstore.storage.log import groupsync  # noqa: E402
@@ -70,7 +70,7 @@ def _store(tmp_path) -> str:
     root = str(tmp_path / "s")
     log = RunLog(Store.init(root, fsync="full"))
     log.start_run(RUN)
-    log.store.engine.close()
+    log.store.logs.close()
     return root
 
 
@@ -81,11 +81,12 @@ def _spawn(root: str, mode: str = "count") -> subprocess.Popen:
 
 
 def _entries(root: str) -> int:
+    """The entries of the run's log (the one the children write; the store's one log before format 6)."""
     store = Store.open(root, fsync="off")
     try:
-        return store.engine.refresh().entry
+        return log_engine_of(store, RUN).refresh().entry
     finally:
-        store.engine.close()
+        store.logs.close()
 
 
 def _wait_entries(root: str, n: int, children: list) -> None:
@@ -104,10 +105,10 @@ def _result(c: subprocess.Popen) -> dict:
 
 
 class _SyncLock:
-    """The ``sync`` file's lock, held by the test as a syncer in flight holds it."""
+    """The ``sync`` file's lock of the run's log, held by the test as a syncer in flight holds it."""
 
     def __init__(self, root: str) -> None:
-        self.fd = groupsync.open_sync(root)
+        self.fd = groupsync.open_sync(run_log_root(root, RUN))
         assert self.fd is not None
         fcntl.flock(self.fd, fcntl.LOCK_EX)
 
@@ -121,7 +122,7 @@ def _lsns(root: str) -> list[int]:
     try:
         return [r.lsn for r in RunLog(store).records(RUN)]
     finally:
-        store.engine.close()
+        store.logs.close()
 
 
 def test_two_waiting_writers_share_one_flush_which_names_the_newest_entry(tmp_path):
@@ -137,13 +138,13 @@ def test_two_waiting_writers_share_one_flush_which_names_the_newest_entry(tmp_pa
         # catches up before flushing, so its flush covers and its witness names this entry too.
         log = RunLog(Store.open(root, fsync="off"))
         log.record_attempt(RUN, step=1, attempt=0, state="succeeded")
-        newest = log.store.engine.position()
-        log.store.engine.close()
+        newest = log_engine_of(log.store, RUN).position()
+        log.store.logs.close()
     finally:
         lock.release()
     got = [_result(c) for c in kids]
     assert sum(g["flushes"] for g in got) == 1, got
-    w = read_witness(os.path.join(root, "log", "witness"))
+    w = read_witness(os.path.join(run_log_root(root, RUN), "log", "witness"))
     assert w == (newest.entry, newest.checksum)
     assert _lsns(root) == [0, 1, 2, 3]
 
@@ -174,7 +175,7 @@ def test_a_flush_of_its_segment_begun_after_the_write_covers_the_entry(tmp_path)
 
 def test_counters_no_syncer_writes_are_not_trusted(tmp_path):
     root = _store(tmp_path)
-    fd = groupsync.open_sync(root)
+    fd = groupsync.open_sync(run_log_root(root, RUN))
     assert fd is not None
     try:
         groupsync._set(fd, 5, 9, 1)  # completed above started: no syncer leaves this

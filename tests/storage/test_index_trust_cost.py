@@ -16,6 +16,7 @@ import os
 import time
 
 import pytest
+from helpers import log_engine_of, run_log_root
 
 import objstore
 from objstore.storage import labels as SL
@@ -40,13 +41,14 @@ def _build(root, monkeypatch, sealed):
     first = log.put_blob(b"the oldest blob")
     log.append(run, "attempt", {"step": 0, "attempt": 0, "state": "running", "output": first}, labels={"checkpoint_id": "C0"})
     i = 0
-    while log.store.engine._seg <= sealed:
+    engine = log_engine_of(log.store, run)  # the log holding the run's records: the run's own (format 6)
+    while engine._seg <= sealed:
         i += 1
         log.append(run, "attempt", {"step": i, "attempt": 0, "state": "running", "output": log.put_blob(os.urandom(200))},
                    labels={"checkpoint_id": f"C{i}"})
     monkeypatch.undo()  # SEAL_BYTES back; the fixture's RACY_NS too: set it again
     monkeypatch.setattr(idxtrust, "RACY_NS", 20_000_000)
-    assert log.store.engine._seg == sealed + 1
+    assert engine._seg == sealed + 1
     return run, first
 
 
@@ -86,12 +88,12 @@ class _Counts:
 def test_a_fresh_reader_hashes_no_index_a_reader_before_it_hashed(tmp_path, monkeypatch, sealed):
     root = str(tmp_path / "s")
     run, first = _build(root, monkeypatch, sealed)
-    sizes = [os.path.getsize(os.path.join(root, "log", f"{s:010d}.idx")) for s in range(1, sealed + 1)]
+    sizes = [os.path.getsize(os.path.join(run_log_root(root, run), "log", f"{s:010d}.idx")) for s in range(1, sealed + 1)]
     _past_racy_window()
     c = _Counts(monkeypatch)
     _lookups(root, run, first)  # the first fresh reader: hashes each index it uses, and records it
     assert 0 < c.hashed <= sum(sizes)
-    assert os.path.exists(os.path.join(root, "log", idxtrust.NAME))
+    assert os.path.exists(os.path.join(run_log_root(root, run), "log", idxtrust.NAME))
     c.hashed = c.read = c.reads = 0
     _lookups(root, run, first)
     assert c.hashed == 0, "a fresh reader hashed index files a reader before it had checked"
@@ -158,7 +160,7 @@ def test_an_index_edited_after_it_was_recorded_is_hashed_again_and_named(tmp_pat
     c = _Counts(monkeypatch)
     _lookups(root, run, first)
     assert c.hashed == 0
-    path = os.path.join(root, "log", "0000000001.idx")
+    path = os.path.join(run_log_root(root, run), "log", "0000000001.idx")
     if not soon:
         _past_racy_window()  # (edited at once: within the same clock tick as nothing; the row's ctime is older anyway)
     edit(path, run)

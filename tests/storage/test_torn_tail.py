@@ -74,10 +74,25 @@ def fresh(root):
     return RunLog(Store.open(root, fsync="off"))
 
 
-def torn_line(path, before, cut_len, total):
+def ok_line(store, run_entries, objects):
+    """verify's summary of a clean store whose one run is ``run`` with ``run_entries`` entries in its log (format 6:
+    the store log's entries too, and the logs counted: the store log and the run's)."""
+    if not is_per_run(store.root):
+        return f"verify: ok ({run_entries} entries, {objects} objects)\n"
+    total = run_entries + log_engine_of(store).position().entry
+    return f"verify: ok ({total} entries in 2 logs, {objects} objects)\n"
+
+
+def in_log(root, path):
+    """The tail of a line of verify's pass of one log (``path``: a segment of it) on a store of a log per run: the
+    log it is in. None on the store's one log."""
+    return f" [{os.path.dirname(path)}]" if is_per_run(root) else ""
+
+
+def torn_line(root, path, before, cut_len, total):
     why = "incomplete entry header" if cut_len < ENTRY_HEAD.size else f"incomplete entry ({cut_len} of {total} bytes)"
     return (f"torn-tail {path}: {cut_len} bytes after the last complete entry at offset {before} ({why}); "
-            "invisible to readers, cut by the next commit")
+            f"invisible to readers, cut by the next commit{in_log(root, path)}")
 
 
 @pytest.mark.slow
@@ -107,11 +122,11 @@ def test_cut_at_every_offset_inside_the_last_entry(tmp_path):
         # verify: clean, with exactly the torn-tail note.
         report = verify_report(rl)
         assert report.problems == [], (off, [p.line() for p in report.problems])
-        assert [n.line() for n in report.notes] == [torn_line(path, before, cut_len, total)], off
+        assert [n.line() for n in report.notes] == [torn_line(root, path, before, cut_len, total)], off
         if off in cli_offsets:
             code, out, err = run_cli("verify", store=root, exit_code=0)
             assert (code, out) == (0, ""), (off, out, err)
-            assert err == f"note: {torn_line(path, before, cut_len, total)}\nverify: ok ({n_last - 1} entries, {len(recs)} objects)\n"
+            assert err == f"note: {torn_line(root, path, before, cut_len, total)}\n" + ok_line(rl.store, n_last - 1, len(recs))
         # The next write cuts the torn bytes and records the cut in its own entry.
         new = rl.record_attempt(run, 3, 0, "succeeded", error="again")
         assert (new.parent, new.lsn) == (prev.id, last.lsn)
@@ -155,10 +170,10 @@ def test_garbage_after_the_last_entry_is_a_torn_tail(tmp_path, kind):
     report = verify_report(rl)
     assert report.problems == []
     note = (f"torn-tail {path}: {len(garbage)} bytes after the last complete entry at offset {after} ({WHY[kind]}); "
-            "invisible to readers, cut by the next commit")
+            f"invisible to readers, cut by the next commit{in_log(root, path)}")
     assert [n.line() for n in report.notes] == [note]
     code, out, err = run_cli("verify", store=root, exit_code=0)
-    assert (out, err) == ("", f"note: {note}\nverify: ok ({log_engine_of(rl.store, run).position().entry} entries, 10 objects)\n")
+    assert (out, err) == ("", f"note: {note}\n" + ok_line(rl.store, log_engine_of(rl.store, run).position().entry, 10))
     new = rl.record_attempt(run, 4, 0, "failed")
     e = list(log_engine_of(rl.store, run).entries())[-1]
     assert e.cut == [log_engine_of(rl.store, run)._seg, after, len(garbage), blake3.blake3(garbage).hexdigest()]
@@ -188,14 +203,15 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
     files = snapshot_tree(root)
 
     rl = fresh(root)
-    assert log_engine_of(rl.store, run).torn is None
     with pytest.raises(CorruptLog):  # readers say they would stop short: a typed error...
         rl.view(run)
     rl = RunLog(Store.open(root, fsync="off", readable_prefix=True))  # ...unless the caller asks for the readable prefix
+    # (on format 6 the damaged run's log raises as it opens, so its engine is looked at through the readable prefix)
+    assert log_engine_of(rl.store, run).torn is None and log_engine_of(rl.store, run).damaged is not None
     assert rl.view(run).heads[0] == recs[-3].id  # readers stop before the damaged entry
     assert not rl.store.has(recs[-2].id) and not rl.store.has(recs[-1].id)
     report = verify_report(rl)
-    line = f"corrupt-entry {path}: entry {victim.n} at offset {victim.offset}: checksum mismatch"
+    line = f"corrupt-entry {path}: entry {victim.n} at offset {victim.offset}: checksum mismatch{in_log(root, path)}"
     assert [p.line() for p in report.problems] == [line]
     assert report.notes == []
     code, out, err = run_cli("verify", store=root, exit_code=1)
@@ -205,11 +221,18 @@ def test_damaged_entry_followed_by_a_complete_entry_is_not_a_torn_tail(tmp_path)
         rl.record_attempt(run, 4, 0, "failed")
     assert str(ei.value) == (f"integrity error: log {path}: damaged entry at offset {victim.offset} (checksum mismatch; "
                              "complete entries follow it); refusing to write (run 'objstore verify')")
+    # A writer that did not ask for the readable prefix: on format 6 the damaged run's log stops it as it opens (before
+    # any write), with the reader's line; on one log the writer's own refusal above.
+    with pytest.raises(CorruptLog) as plain:
+        fresh(root).record_attempt(run, 4, 0, "failed")
+    assert str(plain.value) == (str(ei.value) if not is_per_run(root) else (
+        f"integrity error: log {path}: damaged entry at offset {victim.offset} (checksum mismatch; complete entries "
+        "follow it); the log is readable only up to it (run 'objstore verify')"))
     blob = tmp_path / "b.txt"
     blob.write_bytes(b"hello")
     code, out, err = _write_blob(root, str(blob))
     assert (code, out) == (6, ""), err
-    assert err == f"objstore: error: {ei.value}\n"
+    assert err == f"objstore: error: {plain.value}\n"
     assert snapshot_tree(root) == files  # nothing cut, nothing appended
 
 

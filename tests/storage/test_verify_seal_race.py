@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from helpers import run_log_root, store_log_root
+
 import objstore.runs.verify as V
 import objstore.storage.log.fsck as F
 from objstore import RunLog, Store
@@ -28,8 +30,11 @@ MIN_SEALS = 3
 MAX_PASSES = 400
 
 
-def _segments(root):
-    return sum(1 for f in os.listdir(os.path.join(root, "log")) if f.endswith(".seg"))
+def _segments(root, runs):
+    """The segment files of every log the writers write (each run's log and the store log; the store's one log
+    before format 6: counted once)."""
+    roots = {store_log_root(root), *(run_log_root(root, r) for r in runs)}
+    return sum(1 for d in roots for f in os.listdir(os.path.join(d, "log")) if f.endswith(".seg"))
 
 
 def _scan_after_a_seal(real):
@@ -59,9 +64,9 @@ def test_verify_beside_eight_sealing_writers_reports_nothing(tmp_path, monkeypat
         while passes < MAX_PASSES and (raced < MIN_SEALS or passes < 10):
             if all(p.poll() is not None for p in procs):
                 break
-            before = _segments(root)
+            before = _segments(root, runs)
             report = V.verify_report(RunLog(Store.open(root, fsync="off")), jobs=1 + passes % 2)
-            after = _segments(root)
+            after = _segments(root, runs)
             passes += 1
             raced += after - before
             bad.extend(p.line() for p in report.problems)

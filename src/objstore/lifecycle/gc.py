@@ -126,7 +126,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
     --prune-unreferenced-older-than`` removes, explicitly: by default gc keeps them (``stats`` counts them)."""
     candidates: set = set()
     named: set = set()
-    logs = [(None, store.engine)] if store.url is not None else list(store.logs.all_logs())
+    logs = [(None, store.engine)] if store.url is not None else store.logs.all_logs()  # one log open at a time
     for _run, log in logs:
         c, n = _unreferenced_in(_reader(store, log), age, now)
         candidates |= c

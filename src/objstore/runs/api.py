@@ -227,7 +227,8 @@ class RunLog(ChainReader):
     # -- record kinds the core does not know (runs.kinds) ------------------------------------
     def register_kind(self, kind: str, fields: list, *, when: float | None = None) -> bytes:
         """Declare (or re-declare) the record kind ``x.<integration>.<name>``: one commit of a
-        ``schema`` object behind ``schema/<kind>``. The same field list again writes nothing and
+        ``schema`` object behind ``schema/<kind>`` (inside a batch, joined to it on a store of one log, a commit of
+        the store log of its own on a store of a log per run: ``Store.store_log_commit``). The same field list again writes nothing and
         returns the current schema's id; a different one is a new version naming its predecessor."""
         K.check_kind(kind)
         fields = K.check_fields(fields)
@@ -243,7 +244,7 @@ class RunLog(ChainReader):
             store.set_ref(name, cur, sid, f"declare {kind}")
             return sid
 
-        return store.atomically(commit)
+        return store.store_log_commit(commit)
 
     def schema_of(self, kind: str) -> tuple[bytes, list]:
         """(id, fields) of the current schema of an x. kind; InvalidRecord if it was never declared."""

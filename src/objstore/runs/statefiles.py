@@ -13,7 +13,8 @@ Invariants kept here:
 * only a refresh creates a file (``conn(run, create=True)``); every read of a run with no file reads
   nothing (``None``), so verifying or listing runs never leaves files behind, and a read never creates a
   run's directory;
-* at most ``MAX_OPEN`` connections stay open per cache (least recently used closed first), so a process
+* at most ``max_open`` connections stay open per cache (least recently used closed first; ``MAX_OPEN``, or
+  fewer under a low open-files limit: ``storage.fdbudget``), so a process
   reading 100 000 runs does not keep 100 000 files open; a connection inside a transaction is never
   closed under its user.
 
@@ -33,6 +34,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StateCacheError
+from ..storage import fdbudget
 from ..storage.runlogs.logs import run_dir
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ _OLD_TABLES = ("attempt", "rec", "intent", "commit_")  # earlier schemas', dropp
 FILE = "state.db"
 SUFFIXES = ("", "-wal", "-shm")  # the database, its WAL and its shared-memory index
 MEMORY = ":memory:"
-MAX_OPEN = 64  # connections one cache keeps open at most (per-run files)
+MAX_OPEN = 64  # connections one cache keeps open at most (per-run files); fewer under a low open-files limit
+FDS_PER_FILE = 3  # the database, its WAL, its shared-memory index
 
 
 class StateFiles:
@@ -68,6 +71,7 @@ class StateFiles:
         self._run_ids = run_ids
         self._open: OrderedDict[str, sqlite3.Connection] = OrderedDict()  # path -> connection, oldest use first
         self._mu = threading.Lock()
+        self.max_open = fdbudget.bound(FDS_PER_FILE, 4, MAX_OPEN)  # 1 024 descriptors: 42 files at once
 
     @property
     def per_run(self) -> bool:
@@ -119,11 +123,11 @@ class StateFiles:
         return db
 
     def _evict(self) -> None:
-        """Close the least recently used connections past ``MAX_OPEN`` (never one in a transaction)."""
-        if len(self._open) <= MAX_OPEN:
+        """Close the least recently used connections past ``max_open`` (never one in a transaction)."""
+        if len(self._open) <= self.max_open:
             return
         for p in list(self._open)[:-1]:
-            if len(self._open) <= MAX_OPEN:
+            if len(self._open) <= self.max_open:
                 break
             db = self._open[p]
             if db.in_transaction:

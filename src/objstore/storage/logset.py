@@ -15,7 +15,7 @@ Invariants kept here: a ref is read from, and moved in, exactly one log (``for_r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -76,8 +76,9 @@ class LogSet:
         """(order, record id) of the label rows with this key (storage.labels), newest first."""
         raise NotImplementedError
 
-    def ref_logs(self, prefix: str) -> list[Engine]:
-        """The logs that may hold refs whose names start with ``prefix`` (not a run's own prefix)."""
+    def ref_logs(self, prefix: str) -> Iterable[Engine]:
+        """The logs that may hold refs whose names start with ``prefix`` (not a run's own prefix), opened one at a
+        time as the caller walks them."""
         raise NotImplementedError
 
     def ids_with_prefix(self, text: str) -> set[bytes]:
@@ -145,7 +146,7 @@ class OneLog(LogSet):
         with self.store_log._mu:
             return self.store_log.label_rows(key)
 
-    def ref_logs(self, prefix: str) -> list[Engine]:
+    def ref_logs(self, prefix: str) -> Iterable[Engine]:
         return [self.store_log]
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
@@ -331,6 +331,22 @@ class Store:
                 if time.monotonic() >= deadline:
                     raise Busy(self.url or "the store", tries, bound) from None
                 time.sleep(random.uniform(0.001, min(0.2, 0.002 * (1 << min(tries, 7)))))
+
+    def store_log_commit(self, fn: Callable[[], _T]) -> _T:
+        """``fn()`` as one commit that writes the store log (a declaration any run may use: a record kind's schema).
+        On a store of a log per run, inside a batch bound to a run's log (or not bound yet) it is a commit of its own,
+        made before the batch's: a batch writes one log, and the declaration is idempotent, so it standing when the
+        batch fails is harmless. Elsewhere it joins an open batch like ``atomically``. No deadlock: the batch may hold
+        its run log's lock while this takes the store log's, and no writer takes a run log's lock while holding the
+        store log's (storage.runlogs.multitxn)."""
+        txn = self._txn.get()
+        if txn is None or not self.logs.per_run or getattr(txn, "bound", None) is self.logs.store_log:
+            return self.atomically(fn)
+        token = self._txn.set([None, threading.get_ident()])  # this thread, outside the caller's batch
+        try:
+            return self.atomically(fn)
+        finally:
+            self._txn.reset(token)
 
     def current_batch(self) -> Txn | None:
         """The batch open in this context, if any (writes inside it join it)."""
@@ -796,7 +812,7 @@ class Store:
         ``entry`` is the entry's number in the log holding the ref). A store of a log per run reads the store log and
         each run's log (one run's alone for a prefix ``run/<R>/…``)."""
         run = runrefs.run_of(prefix)
-        logs = [self.logs.run_log(run)] if run is not None else self.logs.ref_logs(prefix)
+        logs: Iterable[Engine] = [self.logs.run_log(run)] if run is not None else self.logs.ref_logs(prefix)
         out: list[tuple[str, Any, list[dict]]] = []
         for log in logs:
             snap = log.snapshot()

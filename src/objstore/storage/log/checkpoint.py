@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
+import weakref
 from collections.abc import Callable
 
 import blake3
@@ -75,7 +76,16 @@ class Checkpoints(LocalBase):
             return  # derived data that does not match (or was crafted): replay the log instead
         self.tables, self._seg, self._off, self._sealed = t, seg, off, sealed
         self._ckpt_at = (t.pos.entry, off)
-        t.adopted, t.confirm = t.pos.entry, self._confirm_adopted
+        # Through a weak reference: the tables naming the engine that holds them would be a cycle, and an
+        # engine let go (a run log evicted from its cache) would keep its descriptors until a collection.
+        engine = weakref.ref(self)
+
+        def confirm(name: str, value: bytes) -> None:
+            e = engine()
+            if e is not None:
+                e._confirm_adopted(name, value)
+
+        t.adopted, t.confirm = t.pos.entry, confirm
 
     def _confirm_adopted(self, name: str, value: bytes) -> None:
         """The authority rule over the deletions behind ``name`` (at ``value``) that the adopted

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ObjectNotFound, StorageOSError
-from .. import codec, runrefs
+from .. import codec, fdbudget, runrefs
 from ..fileutil import FsyncPolicy
 from ..log.engine import Engine
 from ..log.entry import LargeBlob
@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # imported where used: a reader of runs never loads the write
     from .multitxn import LogTxn
 
 STORE_LOG = "store"
-MAX_OPEN = 256  # run logs a process keeps open (each holds a few descriptors); past it the least recently used goes
+MAX_OPEN = 256  # run logs a process keeps open at most (each holds a few descriptors); past it the least recently used goes
+FDS_PER_LOG = 6  # lock, read and append descriptors of its segment, sync, witness, a sealed index: what the bound counts
 RUNS = "runs"
 CATALOG = "catalog"
 INDEX = "index"  # derived files: index/ids (idindex)
@@ -80,10 +81,11 @@ class RunLogs(LogSet):
         self.held = Held()
         self.prefix_ok = False  # every log answers from its readable prefix (verify): set by Store.open(readable_prefix=)
         self._runs: OrderedDict[str, LogEngine] = OrderedDict()  # the open run logs, least recently used first
-        self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
+        self._evictable = False  # more than half of max_open open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
         self._mu = threading.Lock()
+        self.max_open = fdbudget.bound(FDS_PER_LOG, 8, MAX_OPEN)  # 1 024 descriptors: 21 logs at once
 
     # -- which log ------------------------------------------------------------------------------
     def run_log(self, run: str, create: bool = False) -> Engine:
@@ -112,8 +114,8 @@ class RunLogs(LogSet):
             if log.damaged is not None and not log.prefix_ok:
                 log.refresh()  # damage before the log's end (a forged deletion, bad bytes): the read stops here
             self._runs[run] = log
-            self._evictable = len(self._runs) > MAX_OPEN // 2
-            while len(self._runs) > MAX_OPEN:
+            self._evictable = len(self._runs) > self.max_open // 2
+            while len(self._runs) > self.max_open:
                 self._evict()
             return log
 
@@ -275,10 +277,12 @@ class RunLogs(LogSet):
                 rows.extend(log.label_rows(key))
         return sorted(set(rows), reverse=True)
 
-    def ref_logs(self, prefix: str) -> list[Engine]:
+    def ref_logs(self, prefix: str) -> Iterator[Engine]:
+        yield self.store_log
         if prefix and not runrefs.RUN_PREFIX.startswith(prefix) and not prefix.startswith(runrefs.RUN_PREFIX):
-            return [self.store_log]
-        return [self.store_log, *(self.run_log(r) for r in self.run_ids())]
+            return
+        for r in self.run_ids():  # one at a time: the open-log cache stays bounded over any number of runs
+            yield self.run_log(r)
 
     # -- commits ------------------------------------------------------------------------------
     @contextmanager
