@@ -3,10 +3,12 @@
     python gc_adv_reader.py STORE STOPFILE DOOMEDFILE SEAL_BYTES [DELETED_RUN]
 
 Loops until STOPFILE exists (and at least twice): opens the store afresh (``RunLog(Store.open(root))``),
-reads the log of every run (its records, every body decoded), then every object by id through
-``store.engine.read``, checking each one's BLAKE3 is its id. Any exception or wrong bytes is a failure:
-printed as ``FAIL ...`` and exit 1. ``SnapshotGone``/``BodyRemoved`` are allowed only for an id listed in
-DOOMEDFILE (hex, one a line: the bodies of a run deleted before gc started); each such is counted, and
+reads the log of every run (its records, every body decoded), then every object by id through the
+``read`` of the engine of each log holding it (every log of the store: the store log and each run's, or the
+one log), checking each one's BLAKE3 is its id. Any exception or wrong bytes is a failure: printed as
+``FAIL ...`` and exit 1. ``SnapshotGone``/``BodyRemoved`` are allowed only for an id listed in DOOMEDFILE
+for that log (one a line: the run whose log holds it, ``-`` for the store's one log, and the id in hex: the
+bodies of a run deleted before gc started); each such is counted, and
 ``Deleted`` only for DELETED_RUN (listed, then deleted, while this pass read the runs).
 Prints ``ready`` after its first pass and ``passes N reads R gone G`` at the end.
 """
@@ -28,7 +30,7 @@ def main(argv):
     from objstore.errors import BodyRemoved, Deleted, SnapshotGone
 
     with open(doomed_path) as f:
-        doomed = {bytes.fromhex(line.strip()) for line in f if line.strip()}
+        doomed = {(r, bytes.fromhex(h)) for r, h in (line.split() for line in f if line.strip())}
     passes = reads = gone = 0
     while passes < 2 or not os.path.exists(stop):
         oid = None
@@ -41,21 +43,21 @@ def main(argv):
                 except Deleted:
                     if run != deleted_run:
                         raise
-            eng = log.store.engine
-            for oid in list(eng.iter_ids()):
-                try:
-                    data = eng.read(oid)
-                except (SnapshotGone, BodyRemoved) as e:
-                    if oid not in doomed:
-                        print(f"FAIL {type(e).__name__} for a live object {oid.hex()}: {e}", flush=True)
+            for name, eng in list(log.store.logs.all_logs()):
+                for oid in list(eng.iter_ids()):
+                    try:
+                        data = eng.read(oid)
+                    except (SnapshotGone, BodyRemoved) as e:
+                        if (name or "-", oid) not in doomed:
+                            print(f"FAIL {type(e).__name__} for a live object {oid.hex()} (log {name or '-'}): {e}", flush=True)
+                            sys.exit(1)
+                        gone += 1
+                        continue
+                    if blake3.blake3(bytes(data)).digest() != oid:
+                        print(f"FAIL wrong bytes for {oid.hex()}", flush=True)
                         sys.exit(1)
-                    gone += 1
-                    continue
-                if blake3.blake3(bytes(data)).digest() != oid:
-                    print(f"FAIL wrong bytes for {oid.hex()}", flush=True)
-                    sys.exit(1)
-                reads += 1
-            eng.close()
+                    reads += 1
+            log.store.logs.close()
         except SystemExit:
             raise
         except BaseException as e:

@@ -4,11 +4,12 @@
 
 Opens the store before any gc and pins its position; PRE ``all``: reads every object by id (so its
 segment files are open and their indexes loaded) and every run's records; PRE ``none``: reads nothing
-(the ids come from IDSFILE, hex, one a line). Prints ``ready``; then, once GO1 exists (the parent ran
+(the ids come from IDSFILE, one a line: the run whose log holds it (``-``: the store log) and the id in hex).
+Each log is read through its own engine, opened and pinned at the start (a store of one log: the one engine). Prints ``ready``; then, once GO1 exists (the parent ran
 gc) and again once GO2 exists (the parent deleted a run and ran gc again, which re-packs a packed
 segment), in each phase PHASES names (``12``, ``2``), reads every object it knew through the same engine, by ``engine.read`` and by
 ``engine.read_at(id, pinned)``, and every run's records through the same RunLog. Right bytes, or
-``SnapshotGone``/``BodyRemoved`` (printed as ``gone <id>``), or ``Deleted`` for a run's log (``deleted
+``SnapshotGone``/``BodyRemoved`` (printed as ``gone <id> <error> <run of the log, or ->``), or ``Deleted`` for a run's log (``deleted
 <run>``); anything else (``IntegrityError`` above all) or wrong bytes: ``FAIL ...``, exit 1. Prints
 ``phase N read R`` after each phase.
 """
@@ -26,16 +27,16 @@ def main(argv):
     from objstore.errors import BodyRemoved, Deleted, SnapshotGone
 
     log = RunLog(Store.open(root))
-    eng = log.store.engine
-    pinned = eng.snapshot()
+    engines = dict(log.store.logs.all_logs())  # {run (None: the store log): its engine}
+    pinned = {run: eng.snapshot() for run, eng in engines.items()}
     if pre == "all":
-        ids = list(eng.iter_ids())
-        for oid in ids:
-            assert blake3.blake3(bytes(eng.read(oid))).digest() == oid
+        ids = [(run, oid) for run, eng in engines.items() for oid in list(eng.iter_ids())]
+        for run, oid in ids:
+            assert blake3.blake3(bytes(engines[run].read(oid))).digest() == oid
         runs = {run: [r.id for r in log.records(run, all_branches=True)] for run in log.runs()}
     else:
         with open(idsfile) as f:
-            ids = [bytes.fromhex(ln.strip()) for ln in f if ln.strip()]
+            ids = [(None if r == "-" else r, bytes.fromhex(h)) for r, h in (ln.split() for ln in f if ln.strip())]
         runs = {}
     print("ready", flush=True)
     for phase, go in enumerate((go1, go2), 1):
@@ -44,12 +45,13 @@ def main(argv):
         if str(phase) not in phases:
             continue
         n = 0
-        for oid in ids:
+        for run, oid in ids:
+            eng = engines[run]
             for how in ("read", "read_at"):
                 try:
-                    data = eng.read(oid) if how == "read" else eng.read_at(oid, pinned)
+                    data = eng.read(oid) if how == "read" else eng.read_at(oid, pinned[run])
                 except (SnapshotGone, BodyRemoved) as e:
-                    print(f"gone {oid.hex()} {type(e).__name__}", flush=True)
+                    print(f"gone {oid.hex()} {type(e).__name__} {run or '-'}", flush=True)  # (the log it is gone from)
                     continue
                 except Exception as e:
                     print(f"FAIL phase {phase} {how} {oid.hex()}: {type(e).__name__}: {e}", flush=True)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import is_per_run, log_engine_of, raw_objects, run_cli
+from helpers import is_per_run, log_engine_of, raw_objects, run_cli, run_log_root
 
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
@@ -120,9 +120,10 @@ def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
     its meta frame (checksummed by nothing an attacker cannot recompute but the chain) and the chain
     no longer reaches the next segment: verify names it; readers refuse it."""
     root = str(tmp_path / "s")
-    build(root, runs=1, records=60)
+    _log, runs = build(root, runs=1, records=60)
     G.gc(Store.open(root))
-    p = os.path.join(root, "log", seg_name(1))
+    d = run_log_root(root, runs[0])  # the run's log (a log per run), else the store's one log
+    p = os.path.join(d, "log", seg_name(1))
     with open(p, "r+b") as f:
         data = bytearray(f.read())
         moff, mlen = packed.PK_TRAILER.unpack_from(data, len(data) - packed.PK_TRAILER.size)[:2]
@@ -139,7 +140,7 @@ def test_an_edited_packed_segment_is_named_by_verify(tmp_path):
         f.truncate()
     code, out, _ = run_cli("verify", store=root, exit_code=1)
     assert "packed segment 1: its entries do not chain to the checksum its trailer names" in out
-    os.unlink(os.path.join(root, "log", "checkpoint"))  # a reader that replays the log (no checkpoint) stops there
+    os.unlink(os.path.join(d, "log", "checkpoint"))  # a reader that replays the log (no checkpoint) stops there
     _, _, err = run_cli("runs", store=root, exit_code=6)
     assert "packed segment 1" in err
 

@@ -94,21 +94,27 @@ def _wait_lines(paths, more, limit=60.0):
         time.sleep(0.02)
 
 
+def _eng(store, run):
+    """The log run ``run``'s things are in: its own (a store of a log per run), else the store's one log."""
+    return log_engine_of(store, run if store.logs.per_run else None)
+
+
 def _unpacked(eng):
     return [s for s in range(1, eng._seg) if eng._packed(s) is None]
 
 
 def _all_objects(root):
-    """{id: canonical bytes} of every readable object (BodyRemoved ones apart)."""
+    """{id: canonical bytes} of every readable object (BodyRemoved ones apart), of every log of the store."""
     s = Store.open(root)
     out, gone = {}, set()
-    for oid in list(s.engine.iter_ids()):
-        try:
-            out[oid] = bytes(s.engine.read(oid))
-        except BodyRemoved:
-            gone.add(oid)
-    s.engine.close()
-    return out, gone
+    for _run, eng in s.logs.all_logs():
+        for oid in list(eng.iter_ids()):
+            try:
+                out[oid] = bytes(eng.read(oid))
+            except BodyRemoved:
+                gone.add(oid)
+    s.logs.close()
+    return out, gone - set(out)  # (a body one log holds and another's copy lost is readable)
 
 
 def _prebuilt(root, deleted="old", records=24):
@@ -124,7 +130,7 @@ def _prebuilt(root, deleted="old", records=24):
         b = log.put_blob(f"{deleted} private {i} ".encode() * 60)
         mine.append(b)
         log.record_attempt(deleted, 1, i, "succeeded", prompt=b, output=shared if i == 0 else None)
-    doomed = set(mine) | {oid for _l, oid in log.store.engine.iter_chain(deleted, 0)}
+    doomed = set(mine) | {oid for _l, oid in _eng(log.store, deleted).iter_chain(deleted, 0)}
     return log, doomed, shared
 
 
@@ -133,9 +139,11 @@ def _prebuilt(root, deleted="old", records=24):
 def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal):
     root, stop = str(tmp_path / "s"), str(tmp_path / "stop")
     log, doomed, shared = _prebuilt(root)
+    per_run = log.store.logs.per_run
+    where = "old" if per_run else "-"  # the log holding the deleted run's bodies ("-": the store's one log)
     dpath = str(tmp_path / "doomed")
-    with open(dpath, "w") as f:
-        f.write("".join(o.hex() + "\n" for o in doomed))
+    with open(dpath, "w") as f:  # with a log per run, the deleted run's own copy of the shared blob goes too
+        f.write("".join(f"{where} {o.hex()}\n" for o in doomed | ({shared} if per_run else set())))
     acks = [str(tmp_path / f"ack{i}") for i in range(4)]
     runs = ["w0", "w1", "sh", "sh"]
     writers = [_child("gc_adv_writer.py", root, runs[i], stop, acks[i], SEAL, MOST) for i in range(4)]
@@ -145,7 +153,8 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
             _ready(p)
         _wait_lines(acks, 40)
         D.delete_run(log, "old", reason="adversarial: deleted just before gc")
-        assert len(_unpacked(Store.open(root).engine)) >= 3, "gc has several sealed segments to rewrite while writers run"
+        assert sum(len(_unpacked(e)) for _r, e in Store.open(root).logs.all_logs()) >= 3, \
+            "gc has several sealed segments to rewrite while writers run"
         during = []
         for _ in range(2):  # gc twice, the writers and readers going on
             n0 = sum(map(_lines, acks))
@@ -161,9 +170,9 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     assert all(o.split()[0] == "passes" for o in reads), reads
     # Every acknowledged record is in the store with its bytes, at its place.
     s = Store.open(root)
-    eng = s.engine
     by_run: dict = {}
     for run, path in zip(runs, acks, strict=True):
+        eng = _eng(s, run)  # the run's log (the store's one log)
         for oid, lsn, blob in _acks(path):
             data = eng.read(oid)
             assert blake3.blake3(bytes(data)).digest() == oid
@@ -176,16 +185,20 @@ def test_gc_while_four_writers_append_and_two_readers_read(tmp_path, small_seal)
     assert sorted(by_run["w0"]) == list(range(2, 2 + len(by_run["w0"])))  # after run_started and the prebuilt record
     assert sorted(by_run["w1"]) == list(range(1, 1 + len(by_run["w1"])))
     assert sorted(by_run["sh"]) == list(range(1, 1 + len(by_run["sh"])))  # two writers, one chain, no lsn twice
-    assert [lsn for lsn, _ in eng.iter_chain("sh", 0)] == list(range(len(by_run["sh"]) + 1))
-    # Only the deleted run's bodies are gone; the blob it shared with a live run stays.
+    assert [lsn for lsn, _ in _eng(s, "sh").iter_chain("sh", 0)] == list(range(len(by_run["sh"]) + 1))
+    # Only the deleted run's bodies are gone; the blob it shared with a live run stays (in w0's log).
     for oid in doomed:
         with pytest.raises(BodyRemoved):
-            eng.read(oid)
-    assert eng.read(shared)
+            _eng(s, "old").read(oid)
+    assert _eng(s, "w0").read(shared)
     rep = verify_report(RunLog(s), check_state=False)
     assert rep.problems == [], rep.problems
     # gc again: only the segments not packed yet (the one it seals among them) are rewritten, nothing removed.
-    before = _unpacked(eng) + [eng._seg]
+    if per_run:  # each log's, named LOG:SEGMENT
+        before = [f"{r or 'store'}:{seg}" for r, e in s.logs.all_logs() for seg in _unpacked(e) + [e._seg]]
+    else:
+        before = _unpacked(s.engine) + [s.engine._seg]
+    eng = _eng(s, "sh")
     res = G.gc(Store.open(root))
     assert set(res.rewritten) <= set(before), (res.rewritten, before)
     assert during[0] > 0, "commits were acknowledged while the first gc ran"
@@ -222,12 +235,13 @@ def test_backups_in_a_loop_while_gc_runs_and_writers_write(tmp_path, small_seal)
     from objstore.lifecycle.backup import backup
 
     r = backup(Store.open(root), dest)
-    d = Store.open(dest)
-    assert d.engine.refs_at("") == Store.open(root).engine.refs_at("")
+    d, src = Store.open(dest), Store.open(root)
+    dest_logs = {name: e.refs_at("") for name, e in d.logs.all_logs()}  # every log's refs (the one log's)
+    assert dest_logs == {name: e.refs_at("") for name, e in src.logs.all_logs()}
     assert verify_report(RunLog(d), anchor=r.anchor, check_state=False).problems == []
     for oid in doomed:
         with pytest.raises(BodyRemoved):
-            d.engine.read(oid)
+            _eng(d, "old").read(oid)
 
 
 # -- 3. bad input and refusals --------------------------------------------------------------------------------------
@@ -467,13 +481,19 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
     is gone for it, and nothing else."""
     root = str(tmp_path / "s")
     log, doomed, shared = _prebuilt(root, records=40)
+    per_run = log.store.logs.per_run
     for i in range(40):  # more live records after it, so the deleted run's bodies sit in segments with live ones
         log.record_attempt("w1", 1, i, "failed", prompt=log.put_blob(f"w1 {i} ".encode() * 50))
-    ids = list(log.store.engine.iter_ids())
-    log.store.engine.close()
+    if log.store.logs.per_run:
+        # The deleted run's log holds its own records only, all in its active segment so far: seal it, so its bodies
+        # sit in sealed segments as on one log (a reader's descriptor of the active segment, opened with the engine,
+        # would still give the old bytes: allowed, as for the reader that read everything)
+        _eng(log.store, "old").seal_now()
+    ids = [(run, oid) for run, eng in log.store.logs.all_logs() for oid in list(eng.iter_ids())]  # every log's
+    log.store.logs.close()
     idsfile = str(tmp_path / "ids")
     with open(idsfile, "w") as f:
-        f.write("".join(o.hex() + "\n" for o in ids))
+        f.write("".join(f"{run or '-'} {o.hex()}\n" for run, o in ids))
     go1, go2 = str(tmp_path / "go1"), str(tmp_path / "go2")
     readers = [_child("gc_adv_stale.py", root, go1, go2, "all", "12", idsfile),
                _child("gc_adv_stale.py", root, go1, go2, "none", "2", idsfile)]
@@ -485,7 +505,10 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
         open(go1, "w").close()
         assert readers[0].stdout.readline().startswith("phase 1 read"), readers[0].stderr.read()
         log = RunLog(Store.open(root))
-        segs_of = {log.store.engine.loc(o).seg for o in doomed}
+        eng = _eng(log.store, "old")  # the deleted run's log (the store's one log)
+        segs_of = {eng.loc(o).seg for o in doomed}
+        if log.store.logs.per_run:  # gc names each log's segments LOG:SEGMENT
+            segs_of = {f"old:{seg}" for seg in segs_of}
         D.delete_run(log, "old", reason="deleted between two gcs")
         res2 = G.gc(Store.open(root))
         assert segs_of <= set(res2.rewritten), (segs_of, res2.rewritten)  # packed segments packed again, without the bodies
@@ -500,54 +523,67 @@ def test_stale_reader_processes_after_gc_and_after_a_second_gc_for_a_new_deletio
     for r, (out, err) in zip(readers, outs, strict=True):
         assert r.returncode == 0, (out[-2000:], err[-2000:])
         assert out.splitlines()[-1] .startswith("phase 2 read"), out[-2000:]
-    gone = [{bytes.fromhex(ln.split()[1]) for ln in out.splitlines() if ln.startswith("gone ")} for out, _ in outs]
-    assert gone[0] <= doomed
+    # (log, id) of each body a reader found gone: the log is the deleted run's ("-": the store's one log)
+    gone = [{(ln.split()[3], bytes.fromhex(ln.split()[1])) for ln in out.splitlines() if ln.startswith("gone ")} for out, _ in outs]
+    where = "old" if per_run else "-"
+    # with a log per run, the deleted run's log held its own copy of the blob it shared with w0: gone with it
+    doomed_there = doomed | ({shared} if per_run else set())
+    assert gone[0] <= {(where, o) for o in doomed_there}
     assert "deleted old" in outs[0][0].splitlines()
-    assert gone[1] == doomed, (len(gone[1]), len(doomed))
-    assert shared not in gone[1]
+    assert gone[1] == {(where, o) for o in doomed_there}, (len(gone[1]), len(doomed_there))
+    assert ("w0" if per_run else "-", shared) not in gone[1]  # the live run's copy stays
 
 
 # -- 5. forgery -------------------------------------------------------------------------------------------------------
-def _forge(root, seg, drop):
-    """Put in place of segment ``seg`` another valid packing of it without the bodies ``drop`` (no deletion
-    names them), its index beside it: what gc would write, had a deletion named them. The file's digest."""
+def _forge(root, seg, drop, run="r0"):
+    """Put in place of segment ``seg`` (of run ``run``'s log on a store of a log per run) another valid packing
+    of it without the bodies ``drop`` (no deletion names them), its index beside it: what gc would write, had a
+    deletion named them. The file's digest."""
     s = Store.open(root)
+    eng = _eng(s, run)
     out = os.path.join(os.path.dirname(root), "forged.seg")
-    digest, idx, removed = G.pack_segment(s.engine, seg, set(drop), out, sync=False)
+    digest, idx, removed = G.pack_segment(eng, seg, set(drop), out, sync=False)
     assert len(removed) == len(drop)
-    s.engine.close()
-    with open(s.engine.idx_path(seg), "wb") as f:
+    s.logs.close()
+    with open(eng.idx_path(seg), "wb") as f:
         f.write(idx)
-    os.replace(out, s.engine.seg_path(seg))
+    os.replace(out, eng.seg_path(seg))
     return digest, blake3.blake3(idx).digest()
 
 
-def _objects_in(root, seg, otype):
+def _objects_in(root, seg, otype, run="r0"):
     s = Store.open(root)
-    found = [o[0] for item in s.engine.scan(s.engine.refresh().entry) if item.entry.seg == seg
+    eng = _eng(s, run)
+    found = [o[0] for item in eng.scan(eng.refresh().entry) if item.entry.seg == seg
              for o in item.entry.objs if o[1] == otype and o[3] != REMOVED]
-    s.engine.close()
+    s.logs.close()
     return found
 
 
 def _readers_never_lie(root, objs, dropped):
-    """A fresh process's view: every object but the dropped ones reads back byte for byte; a dropped one
-    is a typed error, never bytes."""
+    """A fresh process's view, through the log holding each object: every object but the dropped ones reads
+    back byte for byte; a dropped one is a typed error, never bytes."""
     s = Store.open(root)
-    for oid, data in objs.items():
-        if oid in dropped:
-            with pytest.raises((BodyRemoved, IntegrityError)):
-                s.engine.read(oid)
-        else:
-            assert s.engine.read(oid) == data
-    s.engine.close()
+    seen = set()
+    for _run, eng in s.logs.all_logs():
+        for oid in list(eng.iter_ids()):
+            if oid not in objs:
+                continue
+            seen.add(oid)
+            if oid in dropped:
+                with pytest.raises((BodyRemoved, IntegrityError)):
+                    eng.read(oid)
+            else:
+                assert eng.read(oid) == objs[oid]
+    assert seen == set(objs)  # every object was read back
+    s.logs.close()
 
 
 @pytest.mark.parametrize("packed_before", [True, False], ids=["over-a-packed-segment", "over-a-plain-segment"])
 @pytest.mark.parametrize("kind", ["blob", "record"])
 def test_a_packing_that_silently_drops_a_body_is_named_by_verify(tmp_path, small_seal, packed_before, kind):
     root = str(tmp_path / "s")
-    _small(root)
+    _small(root, per=150 if new_store_format() == RUNLOGS_VERSION else 60)  # segment 2 of r0's log sealed too
     if packed_before:
         G.gc(Store.open(root))
     objs, _ = _all_objects(root)
@@ -567,12 +603,14 @@ def test_an_unreferenced_blob_dropped_by_a_forged_packing_is_named(tmp_path, sma
     """A committed blob no record names is kept by gc (stats counts it): dropping it is no deletion either."""
     root = str(tmp_path / "s")
     log = _small(root, runs=1, per=40)
-    lone = log.put_blob(b"committed, named by no record " * 20)
-    _small_more = [log.record_attempt("r0", 2, i, "failed") for i in range(60)]
+    with log.store.batch():  # committed with a run's entry (a put outside a batch is only held by the process)
+        lone = log.put_blob(b"committed, named by no record " * 20)
+        log.record_attempt("r0", 2, 0, "failed")
+    _small_more = [log.record_attempt("r0", 2, i, "failed") for i in range(1, 60)]
     assert _small_more
     s = Store.open(root)
-    seg = s.engine.loc(lone).seg
-    assert seg < s.engine._seg
+    seg = _eng(s, "r0").loc(lone).seg
+    assert seg < _eng(s, "r0")._seg
     G.gc(Store.open(root))
     objs, _ = _all_objects(root)
     _forge(root, seg, {lone})
@@ -581,19 +619,21 @@ def test_an_unreferenced_blob_dropped_by_a_forged_packing_is_named(tmp_path, sma
     _readers_never_lie(root, objs, {lone})
 
 
-def _drop_last_entry(root):
-    """Cut the log's last entry (the rewrite entry gc wrote) off the active segment, as if never
-    written: witness back to the entry before, checkpoint removed (derived). Its rows."""
+def _drop_last_entry(root, run="r0"):
+    """Cut the log's last entry (the rewrite entry gc wrote; of run ``run``'s log on a store of a log per run)
+    off the active segment, as if never written: witness back to the entry before, checkpoint removed
+    (derived). Its rows."""
     s = Store.open(root)
-    ents = list(s.engine.entries())
+    eng = _eng(s, run)
+    ents = list(eng.entries())
     last, prev = ents[-1], ents[-2]
-    assert last.rw and last.seg == s.engine._seg, "the rewrite entry is the log's last"
-    s.engine.close()
-    with open(s.engine.seg_path(last.seg), "r+b") as f:
+    assert last.rw and last.seg == eng._seg, "the rewrite entry is the log's last"
+    s.logs.close()
+    with open(eng.seg_path(last.seg), "r+b") as f:
         f.truncate(last.offset)
-    with open(os.path.join(root, "log", "witness"), "r+b") as f:
+    with open(os.path.join(run_log_root(root, run), "log", "witness"), "r+b") as f:
         f.write(WITNESS.pack(WITNESS_MAGIC, prev.n, prev.checksum))
-    os.unlink(os.path.join(root, "log", "checkpoint"))
+    os.unlink(os.path.join(run_log_root(root, run), "log", "checkpoint"))
     return [list(r) for r in last.rw]
 
 
@@ -615,8 +655,8 @@ def test_a_rewrite_entry_whose_rows_are_edited_with_every_checksum_recomputed(tm
         log = RunLog(Store.open(root))
         for i in range(80):
             log.record_attempt("r0", 3, i, "failed", prompt=log.put_blob(f"late {i} ".encode() * 40))
-        log.store.engine.close()
-        plain = _unpacked(Store.open(root).engine)
+        log.store.logs.close()
+        plain = _unpacked(_eng(Store.open(root), "r0"))
         assert plain
     objs, _ = _all_objects(root)
     if edit == "name-the-forged-file":
@@ -628,7 +668,7 @@ def test_a_rewrite_entry_whose_rows_are_edited_with_every_checksum_recomputed(tm
         rows = [[seg, b"\x5a" * 32, i] if seg == 2 else [seg, f, i] for seg, f, i in _drop_last_entry(root)]
     else:
         rows = [[plain[0], b"\x5a" * 32, b"\x5b" * 32]]  # a new rewrite entry, the log's last
-    Store.open(root).engine.commit_rewrite(rows)
+    _eng(Store.open(root), "r0").commit_rewrite(rows)
     code = 0 if edit == "name-a-digest-no-file-has" else 1
     rc, out, err = run_cli("verify", store=root, exit_code=code)
     if edit == "name-the-forged-file":

@@ -11,7 +11,7 @@ import os
 
 import blake3
 import pytest
-from helpers import is_per_run, log_engine_of, run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog
@@ -60,7 +60,8 @@ def test_a_writer_never_cuts_an_acknowledged_entry(damaged):
     assert out == "" and err.count("\n") == 1 and "damaged entry" in err
     assert snapshot_tree(root) == files  # nothing cut, nothing written
     code, out, err = run_cli("verify", store=root, env_extra=env, exit_code=1)
-    assert out.splitlines() == [f"corrupt-entry {seg}: entry {last_good.entry + 1} at offset {before}: checksum mismatch"]
+    where = f" [{os.path.join(run_log_root(root, run), 'log')}]" if is_per_run(root) else ""  # each log's lines name it
+    assert out.splitlines() == [f"corrupt-entry {seg}: entry {last_good.entry + 1} at offset {before}: checksum mismatch{where}"]
 
 
 def test_repair_cuts_on_the_record_signed_by_the_owner(damaged):

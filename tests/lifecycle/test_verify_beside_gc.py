@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import is_per_run, log_engine_of, run_log_root
 from test_gc import build
 
 from objstore.lifecycle import delete as D
@@ -45,12 +46,17 @@ def _verify_with_gc_at(root, call, jobs, before_gc=None):
 
 
 def _packed_segments(root):
+    """(log directory, segment) of every packed segment of every log of the store (its one log before format 6)."""
+    s = Store.open(root)
+    dirs = [eng.dir for _run, eng in s.logs.all_logs()]
+    s.logs.close()
     out = []
-    for name in sorted(os.listdir(os.path.join(root, "log"))):
-        if name.endswith(".seg"):
-            with open(os.path.join(root, "log", name), "rb") as f:
-                if f.read(4) == b"OSPK":
-                    out.append(int(name[:-4]))
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            if name.endswith(".seg"):
+                with open(os.path.join(d, name), "rb") as f:
+                    if f.read(4) == b"OSPK":
+                        out.append((d, int(name[:-4])))
     return out
 
 
@@ -91,7 +97,8 @@ def test_damage_beside_a_gc_is_still_named(tmp_path):
         log.record_attempt(runs[1], i, 0, "succeeded", usage={"i": i})
     rec = log.record_at(log.view(runs[1]), 0, 45)
     D.delete_records(log, runs[1], [rec], reason="goes at the next gc")
-    idx = os.path.join(root, "log", "0000000001.idx")
+    # the index of the first segment of run 0's log (the store's one log before format 6): the gc rewrites none of it
+    idx = os.path.join(run_log_root(root, runs[0]), "log", "0000000001.idx")
     with open(idx, "r+b") as f:
         data = bytearray(f.read())
         data[len(data) // 2] ^= 0x40
@@ -104,9 +111,10 @@ def test_damage_beside_a_gc_is_still_named(tmp_path):
         # a writer that came upon the wrong index replaces it (engine: the next writer does) before the gc
         w = RunLog(Store.open(root))
         first = w.record_at(w.view(runs[0]), 0, 0)
-        assert w.store.engine.loc(first).seg == 1
-        w.store.engine.read(first)
-        w.record_attempt(runs[1], 60, 0, "succeeded")
+        eng = log_engine_of(w.store, runs[0] if is_per_run(root) else None)
+        assert eng.loc(first).seg == 1
+        eng.read(first)
+        w.record_attempt(runs[0], 60, 0, "succeeded")  # a writer of that log
         with open(idx, "rb") as f:
             assert f.read() != wrong
 
@@ -122,9 +130,11 @@ from objstore.lifecycle import gc as G
 from objstore.storage.log.local import LogEngine
 from objstore.storage.store import Store
 real = LogEngine._write_bare
+stopped = []
 def bare(self, seal=False, rw=None):
-    if rw is not None:
-        os.kill(os.getpid(), signal.SIGSTOP)  # every packed file in place; the parent resumes it
+    if rw is not None and not stopped:  # the first log gc rewrites (the store log, where each run has a log)
+        stopped.append(self.dir)
+        os.kill(os.getpid(), signal.SIGSTOP)  # every packed file of that log in place; the parent resumes it
     return real(self, seal, rw)
 LogEngine._write_bare = bare
 G.gc(Store.open(sys.argv[1]))
