@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers import log_engine_of, log_files, run_log_root
 
 import objstore
 from objstore.errors import InvalidInput, InvalidRecord, ObjstoreError
-
-from helpers import log_engine_of, log_files, run_log_root
 
 
 def _segs(root):
