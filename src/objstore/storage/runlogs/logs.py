@@ -153,15 +153,29 @@ class RunLogs(LogSet):
         return [self.store_log, *list(self._runs.values())]
 
     def locate(self, oid: bytes) -> Engine:
+        """The log to read ``oid`` from: one holding it with its body where one does (an object is stored in the log
+        of every run that names it, and gc removes the body from a deleted run's log only), else one that knows it
+        (its read names the removal), else the store log."""
         if self.held.has(oid):
             return self.held
+        known: list[Engine] = []  # the first log found knowing the object without its body
+
+        def found(log: Engine) -> bool:
+            if not log.has(oid):
+                return False
+            if log.has_body(oid):
+                return True
+            if not known:
+                known.append(log)
+            return False
+
         logs = self.open_logs()
         for log in logs:
-            if log.has(oid):
+            if found(log):
                 return log
         for log in logs:
             log.refresh()
-            if log.has(oid):
+            if found(log):
                 return log
         index = self._id_index()
         newer: set[str] = set()
@@ -169,19 +183,19 @@ class RunLogs(LogSet):
             if index.newest and f"{key}-{run}" <= index.newest:
                 break
             newer.add(run)
-            if run not in self._runs and self.run_log(run).has(oid):
+            if run not in self._runs and found(self.run_log(run)):
                 return self.run_log(run)
         claimed = index.run_of(oid)
         if claimed is not None:
             log = self.run_log(claimed)
-            if log.has(oid):  # the index is a claim: the run's log confirms it
+            if found(log):  # the index is a claim: the run's log confirms it
                 return log
         for _key, run in self.catalog.newest_first():  # not where the index says: every run, newest first
             if run not in self._runs and run not in newer:
                 log = self.run_log(run)
-                if log.has(oid):
+                if found(log):
                     return log
-        return self.store_log
+        return known[0] if known else self.store_log
 
     def _id_index(self) -> IdIndex:
         from .idindex import IdIndex
