@@ -46,8 +46,7 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
     if engine.tables.adopted:
         # A checkpoint's tables may be past an entry no reader applied (a forged deletion behind it,
         # found only where a read obeys it): what is readable is what a replay from the first entry reads.
-        engine = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run,
-                           deleted_elsewhere=engine.tables.deleted_elsewhere)
+        engine = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run)
         if run is None:
             store.engine = engine
     engine.prefix_ok = True

@@ -209,14 +209,11 @@ class _Pass:
             for n, c in anchored:
                 self.add("anchor-removed", name, d, f"the log is gone; the anchor names its entry {n} ({c.hex()})")
             return
-        was, self.logs.prefix_ok = self.logs.prefix_ok, True  # a log damaged before its end opens on its readable
-        try:  # prefix, as the one log does for verify: its pass names the damage (corrupt-entry), where readers stop
+        try:
             engine = self.logs.run_log(run)
         except ObjstoreError as err:
             self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
             return
-        finally:
-            self.logs.prefix_ok = was
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)

@@ -339,7 +339,7 @@ class LocalLogCheck(LogCheck):
         root, found by replaying every entry's meta from the first, whatever checkpoint readers adopt
         (one forged with its tables matching a forged entry's root included); None if there is none."""
         engine = self.engine
-        fresh = LogEngine(engine.root, engine.policy, checkpoint=False, deleted_elsewhere=engine.tables.deleted_elsewhere)
+        fresh = LogEngine(engine.root, engine.policy, checkpoint=False)
         try:
             fresh.prefix_ok = True
             try:

@@ -42,18 +42,16 @@ OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 class LocalBase(Engine):
     """A local log engine's state and files; its concerns are defined by the classes over it."""
 
-    def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True, entry_view: Any = None, run: str | None = None,
-                 deleted_elsewhere: Any = None) -> None:
+    def __init__(self, root: str, policy: FsyncPolicy, checkpoint: bool = True, entry_view: Any = None, run: str | None = None) -> None:
         """``checkpoint=False``: neither adopt nor write a checkpoint; every entry from the first is
-        replayed (its rules and root checked): what verify reads the log with. ``entry_view``, ``run`` and
-        ``deleted_elsewhere``: a run's log of format 6 (``Engine.entry_view``, ``LogState.deleted_elsewhere``)."""
+        replayed (its rules and root checked): what verify reads the log with. ``entry_view`` and ``run``: a
+        run's log of format 6 (``Engine.entry_view``)."""
         self.root = root
         self.entry_view = entry_view
         self.run = run
         self.dir = os.path.join(root, "log")
         self.policy = policy
         self.tables = LogState()
-        self.tables.deleted_elsewhere = deleted_elsewhere
         self._mu = threading.RLock()  # guards the tables and the tail position within this process
         self._wlock = threading.Lock()  # writers of this process, one at a time
         self._seg = 1  # segment the tail is in

@@ -96,7 +96,6 @@ class Rules:
     adopted: int
     checked: set[bytes]
     confirm: Any
-    deleted_elsewhere: Any
 
     def obey(self, name: str, value: Any) -> None:
         """Called by every read about to obey deletion ref ``name`` at ``value`` (hide a run or a
@@ -343,8 +342,6 @@ class Rules:
             if name in refs:
                 return refs[name] is not None
             gone = self.refs.get(name)
-            if gone is None and self.deleted_elsewhere is not None:
-                return bool(self.deleted_elsewhere(run))  # a log per run: that run's deletion is in its own log
             if gone is not None:
                 self.obey(name, gone)  # a generation born past a deletion: only one that holds
             return gone is not None

@@ -64,9 +64,6 @@ class LogState(Rules):
         self.adopted = 0
         self.checked: set[bytes] = set()
         self.confirm: Any = None
-        # a run's log (format 6): run -> whether that other run is deleted, read from its own log (the birth rule
-        # of a label set's generation g >= 1; ``RunLogs.deleted_elsewhere``). None: every run's refs are here.
-        self.deleted_elsewhere: Any = None
 
     def set_ref(self, name: str, value: bytes | str | None) -> None:
         run = _run_of(name)

@@ -83,7 +83,7 @@ class RunLogs(LogSet):
         self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
-        self._mu = threading.RLock()  # reentrant: opening a run's log may open an earlier generation's (deleted_elsewhere)
+        self._mu = threading.Lock()
 
     # -- which log ------------------------------------------------------------------------------
     def run_log(self, run: str, create: bool = False) -> Engine:
@@ -105,7 +105,7 @@ class RunLogs(LogSet):
                     return _ABSENT  # read as empty; looked for again on the next ask
                 self._create_run_log(d)
             try:
-                log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run, deleted_elsewhere=self.deleted_elsewhere)
+                log = LogEngine(d, self.policy, entry_view=self.entry_view, run=run)
             except OSError as e:
                 raise StorageOSError(f"open the log of run {run}", e) from None
             log.prefix_ok = self.prefix_ok
@@ -376,20 +376,6 @@ class RunLogs(LogSet):
             moved = next((m[2] for m in moves if m[0] == name), None)
             cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
         return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
-
-    def deleted_elsewhere(self, run: str) -> bool:
-        """Whether run ``run`` is deleted, by its own log at its head (``run/<run>/deleted`` set): what the birth rule
-        of another run's log asks of an earlier generation of its labels. A deletion is never undone, so the head
-        answers for every later entry; a deletion taken in from a checkpoint is checked first (``obey``)."""
-        log = self.run_log(run)
-        if log is _ABSENT:
-            return False
-        log.refresh()
-        name = runrefs.deleted_ref(run)
-        gone = log.tables.refs.get(name)
-        if gone is not None:
-            log.tables.obey(name, gone)
-        return isinstance(gone, bytes)
 
     def date(self, run: str, oid: bytes) -> int | None:
         log = self.run_log(run)
