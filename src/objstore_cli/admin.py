@@ -9,7 +9,7 @@ import sys
 import click
 
 from .output import echo_json, human_size, progress_bar
-from .params import RUN, pass_ctx
+from .params import DAMAGED_RUN, RUN, pass_ctx
 
 
 @click.command()
@@ -101,7 +101,7 @@ def upgrade(c, as_json):
 
 
 @click.command()
-@click.argument("run", required=False, default=None)
+@click.argument("run", type=DAMAGED_RUN, required=False, default=None)
 @click.option("--cut-after", "cut_after", type=click.IntRange(min=0), required=True, metavar="N",
               help="The last entry to keep: the end of the log's readable prefix (verify names the damage after it).")
 @click.option("--reason", required=True, metavar="TEXT", help="Why (recorded in the log with the cut).")
@@ -126,6 +126,10 @@ def repair(c, run, cut_after, reason, key_file, as_json):
     Prefer restoring a backup: whatever the cut bytes held is gone, acknowledged
     commits included. Run 'objstore verify' first: it names the damage and the
     last good entry.
+
+    \b
+    Arguments:
+      RUN  the run whose log to cut (default: the store log); id, prefix or 'latest'
 
     \b
     Examples:

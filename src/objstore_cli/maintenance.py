@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from .output import echo_json, human_size, progress_bar
-from .params import pass_ctx
+from .params import RUN, pass_ctx
 
 
 @click.command()
@@ -26,7 +26,7 @@ from .params import pass_ctx
 @click.option("--prune-unreferenced-older-than", "prune", metavar="AGE", default=None,
               help="Also remove committed blobs that nothing names (no record, ref or journal object), committed more than AGE ago "
                    "(recorded as redactions, so verify stays clean), and on object storage the keys no entry names (a lost commit's).")
-@click.option("--run", "only_run", metavar="RUN", default=None,
+@click.option("--run", "only_run", type=RUN, metavar="RUN", default=None,
               help="Collect only the log of run RUN (a store of a log per run, format 6): no other log is read or written.")
 @click.option("--json", "as_json", is_flag=True, help="What gc did as JSON.")
 @pass_ctx

@@ -8,7 +8,7 @@ import sys
 import click
 
 from .output import echo_json
-from .params import pass_ctx
+from .params import RUN, pass_ctx
 
 
 def _raw_option(f):
@@ -154,7 +154,7 @@ def refs(c, prefix, as_json, with_log):
 @click.command("put-blob")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--json", "as_json", is_flag=True, help="The blob's id and size (bytes stored) as JSON.")
-@click.option("--run", "run", default=None, metavar="RUN",
+@click.option("--run", "run", type=RUN, default=None, metavar="RUN",
               help="Store it in this run's log (a store with a log per run); default: the store log.")
 @pass_ctx
 def put_blob(c, path, as_json, run):
@@ -176,10 +176,6 @@ def put_blob(c, path, as_json, run):
     """
     log = c.log()
     store = log.store
-    if run is not None:
-        from objstore.runs.resolve import resolve_run
-
-        run = resolve_run(log, run)  # RunNotFound (exit 4) for a run the store does not have
     if path == "-":
         counted = _Counted(sys.stdin.buffer)
         with store.batch_in(run):

@@ -122,6 +122,21 @@ class RunType(click.ParamType):
 RUN = RunType()
 
 
+class DamagedRunType(RunType):
+    """The RUN argument of a command made for a damaged store (``repair``): resolved with every log answering from
+    its readable prefix, as the command then reads them, where other readers stop at the damage (exit 6)."""
+
+    def convert(self, value, param, ctx):
+        c = ctx.find_object(Ctx) if ctx is not None else None
+        if value is not None and c is not None:
+            store = c.log().store
+            store.engine.prefix_ok = store.logs.prefix_ok = True
+        return super().convert(value, param, ctx)
+
+
+DAMAGED_RUN = DamagedRunType()
+
+
 def _completion_store(ctx):
     """The store a command line being completed would use (--store, OBJSTORE_DIR, discovery), or None."""
     from objstore.runs import completion

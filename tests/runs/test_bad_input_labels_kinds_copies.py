@@ -11,14 +11,18 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers import log_engine_of, log_files, run_log_root
 
 import objstore
 from objstore.errors import InvalidInput, InvalidRecord, ObjstoreError
 
 
 def _segs(root):
-    d = os.path.join(root, "log")
-    return b"".join(open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d)) if f.endswith(".seg"))
+    """What a commit may write: every file of every log (the store log, each run's log) and of the catalog, and
+    every directory under them (a refused call must not leave an empty run directory or catalog entry)."""
+    dirs = sorted(os.path.relpath(d, root) for part in ("store", "runs", "catalog", "log")
+                  for d, _, _ in os.walk(os.path.join(root, part)))
+    return log_files(root), dirs
 
 
 @pytest.fixture
@@ -189,5 +193,15 @@ def test_bad_copies_and_forks_at_a_record_are_typed_errors_and_write_nothing(sto
     assert [r.run for r in log.iter_lineage(log.view(copy), 0)] == ["other", copy]
     after = objstore.open_store(root)
     assert sorted(after.runs()) == sorted(["src", "other", copy])
-    assert _segs(root)[:len(before)] == before  # only the copy's one entry was appended
+    # only the copy's one entry was appended: every file and directory that was there is unchanged, the new files
+    # are the copy's own log (one entry) and its create-once catalog entries, nothing else
+    (files_before, dirs_before), (files_after, dirs_after) = before, _segs(root)
+    assert {p: files_after.get(p) for p in files_before} == files_before and set(dirs_before) <= set(dirs_after)
+    new = sorted(set(files_after) - set(files_before))
+    copy_dir = os.path.relpath(run_log_root(root, copy), root)
+    assert sorted(p for p in new if not p.startswith("catalog" + os.sep)) == sorted(
+        os.path.join(copy_dir, f) for f in ("lock", "sync", os.path.join("log", "0000000001.seg"), os.path.join("log", "witness")))
+    new_catalog = [p for p in new if p.startswith("catalog" + os.sep)]
+    assert new_catalog and all(os.path.basename(p).endswith(copy) for p in new_catalog)
+    assert log_engine_of(after.store, copy).refresh().entry == 1
     assert objstore.verify(after) == []

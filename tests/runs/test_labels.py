@@ -93,6 +93,31 @@ def test_two_processes_starting_one_thread_get_one_run_and_one_conflict(tmp_path
     assert runs == [L.run_id({"thread_id": "race"})]
 
 
+def test_a_labelled_run_created_between_the_look_up_and_the_claim_is_a_conflict(tmp_path, monkeypatch):
+    """Another writer creates the run after start_run looked its labels up and before its batch holds the run's
+    log (a log per run: a run with no log yet is read lock-free): still the Conflict the look-up gives (the
+    LangGraph saver catches it and uses that run), never InvalidInput, and nothing more written."""
+    path = str(tmp_path / "s")
+    log, other = _open(path), _open(path)
+    labels = {"thread_id": "T", "checkpoint_ns": ""}
+    real = L.generations
+    made = []
+
+    def racing(store, want):
+        got = real(store, want)
+        if not made:
+            made.append(None)  # (the other writer's own look-up goes straight through)
+            made[0] = other.start_run(labels=labels)
+        return got
+
+    monkeypatch.setattr(L, "generations", racing)
+    with pytest.raises(Conflict):
+        log.start_run(labels=labels)
+    assert made == [L.run_id(labels)] and _open(path).find_runs(thread_id="T") == made
+    assert log_engine_of(_open(path).store, made[0]).refresh().entry == 1
+    assert objstore.verify(_open(path)) == []
+
+
 def _fill(log, n_threads, per_thread, pad=0):
     made = {}
     for i in range(n_threads):

@@ -92,6 +92,9 @@ class RunLog(ChainReader):
                 raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
         assert run is not None
         if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+            if labels is not None:  # created since the look-up above (a log per run: a run with no log yet is read
+                # lock-free, and another writer may create it before this batch binds its log): as if seen there
+                raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
             raise InvalidInput(f"run {run} already exists")
         if new_format:
             store.require_version(LABELS_VERSION)

@@ -208,7 +208,12 @@ class _Verifier(RunModelChecks):
         self.watch: set[int] = set()  # more entries whose checksums are kept (anchors judged by the caller)
 
     def run(self, check_state: bool, want: list[tuple[int, bytes]], seen: dict | None = None) -> Report:
-        self.folding = check_state and self.log.state.exists()
+        # a run's log (format 6) is folded against that run's own state file, and the store log holds no run's records:
+        # asking whether any run has a state file walks the whole catalog (verify RUN then listed every run)
+        if self.own_run is not None:
+            self.folding = check_state and self.log.state.exists(self.own_run)
+        else:
+            self.folding = check_state and not self.store.logs.per_run and self.log.state.exists()
         engine = self.engine
         # verify lists what it finds: it reads the readable prefix of a damaged log (the damage
         # itself is reported below), where every other reader stops with CorruptLog.

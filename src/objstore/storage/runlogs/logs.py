@@ -84,7 +84,9 @@ class RunLogs(LogSet):
         self._evictable = False  # more than half of max_open open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
-        self._mu = threading.Lock()
+        # reentrant: opening a run's log replays its entries, and the birth rule of a label set's generation g >= 1
+        # opens generation g-1's log (run_deleted) from inside run_log (a plain Lock deadlocked there)
+        self._mu = threading.RLock()
         self.max_open = fdbudget.bound(FDS_PER_LOG, 8, MAX_OPEN)  # 1 024 descriptors: 21 logs at once
 
     # -- which log ------------------------------------------------------------------------------
@@ -155,15 +157,29 @@ class RunLogs(LogSet):
         return [self.store_log, *list(self._runs.values())]
 
     def locate(self, oid: bytes) -> Engine:
+        """The log to read ``oid`` from: one holding it with its body where one does (an object is stored in the log
+        of every run that names it, and gc removes the body from a deleted run's log only), else one that knows it
+        (its read names the removal), else the store log."""
         if self.held.has(oid):
             return self.held
+        known: list[Engine] = []  # the first log found knowing the object without its body
+
+        def found(log: Engine) -> bool:
+            if not log.has(oid):
+                return False
+            if log.has_body(oid):
+                return True
+            if not known:
+                known.append(log)
+            return False
+
         logs = self.open_logs()
         for log in logs:
-            if log.has(oid):
+            if found(log):
                 return log
         for log in logs:
             log.refresh()
-            if log.has(oid):
+            if found(log):
                 return log
         index = self._id_index()
         newer: set[str] = set()
@@ -171,19 +187,19 @@ class RunLogs(LogSet):
             if index.newest and f"{key}-{run}" <= index.newest:
                 break
             newer.add(run)
-            if run not in self._runs and self.run_log(run).has(oid):
+            if run not in self._runs and found(self.run_log(run)):
                 return self.run_log(run)
         claimed = index.run_of(oid)
         if claimed is not None:
             log = self.run_log(claimed)
-            if log.has(oid):  # the index is a claim: the run's log confirms it
+            if found(log):  # the index is a claim: the run's log confirms it
                 return log
         for _key, run in self.catalog.newest_first():  # not where the index says: every run, newest first
             if run not in self._runs and run not in newer:
                 log = self.run_log(run)
-                if log.has(oid):
+                if found(log):
                     return log
-        return self.store_log
+        return known[0] if known else self.store_log
 
     def _id_index(self) -> IdIndex:
         from .idindex import IdIndex
@@ -366,6 +382,19 @@ class RunLogs(LogSet):
             moved = next((m[2] for m in moves if m[0] == name), None)
             cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
         return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
+
+    def run_deleted(self, run: str) -> bool:
+        """Whether ``run`` is deleted, read in its own log as it stands (the birth rule of a run's log: a label
+        set's generation g is born only beside deleted generations 0 … g−1, whose deletions are in their logs)."""
+        log = self.run_log(run)
+        if log is _ABSENT:
+            return False
+        log.refresh()
+        name = runrefs.deleted_ref(run)
+        gone = log.tables.refs.get(name)
+        if gone is not None:
+            log.tables.obey(name, gone)  # a generation born past a deletion: only one that holds
+        return gone is not None
 
     def date(self, run: str, oid: bytes) -> int | None:
         log = self.run_log(run)
