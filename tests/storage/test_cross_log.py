@@ -99,3 +99,19 @@ def test_a_cite_that_goes_back_is_refused_even_by_the_run_logs_own_rules(tmp_pat
     with pytest.raises(Refused, match="moves back along the store log"):
         with raw.transaction() as txn:
             txn.set_ref(name, raw.tables.refs.get(name), runrefs.cite_value(1, b"\0" * 32), "forged")
+
+
+def test_a_store_log_ref_naming_a_runs_record_is_refused_in_plain_words(tmp_path):
+    """A record is its run's and lives in its run's log; a store-wide ref naming it would copy it into the store log
+    as a second chain. Refused with a message saying so, and nothing of any log or the catalog changes."""
+    from helpers import log_files
+
+    root, log, _owner, run, recs, _w = _env(tmp_path)
+    before = log_files(root)
+    with pytest.raises(Refused) as got:
+        log.store.set_ref("test/pinned", None, recs[1].id, "pin")
+    assert str(got.value) == (f"refused: ref test/pinned is a ref of the store log and cannot name record {recs[1].id.hex()}, "
+                              "which is in its run's log: name a run's record with a ref under run/<run>/")
+    assert log_files(root) == before
+    log.store.set_ref(f"run/{run}/pinned", None, recs[1].id, "pin")  # the run's own ref may
+    assert log.store.read_ref(f"run/{run}/pinned") == recs[1].id

@@ -154,9 +154,14 @@ class LogTxn(Txn):
         lacks it (held by the process, or stored in another log)."""
         assert self.inner is not None and self.bound is not None
         log, inner = self.bound, self.inner
-        for _name, _old, new, _reason in inner.ref_moves():
+        for name, _old, new, _reason in inner.ref_moves():
             if isinstance(new, bytes) and new not in self.objects and not log.has(new):
                 got = self.logs.copy_source(new)
+                if got is not None and got[0] == codec.RECORD and log is self.logs.store_log:
+                    # a record is its run's, in its run's log: copied into the store log it would be a second
+                    # chain the store log's rules refuse with a message about LSNs; say what is wrong instead
+                    raise Refused(f"ref {name} is a ref of the store log and cannot name record {new.hex()}, which is in its "
+                                  "run's log: name a run's record with a ref under run/<run>/")
                 if got is not None:
                     self.objects[new] = got
                     inner.put(new, got[0], got[1])
