@@ -113,5 +113,19 @@ def test_a_store_log_ref_naming_a_runs_record_is_refused_in_plain_words(tmp_path
     assert str(got.value) == (f"refused: ref test/pinned is a ref of the store log and cannot name record {recs[1].id.hex()}, "
                               "which is in its run's log: name a run's record with a ref under run/<run>/")
     assert log_files(root) == before
+    # the refused batch let the store log's writer lock go: another thread commits to the store log at once
+    import threading
+
+    done = []
+
+    def other():
+        blob = log.store.put_blob(b"a store-wide note")
+        log.store.set_ref("test/note", None, blob, "note")
+        done.append(blob)
+
+    t = threading.Thread(target=other, daemon=True)
+    t.start()
+    t.join(20)
+    assert len(done) == 1 and log.store.read_ref("test/note") == done[0]
     log.store.set_ref(f"run/{run}/pinned", None, recs[1].id, "pin")  # the run's own ref may
     assert log.store.read_ref(f"run/{run}/pinned") == recs[1].id

@@ -188,13 +188,17 @@ class LogTxn(Txn):
     # -- the end ------------------------------------------------------------------------------
     def finish(self, exc: BaseException | None) -> None:
         """Commit (``exc`` None) or discard the batch."""
+        failed: BaseException | None = None
         if exc is None and self.inner is not None:
-            self._add_named_bodies()
-            self.inner.when = self.when
-            self.inner.spills.extend(self.spills)
-            self.spills = []
-            assert self.bound is not None
-            self.logs.before_commit(self.bound, self)
+            try:
+                self._add_named_bodies()
+                self.inner.when = self.when
+                self.inner.spills.extend(self.spills)
+                self.spills = []
+                assert self.bound is not None
+                self.logs.before_commit(self.bound, self)
+            except BaseException as e:  # refused before the entry: the bound log's transaction ends (its lock let go)
+                failed = exc = e
         cm = self._cm
         self._cm = None
         try:
@@ -210,6 +214,8 @@ class LogTxn(Txn):
         finally:
             for spill in self.spills:
                 spill.discard()
+        if failed is not None:
+            raise failed
 
 
 def record_values(txn: LogTxn) -> list[tuple[bytes, dict]]:
