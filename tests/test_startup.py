@@ -214,7 +214,7 @@ APP = {"objstore", "objstore.errors", "objstore.interrupt", "objstore_cli", "obj
 GROUPS = {f"objstore_cli.{m}" for m in ("admin", "audit", "journal", "lifecycle", "maintenance", "objects", "remote", "runs",
                                         "sessions", "tables")}
 LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" for m in (
-    "authority", "batch", "codec", "erased", "fileutil", "labels", "logset", "refs", "runrefs", "store", "storedir")),
+    "authority", "batch", "codec", "erased", "fdbudget", "fileutil", "labels", "logset", "refs", "runrefs", "store", "storedir")),
     "objstore.storage.runlogs", "objstore.storage.runlogs.catalog", "objstore.storage.runlogs.held", "objstore.storage.runlogs.logs",
     "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
         "checkpoint", "engine", "entry", "facts", "format", "idxtrust", "local", "local_catchup", "local_index", "local_objects",
