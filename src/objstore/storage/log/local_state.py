@@ -52,6 +52,8 @@ class LocalBase(Engine):
         self.dir = os.path.join(root, "log")
         self.policy = policy
         self.tables = LogState()
+        # a run's log of format 6 reads whether another run is deleted in that run's log (the birth rule)
+        self.tables.elsewhere = getattr(getattr(entry_view, "__self__", None), "run_deleted", None)
         self._mu = threading.RLock()  # guards the tables and the tail position within this process
         self._wlock = threading.Lock()  # writers of this process, one at a time
         self._seg = 1  # segment the tail is in

@@ -17,6 +17,7 @@ the write, by every reader that takes it in, by verify. Invariants it keeps:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import blake3
@@ -96,6 +97,9 @@ class Rules:
     adopted: int
     checked: set[bytes]
     confirm: Any
+    # a run's log of format 6: whether another run is deleted, read in that run's own log (the birth rule of a
+    # label set's next generation; None: this log holds every run's refs)
+    elsewhere: Callable[[str], bool] | None = None
 
     def obey(self, name: str, value: Any) -> None:
         """Called by every read about to obey deletion ref ``name`` at ``value`` (hide a run or a
@@ -342,6 +346,8 @@ class Rules:
             if name in refs:
                 return refs[name] is not None
             gone = self.refs.get(name)
+            if gone is None and self.elsewhere is not None:
+                return self.elsewhere(run)  # another run's deletion is in that run's log (format 6)
             if gone is not None:
                 self.obey(name, gone)  # a generation born past a deletion: only one that holds
             return gone is not None

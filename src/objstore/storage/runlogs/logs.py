@@ -363,6 +363,19 @@ class RunLogs(LogSet):
             cite = runrefs.parse_cite(moved if moved is not None else engine.tables.refs.get(name))
         return CrossView(engine, self.store_log, self.history(engine), cite, n, moves, types, bodies, chain)
 
+    def run_deleted(self, run: str) -> bool:
+        """Whether ``run`` is deleted, read in its own log as it stands (the birth rule of a run's log: a label
+        set's generation g is born only beside deleted generations 0 … g−1, whose deletions are in their logs)."""
+        log = self.run_log(run)
+        if log is _ABSENT:
+            return False
+        log.refresh()
+        name = runrefs.deleted_ref(run)
+        gone = log.tables.refs.get(name)
+        if gone is not None:
+            log.tables.obey(name, gone)  # a generation born past a deletion: only one that holds
+        return gone is not None
+
     def date(self, run: str, oid: bytes) -> int | None:
         log = self.run_log(run)
         e = log.loc_entry(oid)
