@@ -367,8 +367,18 @@ def verify_logs(log: RunLog, verify_log: OneLogPass, *, check_state: bool, token
         else:
             parse_anchor(t)
     p = _Pass(log, check_state, progress, jobs, verify_log)
-    p.store_log(tokens)
-    p.runs(runs)
+    # verify lists what it finds: every log is read to its readable prefix (a damaged one, a forged deletion in it,
+    # is named by its own pass), where every other reader stops with CorruptLog
+    logs = p.logs
+    was = logs.prefix_ok, logs.store_log.prefix_ok
+    logs.release()  # run logs opened before this pass open again, reading their readable prefix
+    logs.prefix_ok = logs.store_log.prefix_ok = True
+    try:
+        p.store_log(tokens)
+        p.runs(runs)
+    finally:
+        logs.prefix_ok, logs.store_log.prefix_ok = was
+        logs.release()
     return Report(p.problems, p.notes, p.entries, p.objects, p.checksum, p.n_logs)
 
 

@@ -339,7 +339,8 @@ class LocalLogCheck(LogCheck):
         root, found by replaying every entry's meta from the first, whatever checkpoint readers adopt
         (one forged with its tables matching a forged entry's root included); None if there is none."""
         engine = self.engine
-        fresh = LogEngine(engine.root, engine.policy, checkpoint=False)
+        # a run's log (format 6) is replayed by the rules it was written under: the store log at the cited position
+        fresh = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run)
         try:
             fresh.prefix_ok = True
             try:
