@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, snapshot_tree, store_log_root
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog, Deleted, Refused
@@ -94,6 +94,22 @@ CASES = ["unsigned", "never granted", "revoked deleter", "write-only worker", "r
          "rows name another run's record", "grant not signed by the owner"]
 
 
+def _holder(ref):
+    """The run whose log holds deletion ref ``ref`` (None: the store log, which holds redactions) — on a store of
+    one log, that log either way."""
+    return None if ref.startswith(runrefs.REDACTED_PREFIX) else runrefs.run_of(ref)
+
+
+def _log_dir(root, run):
+    """The ``log/`` directory of run ``run``'s log (None: the store log)."""
+    return os.path.join(run_log_root(root, run) if run is not None else store_log_root(root), "log")
+
+
+def _where(root, run):
+    """What verify appends to a line of that log's pass: its path on a store of a log per run, nothing on one log."""
+    return f" [{_log_dir(root, run)}]" if is_per_run(root) else ""
+
+
 def _write(store, obj, ref):
     """The deletion object and the ref move naming it, in one batch through the Store API."""
     with store.batch():
@@ -121,37 +137,48 @@ def test_a_writer_refuses_an_unauthorised_deletion_and_writes_nothing(world, cas
 def test_a_forged_unauthorised_deletion_stops_readers_gc_backup_and_writers(world, case, monkeypatch, tmp_path):
     root, log, owner, k, g, env = world
     obj, ref, why = _case(case, log, owner, k, g)
+    blob_a = log.store.get(log.store.indexed_record("A", 0, 1))[1]["body"]["prompt"]  # only run A names it
     with monkeypatch.context() as m:  # the forger's process: the rule patched out, the entry checksum-valid
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         did = _write(log.store, obj, ref)
-    n = log.store.engine.position().entry
+    # the log holding it: run A's (a run or records deletion), the store log (a redaction); one log before format 6
+    holder = _holder(ref)
+    n = log_engine_of(log.store, holder).position().entry
     line = f"entry {n}: bad-deletion {did.hex()}: {why}"
-    # a fresh reader, in this process and in fresh CLI processes, stops before it, naming it
+    # a fresh reader, in this process and in fresh CLI processes, stops before it, naming it: every reader of run A's
+    # log, or every reader of the store log (a blob read, which would obey a redaction)
     with pytest.raises(CorruptLog, match="bad-deletion"):
-        RunLog(Store.open(root)).runs()
-    for args in (["log", "A"], ["runs"], ["cat", did.hex()]):
+        RunLog(Store.open(root)).runs() if holder is not None else Store.open(root).get_blob(blob_a)
+    readers = (["log", "A"], ["runs"], ["cat", did.hex()]) if holder is not None else (["cat", did.hex()], ["cat", blob_a.hex(), "--body"])
+    for args in readers:
         _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
         assert out == "" and err.count("\n") == 1 and line in err, (args, err)
-    files = snapshot_tree(os.path.join(root, "log"))  # (gc's lock file may appear: it writes nothing under it)
+    files = snapshot_tree(_log_dir(root, holder))  # (gc's lock file may appear: it writes nothing under it)
     # gc and backup refuse to run over it, writers refuse; nothing changes
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
-    assert err.count("\n") == 1 and line in err
+    if holder is not None and is_per_run(root):
+        # gc collects one log at a time, the store log first: its progress lines come before run A's log stops it
+        before = err.splitlines()[:-1]
+        assert all(x.startswith("store: ") for x in before) and "bad-deletion" not in "".join(before), err
+        err = err.splitlines(keepends=True)[-1]
+    assert err.count("\n") == 1 and line in err, err
     dest = str(tmp_path / "backup")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err
-    with pytest.raises(CorruptLog):
-        RunLog(Store.open(root)).record_attempt("B", 9, 0, "succeeded")
-    assert snapshot_tree(os.path.join(root, "log")) == files and not os.path.exists(os.path.join(dest, "log"))
+    with pytest.raises(CorruptLog):  # a writer of run A; a record naming the blob a redaction would withhold
+        RunLog(Store.open(root)).record_attempt("A" if holder is not None else "B", 9, 0, "succeeded", prompt=blob_a)
+    assert snapshot_tree(_log_dir(root, holder)) == files
+    assert not any(os.path.exists(os.path.join(dest, d)) for d in ("log", "store", "runs"))
     # verify names it
     _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
-    seg = Store.open(root, readable_prefix=True).engine.seg_path(1)
+    seg = log_engine_of(Store.open(root, readable_prefix=True), holder).seg_path(1)
     named = [x for x in out.splitlines() if "bad-deletion" in x]
-    assert len(named) == 1 and named[0].startswith(f"bad-deletion {seg}: entry {n} at offset {_offset(root, n)}: {line}"), out
-    assert named[0].endswith(f"({ref})")
+    assert len(named) == 1 and named[0].startswith(f"bad-deletion {seg}: entry {n} at offset {_offset(root, n, holder)}: {line}"), out
+    assert named[0].endswith(f"({ref}){_where(root, holder)}")
 
 
-def _offset(root, n):
-    eng = Store.open(root, readable_prefix=True).engine
+def _offset(root, n, run=None):
+    eng = log_engine_of(Store.open(root, readable_prefix=True), run)
     return next(e.offset for e in eng.entries() if e.n == n)
 
 
