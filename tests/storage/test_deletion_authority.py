@@ -188,12 +188,18 @@ def test_the_owners_repair_cuts_a_forged_deletion_and_the_store_writes_again(wor
     with monkeypatch.context() as m:
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         _write(log.store, obj, ref)
-    n = log.store.engine.position().entry
-    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    n = log_engine_of(log.store, "A").position().entry
+    run_cli("repair", *_repair_target(root, "A"), "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env,
+            exit_code=0)
     fresh = RunLog(Store.open(root))
     assert fresh.runs() == ["A", "B"] and fresh.store.read_ref(ref) is None
     fresh.record_attempt("A", 9, 0, "succeeded")
     run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def _repair_target(root, run):
+    """The RUN argument of ``repair`` cutting run ``run``'s log: on a store of one log, none (its one log)."""
+    return [run] if is_per_run(root) else []
 
 
 def test_authorised_deletions_still_apply_for_every_reader(world):
@@ -243,7 +249,7 @@ def _forge_behind_checkpoint(log, obj, ref, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()
+        log_engine_of(log.store, _holder(ref))._checkpoint()  # the checkpoint of the log holding it
     return did
 
 
@@ -362,7 +368,7 @@ def _forged_behind_checkpoint(world, monkeypatch):
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, "A").position().entry
     return root, env, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it")
 
 
@@ -462,7 +468,8 @@ def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, mon
     """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
     root, env, line = _forged_behind_checkpoint(world, monkeypatch)
     n = int(line[0].split(":")[0].split()[1])
-    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    run_cli("repair", *_repair_target(root, "A"), "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env,
+            exit_code=0)
     fresh = RunLog(Store.open(root))
     assert fresh.runs() == ["A", "B"]
     fresh.record_attempt("A", 9, 0, "succeeded")
@@ -491,7 +498,7 @@ def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_ru
     run = log.start_run(labels={"thread_id": "T"}, subject="alice")
     stranger = k["stranger"]
     did = _forge_behind_checkpoint(log, _deletion(stranger, run=run), runrefs.deleted_ref(run), monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, run).position().entry
     line = (f"entry {n}: bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run {run}",
             f"({runrefs.deleted_ref(run)})); the log is readable only up to it")
     _, out, err = run_cli("log", "thread_id=T", store=root, env_extra=env, exit_code=6)
@@ -508,7 +515,7 @@ def test_every_unauthorised_deletion_behind_a_checkpoint_stops_the_read_that_wou
     root, log, owner, k, g, env = world
     obj, ref, why = _case(case, log, owner, k, g)
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, _holder(ref)).position().entry
     args = ("cat", obj["blob"].hex(), "--body") if ref.startswith(runrefs.REDACTED_PREFIX) else ("log", "A")
     _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
     assert out == ""

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from ..errors import CorruptLog, ObjstoreError, StorageOSError
 from ..storage import codec, runrefs
 from ..storage import labels as L
+from ..storage.log.witness import REPAIRS_REF
 from ..storage.runlogs.catalog import CatalogEntry, order_key, shard
 from ..storage.runlogs.logs import CATALOG, RUNS, RunLogs, run_dir
 from . import anchor_manifest as M
@@ -272,6 +273,8 @@ class _Pass:
         """The other runs whose refs the log at ``run``'s place holds (a sound run log holds its own only)."""
         others: set[str] = set()
         for ref in list(engine.tables.refs):
+            if ref == REPAIRS_REF:
+                continue  # the log's own (the owner's repair of this run's log names its note there)
             r = runrefs.run_of(ref)
             if r != run:
                 others.add(str(r) if r is not None else ref)
