@@ -156,11 +156,7 @@ def test_a_forged_unauthorised_deletion_stops_readers_gc_backup_and_writers(worl
     files = snapshot_tree(_log_dir(root, holder))  # (gc's lock file may appear: it writes nothing under it)
     # gc and backup refuse to run over it, writers refuse; nothing changes
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
-    if holder is not None and is_per_run(root):
-        # gc collects one log at a time, the store log first: its progress lines come before run A's log stops it
-        before = err.splitlines()[:-1]
-        assert all(x.startswith("store: ") for x in before) and "bad-deletion" not in "".join(before), err
-        err = err.splitlines(keepends=True)[-1]
+    err = _gc_stop(root, holder, err)
     assert err.count("\n") == 1 and line in err, err
     dest = str(tmp_path / "backup")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
@@ -195,6 +191,16 @@ def test_the_owners_repair_cuts_a_forged_deletion_and_the_store_writes_again(wor
     assert fresh.runs() == ["A", "B"] and fresh.store.read_ref(ref) is None
     fresh.record_attempt("A", 9, 0, "succeeded")
     run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def _gc_stop(root, run, err):
+    """gc's stderr from the line it stops with: gc of a store of a log per run collects one log at a time, the store
+    log first, so the store log's progress lines come before a run's log stops it (and nothing else)."""
+    if run is None or not is_per_run(root):
+        return err
+    lines = err.splitlines(keepends=True)
+    assert all(x.startswith("store: ") and "bad-deletion" not in x for x in lines[:-1]), err
+    return lines[-1]
 
 
 def _repair_target(root, run):
@@ -264,10 +270,11 @@ def test_gc_refuses_a_forged_deletion_behind_a_forged_checkpoint(world, monkeypa
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}"):  # adopted: checked where a read obeys it
         RunLog(Store.open(root)).runs()
-    files = snapshot_tree(os.path.join(root, "log"))
+    files = snapshot_tree(_log_dir(root, "A"))
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
+    err = _gc_stop(root, "A", err)
     assert err.count("\n") == 1 and f"bad-deletion {did.hex()}: {why}" in err, err
-    assert snapshot_tree(os.path.join(root, "log")) == files
+    assert snapshot_tree(_log_dir(root, "A")) == files
     _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
     assert f"bad-deletion {did.hex()}: {why}" in out
 
@@ -297,7 +304,7 @@ def test_backup_and_clone_refuse_a_forged_deletion_a_forged_checkpoint_hides(wor
     dest, copy = str(tmp_path / "backup"), str(tmp_path / "copy")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err, err
-    assert not os.path.exists(os.path.join(dest, "log"))
+    assert not any(os.path.exists(os.path.join(dest, d)) for d in ("log", "store", "runs"))
     _, _, err = run_cli("clone", root, copy, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err, err
     run_cli("init", store=copy, env_extra=env, exit_code=0)
@@ -430,14 +437,14 @@ def test_a_writer_past_a_forged_deletion_stops_instead_of_refusing_the_deleted_r
 def test_an_authorised_deletion_behind_a_checkpoint_is_obeyed_and_checked_once(world, monkeypatch):
     root, log, owner, k, g, env = world
     D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
-    log.store.engine._checkpoint()
+    log_engine_of(log.store, "A")._checkpoint()  # the checkpoint of the log holding the deletion (run A's)
     _, _, err = run_cli("log", "A", store=root, env_extra=env, exit_code=12)
     assert "deleted" in err
     calls = []
     real = authority.entry_problem
     monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
     fresh = RunLog(Store.open(root))
-    assert fresh.store.engine.tables.adopted > 0
+    assert log_engine_of(fresh.store, "A").tables.adopted > 0
     for _ in range(3):
         with pytest.raises(Deleted):
             fresh.view("A")
@@ -451,7 +458,7 @@ def test_what_acts_on_deletions_checks_each_one_once_per_process(world, monkeypa
     signature again."""
     root, log, owner, k, g, env = world
     D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
-    log.store.engine._checkpoint()
+    log_engine_of(log.store, "A")._checkpoint()  # the checkpoint of the log holding the deletion (run A's)
     calls = []
     real = authority.entry_problem
     monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
