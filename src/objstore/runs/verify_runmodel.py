@@ -381,7 +381,10 @@ class RunModelChecks:
         """Each deletion object: ``deletion_problems`` (schema, signature, authority, covered rows),
         and the refs that name one name a deletion of their own run and scope; each redacted blob
         is a note, with the reason."""
-        redacted = {name[len(runrefs.REDACTED_PREFIX):] for name in self.refs if name.startswith(runrefs.REDACTED_PREFIX)}
+        names = list(self.refs)
+        if self.own_run is not None:  # a run's log (format 6): redactions are in the store log
+            names += list(self.store.logs.store_log.tables.refs)
+        redacted = {name[len(runrefs.REDACTED_PREFIX):] for name in names if name.startswith(runrefs.REDACTED_PREFIX)}
         for oid, (otype, where, value) in self.removed.items():
             if otype == codec.RECORD and value is not None:
                 run = value["run"] if isinstance(value, dict) else value[0]
