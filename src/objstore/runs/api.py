@@ -92,6 +92,8 @@ class RunLog(ChainReader):
                 raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
         assert run is not None
         if store.read_ref(branch_ref(run, 0)) is not None or store.read_ref(live_ref(run)) is not None:
+            if labels is not None:  # the labelled run, created since the look-up above (format 6 reads it before the run's log's lock)
+                raise Conflict(branch_ref(run, 0), "absent (a new run for these labels)", "the run exists")
             raise InvalidInput(f"run {run} already exists")
         if new_format:
             store.require_version(LABELS_VERSION)
