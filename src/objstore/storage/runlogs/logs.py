@@ -83,7 +83,9 @@ class RunLogs(LogSet):
         self._evictable = False  # more than half of MAX_OPEN open: keep the order of use
         self._hist: dict[int, CiteHistory] = {}  # id of an open run log -> its citations
         self._index: IdIndex | None = None  # index/ids, mapped on the first bare id not found in the open logs
-        self._mu = threading.Lock()
+        # reentrant: opening a run's log replays it, and the birth rule of a label set's generation g ≥ 1 opens the
+        # logs of generations 0 … g−1 (run_deleted) from within that replay
+        self._mu = threading.RLock()
 
     # -- which log ------------------------------------------------------------------------------
     def run_log(self, run: str, create: bool = False) -> Engine:
