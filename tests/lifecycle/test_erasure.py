@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 import zstandard
-from helpers import run_cli
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, store_log_root
 
 from objstore import RunLog, Store
 from objstore.errors import BodyRemoved, Redacted
@@ -43,6 +43,12 @@ def _expanded(data: bytes) -> list[bytes]:
             pass
         i = data.find(ZSTD_MAGIC, i + 1)
     return out
+
+
+def first_segment(root: str, run: str) -> str:
+    """The path (relative to ``root``) of the first segment of the log holding run ``run``'s objects: its own log
+    on a store of a log per run (format 6), the store's one log before."""
+    return os.path.relpath(os.path.join(run_log_root(root, run), "log", "0000000001.seg"), root)
 
 
 def found(root: str, needle: bytes) -> list[str]:
@@ -122,7 +128,8 @@ def test_redact_then_gc_removes_the_body_and_every_read_is_typed(planted):
     _, _, err = run_cli("show", blob.hex(), store=root, exit_code=12)
     assert "leaked API key" in err
     _, out, err = run_cli("verify", store=root, exit_code=0)
-    assert f"note: redacted {blob.hex()}: leaked API key\n" in out + err
+    where = f" [{os.path.join(store_log_root(root), 'log')}]" if is_per_run(root) else ""  # the log holding the redaction
+    assert f"note: redacted {blob.hex()}: leaked API key{where}\n" in out + err
     # the record naming the redacted blob still verifies and reads (its header and body; not the blob)
     run_cli("log", "kept", store=root, exit_code=0)
 
@@ -141,16 +148,27 @@ def test_a_guessable_redacted_body_is_confirmable_from_its_id(tmp_path):
     assert hit == code
 
 
-def test_a_backup_of_a_packed_store_is_format_4_too(planted, tmp_path):
+@pytest.mark.parametrize("fmt", [3, 6])
+def test_a_backup_of_a_packed_store_is_format_4_too(tmp_path, fmt):
+    """A backup has its source's format: on a store of one log, gc's packed segments raise it from 3 to 4 (the
+    one-log format's own step, so that store is made in format 3); a store of a log per run is format 6 before
+    and after gc (packed segments are part of it)."""
     from objstore.storage.storedir import read_marker
 
-    root, log, _ = planted
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, format=fmt))
+    log.start_run("gone")
+    log.start_run("kept")
+    for i in range(3):
+        log.record_attempt("gone", i, 0, "succeeded", output=log.put_blob(b"private %d" % i))
+        log.record_attempt("kept", i, 0, "succeeded")
+    D.delete_run(log, "gone", reason="so gc packs a segment")
     dest = str(tmp_path / "b")
     B.backup(log.store, dest)
-    assert read_marker(dest) == 3
-    G.gc(Store.open(root))
+    assert read_marker(root) == read_marker(dest) == fmt
+    assert G.gc(Store.open(root)).rewritten  # it packed a segment
     B.backup(Store.open(root), dest)
-    assert read_marker(root) == read_marker(dest) == 4
+    assert read_marker(root) == read_marker(dest) == (4 if fmt == 3 else 6)
 
 
 # Deleting a session removes its compaction segments' bodies at gc. docs/FORMAT.md "What gc removes" and the gc
@@ -169,14 +187,14 @@ def test_delete_and_gc_of_a_compacted_session_leaves_no_turn_text(tmp_path):
     for i in range(6):
         S.record_turn(log, run, "user", f"turn {i}: my card is {secret.decode()}")
     res = C.compact(log, run, StubCompactor(), host=None, key=owner, keep_tail=1)
-    assert found(root, secret) == ["log/0000000001.seg"]
+    assert found(root, secret) == [first_segment(root, run)]
     D.delete_run(log, run, reason="erasure request")
     G.gc(Store.open(root))
     fresh = Store.open(root)
     assert verify_report(RunLog(fresh), check_state=False).problems == []
     assert found(root, secret) == []  # still in log/0000000001.seg: the segment's "input" blob
     try:
-        fresh.engine.read(res.segment_id)
+        log_engine_of(fresh, run).read(res.segment_id)
         kept = True
     except BodyRemoved:
         kept = False
@@ -199,7 +217,7 @@ def test_delete_and_gc_of_a_session_with_a_journal_leaves_no_journal_text(tmp_pa
     secret = secrets.token_bytes(16).hex()
     run_cli("journal", "update", run, "-", "--reflects-through", "latest", store=root, env_extra=env,
             input=json.dumps({"note": secret}).encode(), exit_code=0)
-    assert found(root, secret.encode()) == ["log/0000000001.seg"]
+    assert found(root, secret.encode()) == [first_segment(root, run)]
     run_cli("delete", run, "--reason", "erasure request", store=root, env_extra=env, exit_code=0)
     run_cli("gc", store=root, env_extra=env, exit_code=0)
     run_cli("verify", store=root, env_extra=env, exit_code=0)

@@ -12,7 +12,7 @@ import os
 import time
 
 import pytest
-from helpers import run_cli, snapshot_tree
+from helpers import is_per_run, log_engine_of, run_cli, run_log_root, snapshot_tree, store_log_root
 
 from objstore import RunLog, Store
 from objstore.errors import CorruptLog, Deleted, Refused
@@ -94,6 +94,22 @@ CASES = ["unsigned", "never granted", "revoked deleter", "write-only worker", "r
          "rows name another run's record", "grant not signed by the owner"]
 
 
+def _holder(ref):
+    """The run whose log holds deletion ref ``ref`` (None: the store log, which holds redactions) — on a store of
+    one log, that log either way."""
+    return None if ref.startswith(runrefs.REDACTED_PREFIX) else runrefs.run_of(ref)
+
+
+def _log_dir(root, run):
+    """The ``log/`` directory of run ``run``'s log (None: the store log)."""
+    return os.path.join(run_log_root(root, run) if run is not None else store_log_root(root), "log")
+
+
+def _where(root, run):
+    """What verify appends to a line of that log's pass: its path on a store of a log per run, nothing on one log."""
+    return f" [{_log_dir(root, run)}]" if is_per_run(root) else ""
+
+
 def _write(store, obj, ref):
     """The deletion object and the ref move naming it, in one batch through the Store API."""
     with store.batch():
@@ -121,37 +137,44 @@ def test_a_writer_refuses_an_unauthorised_deletion_and_writes_nothing(world, cas
 def test_a_forged_unauthorised_deletion_stops_readers_gc_backup_and_writers(world, case, monkeypatch, tmp_path):
     root, log, owner, k, g, env = world
     obj, ref, why = _case(case, log, owner, k, g)
+    blob_a = log.store.get(log.store.indexed_record("A", 0, 1))[1]["body"]["prompt"]  # only run A names it
     with monkeypatch.context() as m:  # the forger's process: the rule patched out, the entry checksum-valid
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         did = _write(log.store, obj, ref)
-    n = log.store.engine.position().entry
+    # the log holding it: run A's (a run or records deletion), the store log (a redaction); one log before format 6
+    holder = _holder(ref)
+    n = log_engine_of(log.store, holder).position().entry
     line = f"entry {n}: bad-deletion {did.hex()}: {why}"
-    # a fresh reader, in this process and in fresh CLI processes, stops before it, naming it
+    # a fresh reader, in this process and in fresh CLI processes, stops before it, naming it: every reader of run A's
+    # log, or every reader of the store log (a blob read, which would obey a redaction)
     with pytest.raises(CorruptLog, match="bad-deletion"):
-        RunLog(Store.open(root)).runs()
-    for args in (["log", "A"], ["runs"], ["cat", did.hex()]):
+        RunLog(Store.open(root)).runs() if holder is not None else Store.open(root).get_blob(blob_a)
+    readers = (["log", "A"], ["runs"], ["cat", did.hex()]) if holder is not None else (["cat", did.hex()], ["cat", blob_a.hex(), "--body"])
+    for args in readers:
         _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
         assert out == "" and err.count("\n") == 1 and line in err, (args, err)
-    files = snapshot_tree(os.path.join(root, "log"))  # (gc's lock file may appear: it writes nothing under it)
+    files = snapshot_tree(_log_dir(root, holder))  # (gc's lock file may appear: it writes nothing under it)
     # gc and backup refuse to run over it, writers refuse; nothing changes
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
-    assert err.count("\n") == 1 and line in err
+    err = _gc_stop(root, holder, err)
+    assert err.count("\n") == 1 and line in err, err
     dest = str(tmp_path / "backup")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err
-    with pytest.raises(CorruptLog):
-        RunLog(Store.open(root)).record_attempt("B", 9, 0, "succeeded")
-    assert snapshot_tree(os.path.join(root, "log")) == files and not os.path.exists(os.path.join(dest, "log"))
+    with pytest.raises(CorruptLog):  # a writer of run A; a record naming the blob a redaction would withhold
+        RunLog(Store.open(root)).record_attempt("A" if holder is not None else "B", 9, 0, "succeeded", prompt=blob_a)
+    assert snapshot_tree(_log_dir(root, holder)) == files
+    assert not any(os.path.exists(os.path.join(dest, d)) for d in ("log", "store", "runs"))
     # verify names it
     _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
-    seg = Store.open(root, readable_prefix=True).engine.seg_path(1)
+    seg = log_engine_of(Store.open(root, readable_prefix=True), holder).seg_path(1)
     named = [x for x in out.splitlines() if "bad-deletion" in x]
-    assert len(named) == 1 and named[0].startswith(f"bad-deletion {seg}: entry {n} at offset {_offset(root, n)}: {line}"), out
-    assert named[0].endswith(f"({ref})")
+    assert len(named) == 1 and named[0].startswith(f"bad-deletion {seg}: entry {n} at offset {_offset(root, n, holder)}: {line}"), out
+    assert named[0].endswith(f"({ref}){_where(root, holder)}")
 
 
-def _offset(root, n):
-    eng = Store.open(root, readable_prefix=True).engine
+def _offset(root, n, run=None):
+    eng = log_engine_of(Store.open(root, readable_prefix=True), run)
     return next(e.offset for e in eng.entries() if e.n == n)
 
 
@@ -161,12 +184,28 @@ def test_the_owners_repair_cuts_a_forged_deletion_and_the_store_writes_again(wor
     with monkeypatch.context() as m:
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         _write(log.store, obj, ref)
-    n = log.store.engine.position().entry
-    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    n = log_engine_of(log.store, "A").position().entry
+    run_cli("repair", *_repair_target(root, "A"), "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env,
+            exit_code=0)
     fresh = RunLog(Store.open(root))
     assert fresh.runs() == ["A", "B"] and fresh.store.read_ref(ref) is None
     fresh.record_attempt("A", 9, 0, "succeeded")
     run_cli("verify", store=root, env_extra=env, exit_code=0)
+
+
+def _gc_stop(root, run, err):
+    """gc's stderr from the line it stops with: gc of a store of a log per run collects one log at a time, the store
+    log first, so the store log's progress lines come before a run's log stops it (and nothing else)."""
+    if run is None or not is_per_run(root):
+        return err
+    lines = err.splitlines(keepends=True)
+    assert all(x.startswith("store: ") and "bad-deletion" not in x for x in lines[:-1]), err
+    return lines[-1]
+
+
+def _repair_target(root, run):
+    """The RUN argument of ``repair`` cutting run ``run``'s log: on a store of one log, none (its one log)."""
+    return [run] if is_per_run(root) else []
 
 
 def test_authorised_deletions_still_apply_for_every_reader(world):
@@ -216,7 +255,7 @@ def _forge_behind_checkpoint(log, obj, ref, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(authority, "entry_problem", lambda *a, **kw: None)
         did = _write(log.store, obj, ref)
-        log.store.engine._checkpoint()
+        log_engine_of(log.store, _holder(ref))._checkpoint()  # the checkpoint of the log holding it
     return did
 
 
@@ -231,10 +270,11 @@ def test_gc_refuses_a_forged_deletion_behind_a_forged_checkpoint(world, monkeypa
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
     with pytest.raises(CorruptLog, match=f"bad-deletion {did.hex()}"):  # adopted: checked where a read obeys it
         RunLog(Store.open(root)).runs()
-    files = snapshot_tree(os.path.join(root, "log"))
+    files = snapshot_tree(_log_dir(root, "A"))
     _, _, err = run_cli("gc", store=root, env_extra=env, exit_code=6)
+    err = _gc_stop(root, "A", err)
     assert err.count("\n") == 1 and f"bad-deletion {did.hex()}: {why}" in err, err
-    assert snapshot_tree(os.path.join(root, "log")) == files
+    assert snapshot_tree(_log_dir(root, "A")) == files
     _, out, _ = run_cli("verify", store=root, env_extra=env, exit_code=1)
     assert f"bad-deletion {did.hex()}: {why}" in out
 
@@ -264,7 +304,7 @@ def test_backup_and_clone_refuse_a_forged_deletion_a_forged_checkpoint_hides(wor
     dest, copy = str(tmp_path / "backup"), str(tmp_path / "copy")
     _, _, err = run_cli("backup", dest, store=root, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err, err
-    assert not os.path.exists(os.path.join(dest, "log"))
+    assert not any(os.path.exists(os.path.join(dest, d)) for d in ("log", "store", "runs"))
     _, _, err = run_cli("clone", root, copy, env_extra=env, exit_code=6)
     assert err.count("\n") == 1 and line in err, err
     run_cli("init", store=copy, env_extra=env, exit_code=0)
@@ -335,7 +375,7 @@ def _forged_behind_checkpoint(world, monkeypatch):
     root, log, owner, k, g, env = world
     obj, ref, why = _case("never granted", log, owner, k, g)
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, "A").position().entry
     return root, env, (f"entry {n}: bad-deletion {did.hex()}: {why}", f"({ref})); the log is readable only up to it")
 
 
@@ -397,14 +437,14 @@ def test_a_writer_past_a_forged_deletion_stops_instead_of_refusing_the_deleted_r
 def test_an_authorised_deletion_behind_a_checkpoint_is_obeyed_and_checked_once(world, monkeypatch):
     root, log, owner, k, g, env = world
     D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
-    log.store.engine._checkpoint()
+    log_engine_of(log.store, "A")._checkpoint()  # the checkpoint of the log holding the deletion (run A's)
     _, _, err = run_cli("log", "A", store=root, env_extra=env, exit_code=12)
     assert "deleted" in err
     calls = []
     real = authority.entry_problem
     monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
     fresh = RunLog(Store.open(root))
-    assert fresh.store.engine.tables.adopted > 0
+    assert log_engine_of(fresh.store, "A").tables.adopted > 0
     for _ in range(3):
         with pytest.raises(Deleted):
             fresh.view("A")
@@ -418,7 +458,7 @@ def test_what_acts_on_deletions_checks_each_one_once_per_process(world, monkeypa
     signature again."""
     root, log, owner, k, g, env = world
     D.delete_run(log, "A", reason="by the grantee", key=k["grantee"])
-    log.store.engine._checkpoint()
+    log_engine_of(log.store, "A")._checkpoint()  # the checkpoint of the log holding the deletion (run A's)
     calls = []
     real = authority.entry_problem
     monkeypatch.setattr(authority, "entry_problem", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
@@ -435,7 +475,8 @@ def test_the_owners_repair_cuts_a_forged_deletion_behind_a_checkpoint(world, mon
     """The checkpoint past the forged entry does not keep the owner's repair from cutting it."""
     root, env, line = _forged_behind_checkpoint(world, monkeypatch)
     n = int(line[0].split(":")[0].split()[1])
-    run_cli("repair", "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env, exit_code=0)
+    run_cli("repair", *_repair_target(root, "A"), "--cut-after", str(n - 1), "--reason", "a forged deletion", store=root, env_extra=env,
+            exit_code=0)
     fresh = RunLog(Store.open(root))
     assert fresh.runs() == ["A", "B"]
     fresh.record_attempt("A", 9, 0, "succeeded")
@@ -464,7 +505,7 @@ def test_a_label_look_up_past_a_forged_deletion_stops_instead_of_skipping_the_ru
     run = log.start_run(labels={"thread_id": "T"}, subject="alice")
     stranger = k["stranger"]
     did = _forge_behind_checkpoint(log, _deletion(stranger, run=run), runrefs.deleted_ref(run), monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, run).position().entry
     line = (f"entry {n}: bad-deletion {did.hex()}: its signer {stranger.public[:16]}… held no live delete grant on run {run}",
             f"({runrefs.deleted_ref(run)})); the log is readable only up to it")
     _, out, err = run_cli("log", "thread_id=T", store=root, env_extra=env, exit_code=6)
@@ -481,7 +522,7 @@ def test_every_unauthorised_deletion_behind_a_checkpoint_stops_the_read_that_wou
     root, log, owner, k, g, env = world
     obj, ref, why = _case(case, log, owner, k, g)
     did = _forge_behind_checkpoint(log, obj, ref, monkeypatch)
-    n = log.store.engine.position().entry
+    n = log_engine_of(log.store, _holder(ref)).position().entry
     args = ("cat", obj["blob"].hex(), "--body") if ref.startswith(runrefs.REDACTED_PREFIX) else ("log", "A")
     _, out, err = run_cli(*args, store=root, env_extra=env, exit_code=6)
     assert out == ""

@@ -126,6 +126,10 @@ class CrossView(EntryView):
         self.store_log = store_log
         self.history = history
         self.extra = None if cite is None else (n, cite[0])
+        # neither this entry nor one before it in the run's log cites the store log: no writer writes such an entry
+        # whose rules read the store log (each cites where it was decided), so a forged one is judged by the store
+        # log as it stands — not as if no store-log object (the owner key, a grant) existed yet
+        self.uncited = cite is None
         if cite is not None and cite[0] > store_log.tables.pos.entry:
             store_log.refresh()
 
@@ -151,6 +155,8 @@ class CrossView(EntryView):
         e = self.store_log.loc_entry(oid)
         if e is None:
             return None
+        if self.uncited:
+            return 0
         seen = self.history.first_seeing(e, self.extra)
         return AFTER if seen is None else seen
 
