@@ -129,3 +129,36 @@ def test_a_store_log_ref_naming_a_runs_record_is_refused_in_plain_words(tmp_path
     assert len(done) == 1 and log.store.read_ref("test/note") == done[0]
     log.store.set_ref(f"run/{run}/pinned", None, recs[1].id, "pin")  # the run's own ref may
     assert log.store.read_ref(f"run/{run}/pinned") == recs[1].id
+
+
+def test_an_owner_key_set_after_runs_fences_them_so_no_cite_can_go_before_it(tmp_path):
+    """A run started before the store had an owner key has no citation yet. Setting the key fences every run (its cite
+    moves to the store log's position holding the key), so a forger cannot make that run's log cite a position before
+    the key, where a deletion needs no signature: the run log's own rules refuse the cite, and a forged unsigned
+    deletion with no cite is judged with the key and refused by every reader and named by verify."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, format=6))
+    run = log.start_run()
+    recs = [log.record_attempt(run, i, 0, "succeeded") for i in range(3)]
+    assert _cite(log, run) is None
+    identity.ensure_owner_key(log.store, str(tmp_path / "owner.key"))
+    keyed = log.store.logs.store_log.position()
+    assert _cite(log, run) == (keyed.entry, keyed.checksum)
+    raw = LogEngine(run_log_root(root, run), FsyncPolicy("off"))
+    name = runrefs.cite_ref(run)
+    with pytest.raises(Refused, match="moves back along the store log"):
+        with raw.transaction() as txn:
+            txn.set_ref(name, raw.tables.refs.get(name), runrefs.cite_value(0, b"\0" * 32), "forged: before the owner key")
+    view = log.view(run)
+    obj = D._deletion("records", run=run, records=[[bytes(recs[1].id), 0, 2, "attempt"]], blob=None, reason="forged",
+                      previous=view.deletions, key=None, grant=None)
+    data = codec.encode(codec.DELETION, obj)
+    oid = codec.object_id(data)
+    with raw.transaction() as txn:
+        txn.put(oid, codec.DELETION, data, obj)
+        txn.set_ref(runrefs.deletions_ref(run), view.deletions, oid, "forged deletion")
+    raw.close()
+    with pytest.raises(CorruptLog):
+        RunLog(Store.open(root)).records(run)
+    from objstore import verify
+    assert [p.code for p in verify(RunLog(Store.open(root)))] == ["bad-deletion"]

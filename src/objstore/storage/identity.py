@@ -188,7 +188,12 @@ def owner_public(store: Store) -> str | None:
 
 
 def set_owner(store: Store, public: str) -> None:
-    """Record the owner public key once (the ref is write-once: see refs.check_move)."""
+    """Record the owner public key once (the ref is write-once: see refs.check_move).
+
+    On a store of a log per run, every run that exists then is fenced after it (``Store.fence``): its log accepts
+    from here on only entries judged at a store-log position that holds the owner key. Without it a run started
+    before the key was set has no citation, and a forger could cite a position before the key (where deletions need
+    no signature) in that run's log."""
     public = check_public(public)
     with store.batch():  # looked at and set under the writer lock: two inits at once both succeed
         cur = owner_public(store)
@@ -197,6 +202,9 @@ def set_owner(store: Store, public: str) -> None:
         if cur is not None:
             raise Refused(f"this store's owner key is already {cur[:16]}…; it is never replaced")
         store.set_ref(OWNER_REF, None, store.put_blob(public.encode("ascii")), "owner public key")
+    if store.logs.per_run:
+        for run in store.logs.run_ids():
+            store.fence(run)
 
 
 def ensure_owner_key(store: Store, path: str | None = None) -> tuple[Key, bool]:
