@@ -162,3 +162,22 @@ def test_an_owner_key_set_after_runs_fences_them_so_no_cite_can_go_before_it(tmp
         RunLog(Store.open(root)).records(run)
     from objstore import verify
     assert [p.code for p in verify(RunLog(Store.open(root)))] == ["bad-deletion"]
+
+
+def test_a_revocation_inside_a_callers_batch_fences_the_subjects_runs_once_it_commits(tmp_path):
+    """The fences follow the revocation's commit even when the caller wrapped it in a batch of its own (the batch
+    writes the store log; each fence writes a run's log, so they are commits made after it, not skipped)."""
+    root, log, owner, run, recs, w = _env(tmp_path)
+    before = _cite(log, run)
+    with log.store.batch():
+        J.revoke(log, owner, None, w.public, subject="alice", reason="left")
+        assert _cite(log, run) == before  # not yet: the revocation itself is not committed
+    after = log.store.logs.store_log.position()
+    assert _cite(log, run) == (after.entry, after.checksum)
+    with pytest.raises(Refused):
+        D.delete_records(log, run, [recs[2].id], reason="too late", key=w)
+    with pytest.raises(RuntimeError, match="changed its mind"), log.store.batch():
+        J.grant(log, owner, None, w.public, subject="alice", rights=("read", "write", "delete"), name="w")
+        J.revoke(log, owner, None, w.public, subject="alice", reason="again")
+        raise RuntimeError("the caller changed its mind")
+    assert _cite(log, run) == (after.entry, after.checksum)  # a batch that failed fences nothing

@@ -105,10 +105,15 @@ def revoke(log: RunLog, owner: Key, run: str | None, public: str, *, subject: st
 def _fence_subject(log: RunLog, subject: str) -> None:
     """After a subject-wide revocation (a store-log commit), fence each run of the subject: its log accepts no
     entry judged at a store-log position before the revocation (a store of one log: nothing to do)."""
-    if log.store.logs.per_run and log.store.current_batch() is None:
+    if not log.store.logs.per_run:
+        return
+
+    def fence() -> None:
         for run in log.store.subject_runs(subject):
             if runrefs.branch_ref(run, 0) in log.store.run_refs(run):  # a run whose start was killed has no log to fence
                 log.store.fence(run)
+
+    log.store.after_commit(fence)  # inside a caller's batch: once it has committed (a fence writes each run's log)
 
 
 def supersede(log: RunLog, owner: Key, run: str | None, old_public: str, new_public: str, *, subject: str | None = None,

@@ -31,6 +31,13 @@ class _BatchVar:
             return None
         return state[0]
 
+    def state(self) -> list | None:
+        """The open batch's state ``[txn, thread, after-commit callbacks]``, or None (as ``get``)."""
+        state = self._var.get()
+        if state is None or state[1] != threading.get_ident() or state[0] is None:
+            return None
+        return state
+
     def set(self, state: list) -> contextvars.Token[list | None]:
         return self._var.set(state)
 

@@ -202,9 +202,13 @@ def set_owner(store: Store, public: str) -> None:
         if cur is not None:
             raise Refused(f"this store's owner key is already {cur[:16]}…; it is never replaced")
         store.set_ref(OWNER_REF, None, store.put_blob(public.encode("ascii")), "owner public key")
-    if store.logs.per_run:
-        for run in store.logs.run_ids():
-            store.fence(run)
+        if store.logs.per_run:
+            store.after_commit(lambda: _fence_all(store))
+
+
+def _fence_all(store: Store) -> None:
+    for run in store.logs.run_ids():
+        store.fence(run)
 
 
 def ensure_owner_key(store: Store, path: str | None = None) -> tuple[Key, bool]:

@@ -286,14 +286,26 @@ class Store:
         if txn is not None:
             yield txn
             return
+        after: list[Callable[[], Any]] = []
         with self.logs.transaction(timeout) as txn:
-            state = [txn, threading.get_ident()]
+            state = [txn, threading.get_ident(), after]
             token = self._txn.set(state)
             try:
                 yield txn
             finally:
                 state[0] = None  # ended: contexts copied from this one (tasks, to_thread) no longer see it
                 self._txn.reset(token)
+        for fn in after:  # committed: what had to follow it, each a commit of its own
+            fn()
+
+    def after_commit(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn`` once the open batch has committed (now, if none is open; never, if the batch fails): a
+        commit that must follow another one and may write other logs (a fence in each run after a revocation)."""
+        state = self._txn.state()
+        if state is None:
+            fn()
+        else:
+            state[2].append(fn)
 
     transaction = batch
 
