@@ -181,3 +181,32 @@ def test_a_revocation_inside_a_callers_batch_fences_the_subjects_runs_once_it_co
         J.revoke(log, owner, None, w.public, subject="alice", reason="again")
         raise RuntimeError("the caller changed its mind")
     assert _cite(log, run) == (after.entry, after.checksum)  # a batch that failed fences nothing
+
+
+def test_a_cut_of_the_store_log_below_a_position_a_run_cites_is_refused(tmp_path):
+    """``repair`` of the store log may not cut entries a run's log cites: those runs' entries were judged there.
+    The store log is damaged in the very entry the run cites (so its readable prefix ends before it, and a repair
+    would cut it): refused with the run and the entry it cites named, before any key is asked for, and nothing
+    changes."""
+    from helpers import log_engine_of, log_files
+
+    from objstore.lifecycle.repair import repair
+
+    root, log, owner, run, recs, w = _env(tmp_path)
+    D.delete_records(log, run, [recs[1].id], reason="pii", key=w)  # judged by the grant: cites the store log
+    n = _cite(log, run)[0]
+    assert n >= 1 and n == log_engine_of(log.store).position().entry
+    e = next(e for e in log_engine_of(log.store).entries() if e.n == n)
+    seg = log_engine_of(log.store).seg_path(e.seg)
+    with open(seg, "r+b") as f:  # bit rot in the cited entry's meta
+        f.seek(e.offset + 20)
+        b = f.read(1)
+        f.seek(e.offset + 20)
+        f.write(bytes([b[0] ^ 0xFF]))
+    before = log_files(root)
+    with pytest.raises(Refused) as got:
+        repair(RunLog(Store.open(root)).store, n - 1, "bit rot", key=owner)
+    assert str(got.value) == (f"refused: the store log is cited past entry {n - 1} by run {run} (entry {n}): cutting it "
+                              "would leave their entries judged at positions that no longer exist; restore the store "
+                              "from a backup instead")
+    assert log_files(root) == before

@@ -15,7 +15,9 @@ point of a repair leaves the store as it was, or repaired and writable).
 
 Prefer restoring a backup: repair discards whatever the removed bytes held, acknowledged commits
 included. Whole segments are never removed (restore from a backup instead), and entries before the
-damage are never cut.
+damage are never cut. On a store of a log per run, ``repair RUN`` cuts that run's log; a cut of the store
+log below a position some run's entries cite (``run/<R>/cite``, read from the entries on disk) is refused,
+naming the runs: those entries were judged there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 from typing import cast
 
 from ..errors import InvalidInput, Refused, RunNotFound, Unauthenticated
-from ..storage import codec, identity
+from ..storage import codec, identity, runrefs
 from ..storage.log.local import LogEngine
 from ..storage.log.witness import REPAIRS_REF
 from ..storage.store import Store
@@ -42,6 +44,8 @@ def repair(store: Store, cut_after: int, reason: str, key: identity.Key | None =
     store.require_local("repair cuts the log of", "restore its objects from the bucket's versions or a clone")
     store.engine.prefix_ok = store.logs.prefix_ok = True  # the store is damaged: read what can be read (every log)
     engine = _log_to_cut(store, run)
+    if run is None and store.logs.per_run:
+        _refuse_cited_cut(store, cut_after)
     stale = engine.tables.adopted > cut_after
     if engine.tables.adopted:
         # A checkpoint's tables may be past an entry no reader applied (a forged deletion behind it,
@@ -93,6 +97,29 @@ def _log_to_cut(store: Store, run: str | None) -> LogEngine:
     if not engine.log_files:
         raise InvalidInput("only a store on disk has a log to repair")
     return cast(LogEngine, engine)
+
+
+def _refuse_cited_cut(store: Store, cut_after: int) -> None:
+    """Refused: a cut of the store log below a position a run's entries cite (``run/<R>/cite``). Those entries were
+    judged at that position; with it gone, every reader of those runs would find them citing nothing (``bad-cite``)
+    and refuse the runs. Restoring the store from a backup keeps the store log and the runs together."""
+    cited = []
+    for run in store.logs.run_ids():
+        # every cite the run's entries on disk make: an entry citing a damaged store-log position is past the run's
+        # readable prefix (its refs do not show it), and it is exactly what the cut would orphan
+        name, most = runrefs.cite_ref(run), 0
+        for e in store.logs.run_log(run).entries():
+            for ref, _old, new, _why in e.moves:
+                got = runrefs.parse_cite(new) if ref == name else None
+                if got is not None:
+                    most = max(most, got[0])
+        if most > cut_after:
+            cited.append((most, run))
+    if cited:
+        cited.sort(reverse=True)
+        names = ", ".join(f"{r} (entry {n})" for n, r in cited[:3]) + (f" and {len(cited) - 3} more" if len(cited) > 3 else "")
+        raise Refused(f"the store log is cited past entry {cut_after} by run {names}: cutting it would leave "
+                      "their entries judged at positions that no longer exist; restore the store from a backup instead")
 
 
 def run_dir_of(store: Store, run: str) -> str:
