@@ -41,11 +41,24 @@ def src_lengths(engine: LogEngine, tail_seg: int, end: int) -> dict[int, int]:
 def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
     """True if DEST is to be created; raises InvalidInput (writing nothing) unless DEST is absent with
     an existing parent, an empty directory, or a format-3 store of the same history not ahead of SRC."""
+    version = dest_version(dest)
+    if version is None:
+        return True
+    if version not in ONE_LOG_VERSIONS:
+        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup of this store is format "
+                           f"{', '.join(map(str, ONE_LOG_VERSIONS))}")
+    check_log_history(dest, engine, pos, f"backup destination {dest}")
+    return False
+
+
+def dest_version(dest: str) -> int | None:
+    """None if DEST is to be created (absent with an existing parent, or an empty directory), else the format of the
+    store it holds; InvalidInput (writing nothing) for anything else. What a backup checks first, whatever its format."""
     if not os.path.lexists(dest):
         parent = os.path.dirname(dest) or "."
         if not os.path.isdir(parent):
             raise InvalidInput(f"backup destination {dest}: its parent directory {parent} does not exist")
-        return True
+        return None
     if not os.path.isdir(dest):
         raise InvalidInput(f"backup destination {dest} exists and is not a directory")
     if not os.path.isfile(os.path.join(dest, MARKER)):
@@ -54,18 +67,12 @@ def _check_dest(dest: str, engine: LogEngine, pos: Position) -> bool:
         except OSError as e:
             raise StorageOSError(f"list {dest}", e.strerror) from None
         if empty:
-            return True
+            return None
         raise InvalidInput(f"backup destination {dest} is a non-empty directory that is not an objstore store")
     try:
-        version = read_marker(dest)
+        return read_marker(dest)
     except ObjstoreError as e:
         raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
-    if version not in ONE_LOG_VERSIONS:
-        raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup of this store is format "
-                           f"{', '.join(map(str, ONE_LOG_VERSIONS))}")
-    check_log_history(dest, engine, pos, f"backup destination {dest}")
-    return False
-
 
 
 def check_log_history(dest: str, engine: LogEngine, pos: Position, what: str) -> None:

@@ -46,10 +46,10 @@ from ..storage.log.local import LogEngine
 from ..storage.runlogs.catalog import Catalog, CatalogEntry
 from ..storage.runlogs.logs import CATALOG, STORE_LOG, RunLogs, create_layout, run_dir
 from ..storage.store import Store
-from ..storage.storedir import MARKER, RUNLOGS_VERSION, read_marker
+from ..storage.storedir import RUNLOGS_VERSION
 from . import delete
 from .backup_copy import BackupResult, Progress, _Copier, digests_path
-from .backup_dest import check_log_history, create_dest, dest_lock, remove_dead_stagings, src_lengths
+from .backup_dest import check_log_history, create_dest, dest_lock, dest_version, remove_dead_stagings, src_lengths
 
 LOCK = "backup-runs.lock"  # DEST/tmp/<this>: one backup into DEST at a time
 LOG_TMP = "backup-logs"  # DEST/tmp/<this>/<run or store>/: a log's copy's temporary files
@@ -245,25 +245,9 @@ def _sources_first(entries: dict[str, CatalogEntry]) -> Iterator[str]:
 def _check_dest(dest: str, slog: LogEngine, pos: Position) -> bool:
     """True if DEST is to be created; InvalidInput (writing nothing) unless DEST is absent with an existing
     parent, an empty directory, or a store of format 6 whose store log is a copy of SRC's not ahead of it."""
-    if not os.path.lexists(dest):
-        parent = os.path.dirname(dest) or "."
-        if not os.path.isdir(parent):
-            raise InvalidInput(f"backup destination {dest}: its parent directory {parent} does not exist")
+    version = dest_version(dest)
+    if version is None:
         return True
-    if not os.path.isdir(dest):
-        raise InvalidInput(f"backup destination {dest} exists and is not a directory")
-    if not os.path.isfile(os.path.join(dest, MARKER)):
-        try:
-            empty = not os.listdir(dest)
-        except OSError as e:
-            raise StorageOSError(f"list {dest}", e.strerror) from None
-        if empty:
-            return True
-        raise InvalidInput(f"backup destination {dest} is a non-empty directory that is not an objstore store")
-    try:
-        version = read_marker(dest)
-    except ObjstoreError as e:
-        raise InvalidInput(f"backup destination {dest} has an OBJSTORE marker that is not one: {e}") from None
     if version != RUNLOGS_VERSION:
         raise InvalidInput(f"backup destination {dest} is a format-{version} store; a backup of this store is format {RUNLOGS_VERSION}")
     check_log_history(os.path.join(dest, STORE_LOG), slog, pos, f"backup destination {dest}")
