@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ObjstoreError
-from ..storage import codec, runrefs
+from ..storage import codec
+from ..storage.erased import live_copy_roots
 from ..storage.log.local import LogEngine
 
 if TYPE_CHECKING:
@@ -60,21 +61,7 @@ def _copy_roots(store: Store, eng: LogEngine, deleted_runs: set) -> list:
     run = getattr(eng, "run", None)
     if run is None:
         return []  # the store log holds no run
-    roots, todo, seen = [], [run], {run}
-    while todo:  # the copies of this run, and the copies of those (their lineage passes through this log)
-        for copy in logs.catalog.copies(todo.pop()):
-            if copy in seen:
-                continue
-            seen.add(copy)
-            todo.append(copy)
-            clog = logs.run_log(copy)
-            if isinstance(clog.tables.refs.get(runrefs.deleted_ref(copy)), bytes):
-                continue
-            first = clog.record_at(copy, 0, 0)
-            parent = _parent_of(clog, first) if first is not None else None
-            if parent is not None:
-                roots.append(parent)
-    return roots
+    return live_copy_roots(logs, run)  # the copies of this run, and theirs (their lineage passes through this log)
 
 
 def _parent_of(eng: LogEngine, oid: bytes) -> bytes | None:

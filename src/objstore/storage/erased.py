@@ -222,7 +222,7 @@ def _still_named(store: Any, dead: _Dead, eng: Any) -> None:
                     dead.named.update(b for b in ids if b in dead.blobs)
     dead.scanned = (max(last, dead.scanned[0]), n)
     if per_run:
-        copies = _catalog_copies(logs, getattr(eng, "run", None))
+        copies = live_copy_roots(logs, getattr(eng, "run", None))
     read = (lambda oid: logs.locate(oid).read(oid)) if per_run else eng.read
     for start in copies:  # a live copy goes on into its source: the records its lineage reaches are its history
         cur: Any = start
@@ -241,7 +241,7 @@ def _still_named(store: Any, dead: _Dead, eng: Any) -> None:
             cur = v.get("parent") if otype == codec.RECORD else v.get("parent_record")
 
 
-def _catalog_copies(logs: Any, run: str | None) -> list:
+def live_copy_roots(logs: Any, run: str | None) -> list:
     """The cross-run fork objects the live copies of ``run`` (and theirs) start at, from the catalog."""
     out: list = []
     todo, seen = ([run], {run}) if run is not None else ([], set())
