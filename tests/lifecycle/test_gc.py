@@ -189,7 +189,12 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
         root = str(tmp_path / f"k{k}")
         shutil.copytree(base, root)
         p = subprocess.run([sys.executable, os.path.join(HERE, "gc_child.py"), root, str(k)], capture_output=True, text=True, timeout=120)
-        assert p.returncode == -9, (k, p.returncode, p.stderr)
+        if p.returncode == 0:
+            # gc finished before its k-th operation: near the end the count may be one less than the probe's (a
+            # reader's idx-verified hint is written only for an index older than its racy window: a matter of time)
+            assert k > total - 3 and int(p.stdout) < k, (k, p.stdout, total)
+        else:
+            assert p.returncode == -9, (k, p.returncode, p.stderr)
         problems = verify(RunLog(Store.open(root)), check_state=False)
         assert problems == [], (k, problems)
         got_entries, got_objs = _live(root)
