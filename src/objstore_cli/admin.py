@@ -82,9 +82,10 @@ def upgrade(c, as_json):
     Step by step: format 1 or 2 becomes format 3, then a store of one log
     (format 3, 4 or 5) becomes format 6. Each step keeps the store it
     converted as PATH.format<N>; an interrupted upgrade leaves the store
-    usable, and running upgrade again finishes it. A store whose gc removed
-    records (deleted runs or records) is not converted to format 6 yet: it
-    stays as it is (exit 8), and this objstore goes on reading it.
+    usable, and running upgrade again finishes it. Bodies the old store's gc
+    removed (deleted runs and records, redacted blobs) stay removed: each
+    such object keeps its row, without its body, in its run's log; the
+    deletions that cover them are replayed with them.
 
     \b
     Examples:

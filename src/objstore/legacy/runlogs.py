@@ -7,14 +7,19 @@ order) and reasons. Where an object goes: a record or fork object to its run's l
 grant, deletion, schema) to the log of the ref the entry moves to it; a blob to the log of each run whose record or
 journal/segment object of the entry names it (a body a later record of another run names is copied into that run's
 log by the commit that names it, as every format-6 commit does), else to the store log (the owner key, a blob put
-alone). A body gc removed is not copied: no reader of a deleted run reads it; but a *record* gc removed cannot be
-replayed (an entry of format 6 holds its records' bytes), so a store whose gc removed records is refused with nothing
-changed (it stays on its format, which this objstore reads). Deletions are judged by the rules of
+alone). An object whose body the old store's gc removed (a deleted run's records and fork objects, a deleted
+record, a redacted or no longer named blob) is replayed as its row without a body (block ``REMOVED``, as in a
+packed segment) and the index facts its old row carried, into the log its run or its entry's records give: the
+run log keeps the whole chain, the rules judge the same facts, and verify still asks that a deletion or redaction
+covers every removed body. A run whose ``run_started`` gc removed is catalogued from that row: its labels; its
+subject and source went with the body (the old store no longer knew them either: the default subject). A run
+deletion also writes the catalog's deletion marker, as ``delete_runs`` does. Deletions are judged by the rules of
 format 6 as they are replayed: each cites the store log as the replay stands, which holds every grant and key the
 old log held before it.
 
 Before anything changes, a fresh open of the new store is checked against the old one: every ref (the runs' cite
-refs aside), every object id the old log holds a body for (the same canonical bytes), and every run. Then
+refs aside), every object id the old log holds a body for (the same canonical bytes), every id it names without a
+body, and every run. Then
 ``PATH`` becomes ``PATH.format<N>`` and the new store ``PATH``, fsyncing the parent after each rename; a crash
 between the two renames is finished by running ``upgrade`` again (``legacy.upgrade``), and a crash before them
 leaves the old store as it was (the staging directory is removed on the next run).
@@ -25,10 +30,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import IntegrityError, ObjectNotFound, ObjstoreError, Refused
+from ..errors import BodyRemoved, IntegrityError, ObjectNotFound, Refused
 from ..storage import codec, runrefs
+from ..storage.log.entry import RemovedBody
 from ..storage.log.facts import body_refs
-from ..storage.log.format import COMP_GONE, REMOVED
+from ..storage.log.format import REMOVED
 from ..storage.store import Store
 
 _CHAIN = {codec.JOURNAL, codec.COMPACTION_SEGMENT, codec.GRANT, codec.DELETION, codec.SCHEMA} \
@@ -51,30 +57,36 @@ def build(old: Store, staging: str) -> dict:
                 with new.batch_in(log) as txn:
                     txn.when = e.time
                     txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
-                    for oid, otype, canon, value in objs:
-                        txn.put(oid, otype, canon, value)
+                    for oid, otype, canon, value, facts in objs:
+                        if isinstance(canon, RemovedBody):
+                            txn.put_removed(oid, otype, canon.length, facts)
+                        else:
+                            txn.put(oid, otype, canon, value)
                     for name, o, n, reason in moves:
                         txn.set_ref(name, o, n, reason)
                 commits += 1
+                if log is not None and any(runrefs.is_deleted_ref(m[0]) and m[2] is not None for m in moves):
+                    new.logs.catalog.mark_deleted(log)  # type: ignore[attr-defined]  # as delete_runs does, once it landed
     finally:
         new.logs.close()
     return {"entries": entries, "commits": commits}
 
 
 def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
-    """The commits entry ``e`` becomes: (run or None for the store log, [(id, type, bytes, value)], [moves])."""
+    """The commits entry ``e`` becomes: (run or None for the store log, [(id, type, bytes, value, facts)], [moves]).
+    An object whose body gc removed comes as a ``RemovedBody`` with the index facts its old row carried."""
     eng = old.engine
-    objs: dict[bytes, tuple[str, bytes, Any]] = {}
+    facts_of = {e.objs[r[0]][0]: list(r[1:]) for r in (*e.recs, *e.prevs)}
+    objs: dict[bytes, tuple[str, Any, Any]] = {}
     for o in e.objs:
         oid, otype = o[0], o[1]
         if o[3] == REMOVED:
+            objs[oid] = (otype, RemovedBody(o[2]), None)  # gc removed its body: its row, without it
             continue
-        loc = eng.loc(oid)
-        if loc is not None and getattr(loc, "comp", None) == COMP_GONE:
-            continue  # a body gc removed
         try:
             canon = eng.read(oid)
-        except (ObjectNotFound, ObjstoreError):
+        except BodyRemoved:
+            objs[oid] = (otype, RemovedBody(o[2]), None)
             continue
         value = None if otype == codec.BLOB else codec.decode(canon, oid, False)[1]
         objs[oid] = (otype, canon, value)
@@ -82,11 +94,6 @@ def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
     moves_of: dict[str | None, list] = {}
     for name, o, n, reason in e.moves:
         log = runrefs.run_of(name)
-        if isinstance(n, bytes) and n not in objs and _removed(eng, n) and e.n == eng.loc_entry(n):
-            # gc removed a record this entry appended (a deleted run's, or one a partial deletion covers): a log of
-            # format 6 cannot take an entry whose record has no bytes, so this store stays on its format
-            raise Refused(f"upgrade: gc removed record {n.hex()} (moved to by {name} in entry {e.n}); a store whose gc removed "
-                          "records is not upgraded to format 6 yet: it stays as it is, and this objstore goes on reading it")
         moves_of.setdefault(log, []).append([name, o, n, reason])
         if isinstance(n, bytes) and n in objs and objs[n][0] != codec.BLOB:
             targets[n].add(log)
@@ -95,27 +102,36 @@ def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
     for oid, (otype, _c, value) in objs.items():
         if otype in (codec.RECORD, codec.FORK) and isinstance(value, dict) and isinstance(value.get("run"), str):
             targets[oid].add(value["run"])
+        elif otype == codec.RECORD and value is None and oid in facts_of:
+            targets[oid].add(facts_of[oid][0])  # a removed record: its run, from its row
     for oid, (otype, _c, value) in objs.items():  # what a record, journal or segment names goes with it
-        if otype == codec.BLOB or not isinstance(value, dict):
+        if otype == codec.BLOB:
             continue
-        named = body_refs(value["body"]) if otype == codec.RECORD and isinstance(value.get("body"), dict) else _named(value)
+        if otype == codec.RECORD and oid in facts_of:
+            named = list(facts_of[oid][5])  # the row's refs: every id the body names (a removed body's too)
+        elif otype == codec.RECORD and isinstance(value, dict) and isinstance(value.get("body"), dict):
+            named = body_refs(value["body"])
+        elif isinstance(value, dict):
+            named = _named(value)
+        else:
+            continue
         for ref in named:
             if isinstance(ref, bytes) and ref in objs and objs[ref][0] == codec.BLOB:
                 targets[ref] |= targets[oid]
     out: dict[str | None, tuple[list, list]] = {}
     for oid, (otype, canon, value) in objs.items():
-        for log in targets[oid] or {None}:  # a blob or object nothing of the entry names: the store log's
-            out.setdefault(log, ([], []))[0].append((oid, otype, canon, value))
+        where = targets[oid]
+        if not where and isinstance(canon, RemovedBody) and otype != codec.BLOB:
+            # no run of this entry claims a removed object (a fork object whose branch move names another): a
+            # log of format 6 holds it nowhere it could be read from, so this store stays on its format
+            raise Refused(f"upgrade: gc removed {otype} {oid.hex()} of entry {e.n}, which no run of that entry names; "
+                          "this store is not upgraded: it stays as it is, and this objstore goes on reading it")
+        for log in where or {None}:  # a blob or object nothing of the entry names: the store log's
+            out.setdefault(log, ([], []))[0].append((oid, otype, canon, value, facts_of.get(oid)))
     for log, moves in moves_of.items():
         out.setdefault(log, ([], []))[1].extend(moves)
     order = sorted(out, key=lambda k: (k is not None, k or ""))  # the store log first: what runs' entries cite
     return [(log, out[log][0], out[log][1]) for log in order]
-
-
-def _removed(eng: Any, oid: bytes) -> bool:
-    """Whether gc removed ``oid``'s bytes from the old log."""
-    loc = eng.loc(oid)
-    return loc is not None and getattr(loc, "comp", None) == COMP_GONE
 
 
 def _named(value: dict) -> list:
@@ -141,10 +157,13 @@ def check(old: Store, staging: str) -> dict:
             raise RunLogsMismatch(staging, f"refs differ: {', '.join(missing[:5])}")
         if sorted(old.run_names()) != sorted(new.run_names()):
             raise RunLogsMismatch(staging, "the runs differ")
-        objects = 0
+        objects = removed = 0
         eng = old.engine
         for oid in eng.iter_ids():
             if not eng.has_body(oid):
+                if not new.logs.has(oid):  # a row whose body gc removed stays a row: its id is still named
+                    raise RunLogsMismatch(staging, f"object {oid.hex()} (its body removed by gc) is missing")
+                removed += 1
                 continue
             want = eng.read(oid)
             try:
@@ -154,7 +173,7 @@ def check(old: Store, staging: str) -> dict:
             if got != want:
                 raise RunLogsMismatch(staging, f"object {oid.hex()} differs")
             objects += 1
-        return {"objects": objects, "refs": len(old_refs), "runs": len(new.run_names())}
+        return {"objects": objects, "removed": removed, "refs": len(old_refs), "runs": len(new.run_names())}
     finally:
         new.logs.close()
 

@@ -30,6 +30,7 @@ import msgspec
 import zstandard
 
 from ..errors import (
+    BodyRemoved,
     Busy,
     Deleted,
     InvalidId,
@@ -49,7 +50,7 @@ from . import codec, erased, runrefs
 from .batch import _BatchVar
 from .fileutil import FsyncPolicy, atomic_file, tmp_name
 from .log.engine import Engine
-from .log.entry import LargeBlob
+from .log.entry import LargeBlob, RemovedBody
 from .log.format import LARGE_BLOB
 from .log.local import LogEngine
 from .log.memory import MemoryEngine
@@ -524,6 +525,8 @@ class Store:
         if txn is not None:
             pending = txn.objects.get(oid)
             if pending is not None:  # a large blob of this batch is still in its spill file
+                if isinstance(pending[1], RemovedBody):
+                    raise BodyRemoved(oid.hex())
                 return pending[1].read_all() if isinstance(pending[1], LargeBlob) else pending[1]
         data = self.logs.locate(oid).read(oid)
         if data[:5] == b"blob ":

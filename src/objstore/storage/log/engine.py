@@ -24,7 +24,7 @@ import zstandard
 
 from ...errors import CorruptLog, IntegrityError, ObjectNotFound, ObjstoreError
 from .. import authority
-from .entry import LogEntry, block_starts
+from .entry import LogEntry, RemovedBody, block_starts
 from .format import COMP_GONE, REMOVED, Loc, Position
 from .rules import EntryEffect
 from .tables import LogState
@@ -85,6 +85,8 @@ def txn_bodies(objects: dict) -> Any:
         if got is None:
             return None
         c = got[1]
+        if isinstance(c, RemovedBody):
+            return None
         return bytes(c.read_all() if hasattr(c, "read_all") else c)
     return body
 

@@ -4,7 +4,9 @@ Invariants kept here:
 
 * records and blob bodies never share a block, so walking chains decompresses no body;
 * an entry's index rows (``recs``, ``prevs``) come from the facts of its objects, in object order;
-* a block smaller than ``MIN_COMPRESS``, or one zstd does not shrink, is stored raw.
+* a block smaller than ``MIN_COMPRESS``, or one zstd does not shrink, is stored raw;
+* an object whose body is not in the log (``RemovedBody``: an upgrade replaying a store whose gc removed it)
+  has its row, with block ``REMOVED``, and no bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from .format import (
     ENTRY_MAGIC,
     ENTRY_TRAILER,
     MIN_COMPRESS,
+    REMOVED,
     ZERO,
     _compressor,
     _decompressor,
@@ -74,6 +77,18 @@ class LargeBlob:
             pass
 
 
+class RemovedBody:
+    """An object whose body gc removed before ``objstore upgrade`` replayed its entry into a log of format 6:
+    its id, type and length are known (the old entry's row, which the chain checksum covers), its bytes are not.
+    Its row in the new entry has block ``REMOVED`` and offset 0, as in a packed segment."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+
 def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
                 compress: bool = True, facts: dict | None = None, root: bytes = ZERO, seal: bool = False,
                 idx: list | None = None, rw: list | None = None) -> tuple[bytes | list, LogEntry]:
@@ -89,6 +104,9 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
         cur_len = 0
         for oid, otype, canon in objects:
             if (otype == codec.BLOB) != blobs:
+                continue
+            if isinstance(canon, RemovedBody):  # a row without a body: no block
+                objs.append([oid, otype, canon.length, REMOVED, 0])
                 continue
             if isinstance(canon, LargeBlob):  # a block of its own, streamed from its spill file
                 objs.append([oid, otype, canon.raw_len, len(blocks), 0])

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from ...errors import LockTimeout, ObjectNotFound, Refused
 from .. import codec
 from .engine import Engine, ScanEntry, deletion_rule, txn_bodies
-from .entry import LogEntry
+from .entry import LogEntry, RemovedBody
 from .format import CHAIN_TYPES, Position, logical_checksum
 from .tables import LogState
 from .txn import Txn
@@ -59,6 +59,8 @@ class MemoryEngine(Engine):
                     raise Refused(bad)
                 objs = []
                 for oid, (otype, canon) in txn.objects.items():
+                    if isinstance(canon, RemovedBody):  # only an upgrade writes these, into logs on disk
+                        raise Refused(f"a log in memory holds every body it names: {oid.hex()} has none")
                     data = canon.read_all() if hasattr(canon, "read_all") else canon
                     self._objects[oid] = data
                     objs.append([oid, otype, len(data), 0, 0])

@@ -55,7 +55,7 @@ def has_entry_after(buf: bytes | bytearray | memoryview, start: int, min_n: int 
         i += 1
 
 
-def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int, removed_ok: bool = False) -> tuple | str:
+def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None, dlen: int) -> tuple | str:
     """(n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx) of an entry's meta, checked
     against its trailer's chain checksum, the expected entry number and the data length; or the
     reason it is not valid."""
@@ -76,7 +76,7 @@ def _check_meta(meta: bytes, checksum: bytes, prev: bytes, expect_n: int | None,
         return f"malformed entry meta: {e}"
     if expect_n is not None and n != expect_n:
         return f"entry number {n} where {expect_n} was expected"
-    bad = (_meta_shape_problem(n, t, moves, objs, blocks, removed_ok) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+    bad = (_meta_shape_problem(n, t, moves, objs, blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
            or _rw_shape_problem(rw))
     if bad is not None:
         return f"malformed entry meta: {bad}"
@@ -93,10 +93,12 @@ def _rw_shape_problem(rw: Any) -> str | None:
     return None
 
 
-def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any, removed_ok: bool = False) -> str | None:
+def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any) -> str | None:
     """What is wrong with the shape of a checksummed entry's meta, or None. The checksum proves the
     entry is what its writer wrote, not that the writer was objstore: a crafted entry must not make
-    a reader fail on a field of the wrong type or size later."""
+    a reader fail on a field of the wrong type or size later. An object row may have block ``REMOVED``
+    (offset 0): its body is not in the log (gc removed it, or an upgrade replayed it after the old store's gc
+    had); whether a deletion or redaction covers it is verify's question, not the shape's."""
     if type(n) is not int or type(t) not in (float, int) or type(moves) is not list or type(objs) is not list or type(blocks) is not list:
         return "n, t, moves, objs and blocks have the wrong types"
     for b in blocks:
@@ -108,7 +110,7 @@ def _meta_shape_problem(n: Any, t: Any, moves: Any, objs: Any, blocks: Any, remo
     for o in objs:
         if (type(o) is not list or len(o) != 5 or type(o[0]) is not bytes or len(o[0]) != 32 or type(o[1]) is not str
                 or type(o[2]) is not int or type(o[3]) is not int or type(o[4]) is not int or o[4] < 0 or o[2] < 0
-                or not ((0 <= o[3] < nb and o[4] + o[2] <= blocks[o[3]][1]) or (removed_ok and o[3] == REMOVED and o[4] == 0))):
+                or not ((0 <= o[3] < nb and o[4] + o[2] <= blocks[o[3]][1]) or (o[3] == REMOVED and o[4] == 0))):
             return f"object row {o!r:.80} is not [id, type, length, block, offset] inside its block"
     for m in moves:
         if type(m) is not list or len(m) != 4 or type(m[0]) is not str or type(m[3]) is not str or not all(
@@ -143,9 +145,8 @@ def _rows_shape_problem(objs: list, recs: Any, prevs: Any, root: Any, seal: Any,
     return None
 
 
-def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None, removed_ok: bool = False) -> LogEntry | str:
-    """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry.
-    ``removed_ok``: object rows whose body gc removed (block REMOVED) are allowed (an S3 log's entries)."""
+def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n: int | None) -> LogEntry | str:
+    """The entry at ``buf[pos:]`` or the reason it is not a complete, checksummed entry."""
     if end - pos < ENTRY_HEAD.size:
         return "incomplete entry header"
     magic, mlen, dlen = ENTRY_HEAD.unpack_from(buf, pos)
@@ -159,7 +160,7 @@ def parse_entry(buf: bytes, pos: int, end: int, prev: bytes, seg: int, expect_n:
     tlen, checksum = ENTRY_TRAILER.unpack_from(buf, pos + length - ENTRY_TRAILER.size)
     if tlen != length:
         return "trailer length disagrees"
-    got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen, removed_ok)
+    got = _check_meta(bytes(buf[pos + ENTRY_HEAD.size : pos + ENTRY_HEAD.size + mlen]), checksum, prev, expect_n, dlen)
     if isinstance(got, str):
         return got
     n, t, moves, objs, blocks, cut, recs, prevs, root, seal, idx, rw = got

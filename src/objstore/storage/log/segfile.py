@@ -207,7 +207,7 @@ def packed_entries(fd: int, seg: int) -> Packed:
     STATS["entries_decoded"] += pf.entry_count
     for i, raw in enumerate(pf.entries):
         t, moves, objs, cut, recs, prevs, root, seal, idx, rw = raw
-        bad = (_meta_shape_problem(n, t, moves, objs, pf.blocks, removed_ok=True) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
+        bad = (_meta_shape_problem(n, t, moves, objs, pf.blocks) or _rows_shape_problem(objs, recs, prevs, root, seal, idx)
                or _rw_shape_problem(rw))
         if bad is None and seal != (i == pf.entry_count - 1):
             bad = "only its last entry is a seal entry"

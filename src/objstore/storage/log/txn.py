@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from ...errors import Conflict
 from .. import codec
 from ..refs import _NOT_A_CHAIN, check_move, forward_only
-from .entry import LargeBlob
+from .entry import LargeBlob, RemovedBody
 from .facts import object_facts
 from .format import CHAIN_TYPES, _show
 from .tables import LogState
@@ -39,7 +39,7 @@ class Txn:
 
     def __init__(self, engine: TxnHost) -> None:
         self.engine = engine
-        self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}  # id -> (type, canonical bytes or a LargeBlob)
+        self.objects: dict[bytes, tuple[str, bytes | LargeBlob | RemovedBody]] = {}  # id -> (type, canonical bytes or a LargeBlob)
         self.decoded: dict[bytes, dict] = {}  # structured objects' values, to index without decoding again
         self.facts: dict[bytes, list] = {}  # id -> the index facts its entry's meta carries (object_facts)
         self.moves: dict[str, list] = {}  # name -> [old at first touch, new, reason]
@@ -65,6 +65,15 @@ class Txn:
             f = object_facts(otype, canonical if isinstance(canonical, bytes) else b"", value, oid)
             if f is not None:
                 self.facts[oid] = f
+
+    def put_removed(self, oid: bytes, otype: str, length: int, facts: list | None) -> None:
+        """An object whose body gc removed before ``objstore upgrade`` replays it: its row without a body (block
+        ``REMOVED``) and the index facts its old entry carried (``facts``: the row minus its object index)."""
+        if oid in self.objects or oid in self.engine.tables.locs:
+            return
+        self.objects[oid] = (otype, RemovedBody(length))
+        if facts is not None:
+            self.facts[oid] = list(facts)
 
     def has(self, oid: bytes) -> bool:
         return oid in self.objects or self.engine.has(oid)
@@ -94,7 +103,7 @@ class Txn:
             if ent is not None:
                 t, v = ent[0], self.decoded.get(oid)
                 if v is None:
-                    if isinstance(ent[1], LargeBlob):
+                    if isinstance(ent[1], (LargeBlob, RemovedBody)):
                         return _NOT_A_CHAIN
                     v = codec.decode(bytes(ent[1]), oid)[1]
             elif self.engine.has(oid):

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ObjectNotFound, StorageOSError
 from .. import codec, fdbudget, runrefs
+from .. import labels as L
 from ..fileutil import FsyncPolicy
 from ..log.engine import Engine
-from ..log.entry import LargeBlob
+from ..log.entry import LargeBlob, RemovedBody
 from ..log.local import LogEngine
 from ..log.memory import MemoryEngine
 from ..log.txn import Txn
@@ -348,6 +349,15 @@ class RunLogs(LogSet):
                     if isinstance(fork, dict) and isinstance(fork.get("parent_run"), str):
                         copy_of = fork["parent_run"]
                 break
+        else:
+            # An upgrade replaying a run whose run_started gc removed: its row's facts still say its labels; its
+            # subject and source went with its body (the old store knows them no more than this one)
+            for oid, (otype, c) in txn.objects.items():
+                f = txn.facts.get(oid)
+                if isinstance(c, RemovedBody) and otype == codec.RECORD and f is not None and f[:3] == [run, 0, 0] \
+                        and f[4] == "run_started":
+                    labels = dict(f[7]) if len(f) > 7 and L.rows_ok(f[7]) else None
+                    break
         return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
 
     @contextmanager

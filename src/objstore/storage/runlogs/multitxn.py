@@ -24,7 +24,7 @@ from typing import Any
 from ...errors import MultiLogBatch, Refused
 from .. import codec
 from ..log.engine import Engine
-from ..log.entry import LargeBlob
+from ..log.entry import LargeBlob, RemovedBody
 from ..log.facts import body_refs
 from ..log.txn import Txn
 from ..refs import chain_type, forward_only
@@ -40,7 +40,7 @@ class LogTxn(Txn):
     def __init__(self, logs: Any, timeout: float | None) -> None:  # logs: its RunLogs (logs.py imports this module)
         # Txn's fields, as a batch sees them (its moves are the bound log's: a property below).
         self.engine = logs.store_log
-        self.objects: dict[bytes, tuple[str, bytes | LargeBlob]] = {}
+        self.objects: dict[bytes, tuple[str, bytes | LargeBlob | RemovedBody]] = {}
         self.decoded: dict[bytes, dict] = {}
         self.facts: dict[bytes, list] = {}
         self.when: float | None = None
@@ -71,6 +71,16 @@ class LogTxn(Txn):
             self.decoded[oid] = value
         if self.inner is not None:
             self.inner.put(oid, otype, canonical, value)
+
+    def put_removed(self, oid: bytes, otype: str, length: int, facts: list | None) -> None:
+        """A row whose body gc removed before an upgrade replays it (``Txn.put_removed``)."""
+        if oid in self.objects:
+            return
+        self.objects[oid] = (otype, RemovedBody(length))
+        if facts is not None:
+            self.facts[oid] = list(facts)
+        if self.inner is not None:
+            self.inner.put_removed(oid, otype, length, facts)
 
     def has(self, oid: bytes) -> bool:
         return oid in self.objects or self.logs.has(oid)
@@ -137,7 +147,10 @@ class LogTxn(Txn):
         self._cm, self.inner, self.bound = cm, inner, log
         inner.replay = self.replay
         for oid, (otype, c) in self.objects.items():
-            inner.put(oid, otype, c, self.decoded.get(oid))
+            if isinstance(c, RemovedBody):
+                inner.put_removed(oid, otype, c.length, self.facts.get(oid))
+            else:
+                inner.put(oid, otype, c, self.decoded.get(oid))
 
     def _unbind(self) -> None:
         cm, inner = self._cm, self.inner
@@ -166,7 +179,7 @@ class LogTxn(Txn):
                     self.objects[new] = got
                     inner.put(new, got[0], got[1])
         for oid, (otype, c) in list(self.objects.items()):
-            if otype != codec.RECORD:
+            if otype != codec.RECORD or isinstance(c, RemovedBody):  # a removed record's bodies went with it
                 continue
             value = self.decoded.get(oid)
             if value is None:
@@ -228,7 +241,7 @@ def value_of(txn: LogTxn, oid: bytes) -> Any:
     if v is not None:
         return v
     got = txn.objects.get(oid)
-    if got is None or isinstance(got[1], LargeBlob):
+    if got is None or isinstance(got[1], (LargeBlob, RemovedBody)):
         return None
     try:
         return codec.decode(bytes(got[1]), oid, False)[1]

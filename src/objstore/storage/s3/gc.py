@@ -143,7 +143,7 @@ class BodyRemoval(S3Reader):
         return True
 
     def _stripped(self, n: int, raw: bytes, gone: set, removed: dict, blobs: dict) -> bytes | None:
-        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
+        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n)
         if isinstance(e, str) or e.checksum != self._cks.get(n):
             raise CorruptLog(self._where(HEAD_KEY), f"entry {n}: {e if isinstance(e, str) else 'not the entry the log chains'}")
         got = strip_entry(raw, e, gone)

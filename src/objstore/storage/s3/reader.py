@@ -214,7 +214,7 @@ class S3Reader(Engine):
         got = []
         for n, slot, src in slots:
             raw, src2 = self._slot_bytes(n, slot, src)
-            e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n, True)
+            e = parse_entry(raw, 0, len(raw), t.pos.checksum, 0, n)
             if isinstance(e, str):
                 raise CorruptLog(self._where(src2[1] if src2[0] in ("chunk", "entry") else HEAD_KEY), f"entry {n}: {e}")
             why = self._apply(e, None, raw)
@@ -248,7 +248,7 @@ class S3Reader(Engine):
             self._forget_cached(old[1])
             raw, _key = self._entry_bytes(n)
             src = old
-        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n, True)
+        e = parse_entry(raw, 0, len(raw), self._cks.get(n - 1, ZERO), 0, n)
         if not isinstance(e, LogEntry) or e.checksum != self._cks.get(n):
             return False  # not the entry this process took in (the chain from its predecessor and its own checksum say so)
         with self._mu:
@@ -529,7 +529,7 @@ class S3Reader(Engine):
         prev = ZERO
         for n in range(1, upto + 1):
             raw, key = self._entry_bytes(n)
-            e = parse_entry(raw, 0, len(raw), prev, 0, n, True)
+            e = parse_entry(raw, 0, len(raw), prev, 0, n)
             if isinstance(e, str):
                 raise CorruptLog(self._where(key), f"entry {n}: {e}")
             prev = e.checksum
@@ -604,7 +604,7 @@ class S3Reader(Engine):
                 else:
                     yield ScanProblem("corrupt-entry", self._where(key), f"entry {n}: malformed slot")
                     return
-                e = parse_entry(raw, 0, len(raw), prev, 0, n, True)
+                e = parse_entry(raw, 0, len(raw), prev, 0, n)
                 if isinstance(e, str):
                     yield ScanProblem("corrupt-entry", self._where(where), f"entry {n}: {e}")
                     return
