@@ -15,9 +15,11 @@ import pytest
 from helpers import is_per_run, run_cli, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store
+from objstore.lifecycle import delete as D
+from objstore.lifecycle.gc import gc
 from objstore.lifecycle.transfer import transfer
 from objstore.runs.verify import verify
-from objstore.storage import runrefs
+from objstore.storage import identity, runrefs
 
 
 def make(root, fmt, monkeypatch):
@@ -88,6 +90,44 @@ def test_clone_and_push_between_stores_of_logs_keep_each_runs_head(tmp_path, mon
     # the CLI: clone DIR of a store of logs is one too, with the same heads
     run_cli("clone", str(a), str(tmp_path / "c"), exit_code=0)
     assert heads(Store.open(str(tmp_path / "c"))) == heads(log.store)
+
+
+def store_head(store):
+    return store.logs.store_log.refresh()
+
+
+def test_a_clone_copies_the_store_log_as_it_is_so_runs_citing_it_and_gcd_keep_their_heads(tmp_path, monkeypatch):
+    """A run whose entries cite the store log (a signed partial deletion) and whose log gc packed since: its entries
+    go as they are only if the target's store log holds the positions they cite, so the store log is copied as it is
+    first (its heads equal at both ends); a run copied as objects instead could not send the body gc removed. The
+    target's own engine of its store log, whose segment the copy replaced, is opened afresh: writing through it
+    after the copy (and after a second push that replaces a packed segment again) leaves every log verified."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = make(a, 6, monkeypatch)
+    log = RunLog(src)
+    owner, _ = identity.ensure_owner_key(src)
+    log.start_run("R", subject="bob")
+    for i in range(3):
+        log.record_attempt("R", i, 0, "succeeded", output=log.put_blob(f"out {i}".encode()))
+    D.delete_records(log, "R", [log.records("R")[-1].id], reason="pii", key=owner)
+    gc(src)
+    target = make(b, 6, monkeypatch)
+    rep = transfer(src, target)
+    assert (rep.landed, rep.erased, rep.conflicts) == (["R"], [], [])
+    assert store_head(target) == store_head(src) and heads(target) == heads(src)
+    assert seg_files(b, "R") == seg_files(a, "R")
+    # the source's store log grows and gc packs it again; a push replaces the target's segment under its open engine
+    log.register_kind("x.t.note", [["text", "str", True, False]])
+    log.record_attempt("R", 9, 0, "succeeded")
+    gc(src)
+    rep = transfer(src, target)
+    assert (rep.landed, rep.erased, rep.conflicts) == (["R"], [], [])
+    assert store_head(target) == store_head(src) and heads(target) == heads(src)
+    tlog = RunLog(target)  # the same target Store object: its store log engine is the reopened one
+    tlog.register_kind("x.t.other", [["text", "str", True, False]])
+    tlog.append("R", "x.t.note", {"text": "written at the far end"})
+    assert verify(RunLog(Store.open(str(b)))) == []
+    assert RunLog(Store.open(str(b))).records("R")[-1].kind == "x.t.note"
 
 
 def test_a_run_the_target_wrote_on_its_own_gets_refs_and_objects(tmp_path, monkeypatch):

@@ -98,6 +98,23 @@ def _wait_entries(root: str, n: int, children: list) -> None:
         time.sleep(0.01)
 
 
+def _wait_blocked(root: str, children: list) -> None:
+    """Until one of ``children`` waits for the sync file's lock (a blocked flock, ``->`` in /proc/locks): it read
+    the sync counters right after its write, before waiting, so counters set from now on are a flush begun after
+    that read (waiting for its entry alone raced with that read: the first durable commit imports groupsync)."""
+    ino = os.stat(os.path.join(run_log_root(root, RUN), groupsync.SYNC_FILE)).st_ino
+    pids = {str(c.pid) for c in children}
+    deadline = time.monotonic() + 60
+    while True:
+        with open("/proc/locks") as f:
+            rows = [line.split() for line in f]
+        if any("->" in r and r[r.index("->") + 4] in pids and r[r.index("->") + 5].endswith(f":{ino}") for r in rows):
+            return
+        assert all(c.poll() is None for c in children), "a child ended before it waited for the sync lock"
+        assert time.monotonic() < deadline, "no child ever waited for the sync lock"
+        time.sleep(0.005)
+
+
 def _result(c: subprocess.Popen) -> dict:
     out, _ = c.communicate(timeout=60)
     assert c.returncode == 0, out
@@ -156,6 +173,7 @@ def _one_waiting_writer(root: str, entries: int, segment: int | None) -> int:
     try:
         kid = _spawn(root)
         _wait_entries(root, entries, [kid])
+        _wait_blocked(root, [kid])
         if segment is not None:
             s = groupsync.started(lock.fd)
             groupsync._set(lock.fd, s + 1, s + 1, segment)

@@ -409,9 +409,9 @@ class _Transfer:
     def store_level(self) -> None:
         """Each store-level ref on its own (its own commits): one that conflicts, or that the
         target refuses (a subject grant on S3), leaves the others to land."""
+        wrote = self._copy_store_log()
         self.dst.engine.refresh()
         src, tgt = _store_refs(self.src), _store_refs(self.dst)
-        wrote = False
         for name in sorted(src):
             try:
                 wrote = self._commit(self._plan(None, {name: src[name]}, {name: tgt.get(name)}), None) > 0 or wrote
@@ -422,6 +422,31 @@ class _Transfer:
             except (_Needs, _Unsendable) as e:
                 self.rep.conflicts.append(("", name, f"it reaches what cannot be sent: {e}" if isinstance(e, _Unsendable) else f"it names a record of run {e.run}"))
         self.rep.store_refs = "conflict" if self.rep.conflicts else "landed" if wrote else "already"
+
+    def _copy_store_log(self) -> bool:
+        """Two stores of logs: the store log copied entry for entry when the target's is a prefix of it
+        (``transfer_logs.copy_store_log``), so the runs' entries, which cite its positions, copy as they are too.
+        Not when it holds an object the source redacts (a plain copy would hand its body over). Whether it wrote."""
+        if not self.logcopy:
+            return False
+        from .transfer_logs import copy_store_log
+
+        slog = self.src.logs.store_log
+        if any(slog.has(bytes.fromhex(h)) for h in self.redacted if len(h) == 64):
+            return False
+        before = _store_refs(self.dst)
+        try:
+            got = copy_store_log(self.src, self.dst)
+        except LockTimeout:
+            return False  # a writer of the target's store log holds it: the refs go one by one instead
+        if got is None or not got.entries:
+            return False
+        self.rep.entries += got.entries
+        self.rep.objects += got.objects
+        self.rep.bytes += got.bytes
+        after = _store_refs(self.dst)
+        self.deletion_moved = self.deletion_moved or any(write_once_deletion(n) for n in after if after[n] != before.get(n))
+        return True
 
     def run(self, run: str) -> str:
         """Push one run (its copy sources first); its outcome."""

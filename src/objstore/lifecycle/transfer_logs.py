@@ -19,6 +19,7 @@ shared while a log is copied, so no sealed segment of either is replaced under t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..errors import ObjstoreError
@@ -26,7 +27,7 @@ from ..storage import gclock, runrefs
 from ..storage.log.engine import Engine
 from ..storage.log.format import Position
 from ..storage.log.local import LogEngine
-from ..storage.runlogs.logs import RunLogs, run_dir
+from ..storage.runlogs.logs import STORE_LOG, RunLogs, run_dir
 from ..storage.store import Store
 from .backup import dest_lock, src_lengths
 from .backup_copy import _Copier, digests_path
@@ -60,10 +61,45 @@ def copy_run_log(source: Store, target: Store, run: str) -> Copied | None:
         if mine is not None and mine != entry:
             return None
     ddir = run_dir(target.root, run)
+
+    def first(have: Position) -> None:
+        if entry is not None:
+            tlogs.catalog.add(entry)  # before the log's first entry, as a writer of the target writes it
+        if slogs.catalog.is_deleted(run):
+            tlogs.catalog.mark_deleted(run)
+
+    got = _copy_as_is(source, target, sengine, ddir, f"run-{run}", first,
+                      lambda pos: _cites_hold(sengine, pos, run, tlogs.store_log))
+    if got is not None and got.entries:
+        tlogs.release(run)  # this process's engine of it may read a segment the copy replaced: opened afresh when next used
+    return got
+
+
+def copy_store_log(source: Store, target: Store) -> Copied | None:
+    """Copy the source's store log to the target as it is when the target's is empty or a prefix of it (a clone, a
+    push into a clone): the store-log positions the runs' entries cite are then the same at both ends, so each
+    run's log copies as it is too (its anchor the same). None otherwise: the store refs go as objects."""
+    slogs, tlogs = source.logs, target.logs
+    if not (isinstance(slogs, RunLogs) and isinstance(tlogs, RunLogs)) or source.root is None or target.root is None:
+        return None
+    sengine = slogs.store_log
+    if not isinstance(sengine, LogEngine):
+        return None
+    got = _copy_as_is(source, target, sengine, os.path.join(target.root, STORE_LOG), "store", None, None)
+    if got is not None and got.entries:
+        target.engine = tlogs.reopen_store_log()  # as release does for a run's log (the store's engine is its store log)
+    return got
+
+
+def _copy_as_is(source: Store, target: Store, sengine: LogEngine, ddir: str, tmpname: str,
+                first: Callable[[Position], None] | None, ok: Callable[[Position], bool] | None) -> Copied | None:
+    """Append the source log's entries the target's log (at ``ddir``) lacks, as they are, under the target log's
+    lock; None when the target's log is not a prefix of the source's or ``ok(source position)`` says no.
+    ``first(target head)``: called under the lock before anything is copied."""
     with gclock.gc_lock(source.root, shared=True, what="push"), gclock.gc_lock(target.root, shared=True, what="push"):
         pos, seg, end = sengine.tail()
         lengths = src_lengths(sengine, seg, end)
-        if not _cites_hold(sengine, pos, run, tlogs.store_log):
+        if ok is not None and not ok(pos):
             return None
         if not os.path.isdir(os.path.join(ddir, "log")):
             make_log(ddir, target.policy)
@@ -73,18 +109,15 @@ def copy_run_log(source: Store, target: Store, run: str) -> Copied | None:
                 return None
             if have == pos:
                 return Copied(0, 0, 0)
-            if entry is not None:
-                tlogs.catalog.add(entry)  # before the log's first entry, as a writer of the target writes it
-            if slogs.catalog.is_deleted(run):
-                tlogs.catalog.mark_deleted(run)
-            tmp = os.path.join(target.root, "tmp", TMP, f"run-{run}")
-            got = _Copier(sengine, ddir, target.policy, None, tmp=tmp, digests=digests_path(source.root, ddir)).run(pos, seg, lengths)
+            if first is not None:
+                first(have)
+            tmp = os.path.join(str(target.root), "tmp", TMP, tmpname)
+            got = _Copier(sengine, ddir, target.policy, None, tmp=tmp, digests=digests_path(str(source.root), ddir)).run(pos, seg, lengths)
             try:
                 os.rmdir(tmp)
             except OSError:
                 pass
     objects = sum(len(e.objs) for e in sengine.entries() if have.entry < e.n <= pos.entry)
-    target.logs.run_log(run).refresh()
     return Copied(pos.entry - have.entry, objects, got.bytes_copied)
 
 
@@ -119,4 +152,4 @@ def _head(ddir: str, target: Store) -> Position | None:
         log.close()
 
 
-__all__ = ["Copied", "copy_run_log"]
+__all__ = ["Copied", "copy_run_log", "copy_store_log"]

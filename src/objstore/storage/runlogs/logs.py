@@ -427,6 +427,18 @@ class RunLogs(LogSet):
             h = self._hist[id(engine)] = CiteHistory(engine)
         return h
 
+    def reopen_store_log(self) -> LogEngine:
+        """A fresh engine of the store log in place of this process's, whose files a copy as it is replaced under it
+        (``lifecycle.transfer_logs``): an engine reads its active segment through a descriptor, so a segment renamed
+        over it is never seen, and a write through the path would land at the old offset of the new file."""
+        with self._mu:
+            old = self.store_log
+            self.store_log = LogEngine(os.path.join(self.root, STORE_LOG), self.policy)
+            self.store_log.one_log_per_commit = True
+            self._hist.pop(id(old), None)
+        old.close()
+        return self.store_log
+
     def release(self, run: str | None = None) -> None:
         with self._mu:
             if run is None:
