@@ -69,10 +69,11 @@ def test_a_store_of_one_log_upgrades_to_a_log_per_run(tmp_path, name, version):
     assert U.upgrade(root)["status"] == "already-format-6"
 
 
-def _removed_rows(root, run):
-    """Ids of the object rows of run ``run``'s log that have no body (block -1), read from its segment files."""
+def _removed_rows(root, run=None):
+    """Ids of the object rows of run ``run``'s log (None: the store log's) that have no body (block -1), read from
+    its segment files."""
     got = set()
-    for seg in sorted(glob.glob(os.path.join(run_log_root(root, run), "log", "*.seg"))):
+    for seg in sorted(glob.glob(os.path.join(run_log_root(root, run) if run else os.path.join(root, "store"), "log", "*.seg"))):
         with open(seg, "rb") as f:
             buf = f.read()
         assert buf[:4] == b"OSSG", "the upgrade wrote ordinary segments"
@@ -151,6 +152,29 @@ def test_a_deleted_labelled_run_keeps_its_labels_in_the_catalog_and_the_thread_s
     again = log.start_run(labels={"thread_id": "t-1"})
     assert again != gone and log.find_run(thread_id="t-1") == again
     assert verify(log) == []
+
+
+def test_a_removed_blob_put_alone_goes_without_its_body_to_each_run_whose_deleted_record_named_it(tmp_path):
+    """A blob put in an entry of its own, named later by records of two runs deleted since, gc removed: it lands as
+    a row without a body in each of those runs' logs, with the record naming it (where a format-6 commit copies a
+    body, and where the run's deletion justifies its removal), not in the store log (verify would name it there)."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, format=3))
+    blob = log.put_blob(b"a prompt put alone")
+    gone = [log.start_run(subject="dave") for _ in range(2)]
+    for run in gone:
+        log.record_attempt(run, 1, 0, "succeeded", prompt=blob)
+    kept = log.start_run(subject="erin")
+    log.record_attempt(kept, 1, 0, "succeeded")
+    D.delete_runs(log, gone, reason="retention")
+    gc(log.store)
+    assert not log.store.engine.has_body(blob)
+    U.upgrade(root)
+    for run in gone:
+        assert blob in _removed_rows(root, run)
+    store = Store.open(root)
+    assert blob not in _removed_rows(root) and not _removed_rows(root, kept)
+    assert verify(RunLog(store)) == []
 
 
 def test_a_forged_row_without_a_body_in_a_live_run_is_named_by_verify(tmp_path):

@@ -51,9 +51,11 @@ def build(old: Store, staging: str) -> dict:
     entries = commits = 0
     try:
         eng = old.engine
+        named = {ref for e in eng.entries() for r in e.recs for ref in r[6]}  # every id a record names
+        pending: dict[bytes, int] = {}  # removed blobs put before any record named them: id -> length
         for e in eng.entries():
             entries += 1
-            for log, objs, moves in _route(old, e):
+            for log, objs, moves in _route(old, e, named, pending):
                 with new.batch_in(log) as txn:
                     txn.when = e.time
                     txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
@@ -72,9 +74,12 @@ def build(old: Store, staging: str) -> dict:
     return {"entries": entries, "commits": commits}
 
 
-def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
+def _route(old: Store, e: Any, named: set, pending: dict) -> list[tuple[str | None, list, list]]:
     """The commits entry ``e`` becomes: (run or None for the store log, [(id, type, bytes, value, facts)], [moves]).
-    An object whose body gc removed comes as a ``RemovedBody`` with the index facts its old row carried."""
+    An object whose body gc removed comes as a ``RemovedBody`` with the index facts its old row carried. A removed
+    blob no record of its entry names, but a later record does (``named``), waits in ``pending`` and goes into the
+    entry of each record naming it, in that record's run's log — where a format-6 commit would have copied it,
+    and where the deletion of that record justifies its removal (verify judges each log by its own deletions)."""
     eng = old.engine
     facts_of = {e.objs[r[0]][0]: list(r[1:]) for r in (*e.recs, *e.prevs)}
     objs: dict[bytes, tuple[str, Any, Any]] = {}
@@ -104,23 +109,32 @@ def _route(old: Store, e: Any) -> list[tuple[str | None, list, list]]:
             targets[oid].add(value["run"])
         elif otype == codec.RECORD and value is None and oid in facts_of:
             targets[oid].add(facts_of[oid][0])  # a removed record: its run, from its row
-    for oid, (otype, _c, value) in objs.items():  # what a record, journal or segment names goes with it
+    late: dict[bytes, set[str | None]] = {}  # pending removed blobs records of this entry name -> their runs
+    for oid, (otype, _c, value) in list(objs.items()):  # what a record, journal or segment names goes with it
         if otype == codec.BLOB:
             continue
         if otype == codec.RECORD and oid in facts_of:
-            named = list(facts_of[oid][5])  # the row's refs: every id the body names (a removed body's too)
+            refs = list(facts_of[oid][5])  # the row's refs: every id the body names (a removed body's too)
         elif otype == codec.RECORD and isinstance(value, dict) and isinstance(value.get("body"), dict):
-            named = body_refs(value["body"])
+            refs = body_refs(value["body"])
         elif isinstance(value, dict):
-            named = _named(value)
+            refs = _named(value)
         else:
             continue
-        for ref in named:
+        for ref in refs:
             if isinstance(ref, bytes) and ref in objs and objs[ref][0] == codec.BLOB:
                 targets[ref] |= targets[oid]
+            elif otype == codec.RECORD and isinstance(ref, bytes) and ref in pending:
+                late.setdefault(ref, set()).update(targets[oid])
+    for ref, runs in late.items():
+        objs[ref] = (codec.BLOB, RemovedBody(pending[ref]), None)
+        targets[ref] = runs
     out: dict[str | None, tuple[list, list]] = {}
     for oid, (otype, canon, value) in objs.items():
         where = targets[oid]
+        if not where and isinstance(canon, RemovedBody) and otype == codec.BLOB and oid in named:
+            pending[oid] = canon.length  # placed with the first record that names it (above, a later entry)
+            continue
         if not where and isinstance(canon, RemovedBody) and otype != codec.BLOB:
             # no run of this entry claims a removed object (a fork object whose branch move names another): a
             # log of format 6 holds it nowhere it could be read from, so this store stays on its format
