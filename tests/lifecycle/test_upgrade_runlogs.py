@@ -21,11 +21,12 @@ import pytest
 from helpers import log_engine_of, run_log_root, snapshot_tree
 
 from objstore import RunLog, Store, verify
+from objstore import journal as J
 from objstore.errors import Deleted, Erased
 from objstore.legacy import upgrade as U
 from objstore.lifecycle import delete as D
 from objstore.lifecycle.gc import gc
-from objstore.storage import codec, runrefs
+from objstore.storage import codec, identity, runrefs
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_TRAILER, REMOVED, SEG_HEADER, _enc
 
 FIX = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "fixtures")
@@ -175,6 +176,38 @@ def test_a_removed_blob_put_alone_goes_without_its_body_to_each_run_whose_delete
     store = Store.open(root)
     assert blob not in _removed_rows(root) and not _removed_rows(root, kept)
     assert verify(RunLog(store)) == []
+
+
+def test_deleted_journal_sessions_and_copy_sources_after_gc_upgrade_clean(tmp_path):
+    """A session's journal versions (chain objects whose bodies, and the blobs they named, gc removed with the
+    session) and the deleted source of a live copy: replayed with their chains' facts, every removed blob in the
+    deleted run's log (its deletion lists it), the copy's records read as before, verify clean before and after gc."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, format=3))
+    owner, _ = identity.ensure_owner_key(log.store)
+    src = log.start_run(labels={"thread_id": "src"})
+    log.record_attempt(src, 1, 0, "succeeded", output=log.put_blob(b"out of the source"))
+    copy = log.fork_run(src, labels={"thread_id": "copy"})
+    log.record_attempt(copy, 2, 0, "succeeded")
+    session = J.start_session(log, "alice", run="session-1")
+    worker = identity.generate()
+    J.grant(log, owner, None, worker.public, subject="alice", rights=("read", "write", "delete"), name="worker")
+    J.update_journal(log, session, worker, {"entries": [{"id": "1", "text": "first"}]})
+    J.update_journal(log, session, worker, {"entries": [{"id": "1", "text": "second"}]})
+    D.delete_run(log, src, reason="retention", key=owner)
+    D.delete_run(log, session, reason="retention", key=owner)
+    gc(log.store)
+    want = [(r.id, r.kind, r.lsn) for r in log.records(copy)]
+    old = log.store.engine
+    removed = {oid for oid in old.iter_ids() if not old.has_body(oid)}
+    assert U.upgrade(root)["removed"] == len(removed)
+    assert _removed_rows(root) == set()  # nothing of the deleted runs in the store log
+    assert removed <= _removed_rows(root, src) | _removed_rows(root, session)
+    store = Store.open(root)
+    assert [(r.id, r.kind, r.lsn) for r in RunLog(store).records(copy)] == want
+    assert verify(RunLog(store)) == []
+    gc(store)
+    assert verify(RunLog(Store.open(root))) == []
 
 
 def test_a_forged_row_without_a_body_in_a_live_run_is_named_by_verify(tmp_path):

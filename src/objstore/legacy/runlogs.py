@@ -53,9 +53,15 @@ def build(old: Store, staging: str) -> dict:
         eng = old.engine
         named = {ref for e in eng.entries() for r in e.recs for ref in r[6]}  # every id a record names
         pending: dict[bytes, int] = {}  # removed blobs put before any record named them: id -> length
+        listed: dict[bytes, set] = {}  # blob -> the deleted runs whose deletion lists it (their journals' bodies)
+        for name, value in old.list_refs():
+            if runrefs.is_deleted_ref(name) and isinstance(value, bytes):
+                for b in old.deletion_object(value).get("blobs") or ():
+                    if isinstance(b, bytes):
+                        listed.setdefault(b, set()).add(runrefs.run_of(name))
         for e in eng.entries():
             entries += 1
-            for log, objs, moves in _route(old, e, named, pending):
+            for log, objs, moves in _route(old, e, named, pending, listed):
                 with new.batch_in(log) as txn:
                     txn.when = e.time
                     txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
@@ -74,12 +80,14 @@ def build(old: Store, staging: str) -> dict:
     return {"entries": entries, "commits": commits}
 
 
-def _route(old: Store, e: Any, named: set, pending: dict) -> list[tuple[str | None, list, list]]:
+def _route(old: Store, e: Any, named: set, pending: dict, listed: dict) -> list[tuple[str | None, list, list]]:
     """The commits entry ``e`` becomes: (run or None for the store log, [(id, type, bytes, value, facts)], [moves]).
     An object whose body gc removed comes as a ``RemovedBody`` with the index facts its old row carried. A removed
     blob no record of its entry names, but a later record does (``named``), waits in ``pending`` and goes into the
     entry of each record naming it, in that record's run's log — where a format-6 commit would have copied it,
-    and where the deletion of that record justifies its removal (verify judges each log by its own deletions)."""
+    and where the deletion of that record justifies its removal (verify judges each log by its own deletions). A
+    removed blob a journal or segment object of its entry named (their bodies are gone: ``listed`` says which, from
+    the run deletions that list them) goes to that run's log."""
     eng = old.engine
     facts_of = {e.objs[r[0]][0]: list(r[1:]) for r in (*e.recs, *e.prevs)}
     objs: dict[bytes, tuple[str, Any, Any]] = {}
@@ -129,6 +137,9 @@ def _route(old: Store, e: Any, named: set, pending: dict) -> list[tuple[str | No
     for ref, runs in late.items():
         objs[ref] = (codec.BLOB, RemovedBody(pending[ref]), None)
         targets[ref] = runs
+    for oid, (otype, canon, _v) in objs.items():
+        if otype == codec.BLOB and isinstance(canon, RemovedBody) and not targets[oid]:
+            targets[oid] = {r for r in listed.get(oid, ()) if r in moves_of}  # the deleted run's journal named it
     out: dict[str | None, tuple[list, list]] = {}
     for oid, (otype, canon, value) in objs.items():
         where = targets[oid]

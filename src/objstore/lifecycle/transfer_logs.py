@@ -96,7 +96,7 @@ def _copy_as_is(source: Store, target: Store, sengine: LogEngine, ddir: str, tmp
     """Append the source log's entries the target's log (at ``ddir``) lacks, as they are, under the target log's
     lock; None when the target's log is not a prefix of the source's or ``ok(source position)`` says no.
     ``first(target head)``: called under the lock before anything is copied."""
-    with gclock.gc_lock(source.root, shared=True, what="push"), gclock.gc_lock(target.root, shared=True, what="push"):
+    with gclock.gc_lock(str(source.root), shared=True, what="push"), gclock.gc_lock(str(target.root), shared=True, what="push"):
         pos, seg, end = sengine.tail()
         lengths = src_lengths(sengine, seg, end)
         if ok is not None and not ok(pos):

@@ -45,14 +45,25 @@ class LogTxn(Txn):
         self.facts: dict[bytes, list] = {}
         self.when: float | None = None
         self.spills: list = []
+        self.inner: Txn | None = None
         self.replay = False
         self.logs = logs
         self.timeout = timeout
         self.bound: Engine | None = None
-        self.inner: Txn | None = None
         self._cm: AbstractContextManager[Txn] | None = None
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
         self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
+
+    @property
+    def replay(self) -> bool:
+        return self._replay
+
+    @replay.setter
+    def replay(self, value: bool) -> None:
+        # an upgrade sets it on a batch already bound to its log (``Store.batch_in``): the log's Txn checks the moves
+        self._replay = value
+        if self.inner is not None:
+            self.inner.replay = value
 
     @property
     def moves(self) -> dict[str, list]:
