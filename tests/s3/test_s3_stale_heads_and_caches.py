@@ -274,7 +274,7 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
             n = ch.first + i
             if not isinstance(slot, bytes):
                 continue
-            e = parse_entry(slot, 0, len(slot), eng._cks.get(n - 1, ZERO), 0, n, True)  # type: ignore[attr-defined]
+            e = parse_entry(slot, 0, len(slot), eng._cks.get(n - 1, ZERO), 0, n)  # type: ignore[attr-defined]
             got = s3entries.strip_entry(slot, e, {blob})
             if got is not None:
                 slots[i], edited = got[0], edited + 1
