@@ -11,7 +11,10 @@ Kept here:
 
 * one descriptor per segment file, opened on first use and kept until ``close`` (or the engine is
   collected); one that gc replaced is kept open too, as another thread may still read it; likewise
-  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``);
+  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``); one on the
+  adopted checkpoint's file, whose active rows are read where a lookup asks, kept by those rows (the
+  tables' ``frozen``) until they are dropped or the engine is collected: a checkpoint replaced since
+  is another file, and these rows are the ones the adopted fields go with;
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
   ``lock`` file's ``flock`` (processes) serialize writers; the ``sync`` file (``groupsync``) lets
@@ -85,6 +88,7 @@ class LocalBase(Engine):
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False
+        self._ckpt_whole = False  # the checkpoint adopted (or not) had to be read whole: one written before its zsum
         self._use_checkpoint = True
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
@@ -103,7 +107,8 @@ class LocalBase(Engine):
         else:
             self._check_witness()
             entries = self.tables.pos.entry - self._ckpt_at[0]
-            if entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES)):
+            if (entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES))
+                    or (self._ckpt_whole and self._ckpt_at[0] > 0)):  # one read whole: rewritten once, so the next open reads less
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
 
     def tail(self) -> tuple[Position, int, int]:

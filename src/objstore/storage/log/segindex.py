@@ -106,8 +106,9 @@ class FileBytes:
     (up to 2 MB) per page touched, so binary searches over many segments' maps held most of every
     index resident. Owns its descriptor (closed with ``close`` or when collected)."""
 
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd, self.size = fd, size
+    def __init__(self, fd: int, size: int, base: int = 0) -> None:
+        """``base``: where these bytes start in the file (a checkpoint's ``active`` rows, ``size`` bytes long)."""
+        self.fd, self.size, self.base = fd, size, base
 
     def __len__(self) -> int:
         return self.size
@@ -116,7 +117,7 @@ class FileBytes:
         start, stop, _ = sl.indices(self.size)
         if stop <= start:
             return b""
-        got = os.pread(self.fd, stop - start, start)
+        got = os.pread(self.fd, stop - start, self.base + start)
         if len(got) != stop - start:
             raise IndexError_("truncated while read")
         return got
