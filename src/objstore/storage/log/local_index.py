@@ -156,8 +156,24 @@ class SegmentIndexes(LocalBase):
         vouches for this very file (``idxtrust``), and recorded there once hashed."""
         started = time.time_ns()  # before the file is opened: an edit after it gives a later ctime than the row holds
         verified = self._verified
-        return segindex.load_named(self.idx_path(seg), seg, named, lambda st: verified.vouches(seg, st, named),
-                                   lambda st: verified.note(seg, st, named, started))
+        hashed: list = []
+        idx = segindex.load_named(self.idx_path(seg), seg, named, lambda st: verified.vouches(seg, st, named),
+                                  lambda st, got: hashed.append(got))
+        if idx is None:
+            return None
+        # the chain fan-out hint (a label search reads the rows of its key's first byte at once: SegmentIndex._hinted)
+        fan = None if hashed else verified.chain_fan(seg)
+        if fan is None:
+            try:
+                fan = idx.compute_chain_fan()
+            except (OSError, segindex.IndexError_):
+                fan = None
+            if hashed:
+                verified.note(seg, idx.stat, named, started, fan)
+            elif fan is not None:
+                verified.note_fan(seg, idx.stat, named, fan)
+        idx.chain_fan = fan
+        return idx
 
     def _rebuild_index(self, seg: int, named: bytes | None) -> segindex.SegmentIndex:
         """Index a sealed segment from its entries' metas (the file is missing or is not the one
