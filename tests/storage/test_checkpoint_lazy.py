@@ -20,9 +20,11 @@ import msgspec
 from helpers import log_engine_of, run_log_root
 
 import objstore
+from objstore.storage.fileutil import FsyncPolicy
 from objstore.storage.log import checkpoint as ck
 from objstore.storage.log import local_write, segindex
 from objstore.storage.log.format import STATS, _enc
+from objstore.storage.log.local import LogEngine
 
 
 def _fill(root, monkeypatch, n=600):
@@ -178,3 +180,31 @@ def test_the_map_opens_with_active_and_labels_and_ends_with_zsum(tmp_path, monke
     assert blake3.blake3(data[:-32]).digest() == data[-32:]
     keys = list(msgspec.msgpack.decode(data[:-32]))
     assert keys[:2] == ["active", "labels"] and keys[-1] == "zsum", keys
+
+
+def test_label_rows_edited_are_not_adopted(tmp_path, monkeypatch):
+    """``zsum`` does not cover the label rows: the root does. A label row edited (trailing BLAKE3
+    recomputed) is read lazily and refused by the one rule; the reader replays the log."""
+    root = str(tmp_path / "s")
+    run = _fill(root, monkeypatch)
+    path = _ckpt(root, run)
+    with open(path, "rb") as f:
+        data = f.read()
+    m = msgspec.msgpack.decode(data[:-32])
+    at = data.index(m["labels"][:56]) + 20  # the first row's entry number
+    body = bytearray(data[:-32])
+    body[at] ^= 1
+    with open(path, "wb") as f:
+        f.write(bytes(body) + blake3.blake3(bytes(body)).digest())
+    plain = LogEngine(run_log_root(root, run), FsyncPolicy("off"), checkpoint=False)  # reads the segments, writes no checkpoint
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = ck.adoption_lazy(fd, plain._entry_ending_at)
+    finally:
+        os.close(fd)
+    assert got == f"its tables do not hash to the root of entry {m['entry']}", got
+    before = STATS["entries_decoded"]
+    log = objstore.open_store(root)
+    eng = log_engine_of(log.store, run)
+    assert not eng._ckpt_whole and STATS["entries_decoded"] - before >= m["entry"], "not adopted: replayed"
+    assert [r.body["step"] for r in log.find_records(run, checkpoint_id="C0")] == [0]

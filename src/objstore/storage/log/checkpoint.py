@@ -64,8 +64,9 @@ def _committed(t: LogState, seg: int, off: int, entry_at: Callable[[int, int, in
 def adoption_lazy(fd: int, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str | None:
     """``adoption`` of the checkpoint file open at ``fd`` without reading its ``active`` rows. The map
     opens with ``active`` and ``labels`` and ends with ``zsum`` (``LogState.dump``): every field but
-    ``active`` is read (the label rows straight into the buffer the tables keep) and checked by
-    ``zsum``, the BLAKE3 of the map's bytes from ``labels`` up to ``zsum``; the rule is the same
+    ``active`` is read (the label rows straight into the buffer the tables keep; the root covers
+    them) and the others are checked by ``zsum``, the BLAKE3 of the map's bytes after ``labels`` up
+    to ``zsum``; the rule is the same
     (``_committed``), and the tables' ``frozen`` rows are the file's bytes, read where a lookup asks
     (``segindex.FileBytes``: they were never covered by the root, and each is checked against the
     record it points at when used). The descriptor then belongs to those rows. None: the file is
@@ -96,10 +97,7 @@ def adoption_lazy(fd: int, entry_at: Callable[[int, int, int], LogEntry | None])
     small = os.pread(fd, tail, lstart + llen)
     if len(small) != tail or small[-ZSUM_LEN:-32] != ZSUM_PAIR:
         return None
-    h = blake3.blake3(lhead[: lab[0]])
-    h.update(labels)
-    h.update(memoryview(small)[:-ZSUM_LEN])
-    if h.digest() != small[-32:]:
+    if blake3.blake3(memoryview(small)[:-ZSUM_LEN]).digest() != small[-32:]:
         return None
     rows = segindex.FileBytes(fd, act[1], at)
     try:

@@ -123,6 +123,13 @@ class FileBytes:
             raise IndexError_("truncated while read")
         return got
 
+    def read(self, start: int, n: int) -> bytes:
+        """``self[start:start + n]`` for ``0 <= start``, ``start + n <= len(self)``: one ``pread``."""
+        got = os.pread(self.fd, n, self.base + start)
+        if len(got) != n:
+            raise IndexError_("truncated while read")
+        return got
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
@@ -150,15 +157,20 @@ class SegmentIndex:
         """``lazy_fan``: the bytes are the ones the log names (hashed, or vouched for by ``idxtrust``):
         the object fan-out is unpacked and checked on the first ``find``, not here (a label search
         never uses it)."""
-        if len(data) < HEAD.size + FANOUT.size + 32:
+        if isinstance(data, FileBytes):
+            size, self._read = data.size, data.read
+        else:
+            size = len(data)
+            self._read = lambda start, n: data[start : start + n]
+        if size < HEAD.size + FANOUT.size + 32:
             raise IndexError_("too short")
-        head = data[: HEAD.size + FANOUT.size]
+        head = self._read(0, HEAD.size + FANOUT.size)
         magic, iseg, first, last, checksum, nobj, nchain = HEAD.unpack_from(head, 0)
         if magic != IDX_MAGIC or iseg != seg:
             raise IndexError_("bad header")
         want = HEAD.size + FANOUT.size + nobj * OBJ.size + nchain * CHAIN.size + 32
-        if len(data) != want:
-            raise IndexError_(f"size {len(data)}, header says {want}")
+        if size != want:
+            raise IndexError_(f"size {size}, header says {want}")
         self.data = data
         self.seg, self.first, self.last, self.checksum = seg, first, last, checksum
         self.nobj, self.nchain = nobj, nchain
@@ -263,7 +275,7 @@ class SegmentIndex:
         a, z = (lo - 1 if lo else 0), (hi + 1 if hi < n else hi)
         if z <= a:
             return lo
-        rows = self.data[self.chain0 + a * size : self.chain0 + z * size]
+        rows = self._read(self.chain0 + a * size, (z - a) * size)
         if (lo and rows[0] >= b) or (hi < n and rows[(z - 1 - a) * size] <= b):
             return None
         self._win = (a, rows)
@@ -312,8 +324,7 @@ class SegmentIndex:
             i = (at - win[0]) * size
             return CHAIN.iter_unpack(win[1][i : i + n * size])
         n = min(n, self.nchain - at)
-        p = self.chain0 + at * size
-        return CHAIN.iter_unpack(self.data[p : p + n * size])
+        return CHAIN.iter_unpack(self._read(self.chain0 + at * size, n * size))
 
     def compute_chain_fan(self) -> bytes:
         """The ``chain_fan`` hint of this index, from its chain rows' first bytes (one read of the chain section)."""

@@ -180,8 +180,9 @@ class LogState(Rules):
 
     def dump(self, seg: int, off: int, first: int) -> bytes:
         """The checkpoint's MessagePack map (without the file's trailing BLAKE3): ``active`` first,
-        ``labels`` second and ``zsum`` last, so a reader takes every field but ``active`` with two
-        reads of the file and checks them by ``zsum`` without reading the active rows (``CheckpointLayout``)."""
+        ``labels`` second and ``zsum`` (the BLAKE3 of the pairs between them) last, so a reader takes
+        every field but ``active`` with two reads of the file, without reading the active rows
+        (``checkpoint.adoption_lazy``); the label rows are checked by the root, the rest by ``zsum``."""
         objects, chain = self.active_rows(labels=False)
         rest = _enc.encode({
             "v": 3, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
@@ -195,7 +196,7 @@ class LogState(Rules):
         active = _enc.encode({"active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain)})[1:]
         # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
         labels = _enc.encode({"labels": bytes(self.label_rows_packed)})[1:]
-        return _map_header(n + 3) + active + labels + pairs + ZSUM_PAIR + blake3.blake3(labels + pairs).digest()
+        return _map_header(n + 3) + active + labels + pairs + ZSUM_PAIR + blake3.blake3(pairs).digest()
 
     @classmethod
     def load(cls, data: bytes) -> tuple[LogState, int, int]:
