@@ -102,6 +102,12 @@ class VerifiedIndexes:
         row = self._rows.get(seg)
         return row is not None and row[1] == digest and row[0] == identity(st)
 
+    def row(self, seg: int) -> Row | None:
+        """Segment ``seg``'s row as read (the caller compares its identity and digest, as ``vouches`` does)."""
+        if self._rows is None:
+            self._rows = self._read()
+        return self._rows.get(seg)
+
     def chain_fan(self, seg: int) -> bytes | None:
         """The chain fan-out recorded with segment ``seg``'s row (a hint: ``SegmentIndex._hinted``
         checks it against the index's rows), or None."""

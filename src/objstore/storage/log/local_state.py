@@ -42,6 +42,16 @@ OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves
 OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
 
 
+def top_segment(names: list[str]) -> int:
+    """The highest segment number among a log directory's file names (1 if none): of the ``.seg``
+    names whose stem is all digits, the greatest number. When every ``.seg`` name is ten digits (as
+    the engine names them), the greatest name is that number: no name is parsed but that one."""
+    segs = [f for f in names if f.endswith(".seg")]
+    if segs and all(len(f) == 14 and f[:-4].isdigit() for f in segs):
+        return int(max(segs)[:-4])
+    return max([int(f[:-4]) for f in segs if f[:-4].isdigit()] or [1])
+
+
 class LocalBase(Engine):
     """A local log engine's state and files; its concerns are defined by the classes over it."""
 
@@ -93,7 +103,7 @@ class LocalBase(Engine):
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
-            self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
+            self._top = top_segment(os.listdir(self.dir))
         except OSError:
             self._top = 1
         self._use_checkpoint = checkpoint

@@ -230,7 +230,8 @@ class SegmentIndex:
         return None
 
     def _chain_lower(self, key: bytes, lsn: int) -> int:
-        """The first chain row at or after (key, lsn): within the rows of the key's first byte if the
+        """The first chain row at or after (key, lsn) (or, for ``lsn`` 0 when no row has the key, a row
+        that does not have it: what ``chain_from`` and ``record_at`` ask): within the rows of the key's first byte if the
         ``chain_fan`` hint says where they are (one read, checked against the rows around it), else
         probes that read one row each until the rows left fit in ``BLOCK`` bytes, which are read at
         once and searched in memory."""
@@ -280,6 +281,11 @@ class SegmentIndex:
             return None
         self._win = (a, rows)
         x, y = lo - a, hi - a
+        if lsn == 0:  # a key's first row (a label's rows all have it): one search in C over the rows
+            at = rows.find(key, x * size, y * size)
+            while at >= 0 and at % size:
+                at = rows.find(key, at + 1, y * size)
+            return a + at // size if at >= 0 else hi  # none: row hi has another first byte (or is past the end)
         while x < y:
             mid = (x + y) // 2
             k, l, _ = CHAIN.unpack_from(rows, mid * size)
@@ -314,6 +320,21 @@ class SegmentIndex:
                 got += 1
             at += got
             n = min(ITER_ROWS, n * 8)
+
+    def key_rows(self, key: bytes) -> list[tuple[int, bytes]]:
+        """``list(chain_from(key, 0))``: a label's rows, found in the rows the search read when they hold them."""
+        at = self._chain_lower(key, 0)
+        win, size = self._win, CHAIN.size
+        if win is not None and win[0] <= at:
+            rows, i = win[1], (at - win[0]) * size
+            out = []
+            while i + size <= len(rows) and rows[i : i + 16] == key:
+                _k, l, oid = CHAIN.unpack_from(rows, i)
+                out.append((l, oid))
+                i += size
+            if i + size <= len(rows) or win[0] + len(rows) // size >= self.nchain:
+                return out  # a row of another key follows them in the window, or the rows end there
+        return list(self.chain_from(key, 0))
 
     def _chain_block(self, at: int, n: int) -> Iterator[tuple]:
         """Up to ``n`` rows from row ``at`` (at least one): from the rows the last search read if they
