@@ -63,20 +63,24 @@ Row = tuple[Identity, bytes, bytes | None]  # identity, digest, chain fan-out (N
 
 def _parse(data: bytes) -> dict[int, Row]:
     """The rows of the file's bytes (version 1: without chain fan-outs); none if they are torn,
-    foreign or of another version."""
-    body = data[:-32]
-    row, fans = (ROW, True) if body.startswith(MAGIC) else (ROW_V1, False) if body.startswith(MAGIC_V1) else (None, False)
+    foreign or of another version. A row's fan-out is a view of ``data`` (nothing copied)."""
+    view = memoryview(data)
+    body = view[:-32]
+    row, fans = (ROW, True) if data.startswith(MAGIC) else (ROW_V1, False) if data.startswith(MAGIC_V1) else (None, False)
     if (row is None or len(data) < len(MAGIC) + 32 or (len(body) - len(MAGIC)) % row.size
             or blake3.blake3(body).digest() != data[-32:]):
         return {}
-    if not fans:
-        return {seg: ((dev, ino, size, mt, ct), digest, None) for seg, dev, ino, size, mt, ct, digest in row.iter_unpack(body[len(MAGIC):])}
-    return {seg: ((dev, ino, size, mt, ct), digest, None if fan == NO_FAN else fan)
-            for seg, dev, ino, size, mt, ct, digest, fan in row.iter_unpack(body[len(MAGIC):])}
+    out: dict[int, Row] = {}
+    unpack, size = ROW_V1.unpack_from, row.size
+    for at in range(len(MAGIC), len(body), size):
+        seg, dev, ino, fsize, mt, ct, digest = unpack(data, at)
+        fan = body[at + ROW_V1.size : at + size] if fans else None
+        out[seg] = ((dev, ino, fsize, mt, ct), digest, None if fan is None or fan[-4:] == NO_FAN[-4:] else fan)
+    return out
 
 
 def _dump(rows: dict[int, Row]) -> bytes:
-    body = MAGIC + b"".join(ROW.pack(seg, *ident, digest, fan or NO_FAN) for seg, (ident, digest, fan) in sorted(rows.items()))
+    body = MAGIC + b"".join(ROW.pack(seg, *ident, digest, bytes(fan) if fan is not None else NO_FAN) for seg, (ident, digest, fan) in sorted(rows.items()))
     return body + blake3.blake3(body).digest()
 
 
