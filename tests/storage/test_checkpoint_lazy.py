@@ -22,7 +22,7 @@ from helpers import log_engine_of, run_log_root
 import objstore
 from objstore.storage.fileutil import FsyncPolicy
 from objstore.storage.log import checkpoint as ck
-from objstore.storage.log import local_write, segindex
+from objstore.storage.log import local_state, local_write, segindex
 from objstore.storage.log.format import STATS, _enc
 from objstore.storage.log.local import LogEngine
 
@@ -116,18 +116,25 @@ def test_a_fresh_reader_adopts_the_checkpoint_without_reading_its_active_rows(tm
     assert 0 < looked_up < active // 4, (looked_up, active)
 
 
-def test_a_checkpoint_written_before_zsum_is_read_whole_adopted_and_rewritten_once(tmp_path, monkeypatch):
-    root = str(tmp_path / "s")
-    run = _fill(root, monkeypatch)
-    path = _ckpt(root, run)
+def _old_layout(path):
+    """Rewrite the checkpoint at ``path`` as written before zsum: the map in sorted key order, no zsum."""
     with open(path, "rb") as f:
         data = f.read()
     m = msgspec.msgpack.decode(data[:-32])
     del m["zsum"]
-    old = _enc.encode(m)  # the layout before: keys in sorted order, no zsum
+    old = _enc.encode(m)
     with open(path, "wb") as f:
         f.write(old + blake3.blake3(old).digest())
+    return m, old
+
+
+def test_a_checkpoint_written_before_zsum_is_read_whole_adopted_and_rewritten_once(tmp_path, monkeypatch):
+    root = str(tmp_path / "s")
+    run = _fill(root, monkeypatch)
+    path = _ckpt(root, run)
+    m, old = _old_layout(path)
     size = os.path.getsize(path)
+    assert size >= local_state.REWRITE_WHOLE
     with monkeypatch.context() as mp:
         reads = _Reads(mp, path)
         log = objstore.open_store(root)
@@ -142,6 +149,22 @@ def test_a_checkpoint_written_before_zsum_is_read_whole_adopted_and_rewritten_on
     eng = log_engine_of(log.store, run)
     assert eng._ckpt_at[0] == eng.tables.pos.entry and not eng._ckpt_whole, "the next reader adopts it without reading it whole"
     assert [r.body["step"] for r in log.find_records(run, checkpoint_id="C7")] == [7]
+
+
+def test_a_small_checkpoint_written_before_zsum_is_read_whole_and_left_as_it_is(tmp_path, monkeypatch):
+    """Below ``REWRITE_WHOLE`` bytes a reader reads an older checkpoint whole and writes nothing (a
+    store opened only to be read, an upgrade refused, stays byte for byte)."""
+    root = str(tmp_path / "s")
+    run = _fill(root, monkeypatch, n=60)
+    path = _ckpt(root, run)
+    _m, old = _old_layout(path)
+    assert os.path.getsize(path) < local_state.REWRITE_WHOLE
+    log = objstore.open_store(root)
+    eng = log_engine_of(log.store, run)
+    assert eng._ckpt_whole and eng._ckpt_at != (0, 0), "adopted, read whole"
+    assert [r.body["step"] for r in log.find_records(run, checkpoint_id="C9")] == [9]
+    with open(path, "rb") as f:
+        assert f.read() == old + blake3.blake3(old).digest(), "left as it is"
 
 
 def test_fields_edited_without_zsum_send_the_reader_to_the_whole_file(tmp_path, monkeypatch):

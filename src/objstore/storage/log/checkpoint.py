@@ -137,9 +137,9 @@ class Checkpoints(LocalBase):
         try:
             got = adoption_lazy(fd, self._entry_ending_at)
             if got is None:  # written without zsum (or damaged): read whole, as before
-                self._ckpt_whole = True
                 with os.fdopen(os.dup(fd), "rb") as f:
                     data = f.read()
+                self._ckpt_whole = len(data)
                 got = adoption(data, self._entry_ending_at)
             else:
                 kept = not isinstance(got, str)  # its frozen rows read the file through fd

@@ -40,6 +40,8 @@ from .tables import LogState
 
 OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind...
 OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
+REWRITE_WHOLE = 64 << 10  # ...or adopted a checkpoint of this many bytes or more that it had to read whole (written
+# before its zsum): rewritten once in the current layout, so the next open reads its fields, not its active rows
 
 
 def top_segment(names: list[str]) -> int:
@@ -98,7 +100,7 @@ class LocalBase(Engine):
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False
-        self._ckpt_whole = False  # the checkpoint adopted (or not) had to be read whole: one written before its zsum
+        self._ckpt_whole = 0  # the size of the checkpoint if it had to be read whole (one written before its zsum), else 0
         self._use_checkpoint = True
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
@@ -118,7 +120,7 @@ class LocalBase(Engine):
             self._check_witness()
             entries = self.tables.pos.entry - self._ckpt_at[0]
             if (entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES))
-                    or (self._ckpt_whole and self._ckpt_at[0] > 0)):  # one read whole: rewritten once, so the next open reads less
+                    or (self._ckpt_whole >= REWRITE_WHOLE and self._ckpt_at[0] > 0)):  # a large one read whole: rewritten once
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
 
     def tail(self) -> tuple[Position, int, int]:
