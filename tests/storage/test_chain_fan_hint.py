@@ -117,3 +117,13 @@ def test_a_row_without_a_fan_out_gets_one(tmp_path, monkeypatch):
     assert _answers(root, run, n) == truth
     assert hashed == [], "a version-1 row still vouches for its file"
     assert idxtrust._parse(open(p, "rb").read()) == rows, "the fan-outs are kept with the rows again"
+
+
+def test_a_fan_out_of_an_index_without_chain_rows_is_kept():
+    """An index with no chain rows (a segment of bodies only) has a fan-out of zeros: kept as it is,
+    not taken for "none" (else every reader would compute it again and rewrite the file)."""
+    ident = (1, 2, 3, 4, 5)
+    rows = {1: (ident, b"d" * 32, segindex.FANOUT.pack(*[0] * 256)), 2: (ident, b"e" * 32, None),
+            3: (ident, b"f" * 32, segindex.FANOUT.pack(*range(256)))}
+    back = idxtrust._parse(idxtrust._dump(rows))
+    assert back == rows

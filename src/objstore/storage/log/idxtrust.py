@@ -47,8 +47,8 @@ NAME = "idx-verified"
 MAGIC_V1 = b"OSIV\x01\x00\x00\x00"
 ROW_V1 = struct.Struct("<QQQQqq32s")  # segment, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, digest
 MAGIC = b"OSIV\x02\x00\x00\x00"
-ROW = struct.Struct("<QQQQqq32s1024s")  # ... and the index's chain fan-out (segindex.SegmentIndex.chain_fan; zeros: none)
-NO_FAN = bytes(1024)
+ROW = struct.Struct("<QQQQqq32s1024s")  # ... and the index's chain fan-out (segindex.SegmentIndex.chain_fan; NO_FAN: none)
+NO_FAN = b"\xff" * 1024  # no fan-out recorded (a real one ends with the index's chain row count, never 2**32 - 1)
 RACY_NS = 200_000_000  # far above a clock tick (1-10 ms) and any skew between the coarse and the fine clock
 
 Identity = tuple[int, int, int, int, int]
