@@ -88,15 +88,18 @@ def test_a_forged_fan_out_changes_no_answer(tmp_path, monkeypatch):
     truth = _answers(root, run, n)
     d = os.path.join(run_log_root(root, run), "log")
     rows = idxtrust._parse(open(os.path.join(d, idxtrust.NAME), "rb").read())
+    count = {seg: int.from_bytes(r[2][-4:], "little") for seg, r in rows.items()}  # each index's chain rows
     for forged in ([0] * 128 + [10] * 128, [i * 3 for i in range(256)], [7] * 255 + [9], list(range(256))):
-        rows = {seg: (ident, digest, segindex.FANOUT.pack(*forged)) for seg, (ident, digest, _f) in rows.items()}
+        # each ends with its index's chain row count (a fan-out that does not is not used at all)
+        fans = {seg: segindex.FANOUT.pack(*forged[:255], count[seg]) for seg in rows}
+        rows = {seg: (ident, digest, fans[seg]) for seg, (ident, digest, _f) in rows.items()}
         with open(os.path.join(d, idxtrust.NAME), "wb") as f:
             f.write(idxtrust._dump(rows))
         assert _answers(root, run, n) == truth, forged
         log = objstore.open_store(root)
         log.find_records(run, checkpoint_id="C1")
         eng = log_engine_of(log.store, run)
-        assert all(eng._idx[s].chain_fan == segindex.FANOUT.pack(*forged) for s in (1, 2, 3)), "the forged hint was used"
+        assert all(eng._idx[s].chain_fan == fans[s] for s in (1, 2, 3)), "the forged hint was used"
 
 
 def test_a_row_without_a_fan_out_gets_one(tmp_path, monkeypatch):
@@ -127,3 +130,16 @@ def test_a_fan_out_of_an_index_without_chain_rows_is_kept():
             3: (ident, b"f" * 32, segindex.FANOUT.pack(*range(256)))}
     back = idxtrust._parse(idxtrust._dump(rows))
     assert back == rows
+
+
+def test_a_fan_out_that_does_not_count_the_chain_rows_is_computed_again(tmp_path, monkeypatch):
+    root = str(tmp_path / "s")
+    run, n = _build(root, monkeypatch, sealed=2)
+    truth = _answers(root, run, n)
+    p = os.path.join(run_log_root(root, run), "log", idxtrust.NAME)
+    rows = idxtrust._parse(open(p, "rb").read())
+    good = {seg: bytes(r[2]) for seg, r in rows.items()}
+    with open(p, "wb") as f:
+        f.write(idxtrust._dump({seg: (ident, digest, bytes(1024)) for seg, (ident, digest, _f) in rows.items()}))
+    assert _answers(root, run, n) == truth
+    assert {seg: bytes(r[2]) for seg, r in idxtrust._parse(open(p, "rb").read()).items()} == good, "computed again and kept"

@@ -177,6 +177,9 @@ class SegmentIndexes(LocalBase):
             else:
                 os.close(fd)
             return None
+        if int.from_bytes(row[2][-4:], "little") != idx.nchain:
+            idx.close()  # a fan-out that does not count this index's chain rows: computed again (_load_named)
+            return None
         idx.stat, idx.chain_fan = st, row[2]
         return idx
 
@@ -192,6 +195,8 @@ class SegmentIndexes(LocalBase):
             return None
         # the chain fan-out hint (a label search reads the rows of its key's first byte at once: SegmentIndex._hinted)
         fan = None if hashed else verified.chain_fan(seg)
+        if fan is not None and int.from_bytes(fan[-4:], "little") != idx.nchain:
+            fan = None  # it does not count this index's chain rows: computed again, and kept with the row
         if fan is None:
             try:
                 fan = idx.compute_chain_fan()
