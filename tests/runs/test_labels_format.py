@@ -58,3 +58,19 @@ def test_the_schema_the_x_record_names_is_the_golden_schema():
     by = {v["name"]: v for v in GOLD["vectors"]}
     rec = from_json(by["x. record with a record label"]["value"])
     assert rec["schema"].hex() == by["schema object"]["id"]
+
+
+def test_escape_is_quote_with_the_unreserved_characters_safe():
+    """``escape`` returns a text of unreserved characters as it is, without calling ``quote``: the
+    same bytes either way (the label keys, hence the log's index rows, depend on them)."""
+    import random
+    from urllib.parse import quote
+
+    from objstore.storage import labels as SL
+
+    rng = random.Random(16)
+    alphabet = "AZaz09-._~ /%&=+?#é€\x00\n" + "".join(map(chr, range(32, 127)))
+    texts = ["", "thread-1", "1ef2c0d3-aa.b_c~d", "a b", "é", "%41", "~" * 5]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 24))) for _ in range(5000)]
+    for t in texts:
+        assert SL.escape(t) == quote(t, safe="-._~"), t

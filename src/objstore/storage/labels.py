@@ -20,6 +20,7 @@ and the keys; it decides nothing about runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -31,7 +32,12 @@ MAX_LABELS = 16
 MAX_LABEL_CHARS = 1024
 
 
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")  # what quote() leaves as it is: such a text is its own escape
+
+
 def escape(text: str) -> str:
+    if _UNRESERVED.fullmatch(text):
+        return text  # most labels (ids, names): no call into quote, which a replay makes once per label
     return quote(text, safe="-._~")
 
 

@@ -4,7 +4,9 @@ A checkpoint is derived data (its BLAKE3 is recomputable by anyone), so it is ad
 log commits to it: the entry ending where it says has the checksum it names, and its tables hash to
 the root that entry names (``adoption``: the one copy of that rule, used by the engine, by backup for
 DEST's checkpoint and by verify). Rows of the active segment it carries are not covered by the root:
-they are checked against the records they point at when used. Deletions it took in are checked
+they are checked against the records they point at when used, and read from the file where a look-up
+asks (``adoption_lazy``: a reader adopts a checkpoint for the cost of its fields and label rows, not of
+the active segment's rows). Deletions it took in are checked
 against the authority rule as of their own entries (``_confirm_adopted``). Written without fsync
 (a lost checkpoint means a longer replay), after the entry it names is durable, and never at the
 end of a packed segment (no offset there to name).
@@ -25,10 +27,11 @@ from .. import authority
 from ..fileutil import write_derived
 from . import segindex
 from .entry import LogEntry
+from .format import LABEL_ROW, _dec
 from .local_state import LocalBase
 from .root import root_digest
 from .segfile import _read_segment_header, entry_ending_at
-from .tables import LogState
+from .tables import ZSUM_LEN, ZSUM_PAIR, LogState, _map_header, bin_field, map_start
 
 
 def adoption(data: bytes, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str:
@@ -42,6 +45,12 @@ def adoption(data: bytes, entry_at: Callable[[int, int, int], LogEntry | None]) 
         t, seg, off = LogState.load(data[:-32])
     except Exception as err:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
         return f"unreadable ({err})"
+    return _committed(t, seg, off, entry_at)
+
+
+def _committed(t: LogState, seg: int, off: int, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str:
+    """The one rule: the tables are adopted only if the entry ending at (seg, off) is the one they
+    name and its root is theirs."""
     if t.pos.entry <= 0:
         return t, seg, off, None
     e = entry_at(seg, off, t.pos.entry)
@@ -50,6 +59,62 @@ def adoption(data: bytes, entry_at: Callable[[int, int, int], LogEntry | None]) 
     if root_digest(t.root_sum) != e.root:
         return f"its tables do not hash to the root of entry {t.pos.entry}"
     return t, seg, off, e
+
+
+def adoption_lazy(fd: int, entry_at: Callable[[int, int, int], LogEntry | None]) -> tuple[LogState, int, int, LogEntry | None] | str | None:
+    """``adoption`` of the checkpoint file open at ``fd`` without reading its ``active`` rows. The map
+    opens with ``active`` and ``labels`` and ends with ``zsum`` (``LogState.dump``): every field but
+    ``active`` is read (the label rows straight into the buffer the tables keep; the root covers
+    them) and the others are checked by ``zsum``, the BLAKE3 of the map's bytes after ``labels`` up
+    to ``zsum``; the rule is the same
+    (``_committed``), and the tables' ``frozen`` rows are the file's bytes, read where a lookup asks
+    (``segindex.FileBytes``: they were never covered by the root, and each is checked against the
+    record it points at when used). The descriptor then belongs to those rows. None: the file is
+    not of that shape (written before it) or ``zsum`` does not match: the caller reads the file
+    whole (``adoption``), and ``fd`` is not taken."""
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, 32, 0)
+    got = map_start(head)
+    if got is None or got[0] < 3:
+        return None
+    n, p = got
+    act = bin_field(head, p, b"active")
+    if act is None:
+        return None
+    at = p + act[0]
+    end = at + act[1]
+    lhead = os.pread(fd, 16, end)
+    lab = bin_field(lhead, 0, b"labels")
+    if lab is None:
+        return None
+    lstart, llen = end + lab[0], lab[1]
+    tail = size - 32 - (lstart + llen)
+    if llen % LABEL_ROW.size or tail < ZSUM_LEN:
+        return None
+    labels = bytearray(llen)
+    if llen and os.preadv(fd, [labels], lstart) != llen:
+        return None
+    small = os.pread(fd, tail, lstart + llen)
+    if len(small) != tail or small[-ZSUM_LEN:-32] != ZSUM_PAIR:
+        return None
+    if blake3.blake3(memoryview(small)[:-ZSUM_LEN]).digest() != small[-32:]:
+        return None
+    rows = segindex.FileBytes(fd, act[1], at)
+    try:
+        try:
+            m = _dec.decode(_map_header(n - 2) + small)
+            m["labels"] = labels
+            t, seg, off = LogState.from_map(m, rows)
+        except Exception as err:  # noqa: BLE001 - derived bytes of any shape: not adopted, nothing more
+            got_: tuple[LogState, int, int, LogEntry | None] | str = f"unreadable ({err})"
+        else:
+            got_ = _committed(t, seg, off, entry_at)
+    except BaseException:
+        rows.fd = -1  # the caller keeps (and closes) its descriptor
+        raise
+    if isinstance(got_, str):
+        rows.fd = -1
+    return got_
 
 
 class Checkpoints(LocalBase):
@@ -65,15 +130,28 @@ class Checkpoints(LocalBase):
         they point at when used (``_confirmed``, ``_drop_frozen``)."""
         path = os.path.join(self.dir, "checkpoint")
         try:
-            with open(path, "rb") as f:
-                data = f.read()
-            got = adoption(data, self._entry_ending_at)
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        kept = False
+        try:
+            got = adoption_lazy(fd, self._entry_ending_at)
+            if got is None:  # written without zsum (or damaged): read whole, as before
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    data = f.read()
+                self._ckpt_whole = len(data)
+                got = adoption(data, self._entry_ending_at)
+            else:
+                kept = not isinstance(got, str)  # its frozen rows read the file through fd
             if isinstance(got, str):
                 raise ValueError(got)
             t, seg, off, e = got
             sealed = e is not None and e.seal
         except (OSError, ValueError, KeyError, TypeError, IndexError, msgspec.DecodeError, CorruptLog, segindex.IndexError_, struct.error):
             return  # derived data that does not match (or was crafted): replay the log instead
+        finally:
+            if not kept:
+                os.close(fd)
         self.tables, self._seg, self._off, self._sealed = t, seg, off, sealed
         self._ckpt_at = (t.pos.entry, off)
         # Through a weak reference: the tables naming the engine that holds them would be a cycle, and an

@@ -24,6 +24,11 @@ Kept here:
 * **Derived and best effort**: replaced atomically without fsync; two processes adding rows at
   once may lose one (it is hashed again next time); a read-only store writes none.
 
+Beside each row, the index's chain fan-out (``SegmentIndex.chain_fan``, version 2 of the file): a
+hint a label search uses to read the rows of a key's first byte at once; checked against the rows
+around the range it names before it is used (``SegmentIndex._hinted``), so it decides nothing.
+Version 1 files (no fan-outs) are still read; a reader that uses such a row adds one (``note_fan``).
+
 Not covered, and said in docs/FORMAT.md: bytes that change without the file system's knowing (a
 failing disk), or someone who edits an index and then rewrites this file to match: readers then
 answer from that index until it changes again; ``objstore verify`` names the index either way.
@@ -39,8 +44,11 @@ import blake3
 from ..fileutil import write_derived
 
 NAME = "idx-verified"
-MAGIC = b"OSIV\x01\x00\x00\x00"
-ROW = struct.Struct("<QQQQqq32s")  # segment, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, digest
+MAGIC_V1 = b"OSIV\x01\x00\x00\x00"
+ROW_V1 = struct.Struct("<QQQQqq32s")  # segment, st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns, digest
+MAGIC = b"OSIV\x02\x00\x00\x00"
+ROW = struct.Struct("<QQQQqq32s1024s")  # ... and the index's chain fan-out (segindex.SegmentIndex.chain_fan; NO_FAN: none)
+NO_FAN = b"\xff" * 1024  # no fan-out recorded (a real one ends with the index's chain row count, never 2**32 - 1)
 RACY_NS = 200_000_000  # far above a clock tick (1-10 ms) and any skew between the coarse and the fine clock
 
 Identity = tuple[int, int, int, int, int]
@@ -50,17 +58,29 @@ def identity(st: os.stat_result) -> Identity:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def _parse(data: bytes) -> dict[int, tuple[Identity, bytes]]:
-    """The rows of the file's bytes; none if they are torn, foreign or of another version."""
-    body = data[:-32]
-    if (len(data) < len(MAGIC) + 32 or not body.startswith(MAGIC) or (len(body) - len(MAGIC)) % ROW.size
+Row = tuple[Identity, bytes, bytes | None]  # identity, digest, chain fan-out (None: not recorded)
+
+
+def _parse(data: bytes) -> dict[int, Row]:
+    """The rows of the file's bytes (version 1: without chain fan-outs); none if they are torn,
+    foreign or of another version. A row's fan-out is a view of ``data`` (nothing copied)."""
+    view = memoryview(data)
+    body = view[:-32]
+    row, fans = (ROW, True) if data.startswith(MAGIC) else (ROW_V1, False) if data.startswith(MAGIC_V1) else (None, False)
+    if (row is None or len(data) < len(MAGIC) + 32 or (len(body) - len(MAGIC)) % row.size
             or blake3.blake3(body).digest() != data[-32:]):
         return {}
-    return {seg: ((dev, ino, size, mt, ct), digest) for seg, dev, ino, size, mt, ct, digest in ROW.iter_unpack(body[len(MAGIC):])}
+    out: dict[int, Row] = {}
+    unpack, size = ROW_V1.unpack_from, row.size
+    for at in range(len(MAGIC), len(body), size):
+        seg, dev, ino, fsize, mt, ct, digest = unpack(data, at)
+        fan = body[at + ROW_V1.size : at + size] if fans else None
+        out[seg] = ((dev, ino, fsize, mt, ct), digest, None if fan is None or fan[-4:] == NO_FAN[-4:] else fan)
+    return out
 
 
-def _dump(rows: dict[int, tuple[Identity, bytes]]) -> bytes:
-    body = MAGIC + b"".join(ROW.pack(seg, *ident, digest) for seg, (ident, digest) in sorted(rows.items()))
+def _dump(rows: dict[int, Row]) -> bytes:
+    body = MAGIC + b"".join(ROW.pack(seg, *ident, digest, bytes(fan) if fan is not None else NO_FAN) for seg, (ident, digest, fan) in sorted(rows.items()))
     return body + blake3.blake3(body).digest()
 
 
@@ -69,9 +89,9 @@ class VerifiedIndexes:
 
     def __init__(self, log_dir: str) -> None:
         self.path = os.path.join(log_dir, NAME)
-        self._rows: dict[int, tuple[Identity, bytes]] | None = None
+        self._rows: dict[int, Row] | None = None
 
-    def _read(self) -> dict[int, tuple[Identity, bytes]]:
+    def _read(self) -> dict[int, Row]:
         try:
             with open(self.path, "rb") as f:
                 return _parse(f.read())
@@ -86,16 +106,44 @@ class VerifiedIndexes:
         row = self._rows.get(seg)
         return row is not None and row[1] == digest and row[0] == identity(st)
 
-    def note(self, seg: int, st: os.stat_result, digest: bytes, started_ns: int) -> None:
+    def row(self, seg: int) -> Row | None:
+        """Segment ``seg``'s row as read (the caller compares its identity and digest, as ``vouches`` does)."""
+        if self._rows is None:
+            self._rows = self._read()
+        return self._rows.get(seg)
+
+    def chain_fan(self, seg: int) -> bytes | None:
+        """The chain fan-out recorded with segment ``seg``'s row (a hint: ``SegmentIndex._hinted``
+        checks it against the index's rows), or None."""
+        row = (self._rows or {}).get(seg)
+        return None if row is None else row[2]
+
+    def note(self, seg: int, st: os.stat_result, digest: bytes, started_ns: int, fan: bytes | None = None) -> None:
         """Record that segment ``seg``'s index file, whose fstat ``st`` was taken after ``started_ns``
         (``time.time_ns()`` before the file was opened), hashed to ``digest``, the log's. Nothing is
-        recorded for a file changed within ``RACY_NS`` of that moment (see the module's docstring)."""
+        recorded for a file changed within ``RACY_NS`` of that moment (see the module's docstring).
+        ``fan``: the index's chain fan-out, kept with the row as a hint."""
         if max(st.st_ctime_ns, st.st_mtime_ns) + RACY_NS >= started_ns:
             return
         rows = self._read()  # another process's rows since ours were read: kept
-        rows[seg] = (identity(st), digest)
+        rows[seg] = (identity(st), digest, fan)
         self._rows = rows
         try:
             write_derived(self.path, _dump(rows))
         except OSError:
             pass  # a read-only store: the next reader hashes the index again
+
+    def note_fan(self, seg: int, st: os.stat_result, digest: bytes, fan: bytes) -> None:
+        """Keep ``fan`` (segment ``seg``'s chain fan-out) with its row, if the row still vouches for that
+        file (``st``) and digest: a row recorded before fan-outs were (version 1), or by a process that
+        did not compute one."""
+        rows = self._read()
+        row = rows.get(seg)
+        if row is None or row[1] != digest or row[0] != identity(st) or row[2] == fan:
+            return
+        rows[seg] = (row[0], digest, fan)
+        self._rows = rows
+        try:
+            write_derived(self.path, _dump(rows))
+        except OSError:
+            pass

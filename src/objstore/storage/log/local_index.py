@@ -125,7 +125,7 @@ class SegmentIndexes(LocalBase):
                 idx = self._index(seg)
             except CorruptLog:
                 continue  # a missing or damaged sealed segment: its rows are not found (verify names it)
-            rows.extend(idx.chain_from(key, 0))
+            rows.extend(idx.key_rows(key))
         return sorted(set(rows), reverse=True)
 
     def iter_ids(self) -> Iterator[bytes]:
@@ -144,11 +144,43 @@ class SegmentIndexes(LocalBase):
         if idx is not None:
             return idx
         named = self.tables.idx.get(seg) or self._built.get(seg)
-        idx = self._load_named(seg, named) if named is not None else None
+        idx = (self._open_vouched(seg, named) or self._load_named(seg, named)) if named is not None else None
         if idx is None:
             idx = self._rebuild_index(seg, named)
         idx.checked = True
         self._idx[seg] = idx
+        return idx
+
+    def _open_vouched(self, seg: int, named: bytes) -> segindex.SegmentIndex | None:
+        """``_load_named``'s common case, in few steps (a label search opens every sealed index): the
+        hint file vouches for this very file with ``named`` and holds its chain fan-out. None: any
+        other case (``_load_named`` decides it)."""
+        v = self._verified
+        row = v.row(seg)
+        if row is None or row[1] != named or row[2] is None:
+            return None
+        try:
+            fd = os.open(self.idx_path(seg), os.O_RDONLY)
+        except OSError:
+            return None
+        data = None
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) != row[0]:
+                os.close(fd)
+                return None
+            data = segindex.FileBytes(fd, st.st_size)
+            idx = segindex.SegmentIndex(data, seg, lazy_fan=True)
+        except (OSError, segindex.IndexError_):
+            if data is not None:
+                data.close()
+            else:
+                os.close(fd)
+            return None
+        if int.from_bytes(row[2][-4:], "little") != idx.nchain:
+            idx.close()  # a fan-out that does not count this index's chain rows: computed again (_load_named)
+            return None
+        idx.stat, idx.chain_fan = st, row[2]
         return idx
 
     def _load_named(self, seg: int, named: bytes) -> segindex.SegmentIndex | None:
@@ -156,8 +188,26 @@ class SegmentIndexes(LocalBase):
         vouches for this very file (``idxtrust``), and recorded there once hashed."""
         started = time.time_ns()  # before the file is opened: an edit after it gives a later ctime than the row holds
         verified = self._verified
-        return segindex.load_named(self.idx_path(seg), seg, named, lambda st: verified.vouches(seg, st, named),
-                                   lambda st: verified.note(seg, st, named, started))
+        hashed: list = []
+        idx = segindex.load_named(self.idx_path(seg), seg, named, lambda st: verified.vouches(seg, st, named),
+                                  lambda st, got: hashed.append(got))
+        if idx is None:
+            return None
+        # the chain fan-out hint (a label search reads the rows of its key's first byte at once: SegmentIndex._hinted)
+        fan = None if hashed else verified.chain_fan(seg)
+        if fan is not None and int.from_bytes(fan[-4:], "little") != idx.nchain:
+            fan = None  # it does not count this index's chain rows: computed again, and kept with the row
+        if fan is None:
+            try:
+                fan = idx.compute_chain_fan()
+            except (OSError, segindex.IndexError_):
+                fan = None
+            if hashed:
+                verified.note(seg, idx.stat, named, started, fan)
+            elif fan is not None:
+                verified.note_fan(seg, idx.stat, named, fan)
+        idx.chain_fan = fan
+        return idx
 
     def _rebuild_index(self, seg: int, named: bytes | None) -> segindex.SegmentIndex:
         """Index a sealed segment from its entries' metas (the file is missing or is not the one

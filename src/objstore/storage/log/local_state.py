@@ -11,7 +11,10 @@ Kept here:
 
 * one descriptor per segment file, opened on first use and kept until ``close`` (or the engine is
   collected); one that gc replaced is kept open too, as another thread may still read it; likewise
-  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``);
+  one per sealed index file a lookup used (read with ``pread``: ``segindex.FileBytes``); one on the
+  adopted checkpoint's file, whose active rows are read where a lookup asks, kept by those rows (the
+  tables' ``frozen``) until they are dropped or the engine is collected: a checkpoint replaced since
+  is another file, and these rows are the ones the adopted fields go with;
 * a missing segment is ``CorruptLog``, never an empty one;
 * ``_mu`` guards the tables and the tail position within a process; ``_wlock`` (threads) and the
   ``lock`` file's ``flock`` (processes) serialize writers; the ``sync`` file (``groupsync``) lets
@@ -37,6 +40,18 @@ from .tables import LogState
 
 OPEN_CHECKPOINT = 200  # a reader that replayed this many entries at open leaves a checkpoint behind...
 OPEN_CHECKPOINT_BYTES = 128 << 10  # ...or this many bytes of log
+REWRITE_WHOLE = 64 << 10  # ...or adopted a checkpoint of this many bytes or more that it had to read whole (written
+# before its zsum): rewritten once in the current layout, so the next open reads its fields, not its active rows
+
+
+def top_segment(names: list[str]) -> int:
+    """The highest segment number among a log directory's file names (1 if none): of the ``.seg``
+    names whose stem is all digits, the greatest number. When every ``.seg`` name is ten digits (as
+    the engine names them), the greatest name is that number: no name is parsed but that one."""
+    segs = [f for f in names if f.endswith(".seg")]
+    if segs and all(len(f) == 14 and f[:-4].isdigit() for f in segs):
+        return int(max(segs)[:-4])
+    return max([int(f[:-4]) for f in segs if f[:-4].isdigit()] or [1])
 
 
 class LocalBase(Engine):
@@ -85,11 +100,12 @@ class LocalBase(Engine):
         self._durable = 0  # entries of this process up to this number are durable
         self._old_wfds: list[int] = []
         self._ckpt_busy = False
+        self._ckpt_whole = 0  # the size of the checkpoint if it had to be read whole (one written before its zsum), else 0
         self._use_checkpoint = True
         self._wit = self.witness()  # the head witness as this process found it at open
         self.witness_problem: tuple[str, str] | None = None  # (code, detail): log-truncated / witness-mismatch
         try:  # the highest segment present: a gap below it is a missing segment, not the log's end
-            self._top = max([int(f[:-4]) for f in os.listdir(self.dir) if f.endswith(".seg") and f[:-4].isdigit()] or [1])
+            self._top = top_segment(os.listdir(self.dir))
         except OSError:
             self._top = 1
         self._use_checkpoint = checkpoint
@@ -103,7 +119,8 @@ class LocalBase(Engine):
         else:
             self._check_witness()
             entries = self.tables.pos.entry - self._ckpt_at[0]
-            if entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES)):
+            if (entries >= OPEN_CHECKPOINT or (entries and (self._seg, self._off) > (ckpt_seg, self._ckpt_at[1] + OPEN_CHECKPOINT_BYTES))
+                    or (self._ckpt_whole >= REWRITE_WHOLE and self._ckpt_at[0] > 0)):  # a large one read whole: rewritten once
                 self._checkpoint()  # best effort (a read-only store just replays again next time)
 
     def tail(self) -> tuple[Position, int, int]:

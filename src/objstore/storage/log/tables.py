@@ -136,7 +136,7 @@ class LogState(Rules):
             if key[0] == "R":
                 self.run_digests[key[1]] = key[2]
             root_sum += element_hash(key)
-        self.label_rows_hash = blake3.blake3(bytes(self.label_rows_packed))  # one pass in C, whatever the number of rows
+        self.label_rows_hash = blake3.blake3(self.label_rows_packed)  # one pass in C, whatever the number of rows
         if self.label_rows_packed:
             root_sum += element_hash(["L", self.label_rows_hash.digest()])
         return root_sum & _ROOT_MOD
@@ -179,22 +179,34 @@ class LogState(Rules):
         return objects, chain
 
     def dump(self, seg: int, off: int, first: int) -> bytes:
+        """The checkpoint's MessagePack map (without the file's trailing BLAKE3): ``active`` first,
+        ``labels`` second and ``zsum`` (the BLAKE3 of the pairs between them) last, so a reader takes
+        every field but ``active`` with two reads of the file, without reading the active rows
+        (``checkpoint.adoption_lazy``); the label rows are checked by the root, the rest by ``zsum``."""
         objects, chain = self.active_rows(labels=False)
-        return _enc.encode({
+        rest = _enc.encode({
             "v": 3, "seg": seg, "off": off, "entry": self.pos.entry, "checksum": self.pos.checksum, "time": self.last_time,
             "refs": [[k, v] for k, v in self.refs.items()],
             "tips": [[r, b, lsn, oid] for (r, b), (lsn, oid) in self.tips.items()],
             "intents": self.intents, "starts": self.starts, "idx": [[k, v] for k, v in self.idx.items()],
             "packs": [[k, v] for k, v in self.packs.items()],
-            # the active segment's rows in the index layout: looked up in place, never unpacked
-            "active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain),
-            # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
-            **({"labels": bytes(self.label_rows_packed)} if self.label_rows_packed else {}),
         })
+        n, pairs = _map_len(rest), rest[_map_header_len(rest):]
+        # the active segment's rows in the index layout: looked up in place (read where a lookup asks), never unpacked
+        active = _enc.encode({"active": segindex.build(seg, first, self.pos.entry, self.pos.checksum, objects, chain)})[1:]
+        # the active segment's label rows: in the root (["L", digest of their set hash]), so adopted only as the log says
+        labels = _enc.encode({"labels": bytes(self.label_rows_packed)})[1:]
+        return _map_header(n + 3) + active + labels + pairs + ZSUM_PAIR + blake3.blake3(pairs).digest()
 
     @classmethod
     def load(cls, data: bytes) -> tuple[LogState, int, int]:
         m = _dec.decode(data)
+        return cls.from_map(m, m["active"])
+
+    @classmethod
+    def from_map(cls, m: dict, active: Any) -> tuple[LogState, int, int]:
+        """The tables of a decoded checkpoint map whose ``active`` rows are ``active`` (bytes, or the
+        file's bytes read where a lookup asks: ``segindex.FileBytes``)."""
         if m.get("v") != 3:
             raise ValueError("checkpoint version")
         t = cls()
@@ -219,9 +231,59 @@ class LogState(Rules):
         t.idx = {k: v for k, v in m["idx"]}
         t.packs = {k: v for k, v in m.get("packs", ())}
         rows = m.get("labels", b"")
-        if type(rows) is not bytes or len(rows) % LABEL_ROW.size:
+        if type(rows) not in (bytes, bytearray) or len(rows) % LABEL_ROW.size:
             raise ValueError("label rows")
-        t.label_rows_packed = bytearray(rows)
+        t.label_rows_packed = rows if type(rows) is bytearray else bytearray(rows)
         t.root_sum = t.recompute_root()
-        t.frozen = segindex.SegmentIndex(m["active"], m["seg"])
+        t.frozen = segindex.SegmentIndex(active, m["seg"])
         return t, m["seg"], m["off"]
+
+
+# -- the checkpoint's layout: a MessagePack map {active, labels, ..., zsum} -----------------------------
+ZSUM_PAIR = b"\xa4zsum\xc4\x20"  # the map's last key and the bin8 header of its 32-byte value
+ZSUM_LEN = len(ZSUM_PAIR) + 32
+
+
+def _map_header_len(enc: bytes) -> int:
+    b = enc[0]
+    return 1 if 0x80 <= b <= 0x8F else 3 if b == 0xDE else 5
+
+
+def _map_len(enc: bytes) -> int:
+    b = enc[0]
+    return b & 0x0F if 0x80 <= b <= 0x8F else int.from_bytes(enc[1:3], "big") if b == 0xDE else int.from_bytes(enc[1:5], "big")
+
+
+def _map_header(n: int) -> bytes:
+    return bytes([0x80 | n]) if n <= 15 else b"\xde" + n.to_bytes(2, "big")
+
+
+def bin_field(buf: bytes, p: int, key: bytes) -> tuple[int, int] | None:
+    """A map pair at ``buf[p:]`` whose key is the short string ``key`` and whose value is a bin:
+    (offset of the value's bytes from ``p``, their length), or None."""
+    k = bytes([0xA0 | len(key)]) + key
+    if buf[p : p + len(k)] != k:
+        return None
+    p0, p = p, p + len(k)
+    if len(buf) < p + 5:
+        return None
+    t = buf[p]
+    if t == 0xC4:
+        return p + 2 - p0, buf[p + 1]
+    if t == 0xC5:
+        return p + 3 - p0, int.from_bytes(buf[p + 1 : p + 3], "big")
+    if t == 0xC6:
+        return p + 5 - p0, int.from_bytes(buf[p + 1 : p + 5], "big")
+    return None
+
+
+def map_start(head: bytes) -> tuple[int, int] | None:
+    """(number of keys, offset of the first key) of the MessagePack map opening ``head``, or None."""
+    if not head:
+        return None
+    b = head[0]
+    if 0x80 <= b <= 0x8F:
+        return b & 0x0F, 1
+    if b == 0xDE and len(head) >= 3:
+        return int.from_bytes(head[1:3], "big"), 3
+    return None

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # imported where used: a reader of runs never loads the write
 
 STORE_LOG = "store"
 MAX_OPEN = 256  # run logs a process keeps open at most (each holds a few descriptors); past it the least recently used goes
-FDS_PER_LOG = 6  # lock, read and append descriptors of its segment, sync, witness, a sealed index: what the bound counts
+FDS_PER_LOG = 7  # lock, read and append descriptors of its segment, sync, witness, a sealed index, the adopted checkpoint: what the bound counts
 RUNS = "runs"
 CATALOG = "catalog"
 INDEX = "index"  # derived files: index/ids (idindex)
