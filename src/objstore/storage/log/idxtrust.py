@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import cast
 
 import blake3
 
@@ -75,7 +76,8 @@ def _parse(data: bytes) -> dict[int, Row]:
     for at in range(len(MAGIC), len(body), size):
         seg, dev, ino, fsize, mt, ct, digest = unpack(data, at)
         fan = body[at + ROW_V1.size : at + size] if fans else None
-        out[seg] = ((dev, ino, fsize, mt, ct), digest, None if fan is None or fan[-4:] == NO_FAN[-4:] else fan)
+        # a fan-out is a view of the file's bytes: read like bytes (slices, int.from_bytes), never copied
+        out[seg] = ((dev, ino, fsize, mt, ct), digest, None if fan is None or fan[-4:] == NO_FAN[-4:] else cast(bytes, fan))
     return out
 
 

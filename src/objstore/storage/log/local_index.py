@@ -202,7 +202,9 @@ class SegmentIndexes(LocalBase):
                 fan = idx.compute_chain_fan()
             except (OSError, segindex.IndexError_):
                 fan = None
-            if hashed:
+            if idx.stat is None:
+                pass  # (load_named always gives a stat; nothing to record without one)
+            elif hashed:
                 verified.note(seg, idx.stat, named, started, fan)
             elif fan is not None:
                 verified.note_fan(seg, idx.stat, named, fan)
