@@ -31,13 +31,14 @@ def _open_target(url: str):
     return Store.open(url, create=True)
 
 
-def _copy(source, target, runs, verb: str, as_json: bool):
-    """transfer, with a progress bar on a terminal (runs done of the total, bytes written so far)."""
+def _copy(source, target, runs, verb: str, as_json: bool, fresh: bool = False):
+    """transfer, with a progress bar on a terminal (runs done of the total, bytes written so far); ``fresh``: the
+    target is the clone this command just made."""
     from objstore.lifecycle.transfer import transfer
 
     with progress_bar(verb, as_json) as bar:
         step = (lambda done, total, size: bar(done, total, f"runs  {human_size(size)}")) if bar else None
-        return transfer(source, target, runs, step=step)
+        return transfer(source, target, runs, step=step, fresh=fresh)
 
 
 def _report(rep, verb: str, as_json: bool) -> None:
@@ -131,4 +132,4 @@ def clone(url, directory, as_json):
     source = Store.open(url)  # before DIR is made: a missing source leaves nothing behind
     check_authority(source)  # so does a forged deletion the copy would carry (transfer refuses it too)
     target = Store.init(os.path.join(directory, DEFAULT_DIR))
-    _report(_copy(source, target, None, "clone", as_json), "clone", as_json)
+    _report(_copy(source, target, None, "clone", as_json, fresh=True), "clone", as_json)

@@ -98,10 +98,12 @@ def store_head(store):
 
 def test_a_clone_copies_the_store_log_as_it_is_so_runs_citing_it_and_gcd_keep_their_heads(tmp_path, monkeypatch):
     """A run whose entries cite the store log (a signed partial deletion) and whose log gc packed since: its entries
-    go as they are only if the target's store log holds the positions they cite, so the store log is copied as it is
-    first (its heads equal at both ends); a run copied as objects instead could not send the body gc removed. The
-    target's own engine of its store log, whose segment the copy replaced, is opened afresh: writing through it
-    after the copy (and after a second push that replaces a packed segment again) leaves every log verified."""
+    go as they are only if the target's store log holds the positions they cite, so a clone copies the store log as
+    it is first (its heads equal at both ends); a run copied as objects instead could not send the body gc removed.
+    The clone's own engine of its store log, whose segment the copy replaced, is opened afresh. A later push
+    appends to the target's store log as it is; one that would replace a file of it (the source's gc packed it)
+    sends the store refs as objects instead: a writer that holds the target's store log open (another process, here
+    a second Store) then loses nothing it commits after the push."""
     a, b = tmp_path / "a", tmp_path / "b"
     src = make(a, 6, monkeypatch)
     log = RunLog(src)
@@ -112,22 +114,35 @@ def test_a_clone_copies_the_store_log_as_it_is_so_runs_citing_it_and_gcd_keep_th
     D.delete_records(log, "R", [log.records("R")[-1].id], reason="pii", key=owner)
     gc(src)
     target = make(b, 6, monkeypatch)
-    rep = transfer(src, target)
+    rep = transfer(src, target, fresh=True)  # as clone does: the target is its own new store
     assert (rep.landed, rep.erased, rep.conflicts) == (["R"], [], [])
     assert store_head(target) == store_head(src) and heads(target) == heads(src)
     assert seg_files(b, "R") == seg_files(a, "R")
-    # the source's store log grows and gc packs it again; a push replaces the target's segment under its open engine
-    log.register_kind("x.t.note", [["text", "str", True, False]])
-    log.record_attempt("R", 9, 0, "succeeded")
-    gc(src)
-    rep = transfer(src, target)
-    assert (rep.landed, rep.erased, rep.conflicts) == (["R"], [], [])
-    assert store_head(target) == store_head(src) and heads(target) == heads(src)
     tlog = RunLog(target)  # the same target Store object: its store log engine is the reopened one
-    tlog.register_kind("x.t.other", [["text", "str", True, False]])
+    # the source's store log grows: a push appends its new entries as they are
+    log.register_kind("x.t.note", [["text", "str", True, False]])
+    rep = transfer(src, target)
+    assert rep.conflicts == [] and store_head(target) == store_head(src)
+    # the source's gc packs its store log: a push would replace the target's segment under every open engine
+    log.register_kind("x.t.more", [["text", "str", True, False]])
+    gc(src)
+    other = Store.open(str(b))  # another writer of the target, its store log open across the push
+    RunLog(other).store.logs.store_log.refresh()
+    rep = transfer(src, target)
+    assert rep.conflicts == [] and rep.store_refs == "landed"
+    assert {k for k, _v in target.list_refs() if k.startswith("schema/")} == {"schema/x.t.note", "schema/x.t.more"}
+    RunLog(other).register_kind("x.t.other", [["text", "str", True, False]])  # committed after the push
+    tlog.register_kind("x.t.mine", [["text", "str", True, False]])
     tlog.append("R", "x.t.note", {"text": "written at the far end"})
-    assert verify(RunLog(Store.open(str(b)))) == []
+    fresh = Store.open(str(b))
+    assert {k for k, _v in fresh.list_refs() if k.startswith("schema/")} == {
+        "schema/x.t.note", "schema/x.t.more", "schema/x.t.other", "schema/x.t.mine"}  # nothing lost
+    assert verify(RunLog(fresh)) == []
     assert RunLog(Store.open(str(b))).records("R")[-1].kind == "x.t.note"
+    # the CLI's clone is such a fresh copy too: the store log's and each run's heads as at the source
+    run_cli("clone", str(a), str(tmp_path / "c"), exit_code=0)
+    cloned = Store.open(str(tmp_path / "c"))
+    assert store_head(cloned) == store_head(src) and heads(cloned) == heads(src)
 
 
 def test_a_run_the_target_wrote_on_its_own_gets_refs_and_objects(tmp_path, monkeypatch):

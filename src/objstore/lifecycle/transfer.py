@@ -126,12 +126,13 @@ def label(store: Store) -> str:
 
 
 def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, progress: Progress | None = None,
-             step: Callable[[int, int, int], None] | None = None) -> TransferReport:
+             step: Callable[[int, int, int], None] | None = None, fresh: bool = False) -> TransferReport:
     """Copy the store-level refs and ``runs`` (default: every run, deleted ones included) from
     ``source`` to ``target`` (see the module docstring). Raises only before anything is written
     (``InvalidInput``: the same store twice; ``RunNotFound``: a named run the source does not have);
     conflicts and unsendable runs are in the report. ``step(runs done, runs in all, bytes written)``:
-    called as the runs go (a progress bar's)."""
+    called as the runs go (a progress bar's). ``fresh``: the target was made by this process for this copy
+    (``clone``), so no other process has its store log open: its files may be replaced by the source's."""
     say = progress or (lambda _m: None)
     if source.engine is target.engine or (source.url or os.path.realpath(source.root or "\0")) == (target.url or os.path.realpath(target.root or "\1")):
         raise InvalidInput(f"push source and target are the same store ({label(source)})")
@@ -149,6 +150,7 @@ def transfer(source: Store, target: Store, runs: Iterable[str] | None = None, pr
                 raise RunNotFound(r)
     rep = TransferReport(label(source), label(target))
     t = _Transfer(source, target, rep, say)
+    t.fresh = fresh
     if source._version >= LABELS_VERSION:
         target.require_version(LABELS_VERSION)  # labelled records, schemas, cross-run forks: format 5
     if step is not None:
@@ -192,6 +194,7 @@ class _Transfer:
         self.redacted = {name[len(runrefs.REDACTED_PREFIX):] for name, v in source.list_refs(runrefs.REDACTED_PREFIX) if isinstance(v, bytes)}
         # two stores of logs on disk: a run's log is copied entry for entry (transfer_logs), its anchor the same at both ends
         self.logcopy = source.logs.per_run and target.logs.per_run and target.root is not None and target.url is None
+        self.fresh = False  # the target is this process's new clone: nobody else has its logs open
 
     def _dst_log(self, run: str | None) -> Engine:
         """The target's log that holds the unit's refs and objects (a store of one log: that log)."""
@@ -436,7 +439,7 @@ class _Transfer:
             return False
         before = _store_refs(self.dst)
         try:
-            got = copy_store_log(self.src, self.dst)
+            got = copy_store_log(self.src, self.dst, replace_ok=self.fresh)
         except LockTimeout:
             return False  # a writer of the target's store log holds it: the refs go one by one instead
         if got is None or not got.entries:
@@ -533,7 +536,7 @@ class _Transfer:
                 self.rep.erased.append((run, f"its copy source {entry.copy_of} was not pushed ({dep})"))
                 return "erased"
         try:
-            got = copy_run_log(self.src, self.dst, run)
+            got = copy_run_log(self.src, self.dst, run, replace_ok=self.fresh)
         except LockTimeout as e:
             self.rep.conflicts.append((run, "?", str(e)))
             return "conflict"
