@@ -79,7 +79,10 @@ def copy_run_log(source: Store, target: Store, run: str, replace_ok: bool = Fals
     got = _copy_as_is(source, target, sengine, ddir, f"run-{run}", first,
                       lambda pos: _cites_hold(sengine, pos, run, tlogs.store_log), replace_ok)
     if got is not None and got.entries:
-        tlogs.release(run)  # this process's engine of it may read a segment the copy replaced: opened afresh when next used
+        if replace_ok:
+            tlogs.release(run)  # this process's engine of it may read a segment the copy replaced: opened afresh when next used
+        else:
+            tlogs.run_log(run).refresh()  # appended to: its descriptors still name the log's files
     return got
 
 
@@ -101,7 +104,10 @@ def copy_store_log(source: Store, target: Store, replace_ok: bool = False) -> Co
         return None
     got = _copy_as_is(source, target, sengine, os.path.join(target.root, STORE_LOG), "store", None, None, replace_ok)
     if got is not None and got.entries:
-        target.engine = tlogs.reopen_store_log()  # as release does for a run's log (the store's engine is its store log)
+        if replace_ok:
+            target.engine = tlogs.reopen_store_log()  # as release does for a run's log (the store's engine is its store log)
+        else:
+            tlogs.store_log.refresh()
     return got
 
 

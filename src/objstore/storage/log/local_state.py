@@ -169,6 +169,9 @@ class LocalBase(Engine):
                 os.close(extra)
         self._lfd = self._sync_fd = self._wfd = self._wit_fd = None
         self._old_wfds = []
+        frozen = getattr(getattr(self, "tables", None), "frozen", None)
+        if frozen is not None:
+            frozen.close()  # an adopted checkpoint's active rows, read from its file by pread (checkpoint.adoption_lazy)
 
     def __del__(self) -> None:
         # An engine nobody holds gives its descriptors back (a long test run, a service that
