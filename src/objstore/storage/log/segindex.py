@@ -147,6 +147,19 @@ HINT_WINDOW = 64 << 10  # the chain rows of one first key byte are read at once 
 ITER_ROWS = 2048  # rows read at a time by a scan
 
 
+def _lower_in(rows: bytes, key: bytes, lsn: int, lo: int, hi: int) -> int:
+    """The first of the chain rows ``lo`` .. ``hi`` of ``rows`` (held in memory) at or after (key, lsn)."""
+    size = CHAIN.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        k, l, _ = CHAIN.unpack_from(rows, mid * size)
+        if (k, l) < (key, lsn):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class SegmentIndex:
     """Read-only view of one index file (or of index bytes held in memory)."""
 
@@ -250,15 +263,7 @@ class SegmentIndex:
         rows = data[base + lo * size : base + hi * size]
         if rows:
             self._win = (lo, rows)
-        a, b = 0, len(rows) // size
-        while a < b:
-            mid = (a + b) // 2
-            k, l, _ = CHAIN.unpack_from(rows, mid * size)
-            if (k, l) < (key, lsn):
-                a = mid + 1
-            else:
-                b = mid
-        return lo + a
+        return lo + _lower_in(rows, key, lsn, 0, len(rows) // size)
 
     def _hinted(self, key: bytes, lsn: int) -> int | None:
         """``_chain_lower`` through the ``chain_fan`` hint, or None (no hint, too many rows, or the hint
@@ -286,14 +291,7 @@ class SegmentIndex:
             while at >= 0 and at % size:
                 at = rows.find(key, at + 1, y * size)
             return a + at // size if at >= 0 else hi  # none: row hi has another first byte (or is past the end)
-        while x < y:
-            mid = (x + y) // 2
-            k, l, _ = CHAIN.unpack_from(rows, mid * size)
-            if (k, l) < (key, lsn):
-                x = mid + 1
-            else:
-                y = mid
-        return a + x
+        return a + _lower_in(rows, key, lsn, x, y)
 
     def record_at(self, key: bytes, lsn: int) -> bytes | None:
         at = self._chain_lower(key, lsn)
