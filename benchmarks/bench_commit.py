@@ -13,7 +13,7 @@ To measure a library other than the working tree's (e.g. HEAD while others edit)
 ``git archive HEAD objstore cli`` into DIR (cli renamed objstore_cli) and run from outside the repository with
 ``PYTHONPATH=DIR`` (children inherit it).
 
-Modes: --modes / BENCH_MODES (default "groups,syscalls,procs,threads"; giving --procs P or --threads T on the command
+Modes: --modes / BENCH_MODES (default "groups,syscalls,procs,threads,cpu"; giving --procs P or --threads T on the command
 line without --modes runs only those modes, e.g. ``bench_commit.py --procs 8`` or ``bench_commit.py --threads 8``).
 
 Options (each also read from the environment): --reps / BENCH_REPS (5), --n1 / BENCH_N1 (2000), --n10 / BENCH_N10
@@ -61,6 +61,13 @@ all records / (last child's end - first child's start), clock CLOCK_MONOTONIC sh
 threads: T threads of one process (a child), one RunLog shared, each thread committing 1 record per commit on its own
 run; SQLite: one connection per thread (WAL FULL, busy_timeout=30000, BEGIN IMMEDIATE). fdatasync (and fsync) calls
 during the timed window are counted in that child by wrapping os.fdatasync/os.fsync, divided by the commits.
+
+cpu (issue 17's CPU gates): for every g, a fresh child per measurement warms up on 10 % more records, then times n
+records (3 000 at g=1, 10 000 at g=10, 20 000 at 100 and 1 000; x --scale) with time.process_time (user + sys, every
+thread): objstore ``fsync="off"`` against the SQLite peer above with ``synchronous=OFF``, the same records; CPU
+µs per record, per-repetition ratios objstore / SQLite. At g > 1 objstore is measured twice: "objstore" appends each
+record by ``record_attempt`` inside the batch (as the groups mode), "objstore-many" appends the commit's records by one
+``record_attempts`` call (``RunLog.append_many``), its blobs put first. Targets: g=1 <= 1.0x and <= 60 µs; g=10, 100, 1000 <= 0.75x.
 
 Targets (from issue 15); a target is "met" when the MEDIAN per-repetition ratio meets it:
 
@@ -158,11 +165,26 @@ def objstore_commits(log, run, prompt, work, g):
                 record_attempt(run, step=j, attempt=0, state="succeeded", prompt=prompt, output=out, usage=usage, context=ctx)
 
 
-def run_objstore(d, work, g, measure=False):
-    log, run, prompt = objstore_setup(d)
-    t = time.perf_counter()
+def objstore_commits_many(log, run, prompt, work, g):
+    """As ``objstore_commits``, the g records of a commit appended by one ``record_attempts`` call (append_many)."""
+    put_blob, record_attempts, batch = log.put_blob, log.record_attempts, log.store.batch
+    n = len(work)
+    for i in range(0, n, g):
+        with batch():
+            attempts = []
+            for j in range(i, min(i + g, n)):
+                blob, ctx, usage = work[j]
+                out = put_blob(blob) if blob is not None else None
+                attempts.append({"step": j, "attempt": 0, "state": "succeeded", "prompt": prompt, "output": out, "usage": usage,
+                                 "context": ctx})
+            record_attempts(run, attempts)
+
+
+def run_objstore(d, work, g, measure=False, fsync="full", clock=time.perf_counter):
+    log, run, prompt = objstore_setup(d, fsync)
+    t = clock()
     objstore_commits(log, run, prompt, work, g)
-    dt = time.perf_counter() - t
+    dt = clock() - t
     extra = None
     if measure:
         extra = objstore_bytes(log, run, work)
@@ -196,8 +218,9 @@ def objstore_bytes(log, run, work):
 _enc = msgspec.msgpack.Encoder(order="sorted")
 
 
-def run_sqlite(d, work, g, measure=False):
+def run_sqlite(d, work, g, measure=False, sync="FULL", clock=time.perf_counter):
     db = sqlite_peer(os.path.join(d, "peer.sqlite"), "CREATE TABLE blob(id INTEGER PRIMARY KEY, h BLOB UNIQUE, body BLOB)")
+    db.execute(f"PRAGMA synchronous={sync}")
     db.isolation_level = None  # explicit BEGIN IMMEDIATE / COMMIT below
     db.execute("CREATE TABLE rec(id INTEGER PRIMARY KEY, h BLOB UNIQUE, body BLOB)")
     db.execute("CREATE TABLE head(name TEXT PRIMARY KEY, v BLOB)")
@@ -216,7 +239,7 @@ def run_sqlite(d, work, g, measure=False):
     ex, encode, hasher, now = db.execute, _enc.encode, blake3.blake3, time.time
     n = len(work)
     lsn = 1
-    t = time.perf_counter()
+    t = clock()
     for i in range(0, n, g):
         ex("BEGIN IMMEDIATE")
         for j in range(i, min(i + g, n)):
@@ -234,7 +257,7 @@ def run_sqlite(d, work, g, measure=False):
             lsn += 1
         ex("UPDATE head SET v=? WHERE name=?", (head, head_name))
         ex("COMMIT")
-    dt = time.perf_counter() - t
+    dt = clock() - t
     db.close()
     return n / dt, (dir_bytes(d),) if measure else None
 
@@ -808,6 +831,66 @@ def mode_groups(a, targets):
         sys.stdout.flush()
 
 
+# -- cpu: issue 17's CPU gates --------------------------------------------------------------------------------
+CPU_N = {1: 3000, 10: 10000, 100: 20000, 1000: 20000}
+
+
+def cpu_child(system, g, n, seed):
+    """In a fresh process: warm up on 10 % of the work, then print the CPU seconds (process_time: user + sys, every
+    thread) of n records at g per commit, fsync off (objstore) / synchronous=OFF (SQLite)."""
+    work = workload(n + max(g, n // 10), seed)
+    warm, work = work[n:], work[:n]
+    d = tempfile.mkdtemp(prefix=f"bench-cpu-{system}-", dir=os.environ.get("BENCH_DIR"))
+    try:
+        if system in ("objstore", "objstore-many"):
+            commits = objstore_commits if system == "objstore" else objstore_commits_many
+            log, run, prompt = objstore_setup(d, "off")
+            commits(log, run, prompt, warm, g)
+            t = time.process_time()
+            commits(log, run, prompt, work, g)
+            dt = time.process_time() - t
+        else:  # the warm-up in a database of its own: the measured one starts as fresh as objstore's store
+            os.makedirs(os.path.join(d, "warm"))
+            run_sqlite(os.path.join(d, "warm"), warm, g, sync="OFF")
+            dt = n / run_sqlite(d, work, g, sync="OFF", clock=time.process_time)[0]
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    print(json.dumps({"cpu": dt, "n": n}))
+
+
+def mode_cpu(a, targets):
+    """CPU per record (fresh child per measurement, process_time) at every g: objstore fsync off against SQLite WAL
+    synchronous=OFF, the same records; interleaved, order reversed on alternate reps."""
+    groups = [int(x) for x in str(a.groups).split(",") if x.strip()]
+    print("\ncpu: CPU per record, fresh child each, objstore fsync=off vs SQLite WAL synchronous=OFF (process_time)")
+    for g in groups:
+        n = max(g, int(CPU_N.get(g, 20000) * a.scale))
+        n = -(-n // g) * g
+        systems = ("objstore", "sqlite") if g == 1 else ("objstore", "objstore-many", "sqlite")
+        us: dict = {name: [] for name in systems}
+        for r in range(a.reps):
+            for system in (systems if r % 2 == 0 else systems[::-1]):
+                out = subprocess.run([sys.executable, os.path.abspath(__file__), "--cpu-child", system, str(g), str(n),
+                                      "--seed", str(a.seed)], capture_output=True, text=True, check=True).stdout
+                got = json.loads(out.strip().splitlines()[-1])
+                us[system].append(got["cpu"] / got["n"] * 1e6)
+            print(f"  g={g} rep {r + 1}: " + ", ".join(f"{name} {us[name][-1]:.1f} µs" for name in systems) + " CPU per record; ratio "
+                  + ", ".join(f"{name} {us[name][-1] / us['sqlite'][-1]:.2f}" for name in systems if name != "sqlite"), flush=True)
+        for name in systems:
+            if name == "sqlite":
+                continue
+            ratios = [x / y for x, y in zip(us[name], us["sqlite"], strict=True)]
+            lo, md, hi = mmm(ratios)
+            mine = statistics.median(us[name])
+            print(f"  g={g}: {name} {mine:.1f} µs (min {min(us[name]):.1f}, max {max(us[name]):.1f}), SQLite "
+                  f"{statistics.median(us['sqlite']):.1f} µs per record; ratio {name}/SQLite min/median/max {lo:.2f} / {md:.2f} / {hi:.2f}")
+            if g == 1:
+                targets.append(("cpu g=1: objstore/SQLite-OFF CPU <= 1.0x", md, 1.0, "le"))
+                targets.append(("cpu g=1: objstore CPU per commit <= 60 µs", mine, 60.0, "le"))
+            else:
+                targets.append((f"cpu g={g}: {name}/SQLite-OFF CPU per record <= 0.75x", md, 0.75, "le"))
+
+
 # -- driver ---------------------------------------------------------------------------------------------------
 def mmm(xs):
     return min(xs), statistics.median(xs), max(xs)
@@ -822,7 +905,7 @@ def env(name, default, cast=int):
     return cast(v) if v not in (None, "") else default
 
 
-MODES = ("groups", "syscalls", "procs", "threads")
+MODES = ("groups", "syscalls", "procs", "threads", "cpu")
 
 
 def parse_args(argv):
@@ -847,6 +930,7 @@ def parse_args(argv):
     p.add_argument("--count-in-process", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--writer-child", nargs=5, default=None, help=argparse.SUPPRESS)
     p.add_argument("--threads-child", nargs=3, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cpu-child", nargs=3, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.modes is None:
         chosen = [m for m, v in (("procs", a.procs), ("threads", a.threads)) if v is not None]
@@ -869,6 +953,10 @@ def main(argv):
         system, path, run, n, idx = a.writer_child
         writer_child(system, path, run, int(n), int(idx), a.seed)
         return
+    if a.cpu_child is not None:
+        system, g, n = a.cpu_child
+        cpu_child(system, int(g), int(n), a.seed)
+        return
     if a.threads_child is not None:
         system, t, n = a.threads_child
         threads_child(system, int(t), int(n), a.seed)
@@ -878,7 +966,8 @@ def main(argv):
           f"{os.environ.get('BENCH_DIR') or tempfile.gettempdir()}")
     targets: list = []
     t_all = time.perf_counter()
-    for mode, fn in (("groups", mode_groups), ("syscalls", mode_syscalls), ("procs", mode_procs), ("threads", mode_threads)):
+    for mode, fn in (("groups", mode_groups), ("syscalls", mode_syscalls), ("procs", mode_procs), ("threads", mode_threads),
+                     ("cpu", mode_cpu)):
         if mode in a.modes:
             try:
                 fn(a, targets)

@@ -301,7 +301,9 @@ class AsyncRunLog:
     # -- writing (RunLog) ------------------------------------------------------------------
     start_run = _method(RunLog.start_run)
     append = _method(RunLog.append)
+    append_many = _method(RunLog.append_many)
     record_attempt = _method(RunLog.record_attempt)
+    record_attempts = _method(RunLog.record_attempts)
     record_intent = _method(RunLog.record_intent)
     commit_intent = _method(RunLog.commit_intent)
     finish_run = _method(RunLog.finish_run)

@@ -134,42 +134,72 @@ class RunLog(ChainReader):
             raise InvalidRecord("run_started is written by start_run only")
         extra: dict | None = None
         if K.is_ext(kind):
-            sid, fields = self.schema_of(kind)
-            bad = K.body_problem(fields, body)
-            if bad is not None:
-                raise InvalidRecord(f"a {kind} body: {bad}")
-            extra = {"schema": sid}
+            fields, extra = self._ext_fields(kind)
+            _check_ext(kind, fields, body)
         else:
             body = R.check_body(kind, body)
-        if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
-            if not (isinstance(expect_head, bytes) and len(expect_head) == 32):
-                raise InvalidInput("expect_head must be a 32-byte record id")
-            expect_head = bytes(expect_head)  # an Id (codec.Id): the plain bytes it is
-        if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
-            raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
-        store = self.store
+        expect_head, expect_branch = _expectations(expect_head, expect_branch)
         t = _now(when)
         if labels is not None:
             extra = dict(extra or (), labels=L.check_labels(labels))
+        got = self._commit_appends(run, kind, [body], t, branch, allow_retained, expect_head, expect_branch, extra)
+        return got[0]
+
+    def append_many(self, run: str, kind: str, bodies: list[dict], *, branch: int | None = None, allow_retained: bool = False,
+                    when: float | None = None, expect_head: bytes | None = None, expect_branch: int | None = None) -> list[R.Record]:
+        """Append records of one kind, one after another on one branch, as one commit (or into the open batch):
+        what ``append`` of each in turn inside a batch writes, the same records with one time, for less CPU per
+        record (the bodies checked by one msgspec call, the branch ref moved once). ``expect_head`` /
+        ``expect_branch`` are checked against the branch as the first record finds it. Nothing is written if any
+        body is refused. Returns the records, oldest first ([] for no bodies: nothing is written)."""
+        if kind == R.RUN_STARTED:
+            raise InvalidRecord("run_started is written by start_run only")
+        if not isinstance(bodies, list):
+            bodies = list(bodies)
+        if kind == R.RUN_FINISHED and len(bodies) > 1:
+            raise InvalidRecord("run_finished ends its branch: one per branch")
+        extra: dict | None = None
+        if K.is_ext(kind):
+            fields, extra = self._ext_fields(kind)
+            for b in bodies:
+                _check_ext(kind, fields, b)
+        else:
+            bodies = R.check_bodies(kind, bodies)
+        expect_head, expect_branch = _expectations(expect_head, expect_branch)
+        t = _now(when)
+        if not bodies:
+            return []
+        return self._commit_appends(run, kind, bodies, t, branch, allow_retained, expect_head, expect_branch, extra)
+
+    def _ext_fields(self, kind: str) -> tuple[list, dict]:
+        sid, fields = self.schema_of(kind)
+        return fields, {"schema": sid}
+
+    def _commit_appends(self, run: str, kind: str, bodies: list[dict], t: float, branch: int | None, allow_retained: bool,
+                        expect_head: bytes | None, expect_branch: int | None, extra: dict | None) -> list[R.Record]:
+        """Append checked ``bodies`` as one commit (joining the open batch), remember the new head, return the records."""
+        store = self.store
         txn = store.current_batch()
         if txn is None:
-            def commit() -> tuple[bytes, int, int, bytes]:
+            def commit() -> tuple[list, int, bytes]:
                 cur = store.current_batch()
                 assert cur is not None
-                return self._append_in(cur, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
+                return self._append_in(cur, run, kind, bodies, t, branch, allow_retained, expect_head, expect_branch, extra)
 
-            oid, branch, lsn, head = store.atomically(commit)
+            made, branch, head = store.atomically(commit)
         else:
-            oid, branch, lsn, head = self._append_in(txn, run, kind, body, t, branch, allow_retained, expect_head, expect_branch, extra)
+            made, branch, head = self._append_in(txn, run, kind, bodies, t, branch, allow_retained, expect_head, expect_branch, extra)
         nxt = self._next
         nxt.pop(head, None)  # only current heads are worth remembering
+        oid, lsn = made[-1][0], made[-1][1]
         nxt[oid] = (lsn + 1, kind == R.RUN_FINISHED)
-        return _new_record(R.Record, (oid, run, branch, lsn, head, kind, t, body))
+        return [_new_record(R.Record, (o, run, branch, l, p, kind, t, b)) for (o, l, p), b in zip(made, bodies, strict=True)]
 
-    def _append_in(self, txn: Txn, run: str, kind: str, body: dict[str, Any], t: float, branch: int | None, allow_retained: bool,
-                   expect_head: bytes | None, expect_branch: int | None, extra: dict | None = None) -> tuple[bytes, int, int, bytes]:
-        """The body of ``append``, under the writer lock (the names it builds are valid ref names:
-        an existing run's id passed check_run_id when it started)."""
+    def _append_in(self, txn: Txn, run: str, kind: str, bodies: list[dict[str, Any]], t: float, branch: int | None, allow_retained: bool,
+                   expect_head: bytes | None, expect_branch: int | None, extra: dict | None = None) -> tuple[list, int, bytes]:
+        """The body of ``append`` and ``append_many``, under the writer lock (the names it builds are valid ref
+        names: an existing run's id passed check_run_id when it started): ([(id, lsn, parent)] of the records,
+        their branch, the branch's head before them)."""
         live_name = txn.read_ref(live_ref(run))
         if live_name is None:
             R.check_run_id(run)
@@ -200,13 +230,20 @@ class RunLog(ChainReader):
         lsn, finished = self._next.get(head) or self.next_of(head)
         if finished:
             raise InvalidRecord(f"branch {branch} of run {run} has finished; rewind or fork to continue")
-        payload = {"run": run, "branch": branch, "lsn": lsn, "parent": head, "kind": kind, "time": t, "body": body}
         if extra:
             self.store.require_version(LABELS_VERSION)  # under the writer lock, after every check: nothing refused moves it
-            payload.update(extra)
-        oid = self.store.put_in(txn, codec.RECORD, payload)
-        txn.set_ref(ref, head, oid, "append")
-        return oid, branch, lsn, head
+        put_in = self.store.put_in
+        made = []
+        parent = head
+        for body in bodies:
+            payload = {"run": run, "branch": branch, "lsn": lsn, "parent": parent, "kind": kind, "time": t, "body": body}
+            if extra:
+                payload.update(extra)
+            oid = put_in(txn, codec.RECORD, payload)
+            made.append((oid, lsn, parent))
+            parent, lsn = oid, lsn + 1
+        txn.set_ref(ref, head, parent, "append")
+        return made, branch, head
 
     def record_attempt(self, run: str, step: int, attempt: int, state: str, *, prompt: bytes | None = None, output: bytes | None = None,
                        context: dict | None = None, tools: dict | None = None, usage: dict | None = None, error: str | None = None,
@@ -217,6 +254,14 @@ class RunLog(ChainReader):
                 "prompt": prompt, "output": output, "tools": tools, "usage": usage, "error": error}
         return self.append(run, R.ATTEMPT, body, branch=branch, allow_retained=allow_retained, when=when,
                            expect_head=expect_head, expect_branch=expect_branch)
+
+    def record_attempts(self, run: str, attempts: list[dict], **opts: Any) -> list[R.Record]:
+        """Record many attempts as one commit (``append_many``): each a dict of ``record_attempt``'s body fields
+        (``step``, ``attempt``, ``state``, and any of ``prompt``, ``output``, ``context``, ``tools``, ``usage``,
+        ``error``, ``workflow_version``); ``opts`` as for ``append_many``."""
+        blank = _ATTEMPT_BLANK
+        bodies = [{**blank, **a} if type(a) is dict else a for a in attempts]
+        return self.append_many(run, R.ATTEMPT, bodies, **opts)
 
     def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts: Any) -> R.Record:
         return self.append(run, R.INTENT, {"intent": intent, "step": step, "effect": effect, "idempotent": idempotent}, **opts)
@@ -447,6 +492,27 @@ def _asked_run(run: str | None, labels: dict[str, str] | None) -> tuple[str | No
     R.check_run_id(run)
     check_new_run_id(run)
     return run, None
+
+
+_ATTEMPT_BLANK = {"workflow_version": None, "context": None, "prompt": None, "output": None, "tools": None, "usage": None,
+                  "error": None}
+
+
+def _check_ext(kind: str, fields: list, body: dict) -> None:
+    bad = K.body_problem(fields, body)
+    if bad is not None:
+        raise InvalidRecord(f"a {kind} body: {bad}")
+
+
+def _expectations(expect_head: Any, expect_branch: Any) -> tuple[bytes | None, int | None]:
+    """``expect_head`` as plain bytes (an Id is the bytes it is), ``expect_branch`` a branch number; InvalidInput if not."""
+    if expect_head is not None and (type(expect_head) is not bytes or len(expect_head) != 32):
+        if not (isinstance(expect_head, bytes) and len(expect_head) == 32):
+            raise InvalidInput("expect_head must be a 32-byte record id")
+        expect_head = bytes(expect_head)
+    if expect_branch is not None and (type(expect_branch) is not int or expect_branch < 0):
+        raise InvalidInput(f"expect_branch must be a branch number, got {expect_branch!r}")
+    return expect_head, expect_branch
 
 
 def _now(when: float | None) -> float:

@@ -342,6 +342,36 @@ def check_body(kind: str, body: dict) -> dict:
     return out
 
 
+def check_bodies(kind: str, bodies: list) -> list[dict]:
+    """``check_body`` of many bodies of one kind, with one msgspec encode and one typed decode of the whole list
+    (an append of many records): a body the list's pass does not settle goes through ``check_body`` alone, which
+    decides and names what is wrong with it exactly as for one record."""
+    dec = _bodies_decoder(kind)
+    if dec is None or not all(type(b) is dict for b in bodies):
+        return [check_body(kind, b) for b in bodies]
+    try:
+        outs = dec.decode(_body_enc.encode(bodies))
+    except (msgspec.ValidationError, *_ENCODE_FAILS):
+        return [check_body(kind, b) for b in bodies]
+    got = []
+    for b, s in zip(bodies, outs, strict=True):
+        out = _asdict(s)
+        if not (out == b if len(b) == len(out) else all(out[k] == v for k, v in b.items())):
+            out = check_body(kind, b)  # a tuple, a version given as a number: the one-body rules decide
+        got.append(out)
+    return got
+
+
+_BODIES_DECODERS: dict[str, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _bodies_decoder(kind: str) -> msgspec.msgpack.Decoder[Any] | None:
+    dec = _BODIES_DECODERS.get(kind)
+    if dec is None and kind in BODIES:
+        dec = _BODIES_DECODERS[kind] = msgspec.msgpack.Decoder(list[BODIES[kind]])  # type: ignore[valid-type]
+    return dec
+
+
 def _slow_body(kind: str, body: dict) -> dict:
     """The Struct refused ``body``: name an unknown field, else let the Python rules name the problem."""
     unknown = sorted(k if type(k) is str else repr(k) for k in body if k not in _BODY_FIELDS[kind])

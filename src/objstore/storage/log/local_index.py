@@ -39,12 +39,15 @@ class SegmentIndexes(LocalBase):
             row = t.frozen.find(oid)
             if row is not None:
                 return _loc_of(row, self._seg)
+        loc = self._sealed_locs.get(oid)
+        if loc is not None:
+            return loc
         hint = self._hint  # walks and folds read neighbours: try the segment of the last hit first
         if 0 < hint < self._seg and hint in self._idx:
             row = self._idx[hint].find(oid)
             if row is not None:
                 if row[7] != COMP_GONE:
-                    return _loc_of(row, hint)
+                    return self._found_sealed(oid, _loc_of(row, hint))
                 hint = 0  # a removed body may be stored again later: search every segment, newest first
         for seg in range(self._seg - 1, 0, -1):
             if seg != hint:
@@ -55,8 +58,18 @@ class SegmentIndexes(LocalBase):
                 row = idx.find(oid)
                 if row is not None:
                     self._hint = seg
-                    return _loc_of(row, seg)
+                    loc = _loc_of(row, seg)
+                    return loc if row[7] == COMP_GONE else self._found_sealed(oid, loc)
         return None
+
+    def _found_sealed(self, oid: bytes, loc: Loc) -> Loc:
+        """Remember where a sealed segment holds ``oid``'s body (bounded: forgotten wholesale when full). Not a body
+        gc removed: stored again later, the newer copy is the one to find."""
+        cache = self._sealed_locs
+        if len(cache) >= 4096:
+            cache.clear()
+        cache[oid] = loc
+        return loc
 
     def iter_chain(self, run: str, branch: int, lsn: int = 0) -> Iterator[tuple[int, bytes]]:
         tip = self.tables.tips.get((run, branch))
@@ -251,6 +264,7 @@ class SegmentIndexes(LocalBase):
                 self._replaced_fds.append(self._fds.pop(seg))  # another thread may be reading it: closed with the engine
             had = self._idx.pop(seg, None) is not None
             self._packs.pop(seg, None)
+            self._sealed_locs.clear()
             self._block_cache = None
             self._hint = 0  # loc() tries the hint's segment only through a loaded index
         return changed or had

@@ -85,6 +85,10 @@ class LocalBase(Engine):
         self._verified = VerifiedIndexes(self.dir)  # index files already hashed to the digest the log names (a hint)
         self._bad_idx: dict[int, bytes] = {}  # sealed segment -> the index bytes its wrong file should hold
         self._hint = 0  # segment of the last object found through an index
+        # object -> where a sealed segment's index found it (with its body): a sealed segment changes only when gc
+        # replaces its file, which drops this (``_drop_segment``); a body every commit names (a prompt) is then one
+        # dict look-up instead of a search of the sealed indexes per commit
+        self._sealed_locs: dict[bytes, Any] = {}
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
         self._block_cache: tuple | None = None
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh

@@ -10,6 +10,7 @@ Invariants kept here:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
 
 import blake3
 
@@ -35,6 +36,13 @@ _ROOT_MOD = (1 << (8 * ROOT_BYTES)) - 1
 def element_hash(key: list) -> int:
     """One element of the tables' set as the root sums it: BLAKE3's XOF of its encoding, 2048 bytes, as an integer."""
     return int.from_bytes(blake3.blake3(_enc.encode(key)).digest(ROOT_BYTES), "little")
+
+
+@lru_cache(maxsize=64)
+def run_element(run: str, digest: bytes) -> int:
+    """``element_hash(["R", run, digest])``, remembered: a commit takes its run's old share out of the root and puts
+    the new one in, and the old one is what the commit before it put in (one XOF saved per run per commit)."""
+    return element_hash(["R", run, digest])
 
 
 def root_digest(root_sum: int) -> bytes:

@@ -31,7 +31,7 @@ from ..runrefs import run_of as _run_of
 from .entry import LogEntry
 from .format import INTENT_KINDS, LABEL_ROW, Position, _show
 from .parse import _rw_shape_problem
-from .root import _ROOT_MOD, element_hash, root_digest, run_digest
+from .root import _ROOT_MOD, element_hash, root_digest, run_digest, run_element
 
 SYMREF = runrefs.SYMREF_PREFIX
 _CHAIN_SUFFIXES = ("/" + runrefs.JOURNAL, "/" + runrefs.SEGMENTS, "/" + runrefs.DELETIONS, "/" + runrefs.DELETED)
@@ -263,9 +263,9 @@ class Rules:
             old_d = self.run_digests.get(run)
             if old_d != new_d:
                 if old_d is not None:
-                    root_sum -= element_hash(["R", run, old_d])
+                    root_sum -= run_element(run, old_d)
                 if new_d is not None:
-                    root_sum += element_hash(["R", run, new_d])
+                    root_sum += run_element(run, new_d)
             runs[run] = new_d
         return runs, root_sum
 

@@ -189,19 +189,25 @@ class LogTxn(Txn):
                 if got is not None:
                     self.objects[new] = got
                     inner.put(new, got[0], got[1])
+        facts = inner.facts
         for oid, (otype, c) in list(self.objects.items()):
             if otype != codec.RECORD or isinstance(c, RemovedBody):  # a removed record's bodies went with it
                 continue
-            value = self.decoded.get(oid)
-            if value is None:
-                try:
-                    value = codec.decode(bytes(c) if not isinstance(c, LargeBlob) else c.read_all(), oid, False)[1]
-                except Exception:  # noqa: BLE001 - a record that does not decode names nothing we can find
+            f = facts.get(oid)
+            if f is not None:
+                refs = f[5]  # the index row's refs: the body's ids, found once when the record was put
+            else:
+                value = self.decoded.get(oid)
+                if value is None:
+                    try:
+                        value = codec.decode(bytes(c) if not isinstance(c, LargeBlob) else c.read_all(), oid, False)[1]
+                    except Exception:  # noqa: BLE001 - a record that does not decode names nothing we can find
+                        continue
+                body = value.get("body") if isinstance(value, dict) else None
+                if not isinstance(body, dict):
                     continue
-            body = value.get("body") if isinstance(value, dict) else None
-            if not isinstance(body, dict):
-                continue
-            for ref in body_refs(body):
+                refs = body_refs(body)
+            for ref in refs:
                 if not isinstance(ref, bytes) or ref in self.objects or log.has_body(ref):
                     continue
                 got = self.logs.copy_source(ref)
