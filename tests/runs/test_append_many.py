@@ -8,14 +8,13 @@ list writes nothing; its expectations are judged against the branch as the first
 import os
 
 import pytest
+from helpers import log_engine_of, log_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from objstore import RunLog, Store
 from objstore.errors import Conflict, InvalidRecord
 from objstore.runs import records as R
-
-from helpers import log_engine_of, log_files
 
 T = 1_700_000_000.25
 
