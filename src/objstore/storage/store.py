@@ -277,27 +277,12 @@ class Store:
         return cls(engine, root=path, policy=policy)
 
     # -- commits -----------------------------------------------------------
-    @contextmanager
-    def batch(self, timeout: float | None = None) -> Iterator[Txn]:
+    def batch(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
         """One commit: everything written inside lands together (one entry, one fdatasync) or not
         at all. Holds the writer lock throughout; nested calls join the outer one."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0):
             raise InvalidInput(f"batch timeout must be a non-negative number of seconds, got {timeout!r}")
-        txn = self._txn.get()
-        if txn is not None:
-            yield txn
-            return
-        after: list[Callable[[], Any]] = []
-        with self.logs.transaction(timeout) as txn:
-            state = [txn, threading.get_ident(), after]
-            token = self._txn.set(state)
-            try:
-                yield txn
-            finally:
-                state[0] = None  # ended: contexts copied from this one (tasks, to_thread) no longer see it
-                self._txn.reset(token)
-        for fn in after:  # committed: what had to follow it, each a commit of its own
-            fn()
+        return _Batch(self, timeout)
 
     def after_commit(self, fn: Callable[[], Any]) -> None:
         """Call ``fn`` once the open batch has committed (now, if none is open; never, if the batch fails): a
@@ -952,6 +937,43 @@ class _RunOf(msgspec.Struct):
 
 
 _run_of_record = msgspec.msgpack.Decoder(_RunOf)
+
+
+class _Batch:
+    """``Store.batch``'s block: the open batch of this context if there is one (the block joins it), else a new one
+    of the store's logs, seen by this thread's writes until the block ends; what ``after_commit`` queued runs once
+    it has committed. A class rather than a generator: every commit goes through it."""
+
+    __slots__ = ("store", "timeout", "cm", "state", "token")
+
+    def __init__(self, store: Store, timeout: float | None) -> None:
+        self.store, self.timeout = store, timeout
+        self.cm: AbstractContextManager[Txn] | None = None
+
+    def __enter__(self) -> Txn:
+        store = self.store
+        txn = store._txn.get()
+        if txn is not None:
+            return txn
+        cm = store.logs.transaction(self.timeout)
+        txn = cm.__enter__()
+        self.cm = cm
+        self.state = [txn, threading.get_ident(), []]
+        self.token = store._txn.set(self.state)
+        return txn
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        cm = self.cm
+        if cm is None:
+            return  # joined an outer batch: it commits
+        self.cm = None
+        state = self.state
+        state[0] = None  # ended: contexts copied from this one (tasks, to_thread) no longer see it
+        self.store._txn.reset(self.token)
+        cm.__exit__(et, e, tb)
+        if et is None:
+            for fn in state[2]:  # committed: what had to follow it, each a commit of its own
+                fn()
 
 
 def _show(v: bytes | str | None) -> str | None:

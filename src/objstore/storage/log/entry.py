@@ -91,8 +91,9 @@ class RemovedBody:
 
 def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: list | None,
                 compress: bool = True, facts: dict | None = None, root: bytes = ZERO, seal: bool = False,
-                idx: list | None = None, rw: list | None = None) -> tuple[bytes | list, LogEntry]:
-    """The bytes of one commit entry and its decoded form (offsets relative to the entry's start).
+                idx: list | None = None, rw: list | None = None, seg: int = 0, at: int = 0) -> tuple[bytes | list, LogEntry]:
+    """The bytes of one commit entry and its decoded form (offsets relative to the entry's start, or to the
+    file if the writer says where it goes: segment ``seg``, offset ``at``).
 
     Records and blob bodies never share a block, so walking chains decompresses no body.
     ``facts``: id -> object_facts(...) of the objects that have them."""
@@ -141,7 +142,7 @@ def build_entry(prev: bytes, n: int, t: float, objects: list, moves: list, cut: 
     length = ENTRY_HEAD.size + len(meta) + dlen + ENTRY_TRAILER.size
     head = ENTRY_HEAD.pack(ENTRY_MAGIC, len(meta), dlen) + meta
     trailer = ENTRY_TRAILER.pack(length, checksum)
-    e = LogEntry(n, t, moves, objs, blocks, cut, 0, 0, ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
+    e = LogEntry(n, t, moves, objs, blocks, cut, seg, at, at + ENTRY_HEAD.size + len(meta), length, checksum, recs, prevs, root, seal, idx, rw)
     if any(isinstance(d, LargeBlob) for d in data):
         return [head, *data, trailer], e  # parts: written one after another (LargeBlob from its file)
     return b"".join((head, *data, trailer)), e

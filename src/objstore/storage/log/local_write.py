@@ -22,8 +22,8 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import blake3
 
@@ -42,17 +42,36 @@ CHECKPOINT_ENTRIES = 1000  # a writer checkpoints the tables after this many ent
 CHECKPOINT_BYTES = 4 << 20  # ...or this many bytes of log since the last checkpoint (readers add their own)
 
 
+class _Commit:
+    """``Writer.transaction``'s block (a class, not a generator: every commit goes through it)."""
+
+    __slots__ = ("w", "timeout", "repair_after", "txn")
+
+    def __init__(self, w: Writer, timeout: float | None, repair_after: int | None) -> None:
+        self.w, self.timeout, self.repair_after = w, timeout, repair_after
+
+    def __enter__(self) -> Txn:
+        self.txn = self.w._begin(self.timeout, self.repair_after)
+        return self.txn
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        self.w._end(self.txn, et is not None)
+
+
 class Writer(LocalBase):
     """Commits to one local log: locking, appending, syncing, sealing, repairing, rewriting."""
 
-    @contextmanager
-    def transaction(self, timeout: float | None = None, repair_after: int | None = None) -> Iterator[Txn]:
+    def transaction(self, timeout: float | None = None, repair_after: int | None = None) -> AbstractContextManager[Txn]:
         """A commit under the writer lock. ``repair_after`` (``objstore repair``): the log is
         damaged after entry N, which must be the end of its readable prefix in the last segment;
         this commit's entry cuts everything after N off the segment and records what it removed
         (its ``cut``), and the head witness names it afterwards."""
+        return _Commit(self, timeout, repair_after)
+
+    def _begin(self, timeout: float | None, repair_after: int | None) -> Txn:
+        """Under both writer locks (taken here, ``_wlock`` then the ``flock``): the log caught up and fit to write,
+        and a new transaction on it. Raises with both locks let go."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        written = None
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
@@ -64,36 +83,53 @@ class Writer(LocalBase):
                 pass  # met again, and dealt with, under the lock
             self._os_lock(deadline, timeout)
             try:
-                try:
-                    self.refresh()
-                except CorruptLog:
-                    pass
-                if repair_after is not None:
-                    self._prepare_repair(repair_after)
-                if self.damaged is not None:
-                    seg, off, why = self.damaged
-                    raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
-                                     "refusing to write (run 'objstore verify')")
-                if self.witness_problem is not None and self._wit is not None and self.repair_explains(self._wit):
-                    self.witness_problem = None  # met while catching up: the witness predates a repair's cut
-                if self.witness_problem is not None:
-                    raise CorruptLog(self._wit_path, f"{self.witness_problem[0]}: {self.witness_problem[1]}; refusing to write "
-                                     "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")
-                if self._sealed:
-                    self._seal()  # its sealer died between the seal entry and the next segment
-                for seg, data in list(self._bad_idx.items()):
-                    _write_index(self.idx_path(seg), data)  # a wrong index file, replaced by a writer
-                    del self._bad_idx[seg]
-                txn = Txn(self)
-                try:
-                    yield txn
+                self._fit_to_write(repair_after)
+                return Txn(self)
+            except BaseException:
+                assert self._lfd is not None  # _os_lock opened it
+                fcntl.flock(self._lfd, fcntl.LOCK_UN)
+                raise
+        except BaseException:
+            self._wlock.release()
+            raise
+
+    def _fit_to_write(self, repair_after: int | None) -> None:
+        """Under the writer lock: catch up on the rest, refuse a damaged log or one its head witness disagrees with,
+        finish a dead sealer's work and replace a wrong index file."""
+        try:
+            self.refresh()
+        except CorruptLog:
+            pass
+        if repair_after is not None:
+            self._prepare_repair(repair_after)
+        if self.damaged is not None:
+            seg, off, why = self.damaged
+            raise CorruptLog(self.seg_path(seg), f"damaged entry at offset {off} ({why}); "
+                             "refusing to write (run 'objstore verify')")
+        if self.witness_problem is not None and self._wit is not None and self.repair_explains(self._wit):
+            self.witness_problem = None  # met while catching up: the witness predates a repair's cut
+        if self.witness_problem is not None:
+            raise CorruptLog(self._wit_path, f"{self.witness_problem[0]}: {self.witness_problem[1]}; refusing to write "
+                             "(run 'objstore verify'; 'objstore repair' only after restoring from a backup failed)")
+        if self._sealed:
+            self._seal()  # its sealer died between the seal entry and the next segment
+        for seg, data in list(self._bad_idx.items()):
+            _write_index(self.idx_path(seg), data)  # a wrong index file, replaced by a writer
+            del self._bad_idx[seg]
+
+    def _end(self, txn: Txn, failed: bool) -> None:
+        """The end of ``_begin``'s transaction: its entry written (unless the block ``failed`` or it holds nothing),
+        both locks let go, then the entry made durable and, every so often, the tables checkpointed."""
+        written = None
+        try:
+            try:
+                if not failed:
                     moves = txn.ref_moves()
                     if txn.objects or moves:
                         written = self._commit(txn, moves)
-                finally:
-                    for spill in txn.spills:
-                        spill.discard()
             finally:
+                for spill in txn.spills:
+                    spill.discard()
                 assert self._lfd is not None  # _os_lock opened it
                 fcntl.flock(self._lfd, fcntl.LOCK_UN)
         finally:
@@ -263,14 +299,16 @@ class Writer(LocalBase):
         except OSError as err:
             raise StorageOSError("cut a torn tail", err) from None
         when = time.time() if txn.when is None else float(txn.when)
-        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, idx=idx)
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, idx=idx,
+                             seg=seg, at=off)
         if off + e.length >= SEAL_BYTES:  # the last entry of this segment says so
-            raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True, idx=idx)
+            raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, when, objects, moves, cut, facts=txn.facts, root=plan.root, seal=True,
+                                 idx=idx, seg=seg, at=off)
         self._write_entry(wfd, raw, off, sync=False)
         started = self._sync_started()
         with self._mu:
             # Our own entry: applied from what we hold, never read back.
-            self._apply(e._replace(seg=seg, offset=off, data_off=off + e.data_off), plan)
+            self._apply(e, plan)
             self._off = off + e.length
         with self._sync_cv:
             self._written = (Position(e.n, e.checksum), wfd, seg)

@@ -38,12 +38,23 @@ def needs_cite(txn: LogTxn) -> bool:
     """Whether the batch's entry must name the store-log position it is decided at."""
     if txn.store_reads or txn.cite_now:
         return True
-    return any(_judged_by_store(m[0]) for m in txn.ref_moves())
+    inner = txn.inner
+    if inner is None:
+        return False
+    for name, m in inner.moves.items():  # the moves ref_moves() lists, without building the list (every commit asks)
+        if m[0] != m[1] and _judged_by_store(name):
+            return True
+    return False
+
+
+_JUDGED_SUFFIXES = tuple("/" + s for s in (runrefs.DELETIONS, runrefs.DELETED, runrefs.JOURNAL, runrefs.SEGMENTS))
 
 
 def _judged_by_store(name: str) -> bool:
-    return (runrefs.is_deletions_ref(name) or runrefs.is_deleted_ref(name) or runrefs.is_grant_ref(name)
-            or runrefs.is_journal_ref(name) or runrefs.is_segments_ref(name))
+    """A deletions, deleted, journal, segments or grant ref (``runrefs.is_*_ref``, in one pass: every commit asks)."""
+    if name.startswith(runrefs.RUN_PREFIX):
+        return name.endswith(_JUDGED_SUFFIXES) or "/grant/" in name
+    return name.startswith(runrefs.SUBJECT_PREFIX) and "/grant/" in name
 
 
 @contextmanager

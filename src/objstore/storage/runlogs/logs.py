@@ -26,7 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ObjectNotFound, StorageOSError
@@ -302,17 +302,12 @@ class RunLogs(LogSet):
             yield self.run_log(r)
 
     # -- commits ------------------------------------------------------------------------------
-    @contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+    def transaction(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
+        """A batch of this store's logs: the ``LogTxn`` is its own context manager (it commits as the block ends,
+        or discards what it holds if the block raised)."""
         from .multitxn import LogTxn
 
-        txn = LogTxn(self, timeout)
-        try:
-            yield txn
-        except BaseException as e:
-            txn.finish(e)
-            raise
-        txn.finish(None)
+        return LogTxn(self, timeout)
 
     def before_commit(self, log: Engine, txn: LogTxn) -> None:
         """Under ``log``'s lock, before its entry is written: a run log's first entry needs the run's catalog entry."""
@@ -360,17 +355,25 @@ class RunLogs(LogSet):
                     break
         return entry_of(run, int(when * 1_000_000), subject, labels, copy_of)
 
+    def needs_citing(self, txn: LogTxn) -> bool:
+        """Whether a batch's commit is of a run's log and its entry is judged by the store log (``citing``)."""
+        from .citation import needs_cite
+
+        log = txn.bound
+        return log is not None and log.run is not None and txn.inner is not None and needs_cite(txn)
+
     @contextmanager
     def citing(self, txn: LogTxn) -> Iterator[None]:
         """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
         re-check what the batch read of it, and move the run's cite ref to the store log's position."""
-        from .citation import needs_cite, recheck, shared_lock
+        from .citation import recheck, shared_lock
 
-        log = txn.bound
-        run = log.run if log is not None else None
-        if run is None or txn.inner is None or not needs_cite(txn):
+        if not self.needs_citing(txn):
             yield
             return
+        log = txn.bound
+        assert log is not None and log.run is not None and txn.inner is not None
+        run = log.run
         with shared_lock(os.path.join(self.root, STORE_LOG), txn.timeout):
             recheck(txn, self.store_log)
             pos = self.store_log.position()

@@ -54,6 +54,12 @@ class LogTxn(Txn):
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
         self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
 
+    def __enter__(self) -> LogTxn:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        self.finish(e if et is not None else None)
+
     @property
     def replay(self) -> bool:
         return self._replay
@@ -234,7 +240,10 @@ class LogTxn(Txn):
         try:
             if cm is not None:
                 if exc is None:
-                    with self.logs.citing(self):
+                    if self.logs.needs_citing(self):
+                        with self.logs.citing(self):
+                            cm.__exit__(None, None, None)
+                    else:  # a plain append: nothing of the store log is taken
                         cm.__exit__(None, None, None)
                 else:
                     cm.__exit__(type(exc), exc, exc.__traceback__)
