@@ -130,3 +130,26 @@ def test_check_bodies_decides_each_body_as_check_body_does(bodies):
         got = R.check_bodies(R.ATTEMPT, bodies)
         assert got == singles
         assert [type(v) for g in got for v in g.values()] == [type(v) for s in singles for v in s.values()]
+
+
+_ids = st.one_of(st.none(), st.binary(min_size=32, max_size=32))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_body, _ids, _ids, st.one_of(st.none(), st.binary(min_size=32, max_size=32)), st.integers(0, 9), st.integers(0, 2**40))
+def test_the_writers_index_row_of_an_attempt_is_the_one_its_bytes_give(body, prompt, output, parent, branch, lsn):
+    """The row an append builds from what it holds (``checked_attempt_row``) is exactly what ``object_facts`` reads
+    from the record's canonical bytes: readers and verify derive the same row from the entry."""
+    from objstore.runs import facts as F
+    from objstore.storage import codec
+
+    body = dict(body, prompt=prompt, output=output)
+    try:
+        checked = R.check_body(R.ATTEMPT, body)
+    except InvalidRecord:
+        return
+    payload = {"run": "r1", "branch": branch, "lsn": lsn, "parent": parent, "kind": R.ATTEMPT, "time": T, "body": checked}
+    canonical = codec.encode(codec.RECORD, payload)
+    oid = codec.object_id(canonical)
+    want = F.object_facts(codec.RECORD, canonical, None, oid)
+    assert F.checked_attempt_row("r1", branch, lsn, parent, checked) == want

@@ -24,6 +24,7 @@ from . import kinds as K
 from . import labels as L
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
+from .facts import checked_attempt_row
 from .listing import iter_records
 from .resolve import check_new_run_id
 from .state import StateCache
@@ -235,11 +236,12 @@ class RunLog(ChainReader):
         put_in = self.store.put_in
         made = []
         parent = head
+        row = checked_attempt_row if kind == R.ATTEMPT and not extra else None  # the index row, from what we hold
         for body in bodies:
             payload = {"run": run, "branch": branch, "lsn": lsn, "parent": parent, "kind": kind, "time": t, "body": body}
             if extra:
                 payload.update(extra)
-            oid = put_in(txn, codec.RECORD, payload)
+            oid = put_in(txn, codec.RECORD, payload, row(run, branch, lsn, parent, body) if row is not None else None)
             made.append((oid, lsn, parent))
             parent, lsn = oid, lsn + 1
         txn.set_ref(ref, head, parent, "append")

@@ -92,6 +92,16 @@ def body_refs(body: dict) -> list:
     return [f[2] for f in found]
 
 
+def checked_attempt_row(run: str, branch: int, lsn: int, parent: bytes | None, body: dict) -> list:
+    """``object_facts`` of an attempt record whose body passed ``records.check_body`` (so ``run`` and ``branch``
+    are the writer's, ``parent`` a record id or None), built from what the writer holds instead of a walk of the
+    body: such a body names ids only as ``prompt`` and ``output`` (its maps hold JSON values: no bytes), and
+    ``output`` sorts first. No intent facts (an attempt is no intent), no labels."""
+    out, prompt = body["output"], body["prompt"]
+    refs = [out, prompt] if out is not None and prompt is not None else [out] if out is not None else [prompt] if prompt is not None else []
+    return [run, branch, lsn, parent, "attempt", refs, None]
+
+
 def intent_facts(kind: str, body: dict) -> dict | None:
     """What compensation needs of an intent or intent_committed record: its key, step, effect and
     idempotent flag (those the body has)."""

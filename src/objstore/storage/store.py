@@ -350,15 +350,16 @@ class Store:
         """The batch open in this context, if any (writes inside it join it)."""
         return self._txn.get()
 
-    def put_in(self, txn: Txn, otype: str, value: dict) -> bytes:
-        """``put`` of a structured object into an open batch (the hot path of appends)."""
+    def put_in(self, txn: Txn, otype: str, value: dict, facts: list | None = None) -> bytes:
+        """``put`` of a structured object into an open batch (the hot path of appends); ``facts``: its index row if
+        the caller built it (``Txn.put``)."""
         try:
             payload = _encode(value)
         except Exception:
             value, payload = codec.checked_payload(value)
         data = _HEADS[otype] % len(payload) + payload
         oid = _hash(data).digest()
-        txn.put(oid, otype, data, value)
+        txn.put(oid, otype, data, value, facts)
         return oid
 
     def in_batch(self) -> bool:

@@ -47,7 +47,9 @@ class Txn:
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
         self.replay = False  # upgrade replays format-1 ref moves as they were (forward-only rules off)
 
-    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None, facts: list | None = None) -> None:
+        """Add an object (``value``: its decoded payload, if the caller has it; ``facts``: its index row, if the
+        writer built it with the record — what ``object_facts`` gives for it, found without a walk of its body)."""
         if oid in self.objects:
             return
         # A record names its parent and LSN, so a new one is new: only the active segment is
@@ -61,7 +63,9 @@ class Txn:
         self.objects[oid] = (otype, canonical)
         if value is not None:
             self.decoded[oid] = value
-        if otype == codec.RECORD or otype in CHAIN_TYPES:
+        if facts is not None:
+            self.facts[oid] = facts
+        elif otype == codec.RECORD or otype in CHAIN_TYPES:
             f = object_facts(otype, canonical if isinstance(canonical, bytes) else b"", value, oid)
             if f is not None:
                 self.facts[oid] = f

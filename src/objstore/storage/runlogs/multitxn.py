@@ -80,14 +80,16 @@ class LogTxn(Txn):
         raise AttributeError("a batch's moves are its log's")
 
     # -- objects ------------------------------------------------------------------------------
-    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None, facts: list | None = None) -> None:
         if oid in self.objects:
             return
         self.objects[oid] = (otype, canonical)
         if value is not None:
             self.decoded[oid] = value
+        if facts is not None:
+            self.facts[oid] = facts
         if self.inner is not None:
-            self.inner.put(oid, otype, canonical, value)
+            self.inner.put(oid, otype, canonical, value, facts)
 
     def put_removed(self, oid: bytes, otype: str, length: int, facts: list | None) -> None:
         """A row whose body gc removed before an upgrade replays it (``Txn.put_removed``)."""
@@ -167,7 +169,7 @@ class LogTxn(Txn):
             if isinstance(c, RemovedBody):
                 inner.put_removed(oid, otype, c.length, self.facts.get(oid))
             else:
-                inner.put(oid, otype, c, self.decoded.get(oid))
+                inner.put(oid, otype, c, self.decoded.get(oid), self.facts.get(oid))
 
     def _unbind(self) -> None:
         cm, inner = self._cm, self.inner

@@ -79,7 +79,7 @@ class S3Txn(Txn):
         else:
             self.seen.setdefault(name, value)
 
-    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None) -> None:
+    def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None, facts: list | None = None) -> None:
         loc = self.engine.tables.locs.get(oid)
         if loc is not None and loc.comp != COMP_GONE and oid not in self.objects:
             # stored already, so left out of the entry; kept here in case gc removes that body before this
@@ -87,7 +87,7 @@ class S3Txn(Txn):
             self.skipped[oid] = (otype, canonical)
             if otype == codec.BLOB and isinstance(canonical, bytes):
                 self.s3.recently_skipped(oid, canonical)
-        super().put(oid, otype, canonical, value)
+        super().put(oid, otype, canonical, value, facts)
 
     def read_ref(self, name: str) -> bytes | str | None:
         m = self.moves.get(name)
