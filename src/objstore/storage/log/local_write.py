@@ -75,13 +75,15 @@ class Writer(LocalBase):
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             raise LockTimeout("the store's writer lock", timeout)
         try:
-            # Catch up as a reader first (no thread of this process is mid-commit: _wlock is ours),
-            # so what is left to take in under the writer lock is what others wrote while we queued.
-            try:
-                self.refresh()
-            except (ObjstoreError, OSError):
-                pass  # met again, and dealt with, under the lock
-            self._os_lock(deadline, timeout)
+            if not self._os_lock_now():
+                # Another process holds the lock: catch up as a reader while it does (no thread of this process is
+                # mid-commit: _wlock is ours), so what is left to take in under the lock is what others wrote
+                # while we queued. Uncontended, the catch-up under the lock below is the only one.
+                try:
+                    self.refresh()
+                except (ObjstoreError, OSError):
+                    pass  # met again, and dealt with, under the lock
+                self._os_lock(deadline, timeout)
             try:
                 self._fit_to_write(repair_after)
                 return Txn(self)
@@ -241,6 +243,19 @@ class Writer(LocalBase):
                 return written
         finally:
             self._wlock.release()
+
+    def _os_lock_now(self) -> bool:
+        """Take the ``flock`` if no other open file description holds it; whether it was taken."""
+        if self._lfd is None:
+            try:
+                self._lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise StorageOSError("open the writer lock", e) from None
+        try:
+            fcntl.flock(self._lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
 
     def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
         # One lock file descriptor per engine, kept open: flock excludes other open file
