@@ -22,6 +22,24 @@ def _keys(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def in_memory_dir(tmp_path):
+    """A directory on tmpfs where there is one: a kill -9 loses nothing the page cache holds, so the
+    kill loops test the same states without waiting for a disk's fsyncs (a power loss is not theirs)."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    d = tempfile.mkdtemp(prefix="objstore-kill-", dir="/dev/shm")
+    try:
+        yield pathlib.Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def store_path(tmp_path):
     return str(tmp_path / "store")
 

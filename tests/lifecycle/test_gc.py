@@ -191,7 +191,7 @@ def _live(root):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("deletions", [False, True], ids=["repack", "repack-and-remove"])
-def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
+def test_kill_9_at_every_file_operation_of_gc(in_memory_dir, deletions):
     """For each k: a fresh copy of the store, gc killed at its k-th file operation (open, write,
     fsync, rename, unlink, …); the store then verifies clean, every entry checksum is as before,
     every live object reads back byte for byte and a writer commits, and gc run again finishes (no packed file left
@@ -200,6 +200,7 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     from objstore.lifecycle import delete as D
     from objstore.runs.verify import verify_report
 
+    tmp_path = in_memory_dir  # tmpfs (conftest): a kill -9 loses nothing the page cache holds; no disk fsync waited for
     base = str(tmp_path / "base")
     log, runs = build(base, runs=2, records=30, seal_bytes=16 << 10)
     doomed: set = set()
