@@ -22,6 +22,24 @@ def _keys(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def in_memory_dir(tmp_path):
+    """A directory on tmpfs where there is one: a kill -9 loses nothing the page cache holds, so the
+    kill loops test the same states without waiting for a disk's fsyncs (a power loss is not theirs)."""
+    import pathlib
+    import shutil
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        yield tmp_path
+        return
+    d = tempfile.mkdtemp(prefix="objstore-kill-", dir="/dev/shm")
+    try:
+        yield pathlib.Path(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
 def store_path(tmp_path):
     return str(tmp_path / "store")
 
@@ -85,7 +103,23 @@ def skip_lines(weed_missing: bool, s3_tests: int, langgraph_missing: list[str], 
     return lines
 
 
+def _compile_packages() -> None:
+    """Byte-compile objstore and objstore_cli into their ``__pycache__`` once per session, as an interpreter does on
+    a first import unless PYTHONDONTWRITEBYTECODE is set. Where it is set, every CLI and child process the tests start
+    (thousands: run_cli, the kill -9 loops) would otherwise compile each module from source again, a third of a
+    second apiece; cached bytecode is checked against its source's mtime and size on every import, so a stale one is
+    never used. Nothing about what runs changes; a read-only tree is left as it is (the imports then compile)."""
+    import compileall
+
+    for name in ("objstore", "objstore_cli"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            if os.access(folder, os.W_OK):
+                compileall.compile_dir(folder, quiet=2)
+
+
 def pytest_configure(config):
+    _compile_packages()
     config.addinivalue_line("markers", "langgraph: needs the LangGraph stack (left out with one line when it is absent, never under CI=true)")
     config.addinivalue_line("markers", "slow: takes seconds (real processes killed at every step, servers, big stores); "
                                        "-m 'not slow' runs the rest")

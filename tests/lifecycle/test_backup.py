@@ -505,23 +505,6 @@ def kill_loop(tmp_path, pack):
     assert verify(log, jobs=1) == []
 
 
-@pytest.fixture
-def in_memory_dir(tmp_path):
-    """A directory on tmpfs where there is one: a kill -9 loses nothing the page cache holds, so the
-    loops below test the same states without waiting for a disk's fsyncs (a power loss is not theirs)."""
-    import pathlib
-    import tempfile
-
-    if not os.access("/dev/shm", os.W_OK):
-        yield tmp_path
-        return
-    d = tempfile.mkdtemp(prefix="objstore-kill-", dir="/dev/shm")
-    try:
-        yield pathlib.Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.mark.slow
 def test_kill_9_at_every_file_operation(in_memory_dir, monkeypatch):
     monkeypatch.setattr(local_write, "SEAL_BYTES", 2048)

@@ -3,6 +3,7 @@ held the old files read the new ones; kill -9 at every file operation of gc leav
 clean and reads every object byte for byte, and gc run again finishes the job."""
 
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -151,6 +152,34 @@ def _ops_of_gc(root):
     return int(p.stdout.split()[-1])
 
 
+class _GcServer:
+    """``gc_child.py --serve``: one process that forks a child per K (its docstring says why that is a fresh process's
+    gc); ``run`` answers as ``subprocess.run`` of ``gc_child.py ROOT K`` did."""
+
+    def __init__(self):
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "gc_child.py"), "--serve"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self, root, k):
+        assert self.p.stdin is not None and self.p.stdout is not None
+        out, err = f"{root}.out", f"{root}.err"
+        self.p.stdin.write(f"{root}\t{k}\t{out}\t{err}\n")
+        self.p.stdin.flush()
+        ready, _, _ = select.select([self.p.stdout], [], [], 120)  # the bound only turns a hang into a failure
+        assert ready, f"gc killed at {k}: no answer"
+        code = int(self.p.stdout.readline())
+        with open(out) as f_out, open(err) as f_err:
+            got = subprocess.CompletedProcess([root, k], code, f_out.read(), f_err.read())
+        os.unlink(out)
+        os.unlink(err)
+        return got
+
+    def close(self):
+        assert self.p.stdin is not None
+        self.p.stdin.close()
+        assert self.p.wait(timeout=60) == 0
+
+
 def _live(root):
     """Every entry's (log, number, checksum) and the canonical bytes of every object whose body is stored."""
     s = Store.open(root)
@@ -162,7 +191,7 @@ def _live(root):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("deletions", [False, True], ids=["repack", "repack-and-remove"])
-def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
+def test_kill_9_at_every_file_operation_of_gc(in_memory_dir, deletions):
     """For each k: a fresh copy of the store, gc killed at its k-th file operation (open, write,
     fsync, rename, unlink, …); the store then verifies clean, every entry checksum is as before,
     every live object reads back byte for byte and a writer commits, and gc run again finishes (no packed file left
@@ -171,6 +200,7 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     from objstore.lifecycle import delete as D
     from objstore.runs.verify import verify_report
 
+    tmp_path = in_memory_dir  # tmpfs (conftest): a kill -9 loses nothing the page cache holds; no disk fsync waited for
     base = str(tmp_path / "base")
     log, runs = build(base, runs=2, records=30, seal_bytes=16 << 10)
     doomed: set = set()
@@ -185,10 +215,11 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
     shutil.copytree(base, tmp_path / "probe")
     total = _ops_of_gc(str(tmp_path / "probe"))
     assert total > 10
+    server = _GcServer()
     for k in range(1, total + 1):
         root = str(tmp_path / f"k{k}")
         shutil.copytree(base, root)
-        p = subprocess.run([sys.executable, os.path.join(HERE, "gc_child.py"), root, str(k)], capture_output=True, text=True, timeout=120)
+        p = server.run(root, k)
         if p.returncode == 0:
             # gc finished before its k-th operation: near the end the count may be one less than the probe's (a
             # reader's idx-verified hint is written only for an index older than its racy window: a matter of time)
@@ -213,6 +244,7 @@ def test_kill_9_at_every_file_operation_of_gc(tmp_path, deletions):
         after = _live(root)[1]
         assert {oid: after.get(oid) for oid in live} == live and not (doomed & set(after)), k
         shutil.rmtree(root)
+    server.close()
 
 
 @pytest.mark.slow

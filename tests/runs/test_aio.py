@@ -280,12 +280,17 @@ def test_a_task_cancelled_while_waiting_for_the_lock_commits_nothing(tmp_path):
     try:
         async def main():
             entered = False
+            cancel_seen = asyncio.Event()
 
             async def writer():
                 nonlocal entered
                 async with alog.batch():
                     entered = True
-                    await alog.record_attempt(run, 1, 0, "succeeded")
+                    try:
+                        await alog.record_attempt(run, 1, 0, "succeeded")
+                    except asyncio.CancelledError:
+                        cancel_seen.set()  # the batch's __aexit__ (the abort) runs right after, in this same step
+                        raise
 
             t = asyncio.create_task(writer())
             for _ in range(20):
@@ -293,12 +298,21 @@ def test_a_task_cancelled_while_waiting_for_the_lock_commits_nothing(tmp_path):
             # Format 6: entering a batch binds no log yet; its first ref waits for its run's lock. One log: entering waits.
             assert not t.done() and entered is per_run
             t.cancel()
+            held = None
+            if per_run:
+                # The cancelled task waits for its batch thread, which waits for the lock: let the holder commit
+                # (from a worker thread, the loop stays free) once the cancellation reached the block — not after
+                # the holder's own 60 s give-up, which is what this test used to wait out.
+                await asyncio.wait_for(cancel_seen.wait(), timeout=60)  # the bound only turns a hang into a failure
+                held = asyncio.get_running_loop().run_in_executor(None, _release, holder)
             with pytest.raises(asyncio.CancelledError):
                 await t
-            return entered
+            return entered, (await held if held is not None else None)
 
-        assert asyncio.run(main()) is per_run
-        held_entry = _release(holder)
+        entered, held_entry = asyncio.run(main())
+        assert entered is per_run
+        if held_entry is None:
+            held_entry = _release(holder)
     finally:
         if holder.poll() is None:
             holder.kill()

@@ -9,7 +9,8 @@ The writers (tests/storage/verify_writer.py, real OS processes) seal at 8 KiB, s
 pass counts the segment files before and after, and the test asserts that at least 3 seals
 happened during passes, so it cannot pass by never racing. Passes alternate between one process
 and two worker processes (jobs 1 and 2). To make every pass race, the test holds verify's read of the
-segment that was active at the start until a writer has sealed it (``_scan_after_a_seal``)."""
+segment that was active at the start until a writer has sealed it (``_scan_after_a_seal``), or until every writer of
+that log has stopped (then no seal will come: waiting would only wait out the poll's bound)."""
 
 import os
 import subprocess
@@ -37,13 +38,17 @@ def _segments(root, runs):
     return sum(1 for d in roots for f in os.listdir(os.path.join(d, "log")) if f.endswith(".seg"))
 
 
-def _scan_after_a_seal(real):
+def _scan_after_a_seal(real, done_of):
     """scan_segment, but the segment that was active when verify listed the files is read only
     after a writer has sealed it (a bounded number of short polls, never asserted): the seal lands
-    after verify's snapshot and before verify reads that segment, in every pass that races."""
+    after verify's snapshot and before verify reads that segment, in every pass that races.
+    ``done_of``: a log's ``log/`` folder -> the files its writers create when they stop. A log no writer writes (the
+    store log) or whose writers all stopped gets no seal: its segment is read at once, not after the poll's bound
+    (which made each pass wait 3 s per such log). Files, not process handles: worker processes (jobs 2) see them."""
     def scan(path, next_path, *rest):
+        done = done_of.get(os.path.realpath(os.path.dirname(path)), [])
         for _ in range(300):
-            if os.path.exists(next_path):
+            if os.path.exists(next_path) or all(os.path.exists(d) for d in done):
                 break
             time.sleep(0.01)
         return real(path, next_path, *rest)
@@ -56,10 +61,14 @@ def test_verify_beside_eight_sealing_writers_reports_nothing(tmp_path, monkeypat
     runs = [log.start_run(f"w{i}") for i in range(WRITERS)]
     stop = str(tmp_path / "stop")
     env = dict(os.environ, OBJSTORE_TEST_SEAL_BYTES=str(SEAL), PYTHONPATH=os.pathsep.join([HERE] + sys.path))
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "verify_writer.py"), root, run, stop, str(MAX_COMMITS)],
+    done_of: dict[str, list[str]] = {}
+    for run in runs:
+        done_of.setdefault(os.path.realpath(os.path.join(run_log_root(root, run), "log")), []).append(str(tmp_path / f"done-{run}"))
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "verify_writer.py"), root, run, stop, str(MAX_COMMITS),
+                               str(tmp_path / f"done-{run}")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) for run in runs]
     passes, raced, bad = 0, 0, []
-    monkeypatch.setattr(F, "scan_segment", _scan_after_a_seal(F.scan_segment))  # worker processes fork with it
+    monkeypatch.setattr(F, "scan_segment", _scan_after_a_seal(F.scan_segment, done_of))  # worker processes fork with it
     try:
         while passes < MAX_PASSES and (raced < MIN_SEALS or passes < 10):
             if all(p.poll() is not None for p in procs):
