@@ -240,14 +240,19 @@ class _Verifier(RunModelChecks):
         broken = self.lc.damage(broken)
         # verify proves the log from its first entry: readers open through a checkpoint, and someone
         # who forged an entry can forge a checkpoint to match its root. So every entry's rules and
-        # root are replayed here from the first, apart from the engine readers use.
-        breach = self.lc.replayed_breach()
-        upto = self.upto = pos.entry
-        self._erasures()
-        # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
-        # so the segments after it are read to their ends (each on its own).
-        self.bound = upto if broken is None else None
-        apart = self._scan(self.bound, wanted, wit)
+        # root are replayed from the first, apart from the engine readers use: begun now (beside the
+        # segment workers, when there are any), its finding taken once the scan is done.
+        replay = self.lc.start_replay()
+        try:
+            upto = self.upto = pos.entry
+            self._erasures()
+            # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
+            # so the segments after it are read to their ends (each on its own).
+            self.bound = upto if broken is None else None
+            apart = self._scan(self.bound, wanted, wit)
+            breach = replay.result()
+        finally:
+            replay.close()
         self._log_end(apart, upto, broken, breach, wit)
         if not self.log_broken:  # otherwise refs and chains would only echo the break
             self._phase("references", self._references)

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from typing import NamedTuple, cast
 
 import blake3
@@ -206,6 +207,79 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# -- the replay of every entry's rules and root, beside the segment workers ------------------
+
+
+def _replay_child(lc: LogCheck, conn: Connection) -> None:
+    """In a process forked for it: ``lc.replayed_breach()`` sent back (a tuple of int, int, str, or None)."""
+    try:
+        got: tuple = ("ok", lc.replayed_breach())
+    except BaseException:  # noqa: BLE001 - any failure: the parent replays itself and raises what it raises
+        got = ("failed", None)
+    try:
+        conn.send(got)
+    finally:
+        conn.close()
+
+
+class Replay:
+    """``LogCheck.replayed_breach`` begun: ``result()`` gives its finding; ``close()`` ends it unread."""
+
+    def __init__(self, lc: LogCheck) -> None:
+        self.lc = lc
+        self.proc: multiprocessing.process.BaseProcess | None = None
+        self.conn: Connection | None = None
+        self.found: tuple | None = None
+        self.done = False
+
+    @classmethod
+    def now(cls, lc: LogCheck) -> Replay:
+        r = cls(lc)
+        r.found, r.done = lc.replayed_breach(), True
+        return r
+
+    @classmethod
+    def forked(cls, lc: LogCheck) -> Replay:
+        r = cls(lc)
+        try:
+            ctx = multiprocessing.get_context("fork")  # the child has the engine as it is: nothing pickled in
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_replay_child, args=(lc, send), daemon=True)
+            proc.start()
+        except OSError:
+            return r  # no process to be had: replayed here
+        send.close()
+        r.proc, r.conn = proc, recv
+        return r
+
+    def result(self) -> tuple | None:
+        if self.done:
+            return self.found
+        if self.conn is None:
+            return self.lc.replayed_breach()  # (the fork failed)
+        try:
+            got = self.conn.recv()
+        except (EOFError, OSError):
+            got = None  # the process died (killed, out of memory)
+        finally:
+            self.close()
+        if got is None or got[0] != "ok":
+            return self.lc.replayed_breach()  # replayed here: whatever failed there is raised as it always was
+        return got[1]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            if self.proc.is_alive() and self.proc.exitcode is None:
+                self.proc.join(0.0)
+                if self.proc.is_alive():
+                    self.proc.terminate()
+            self.proc.join()
+            self.proc = None
+
+
 # -- the log as a whole, through the engine ----------------------------------------------------
 
 
@@ -243,6 +317,10 @@ class LogCheck:
 
     def replayed_breach(self) -> tuple | None:
         return None
+
+    def start_replay(self) -> Replay:
+        """``replayed_breach`` begun (see LocalLogCheck.start_replay): here, now."""
+        return Replay.now(self)
 
     def seg_path(self, seg: int) -> str:
         return ""
@@ -351,6 +429,30 @@ class LocalLogCheck(LogCheck):
         finally:
             fresh.close()
 
+    def start_replay(self) -> Replay:
+        """``replayed_breach`` begun: in a process of its own, forked now, when the segments are checked in
+        worker processes (it is the longest piece of this process's own work, and this process then has
+        the run-model checks of every object to make as the workers' results come in); else here, now
+        (before the scan, as it always was). The same function on the same files either way: the same finding."""
+        nums = self._seg_numbers()
+        if self._jobs(nums) <= 1 or max(nums, default=1) <= 1:
+            return Replay.now(self)
+        return Replay.forked(self)
+
+    def _seg_numbers(self) -> list[int]:
+        try:
+            names = os.listdir(self.engine.dir)
+        except OSError:
+            names = []
+        return [int(f[:-4]) for f in names if f.endswith(".seg") and f[:-4].isdigit()]
+
+    def _jobs(self, nums: list[int]) -> int:
+        """Worker processes the segments are checked in (1: none)."""
+        jobs = self.jobs
+        if jobs is None:  # automatic: workers only where they pay for their start
+            jobs = _cores() if self.engine.segment_bytes(nums) >= PARALLEL_MIN_BYTES else 1
+        return jobs
+
     def seg_path(self, seg: int) -> str:
         return self.engine.seg_path(seg)
 
@@ -361,17 +463,11 @@ class LocalLogCheck(LogCheck):
         """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
         time ahead of this process, which consumes them in order)."""
         engine = self.engine
-        try:
-            names = os.listdir(engine.dir)
-        except OSError:
-            names = []
-        nums = [int(f[:-4]) for f in names if f.endswith(".seg") and f[:-4].isdigit()]
+        nums = self._seg_numbers()
         top = max(nums, default=1)
         tasks = [(check, engine.seg_path(s), engine.seg_path(s + 1), engine.idx_path(s), s, bound, full, self.idx_seen.get(s))
                  for s in range(1, top + 1)]
-        jobs = self.jobs
-        if jobs is None:  # automatic: workers only where they pay for their start
-            jobs = _cores() if engine.segment_bytes(nums) >= PARALLEL_MIN_BYTES else 1
+        jobs = self._jobs(nums)
         if jobs <= 1 or len(tasks) <= 1:
             for t in tasks:
                 yield check_segment(*t)
