@@ -40,7 +40,8 @@ What it measures
    interpreter start ``python -c 'import objstore_cli.main'``. Reported: wall times, CPU times (user + system of the
    command and every child it waited for: verify's worker processes, git's threads), objects/s, per-repetition
    ratios git wall / objstore wall and git CPU / objstore CPU (min/median/max; the targets), peak RSS of each
-   command's own process (/usr/bin/time %M) and of its whole process tree (sum over live processes, sampled). Optionally
+   command's own process (/usr/bin/time %M) and of its whole process tree (sampled: the sum of its live processes'
+   proportional set sizes, so a page forked workers share is counted once). Optionally
    one verify under cProfile: top functions by tottime, time by phase.
 2. cold re-fold vs a FIXED SQLite peer (benchmarks/refold_peer.py: msgspec decode into dicts and the fold copied from
    src/objstore/runs/fold.py, importing nothing from objstore, so the peer does not move with objstore). One run of F records
@@ -130,7 +131,7 @@ class Child(NamedTuple):
     err: str
     killed: str | None  # why the watchdog killed it, or None
     procs: int = 0  # most processes seen at once in its tree (the launcher and the command: 2), when watched
-    tree_rss: int = 0  # peak RSS summed over the command's live process tree (sampled every 0.25 s), when watched
+    tree_rss: int = 0  # peak memory of the command's live process tree (sampled every 0.25 s; PSS summed once it has workers), when watched
 
 
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
@@ -155,15 +156,20 @@ def child_env(scratch):
     return e
 
 
-def _tree_rss(pid, page):
-    """(RSS in bytes, process count) of pid and all its descendants."""
+def _tree_rss(pid, page, pss=False):
+    """(RSS in bytes, process count) of pid and all its descendants (``pss``: their proportional set sizes, each
+    shared page divided among the processes sharing it: forked workers share the parent's pages)."""
     total = count = 0
     todo = [pid]
     while todo:
         q = todo.pop()
         try:
-            with open(f"/proc/{q}/statm") as f:
-                total += int(f.read().split()[1]) * page
+            if pss:
+                with open(f"/proc/{q}/smaps_rollup") as f:
+                    total += next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("Pss:"))
+            else:
+                with open(f"/proc/{q}/statm") as f:
+                    total += int(f.read().split()[1]) * page
             count += 1
             with open(f"/proc/{q}/task/{q}/children") as f:
                 todo.extend(int(x) for x in f.read().split())
@@ -195,7 +201,7 @@ def run_child(cmd, *, timeout=None, rss_cap=None, env_=None) -> Child:
                     why = None
                     rss, n = _tree_rss(p.pid, page)
                     procs[0] = max(procs[0], n)
-                    peak[0] = max(peak[0], rss)
+                    peak[0] = max(peak[0], _tree_rss(p.pid, page, pss=True)[0] if n > 2 else rss)
                     if timeout is not None and time.perf_counter() - t0 > timeout:
                         why = f"timeout after {timeout:.0f} s"
                     elif rss_cap is not None:
@@ -687,7 +693,7 @@ def part_fsck(a, scratch, targets):
                 f"the command's own process{seen})")
             lo, md, hi = mmm(trees[name])
             say(f"  peak tree RSS {name:<38} {mib(lo):>8.1f} MiB {mib(md):>6.1f} MiB {mib(hi):>6.1f} MiB  (summed over its "
-                "live processes; shared pages counted once per process)")
+                "live processes' PSS: a page shared by forked workers counted once)")
     if a.profile:
         say("  profile of one verify --no-state run:")
         profile_child(["-m", "objstore", "--store", spath, "verify", "--no-state"], d, "objstore verify --no-state ", a.timeout)
@@ -729,7 +735,7 @@ def part_rss(a, scratch, targets):
     for label, xs in (("wall s", walls), ("CPU s", cpus)):
         lo, md, hi = mmm(xs)
         say(f"  {label:<44} {lo:>10.2f} {md:>10.2f} {hi:>10.2f}")
-    for label, xs in (("peak RSS MB (/usr/bin/time %M)", own), ("peak tree RSS MB (sampled sum)", tree)):
+    for label, xs in (("peak RSS MB (/usr/bin/time %M)", own), ("peak tree PSS MB (sampled sum)", tree)):
         lo, md, hi = mmm(xs)
         say(f"  {label:<44} {lo / 1e6:>10.1f} {md / 1e6:>10.1f} {hi / 1e6:>10.1f}")
     lo, md, hi = mmm(own)
