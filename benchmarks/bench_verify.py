@@ -642,7 +642,7 @@ def part_fsck(a, scratch, targets):
             if not check_ok(res, name):
                 return
             if name.startswith("objstore"):
-                m = re.search(r"verify: ok \((\d+) entries, (\d+) objects\)", res.err)
+                m = re.search(r"verify: ok \((\d+) entries(?: in \d+ logs)?, (\d+) objects\)", res.err)
                 if not m or int(m.group(2)) != nobj:
                     say(f"  !! {name}: verify's summary does not say ok with {nobj:,} objects: {res.err.strip()[-300:]}")
             walls[name].append(res.wall)
