@@ -6,7 +6,10 @@ finding is taken once the scan is done: this process's own time goes to the run-
 workers send. With one process (``jobs=1``) it runs here, before the scan, as always. Proved here, counted not
 timed: with workers, this process decodes no entry meta for the replay (``STATS["entries_decoded"]`` falls by at
 least the log's entries); a rule breach (a forged run birth) is named in the same line either way; a replay
-process that dies is replayed here instead (the same finding).
+process that dies is replayed here instead (the same finding). The replay takes each sealed segment's index
+digest from the segment worker that built it from the same entries (the scan passes it on), instead of building
+that index a second time: counted by ``segindex.build`` calls; a digest it is handed is the one the next
+segment's first entry is checked against; a segment with none handed (not judged) is built as before.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pytest
 
 from objstore import RunLog, Store
 from objstore.runs.verify import verify_report
-from objstore.storage.log import fsck, local_write
+from objstore.storage.log import fsck, local_write, segindex
 from objstore.storage.log.format import STATS
 from objstore.storage.log.tables import LogState
 
@@ -102,7 +105,75 @@ def test_a_replay_process_that_dies_is_replayed_here(tmp_path, monkeypatch):
     root = str(tmp_path / "s")
     _n, oid = _build(root, forged=True)
     one = _report(root, 1)
-    monkeypatch.setattr(fsck, "_replay_child", lambda lc, conn: os._exit(9))  # dies before it sends anything
+    monkeypatch.setattr(fsck, "_replay_child", lambda *a: os._exit(9))  # dies before it sends anything
     two = _report(root, 2)
     assert [p.line() for p in two.problems] == [p.line() for p in one.problems]
     assert any(p.code == "corrupt-entry" and oid.hex() in p.line() for p in two.problems)
+
+
+def _sealed_digests(root: str) -> tuple[dict[int, bytes], object]:
+    """{sealed segment: the digest check_segment (a segment worker) builds for its index}, and the log check."""
+    log = RunLog(Store.open(root))
+    lc = fsck.log_check(log.store.engine, jobs=1)
+    lc.start()
+    eng = log.store.engine
+    out = {}
+    for s in sorted(lc.files):
+        res = fsck.check_segment(lambda *a: (a[0], a[1], True, (), False, None, None), eng.seg_path(s), eng.seg_path(s + 1),
+                                 eng.idx_path(s), s, None, False, lc.idx_seen.get(s))
+        if res.built is not None:
+            out[s] = res.built
+    return out, lc
+
+
+def _count_builds(monkeypatch) -> list[int]:
+    builds = [0]
+    real = segindex.build
+
+    def counted(*a):
+        builds[0] += 1
+        return real(*a)
+
+    monkeypatch.setattr(segindex, "build", counted)
+    return builds
+
+
+def test_the_replay_takes_the_workers_index_digests_instead_of_building_them(tmp_path, monkeypatch):
+    root = str(tmp_path / "s")
+    _build(root, forged=False)
+    digests, lc = _sealed_digests(root)
+    assert len(digests) >= 2
+    builds = _count_builds(monkeypatch)
+    assert lc.replayed_breach() is None
+    alone = builds[0]
+    builds[0] = 0
+    asked: list[int] = []
+    assert lc.replayed_breach(lambda s: asked.append(s) or digests.get(s)) is None
+    assert alone >= len(digests) and builds[0] == alone - len(digests), (alone, builds[0], len(digests))
+    assert sorted(asked) == sorted(digests)  # each sealed segment asked for once
+    builds[0] = 0
+    assert lc.replayed_breach(lambda s: None) is None  # none handed: built here, as alone
+    assert builds[0] == alone
+
+
+def test_a_digest_handed_to_the_replay_is_the_one_the_next_segment_is_checked_against(tmp_path):
+    root = str(tmp_path / "s")
+    _build(root, forged=False)
+    digests, lc = _sealed_digests(root)
+    seg = min(digests)
+    breach = lc.replayed_breach(lambda s: b"\x05" * 32 if s == seg else digests.get(s))
+    assert breach is not None and breach[0] == seg + 1, breach
+    assert f"names an index of segment {seg} that is not the one its entries give" in breach[2], breach
+
+
+def test_the_scan_hands_the_replay_every_sealed_segments_digest_in_log_order(tmp_path, monkeypatch):
+    root = str(tmp_path / "s")
+    _build(root, forged=False)
+    digests, _lc = _sealed_digests(root)
+    handed: list[tuple[int, bytes | None]] = []
+    real = fsck.Replay.index_digest
+    monkeypatch.setattr(fsck.Replay, "index_digest", lambda self, s, d: handed.append((s, d)) or real(self, s, d))
+    r = _report(root, 2)
+    assert r.problems == []
+    assert [s for s, _d in handed] == sorted(s for s, _d in handed)
+    assert {s: d for s, d in handed if d is not None} == digests

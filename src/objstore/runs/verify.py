@@ -67,7 +67,7 @@ from ..storage.gclock import gc_lock
 from ..storage.log.engine import ScanProblem
 from ..storage.log.entry import LogEntry
 from ..storage.log.format import ZERO
-from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
+from ..storage.log.fsck import LogCheck, Replay, SegEntry, SegResult, log_check
 from ..storage.log.scan import chain_break
 from .anchors import anchor_problem, parse_anchor
 from .refold import refold_branch
@@ -196,6 +196,7 @@ class _Verifier(RunModelChecks):
         self.entry_sums: dict[int, bytes] = {}
         self.seg_problems = 0  # problems found before the segment being read
         self.built: dict[int, bytes] = {}  # segment -> BLAKE3 of the index its entries give
+        self.replay: Replay | None = None  # every entry's rules and root replayed (LogCheck.start_replay)
         self.packed: dict[int, tuple] = {}  # segment gc packed -> (its original index digest, BLAKE3 of its file)
         self.rewrites: dict[int, tuple[bytes, bytes, int]] = {}  # segment -> (file digest, index digest, entry) the last rewrite names
         self.log_broken = False
@@ -242,7 +243,7 @@ class _Verifier(RunModelChecks):
         # who forged an entry can forge a checkpoint to match its root. So every entry's rules and
         # root are replayed from the first, apart from the engine readers use: begun now (beside the
         # segment workers, when there are any), its finding taken once the scan is done.
-        replay = self.lc.start_replay()
+        replay = self.replay = self.lc.start_replay()
         try:
             upto = self.upto = pos.entry
             self._erasures()
@@ -301,6 +302,8 @@ class _Verifier(RunModelChecks):
             self._check_index(res)
             if res.built is not None:
                 self.built[res.seg] = res.built
+            if res.seg and self.replay is not None:  # the replay beside the workers takes this digest rather than build the index again
+                self.replay.index_digest(res.seg, res.built if res.packed is None and not res.rechained else None)
             if res.packed is not None:
                 self.packed[res.seg] = res.packed
             if placed and res.end is not None and res.end.complete and not any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in res.items):

@@ -210,10 +210,52 @@ def _cores() -> int:
 # -- the replay of every entry's rules and root, beside the segment workers ------------------
 
 
-def _replay_child(lc: LogCheck, conn: Connection) -> None:
-    """In a process forked for it: ``lc.replayed_breach()`` sent back (a tuple of int, int, str, or None)."""
+class _FedReplay(LogEngine):
+    """The engine verify replays the log with: as any reader without a checkpoint, except that a sealed segment's
+    index digest (what the next segment's first entry must name) is the one a segment worker built from the same
+    segment's entries, when it built one (``check_segment``: the index its entries give, byte for byte the
+    rows these tables hold; the file verify judges is the same, a gc that replaced it is caught by inode):
+    the index is not built a second time. ``fed(seg)`` blocks until the worker's result for ``seg`` is in."""
+
+    def __init__(self, *a, fed: Callable[[int], bytes | None] | None = None, **k) -> None:  # type: ignore[no-untyped-def]
+        self._fed = fed  # before the engine's own __init__: it replays the log
+        super().__init__(*a, **k)
+
+    def _retire_active(self) -> None:
+        seg = self._seg
+        if self._fed is not None and self.tables.frozen is None and seg not in self._built:
+            digest = self._fed(seg)
+            if digest is not None:
+                self._built[seg] = digest
+        super()._retire_active()
+
+
+def _digests_from(conn: Connection) -> Callable[[int], bytes | None]:
+    """``fed`` for _FedReplay over the parent's messages (segment, digest or None), in log order; None: no more."""
+    got: dict[int, bytes | None] = {}
+    ended = [False]
+
+    def fed(seg: int) -> bytes | None:
+        while seg not in got and not ended[0]:
+            try:
+                m = conn.recv()
+            except (EOFError, OSError):
+                m = None
+            if m is None:
+                ended[0] = True
+            else:
+                got[m[0]] = m[1]
+        return got.pop(seg, None)
+    return fed
+
+
+def _replay_child(lc: LogCheck, conn: Connection, feed: Connection | None = None, parents: tuple = ()) -> None:
+    """In a process forked for it: ``lc.replayed_breach()`` sent back (a tuple of int, int, str, or None).
+    ``parents``: the parent's ends of the pipes, closed here (so a parent that dies is an end of ``feed``)."""
+    for c in parents:
+        c.close()
     try:
-        got: tuple = ("ok", lc.replayed_breach())
+        got: tuple = ("ok", lc.replayed_breach(_digests_from(feed)) if feed is not None else lc.replayed_breach())
     except BaseException:  # noqa: BLE001 - any failure: the parent replays itself and raises what it raises
         got = ("failed", None)
     try:
@@ -229,6 +271,7 @@ class Replay:
         self.lc = lc
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Connection | None = None
+        self.feed: Connection | None = None  # to the process: each segment's index digest, as the scan takes it in
         self.found: tuple | None = None
         self.done = False
 
@@ -244,17 +287,39 @@ class Replay:
         try:
             ctx = multiprocessing.get_context("fork")  # the child has the engine as it is: nothing pickled in
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_replay_child, args=(lc, send), daemon=True)
+            fed, feed = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_replay_child, args=(lc, send, fed, (recv, feed)), daemon=True)
             proc.start()
         except OSError:
             return r  # no process to be had: replayed here
         send.close()
-        r.proc, r.conn = proc, recv
+        fed.close()
+        r.proc, r.conn, r.feed = proc, recv, feed
         return r
+
+    def index_digest(self, seg: int, digest: bytes | None) -> None:
+        """The index digest a segment worker built for ``seg`` (None: none, or not one to take: a packed file's),
+        passed to the replay; in log order, each once."""
+        if self.feed is not None:
+            try:
+                self.feed.send((seg, digest))
+            except OSError:  # the process is gone: its result (or the replay here instead) says so
+                self.end_digests()
+
+    def end_digests(self) -> None:
+        """No more digests: the replay builds any index it still needs itself."""
+        if self.feed is not None:
+            try:
+                self.feed.send(None)
+            except OSError:
+                pass
+            self.feed.close()
+            self.feed = None
 
     def result(self) -> tuple | None:
         if self.done:
             return self.found
+        self.end_digests()
         if self.conn is None:
             return self.lc.replayed_breach()  # (the fork failed)
         try:
@@ -268,6 +333,7 @@ class Replay:
         return got[1]
 
     def close(self) -> None:
+        self.end_digests()
         if self.conn is not None:
             self.conn.close()
             self.conn = None
@@ -412,13 +478,15 @@ class LocalLogCheck(LogCheck):
             broken = CorruptLog(engine.seg_path(damaged[0]), f"damaged entry at offset {damaged[1]} ({damaged[2]})")
         return broken
 
-    def replayed_breach(self) -> tuple | None:
+    def replayed_breach(self, fed: Callable[[int], bytes | None] | None = None) -> tuple | None:
         """(segment, offset, reason) of the first entry that breaks a rule of the log or names a wrong
         root, found by replaying every entry's meta from the first, whatever checkpoint readers adopt
-        (one forged with its tables matching a forged entry's root included); None if there is none."""
+        (one forged with its tables matching a forged entry's root included); None if there is none.
+        ``fed``: segment -> the digest of the index its entries give, as a segment worker built it (None:
+        not judged there), taken instead of building that index again (``_FedReplay``)."""
         engine = self.engine
         # a run's log (format 6) is replayed by the rules it was written under: the store log at the cited position
-        fresh = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run)
+        fresh = _FedReplay(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run, fed=fed)
         try:
             fresh.prefix_ok = True
             try:
