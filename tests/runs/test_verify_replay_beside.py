@@ -3,7 +3,7 @@
 When verify checks segments in worker processes, the replay (``LocalLogCheck.replayed_breach``: a fresh engine
 taking in every entry from the first, no checkpoint) is begun in a process forked for it before the scan, and its
 finding is taken once the scan is done: this process's own time goes to the run-model checks of the objects the
-workers send. With one process (``jobs=1``) it runs here, before the scan, as always. Proved here, counted not
+workers send. With one process (``jobs=1``) it runs here, once the scan is done. Proved here, counted not
 timed: with workers, this process decodes no entry meta for the replay (``STATS["entries_decoded"]`` falls by at
 least the log's entries); a rule breach (a forged run birth) is named in the same line either way; a replay
 process that dies is replayed here instead (the same finding). The replay takes each sealed segment's index
@@ -177,3 +177,15 @@ def test_the_scan_hands_the_replay_every_sealed_segments_digest_in_log_order(tmp
     assert r.problems == []
     assert [s for s, _d in handed] == sorted(s for s, _d in handed)
     assert {s: d for s, d in handed if d is not None} == digests
+
+
+def test_with_one_process_each_sealed_index_is_built_once(tmp_path, monkeypatch):
+    """The scan builds each sealed segment's index (to judge its file); the replay, here after the scan, takes
+    those digests: not a second build per segment (a checkpoint's active rows may be built once more)."""
+    root = str(tmp_path / "s")
+    _build(root, forged=False)
+    digests, _lc = _sealed_digests(root)
+    builds = _count_builds(monkeypatch)
+    r = _report(root, 1)
+    assert r.problems == []
+    assert len(digests) <= builds[0] <= len(digests) + 1, (builds[0], len(digests))

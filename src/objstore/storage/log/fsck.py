@@ -272,6 +272,7 @@ class Replay:
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.conn: Connection | None = None
         self.feed: Connection | None = None  # to the process: each segment's index digest, as the scan takes it in
+        self.digests: dict[int, bytes] = {}  # the same, for a replay here (after the scan, or if the process failed)
         self.found: tuple | None = None
         self.done = False
 
@@ -300,6 +301,8 @@ class Replay:
     def index_digest(self, seg: int, digest: bytes | None) -> None:
         """The index digest a segment worker built for ``seg`` (None: none, or not one to take: a packed file's),
         passed to the replay; in log order, each once."""
+        if digest is not None:
+            self.digests[seg] = digest
         if self.feed is not None:
             try:
                 self.feed.send((seg, digest))
@@ -321,7 +324,7 @@ class Replay:
             return self.found
         self.end_digests()
         if self.conn is None:
-            return self.lc.replayed_breach()  # (the fork failed)
+            return self.lc.replayed_breach(self.digests.get)  # here, after the scan (one process, or the fork failed)
         try:
             got = self.conn.recv()
         except (EOFError, OSError):
@@ -329,7 +332,7 @@ class Replay:
         finally:
             self.close()
         if got is None or got[0] != "ok":
-            return self.lc.replayed_breach()  # replayed here: whatever failed there is raised as it always was
+            return self.lc.replayed_breach(self.digests.get)  # replayed here: whatever failed there is raised as it always was
         return got[1]
 
     def close(self) -> None:
@@ -500,11 +503,13 @@ class LocalLogCheck(LogCheck):
     def start_replay(self) -> Replay:
         """``replayed_breach`` begun: in a process of its own, forked now, when the segments are checked in
         worker processes (it is the longest piece of this process's own work, and this process then has
-        the run-model checks of every object to make as the workers' results come in); else here, now
-        (before the scan, as it always was). The same function on the same files either way: the same finding."""
+        the run-model checks of every object to make as the workers' results come in); else here, once the
+        scan is done. The same function on the same files either way: the same finding. Either way it takes
+        each sealed segment's index digest from the scan's check of that segment (``Replay.index_digest``)
+        rather than build that index a second time."""
         nums = self._seg_numbers()
         if self._jobs(nums) <= 1 or max(nums, default=1) <= 1:
-            return Replay.now(self)
+            return Replay(self)
         return Replay.forked(self)
 
     def _seg_numbers(self) -> list[int]:
