@@ -37,7 +37,10 @@ chain from its header, every object re-hashed, decoded and schema-checked, its i
 with what its entries say), in worker processes when there are several cores (``jobs``; env
 ``OBJSTORE_VERIFY_JOBS``; 1: all in this process, with the same report); this process then chains
 the segments together and makes every check that spans entries (refs, chains, forks, the state
-cache) from the compact results, in log order. Damage never stops the report: a break in the log
+cache) from the compact results, in log order. Every entry's rules and root are replayed from the first
+entry by a fresh engine (objstore.storage.log.fsck ``replayed_breach``): with workers, in a process forked
+for it beside them, fed each sealed segment's index digest as the scan takes in that segment's result;
+with one process, here after the scan; either way no sealed index is built twice. Damage never stops the report: a break in the log
 ends the cross-entry checks there (they would only echo it), the later segments are still checked
 each on its own, and a note says where the checks that span entries stopped. The snapshot is the
 log position at the start: a segment sealed while verify reads is judged only if every entry of it

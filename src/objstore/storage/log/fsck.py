@@ -5,7 +5,9 @@ internals — each segment file on its own (``check_segment``: its entries' chec
 header, its index file compared with what its entries say, the packed file a gc left), the files
 as verify found them at its start (inodes and index digests, to tell a gc that rewrote them during
 the pass), the bytes a reader stopped at, every entry's rules and root replayed from the first
-(``replayed_breach``), the torn tail, the head witness and the checkpoint file. It knows nothing of
+(``replayed_breach``: in a process forked beside the segment workers when there are any, ``Replay``;
+each sealed segment's index digest taken from the worker that built it from the same entries, never
+from a file), the torn tail, the head witness and the checkpoint file. It knows nothing of
 records: each object of an entry is handed to the ``check`` function its caller gives (the run
 model's object checks, objstore.runs.verify_objects), in this process or in worker processes.
 
