@@ -322,6 +322,9 @@ def build_store(path, *, runs, per_run, per_commit, steps=50, blob_every=3, blob
     with log.store.batch():
         for i in range(shared_prompts):
             shared.append(log.put_blob(w.blob(f"shared-{i}")))
+        if len(names) == 1:
+            log.start_run(names[0])
+    if len(names) > 1:  # a batch writes one run's log (format 6): each run is started by its own commit
         for r in names:
             log.start_run(r)
     record_attempt, put_blob, batch = log.record_attempt, log.put_blob, log.store.batch
