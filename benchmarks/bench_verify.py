@@ -66,11 +66,8 @@ Targets (issue 17 for verify, issue 15 for the rest); a target is "met" when the
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import pstats
-import random
 import re
 import resource
 import shutil
@@ -91,9 +88,10 @@ from objstore import RunLog, Store  # noqa: E402
 PY = sys.executable
 BASELINE = [PY, "-c", "import objstore_cli.main"]
 
-from bench_commit import VOCAB  # noqa: E402  (one text vocabulary for every benchmark's blobs)
-
-TOOLS = ["search", "fetch_order", "send_email", "sql", "python"]
+# building stores through the public API, and the profile reports: their own modules (re-exported: other benchmarks
+# import them from here)
+from verify_profile import profile_report, profile_steps  # noqa: E402
+from verify_stores import TOOLS, Workload, build_store, canonical_bytes, export_to_git, public_objects  # noqa: E402, F401
 
 
 # -- helpers shared with bench_scale.py ------------------------------------------------------------------------
@@ -284,248 +282,8 @@ def check_ok(res: Child, what: str) -> bool:
     return True
 
 
-# -- building stores through the public API -------------------------------------------------------------------
-class Workload:
-    """Deterministic, cheap record bodies: a pool of contexts/usages cycled, fresh text blobs on request."""
-
-    def __init__(self, seed=1, blob_size=1024, pool=997):
-        rnd = random.Random(seed)
-        self.rnd = random.Random(seed + 1)
-        self.blob_size = blob_size
-        self.ctx = [{"ticket": f"T-{rnd.randint(10000, 99999)}", "path": rnd.choice("ABC"), "tool": rnd.choice(TOOLS),
-                     "trace": rnd.randbytes(16).hex()} for _ in range(pool)]
-        self.usage = [{"input_tokens": rnd.randint(50, 4000), "output_tokens": rnd.randint(5, 800)} for _ in range(pool)]
-        self.pool = pool
-
-    def blob(self, tag: str) -> bytes:
-        words = self.rnd.choices(VOCAB, k=self.blob_size // 5)
-        return (f"#{tag} " + " ".join(words)).encode()[: self.blob_size]
-
-
-def build_store(path, *, runs, per_run, per_commit, steps=50, blob_every=3, blob_size=1024, round_robin=False,
-                shared_prompts=0, seed=1, fsync="off", label="store", run_fmt="r{:05d}", fresh_as="prompt"):
-    """Build a store through the public API (RunLog / Store.batch / record_attempt / put_blob).
-
-    ``runs`` runs of ``per_run`` attempt records each; every commit holds ``per_commit`` records of one run.
-    round_robin: commits visit the runs in turn (run 0's first commit, run 1's first, ...); otherwise each run is
-    written whole before the next. Step of record j = j * steps // per_run (so ``steps`` steps per run), attempt =
-    its index within the step; every fifth attempt failed. A fresh text blob on every ``blob_every``-th record
-    (0: none); with ``shared_prompts`` > 0 the other records point at one of that many shared prompt blobs.
-    fresh_as="output": the fresh blob is the record's ``output`` and every record keeps its shared prompt ref (issue
-    15's workload: a prompt ref on every record, a fresh blob on every third).
-    Returns a dict of facts (run names, counts, build time)."""
-    w = Workload(seed, blob_size)
-    t0 = time.perf_counter()
-    log = RunLog(Store.init(path, fsync=fsync))
-    names = [run_fmt.format(i) for i in range(runs)]
-    shared = []
-    with log.store.batch():
-        for i in range(shared_prompts):
-            shared.append(log.put_blob(w.blob(f"shared-{i}")))
-        if len(names) == 1:
-            log.start_run(names[0])
-    if len(names) > 1:  # a batch writes one run's log (format 6): each run is started by its own commit
-        for r in names:
-            log.start_run(r)
-    record_attempt, put_blob, batch = log.record_attempt, log.put_blob, log.store.batch
-    ctx, usage, pool = w.ctx, w.usage, w.pool
-    nblobs = 0
-    commits = 0
-    per_commit = max(1, min(per_commit, per_run))
-    chunks = [(c, min(c + per_commit, per_run)) for c in range(0, per_run, per_commit)]
-    order = ([(ri, ch) for ch in chunks for ri in range(runs)] if round_robin
-             else [(ri, ch) for ri in range(runs) for ch in chunks])
-    total = runs * per_run
-    done = 0
-    next_report = time.perf_counter() + 15
-    for ri, (lo, hi) in order:
-        run = names[ri]
-        with batch():
-            for j in range(lo, hi):
-                step = j * steps // per_run
-                attempt = j - (-(-step * per_run // steps))
-                k = ri * per_run + j
-                prompt = output = None
-                fresh = blob_every and j % blob_every == 0
-                if fresh and fresh_as == "prompt":
-                    prompt = put_blob(w.blob(f"{run}-{j}"))
-                    nblobs += 1
-                elif shared:
-                    prompt = shared[step % len(shared)]
-                if fresh and fresh_as == "output":
-                    output = put_blob(w.blob(f"{run}-{j}"))
-                    nblobs += 1
-                record_attempt(run, step=step, attempt=attempt, state="failed" if j % 5 == 4 else "succeeded",
-                               prompt=prompt, output=output, usage=usage[k % pool], context=ctx[(k * 7) % pool])
-        commits += 1
-        done += hi - lo
-        if time.perf_counter() > next_report:
-            el = time.perf_counter() - t0
-            progress(f"building {label}: {done:,}/{total:,} records ({done / el:,.0f} rec/s)")
-            next_report = time.perf_counter() + 15
-    dt = time.perf_counter() - t0
-    log.store.engine.close()
-    return {"log": None, "runs": names, "records": total, "blobs": nblobs + len(shared), "commits": commits,
-            "seconds": dt, "rate": total / dt, "objects": total + runs + nblobs + len(shared)}
-
-
-def public_objects(log):
-    """Every object a benchmark store holds, found through the public API only (the engine is being rewritten):
-    per run, the records of every branch (run_started included), each preceded by the blobs it references
-    (prompt, output) the first time they are seen: roughly the order they were written. Fork objects are not
-    reached (the benchmark stores have none); verify's own object count is compared where it matters."""
-    seen = set()
-    out = []
-    for run in log.store.run_names():
-        for r in log.records(run, all_branches=True):
-            body = r.body if isinstance(r.body, dict) else {}
-            for key in ("prompt", "output"):
-                ref = body.get(key)
-                if isinstance(ref, bytes) and ref not in seen:
-                    seen.add(ref)
-                    out.append(ref)
-            if r.id not in seen:
-                seen.add(r.id)
-                out.append(r.id)
-    return out
-
-
-def canonical_bytes(path):
-    """(objects, canonical bytes) of every object in the store (public_objects, bytes by Store.get_raw)."""
-    log = RunLog(Store.open(path))
-    ids = public_objects(log)
-    size = sum(len(log.store.get_raw(oid)) for oid in ids)
-    log.store.engine.close()
-    return len(ids), size
-
-
 def mib(b):
     return b / 2**20
-
-
-# -- profiles -------------------------------------------------------------------------------------------------
-_PHASES = [
-    # (file suffix, function names or None for any, phase)
-    ("src/objstore/storage/engine.py", {"parse_entry", "logical_checksum"}, "log scan: read, decompress, entry checksums"),
-    ("src/objstore/storage/log/scan.py", {"scan_log", "_entry_objects"}, "log scan: read, decompress, entry checksums"),
-    ("src/objstore/storage/log/local.py", {"scan"}, "log scan: read, decompress, entry checksums"),
-    ("src/objstore/runs/verify_runmodel.py", {"_object"}, "object checks (dispatch)"),
-    ("src/objstore/runs/verify_runmodel.py", {"_record", "_chains_end", "_moves"}, "chain checks"),
-    ("src/objstore/runs/verify_runmodel.py", {"_references", "_refs", "_run_refs"}, "ref checks"),
-    ("src/objstore/runs/verify.py", {"check_state_cache", "_cold", "_fold", "_check_state", "_initial_state", "_digest"},
-     "state check"),
-    ("src/objstore/storage/engine.py", {"load", "index_record", "set_ref"}, "store open: checkpoint + log catch-up"),
-    ("src/objstore/storage/log/local_state.py", {"__init__"}, "store open: checkpoint + log catch-up"),
-    ("src/objstore/storage/log/local_catchup.py", {"refresh", "_read_tail", "_apply"}, "store open: checkpoint + log catch-up"),
-    ("src/objstore/storage/log/checkpoint.py", {"_load_checkpoint"}, "store open: checkpoint + log catch-up"),
-    ("src/objstore/storage/log/local_index.py", {"_retire_active"}, "store open: checkpoint + log catch-up"),
-    ("src/objstore/storage/codec.py", None, "decode (codec)"),
-    ("src/objstore/runs/records.py", None, "schema checks (records)"),
-    ("src/objstore/runs/state.py", None, "state cache / fold"),
-    ("src/objstore/runs/fold.py", None, "state cache / fold"),
-    ("src/objstore/runs/api.py", None, "chain walks (runlog)"),
-    ("src/objstore/storage/store.py", None, "object reads (store)"),
-    ("src/objstore/storage/engine.py", None, "object reads (engine)"),
-    ("src/objstore/storage/log/local_objects.py", None, "object reads (engine)"),
-    ("src/objstore/storage/log/segindex.py", None, "sealed segment indexes (segindex)"),
-    ("src/objstore/runs/verify.py", None, "verify driver"),
-]
-
-
-def _phase_of(key, caller=None):
-    fname, _, func = key
-    if fname == "~":  # a C function: charged to its caller's phase, hashing split out
-        if caller is not None:
-            if "blake3" in func and caller[2] == "_object":
-                return "hashing objects (BLAKE3)"
-            return _phase_of(caller)
-        return "other"
-    if "importlib" in fname or fname.startswith("<"):
-        return "startup / imports"
-    for suffix, funcs, phase in _PHASES:
-        if fname.endswith(suffix) and (funcs is None or func in funcs):
-            return phase
-    if "site-packages" in fname or "/lib/python" in fname:
-        return "startup / imports / CLI (click, stdlib)"
-    return "other"
-
-
-def profile_report(prof_path, top=15, title=""):
-    """Top functions by tottime and the time per phase."""
-    st = pstats.Stats(prof_path)
-    total = st.total_tt
-    buf = io.StringIO()
-    pstats.Stats(prof_path, stream=buf).sort_stats("tottime").print_stats(top)
-    lines = buf.getvalue().splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("ncalls")), 0)
-    say(f"  cProfile {title}(total {total:.2f} s profiled; profiler overhead inflates Python-call-heavy phases)")
-    for ln in lines[start:]:
-        if ln.strip():
-            say("    " + ln.replace(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + "/", ""))
-    phases: dict[str, float] = {}
-    for key, (_cc, _nc, tt, _ct, callers) in st.stats.items():
-        if key[0] == "~" and callers:
-            parts = {ck: (v[2] if isinstance(v, tuple) else 0.0) for ck, v in callers.items()}
-            s = sum(parts.values())
-            for ck, t in parts.items():
-                share = tt * (t / s) if s > 0 else tt / len(parts)
-                ph = _phase_of(key, ck)
-                phases[ph] = phases.get(ph, 0.0) + share
-        else:
-            ph = _phase_of(key)
-            phases[ph] = phases.get(ph, 0.0) + tt
-    say("  time by phase (tottime, C functions charged to their caller):")
-    for ph, t in sorted(phases.items(), key=lambda kv: -kv[1]):
-        if t >= 0.0005:
-            say(f"    {ph:<46} {t:8.3f} s  {100 * t / total:5.1f} %")
-    return phases
-
-
-_STEPS = [  # (file suffix, function, label): inclusive (cumulative) time of the main steps
-    ("src/objstore_cli/main.py", "verify", "CLI verify command (everything after imports)"),
-    ("src/objstore/storage/log/local_state.py", "__init__", "  store open: LogEngine() (checkpoint + catch-up)"),
-    ("src/objstore/storage/log/scan.py", "scan_log", "  log scan: read, parse, entry checksums, decompress"),
-    ("src/objstore/storage/log/scan.py", "_entry_objects", "    decompress + slice objects"),
-    ("src/objstore/runs/verify_runmodel.py", "_object", "  per-object checks (hash, decode, schema, chain)"),
-    ("src/objstore/storage/codec.py", "decode", "    codec.decode (all callers)"),
-    ("src/objstore/runs/schemas.py", "schema_problem", "    schemas.schema_problem"),
-    ("src/objstore/runs/verify_runmodel.py", "_record", "    chain checks (_record)"),
-    ("src/objstore/runs/verify_runmodel.py", "_moves", "  ref moves"),
-    ("src/objstore/runs/verify_runmodel.py", "_references", "  references between objects"),
-    ("src/objstore/runs/verify_runmodel.py", "_refs", "  final refs"),
-    ("src/objstore/runs/verify_runmodel.py", "_chains_end", "  forks / chain ends"),
-    ("src/objstore/runs/verify.py", "check_state_cache", "  state cache vs cold re-fold"),
-    ("src/objstore/runs/refold.py", "refold_branch", "    refold_branch"),
-    ("src/objstore/runs/api.py", "chain", "    runlog.chain (walk back from heads)"),
-    ("src/objstore/runs/state.py", "attempt_fragments", "    state.attempt_fragments (SQLite)"),
-    ("src/objstore/storage/codec.py", "canonical_json", "    codec.canonical_json"),
-    ("src/objstore/runs/api.py", "refold", "log.refold"),
-    ("src/objstore/runs/api.py", "lineage_from", "  runlog.lineage_from (chain walk)"),
-    ("src/objstore/storage/store.py", "get_decoded", "    store.get_decoded"),
-    ("src/objstore/storage/engine.py", "read_block_of", "      engine.read_block_of"),
-    ("src/objstore/runs/fold.py", "fold", "  fold.fold"),
-    ("src/objstore/runs/api.py", "iter_own", "    runlog.iter_own (records through the chain index)"),
-    ("src/objstore/storage/engine.py", "iter_chain", "      engine.iter_chain"),
-    ("src/objstore/storage/codec.py", "decode_block", "      codec.decode_block"),
-    ("src/objstore/runs/query.py", "episode", "query.episode"),
-    ("src/objstore/runs/state.py", "rebuild", "StateCache.rebuild"),
-    ("src/objstore/runs/state.py", "_refresh", "  StateCache._refresh (per branch)"),
-]
-
-
-def profile_steps(prof_path):
-    st = pstats.Stats(prof_path)
-    best: dict = {}
-    for key, (_cc, nc, _tt, ct, _callers) in st.stats.items():
-        for i, (suffix, func, _label) in enumerate(_STEPS):
-            if key[0].endswith(suffix) and key[2] == func:
-                if i not in best or ct > best[i][1]:
-                    best[i] = (nc, ct)
-    if best:
-        say("  inclusive time of the main steps (cumtime):")
-        for i, (_suffix, _func, label) in enumerate(_STEPS):
-            if i in best:
-                say(f"    {label:<56} {best[i][1]:8.3f} s  ({best[i][0]:,} calls)")
 
 
 def profile_child(cmd_tail, scratch, title, timeout, code=None):
@@ -547,40 +305,6 @@ def profile_child(cmd_tail, scratch, title, timeout, code=None):
 
 
 # -- part 1: verify vs git fsck -------------------------------------------------------------------------------
-def export_to_git(store_path, repo):
-    """Every object's canonical bytes as a git blob (one commit, a tree fanned out by id), then repack -adf.
-    (fast-import writes them into a pack rather than loose; after ``repack -adf`` the repository is the same.)"""
-    log = RunLog(Store.open(store_path))
-    store = log.store
-    t0 = time.perf_counter()
-    ids = public_objects(log)  # in write order: consecutive reads of one record block hit the block cache
-    subprocess.run(["git", "init", "-q", "--bare", repo], check=True)
-    p = subprocess.Popen(["git", "-C", repo, "fast-import", "--quiet"], stdin=subprocess.PIPE)
-    out = p.stdin
-    nbytes = 0
-    for i, oid in enumerate(ids, 1):
-        data = store.get_raw(oid)
-        nbytes += len(data)
-        out.write(b"blob\nmark :%d\ndata %d\n" % (i, len(data)))
-        out.write(data)
-        out.write(b"\n")
-    out.write(b"commit refs/heads/main\nmark :%d\ncommitter bench <bench@example.com> 1764400000 +0000\ndata 6\nbench\n"
-              % (len(ids) + 1))
-    for i, oid in enumerate(ids, 1):
-        h = oid.hex()
-        out.write(b"M 100644 :%d %s/%s\n" % (i, h[:2].encode(), h[2:].encode()))
-    out.write(b"\n")
-    out.close()
-    if p.wait() != 0:
-        raise RuntimeError("git fast-import failed")
-    t1 = time.perf_counter()
-    subprocess.run(["git", "-C", repo, "repack", "-adf", "-q"], check=True)
-    t2 = time.perf_counter()
-    store.engine.close()
-    cnt = subprocess.run(["git", "-C", repo, "count-objects", "-v"], check=True, capture_output=True, text=True).stdout
-    info = dict(ln.split(": ", 1) for ln in cnt.splitlines() if ": " in ln)
-    return {"objects": len(ids), "git_objects": int(info.get("in-pack", 0)) + int(info.get("count", 0)),
-            "bytes": nbytes, "pack_kib": int(info.get("size-pack", 0)), "fast_import_s": t1 - t0, "repack_s": t2 - t1}
 
 
 def verify_jobs_knob():
@@ -657,6 +381,15 @@ def part_fsck(a, scratch, targets):
         progress(f"rep {r + 1}/{a.reps}: " + ", ".join(f"{nm} {walls[nm][-1]:.3f} s (cpu {cpus[nm][-1]:.3f})" for nm, _ in systems)
                  + "; git/objstore wall: " + ", ".join(f"{nm[9:]} {git_w / walls[nm][-1]:.2f}x" for nm, _ in systems
                                                       if nm.startswith("objstore")))
+    fsck_summary(systems, walls, cpus, rss, trees, procs, nobj, g["git_objects"], targets)
+    if a.profile:
+        say("  profile of one verify --no-state run:")
+        profile_child(["-m", "objstore", "--store", spath, "verify", "--no-state"], d, "objstore verify --no-state ", a.timeout)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def fsck_summary(systems, walls, cpus, rss, trees, procs, nobj, git_objects, targets):
+    """Part 1's table: wall and CPU per system, objects/s, the ratios against git fsck (the targets), peak memory."""
     say(f"  {'':<52} {'min':>10} {'median':>10} {'max':>10}")
     for name, _ in systems:
         lo, md, hi = mmm(walls[name])
@@ -664,7 +397,7 @@ def part_fsck(a, scratch, targets):
     for name, _ in systems:
         lo, md, hi = mmm(cpus[name])
         say(f"  {name + ' CPU s (user+sys)':<52} {lo:>10.3f} {md:>10.3f} {hi:>10.3f}")
-    git_rate = [g["git_objects"] / t for t in walls["git fsck --full"]]
+    git_rate = [git_objects / t for t in walls["git fsck --full"]]
     for name, _ in systems:
         if name.startswith("objstore"):
             lo, md, hi = mmm([nobj / t for t in walls[name]])
@@ -697,10 +430,6 @@ def part_fsck(a, scratch, targets):
             lo, md, hi = mmm(trees[name])
             say(f"  peak tree RSS {name:<38} {mib(lo):>8.1f} MiB {mib(md):>6.1f} MiB {mib(hi):>6.1f} MiB  (summed over its "
                 "live processes' PSS: a page shared by forked workers counted once)")
-    if a.profile:
-        say("  profile of one verify --no-state run:")
-        profile_child(["-m", "objstore", "--store", spath, "verify", "--no-state"], d, "objstore verify --no-state ", a.timeout)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 RSS_CAP = 256 * 10**6  # issue 17: peak RSS of verify --no-state at 1 M records
