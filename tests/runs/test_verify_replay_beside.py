@@ -189,3 +189,22 @@ def test_with_one_process_each_sealed_index_is_built_once(tmp_path, monkeypatch)
     r = _report(root, 1)
     assert r.problems == []
     assert len(digests) <= builds[0] <= len(digests) + 1, (builds[0], len(digests))
+
+
+def test_no_process_to_be_had_for_the_replay_means_it_runs_here(tmp_path, monkeypatch):
+    """A fork that fails (no processes left, or verify called inside a daemonic process, which may have no
+    children): the replay runs here when its finding is asked for, the same finding."""
+    root = str(tmp_path / "s")
+    _build(root, forged=True)
+    lc = fsck.log_check(Store.open(root).engine, jobs=2)
+    want = lc.replayed_breach()
+    assert want is not None
+
+    def no_fork(self):
+        raise AssertionError("daemonic processes are not allowed to have children")
+
+    monkeypatch.setattr(fsck.multiprocessing.process.BaseProcess, "start", no_fork)
+    r = fsck.Replay.forked(lc)
+    assert r.proc is None and r.feed is None
+    assert r.result() == want
+    r.close()
