@@ -287,13 +287,18 @@ class Replay:
     @classmethod
     def forked(cls, lc: LogCheck) -> Replay:
         r = cls(lc)
+        ends: list[Connection] = []
         try:
             ctx = multiprocessing.get_context("fork")  # the child has the engine as it is: nothing pickled in
             recv, send = ctx.Pipe(duplex=False)
+            ends += (recv, send)
             fed, feed = ctx.Pipe(duplex=False)
+            ends += (fed, feed)
             proc = ctx.Process(target=_replay_child, args=(lc, send, fed, (recv, feed)), daemon=True)
             proc.start()
         except (OSError, AssertionError):  # no process to be had (or this one is a daemon: no children): replayed here
+            for c in ends:
+                c.close()
             return r
         send.close()
         fed.close()
