@@ -37,7 +37,10 @@ chain from its header, every object re-hashed, decoded and schema-checked, its i
 with what its entries say), in worker processes when there are several cores (``jobs``; env
 ``OBJSTORE_VERIFY_JOBS``; 1: all in this process, with the same report); this process then chains
 the segments together and makes every check that spans entries (refs, chains, forks, the state
-cache) from the compact results, in log order. Damage never stops the report: a break in the log
+cache) from the compact results, in log order. Every entry's rules and root are replayed from the first
+entry by a fresh engine (objstore.storage.log.fsck ``replayed_breach``): with workers, in a process forked
+for it beside them, fed each sealed segment's index digest as the scan takes in that segment's result;
+with one process, here after the scan; either way no sealed index is built twice. Damage never stops the report: a break in the log
 ends the cross-entry checks there (they would only echo it), the later segments are still checked
 each on its own, and a note says where the checks that span entries stopped. The snapshot is the
 log position at the start: a segment sealed while verify reads is judged only if every entry of it
@@ -67,7 +70,7 @@ from ..storage.gclock import gc_lock
 from ..storage.log.engine import ScanProblem
 from ..storage.log.entry import LogEntry
 from ..storage.log.format import ZERO
-from ..storage.log.fsck import LogCheck, SegEntry, SegResult, log_check
+from ..storage.log.fsck import LogCheck, Replay, SegEntry, SegResult, log_check
 from ..storage.log.scan import chain_break
 from .anchors import anchor_problem, parse_anchor
 from .refold import refold_branch
@@ -196,6 +199,7 @@ class _Verifier(RunModelChecks):
         self.entry_sums: dict[int, bytes] = {}
         self.seg_problems = 0  # problems found before the segment being read
         self.built: dict[int, bytes] = {}  # segment -> BLAKE3 of the index its entries give
+        self.replay: Replay | None = None  # every entry's rules and root replayed (LogCheck.start_replay)
         self.packed: dict[int, tuple] = {}  # segment gc packed -> (its original index digest, BLAKE3 of its file)
         self.rewrites: dict[int, tuple[bytes, bytes, int]] = {}  # segment -> (file digest, index digest, entry) the last rewrite names
         self.log_broken = False
@@ -240,14 +244,19 @@ class _Verifier(RunModelChecks):
         broken = self.lc.damage(broken)
         # verify proves the log from its first entry: readers open through a checkpoint, and someone
         # who forged an entry can forge a checkpoint to match its root. So every entry's rules and
-        # root are replayed here from the first, apart from the engine readers use.
-        breach = self.lc.replayed_breach()
-        upto = self.upto = pos.entry
-        self._erasures()
-        # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
-        # so the segments after it are read to their ends (each on its own).
-        self.bound = upto if broken is None else None
-        apart = self._scan(self.bound, wanted, wit)
+        # root are replayed from the first, apart from the engine readers use: begun now (beside the
+        # segment workers, when there are any), its finding taken once the scan is done.
+        replay = self.replay = self.lc.start_replay()
+        try:
+            upto = self.upto = pos.entry
+            self._erasures()
+            # The snapshot bounds the scan; once readers stop at damage there is no snapshot to keep,
+            # so the segments after it are read to their ends (each on its own).
+            self.bound = upto if broken is None else None
+            apart = self._scan(self.bound, wanted, wit)
+            breach = replay.result()
+        finally:
+            replay.close()
         self._log_end(apart, upto, broken, breach, wit)
         if not self.log_broken:  # otherwise refs and chains would only echo the break
             self._phase("references", self._references)
@@ -296,6 +305,8 @@ class _Verifier(RunModelChecks):
             self._check_index(res)
             if res.built is not None:
                 self.built[res.seg] = res.built
+            if res.seg and self.replay is not None:  # the replay beside the workers takes this digest rather than build the index again
+                self.replay.index_digest(res.seg, res.built if res.packed is None and not res.rechained else None)
             if res.packed is not None:
                 self.packed[res.seg] = res.packed
             if placed and res.end is not None and res.end.complete and not any(isinstance(i, ScanProblem) and i.code != "garbage-after-entry" for i in res.items):
@@ -352,9 +363,12 @@ class _Verifier(RunModelChecks):
         self.entry_ids = {c[0] for c in item.objects if c[2]}
         self.entry_types = {c[0]: c[1] for c in item.objects}
         # blobs first: a removed blob is known as removed before a live record of the same
-        # entry (records come first in an entry) is checked for naming it
-        for c in sorted(item.objects, key=lambda c: c[1] != codec.BLOB):
-            self.n_objects += 1
+        # entry (records come first in an entry) is checked for naming it (two comprehensions, each in
+        # entry order: what a stable sort on "not a blob" gives, without a key function call per object)
+        objs = item.objects
+        blob = codec.BLOB
+        self.n_objects += len(objs)
+        for c in [c for c in objs if c[1] == blob] + [c for c in objs if c[1] != blob]:
             self._object(c, item.where, linked)
         if linked:
             self._moves(e, item.where)

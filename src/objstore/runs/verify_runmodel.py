@@ -438,7 +438,9 @@ class RunModelChecks:
                 self.refs.pop(name, None)
             else:
                 self.refs[name] = new
-            if isinstance(new, bytes) and new not in self.damaged and self._type(new) is None:
+            # an object of this very entry (a branch ref moved to the entry's last record: nearly every move) is
+            # stored in it, read and hashed above: no look-up through the sealed segments' index files for it
+            if isinstance(new, bytes) and new not in self.damaged and new not in self.entry_ids and self._type(new) is None:
                 self.add("dangling-ref", name, where, f"entry {e.n} points it at {new.hex()}, not stored in or before that entry")
 
     # -- after the scan -------------------------------------------------------------------

@@ -5,7 +5,9 @@ internals — each segment file on its own (``check_segment``: its entries' chec
 header, its index file compared with what its entries say, the packed file a gc left), the files
 as verify found them at its start (inodes and index digests, to tell a gc that rewrote them during
 the pass), the bytes a reader stopped at, every entry's rules and root replayed from the first
-(``replayed_breach``), the torn tail, the head witness and the checkpoint file. It knows nothing of
+(``replayed_breach``: in a process forked beside the segment workers when there are any, ``Replay``;
+each sealed segment's index digest taken from the worker that built it from the same entries, never
+from a file), the torn tail, the head witness and the checkpoint file. It knows nothing of
 records: each object of an entry is handed to the ``check`` function its caller gives (the run
 model's object checks, objstore.runs.verify_objects), in this process or in worker processes.
 
@@ -28,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from typing import NamedTuple, cast
 
 import blake3
@@ -206,6 +209,153 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+# -- the replay of every entry's rules and root, beside the segment workers ------------------
+
+
+class _FedReplay(LogEngine):
+    """The engine verify replays the log with: as any reader without a checkpoint, except that a sealed segment's
+    index digest (what the next segment's first entry must name) is the one a segment worker built from the same
+    segment's entries, when it built one (``check_segment``: the index its entries give, byte for byte the
+    rows these tables hold; the file verify judges is the same, a gc that replaced it is caught by inode):
+    the index is not built a second time. ``fed(seg)`` blocks until the worker's result for ``seg`` is in."""
+
+    def __init__(self, *a, fed: Callable[[int], bytes | None] | None = None, **k) -> None:  # type: ignore[no-untyped-def]
+        self._fed = fed  # before the engine's own __init__: it replays the log
+        super().__init__(*a, **k)
+
+    def _retire_active(self) -> None:
+        seg = self._seg
+        if self._fed is not None and self.tables.frozen is None and seg not in self._built:
+            digest = self._fed(seg)
+            if digest is not None:
+                self._built[seg] = digest
+        super()._retire_active()
+
+
+def _digests_from(conn: Connection) -> Callable[[int], bytes | None]:
+    """``fed`` for _FedReplay over the parent's messages (segment, digest or None), in log order; None: no more."""
+    got: dict[int, bytes | None] = {}
+    ended = [False]
+
+    def fed(seg: int) -> bytes | None:
+        while seg not in got and not ended[0]:
+            try:
+                m = conn.recv()
+            except (EOFError, OSError):
+                m = None
+            if m is None:
+                ended[0] = True
+            else:
+                got[m[0]] = m[1]
+        return got.pop(seg, None)
+    return fed
+
+
+def _replay_child(lc: LogCheck, conn: Connection, feed: Connection | None = None, parents: tuple = ()) -> None:
+    """In a process forked for it: ``lc.replayed_breach()`` sent back (a tuple of int, int, str, or None).
+    ``parents``: the parent's ends of the pipes, closed here (so a parent that dies is an end of ``feed``)."""
+    for c in parents:
+        c.close()
+    try:
+        got: tuple = ("ok", lc.replayed_breach(_digests_from(feed)) if feed is not None else lc.replayed_breach())
+    except BaseException:  # noqa: BLE001 - any failure: the parent replays itself and raises what it raises
+        got = ("failed", None)
+    try:
+        conn.send(got)
+    finally:
+        conn.close()
+
+
+class Replay:
+    """``LogCheck.replayed_breach`` begun: ``result()`` gives its finding; ``close()`` ends it unread."""
+
+    def __init__(self, lc: LogCheck) -> None:
+        self.lc = lc
+        self.proc: multiprocessing.process.BaseProcess | None = None
+        self.conn: Connection | None = None
+        self.feed: Connection | None = None  # to the process: each segment's index digest, as the scan takes it in
+        self.digests: dict[int, bytes] = {}  # the same, for a replay here (after the scan, or if the process failed)
+        self.found: tuple | None = None
+        self.done = False
+
+    @classmethod
+    def now(cls, lc: LogCheck) -> Replay:
+        r = cls(lc)
+        r.found, r.done = lc.replayed_breach(), True
+        return r
+
+    @classmethod
+    def forked(cls, lc: LogCheck) -> Replay:
+        r = cls(lc)
+        ends: list[Connection] = []
+        try:
+            ctx = multiprocessing.get_context("fork")  # the child has the engine as it is: nothing pickled in
+            recv, send = ctx.Pipe(duplex=False)
+            ends += (recv, send)
+            fed, feed = ctx.Pipe(duplex=False)
+            ends += (fed, feed)
+            proc = ctx.Process(target=_replay_child, args=(lc, send, fed, (recv, feed)), daemon=True)
+            proc.start()
+        except (OSError, AssertionError):  # no process to be had (or this one is a daemon: no children): replayed here
+            for c in ends:
+                c.close()
+            return r
+        send.close()
+        fed.close()
+        r.proc, r.conn, r.feed = proc, recv, feed
+        return r
+
+    def index_digest(self, seg: int, digest: bytes | None) -> None:
+        """The index digest a segment worker built for ``seg`` (None: none, or not one to take: a packed file's),
+        passed to the replay; in log order, each once."""
+        if digest is not None:
+            self.digests[seg] = digest
+        if self.feed is not None:
+            try:
+                self.feed.send((seg, digest))
+            except OSError:  # the process is gone: its result (or the replay here instead) says so
+                self.end_digests()
+
+    def end_digests(self) -> None:
+        """No more digests: the replay builds any index it still needs itself."""
+        if self.feed is not None:
+            try:
+                self.feed.send(None)
+            except OSError:
+                pass
+            self.feed.close()
+            self.feed = None
+
+    def result(self) -> tuple | None:
+        if self.done:
+            return self.found
+        self.end_digests()
+        if self.conn is None:
+            return self.lc.replayed_breach(self.digests.get)  # here, after the scan (one process, or the fork failed)
+        try:
+            got = self.conn.recv()
+        except (EOFError, OSError):
+            got = None  # the process died (killed, out of memory)
+        finally:
+            self.close()
+        if got is None or got[0] != "ok":
+            return self.lc.replayed_breach(self.digests.get)  # replayed here: whatever failed there is raised as it always was
+        return got[1]
+
+    def close(self) -> None:
+        self.end_digests()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            if self.proc.is_alive() and self.proc.exitcode is None:
+                self.proc.join(0.0)
+                if self.proc.is_alive():
+                    self.proc.terminate()
+            self.proc.join()
+            self.proc = None
+
+
 # -- the log as a whole, through the engine ----------------------------------------------------
 
 
@@ -243,6 +393,10 @@ class LogCheck:
 
     def replayed_breach(self) -> tuple | None:
         return None
+
+    def start_replay(self) -> Replay:
+        """``replayed_breach`` begun (see LocalLogCheck.start_replay): here, now."""
+        return Replay.now(self)
 
     def seg_path(self, seg: int) -> str:
         return ""
@@ -334,13 +488,15 @@ class LocalLogCheck(LogCheck):
             broken = CorruptLog(engine.seg_path(damaged[0]), f"damaged entry at offset {damaged[1]} ({damaged[2]})")
         return broken
 
-    def replayed_breach(self) -> tuple | None:
+    def replayed_breach(self, fed: Callable[[int], bytes | None] | None = None) -> tuple | None:
         """(segment, offset, reason) of the first entry that breaks a rule of the log or names a wrong
         root, found by replaying every entry's meta from the first, whatever checkpoint readers adopt
-        (one forged with its tables matching a forged entry's root included); None if there is none."""
+        (one forged with its tables matching a forged entry's root included); None if there is none.
+        ``fed``: segment -> the digest of the index its entries give, as a segment worker built it (None:
+        not judged there), taken instead of building that index again (``_FedReplay``)."""
         engine = self.engine
         # a run's log (format 6) is replayed by the rules it was written under: the store log at the cited position
-        fresh = LogEngine(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run)
+        fresh = _FedReplay(engine.root, engine.policy, checkpoint=False, entry_view=engine.entry_view, run=engine.run, fed=fed)
         try:
             fresh.prefix_ok = True
             try:
@@ -350,6 +506,32 @@ class LocalLogCheck(LogCheck):
             return fresh.damaged if fresh.breach else None
         finally:
             fresh.close()
+
+    def start_replay(self) -> Replay:
+        """``replayed_breach`` begun: in a process of its own, forked now, when the segments are checked in
+        worker processes (it is the longest piece of this process's own work, and this process then has
+        the run-model checks of every object to make as the workers' results come in); else here, once the
+        scan is done. The same function on the same files either way: the same finding. Either way it takes
+        each sealed segment's index digest from the scan's check of that segment (``Replay.index_digest``)
+        rather than build that index a second time."""
+        nums = self._seg_numbers()
+        if self._jobs(nums) <= 1 or max(nums, default=1) <= 1:
+            return Replay(self)
+        return Replay.forked(self)
+
+    def _seg_numbers(self) -> list[int]:
+        try:
+            names = os.listdir(self.engine.dir)
+        except OSError:
+            names = []
+        return [int(f[:-4]) for f in names if f.endswith(".seg") and f[:-4].isdigit()]
+
+    def _jobs(self, nums: list[int]) -> int:
+        """Worker processes the segments are checked in (1: none)."""
+        jobs = self.jobs
+        if jobs is None:  # automatic: workers only where they pay for their start
+            jobs = _cores() if self.engine.segment_bytes(nums) >= PARALLEL_MIN_BYTES else 1
+        return jobs
 
     def seg_path(self, seg: int) -> str:
         return self.engine.seg_path(seg)
@@ -361,17 +543,11 @@ class LocalLogCheck(LogCheck):
         """Each segment's SegResult in log order: checked here, or in worker processes (a few at a
         time ahead of this process, which consumes them in order)."""
         engine = self.engine
-        try:
-            names = os.listdir(engine.dir)
-        except OSError:
-            names = []
-        nums = [int(f[:-4]) for f in names if f.endswith(".seg") and f[:-4].isdigit()]
+        nums = self._seg_numbers()
         top = max(nums, default=1)
         tasks = [(check, engine.seg_path(s), engine.seg_path(s + 1), engine.idx_path(s), s, bound, full, self.idx_seen.get(s))
                  for s in range(1, top + 1)]
-        jobs = self.jobs
-        if jobs is None:  # automatic: workers only where they pay for their start
-            jobs = _cores() if engine.segment_bytes(nums) >= PARALLEL_MIN_BYTES else 1
+        jobs = self._jobs(nums)
         if jobs <= 1 or len(tasks) <= 1:
             for t in tasks:
                 yield check_segment(*t)
