@@ -115,8 +115,10 @@ def test_a_put_inside_the_callers_batch_is_not_deferred(tmp_path, syncs):
 
 
 def test_the_remembered_newest_spares_the_walk(tmp_path, monkeypatch):
-    """Each put and put_writes used to walk back from the branch head, decoding records; with the
-    memory, a loop of N steps decodes fewer objects, and the memory answered every call but the first."""
+    """Each put and put_writes used to walk back from the branch head, decoding at least one record
+    each; with the memory, a loop of N steps decodes at least 2N objects fewer. (How many calls the
+    memory answers depends on which of a step's put_writes and put takes the lock first: LangGraph
+    runs them in two threads, so only a floor is asserted.)"""
     def decoded(steps: int, thread: str, root: str) -> tuple[int, int]:
         saver = ObjstoreSaver(open_store(root, fsync="off"))
         _loop(2).compile(checkpointer=saver).invoke({"n": 0}, {"configurable": {"thread_id": "warm"}}, durability="sync")
@@ -126,10 +128,10 @@ def test_the_remembered_newest_spares_the_walk(tmp_path, monkeypatch):
         return codec.STATS["objects_decoded"] - before, saver._newest_mem.hits
 
     with_mem, hits = decoded(20, "t", str(tmp_path / "a"))
-    assert hits >= 2 * 20  # put and put_writes of every super-step after the first
+    assert hits >= 20
     monkeypatch.setattr(NW.NewestMemory, "get", lambda self, view: None)
     without, _ = decoded(20, "t", str(tmp_path / "b"))
-    assert with_mem + 20 <= without, (with_mem, without)
+    assert with_mem + 2 * 20 <= without, (with_mem, without)
 
 
 def _put(saver: ObjstoreSaver, parent: str | None, who: str) -> str:
