@@ -52,10 +52,11 @@ class NewestMemory:
         on the head ``view`` names (nothing slipped in between): its newest checkpoint is
         ``checkpoint`` (``rec`` itself for a put), followed by ``after``. Two threads of one
         saver may finish in any order: an older record never replaces a newer one's memory."""
-        if rec.branch != view.live or rec.parent != view.head(view.live):
+        # rec[0], rec[4]: its id and parent as the plain bytes the tuple holds (.id / .parent wrap them)
+        if rec.branch != view.live or rec[4] != view.heads.get(view.live):
             self.forget(view.run)
             return
-        new = Newest(view.live, bytes(rec.id), view.deletions, checkpoint, after)
+        new = Newest(view.live, rec[0], view.deletions, checkpoint, after)
         with self._lock:
             old = self._runs.get(view.run)
             if old is None or old.live != new.live or _lsn(old) < rec.lsn:
