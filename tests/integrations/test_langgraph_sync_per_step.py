@@ -86,12 +86,14 @@ def test_a_durable_loop_syncs_once_per_super_step(tmp_path, syncs, sync_writes):
 
 
 def test_special_writes_sync_at_once_and_cover_the_deferred(tmp_path, syncs):
-    """A task's regular writes wait for the step's put; an ERROR write (it may end the invoke: no
-    put follows) syncs at once, and its sync covers the deferred entry before it."""
+    """In a running graph's step (its config names the durability), a task's regular writes wait for
+    the step's put; an ERROR write (it may end the invoke: no put follows) syncs at once, and its sync
+    covers the deferred entry before it."""
     saver = _saver(str(tmp_path / "s"))
     cp = empty_checkpoint()
     cp["channel_values"], cp["channel_versions"] = {"x": 1}, {"x": 1}
     cfg = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {"step": 0}, {"x": 1})
+    cfg = {"configurable": {**cfg["configurable"], "__pregel_durability": "sync"}}
     n = syncs[0]
     saver.put_writes(cfg, [("x", 2)], "task-a")
     assert syncs[0] == n
@@ -103,11 +105,26 @@ def test_special_writes_sync_at_once_and_cover_the_deferred(tmp_path, syncs):
     assert got is not None and {(w[0], w[1]) for w in got.pending_writes} == {("task-a", "x"), ("task-b", "__error__")}
 
 
+@pytest.mark.parametrize("durability", [None, "exit"])
+def test_writes_from_outside_a_step_loop_sync_at_once(tmp_path, syncs, durability):
+    """A direct call, update_state's (no durability in its config: its Send pushes follow its put) and
+    durability="exit"'s (the pending writes follow the last put): nothing put after them, so each syncs."""
+    saver = _saver(str(tmp_path / "s"))
+    cp = empty_checkpoint()
+    cfg = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {"step": 0}, {})
+    if durability:
+        cfg = {"configurable": {**cfg["configurable"], "__pregel_durability": durability}}
+    n = syncs[0]
+    saver.put_writes(cfg, [("x", 2)], "task-a")
+    assert syncs[0] == n + 1
+
+
 def test_a_put_inside_the_callers_batch_is_not_deferred(tmp_path, syncs):
     """put_writes inside the caller's own batch leaves that batch's commit alone (it syncs as always)."""
     saver = _saver(str(tmp_path / "s"))
     cp = empty_checkpoint()
     cfg = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {"step": 0}, {})
+    cfg = {"configurable": {**cfg["configurable"], "__pregel_durability": "sync"}}
     n = syncs[0]
     with saver.log.batch():
         saver.put_writes(cfg, [("x", 2)], "task-a")

@@ -35,13 +35,16 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   ``_put_checkpoint``; ``main.py`` ``stream``) submits a task's ``put_writes`` to its background executor
   and never waits for it before the next step; with ``durability="sync"`` it waits for one thing per
   step, the ``put`` of the step's checkpoint (``loop._put_checkpoint_fut.result()``), and joins the
-  rest only when the invoke ends (``BackgroundExecutor.__exit__``). What resume needs of a step's
-  regular writes is that they are not lost while their checkpoint is the newest; once the next
-  checkpoint is durable they are history. So a ``put_writes`` of regular writes only (idx >= 0) is
-  committed (written, visible, surviving the process) without waiting for its fdatasync, and the
-  step's ``put`` — the same run's log file, appended after it — makes both durable with one sync
-  (``Txn.defer_sync``). Writes that can end an invoke with no ``put`` after them (ERROR, INTERRUPT,
-  RESUME, SCHEDULED: negative idx) sync at once, and that sync covers every deferred entry before it.
+  rest only when the invoke ends (``BackgroundExecutor.__exit__``; a step's last writes may even land
+  after its successor's put). What resume needs of a step's writes is that they are not lost while
+  their checkpoint is the newest; once the next checkpoint is durable they are history. So a
+  ``put_writes`` from a running graph's step loop (its config carries ``__pregel_durability`` "sync"
+  or "async") of regular writes only (idx >= 0) is committed — written, visible, surviving the process
+  — without waiting for its fdatasync, and the step's ``put``, appended after it to the same run's log
+  file, makes both durable with one sync (``Txn.defer_sync``). Synced at once: writes that can end an
+  invoke with no ``put`` after them (ERROR, INTERRUPT, RESUME, SCHEDULED: negative idx; the sync covers
+  every deferred entry before it), calls from outside the loop (``update_state`` puts a Send's pushes
+  after its checkpoint), durability "exit" (pending writes follow the last put), a caller's batch.
   Left open: a machine crash (not a process crash) before the next sync may lose a completed task's
   writes whose sibling then failed, so resume reruns that task (LangGraph's at-least-once, as with
   ``durability="async"``). ``sync_writes=True`` makes every ``put_writes`` durable on its own.
@@ -95,6 +98,7 @@ from .threaded import ThreadedAsync
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITES = "x.langgraph.writes"
 ERROR_SOURCE_NODE = "__error_source_node__"  # langgraph._internal._constants: the failed task's node name
+DURABILITY = "__pregel_durability"  # langgraph._internal._constants.CONFIG_KEY_DURABILITY: set in a running graph's configs
 
 # [name, type, required, is_ref] (the core's schema field lists)
 CHECKPOINT_FIELDS: list[list[Any]] = [
@@ -554,20 +558,22 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         channels = [c for c, _ in writes]
         idx = [WRITES_IDX_MAP.get(c, i) for i, (c, _) in enumerate(writes)]
         blobs = [P.encode(self.serde, v) for _, v in writes]
+        # One durable sync per super-step (the module docstring): a running graph's task's regular writes
+        # are committed without waiting for their fdatasync, the step's put syncs them with its checkpoint.
+        # At once: writes that may end an invoke with no put after them (ERROR, INTERRUPT, ...: negative
+        # idx), a call from outside a graph's step loop (update_state's pushes follow its put; a direct
+        # call), durability "exit" (its pending writes follow the last put), the caller's own batch.
+        defer = (not self.sync_writes and conf.get(DURABILITY) in ("sync", "async") and all(i >= 0 for i in idx)
+                 and not self.log.store.in_batch())
         run = self._ensure_run(thread_id, ns)
         try:
-            self._put_writes_in(run, cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+            self._put_writes_in(run, cid, writes, channels, idx, blobs, str(task_id), str(task_path), defer)
         except (Erased, Refused, RunNotFound):  # the remembered run was deleted by another process: ask the log again
-            self._put_writes_in(self._ensure_run(thread_id, ns, fresh=True), cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+            self._put_writes_in(self._ensure_run(thread_id, ns, fresh=True), cid, writes, channels, idx, blobs, str(task_id), str(task_path), defer)
 
     def _put_writes_in(self, run: str, cid: str, writes: Sequence[tuple[str, Any]], channels: builtins.list[str],
-                       idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str) -> None:
+                       idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str, defer: bool = False) -> None:
         log = self.log
-        # One durable sync per super-step (the class docstring): a task's regular writes are committed
-        # without waiting for their fdatasync, the step's put syncs them with its checkpoint. Writes that
-        # may end an invoke with no put after them (ERROR, INTERRUPT, ...: negative idx) sync at once, as
-        # does a call inside the caller's own batch (its commit is the caller's) or with sync_writes.
-        defer = not self.sync_writes and all(i >= 0 for i in idx) and not log.store.in_batch()
 
         # one self-contained commit: on object storage (no writer lock) one that another process's write to this
         # thread made stale is run again on the new head (Store.atomically) instead of raising StaleBase
