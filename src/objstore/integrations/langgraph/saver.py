@@ -585,7 +585,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             view = log.view(run)  # Deleted if the remembered run was deleted meanwhile
             newest, after, _head = self._newest_live(view)
             common = newest is not None and newest.body["checkpoint_id"] == cid and newest.branch == view.live and newest.run == run
-            if common:
+            if newest is not None and common:
                 found = [newest, *after]  # the common case: its writes are all after it on the live branch
             else:
                 found = [r for r in log.find_records(run, checkpoint_id=cid) if self._live(r)]  # one lookup: the checkpoint and its writes
