@@ -42,8 +42,8 @@ class AsyncObjstoreSaver(ObjstoreSaver):
     """``async with AsyncObjstoreSaver("path") as saver: graph = builder.compile(checkpointer=saver)``."""
 
     def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
-                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork") -> None:
-        super().__init__(log_or_path, serde=serde, allowed_types=allowed_types, on_concurrent=on_concurrent)
+                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork", sync_writes: bool = False) -> None:
+        super().__init__(log_or_path, serde=serde, allowed_types=allowed_types, on_concurrent=on_concurrent, sync_writes=sync_writes)
         self.alog = AsyncRunLog(self.log)
 
     async def __aenter__(self) -> AsyncObjstoreSaver:

@@ -19,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
 
 
 class AttemptRecorder(BaseCallbackHandler):
@@ -60,3 +61,11 @@ class AttemptRecorder(BaseCallbackHandler):
         ctx = {"task_id": task_id, "task_path": "", "checkpoint_id": "", "node": str(md["langgraph_node"])}
         saver.record_attempt(run, int(md.get("langgraph_step") or 0), len(tried), "failed", ctx,
                              f"{type(error).__name__}: {error}"[:2000], None, {"task_id": task_id} if task_id else {})
+
+
+def records_attempts(config: RunnableConfig) -> bool:
+    """Whether the graph's config carries this package's AttemptRecorder (a list of handlers, or a
+    callback manager holding them): without it, tries a RetryPolicy retried reach no saver."""
+    cbs = config.get("callbacks")
+    handlers = getattr(cbs, "handlers", cbs) or []
+    return isinstance(handlers, (list, tuple)) and any(isinstance(h, AttemptRecorder) for h in handlers)

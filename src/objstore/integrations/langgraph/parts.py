@@ -11,15 +11,18 @@ whole, with no delta to replay.
 The record body carries the flat list of part ids (a ref field, so verify follows them and gc keeps
 them) and a ``layout``: ``[[channel, n], …]`` in channel order, ``n`` = -1 for a single value, else
 the element count of a list; the parts follow that order. This module is pure (no store): the savers
-put and get the blobs.
+put and get the blobs. ``strict_serde`` is the serializer they read and write parts with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from ...errors import InvalidRecord
+from langgraph.checkpoint.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from ...errors import InvalidInput, InvalidRecord
 
 SINGLE = -1  # layout count of a channel stored as one part
 
@@ -82,3 +85,22 @@ def join(serde: Any, layout: Sequence[Sequence[Any]], ids: Sequence[bytes], get:
     if i != len(ids):
         raise InvalidRecord(f"a LangGraph layout names {i} parts, the record lists {len(ids)}")
     return out
+
+
+def strict_serde(serde: SerializerProtocol | None, allowed_types: Iterable[type | tuple[str, ...]] = ()) -> SerializerProtocol:
+    """The savers' serializer. By default LangGraph's JsonPlusSerializer in its strict msgpack mode:
+    a stored value names the type to rebuild it as, and anyone who can commit can name any
+    callable (``('os', 'system', CMD)``), so a reader constructs only LangGraph's built-in safe
+    types (``SAFE_MSGPACK_TYPES``: LangChain messages, Send, Interrupt, Command, datetime, uuid,
+    sets, ...) plus ``allowed_types`` (classes, or ``(module, name)`` tuples); any other type comes
+    back as its serialized fields, and pickle is never read. A ``serde`` given is the caller's
+    own trust decision, used as it is (``allowed_types`` extend its allow-list when it has one)."""
+    allowed = tuple(allowed_types)
+    if serde is None:
+        return JsonPlusSerializer(allowed_msgpack_modules=allowed or None)
+    if allowed:
+        extend = getattr(serde, "with_msgpack_allowlist", None)
+        if extend is None:
+            raise InvalidInput(f"allowed_types needs a serializer with an allow-list (JsonPlusSerializer), got {type(serde).__name__}")
+        return cast(SerializerProtocol, extend(allowed))
+    return serde

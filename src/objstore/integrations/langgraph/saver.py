@@ -31,6 +31,27 @@ public RunLog API (nothing here reaches below it but ``log.store.get`` of a copy
   naming any callable as a value's type, so the default serializer is LangGraph's in strict msgpack mode (its safe
   built-ins plus ``allowed_types``); pickle is never read.
 
+- **One durable sync per super-step.** LangGraph (pregel ``_loop.py`` ``PregelLoop.put_writes``,
+  ``_put_checkpoint``; ``main.py`` ``stream``) submits a task's ``put_writes`` to its background executor
+  and never waits for it before the next step; with ``durability="sync"`` it waits for one thing per
+  step, the ``put`` of the step's checkpoint (``loop._put_checkpoint_fut.result()``), and joins the
+  rest only when the invoke ends (``BackgroundExecutor.__exit__``; a step's last writes may even land
+  after its successor's put). What resume needs of a step's writes is that they are not lost while
+  their checkpoint is the newest; once the next checkpoint is durable they are history. So a
+  ``put_writes`` from a running graph's step loop (its config carries ``__pregel_durability`` "sync"
+  or "async") of regular writes only (idx >= 0) is committed — written, visible, surviving the process
+  — without waiting for its fdatasync, and the step's ``put``, appended after it to the same run's log
+  file, makes both durable with one sync (``Txn.defer_sync``). Synced at once: writes that can end an
+  invoke with no ``put`` after them (ERROR, INTERRUPT, RESUME, SCHEDULED: negative idx; the sync covers
+  every deferred entry before it), calls from outside the loop (``update_state`` puts a Send's pushes
+  after its checkpoint), durability "exit" (pending writes follow the last put), a caller's batch.
+  Left open: a machine crash (not a process crash) before the next sync may lose a completed task's
+  writes whose sibling then failed, so resume reruns that task (LangGraph's at-least-once, as with
+  ``durability="async"``). ``sync_writes=True`` makes every ``put_writes`` durable on its own.
+- **Each run's newest live checkpoint is remembered** (``newest.py``) with the view values it depends
+  on, so ``put`` and ``put_writes`` skip the walk back only while a fresh view names the same head and
+  deletions; a put still appends with ``expect_head``.
+
 "Latest" and ``list`` order are the log's commit order, newest first, across every branch of the namespace's
 run (checkpoint ids are uuid6, so within one writer the id order SqliteSaver sorts by). The async methods
 run the sync ones in a worker thread (``asyncio.to_thread``), so the event loop is never blocked.
@@ -38,15 +59,14 @@ run the sync ones in a worker thread (``asyncio.to_thread``), so the event loop 
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import heapq
 import os
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import Any, cast
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -61,7 +81,6 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
     writes_sort_key,
 )
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.serde.types import ERROR
 
 from ...errors import Conflict, Erased, InvalidInput, ObjectNotFound, ParentSuperseded, Refused, RunNotFound
@@ -71,11 +90,15 @@ from ...runs.api import RunLog
 from ...storage import codec
 from ...storage.store import Store
 from . import parts as P
-from .attempts import AttemptRecorder
+from .attempts import AttemptRecorder, records_attempts
+from .newest import NewestMemory
+from .parts import strict_serde
+from .threaded import ThreadedAsync
 
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITES = "x.langgraph.writes"
 ERROR_SOURCE_NODE = "__error_source_node__"  # langgraph._internal._constants: the failed task's node name
+DURABILITY = "__pregel_durability"  # langgraph._internal._constants.CONFIG_KEY_DURABILITY: set in a running graph's configs
 
 # [name, type, required, is_ref] (the core's schema field lists)
 CHECKPOINT_FIELDS: list[list[Any]] = [
@@ -103,33 +126,6 @@ RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
 
 
-def strict_serde(serde: SerializerProtocol | None, allowed_types: Iterable[type | tuple[str, ...]] = ()) -> SerializerProtocol:
-    """The savers' serializer. By default LangGraph's JsonPlusSerializer in its strict msgpack mode:
-    a stored value names the type to rebuild it as, and anyone who can commit can name any
-    callable (``('os', 'system', CMD)``), so a reader constructs only LangGraph's built-in safe
-    types (``SAFE_MSGPACK_TYPES``: LangChain messages, Send, Interrupt, Command, datetime, uuid,
-    sets, ...) plus ``allowed_types`` (classes, or ``(module, name)`` tuples); any other type comes
-    back as its serialized fields, and pickle is never read. A ``serde`` given is the caller's
-    own trust decision, used as it is (``allowed_types`` extend its allow-list when it has one)."""
-    allowed = tuple(allowed_types)
-    if serde is None:
-        return JsonPlusSerializer(allowed_msgpack_modules=allowed or None)
-    if allowed:
-        extend = getattr(serde, "with_msgpack_allowlist", None)
-        if extend is None:
-            raise InvalidInput(f"allowed_types needs a serializer with an allow-list (JsonPlusSerializer), got {type(serde).__name__}")
-        return cast(SerializerProtocol, extend(allowed))
-    return serde
-
-
-def _records_attempts(config: RunnableConfig) -> bool:
-    """Whether the graph's config carries this package's AttemptRecorder (a list of handlers, or a
-    callback manager holding them): without it, tries a RetryPolicy retried reach no saver."""
-    cbs = config.get("callbacks")
-    handlers = getattr(cbs, "handlers", cbs) or []
-    return isinstance(handlers, (list, tuple)) and any(isinstance(h, AttemptRecorder) for h in handlers)
-
-
 def _conf(config: RunnableConfig) -> dict[str, Any]:
     return dict(config.get("configurable") or {})
 
@@ -138,18 +134,20 @@ def _ns(config: RunnableConfig) -> str:
     return str(_conf(config).get("checkpoint_ns") or "")
 
 
-class ObjstoreSaver(BaseCheckpointSaver[str]):
+class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on an objstore store: ``ObjstoreSaver("path/to/store")`` (created if
     absent) or ``ObjstoreSaver(open_store(path))``; use it where ``SqliteSaver`` was used.
 
     ``allowed_types``: classes (or ``(module, name)`` pairs) a checkpoint may be read back as, beyond
     LangGraph's safe built-ins (``strict_serde``). ``on_concurrent``: ``"fork"`` (default) keeps a
     put whose parent is no longer its branch's newest checkpoint as a fork; ``"raise"`` refuses it
-    with ``ParentSuperseded``."""
+    with ``ParentSuperseded``. ``sync_writes``: every ``put_writes`` durable when it returns (default:
+    a task's regular writes are made durable by the step's ``put``; the module docstring says why)."""
 
     def __init__(self, log_or_path: RunLog | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
-                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork") -> None:
+                 allowed_types: Iterable[type | tuple[str, ...]] = (), on_concurrent: str = "fork", sync_writes: bool = False) -> None:
         super().__init__(serde=strict_serde(serde, allowed_types))
+        self.sync_writes = sync_writes
         if on_concurrent not in ("fork", "raise"):
             raise InvalidInput(f"on_concurrent must be 'fork' or 'raise', got {on_concurrent!r}")
         self.on_concurrent = on_concurrent
@@ -162,6 +160,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         # (run, checkpoint id) -> {task: (writes, task_path)}: attempts waiting for their checkpoint (_await_checkpoint)
         self._early: dict[tuple[str, str], dict[str, tuple[builtins.list[tuple[str, Any]], str]]] = {}
         self._unrecorded: set[str] = set()  # runs this saver has labelled UNRECORDED_ATTEMPTS (see put)
+        self._newest_mem = NewestMemory()  # each run's newest live checkpoint, valid only for the view it names
 
     # -- context manager (like the other savers) --------------------------------------------------
     def __enter__(self) -> ObjstoreSaver:
@@ -458,7 +457,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             labels["run_id"] = md["run_id"]
         log = self.log
         run = self._ensure_run(thread_id, ns)
-        recorded = _records_attempts(config) or md.get("source") == "update"  # update_state runs no task, retries none
+        recorded = records_attempts(config) or md.get("source") == "update"  # update_state runs no task, retries none
         unseen = run not in self._unrecorded and not recorded
         if unseen:  # once per run and saver: episode says the retried failures are missing (R.UNRECORDED_ATTEMPTS)
             labels[R.UNRECORDED_ATTEMPTS[0]] = R.UNRECORDED_ATTEMPTS[1]
@@ -468,12 +467,14 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
                     ids = [log.put_blob(b) for b in blobs]
                     body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype, "checkpoint": cbytes,
                             "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids, "attempts": ATTEMPTS[recorded]}
-                    branch, head = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
-                    log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
+                    branch, head, view = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
+                    rec = log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
+                self._newest_mem.put(view, rec, rec, ())
                 break
             except ParentSuperseded:
                 raise  # on_concurrent="raise": the caller is told, never retried into a fork
             except Conflict:
+                self._newest_mem.forget(run)  # whatever was remembered, the retry reads the log
                 if attempt == RETRIES - 1:
                     raise
             except (Erased, Refused, RunNotFound):  # the remembered run was deleted by another process: ask the log again
@@ -487,33 +488,35 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             self._settle(run, checkpoint["id"])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None]:
+    def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None, Any]:
         """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
-        append there, or (None, None, the parent's record) to fork there first. A branch is taken
-        when the parent is the newest checkpoint it folds over: the parent's own branch, else the
-        live one (a branch forked at the parent that has no checkpoint of its own yet). Read from the log under the writer lock (inside the caller's
-        batch), never from this saver's memory; each check walks back from a branch head past
-        writes and attempts (a few records, not the branch)."""
+        append there, or (None, None, the parent's record) to fork there first; and the view read. A
+        branch is taken when the parent is the newest checkpoint it folds over: the parent's own
+        branch, else the live one (a branch forked at the parent that has no checkpoint of its own
+        yet). Read from the log under the writer lock (inside the caller's batch): each check walks
+        back from a branch head past writes and attempts (a few records, not the branch), but for the
+        live branch's newest as this saver left it (``newest.py``: used only while the view names the
+        head and deletions it was taken at)."""
         view = self.log.view(run)
         live = view.live
         if parent_id:  # the common case first: the parent is the live branch's newest checkpoint (no label lookup)
-            newest, _ = self._newest(view.head(live))
+            newest, _, head = self._newest_live(view)
             if newest is not None and newest.body["checkpoint_id"] == parent_id:
-                return live, view.head(live), None
+                return live, head, None, view
         prec = self._find_checkpoint(run, parent_id) if parent_id else None
         if prec is None:  # a thread's first checkpoint, or a root put on a thread: the live branch goes on
-            return live, view.head(live), None
+            return live, view.head(live), None, view
         own = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
         if own != live:
             head = view.head(own)
             newest, _ = self._newest(head)
             if newest is not None and newest.id == prec.id:
-                return own, head, None
+                return own, head, None, view
         if prec.run != run:
             # An older checkpoint of the source of a copy: a fork is of a record of the run itself,
             # so the record goes on the live branch (a checkpoint's parent_id still names its parent).
-            return live, view.head(live), None
-        return None, None, prec
+            return live, view.head(live), None, view
+        return None, None, prec, view
 
     def _newest(self, head: bytes) -> tuple[R.Record | None, builtins.list[R.Record]]:
         """(the newest live checkpoint ``head`` folds over, the records after it), walking back."""
@@ -524,9 +527,19 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             after.append(r)
         return None, after
 
-    def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None]:
-        """``_place``, forking when it says so: (branch, head) to append on."""
-        branch, head, fork_at = self._place(run, parent_id)
+    def _newest_live(self, view: Any) -> tuple[R.Record | None, builtins.list[R.Record], bytes]:
+        """``_newest`` of the live branch's head of ``view``, and that head: remembered while the view
+        still names what this saver last wrote there (``newest.py``), else walked. The head is the
+        one the answer is for: a put appends with it as ``expect_head``."""
+        m = self._newest_mem.get(view)
+        if m is not None:
+            return m.checkpoint, builtins.list(m.after), m.head
+        head = view.head(view.live)
+        return *self._newest(head), head
+
+    def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None, Any]:
+        """``_place``, forking when it says so: (branch, head) to append on, and the view read."""
+        branch, head, fork_at, view = self._place(run, parent_id)
         if fork_at is not None and self.on_concurrent == "raise":
             labels = self.log.run_labels(run)
             raise ParentSuperseded(f"checkpoint {parent_id} of thread {labels.get('thread_id')!r} namespace {labels.get('checkpoint_ns')!r} "
@@ -534,7 +547,7 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         if fork_at is not None:
             fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} resumes checkpoint {parent_id}, which is not its branch's newest")
             branch, head = fr.branch, fr.fork_id
-        return branch, head
+        return branch, head, view
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         if not writes:
@@ -545,22 +558,34 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         channels = [c for c, _ in writes]
         idx = [WRITES_IDX_MAP.get(c, i) for i, (c, _) in enumerate(writes)]
         blobs = [P.encode(self.serde, v) for _, v in writes]
+        # One durable sync per super-step (the module docstring): a running graph's task's regular writes
+        # are committed without waiting for their fdatasync, the step's put syncs them with its checkpoint.
+        # At once: writes that may end an invoke with no put after them (ERROR, INTERRUPT, ...: negative
+        # idx), a call from outside a graph's step loop (update_state's pushes follow its put; a direct
+        # call), durability "exit" (its pending writes follow the last put), the caller's own batch.
+        defer = (not self.sync_writes and conf.get(DURABILITY) in ("sync", "async") and all(i >= 0 for i in idx)
+                 and not self.log.store.in_batch())
         run = self._ensure_run(thread_id, ns)
         try:
-            self._put_writes_in(run, cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+            self._put_writes_in(run, cid, writes, channels, idx, blobs, str(task_id), str(task_path), defer)
         except (Erased, Refused, RunNotFound):  # the remembered run was deleted by another process: ask the log again
-            self._put_writes_in(self._ensure_run(thread_id, ns, fresh=True), cid, writes, channels, idx, blobs, str(task_id), str(task_path))
+            self._put_writes_in(self._ensure_run(thread_id, ns, fresh=True), cid, writes, channels, idx, blobs, str(task_id), str(task_path), defer)
 
     def _put_writes_in(self, run: str, cid: str, writes: Sequence[tuple[str, Any]], channels: builtins.list[str],
-                       idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str) -> None:
+                       idx: builtins.list[int], blobs: builtins.list[bytes], task_id: str, task_path: str, defer: bool = False) -> None:
         log = self.log
 
         # one self-contained commit: on object storage (no writer lock) one that another process's write to this
         # thread made stale is run again on the new head (Store.atomically) instead of raising StaleBase
         def commit() -> None:
+            if defer:
+                txn = log.store.current_batch()
+                assert txn is not None  # atomically's own batch
+                txn.defer_sync = True
             view = log.view(run)  # Deleted if the remembered run was deleted meanwhile
-            newest, after = self._newest(view.head(view.live))
-            if newest is not None and newest.body["checkpoint_id"] == cid and newest.branch == view.live and newest.run == run:
+            newest, after, _head = self._newest_live(view)
+            common = newest is not None and newest.body["checkpoint_id"] == cid and newest.branch == view.live and newest.run == run
+            if newest is not None and common:
                 found = [newest, *after]  # the common case: its writes are all after it on the live branch
             else:
                 found = [r for r in log.find_records(run, checkpoint_id=cid) if self._live(r)]  # one lookup: the checkpoint and its writes
@@ -577,11 +602,16 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
             body = {"checkpoint_id": cid, "task_id": task_id, "task_path": task_path, "channels": channels,
                     "idx": idx, "parts": ids}
             labels = {"checkpoint_id": cid, "task_id": task_id}
-            log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
+            rec = log.append(run, WRITES, body, labels=labels, branch=branch, allow_retained=True)
             waiting[0] = not self._attempt(run, branch, prec, writes, task_id, task_path, labels)
+            if common:
+                done[0] = (view, rec, newest, (rec, *after))
 
         waiting = [False]
+        done: builtins.list[Any] = [None]  # what the live branch is after the commit, for _newest_mem
         log.store.atomically(commit)
+        if done[0] is not None:
+            self._newest_mem.put(*done[0])
         if waiting[0]:
             self._await_checkpoint(run, cid, writes, task_id, task_path)
 
@@ -765,36 +795,3 @@ class ObjstoreSaver(BaseCheckpointSaver[str]):
         else:
             v = int(str(current).split(".")[0])
         return f"{v + 1:032}.{random.random():016}"  # (os.urandom is a syscall per call: measurable per step)
-
-    # -- async: the sync methods in a worker thread ------------------------------------------------
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
-                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        it = await asyncio.to_thread(lambda: iter(self.list(config, filter=filter, before=before, limit=limit)))
-        done = object()
-        while True:
-            item = await asyncio.to_thread(next, it, done)
-            if item is done:
-                return
-            yield item  # type: ignore[misc]
-
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

@@ -139,7 +139,7 @@ class Writer(LocalBase):
         # Group commit: the entry is written; it is made durable outside the locks, so the threads
         # of this process that write meanwhile share one fdatasync. The commit returns (is
         # acknowledged) only once its own entry is durable.
-        if written is not None:
+        if written is not None and not txn.defer_sync:  # deferred: the log's next synced commit covers it (Txn)
             self._sync_upto(*written)
             # Off the commit path's locks: other writers go on while this thread writes the checkpoint.
             if self.tables.pos.entry - self._ckpt_at[0] >= CHECKPOINT_ENTRIES or self._off - self._ckpt_at[1] >= CHECKPOINT_BYTES:

@@ -46,6 +46,10 @@ class Txn:
         self.when: float | None = None  # the entry's time (None: now); upgrade keeps format-1 times
         self.spills: list = []  # LargeBlob spill files to remove when the commit ends, whatever happens
         self.replay = False  # upgrade replays format-1 ref moves as they were (forward-only rules off)
+        # The commit returns once its entry is written, not synced: the next synced commit of this log (an
+        # fdatasync of the same file) makes it durable. For a caller whose next commit always follows (the
+        # LangGraph saver's put_writes: the step's put syncs both); a seal still syncs.
+        self.defer_sync = False
 
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None, facts: list | None = None) -> None:
         """Add an object (``value``: its decoded payload, if the caller has it; ``facts``: its index row, if the

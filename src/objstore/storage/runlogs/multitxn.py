@@ -53,6 +53,7 @@ class LogTxn(Txn):
         self._cm: AbstractContextManager[Txn] | None = None
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
         self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
+        self.defer_sync = False  # Txn.defer_sync, handed to the bound log's transaction
 
     def __enter__(self) -> LogTxn:
         return self
@@ -231,6 +232,7 @@ class LogTxn(Txn):
             try:
                 self._add_named_bodies()
                 self.inner.when = self.when
+                self.inner.defer_sync = self.defer_sync
                 self.inner.spills.extend(self.spills)
                 self.spills = []
                 assert self.bound is not None
