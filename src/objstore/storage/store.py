@@ -959,7 +959,8 @@ class _Batch:
         cm = store.logs.transaction(self.timeout)
         txn = cm.__enter__()
         self.cm = cm
-        self.state = [txn, threading.get_ident(), []]
+        after: list[Callable[[], Any]] = []
+        self.state: list[Any] = [txn, threading.get_ident(), after]
         self.token = store._txn.set(self.state)
         return txn
 
@@ -973,7 +974,8 @@ class _Batch:
         self.store._txn.reset(self.token)
         cm.__exit__(et, e, tb)
         if et is None:
-            for fn in state[2]:  # committed: what had to follow it, each a commit of its own
+            after: list[Callable[[], Any]] = state[2]
+            for fn in after:  # committed: what had to follow it, each a commit of its own
                 fn()
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import IO, Any, NamedTuple
 
 import blake3
@@ -177,8 +177,7 @@ class Engine:
             return None
         return loc.entry if isinstance(loc, Loc) else loc[0]
 
-    @contextmanager
-    def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+    def transaction(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
         raise NotImplementedError
 
     def entries(self) -> Iterator[LogEntry]:

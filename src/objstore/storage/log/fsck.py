@@ -391,7 +391,7 @@ class LogCheck:
             broken = damaged
         return broken
 
-    def replayed_breach(self) -> tuple | None:
+    def replayed_breach(self, fed: Callable[[int], bytes | None] | None = None) -> tuple | None:
         return None
 
     def start_replay(self) -> Replay:

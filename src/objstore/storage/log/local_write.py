@@ -168,9 +168,9 @@ class Writer(LocalBase):
         if not self.policy.enabled:  # nothing to flush: the head witness names the newest entry written, at once
             with self._sync_cv:
                 if self._durable < n:
-                    written = self._written[0]
-                    self._write_witness(written.entry, written.checksum)  # never fails a commit
-                    self._durable = max(self._durable, written.entry)
+                    newest = self._written[0]
+                    self._write_witness(newest.entry, newest.checksum)  # never fails a commit
+                    self._durable = max(self._durable, newest.entry)
             return
         with self._sync_cv:
             while self._durable < n:
