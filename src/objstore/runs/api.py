@@ -24,7 +24,6 @@ from . import kinds as K
 from . import labels as L
 from . import records as R
 from .chain import ChainReader, Record, View, _new_record
-from .facts import checked_attempt_row
 from .listing import iter_records
 from .resolve import check_new_run_id
 from .state import StateCache
@@ -236,7 +235,7 @@ class RunLog(ChainReader):
         put_in = self.store.put_in
         made = []
         parent = head
-        row = checked_attempt_row if kind == R.ATTEMPT and not extra else None  # the index row, from what we hold
+        row = _attempt_row() if kind == R.ATTEMPT and not extra else None  # the index row, from what we hold
         for body in bodies:
             payload = {"run": run, "branch": branch, "lsn": lsn, "parent": parent, "kind": kind, "time": t, "body": body}
             if extra:
@@ -494,6 +493,19 @@ def _asked_run(run: str | None, labels: dict[str, str] | None) -> tuple[str | No
     R.check_run_id(run)
     check_new_run_id(run)
     return run, None
+
+
+_row_of_attempt: Any = None
+
+
+def _attempt_row() -> Any:
+    """``runs.facts.checked_attempt_row``, imported on the first append (a command that only reads loads no facts)."""
+    global _row_of_attempt
+    if _row_of_attempt is None:
+        from .facts import checked_attempt_row
+
+        _row_of_attempt = checked_attempt_row
+    return _row_of_attempt
 
 
 _ATTEMPT_BLANK = {"workflow_version": None, "context": None, "prompt": None, "output": None, "tools": None, "usage": None,
