@@ -42,8 +42,9 @@ directory; per-repetition ratios, min/median/max:
 * the bare commit path ``commitpath.log_engine`` from /work/shared/bench/commitpath.py (flock, one framed entry, one
   write, one fdatasync), called with the same n and g at every grouping;
 * the raw floor: ``os.write`` + ``fdatasync`` per commit of objstore's OWN entry bytes, captured once per g from an
-  objstore run of the same work with fsync="off" (os.write/os.pwrite/os.writev wrapped; only writes to files under
-  the store's log/ directory are kept, index/checkpoint/witness files excluded; what was kept is printed);
+  objstore run of the same work with fsync="off" (os.write/os.pwrite/os.writev wrapped; only writes to files in a
+  log/ directory of the store, the store log's or a run's, are kept, index/checkpoint/witness files excluded; what
+  was kept is printed);
 * fsync latency of the repetition: the median of 32 ``os.write(512 B)`` + ``fdatasync`` in the repetition's scratch
   directory, printed on each repetition's line beside its ratios.
 
@@ -302,12 +303,14 @@ _NOT_ENTRIES = ("idx", "checkpoint", "witness", "head", "lock", "tmp", "state")
 
 def capture_entries(work, g):
     """Run the work through objstore with fsync="off" and return (one bytes object per commit: what the commit wrote
-    to the files under the store's log/ directory, {file kind: bytes kept}, {file kind: bytes left out})."""
+    to the segment files of the store's logs (any log/ directory), {file kind: bytes kept}, {file kind: bytes left out})."""
     d = tempfile.mkdtemp(prefix="bench-capture-", dir=os.environ.get("BENCH_DIR"))
     restores = []
     try:
         log, run, prompt = objstore_setup(d, fsync="off")
-        logdir = os.path.join(os.path.realpath(log.store.root), "log") + os.sep
+        root = os.path.realpath(log.store.root) + os.sep
+        # a file of some log's log/ directory: <root>/log/ (one log), <root>/store/log/ or <root>/runs/../<run>/log/
+        in_a_log = (lambda path: path.startswith(root) and (os.sep + "log" + os.sep) in (os.sep + path[len(root):]))
         cur: list = []
         kept: dict = {}
         left: dict = {}
@@ -319,7 +322,7 @@ def capture_entries(work, g):
                 return
             base = os.path.basename(path)
             kind = re.sub(r"[0-9a-f]{6,}|\d+", "N", base)
-            if path.startswith(logdir) and not any(x in base.lower() for x in _NOT_ENTRIES):
+            if in_a_log(path) and not any(x in base.lower() for x in _NOT_ENTRIES) and ".new." not in base:
                 cur.append(bytes(data))
                 kept[kind] = kept.get(kind, 0) + len(data)
             elif path.startswith(os.path.realpath(log.store.root)):
