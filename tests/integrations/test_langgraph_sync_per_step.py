@@ -162,6 +162,18 @@ def _branches(log, run) -> dict[str, int]:
     return {r.body["checkpoint_id"]: r.branch for r in log.records(run, all_branches=True) if r.kind == CHECKPOINT and "checkpoint_id" in r.body}
 
 
+def _forks_beside(a, root, c1, c2, c3b):
+    """Saver A's put from C2 once another writer continued from it with C3b: not placed from A's memory (no hit), a
+    fork beside C3b, which stays on branch 0. The store, opened afresh."""
+    hits = a._newest_mem.hits
+    c3a = _put(a, c2, "a")
+    assert a._newest_mem.hits == hits
+    log = open_store(root)
+    run = log.find_run(thread_id="t", checkpoint_ns="")
+    assert _branches(log, run) == {c1: 0, c2: 0, c3b: 0, c3a: 1}
+    return log
+
+
 def test_another_saver_continuing_the_thread_makes_the_memory_unused(tmp_path):
     """Saver A remembers C2 as the newest; saver B (its own store object: another writer) continues
     from C2. A's put from C2 again is not placed from memory: it forks, B's checkpoint stays."""
@@ -170,12 +182,7 @@ def test_another_saver_continuing_the_thread_makes_the_memory_unused(tmp_path):
     c1 = _put(a, None, "a")
     c2 = _put(a, c1, "a")
     c3b = _put(b, c2, "b")
-    hits = a._newest_mem.hits
-    c3a = _put(a, c2, "a")
-    assert a._newest_mem.hits == hits
-    log = open_store(root)
-    run = log.find_run(thread_id="t", checkpoint_ns="")
-    assert _branches(log, run) == {c1: 0, c2: 0, c3b: 0, c3a: 1}
+    log = _forks_beside(a, root, c1, c2, c3b)
     assert verify(log) == []
 
 
@@ -249,12 +256,7 @@ def test_another_process_continuing_the_thread_makes_the_memory_unused(tmp_path)
                        capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     c3b = p.stdout.decode().strip()
-    hits = a._newest_mem.hits
-    c3a = _put(a, c2, "a")
-    assert a._newest_mem.hits == hits
-    log = open_store(root)
-    run = log.find_run(thread_id="t", checkpoint_ns="")
-    assert _branches(log, run) == {c1: 0, c2: 0, c3b: 0, c3a: 1}
+    log = _forks_beside(a, root, c1, c2, c3b)
     t = ObjstoreSaver(root).get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": c3b}})
     assert t is not None and [(w[0], w[2]) for w in t.pending_writes] == [("task-B", "next after B")]
     assert verify(log) == []

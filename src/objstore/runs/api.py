@@ -260,8 +260,7 @@ class RunLog(ChainReader):
         """Record many attempts as one commit (``append_many``): each a dict of ``record_attempt``'s body fields
         (``step``, ``attempt``, ``state``, and any of ``prompt``, ``output``, ``context``, ``tools``, ``usage``,
         ``error``, ``workflow_version``); ``opts`` as for ``append_many``."""
-        blank = _ATTEMPT_BLANK
-        bodies = [{**blank, **a} if type(a) is dict else a for a in attempts]
+        bodies = [{**_ATTEMPT_BLANK, **a} if type(a) is dict else a for a in attempts]
         return self.append_many(run, R.ATTEMPT, bodies, **opts)
 
     def record_intent(self, run: str, intent: str, step: int, effect: str, idempotent: bool, **opts: Any) -> R.Record:

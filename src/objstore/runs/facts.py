@@ -97,9 +97,7 @@ def checked_attempt_row(run: str, branch: int, lsn: int, parent: bytes | None, b
     are the writer's, ``parent`` a record id or None), built from what the writer holds instead of a walk of the
     body: such a body names ids only as ``prompt`` and ``output`` (its maps hold JSON values: no bytes), and
     ``output`` sorts first. No intent facts (an attempt is no intent), no labels."""
-    out, prompt = body["output"], body["prompt"]
-    refs = [out, prompt] if out is not None and prompt is not None else [out] if out is not None else [prompt] if prompt is not None else []
-    return [run, branch, lsn, parent, "attempt", refs, None]
+    return [run, branch, lsn, parent, "attempt", [x for x in (body["output"], body["prompt"]) if x is not None], None]
 
 
 def intent_facts(kind: str, body: dict) -> dict | None:

@@ -337,9 +337,15 @@ def check_body(kind: str, body: dict) -> dict:
         return _slow_body(kind, b)
     except _ENCODE_FAILS:
         return _check_body_py(kind, b)
-    if not (out == b if len(b) == len(out) else all(out[k] == v for k, v in b.items())):
+    if not _unchanged(out, b):
         return _check_body_py(kind, b)
     return out
+
+
+def _unchanged(out: dict, given: dict) -> bool:
+    """Whether the Struct's reading of a body (``out``, every field) holds the values it was given (a tuple comes
+    back a list, a UUID a string: such a body is the Python rules' to decide)."""
+    return out == given if len(given) == len(out) else all(out[k] == v for k, v in given.items())
 
 
 def check_bodies(kind: str, bodies: list) -> list[dict]:
@@ -356,9 +362,7 @@ def check_bodies(kind: str, bodies: list) -> list[dict]:
     got = []
     for b, s in zip(bodies, outs, strict=True):
         out = _asdict(s)
-        if not (out == b if len(b) == len(out) else all(out[k] == v for k, v in b.items())):
-            out = check_body(kind, b)  # a tuple, a version given as a number: the one-body rules decide
-        got.append(out)
+        got.append(out if _unchanged(out, b) else check_body(kind, b))  # a version given as a number: the one-body rules
     return got
 
 

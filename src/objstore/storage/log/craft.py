@@ -40,7 +40,7 @@ def encode_next(tables: LogState, t: float, objects: list, moves: list, compress
     plan = tables.plan(n, [(o[0], o[1]) for o in objects], facts, moves, idx)
     if isinstance(plan, str):
         raise Refused(plan)
-    data, e = build_entry(tables.pos.checksum, n, t, objects, moves, None, compress, facts=facts, root=plan.root, idx=idx)
-    e = e._replace(seg=seg, offset=off, data_off=off + e.data_off)
+    data, e = build_entry(tables.pos.checksum, n, t, objects, moves, None, compress, facts=facts, root=plan.root, idx=idx,
+                          seg=seg, at=off)
     tables.commit(plan, n, e.checksum, t)
     return data, e

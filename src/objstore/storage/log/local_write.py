@@ -197,13 +197,11 @@ class Writer(LocalBase):
         """Make this process's entries up to ``n`` durable (``newest``: its newest entry, the file
         and the segment it is in); the entry number up to which they now are. Another process's
         flush of ``seg`` that began after the write of ``n`` covers it (then nothing is written
-        here); else this one flushes the newest entry's file and writes the head witness."""
+        here); else this one flushes the newest entry's file and writes the head witness. Only with
+        fsync on: with it off, ``_sync_upto`` writes the witness itself."""
         from . import groupsync  # on the first durable commit: a reader never loads it
 
         written, fd, wseg = newest
-        if not self.policy.enabled:
-            self._write_witness(written.entry, written.checksum)
-            return written.entry
         if self._sync_fd is None:
             self._sync_fd = groupsync.open_sync(self.root)
         if self._sync_fd is None:
@@ -251,20 +249,7 @@ class Writer(LocalBase):
         finally:
             self._wlock.release()
 
-    def _os_lock_now(self) -> bool:
-        """Take the ``flock`` if no other open file description holds it; whether it was taken."""
-        if self._lfd is None:
-            try:
-                self._lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise StorageOSError("open the writer lock", e) from None
-        try:
-            fcntl.flock(self._lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-
-    def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
+    def _lock_fd(self) -> int:
         # One lock file descriptor per engine, kept open: flock excludes other open file
         # descriptions (other processes, other Store objects); threads wait on _wlock first.
         if self._lfd is None:
@@ -272,7 +257,18 @@ class Writer(LocalBase):
                 self._lfd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
                 raise StorageOSError("open the writer lock", e) from None
-        lfd = self._lfd
+        return self._lfd
+
+    def _os_lock_now(self) -> bool:
+        """Take the ``flock`` if no other open file description holds it; whether it was taken."""
+        try:
+            fcntl.flock(self._lock_fd(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _os_lock(self, deadline: float | None, timeout: float | None) -> None:
+        lfd = self._lock_fd()
         if deadline is None:
             fcntl.flock(lfd, fcntl.LOCK_EX)
             return
@@ -419,12 +415,13 @@ class Writer(LocalBase):
         if isinstance(plan, str):
             raise Refused(plan)
         cut = self._cut_torn()
-        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, seal=seal, idx=idx, rw=rw)
         off, seg = self._off, self._seg
+        raw, e = build_entry(t.pos.checksum, t.pos.entry + 1, time.time(), [], [], cut, root=plan.root, seal=seal, idx=idx, rw=rw,
+                             seg=seg, at=off)
         wfd = self._writer(seg)
         self._write_entry(wfd, raw, off)  # synced: an entry gc relies on is durable before it goes on
         with self._mu:
-            self._apply(e._replace(seg=self._seg, offset=off, data_off=off + e.data_off), plan)
+            self._apply(e, plan)
             self._off = off + e.length
         with self._sync_cv:
             self._written = (Position(e.n, e.checksum), wfd, seg)

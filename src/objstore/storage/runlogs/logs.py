@@ -364,13 +364,10 @@ class RunLogs(LogSet):
 
     @contextmanager
     def citing(self, txn: LogTxn) -> Iterator[None]:
-        """Around a run-log commit: if its entry is judged by the store log, hold the store log's lock shared,
-        re-check what the batch read of it, and move the run's cite ref to the store log's position."""
+        """Around a run-log commit whose entry is judged by the store log (``needs_citing``): hold the store log's
+        lock shared, re-check what the batch read of it, and move the run's cite ref to the store log's position."""
         from .citation import recheck, shared_lock
 
-        if not self.needs_citing(txn):
-            yield
-            return
         log = txn.bound
         assert log is not None and log.run is not None and txn.inner is not None
         run = log.run

@@ -25,7 +25,7 @@ from ...errors import MultiLogBatch, Refused
 from .. import codec
 from ..log.engine import Engine
 from ..log.entry import LargeBlob, RemovedBody
-from ..log.facts import body_refs
+from ..log.facts import object_facts
 from ..log.txn import Txn
 from ..refs import chain_type, forward_only
 
@@ -202,21 +202,11 @@ class LogTxn(Txn):
         for oid, (otype, c) in list(self.objects.items()):
             if otype != codec.RECORD or isinstance(c, RemovedBody):  # a removed record's bodies went with it
                 continue
-            f = facts.get(oid)
-            if f is not None:
-                refs = f[5]  # the index row's refs: the body's ids, found once when the record was put
-            else:
-                value = self.decoded.get(oid)
-                if value is None:
-                    try:
-                        value = codec.decode(bytes(c) if not isinstance(c, LargeBlob) else c.read_all(), oid, False)[1]
-                    except Exception:  # noqa: BLE001 - a record that does not decode names nothing we can find
-                        continue
-                body = value.get("body") if isinstance(value, dict) else None
-                if not isinstance(body, dict):
-                    continue
-                refs = body_refs(body)
-            for ref in refs:
+            # its index row (put with it, or, for a record the log had, read from it): its refs are the body's ids
+            f = facts.get(oid) or object_facts(otype, c.read_all() if isinstance(c, LargeBlob) else bytes(c), self.decoded.get(oid), oid)
+            if f is None:
+                continue  # a record that does not decode names nothing we can find
+            for ref in f[5]:
                 if not isinstance(ref, bytes) or ref in self.objects or log.has_body(ref):
                     continue
                 got = self.logs.copy_source(ref)
