@@ -249,6 +249,14 @@ class StoreNeedsUpgrade(ObjstoreError):
     msg = "store at {} is format {}; run 'objstore --store {} upgrade' to convert it to format 3"
 
 
+class BucketNeedsUpgrade(StoreNeedsUpgrade):
+    """A store on object storage of one HEAD (formats 3 to 5) is read as it is; writing to it waits for the
+    upgrade that gives each run a HEAD of its own (format 7)."""
+
+    msg = ("store at {} is format {} (one HEAD for the whole store), which this objstore reads but does not write; "
+           "run 'objstore --store {} upgrade' to give each run its own HEAD (format 7)")
+
+
 class StateCacheError(ObjstoreError):
     """The derived SQLite state cache failed (locked, damaged, wrong column type). Nothing in
     the objects is lost: ``objstore rebuild`` remakes the cache from them."""

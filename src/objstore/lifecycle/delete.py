@@ -144,7 +144,7 @@ def check_authority(store: Store, log: Any = None) -> None:
     deletion object and its signer's grants (what gc reads anyway), once per process: a second call
     (``clone`` checks before it makes DIR, ``transfer`` again) and the reads after it skip what it found kept."""
     view = authority.StoreView(store)
-    logs = [store.engine] if store.url is not None else (e for _r, e in store.logs.all_logs()) if log is None else [log]
+    logs = (e for _r, e in store.logs.all_logs()) if log is None else [log]
     for eng in logs:
         done = eng.tables.checked  # kept deletions this process knows (LogState.obey's): each checked once
         eng.refresh()

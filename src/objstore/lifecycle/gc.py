@@ -103,7 +103,7 @@ def _reader(store: Store, log: Any = None) -> Any:
     """The engine gc reads what goes from: ``log`` (one log of a store of a log per run), else the store's
     log on disk or on object storage."""
     if store.url is not None:
-        return store.engine
+        return store.engine if log is None else log
     return _eng(store, log)
 
 
@@ -126,7 +126,7 @@ def unreferenced(store: Store, age: float, now: float | None = None) -> set:
     --prune-unreferenced-older-than`` removes, explicitly: by default gc keeps them (``stats`` counts them)."""
     candidates: set = set()
     named: set = set()
-    logs = [(None, store.engine)] if store.url is not None else store.logs.all_logs()  # one log open at a time
+    logs = store.logs.all_logs()  # one log open at a time
     for _run, log in logs:
         c, n = _unreferenced_in(_reader(store, log), age, now)
         candidates |= c
@@ -176,7 +176,7 @@ def doomed(store: Store, log: Any = None) -> Doomed:
     from the log's refs, the deletion objects (``lifecycle.delete``'s readers), the index rows of its
     entries, and the bodies of the records that go (each read once). Redactions are the store log's and
     reach every log that holds the blob. ``log`` None on a store of a log per run: what goes from every log."""
-    if log is None and store.url is None and store.logs.per_run:
+    if log is None and store.logs.per_run:
         parts = [doomed(store, e) for _r, e in store.logs.all_logs()]
         return Doomed(*(set().union(*(getattr(d, f) for d in parts)) for f in Doomed._fields))
     eng = _reader(store, log)
@@ -233,7 +233,7 @@ def doomed(store: Store, log: Any = None) -> Doomed:
             candidates.update(body_refs(body))
     # A ref that names a blob itself (keys/owner names the owner's public key as a blob) keeps it.
     refs = dict(t.refs)
-    if store.url is None and store.logs.store_log is not eng:
+    if store.logs.per_run and store.logs.store_log is not eng:
         refs.update(store.logs.store_log.tables.refs)  # the store-wide refs name blobs a run's log may hold too
     for name, value in refs.items():
         if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
@@ -461,10 +461,10 @@ def gc(store: Store, *, progress: Callable[[str], None] | None = None, timeout: 
     A store on object storage is collected by ``_gc_remote``."""
     if prune_unreferenced_older_than is not None and (isinstance(prune_unreferenced_older_than, bool) or prune_unreferenced_older_than < 0):
         raise InvalidInput("--prune-unreferenced-older-than must be an age of 0 or more")
-    if run is not None and (store.url is not None or not store.logs.per_run):
-        raise InvalidInput("gc of one run works on a store of a log per run (format 6); this store has one log: run 'objstore gc'")
+    if run is not None and not store.logs.per_run:
+        raise InvalidInput("gc of one run works on a store of a log per run (format 6 or 7); this store has one log: run 'objstore gc'")
     if store.url is not None:
-        return _gc_remote(store, progress or (lambda _m: None), prune_unreferenced_older_than)
+        return _gc_remote(store, progress or (lambda _m: None), prune_unreferenced_older_than, run)
     root = store.root
     if root is None or not store.engine.log_files:
         raise InvalidInput("gc works on a store on disk (this one lives in memory)")
@@ -562,18 +562,42 @@ def _gc_log(store: Store, eng: LogEngine, say: Callable[[str], None], step: Call
                     len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB), before, after, entry)
 
 
-def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) -> GcResult:
-    """gc on object storage (storage.s3): the entries that store a body that goes are written
-    again without it, in place (chunks and entry keys PUT again under their keys, HEAD's tail by
-    compare-and-swap): the same entries and checksums, so anchors hold. A blob a writer named
-    meanwhile — it found the body stored and did not store it again — is committed again. With
-    ``prune``, the chunk and entry keys no entry names (a writer's PUT before a HEAD swap it lost)
-    older than that are deleted."""
-    eng: Any = store.engine
-    since = eng.refresh(force=True).entry
+def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None, run: str | None = None) -> GcResult:
+    """gc on object storage (storage.s3), one log at a time (a store of a log per run: the store log, then each run's
+    in catalog order; ``run``: that run's log alone): the entries that store a body that goes are written again
+    without it, in place (chunks and entry keys PUT again under their keys, HEAD's tail by compare-and-swap): the
+    same entries and checksums, so anchors hold. A blob a writer named meanwhile — it found the body stored and did
+    not store it again — is committed again. With ``prune``, the chunk and entry keys no entry names (a writer's PUT
+    before a HEAD swap it lost) older than that are deleted."""
+    store.engine.refuse_old_format()  # type: ignore[attr-defined]
     if prune is not None:
-        _redact_unreferenced(store, prune)
-    gone = doomed(store)
+        _redact_unreferenced(store, prune)  # redactions are store-wide: found over every log, then each log drops them
+    if not store.logs.per_run:
+        logs: Any = [(None, store.engine)]
+    elif run is not None:
+        R.check_run_id(run)
+        if not isinstance(store.run_refs(run).get(runrefs.branch_ref(run, 0)), bytes):
+            raise RunNotFound(run)
+        logs = [(run, store.logs.run_log(run))]
+    else:
+        logs = store.logs.all_logs()
+    total = [0, 0, 0, 0, 0]
+    for one, eng in logs:
+        if eng.position().entry == 0:
+            continue  # a run without a log (or with an empty one): nothing stored
+        for i, v in enumerate(_gc_remote_log(store, eng, say, prune)):
+            total[i] += v
+        if one is not None:
+            store.logs.release(one)  # one run's log open at a time
+    _vacuum_state(store)
+    recs, blobs, other, before, after = total
+    return GcResult(0, [], recs, blobs, other, before, after, 0)
+
+
+def _gc_remote_log(store: Store, eng: Any, say: Callable[[str], None], prune: float | None) -> tuple[int, int, int, int, int]:
+    """One log's gc on object storage: (records, blobs, other bodies and keys removed, bytes before, bytes after)."""
+    since = eng.refresh(force=True).entry
+    gone = doomed(store, eng)
     every = gone.all()
     before = eng.stored_bytes()
     removed, blobs = eng.remove_bodies(every)
@@ -603,10 +627,9 @@ def _gc_remote(store: Store, say: Callable[[str], None], prune: float | None) ->
                 pruned += 1
         if pruned:
             say(f"deleted {pruned} key(s) no entry names")
-    _vacuum_state(store)
     kinds = list(removed.values())
-    return GcResult(0, [], kinds.count(codec.RECORD), kinds.count(codec.BLOB),
-                    len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB) + pruned, before, eng.stored_bytes(), 0)
+    return (kinds.count(codec.RECORD), kinds.count(codec.BLOB),
+            len(kinds) - kinds.count(codec.RECORD) - kinds.count(codec.BLOB) + pruned, before, eng.stored_bytes())
 
 
 def _pack_into_tmp(eng: LogEngine, seg: int, every: set, tmpdir: str, sync: bool) -> tuple:

@@ -27,7 +27,7 @@ def _kept_by_copies(store: Store, eng: LogEngine, deleted_runs: set) -> set:
     log is read but theirs."""
     roots = _copy_roots(store, eng, deleted_runs)
     logs = getattr(store, "logs", None)
-    per_run = logs is not None and store.url is None and logs.per_run
+    per_run = logs is not None and logs.per_run
 
     def read(oid: bytes) -> bytes:
         return (logs.locate(oid) if per_run else eng).read(oid)  # type: ignore[union-attr]
@@ -51,7 +51,7 @@ def _kept_by_copies(store: Store, eng: LogEngine, deleted_runs: set) -> set:
 def _copy_roots(store: Store, eng: LogEngine, deleted_runs: set) -> list:
     """The cross-run fork objects the live copies reaching into this log start at."""
     logs = getattr(store, "logs", None)
-    if logs is None or store.url is not None or not logs.per_run:
+    if logs is None or not logs.per_run:
         roots = []
         for e in eng.entries():
             for r in e.recs:

@@ -34,21 +34,27 @@ def _size(path: str) -> int:
         return 0
 
 
-def _bucket_keys(eng: S3Engine) -> dict[str, Any]:
+def _bucket_keys(bucket: Any) -> dict[str, Any]:
     """Keys and bytes of a store on object storage by kind, from one LIST of its prefix (a request per 1000 keys):
-    what it costs in the bucket. ``other`` is what no objstore writes there (another tool's keys under the prefix)."""
+    what it costs in the bucket. A store of a log per run has a HEAD, chunks and entries under each log's prefix
+    (``store/``, ``runs/<xx>/<run>/``) and the catalog's keys; ``other`` is what no objstore writes there (another
+    tool's keys under the prefix)."""
     from ..storage.s3 import layout as s3layout
 
-    by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "other")}
-    for x in eng.bucket.list(""):
-        if x.key == s3layout.HEAD_KEY:
+    by_kind = {k: {"keys": 0, "bytes": 0} for k in ("head", "marker", "chunk", "entry", "catalog", "other")}
+    for x in bucket.list(""):
+        leaf = x.key[x.key.find("/", x.key.find("/", 5) + 1) + 1:] if x.key.startswith("runs/") else \
+            x.key[len("store/"):] if x.key.startswith("store/") else x.key
+        if leaf == s3layout.HEAD_KEY:
             kind = "head"
         elif x.key == s3layout.MARKER_KEY:
             kind = "marker"
-        elif x.key.startswith(s3layout.CHUNK_PREFIX):
+        elif leaf.startswith(s3layout.CHUNK_PREFIX):
             kind = "chunk"
-        elif x.key.startswith(s3layout.ENTRY_PREFIX):
+        elif leaf.startswith(s3layout.ENTRY_PREFIX):
             kind = "entry"
+        elif x.key.startswith("catalog/"):
+            kind = "catalog"
         else:
             kind = "other"
         by_kind[kind]["keys"] += 1
@@ -62,12 +68,14 @@ def stats(store: Store) -> dict[str, Any]:
     figures are the same (its entries are read at open anyway); segments and derived files are a disk store's,
     ``bucket`` (keys and bytes by kind, from a LIST) stands for them."""
     eng = store.engine
+    if store.url is not None and store.logs.per_run:
+        return _per_run_stats(store)
     if store.url is not None and store.root is not None:  # on object storage: only then is the S3 package loaded
         from ..storage.s3.engine import S3Engine
 
         s3 = cast(S3Engine, eng)  # store.url: the engine is the S3 one
         pos = s3.refresh()
-        bucket = _bucket_keys(s3)
+        bucket = _bucket_keys(s3.bucket)
         figures = _log_figures(store, s3, pos)
         return {
             "store": store.url or store.root,
@@ -136,12 +144,13 @@ def _per_run_stats(store: Store) -> dict[str, Any]:
     seg_bytes = 0
     derived = {"indexes": 0, "checkpoint": 0, "witness": 0}
     store_pos = None
+    remote = store.url is not None
     for run, log in store.logs.all_logs():
         eng = cast(LogEngine, log)
         pos = eng.refresh()
         store_pos = pos if run is None else store_pos
         f = _entry_figures(eng, pos)
-        segs, nbytes, d = _files(eng)
+        segs, nbytes, d = ([], 0, dict.fromkeys(derived, 0)) if remote else _files(eng)
         label = "store" if run is None else run
         for k in _SUMMED:
             total[k] += f[k]
@@ -160,15 +169,18 @@ def _per_run_stats(store: Store) -> dict[str, Any]:
                   "deleted_records": sum(len(store.covered_records(r)) for r in runs - deleted_runs),
                   "redacted_blobs": len(delete.redacted_blobs(store))})
     canonical = total["canonical_bytes"]
+    bucket = _bucket_keys(store.logs.bucket) if remote else None  # type: ignore[attr-defined]
+    stored = bucket["bytes"] if bucket is not None else seg_bytes
     return {
-        "store": store.root,
+        "store": store.url or store.root,
         "entries": store_pos.entry,
         "anchor": anchor_token(store_pos.entry, store_pos.checksum),
-        "segments": {"count": len(files), "packed": sum(1 for s in files if s["kind"] == "packed"), "bytes": seg_bytes, "files": files},
-        "bucket": None,
+        "segments": None if remote else {"count": len(files), "packed": sum(1 for s in files if s["kind"] == "packed"), "bytes": seg_bytes,
+                                         "files": files},
+        "bucket": bucket,
         **total,
-        "stored_ratio": round(seg_bytes / canonical, 4) if canonical else None,
-        "derived_bytes": derived,
+        "stored_ratio": round(stored / canonical, 4) if canonical else None,
+        "derived_bytes": None if remote else derived,
         "state_cache_bytes": _state_cache(store),
         "logs": per_log,
     }

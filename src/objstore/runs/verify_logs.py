@@ -79,6 +79,7 @@ class _Pass:
         self.verify_log = verify_log
         self.logs: RunLogs = log.store.logs  # type: ignore[assignment]
         self.root = self.logs.root
+        self.remote = self.logs if getattr(self.logs, "bucket", None) is not None else None  # a store on object storage
         self.check_state, self.jobs = check_state, jobs
         self.progress = progress
         self.done = [0, 0]  # objects, bytes of the logs before this one (progress is cumulative)
@@ -99,7 +100,7 @@ class _Pass:
     def one_log(self, engine: Engine, run: str | None, want: list[tuple[int, bytes]], watch: list[int]) -> tuple[Report, dict]:
         seen: dict = {}
         r = self.verify_log(self.log, engine, run, self.check_state, want, self._progress(), self.jobs, watch, seen)
-        where = os.path.join(engine.root, "log") if getattr(engine, "root", None) else ""  # type: ignore[attr-defined]
+        where = self._where(engine) if self.remote is not None or getattr(engine, "root", None) else ""
         self.problems.extend(p._replace(where=p.where or where) for p in r.problems)
         self.notes.extend(p._replace(where=p.where or where) for p in r.notes)
         self.entries += r.entries
@@ -147,7 +148,16 @@ class _Pass:
                     self.manifest[name].append((n, c))
 
     def _where(self, engine: Engine) -> str:
+        if self.remote is not None:
+            return getattr(engine, "bucket").url  # noqa: B009  (an S3 log: its keys' prefix)
         return os.path.join(getattr(engine, "root", ""), "log")
+
+    def _run_where(self, run: str, log: bool = True) -> str:
+        """Where run ``run``'s log is, as a line names it: its directory (``log``: its log files), or its key prefix."""
+        if self.remote is not None:
+            return self.remote.run_url(run)
+        d = run_dir(self.root, run)
+        return os.path.join(d, "log") if log else d
 
     def judge(self, name: str, engine: Engine, want: tuple[int, bytes], seen: dict, r: Report, watched: bool = True) -> tuple | None:
         """The anchor line for log ``name`` if it no longer extends the head ``want`` (None: it does)."""
@@ -178,7 +188,10 @@ class _Pass:
 
     # -- the runs ------------------------------------------------------------------------------------------
     def runs(self, only: set[str] | None = None) -> None:
-        walk = walk_runs(self.root) if only is None else self.named(sorted(only))
+        if only is not None:
+            walk = self.named(sorted(only))
+        else:
+            walk = self.remote.walk_runs() if self.remote is not None else walk_runs(self.root)
         for xx, run, catalogued, has_dir in walk:
             try:
                 self.one_run(xx, run, catalogued, has_dir)
@@ -193,19 +206,27 @@ class _Pass:
     def named(self, runs: list[str]) -> Iterator[tuple[str, str, bool, bool]]:
         """What ``walk_runs`` says of these runs only (``verify RUN``: no listing of every run)."""
         for run in runs:
-            yield shard(run), run, os.path.exists(self.logs.catalog.id_path(run)), os.path.isdir(run_dir(self.root, run))
+            if self.remote is not None:
+                yield shard(run), run, self.logs.catalog.entry(run) is not None, self.remote.has_log(run)
+            else:
+                yield shard(run), run, os.path.exists(self.logs.catalog.id_path(run)), os.path.isdir(run_dir(self.root, run))
 
     def one_run(self, xx: str, run: str, catalogued: bool, has_dir: bool) -> None:
-        d = run_dir(self.root, run)
+        d = self._run_where(run, log=False)
         if shard(run) != xx:
             where = os.path.join(self.root, RUNS if has_dir else os.path.join(CATALOG, "ids"), xx, run)
+            if self.remote is not None:
+                where = self.remote.run_url(run, xx)
             self.add("misplaced-run-log", run, where, f"is under shard {xx}, run {run} belongs under {shard(run)}: readers do not find it there")
             return
         entry = self.catalog_entry(run) if catalogued else None
         name = M.run_leaf(run)
         anchored = self.manifest.pop(name, [])
-        if not os.path.isdir(os.path.join(d, "log")):
-            if catalogued:
+        if not has_dir:
+            if self.remote is not None and catalogued:  # a start_run killed before its first commit made HEAD
+                self.notes.append(Problem("unstarted-run", run, d, "its log has no HEAD (a start_run killed before its "
+                                          "first commit): listings skip it"))
+            elif catalogued:
                 self.add("missing-run-log", run, d, "the catalog lists this run, its log is gone")
             for n, c in anchored:
                 self.add("anchor-removed", name, d, f"the log is gone; the anchor names its entry {n} ({c.hex()})")
@@ -213,16 +234,16 @@ class _Pass:
         try:
             engine = self.logs.run_log(run)
         except ObjstoreError as err:
-            self.add("corrupt-log", run, os.path.join(d, "log"), f"the run's log does not open: {err}")
+            self.add("corrupt-log", run, self._run_where(run), f"the run's log does not open: {err}")
             return
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)
         if held:
-            self.add("wrong-run-log", run, os.path.join(d, "log"), f"the log at run {run}'s place holds the refs of run {', '.join(held)}")
+            self.add("wrong-run-log", run, self._run_where(run), f"the log at run {run}'s place holds the refs of run {', '.join(held)}")
         for want in anchored:
             if held:
-                self.add("anchor-swapped", name, os.path.join(d, "log"), f"the log at its place holds run {', '.join(held)}'s log, not the "
+                self.add("anchor-swapped", name, self._run_where(run), f"the log at its place holds run {', '.join(held)}'s log, not the "
                          f"one anchored at entry {want[0]} ({want[1].hex()})")
             else:
                 self.judge(name, engine, want, seen, r)
@@ -243,7 +264,7 @@ class _Pass:
         if cite is None or cite[0] == 0:
             return
         n, checksum = cite
-        where = os.path.join(run_dir(self.root, run), "log")
+        where = self._run_where(run)
         if n > self.store_count:
             self.add("bad-cite", name, where, f"cites store-log entry {n}; the store log ends at entry {self.store_count}")
             return
@@ -285,8 +306,12 @@ class _Pass:
     def catalog_against_log(self, run: str, entry: CatalogEntry, engine: Engine) -> None:
         """The catalog entry says what the run's run_started record says; its order name lists it."""
         path = self.logs.catalog.id_path(run)
-        order = self.logs.catalog._order_path(order_key(entry.time_us), run)
-        if not os.path.exists(order):
+        if self.remote is not None:
+            if not self.remote.catalog.order_exists(entry):
+                self.add("catalog-mismatch", run, path, f"its order key catalog/order/{order_key(entry.time_us)}-{run} is missing: "
+                         "listings miss the run")
+                return
+        elif not os.path.exists(order := self.logs.catalog._order_path(order_key(entry.time_us), run)):
             self.add("catalog-mismatch", run, path, f"its order name {os.path.relpath(order, self.root)} is missing: listings miss the run")
             return
         got = _started(engine, run)

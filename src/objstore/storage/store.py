@@ -57,6 +57,8 @@ from .log.memory import MemoryEngine
 from .log.txn import Txn
 from .logset import LogSet, OneLog
 from .storedir import (
+    BUCKET_READ_VERSIONS,
+    BUCKET_VERSION,
     FORMAT_VERSION,
     MARKER,
     NEWEST_VERSION,
@@ -187,10 +189,11 @@ class Store:
 
     @classmethod
     def on_bucket(cls, bucket: Bucket, cache: str | None = None, create: bool = True) -> Store:
-        """The store on one bucket and prefix of object storage (storage.s3): its marker object says
-        its format; ``create`` writes it if absent (create-once, so two creators agree on one store).
-        ``cache``: the local directory of its cache (default: ``remote_cache_dir``)."""
-        from .s3.engine import S3Engine
+        """The store on one bucket and prefix of object storage: its marker object says its format; ``create``
+        writes it if absent (create-once, so two creators agree on one store). A new store is format 7, a log per
+        run with a HEAD each (``runlogs.bucketlogs``); a store of one HEAD (formats 3 to 5, ``storage.s3``) is read
+        as it is and written only after ``objstore upgrade`` (``BucketNeedsUpgrade``). ``cache``: the local
+        directory of its cache (default: ``remote_cache_dir``)."""
         from .s3.layout import MARKER_KEY, marker_bytes, marker_version
 
         url = bucket.url
@@ -199,7 +202,6 @@ class Store:
             os.makedirs(os.path.join(cache, "tmp"), exist_ok=True)  # spill files of large blobs, the marker's copy
         except OSError as e:
             raise StorageOSError(f"create the local cache {cache}", e) from None
-        engine = S3Engine(bucket, cache)
         try:  # which store this cache is for, for the person who finds the directory
             with open(os.path.join(cache, "STORE_URL"), "w") as f:
                 f.write(url + "\n")
@@ -207,35 +209,44 @@ class Store:
             pass
         marker = os.path.join(cache, "marker")  # the bucket's OBJSTORE as this cache read it last
         version = None
-        if engine.head_unchanged:  # nothing was committed since this cache read the marker: its copy holds
-            try:
-                with open(marker, "rb") as f:
-                    version = marker_version(f.read(), marker)
-                if version not in READ_VERSIONS:
-                    version = None  # a copy can only save a request, never change an answer: the bucket's says
-            except (OSError, StoreFormatError):
+        try:  # a format-7 marker never changes (a format is left only by upgrade, which writes a new marker):
+            with open(marker, "rb") as f:  # a copy of one saves the request; any other is asked again
+                version = marker_version(f.read(), marker)
+            if version != BUCKET_VERSION:
                 version = None
-        if version is None:
-            version = engine.read_marker()
+        except (OSError, StoreFormatError):
+            version = None
         created = False
         if version is None:
-            if not create:
-                raise StoreNotFound(url)
-            created = bucket.put_if_absent(MARKER_KEY, marker_bytes(FORMAT_VERSION)) is not None
-            version = engine.read_marker()
+            version = _bucket_marker(bucket)
             if version is None:
-                raise StoreNotFound(url)
-        if version > NEWEST_VERSION:
-            raise NewerFormat("store", url, version, NEWEST_VERSION)
-        if version not in READ_VERSIONS:
-            raise StoreFormatError(url, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
-        if not engine.head_unchanged:
-            try:
-                with atomic_file(marker, os.path.join(cache, "tmp"), FsyncPolicy("off")) as f:
-                    f.write(marker_bytes(version))
-            except OSError:
-                pass
-        store = cls(engine, root=cache)
+                if not create:
+                    raise StoreNotFound(url)
+                created = bucket.put_if_absent(MARKER_KEY, marker_bytes(BUCKET_VERSION)) is not None
+                version = _bucket_marker(bucket)
+                if version is None:
+                    raise StoreNotFound(url)
+            if version > NEWEST_VERSION:
+                raise NewerFormat("store", url, version, NEWEST_VERSION)
+            if version not in BUCKET_READ_VERSIONS:
+                raise StoreFormatError(url, f"format version {version!r}, this objstore reads {', '.join(map(str, BUCKET_READ_VERSIONS))} on object storage")
+            if version == BUCKET_VERSION:
+                try:
+                    with atomic_file(marker, os.path.join(cache, "tmp"), FsyncPolicy("off")) as f:
+                        f.write(marker_bytes(version))
+                except OSError:
+                    pass
+        if version == BUCKET_VERSION:
+            from .runlogs.bucketlogs import BucketLogs
+
+            logs = BucketLogs(bucket, cache)
+            store = cls(logs.store_log, root=cache, logs=logs)
+        else:
+            from .s3.engine import S3Engine
+
+            engine = S3Engine(bucket, cache)
+            engine.needs_upgrade = version  # read as it is; a write asks for the upgrade first
+            store = cls(engine, root=cache)
         store._version = version
         store.url = url
         store.created = created
@@ -260,7 +271,8 @@ class Store:
         if version > NEWEST_VERSION:
             raise NewerFormat("store", path, version, NEWEST_VERSION)
         if version not in READ_VERSIONS:
-            raise StoreFormatError(path, f"format version {version!r}, this objstore reads {', '.join(map(str, READ_VERSIONS))}")
+            what = "a store on object storage" if version == BUCKET_VERSION else f"format version {version!r}"
+            raise StoreFormatError(path, f"{what}, this objstore reads {', '.join(map(str, READ_VERSIONS))} on disk")
         policy = FsyncPolicy(fsync)
         if version == RUNLOGS_VERSION:
             from .runlogs.logs import RunLogs
@@ -931,6 +943,14 @@ class Store:
         self._covered[run] = (head, out)
         self.erased_records.update(out)
         return out
+
+
+def _bucket_marker(bucket: Bucket) -> int | None:
+    """The format version the bucket's marker says (None: no marker)."""
+    from .s3.layout import MARKER_KEY, marker_version
+
+    got = bucket.get(MARKER_KEY)
+    return None if got is None else marker_version(got.data, f"{bucket.url.rstrip('/')}/{MARKER_KEY}")
 
 
 class _RunOf(msgspec.Struct):

@@ -26,8 +26,12 @@ PACKED_VERSION = 4  # format 3 with packed segments and rewrite entries: what a 
 LABELS_VERSION = 5
 # a log per run: a store log, a log per run and the catalog (storage.runlogs; issue 16)
 RUNLOGS_VERSION = 6
-NEWEST_VERSION = RUNLOGS_VERSION
-READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION, RUNLOGS_VERSION)
+# format 6's logs on object storage, each with its own HEAD (storage.runlogs.bucketlogs; issue 18). Only a bucket
+# holds it; an objstore that reads up to 6 refuses it (NewerFormat) before writing anything
+BUCKET_VERSION = 7
+NEWEST_VERSION = BUCKET_VERSION
+READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION, RUNLOGS_VERSION)  # on disk
+BUCKET_READ_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION, BUCKET_VERSION)  # on object storage (3-5: read only)
 ONE_LOG_VERSIONS = (FORMAT_VERSION, PACKED_VERSION, LABELS_VERSION)  # one log holds everything
 
 

@@ -107,6 +107,44 @@ class Bucket:
         return None
 
 
+class SubBucket(Bucket):
+    """The keys under ``prefix`` of ``bucket``, as a bucket of their own: one log of a store of logs
+    (``runs/<xx>/<run>/``, ``store/``). Requests go to, and are counted by, the bucket it views; closing it
+    closes nothing (the store closes the bucket once)."""
+
+    def __init__(self, bucket: Bucket, prefix: str) -> None:
+        self.base = bucket
+        self.prefix = prefix
+        self.url = bucket.url.rstrip("/") + "/" + prefix.rstrip("/")
+
+    @property  # type: ignore[override]
+    def requests(self) -> Requests:  # the viewed bucket's counter, even if a benchmark replaced it
+        return self.base.requests
+
+    def get(self, key: str) -> Got | None:
+        return self.base.get(self.prefix + key)
+
+    def get_if_changed(self, key: str, etag: str) -> Got | None:
+        return self.base.get_if_changed(self.prefix + key, etag)
+
+    def put(self, key: str, data: bytes) -> str:
+        return self.base.put(self.prefix + key, data)
+
+    def put_if_absent(self, key: str, data: bytes) -> str | None:
+        return self.base.put_if_absent(self.prefix + key, data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str | None:
+        return self.base.put_if_match(self.prefix + key, data, etag)
+
+    def delete(self, key: str) -> None:
+        self.base.delete(self.prefix + key)
+
+    def list(self, prefix: str = "") -> Iterator[Listed]:
+        cut = len(self.prefix)
+        for x in self.base.list(self.prefix + prefix):
+            yield Listed(x.key[cut:], x.size, x.modified)
+
+
 class MemoryBucket(Bucket):
     """The contract over a dict (thread-safe). ``etag_form``: ``"quoted"`` or ``"plain"`` makes
     ``If-Match`` accept only that form, as some servers do; ``None`` accepts both, like SeaweedFS."""

@@ -107,6 +107,7 @@ class S3Engine(BodyRemoval):
     # -- writing ---------------------------------------------------------------------------
     @contextmanager
     def transaction(self, timeout: float | None = None) -> Iterator[Txn]:
+        self.refuse_old_format()
         if not self._wlock.acquire(timeout=-1 if timeout is None else timeout):
             from ...errors import LockTimeout
             raise LockTimeout("this process's S3 writer lock", timeout)

@@ -46,6 +46,7 @@ class BodyRemoval(S3Reader):
         Then, after GC_SETTLE_SECONDS, every key written is read back and stripped again if a writer
         that was rolling a stale HEAD's tail into that chunk PUT its old bytes over ours meanwhile.
         Returns ({id: type} removed, {id: bytes} of the removed blobs)."""
+        self.refuse_old_format()
         removed: dict = {}
         blobs: dict = {}
         written: dict[str, list[int]] = {}

@@ -76,10 +76,23 @@ class S3Reader(Engine):
     """The Engine interface over a ``Bucket``; ``cache`` is a local directory for immutable keys."""
 
     fresh_seconds = FRESH_SECONDS
+    needs_upgrade: int | None = None  # the format of a store of one HEAD (3-5): read, never written
 
-    def __init__(self, bucket: Bucket, cache: str | None = None) -> None:
+    def refuse_old_format(self) -> None:
+        """BucketNeedsUpgrade before any write to a store of one HEAD (a commit, gc's rewrites, a new marker)."""
+        if self.needs_upgrade is not None:
+            from ...errors import BucketNeedsUpgrade
+
+            raise BucketNeedsUpgrade(self.bucket.url, self.needs_upgrade, self.bucket.url)
+
+    def __init__(self, bucket: Bucket, cache: str | None = None, entry_view: Any = None, run: str | None = None) -> None:
+        """``entry_view`` and ``run``: a run's log of a store of logs (``Engine.entry_view``), set before the
+        log is read at open (its entries are judged with them)."""
         self.bucket = bucket
         self.cache = cache
+        if entry_view is not None:
+            self.entry_view = entry_view
+        self.run = run
         self.tables = LogState()
         self._mu = threading.RLock()
         self._wlock = threading.Lock()
@@ -645,6 +658,7 @@ class S3Reader(Engine):
 
     def mark_version(self, version: int) -> None:
         """Raise the bucket's marker to ``version`` (never lower it), by compare-and-swap."""
+        self.refuse_old_format()
         for _ in range(50):
             got = self.bucket.get(MARKER_KEY)
             if got is None:
