@@ -55,7 +55,9 @@ class LogSet:
         """(run or None for the store log, log) of every log of the store, the store log first."""
         raise NotImplementedError
 
-    def transaction(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
+    def transaction(self, timeout: float | None = None, optimistic: bool = False) -> AbstractContextManager[Txn]:
+        """One commit. ``optimistic``: a self-contained commit its caller re-runs on ``StaleBase``
+        (``Store.atomically``), so it need not hold its log against other processes (``Txn.hold_log``)."""
         raise NotImplementedError
 
     def start_order(self, run: str) -> tuple | int | None:
@@ -126,8 +128,8 @@ class OneLog(LogSet):
     def all_logs(self) -> Iterator[tuple[str | None, Engine]]:
         yield None, self.store_log
 
-    def transaction(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
-        return self.store_log.transaction(timeout)
+    def transaction(self, timeout: float | None = None, optimistic: bool = False) -> AbstractContextManager[Txn]:
+        return self.store_log.transaction(timeout)  # (a log of a whole store on disk is held by its lock throughout)
 
     def has(self, oid: bytes) -> bool:
         e = self.store_log

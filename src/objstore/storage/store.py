@@ -335,7 +335,7 @@ class Store:
         while True:
             tries += 1
             try:
-                with self.batch():
+                with _Batch(self, None, optimistic=True):
                     return fn()
             except StaleBase:
                 if time.monotonic() >= deadline:
@@ -965,10 +965,11 @@ class _Batch:
     of the store's logs, seen by this thread's writes until the block ends; what ``after_commit`` queued runs once
     it has committed. A class rather than a generator: every commit goes through it."""
 
-    __slots__ = ("store", "timeout", "cm", "state", "token")
+    __slots__ = ("store", "timeout", "cm", "state", "token", "optimistic")
 
-    def __init__(self, store: Store, timeout: float | None) -> None:
+    def __init__(self, store: Store, timeout: float | None, optimistic: bool = False) -> None:
         self.store, self.timeout = store, timeout
+        self.optimistic = optimistic  # Store.atomically's: re-run on StaleBase, so it takes no lease (Txn.hold_log)
         self.cm: AbstractContextManager[Txn] | None = None
 
     def __enter__(self) -> Txn:
@@ -976,7 +977,7 @@ class _Batch:
         txn = store._txn.get()
         if txn is not None:
             return txn
-        cm = store.logs.transaction(self.timeout)
+        cm = store.logs.transaction(self.timeout, self.optimistic)
         txn = cm.__enter__()
         self.cm = cm
         after: list[Callable[[], Any]] = []

@@ -51,6 +51,11 @@ class Txn:
         # LangGraph saver's put_writes: the step's put syncs both); a seal still syncs.
         self.defer_sync = False
 
+    def hold_log(self, timeout: float | None) -> None:
+        """Keep every other process's commit to this log out until this one ends, before the batch reads what it
+        decides on (a batch in a caller's hands: it cannot be re-run on ``StaleBase``). A log on disk holds its
+        writer lock for the whole transaction already: nothing to do; object storage takes the log's lease."""
+
     def put(self, oid: bytes, otype: str, canonical: bytes | LargeBlob, value: dict | None = None, facts: list | None = None) -> None:
         """Add an object (``value``: its decoded payload, if the caller has it; ``facts``: its index row, if the
         writer built it with the record — what ``object_facts`` gives for it, found without a walk of its body)."""

@@ -302,12 +302,14 @@ class RunLogs(LogSet):
             yield self.run_log(r)
 
     # -- commits ------------------------------------------------------------------------------
-    def transaction(self, timeout: float | None = None) -> AbstractContextManager[Txn]:
+    def transaction(self, timeout: float | None = None, optimistic: bool = False) -> AbstractContextManager[Txn]:
         """A batch of this store's logs: the ``LogTxn`` is its own context manager (it commits as the block ends,
         or discards what it holds if the block raised)."""
         from .multitxn import LogTxn
 
-        return LogTxn(self, timeout)
+        txn = LogTxn(self, timeout)
+        txn.optimistic = optimistic
+        return txn
 
     def before_commit(self, log: Engine, txn: LogTxn) -> None:
         """Under ``log``'s lock, before its entry is written: a run log's first entry needs the run's catalog entry."""

@@ -54,6 +54,7 @@ class LogTxn(Txn):
         self.store_reads: dict[str, Any] = {}  # store-log refs a run's batch read: its decision rests on them
         self.cite_now = False  # a fence: cite the store log's position even if nothing else needs it
         self.defer_sync = False  # Txn.defer_sync, handed to the bound log's transaction
+        self.optimistic = False  # a self-contained commit (Store.atomically re-runs it on StaleBase): holds no lease
 
     def __enter__(self) -> LogTxn:
         return self
@@ -164,6 +165,12 @@ class LogTxn(Txn):
     def _bind(self, log: Engine) -> None:
         cm = log.transaction(self.timeout)
         inner = cm.__enter__()
+        if not self.optimistic:
+            try:
+                inner.hold_log(self.timeout)  # before the batch reads anything of this log
+            except BaseException as e:
+                cm.__exit__(type(e), e, e.__traceback__)
+                raise
         self._cm, self.inner, self.bound = cm, inner, log
         inner.replay = self.replay
         for oid, (otype, c) in self.objects.items():

@@ -18,6 +18,16 @@ was false and the same PUT is retried; otherwise the foreign entries are taken i
 rebuilt on the new head when every ref it read or moves still holds what it held (else ``Conflict``).
 Retries are bounded in time with jittered backoff, then ``Busy``.
 
+A writer's **lease** (``take_lease``): a batch whose body reads refs and decides (``Store.batch`` in a caller's
+hands) first takes its log's lease — ``[epoch + 1, its holder id]`` written into HEAD by one compare-and-swap —
+and its commit's swap gives it back (``[epoch, b""]``), so no other process commits to the log between the
+batch's reads and its entry: the batch never meets ``StaleBase``, as under a log's lock on disk. A commit that
+holds no lease (a self-contained append, re-run on ``StaleBase`` by ``Store.atomically``) waits while another's
+lease is held, so appends queue behind a batch instead of racing it. A lease lapses when its HEAD has not changed
+for ``LEASE_SECONDS`` as the waiter's own clock measures (no clocks are compared between machines): a killed
+holder costs the next writer that long, once; a later commit takes the log over with the next epoch, and the
+lapsed holder's swap then fails on HEAD's ETag and is rebuilt (or refused by ``StaleBase``) like any stale commit.
+
 Readers revalidate HEAD and check every cached copy on use (``reader``).
 
 Here: the commit (``S3Txn``, ``S3Engine.transaction``) and ``S3Engine``, which stands on the reader
@@ -33,11 +43,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
+
 from ...errors import Busy, CorruptLog, MultiLogBatch, ObjectNotFound, Refused, StaleBase
 from .. import codec, runrefs
 from ..log.engine import deletion_rule, txn_bodies
 from ..log.entry import LargeBlob, build_entry
-from ..log.format import COMP_GONE, _show
+from ..log.format import COMP_GONE, ZERO, _show
 from ..log.txn import Txn
 from .entries import merge_chunks
 from .gc import BodyRemoval
@@ -57,6 +69,9 @@ from .layout import (
 )
 
 BUSY_SECONDS = float(os.environ.get("OBJSTORE_S3_BUSY_SECONDS", "30"))  # how long a commit retries before Busy
+LEASE_SECONDS = float(os.environ.get("OBJSTORE_S3_LEASE_SECONDS", "10"))  # an unchanged HEAD's lease lapses after this
+FREE = b""  # the holder of a lease nobody holds
+_WAIT = object()  # (_lease_for: another's lease is live)
 SKIPPED_KEEP = 1024
 SKIPPED_BYTES = 64 << 20
 
@@ -70,6 +85,10 @@ class S3Txn(Txn):
         self.seen: dict[str, Any] = {}
         self.seen_prefixes: dict[str, dict] = {}
         self.skipped: dict[bytes, tuple] = {}  # id -> (type, canonical) of puts left out as stored already
+        self.leased = False  # this commit holds its log's lease (take_lease): its swap gives it back
+
+    def hold_log(self, timeout: float | None) -> None:
+        self.s3.take_lease(self, timeout)
 
     def watch(self, name: str, value: Any, prefix: bool = False) -> None:
         """Add a ref (or, with ``prefix``, every ref under a prefix: {name: value}) this commit's
@@ -124,6 +143,8 @@ class S3Engine(BodyRemoval):
                         raise MultiLogBatch(f"{len(runs)} runs", ", ".join(runs[:3]) + (", …" if len(runs) > 3 else ""))
                     self._commit(txn, moves)
             finally:
+                if txn.leased:  # not given back by a commit (nothing to commit, or the batch raised)
+                    self._give_back()
                 for spill in txn.spills:
                     spill.discard()
         finally:
@@ -136,8 +157,20 @@ class S3Engine(BodyRemoval):
         delay = 0.004
         attempts = 0
         moved = False
+        wait = _Wait()
         while True:
             attempts += 1
+            lease = self._lease_for(txn, wait)
+            if lease is _WAIT:  # another process's batch holds the log: queue behind it
+                if time.monotonic() >= deadline:
+                    raise Busy(self.bucket.url, attempts, BUSY_SECONDS)
+                wait.sleep()
+                with self._mu:
+                    etag = self._etag
+                    self.refresh(force=True)
+                    if self._etag != etag:
+                        self._check_still(txn, moves)
+                continue
             with self._mu:
                 t = self.tables
                 objects = [o for o in objects_all if o[0] not in t.locs]
@@ -161,7 +194,7 @@ class S3Engine(BodyRemoval):
                 raw, e = build_entry(t.pos.checksum, n, max(when, t.last_time or 0.0), objects, moves, None, facts=txn.facts, root=plan.root)
                 assert isinstance(raw, bytes)
                 head, etag = self._head, self._etag
-            new_head, pre = self._next_head(head, n, raw, e.checksum)
+            new_head, pre = self._next_head(head, n, raw, e.checksum, lease)
             for key, data in pre:
                 if key.startswith(CHUNK_PREFIX):
                     self._put_chunk(key, data)
@@ -174,6 +207,7 @@ class S3Engine(BodyRemoval):
                 new_etag = self.bucket.put_if_match(HEAD_KEY, body, etag)
             with self._mu:
                 if new_etag is not None:
+                    txn.leased = False  # given back by this swap
                     if self.tables.pos.entry == n - 1 and self._etag == etag:
                         self._apply(e, plan)
                         self._src[n] = self._src_of(new_head, n)
@@ -187,6 +221,7 @@ class S3Engine(BodyRemoval):
                 self.refresh(force=True)
                 landed = self._landed(n, e.checksum)
                 if landed:
+                    txn.leased = False  # our swap landed, giving it back
                     return
                 moved = self._etag != etag
                 if moved:
@@ -201,6 +236,78 @@ class S3Engine(BodyRemoval):
             else:  # a false 412 (HEAD unchanged), or a long losing streak: back off
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.1)
+
+    # -- the writer's lease --------------------------------------------------------------------
+    @property
+    def holder(self) -> bytes:
+        """This engine's holder id in a lease (one per engine: threads of a process share its writer lock)."""
+        h = self.__dict__.get("_holder")
+        if h is None:
+            h = self.__dict__["_holder"] = os.urandom(8)
+        return h
+
+    def take_lease(self, txn: S3Txn, timeout: float | None) -> None:
+        """Hold this log's lease for ``txn`` (called with the writer lock held, before the batch reads a ref): wait
+        while another holder's lease is live, then swap HEAD to the next epoch naming this engine. An empty log gets
+        a HEAD of no entries holding the lease. LockTimeout after ``timeout`` seconds (None: Busy after the retry
+        bound, which outlasts a lapse)."""
+        from ...errors import LockTimeout
+
+        limit = max(BUSY_SECONDS, 3 * LEASE_SECONDS) if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        wait = _Wait()
+        while True:
+            self.refresh(force=True)
+            with self._mu:
+                head, etag = self._head, self._etag
+            epoch, holder = _lease(head)
+            if holder == self.holder:
+                txn.leased = True  # (a lease this engine holds is one a commit of it did not give back: still ours)
+                return
+            if holder != FREE and not wait.lapsed(etag):
+                if time.monotonic() >= deadline:
+                    if timeout is not None:
+                        raise LockTimeout(f"the lease of {self.bucket.url}", timeout)
+                    raise Busy(self.bucket.url, wait.polls, limit)
+                wait.sleep()
+                continue
+            if head is None:
+                new = Head(HEAD_FMT, 0, ZERO, None, [], 0, [epoch + 1, self.holder])
+                tag = self.bucket.put_if_absent(HEAD_KEY, encode_head(new))
+            else:
+                new = msgspec.structs.replace(head, lease=[epoch + 1, self.holder])
+                tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag) if etag is not None else None
+            if tag is not None:
+                with self._mu:
+                    if self._etag == etag:
+                        self._head, self._etag, self._checked = new, tag, time.monotonic()
+                txn.leased = True
+                return
+            # 412: another writer's swap came first; read HEAD again
+
+    def _give_back(self) -> None:
+        """Free this engine's lease without an entry (a batch that committed nothing, or raised). A swap lost to gc
+        rewriting HEAD is tried again; a lease taken over meanwhile is not ours to free. Left held if the server does
+        not answer: it lapses."""
+        from .bucket import RemoteError
+
+        for _ in range(8):
+            try:
+                self.refresh(force=True)
+                with self._mu:
+                    head, etag = self._head, self._etag
+                epoch, holder = _lease(head)
+                if head is None or etag is None or holder != self.holder:
+                    return
+                new = msgspec.structs.replace(head, lease=[epoch, FREE])
+                tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
+            except (RemoteError, CorruptLog):
+                return
+            if tag is not None:
+                with self._mu:
+                    if self._etag == etag:
+                        self._head, self._etag, self._checked = new, tag, time.monotonic()
+                return
 
     def recently_skipped(self, oid: bytes, canonical: bytes) -> None:
         """Remember a blob a put left out as stored: a record naming it may commit after gc removed that
@@ -265,15 +372,29 @@ class S3Engine(BodyRemoval):
                 if k not in txn.moves and now.get(k) != items.get(k):
                     raise StaleBase(k, _show(items.get(k)), _show(now.get(k)))
 
-    def _next_head(self, head: Head | None, n: int, raw: bytes, checksum: bytes) -> tuple[Head, list]:
+    def _lease_for(self, txn: S3Txn, wait: _Wait) -> Any:
+        """The lease the commit's HEAD carries (``_WAIT``: another's live lease is held, so wait): given back if this
+        commit held it, taken over at the next epoch (and left free) if another's lapsed, else as it was."""
+        with self._mu:
+            head, etag = self._head, self._etag
+        epoch, holder = _lease(head)
+        if holder == FREE or holder == self.holder:
+            return None if head is None or head.lease is None else [epoch, FREE]
+        if not wait.lapsed(etag):
+            if txn.leased:
+                txn.leased = False  # ours lapsed and was taken over: this commit now queues like any other
+            return _WAIT
+        return [epoch + 1, FREE]
+
+    def _next_head(self, head: Head | None, n: int, raw: bytes, checksum: bytes, lease: list | None = None) -> tuple[Head, list]:
         pre: list[tuple[str, bytes]] = []
         if len(raw) > INLINE_BYTES:
             pre.append((entry_key(n, checksum), raw))
             slot: Any = [n, checksum]
         else:
             slot = raw
-        if head is None:
-            return Head(HEAD_FMT, n, checksum, None, [slot]), pre
+        if head is None or head.n == 0:  # (a HEAD of no entries holds only a lease)
+            return Head(HEAD_FMT, n, checksum, None, [slot], 0 if head is None else head.gc, lease), pre
         tail = list(head.tail)
         size = sum(len(s) if isinstance(s, bytes) else 48 for s in tail) + (len(slot) if isinstance(slot, bytes) else 48)
         if len(tail) + 1 > TAIL_ENTRIES or size > INLINE_BYTES:
@@ -281,9 +402,9 @@ class S3Engine(BodyRemoval):
             if tail:
                 ch = Chunk(CHUNK_FMT, head.chunk, first, tail)
                 pre.insert(0, (chunk_key(first, head.n, head.checksum), encoder.encode(ch)))
-                return Head(HEAD_FMT, n, checksum, [first, head.n, head.checksum], [slot], head.gc), pre
+                return Head(HEAD_FMT, n, checksum, [first, head.n, head.checksum], [slot], head.gc, lease), pre
         tail.append(slot)
-        return Head(HEAD_FMT, n, checksum, head.chunk, tail, head.gc), pre
+        return Head(HEAD_FMT, n, checksum, head.chunk, tail, head.gc, lease), pre
 
     def _src_of(self, head: Head, n: int) -> tuple:
         slot = head.tail[-1]
@@ -299,6 +420,36 @@ class S3Engine(BodyRemoval):
             src = self._src.get(n)
             if src is not None and src[0] == "tail":
                 self._src[n] = ("chunk", key, i)
+
+
+class _Wait:
+    """A waiter's view of a live lease: polls HEAD with a growing pause, and says the lease lapsed once the same HEAD
+    (ETag) has stood for LEASE_SECONDS of this process's monotonic clock."""
+
+    def __init__(self) -> None:
+        self.etag: str | None = None
+        self.since = 0.0
+        self.pause = 0.002
+        self.polls = 0
+
+    def lapsed(self, etag: str | None) -> bool:
+        now = time.monotonic()
+        if etag != self.etag:
+            self.etag, self.since, self.pause = etag, now, 0.002
+            return False
+        return now - self.since >= LEASE_SECONDS
+
+    def sleep(self) -> None:
+        self.polls += 1
+        time.sleep(self.pause * (0.5 + random.random()))
+        self.pause = min(self.pause * 1.5, 0.05)
+
+
+def _lease(head: Head | None) -> tuple[int, bytes]:
+    """(epoch, holder) of HEAD's lease (holder FREE: nobody holds it)."""
+    if head is None or head.lease is None:
+        return 0, FREE
+    return head.lease[0], head.lease[1]
 
 
 def _run_of_ref(name: str) -> str | None:

@@ -77,7 +77,7 @@ class BodyRemoval(S3Reader):
                         new = self._stripped(n, slots[i], gone, removed, blobs)
                         if new is not None:
                             slots[i] = new
-                new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots, head.gc)
+                new_head = Head(HEAD_FMT, head.n, head.checksum, head.chunk, slots, head.gc, head.lease)
                 if self.bucket.put_if_match(HEAD_KEY, encode_head(new_head), etag) is not None:
                     self.refresh(force=True)
         else:
@@ -100,7 +100,7 @@ class BodyRemoval(S3Reader):
                 head, etag = self._head, self._etag
             if head is None or etag is None:
                 return
-            new = Head(HEAD_FMT, head.n, head.checksum, head.chunk, list(head.tail), head.gc + 1)
+            new = Head(HEAD_FMT, head.n, head.checksum, head.chunk, list(head.tail), head.gc + 1, head.lease)
             if self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag) is not None:
                 self.refresh(force=True)
                 return

@@ -28,8 +28,9 @@ _dec = msgspec.msgpack.Decoder()
 
 
 class Head(msgspec.Struct, array_like=True, frozen=True):
-    """HEAD: format tag, entry count, checksum of the last entry, the newest chunk, the inline tail, and the gc
-    generation (how many gc runs rewrote keys in place; omitted while 0)."""
+    """HEAD: format tag, entry count, checksum of the last entry, the newest chunk, the inline tail, the gc
+    generation (how many gc runs rewrote keys in place; omitted while 0 and no lease was ever taken), and the
+    writer's lease ``[epoch, holder]`` (``holder`` b"" when free; omitted until a lease is first taken)."""
 
     fmt: str
     n: int
@@ -37,6 +38,7 @@ class Head(msgspec.Struct, array_like=True, frozen=True):
     chunk: list | None  # [first, last, checksum] of the newest chunk
     tail: list  # slots of entries chunk.last+1 .. n: entry bytes, or [n, checksum] of an entry/ key
     gc: int = 0
+    lease: list | None = None  # [epoch, holder id]: engine.take_lease
 
 
 class Chunk(msgspec.Struct, array_like=True, frozen=True):
@@ -53,11 +55,19 @@ CHUNK_FMT = "objstore-s3-chunk-1"
 
 
 def encode_head(h: Head) -> bytes:
-    """HEAD's bytes: five elements while no gc rewrote anything (the layout before the gc generation), six after."""
+    """HEAD's bytes: five elements while no gc rewrote anything and no lease was taken (the layout before the gc
+    generation), six with a gc generation, seven with a lease."""
     fields: list = [h.fmt, h.n, h.checksum, h.chunk, h.tail]
-    if h.gc:
+    if h.gc or h.lease is not None:
         fields.append(h.gc)
+    if h.lease is not None:
+        fields.append(h.lease)
     return encoder.encode(fields)
+
+
+def lease_ok(lease: Any) -> bool:
+    return lease is None or (isinstance(lease, list) and len(lease) == 2 and type(lease[0]) is int and lease[0] >= 0
+                             and isinstance(lease[1], bytes) and len(lease[1]) <= 16)
 
 
 def chunk_key(first: int, last: int, checksum: bytes) -> str:

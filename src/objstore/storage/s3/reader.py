@@ -46,6 +46,7 @@ from .layout import (
     chunk_ref_ok,
     entry_key,
     head_decoder,
+    lease_ok,
     marker_bytes,
     marker_version,
 )
@@ -197,6 +198,8 @@ class S3Reader(Engine):
             raise CorruptLog(self._where(HEAD_KEY), "HEAD is not an objstore S3 head")
         if head.chunk is not None and not chunk_ref_ok(head.chunk):
             raise CorruptLog(self._where(HEAD_KEY), "HEAD names a malformed chunk")
+        if not lease_ok(head.lease):
+            raise CorruptLog(self._where(HEAD_KEY), "HEAD holds a malformed lease")
         return head
 
     def _take(self, head: Head) -> list[bytes]:
