@@ -77,19 +77,27 @@ def init(c, as_json, create_bucket):
 @click.option("--json", "as_json", is_flag=True, help="What was done as JSON: status, from/to format, where the old copy is kept, counts.")
 @pass_ctx
 def upgrade(c, as_json):
-    """Convert an older store in place to format 6 (a log per run).
+    """Convert an older store in place to format 6 (a log per run), or 7 on object storage.
 
-    Step by step: format 1 or 2 becomes format 3, then a store of one log
-    (format 3, 4 or 5) becomes format 6. Each step keeps the store it
+    On disk, step by step: format 1 or 2 becomes format 3, then a store of
+    one log (format 3, 4 or 5) becomes format 6. Each step keeps the store it
     converted as PATH.format<N>; an interrupted upgrade leaves the store
     usable, and running upgrade again finishes it. Bodies the old store's gc
     removed (deleted runs and records, redacted blobs) stay removed: each
     such object keeps its row, without its body, in its run's log; the
     deletions that cover them are replayed with them.
 
+    On object storage, a store of one HEAD (format 3, 4 or 5, which this
+    objstore reads but does not write) becomes format 7, a HEAD per run:
+    the new logs are built beside the old keys and proved against them,
+    then one compare-and-swap of the OBJSTORE marker moves the store.
+    Killed before that swap, the bucket is the old store as it was; run
+    upgrade again. The old keys (HEAD, chunk/, entry/) are left in place.
+
     \b
     Examples:
       objstore --store ./old-store upgrade
+      objstore --store s3://bucket/prefix upgrade
     """
     from objstore.legacy.upgrade import upgrade_all
 
@@ -182,11 +190,10 @@ def _upgrade_json(steps: list[dict]) -> dict:
     """``upgrade --json``: the library's step summaries in one shape whatever happened — the format the store
     had (``from``; for a finished upgrade, read off the kept copy's suffix), the one it has now (``to``), where the
     old copy is kept (``backup``: the first step's, null when nothing moved) and the counts (summed over steps)."""
-    from objstore.storage.storedir import NEWEST_VERSION
-
     done = [s for s in steps if not s["status"].startswith("already-format-")]
+    newest = int(steps[-1]["status"].rpartition("-")[2]) if steps[-1]["status"].startswith("already-format-") else steps[-1].get("to", 6)
     if not done:
-        return {"status": steps[-1]["status"], "path": steps[-1]["path"], "from": NEWEST_VERSION, "to": NEWEST_VERSION,
+        return {"status": steps[-1]["status"], "path": steps[-1]["path"], "from": newest, "to": newest,
                 "backup": None, "counts": {}}
     first = done[0]
     if first["status"] == "finished":
@@ -200,7 +207,7 @@ def _upgrade_json(steps: list[dict]) -> dict:
             if k not in ("status", "path", "from", "to", "backup") and isinstance(v, int) and not isinstance(v, bool):
                 counts[k] = counts.get(k, 0) + v
     status = "finished" if any(s["status"] == "finished" for s in done) else "upgraded"
-    return {"status": status, "path": first["path"], "from": frm, "to": NEWEST_VERSION, "backup": first.get("backup"),
+    return {"status": status, "path": first["path"], "from": frm, "to": newest, "backup": first.get("backup"),
             "counts": counts}
 
 

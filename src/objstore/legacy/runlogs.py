@@ -48,35 +48,41 @@ class RunLogsMismatch(IntegrityError):
 def build(old: Store, staging: str) -> dict:
     """Replay ``old`` (a store of one log) into a new format-6 store at ``staging``; returns counts."""
     new = Store.init(staging, fsync="off", format=6)
-    entries = commits = 0
     try:
-        eng = old.engine
-        named = {ref for e in eng.entries() for r in e.recs for ref in r[6]}  # every id a record names
-        pending: dict[bytes, int] = {}  # removed blobs put before any record named them: id -> length
-        listed: dict[bytes, set] = {}  # blob -> the deleted runs whose deletion lists it (their journals' bodies)
-        for name, value in old.list_refs():
-            if runrefs.is_deleted_ref(name) and isinstance(value, bytes):
-                for b in old.deletion_object(value).get("blobs") or ():
-                    if isinstance(b, bytes):
-                        listed.setdefault(b, set()).add(runrefs.run_of(name))
-        for e in eng.entries():
-            entries += 1
-            for log, objs, moves in _route(old, e, named, pending, listed):
-                with new.batch_in(log) as txn:
-                    txn.when = e.time
-                    txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
-                    for oid, otype, canon, value, facts in objs:
-                        if isinstance(canon, RemovedBody):
-                            txn.put_removed(oid, otype, canon.length, facts)
-                        else:
-                            txn.put(oid, otype, canon, value)
-                    for name, o, n, reason in moves:
-                        txn.set_ref(name, o, n, reason)
-                commits += 1
-                if log is not None and any(runrefs.is_deleted_ref(m[0]) and m[2] is not None for m in moves):
-                    new.logs.catalog.mark_deleted(log)  # type: ignore[attr-defined]  # as delete_runs does, once it landed
+        return build_into(old, new)
     finally:
         new.logs.close()
+
+
+def build_into(old: Store, new: Store) -> dict:
+    """Replay ``old`` (a store of one log) into ``new``, an empty store of a log per run (format 6 on disk, or 7 on
+    object storage: ``legacy.bucket``); returns counts. ``new`` is left open."""
+    entries = commits = 0
+    eng = old.engine
+    named = {ref for e in eng.entries() for r in e.recs for ref in r[6]}  # every id a record names
+    pending: dict[bytes, int] = {}  # removed blobs put before any record named them: id -> length
+    listed: dict[bytes, set] = {}  # blob -> the deleted runs whose deletion lists it (their journals' bodies)
+    for name, value in old.list_refs():
+        if runrefs.is_deleted_ref(name) and isinstance(value, bytes):
+            for b in old.deletion_object(value).get("blobs") or ():
+                if isinstance(b, bytes):
+                    listed.setdefault(b, set()).add(runrefs.run_of(name))
+    for e in eng.entries():
+        entries += 1
+        for log, objs, moves in _route(old, e, named, pending, listed):
+            with new.batch_in(log) as txn:
+                txn.when = e.time
+                txn.replay = True  # the old moves as they were; format 6's rules still judge every entry
+                for oid, otype, canon, value, facts in objs:
+                    if isinstance(canon, RemovedBody):
+                        txn.put_removed(oid, otype, canon.length, facts)
+                    else:
+                        txn.put(oid, otype, canon, value)
+                for name, o, n, reason in moves:
+                    txn.set_ref(name, o, n, reason)
+            commits += 1
+            if log is not None and any(runrefs.is_deleted_ref(m[0]) and m[2] is not None for m in moves):
+                new.logs.catalog.mark_deleted(log)  # type: ignore[attr-defined]  # as delete_runs does, once it landed
     return {"entries": entries, "commits": commits}
 
 
@@ -174,37 +180,43 @@ def check(old: Store, staging: str) -> dict:
     """Prove the new store at ``staging`` holds the old store's refs, runs and every object with a body."""
     new = Store.open(staging)
     try:
-        new.build_id_index()
-        old_refs = dict(old.list_refs())
-        new_refs = {k: v for k, v in new.list_refs() if not runrefs.is_cite_ref(k)}
-        if old_refs != new_refs:
-            missing = sorted(set(old_refs) ^ set(new_refs)) or sorted(k for k in old_refs if old_refs[k] != new_refs.get(k))
-            raise RunLogsMismatch(staging, f"refs differ: {', '.join(missing[:5])}")
-        if sorted(old.run_names()) != sorted(new.run_names()):
-            raise RunLogsMismatch(staging, "the runs differ")
-        objects = removed = 0
-        eng = old.engine
-        for oid in eng.iter_ids():
-            if not eng.has_body(oid):
-                if not new.logs.has(oid):  # a row whose body gc removed stays a row: its id is still named
-                    raise RunLogsMismatch(staging, f"object {oid.hex()} (its body removed by gc) is missing")
-                removed += 1
-                continue
-            want = eng.read(oid)
-            try:
-                got = new.logs.locate(oid).read(oid)
-            except ObjectNotFound:
-                raise RunLogsMismatch(staging, f"object {oid.hex()} is missing") from None
-            if got != want:
-                raise RunLogsMismatch(staging, f"object {oid.hex()} differs")
-            objects += 1
-        return {"objects": objects, "removed": removed, "refs": len(old_refs), "runs": len(new.run_names())}
+        return check_against(old, new, staging)
     finally:
         new.logs.close()
+
+
+def check_against(old: Store, new: Store, staging: str) -> dict:
+    """Prove ``new`` (a fresh open of the store built, named ``staging`` in a line) holds the old store's refs, runs
+    and every object with a body (RunLogsMismatch otherwise)."""
+    new.build_id_index()
+    old_refs = dict(old.list_refs())
+    new_refs = {k: v for k, v in new.list_refs() if not runrefs.is_cite_ref(k)}
+    if old_refs != new_refs:
+        missing = sorted(set(old_refs) ^ set(new_refs)) or sorted(k for k in old_refs if old_refs[k] != new_refs.get(k))
+        raise RunLogsMismatch(staging, f"refs differ: {', '.join(missing[:5])}")
+    if sorted(old.run_names()) != sorted(new.run_names()):
+        raise RunLogsMismatch(staging, "the runs differ")
+    objects = removed = 0
+    eng = old.engine
+    for oid in eng.iter_ids():
+        if not eng.has_body(oid):
+            if not new.logs.has(oid):  # a row whose body gc removed stays a row: its id is still named
+                raise RunLogsMismatch(staging, f"object {oid.hex()} (its body removed by gc) is missing")
+            removed += 1
+            continue
+        want = eng.read(oid)
+        try:
+            got = new.logs.locate(oid).read(oid)
+        except ObjectNotFound:
+            raise RunLogsMismatch(staging, f"object {oid.hex()} is missing") from None
+        if got != want:
+            raise RunLogsMismatch(staging, f"object {oid.hex()} differs")
+        objects += 1
+    return {"objects": objects, "removed": removed, "refs": len(old_refs), "runs": len(new.run_names())}
 
 
 def staged_ok(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "store", "log"))
 
 
-__all__ = ["RunLogsMismatch", "build", "check"]
+__all__ = ["RunLogsMismatch", "build", "build_into", "check", "check_against"]

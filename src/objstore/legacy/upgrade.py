@@ -181,8 +181,10 @@ def upgrade(path: str, *, fsync: str | None = None) -> dict:
     conversion ``objects`` copied, ``dropped`` (structured objects no ref ever reached),
     ``refs``, ``moves`` (ref log lines replayed), ``unapplied``, ``reconciled``, ``skipped``,
     ``entries`` and ``backup`` (where the format-1 store now is)."""
-    if is_remote(path):
-        raise InvalidInput(f"upgrade converts a store on disk; {path} is on object storage, which only ever held format 3 and later")
+    if is_remote(path):  # a store of one HEAD (3, 4, 5) to a HEAD per run (7)
+        from .bucket import upgrade_bucket
+
+        return upgrade_bucket(path)
     path = os.path.abspath(path)
     backup, staging = path + BACKUP_SUFFIX, path + STAGING_SUFFIX
     policy = FsyncPolicy(fsync)
