@@ -19,6 +19,10 @@ def _keys(tmp_path, monkeypatch):
     """Private keys of each test live in its own directory (never the user's ~/.config)."""
     monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
     monkeypatch.delenv("OBJSTORE_KEY", raising=False)
+    if not os.environ.get("OBJSTORE_TEST_S3_BASE"):  # (the S3 suites' child run sets its own, for its processes)
+        # the local caches of stores on object storage too: a cache names a store by its URL, and in-memory buckets
+        # share one (s3://memory/store), so one test's cache must not tell the next what its store held
+        monkeypatch.setenv("OBJSTORE_CACHE_DIR", str(tmp_path / "s3-cache"))
 
 
 @pytest.fixture

@@ -60,6 +60,15 @@ PREFETCH_ABOVE = 8  # a walk back over more chunks than this LISTs them and GETs
 PREFETCH_THREADS = 8
 
 
+def _position_in(body: bytes) -> tuple[int, bytes] | None:
+    """(entry, checksum) a HEAD's bytes name, or None if they do not parse."""
+    try:
+        head = head_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return (head.n, head.checksum) if isinstance(head.checksum, bytes) and head.n >= 0 else None
+
+
 def _write_copy(path: str, data: bytes) -> None:
     """Put a cache copy in place whole (written aside, renamed: a reader never sees half of one). Not
     synced: a copy lost to a crash is read from the bucket again. A cache that cannot be written is
@@ -114,6 +123,7 @@ class S3Reader(Engine):
         self.damaged: CorruptLog | None = None
         self.head_unchanged = False  # HEAD answered 304 to the copy this cache kept: nothing new since then
         self._cached_head: bytes | None = None
+        self._seen_before: tuple[int, bytes] | None = None  # (entry, checksum) of the HEAD this cache kept last
         if cache:
             os.makedirs(os.path.join(cache, "keys"), exist_ok=True)
             try:  # the HEAD this cache saw last, with its ETag: revalidated at open (a 304), never trusted unasked
@@ -123,6 +133,9 @@ class S3Reader(Engine):
                 # bytes that ETag names (an S3 ETag of a plain PUT is their MD5), so an edited copy is not.
                 if hashlib.md5(body, usedforsecurity=False).hexdigest() == tag.decode("ascii"):
                     self._etag, self._cached_head = tag.decode("ascii"), body
+                # what this machine read last, believed or not: a HEAD read now that does not extend it is named
+                # (a copy edited here can only make reads refuse, never change what they answer)
+                self._seen_before = _position_in(body)
             except (OSError, UnicodeDecodeError):
                 self._etag = None
         try:
@@ -157,6 +170,9 @@ class S3Reader(Engine):
             if got is None:
                 if self.tables.pos.entry:
                     raise CorruptLog(self._where(HEAD_KEY), f"HEAD is gone; this process has read {self.tables.pos.entry} entries")
+                if self._seen_before is not None and self._seen_before[0] > 0:
+                    raise CorruptLog(self._where(HEAD_KEY), f"HEAD is gone; this machine read entry {self._seen_before[0]} of "
+                                                            f"this log before (kept in {self.cache})")
                 return self.tables.pos
             if got is NOT_MODIFIED:
                 if self._head is None and self._cached_head is not None:  # the cached copy, now revalidated
@@ -166,9 +182,25 @@ class S3Reader(Engine):
                 return self.tables.pos
             head = self._parse_head(got.data)
             self._take_checked(head)
+            if self._seen_before is not None:
+                self._not_behind(head, self._seen_before)
+                self._seen_before = None
             self._head, self._etag = head, got.etag
             self._keep_head(got)
             return self.tables.pos
+
+    def _not_behind(self, head: Head, seen: tuple[int, bytes]) -> None:
+        """A HEAD read afresh must extend the one this machine's cache kept (a copy that hashes to its ETag): the log
+        read before cannot have lost entries, nor had its entry there replaced. A server (or someone with write access
+        to the bucket) putting an older HEAD back is named here, instead of the older log being served."""
+        n, checksum = seen
+        where = self._where(HEAD_KEY)
+        if head.n < n:
+            raise CorruptLog(where, f"HEAD went back from entry {n} (read before on this machine, kept in {self.cache}) "
+                                    f"to entry {head.n}: a rolled-back log")
+        if n and self._cks.get(n, checksum) != checksum:
+            raise CorruptLog(where, f"HEAD's log has another entry {n} than the one read before on this machine "
+                                    f"(kept in {self.cache}): a rewritten log")
 
     def _take_checked(self, head: Head) -> None:
         try:
