@@ -316,3 +316,25 @@ def test_the_cli_refuses_to_write_an_old_bucket_and_upgrades_it(s3_url):
     assert got["status"] == "upgraded" and got["from"] == 3 and got["to"] == 7 and got["counts"]["runs"] == 1
     run_cli("fork", run, "--from-branch", "0", "--at-lsn", "0", store=s3_url, exit_code=0)
     run_cli("verify", store=s3_url, exit_code=0)
+
+
+def test_an_anchor_names_a_runs_head_rolled_back_by_a_lying_server(tmp_path):
+    from objstore.runs.anchor_manifest import write_manifest
+
+    b = Counting()
+    w = _open(b, tmp_path, "w")
+    run, other = w.start_run(subject="s"), w.start_run(subject="s")
+    w.record_attempt(run, 0, 0, "succeeded")
+    older = b.raw()[run_prefix(run) + "HEAD"]
+    w.record_attempt(run, 1, 0, "succeeded")
+    w.record_attempt(other, 0, 0, "succeeded")
+    token = write_manifest(w.store)["token"]  # a manifest of every log's head, in the store log
+    anchored = _head(b, run).checksum
+    assert verify_report(_open(b, tmp_path, "auditor-1"), anchors=[token]).problems == []
+    b.poke(run_prefix(run) + "HEAD", older)  # the older HEAD put back: a log that still chains, two entries short
+    rep = verify_report(_open(b, tmp_path, "auditor-2"), anchors=[token])  # an auditor with no cache of its own
+    head = _head(b, run)
+    assert head.n == 2
+    assert [p.line() for p in rep.problems] == [
+        f"anchor-rolled-back run/{run}: the log ends at entry 2, the anchor names entry 3 "
+        f"({anchored.hex()}) [s3://memory/store/runs/{shard(run)}/{run}]"]
