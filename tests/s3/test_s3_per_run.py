@@ -338,3 +338,26 @@ def test_an_anchor_names_a_runs_head_rolled_back_by_a_lying_server(tmp_path):
     assert [p.line() for p in rep.problems] == [
         f"anchor-rolled-back run/{run}: the log ends at entry 2, the anchor names entry 3 "
         f"({anchored.hex()}) [s3://memory/store/runs/{shard(run)}/{run}]"]
+
+
+def test_verify_notes_a_key_no_entry_names_and_gc_prune_removes_it(tmp_path, monkeypatch):
+    from objstore.lifecycle.gc import gc
+    from objstore.storage.s3 import gc as s3gc
+
+    monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
+    b = Counting()
+    w = _open(b, tmp_path, "w")
+    run = w.start_run(subject="s")
+    w.record_attempt(run, 0, 0, "succeeded")
+    orphan = f"{run_prefix(run)}entry/{99:012d}-{'ab' * 32}"  # what a writer killed before its HEAD swap leaves
+    b.poke(orphan, b"never named", modified=1.0)
+    b.poke(f"{run_prefix(run)}entry/{1:012d}-{'cd' * 32}", b"named by no HEAD", modified=1.0)
+    rep = verify_report(_open(b, tmp_path, "auditor"))
+    assert rep.problems == []
+    assert [n.line() for n in rep.notes] == [
+        f"unnamed-key {run}: no entry names it (a writer killed between its PUT and the HEAD swap); 'objstore gc "
+        f"--prune-unreferenced-older-than AGE' removes it [s3://memory/store/{run_prefix(run)}entry/{1:012d}-{'cd' * 32}]"]
+    # (entry 99 is past HEAD: a commit in flight may still name it, so it is neither noted nor pruned yet)
+    gc(_open(b, tmp_path, "gc").store, prune_unreferenced_older_than=60)
+    assert f"{run_prefix(run)}entry/{1:012d}-{'cd' * 32}" not in b.raw() and orphan in b.raw()
+    assert verify_report(_open(b, tmp_path, "auditor-2")).notes == []

@@ -123,6 +123,7 @@ class _Pass:
         upto = engine.refresh().entry
         every = range(1, upto + 1) if upto <= CITE_SUMS_MAX else range(0)
         r, seen = self.one_log(engine, None, v1, [*every, *(n for n, _c, _r in v2)])
+        self.unnamed_keys(engine, None)
         self.checksum = r.checksum
         self.store_count, self.store_sums = seen.get("count", r.entries), seen.get("sums", {})
         for entry, checksum, root in v2:
@@ -237,6 +238,7 @@ class _Pass:
             self.add("corrupt-log", run, self._run_where(run), f"the run's log does not open: {err}")
             return
         r, seen = self.one_log(engine, run, [], [n for n, _c in anchored])
+        self.unnamed_keys(engine, run)
         self.check_cite(run, engine)
         held = self.held_runs(engine, run)
         if held:
@@ -255,6 +257,20 @@ class _Pass:
             self.add("uncatalogued-run", run, d, f"its log holds {r.entries} entries, the catalog has no entry for it: listings and latest miss it")
         elif entry is not None and not held:
             self.catalog_against_log(run, entry, engine)
+
+    def unnamed_keys(self, engine: Engine, run: str | None) -> None:
+        """On object storage: a note for each chunk or entry key of the log that no entry names (a writer killed
+        between its PUT and the HEAD swap that would have named it). Never read; a LIST of the log's keys finds them."""
+        if self.remote is None:
+            return
+        try:
+            keys = engine.unnamed_keys()  # type: ignore[attr-defined]
+        except ObjstoreError:
+            return  # a log that does not walk: its own pass named why
+        for x in keys:
+            self.notes.append(Problem("unnamed-key", run or "store", f"{self._where(engine)}/{x.key}",
+                                      "no entry names it (a writer killed between its PUT and the HEAD swap); "
+                                      "'objstore gc --prune-unreferenced-older-than AGE' removes it"))
 
     def check_cite(self, run: str, engine: Engine) -> None:
         """The store-log position the run's newest citing entry read is an entry of the store log, with that checksum

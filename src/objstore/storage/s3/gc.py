@@ -172,8 +172,7 @@ class BodyRemoval(S3Reader):
         while ref is not None:
             key = chunk_key(*ref)
             keys.add(key)
-            got = self.bucket.get(key)
-            ch = self._decode_chunk(key, None, got.data if got is not None else None)
+            ch = self._decode_chunk(key, None, self._bucket_bytes(key))  # (verify GOT it already: no second GET)
             if isinstance(ch, str):
                 raise CorruptLog(self._where(key), ch)
             for j, slot in enumerate(ch.slots):
