@@ -26,7 +26,7 @@ ORDER: list[tuple[str, list[str]]] = [
                           "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
                           "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.groupsync", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "logset",
                           "runlogs.catalog", "runlogs.held", "runlogs.idindex", "runlogs.multitxn", "runlogs.citation",
-                          "runlogs.logs", "runlogs", "store", "identity"]),
+                          "runlogs.logs", "runlogs.bucketcatalog", "runlogs.bucketlogs", "runlogs", "store", "identity"]),
     ("objstore.storage.s3", ["bucket", "client", "layout", "entries", "reader", "gc", "engine"]),  # a subpackage ranks where its parent lists it
     ("objstore.runs", ["facts", "labels", "kinds", "records", "schemas", "fold", "chain", "listing", "xsummary", "history", "pictures", "resolve", "labelspec", "refold", "statefiles", "state", "api", "ingest", "anchor_manifest", "anchors", "verify_report", "verify_objects",
                        "verify_runmodel", "verify_logs", "verify", "views", "export",
@@ -34,7 +34,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.journal", ["grants", "versions", "host", "updates", "snapshot", "sessions", "restore", "compactor", "compaction",
                           "backend"]),
     ("objstore.lifecycle", ["repair", "delete", "gc_copies", "retention", "gc", "backup_io", "backup_copy", "backup_dest", "backup_runs", "backup", "transfer_logs", "transfer", "stats"]),
-    ("objstore.legacy", ["format1", "format2", "runlogs", "upgrade"]),  # old formats, for the upgrade command only
+    ("objstore.legacy", ["format1", "format2", "runlogs", "bucket", "upgrade"]),  # old formats, for the upgrade command only
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
     ("objstore.integrations.langgraph", ["parts", "attempts", "newest", "threaded", "saver", "aio_saver", "present"]),
     ("objstore.integrations", []),

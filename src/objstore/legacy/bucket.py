@@ -27,13 +27,13 @@ import shutil
 import tempfile
 
 from ..errors import Busy, InvalidInput, StoreFormatError, StoreNotFound
-from ..storage.runlogs.bucketlogs import RUNS_PREFIX, STORE_PREFIX, BucketLogs
 from ..storage.runlogs.bucketcatalog import CATALOG
+from ..storage.runlogs.bucketlogs import RUNS_PREFIX, STORE_PREFIX, BucketLogs
 from ..storage.s3.bucket import Bucket
 from ..storage.s3.client import open_bucket
 from ..storage.s3.layout import HEAD_KEY, MARKER_KEY, marker_bytes, marker_version
-from ..storage.storedir import BUCKET_VERSION, ONE_LOG_VERSIONS, remote_cache_dir
 from ..storage.store import Store
+from ..storage.storedir import BUCKET_VERSION, ONE_LOG_VERSIONS, remote_cache_dir
 from . import runlogs
 
 ROUNDS = 3  # builds started over because an older objstore committed meanwhile, before giving up (Busy)

@@ -23,7 +23,6 @@ from ..storage.log.local import LogEngine
 from . import delete
 
 if TYPE_CHECKING:
-    from ..storage.s3.engine import S3Engine
     from ..storage.store import Store
 
 

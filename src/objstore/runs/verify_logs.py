@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CorruptLog, ObjstoreError, StorageOSError
 from ..storage import codec, runrefs
@@ -79,7 +79,7 @@ class _Pass:
         self.verify_log = verify_log
         self.logs: RunLogs = log.store.logs  # type: ignore[assignment]
         self.root = self.logs.root
-        self.remote = self.logs if getattr(self.logs, "bucket", None) is not None else None  # a store on object storage
+        self.remote: Any = self.logs if getattr(self.logs, "bucket", None) is not None else None  # a store on object storage (BucketLogs)
         self.check_state, self.jobs = check_state, jobs
         self.progress = progress
         self.done = [0, 0]  # objects, bytes of the logs before this one (progress is cumulative)
@@ -323,7 +323,7 @@ class _Pass:
         """The catalog entry says what the run's run_started record says; its order name lists it."""
         path = self.logs.catalog.id_path(run)
         if self.remote is not None:
-            if not self.remote.catalog.order_exists(entry):
+            if not self.remote.catalog.order_exists(entry):  # (BucketCatalog)
                 self.add("catalog-mismatch", run, path, f"its order key catalog/order/{order_key(entry.time_us)}-{run} is missing: "
                          "listings miss the run")
                 return

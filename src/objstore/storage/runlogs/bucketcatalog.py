@@ -28,6 +28,7 @@ from ..s3.bucket import Bucket
 from .catalog import CatalogEntry, decode_entry, encode_entry, order_key, subject_key
 
 CATALOG = "catalog/"
+SUBJECTS = "subjects"  # (a directory of the catalog, as on disk; not the subject refs of runrefs)
 _TOP = (1 << 56) - 1  # order keys are 14 hex digits
 
 
@@ -67,7 +68,7 @@ class BucketCatalog:
         names = [self.order_name(key, entry.run), f"{CATALOG}newest/{newest_key(key)}-{entry.run}"]
         for k, v in entry.labels or ():
             names.append(f"{CATALOG}labels/{L.key(L.STORE_SCOPE, k, v).hex()}/{key}-{entry.run}")
-        names.append(f"{CATALOG}subjects/{subject_key(entry.subject)}/{key}-{entry.run}")
+        names.append(f"{CATALOG}{SUBJECTS}/{subject_key(entry.subject)}/{key}-{entry.run}")
         if entry.copy_of is not None:
             names.append(f"{CATALOG}copies/{entry.copy_of}/{entry.run}")
         for name in names:
@@ -111,7 +112,7 @@ class BucketCatalog:
         return list(self._keyed(f"{CATALOG}labels/{key.hex()}/", reverse=True))
 
     def by_subject(self, subject: str) -> list[tuple[str, str]]:
-        return list(self._keyed(f"{CATALOG}subjects/{subject_key(subject)}/", reverse=True))
+        return list(self._keyed(f"{CATALOG}{SUBJECTS}/{subject_key(subject)}/", reverse=True))
 
     def all_ids(self) -> Iterator[str]:
         yield from self._names(f"{CATALOG}ids/")

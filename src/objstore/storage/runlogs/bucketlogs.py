@@ -61,7 +61,7 @@ class BucketLogs(RunLogs):
 
     per_run = True
 
-    def __init__(self, bucket: Bucket, root: str) -> None:  # noqa: super().__init__ opens files: not called
+    def __init__(self, bucket: Bucket, root: str) -> None:  # (RunLogs.__init__ opens files on disk: not called)
         import threading
 
         self.bucket = bucket
@@ -152,7 +152,7 @@ class BucketLogs(RunLogs):
 
         log = txn.bound
         assert log is not None and log.run is not None and txn.inner is not None
-        self.store_log.refresh(force=True)
+        self.store_log.snapshot()  # HEAD revalidated now (one conditional GET), whatever the freshness window
         recheck(txn, self.store_log)
         pos = self.store_log.position()
         name = runrefs.cite_ref(log.run)

@@ -117,8 +117,8 @@ class SubBucket(Bucket):
         self.prefix = prefix
         self.url = bucket.url.rstrip("/") + "/" + prefix.rstrip("/")
 
-    @property  # type: ignore[override]
-    def requests(self) -> Requests:  # the viewed bucket's counter, even if a benchmark replaced it
+    @property
+    def requests(self) -> Requests:  # type: ignore[override]  # the viewed bucket's counter, even if a benchmark replaced it
         return self.base.requests
 
     def get(self, key: str) -> Got | None:
