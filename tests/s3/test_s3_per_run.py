@@ -361,3 +361,26 @@ def test_verify_notes_a_key_no_entry_names_and_gc_prune_removes_it(tmp_path, mon
     gc(_open(b, tmp_path, "gc").store, prune_unreferenced_older_than=60)
     assert f"{run_prefix(run)}entry/{1:012d}-{'cd' * 32}" not in b.raw() and orphan in b.raw()
     assert verify_report(_open(b, tmp_path, "auditor-2")).notes == []
+
+
+def test_latest_reads_one_page_of_the_catalog_and_a_stream_is_the_listing_in_order(s3_url, tmp_path, monkeypatch):
+    import objstore
+    from objstore.runs.resolve import resolve_run
+    from objstore.storage.s3 import client
+    from objstore.storage.s3.client import open_bucket
+
+    monkeypatch.setattr(client, "LIST_PAGE", 2)  # pages of two keys: five runs are three pages
+    log = objstore.open_store(s3_url)
+    runs = [log.start_run(subject="s") for _ in range(5)]
+    b = open_bucket(s3_url)
+    for prefix in ("catalog/newest/", "catalog/order/", "catalog/ids/", f"catalog/ids/{runs[2]}", "catalog/nothing/"):
+        assert [x.key for x in b.stream(prefix)] == [x.key for x in b.list(prefix)]
+    b.requests.clear()
+    first = next(iter(b.stream("catalog/newest/")))
+    assert first.key.endswith("-" + runs[-1]) and b.requests["LIST"] == 1  # one page, not the whole listing
+    monkeypatch.setenv("OBJSTORE_CACHE_DIR", str(tmp_path / "cold"))
+    cold = objstore.open_store(s3_url)
+    bucket = cold.store.logs.bucket
+    bucket.requests.clear()
+    assert resolve_run(cold, "latest") == runs[-1]
+    assert bucket.requests["LIST"] == 1

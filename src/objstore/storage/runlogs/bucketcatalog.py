@@ -96,8 +96,9 @@ class BucketCatalog:
         return self._names(f"{CATALOG}copies/{source}/")
 
     def newest_first(self) -> Iterator[tuple[str, str]]:
+        """(order key, run), newest first, a LIST page at a time: ``latest`` reads one."""
         cut = len(f"{CATALOG}newest/")
-        for x in self.bucket.list(f"{CATALOG}newest/"):
+        for x in self.bucket.stream(f"{CATALOG}newest/"):
             inv, sep, run = x.key[cut:].partition("-")
             if sep and len(inv) == 14:
                 yield newest_key(inv), run

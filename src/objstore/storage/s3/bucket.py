@@ -103,6 +103,11 @@ class Bucket:
     def list(self, prefix: str = "") -> Iterator[Listed]:
         raise NotImplementedError
 
+    def stream(self, prefix: str = "") -> Iterator[Listed]:
+        """The keys starting with ``prefix`` in key order, read a page at a time as the caller walks them: a caller
+        that stops after the first keys pays one request (``latest``: the newest run's catalog key)."""
+        return self.list(prefix)
+
     def close(self) -> None:
         return None
 
@@ -142,6 +147,11 @@ class SubBucket(Bucket):
     def list(self, prefix: str = "") -> Iterator[Listed]:
         cut = len(self.prefix)
         for x in self.base.list(self.prefix + prefix):
+            yield Listed(x.key[cut:], x.size, x.modified)
+
+    def stream(self, prefix: str = "") -> Iterator[Listed]:
+        cut = len(self.prefix)
+        for x in self.base.stream(self.prefix + prefix):
             yield Listed(x.key[cut:], x.size, x.modified)
 
 

@@ -280,6 +280,36 @@ class ObstoreBucket(Bucket):
         out.sort()
         yield from out
 
+    def stream(self, prefix: str = "") -> Iterator[Listed]:
+        """As ``list``, a page at a time: S3 lists keys in UTF-8 binary order (ListObjectsV2), so the keys come
+        sorted without reading the rest; a caller that stops early pays for the pages it read (one per LIST_PAGE keys,
+        ``StartAfter`` just before the prefix so the listing begins at it)."""
+        import obstore
+
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        seen = 0
+        counted = 0
+        try:
+            # (StartAfter is exclusive: after the prefix less its last character, so a key equal to the prefix is listed)
+            for batch in obstore.list(self._store, base or None, offset=prefix[:-1] or None, chunk_size=LIST_PAGE):
+                for m in batch:
+                    seen += 1
+                    if seen > counted * LIST_PAGE:
+                        counted += 1
+                        self.requests.add("LIST")
+                    path = m["path"]
+                    if not path.startswith(prefix):
+                        if path > prefix:
+                            return  # past the prefix: nothing later starts with it
+                        continue
+                    yield Listed(path, int(m["size"]), m["last_modified"].timestamp())
+        except Exception as e:
+            if not counted:
+                self.requests.add("LIST")
+            raise self._fail(f"LIST {prefix or '(all)'}", e) from None
+        if not counted:
+            self.requests.add("LIST")
+
 
 def _aws_endpoint(region: str | None) -> str:
     """Where obstore sends requests when no endpoint is set: AWS's regional endpoint."""
