@@ -137,6 +137,10 @@ def test_a_batch_holds_its_runs_lease_from_its_first_read_to_its_commit(tmp_path
     other.record_attempt(run, 1, 0, "succeeded")  # a plain append after it: no lease taken, none held
     assert _head(b, run).lease == [epoch, b""]
     assert [r.lsn for r in other.iter_records(run)] == [2, 1, 0]
+    b.calls.clear()
+    with other.batch():  # uncontended: the lease's swap on the HEAD this writer holds, then the commit's; nothing read
+        other.record_attempt(run, 2, 0, "succeeded")
+    assert b.calls == [("PUT", run_prefix(run) + "HEAD")] * 2 and b.refused == []
 
 
 def test_a_batch_that_raises_gives_its_lease_back(tmp_path):

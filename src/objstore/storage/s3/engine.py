@@ -256,8 +256,11 @@ class S3Engine(BodyRemoval):
         limit = max(BUSY_SECONDS, 3 * LEASE_SECONDS) if timeout is None else timeout
         deadline = time.monotonic() + limit
         wait = _Wait()
+        cached = self._head is not None and self.damaged is None  # the HEAD this engine holds: tried first, as a commit is
         while True:
-            self.refresh(force=True)
+            if not cached:
+                self.refresh(force=True)
+            cached = False  # (a 412 on the cached HEAD, or a lease to wait for: read HEAD again)
             with self._mu:
                 head, etag = self._head, self._etag
             epoch, holder = _lease(head)
