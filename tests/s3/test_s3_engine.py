@@ -311,3 +311,26 @@ def test_a_stale_writers_late_chunk_put_does_not_bring_a_removed_body_back(tmp_p
     G.gc(log.store)
     assert late == [chunk] and _holds(b, secret) == []
     assert verify(_log(b, str(tmp_path / "fresh"))) == []
+
+
+def test_a_run_log_whose_deletion_is_judged_by_the_owner_key_opens(tmp_path):
+    """A deletion in a run's log is judged by the store log's owner key at the position it cites: applying it asks
+    the run's citations (CiteHistory), read from the entries the log has taken in so far — never by taking in HEAD
+    again in the middle of taking it in (which, at open, applied the same entries again without end)."""
+    from objstore import identity
+    from objstore.errors import Deleted
+    from objstore.lifecycle import delete as D
+
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    identity.ensure_owner_key(log.store)
+    run = log.start_run(subject="s")
+    for i in range(20):  # the deletion's entry after a chunk: its citations are read from the chunk and the tail
+        log.append(run, "task_opened", {"task": str(i)})
+    D.delete_run(log, run, reason="test")
+    fresh = _log(b, str(tmp_path / "fresh"))
+    engine = fresh.store.logs.run_log(run)
+    assert engine.position() == log.store.logs.run_log(run).refresh(force=True) and engine.position().entry == 22
+    with pytest.raises(Deleted):
+        fresh.records(run)
+    assert verify(fresh) == []
