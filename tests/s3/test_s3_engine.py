@@ -334,3 +334,50 @@ def test_a_run_log_whose_deletion_is_judged_by_the_owner_key_opens(tmp_path):
     with pytest.raises(Deleted):
         fresh.records(run)
     assert verify(fresh) == []
+
+
+def _old_bucket(tmp_path) -> tuple[MemoryBucket, str, list[str]]:
+    """A store of one HEAD (format 3, what objstore wrote on object storage before format 7): marker version 3, and
+    every run's entries in the one log at the top of the prefix, written through an S3Engine directly. Returns the
+    bucket, its run and the tasks of its records."""
+    from objstore.storage.s3 import layout as s3layout
+    from objstore.storage.store import Store
+
+    b = MemoryBucket()
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
+    cache = str(tmp_path / "old-writer")
+    store = Store(S3Engine(b, cache), root=cache)
+    store.url = b.url
+    log = RunLog(store)
+    run = log.start_run(subject="s")
+    tasks = [f"t{i}" for i in range(TAIL_ENTRIES + 4)]  # past one tail: a chunk too
+    for t in tasks:
+        log.append(run, "task_opened", {"task": t})
+    assert HEAD_KEY in b.raw() and not [k for k in b.raw() if k.startswith(("runs/", "store/", "catalog/"))]
+    return b, run, tasks
+
+
+def test_an_old_one_head_bucket_still_reads_and_refuses_every_write_until_upgraded(tmp_path):
+    from objstore.errors import BucketNeedsUpgrade
+    from objstore.lifecycle import delete as D
+    from objstore.lifecycle import gc as G
+
+    b, run, tasks = _old_bucket(tmp_path)
+    before = dict(b.raw())
+    log = _log(b, str(tmp_path / "new"))
+    assert log.store.engine.needs_upgrade == 3  # type: ignore[attr-defined]
+    assert [r.body["task"] for r in log.records(run)[1:]] == tasks
+    assert log.runs() and verify(log) == []
+    writes = [
+        lambda: log.append(run, "task_opened", {"task": "new"}),
+        lambda: log.start_run(subject="s"),
+        lambda: D.delete_run(log, run, reason="test"),
+        lambda: G.gc(log.store),
+    ]
+    for write in writes:
+        with pytest.raises(BucketNeedsUpgrade) as got:
+            write()
+        assert got.value.exit_code == 5
+        assert str(got.value).startswith(f"store at {b.url} is format 3 (one HEAD for the whole store)")
+    assert b.raw() == before  # nothing written: not a key, not the marker
+    assert [r.body["task"] for r in _log(b, str(tmp_path / "again")).records(run)[1:]] == tasks
