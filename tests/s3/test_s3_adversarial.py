@@ -32,8 +32,8 @@ from objstore.errors import CorruptLog
 from objstore.runs.anchors import anchor_info
 from objstore.runs.api import RunLog
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
-from objstore.storage.s3 import layout as s3layout
 from objstore.storage.runlogs.bucketlogs import run_prefix
+from objstore.storage.s3 import layout as s3layout
 from objstore.storage.s3.bucket import MemoryBucket, SubBucket
 from objstore.storage.s3.client import open_bucket
 from objstore.storage.s3.layout import HEAD_KEY, Chunk, Head, chunk_key

@@ -26,10 +26,10 @@ from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
+from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import entries as s3entries
 from objstore.storage.s3 import gc as s3gc
 from objstore.storage.s3 import layout as s3layout
-from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3.bucket import MemoryBucket
 from objstore.storage.s3.layout import TAIL_ENTRIES
 
