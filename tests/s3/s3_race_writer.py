@@ -39,7 +39,7 @@ def main() -> int:
 
     log = objstore.open_store(url)
     if die:
-        bucket = log.store.engine.bucket  # type: ignore[attr-defined]
+        bucket = log.store.logs.bucket  # type: ignore[attr-defined]  (every log's keys go through it: format 7)
         last_put: list[str] = []
         plain_put, create, swap = bucket.put, bucket.put_if_absent, bucket.put_if_match
 
@@ -54,7 +54,7 @@ def main() -> int:
             return etag
 
         def put_if_match(key: str, data: bytes, etag: str) -> str | None:
-            if last_put and last_put[-1].startswith("chunk/"):
+            if last_put and "/chunk/" in last_put[-1]:  # runs/<xx>/<run>/chunk/…
                 say(orphan=last_put[-1])
                 os.kill(os.getpid(), signal.SIGKILL)  # the chunk is in the bucket; HEAD never names it
             last_put.clear()

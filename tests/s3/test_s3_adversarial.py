@@ -4,12 +4,13 @@ lies (the in-memory bucket, where a real one cannot be made to), bad input at th
 creators of one store at once, and many threads of one process appending to one run.
 
 What is asserted is the exact verify problem line or CorruptLog message a user sees, and that
-nothing a damaged key says is believed. The store's layout (HEAD, ``chunk/``, ``entry/``) is
-docs/FORMAT.md's; the engine is storage/s3/.
+nothing a damaged key says is believed. The store's layout is docs/FORMAT.md's "Format 7": each run's log
+(HEAD, ``chunk/``, ``entry/``) under ``runs/<xx>/<run>/`` (storage.runlogs.bucketlogs), which is where the damage
+is done; the engine is storage/s3/.
 
-The filled store every damage test starts from: a run started (entry 1) and 21 appends (entries
-2..22); entries 1..16 sit in one chunk, 17..22 in HEAD's inline tail, and entry 22 (a body above the
-inline limit) under its own ``entry/`` key.
+The filled store every damage test starts from: a run started (entry 1 of the run's log) and 21 appends
+(entries 2..22); entries 1..16 sit in one chunk, 17..22 in the run HEAD's inline tail, and entry 22 (a body
+above the inline limit) under its own ``entry/`` key.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from helpers import run_cli, s3_log
 
 import objstore
 from objstore.errors import CorruptLog
-from objstore.runs.anchors import anchor_token
+from objstore.runs.anchors import anchor_info
 from objstore.runs.api import RunLog
 from objstore.storage.log.format import ENTRY_HEAD, ENTRY_MAGIC, ENTRY_TRAILER, _dec, _enc, logical_checksum
+from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import layout as s3layout
-from objstore.storage.s3.bucket import MemoryBucket
+from objstore.storage.s3.bucket import MemoryBucket, SubBucket
 from objstore.storage.s3.client import open_bucket
 from objstore.storage.s3.layout import HEAD_KEY, Chunk, Head, chunk_key
 
@@ -62,6 +64,16 @@ def _fill(url: str) -> tuple[str, list[str]]:
         log.append(run, "task_opened", {"task": t})
     log.append(run, "task_opened", {"task": "big", "title": os.urandom(100_000).hex()})  # > INLINE_BYTES after zstd
     return run, tasks
+
+
+def _run_bucket(url: str, run: str) -> SubBucket:
+    """Run ``run``'s log's keys as a bucket of their own (its url: the prefix a line names them under)."""
+    return SubBucket(open_bucket(url), run_prefix(run))
+
+
+def _anchor(log: RunLog) -> str:
+    """What ``objstore anchor`` prints: a manifest of every log's head committed to the store log, named by its token."""
+    return anchor_info(log.store)["token"]
 
 
 def _head(bucket) -> Head:
@@ -121,63 +133,68 @@ def _read_error(log: RunLog, run: str) -> str:
 ])
 def test_a_damaged_head_is_one_verify_line_and_every_read_raises(s3_url, fresh, what, data, detail):
     run, _ = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url  # s3://bucket/prefix/runs/<xx>/<run>
     if data is None:
         data = bucket.get(HEAD_KEY).data[:-40]
     bucket.put(HEAD_KEY, data)
-    assert _lines(fresh(s3_url)) == [f"corrupt-entry {s3_url}/HEAD: {detail}"]
-    assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/HEAD: {detail}"
+    assert _lines(fresh(s3_url)) == [f"corrupt-entry {at}/HEAD: {detail} [{at}]"]
+    assert _read_error(fresh(s3_url), run) == f"integrity error: log {at}/HEAD: {detail}"
     err = run_cli("log", run, store=s3_url, exit_code=6)[2]
-    assert err == f"objstore: error: integrity error: log {s3_url}/HEAD: {detail}\n"
+    assert err == f"objstore: error: integrity error: log {at}/HEAD: {detail}\n"
 
 
 def test_a_damaged_chunk_is_named_by_verify_and_by_every_read(s3_url, fresh):
     run, _ = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url
     key, ch = _chunk(bucket)
     slots = list(ch.slots)
     bad = bytearray(slots[6])
     bad[-1] ^= 0x01  # entry 7's trailer checksum, one bit
     slots[6] = bytes(bad)
     _put_chunk(bucket, key, ch, slots)
-    assert _lines(fresh(s3_url)) == [f"corrupt-log {s3_url}/{key}: entry 7: checksum mismatch"]
-    assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/{key}: entry 7: checksum mismatch"
+    assert _lines(fresh(s3_url)) == [f"corrupt-log {at}/{key}: entry 7: checksum mismatch [{at}]"]
+    assert _read_error(fresh(s3_url), run) == f"integrity error: log {at}/{key}: entry 7: checksum mismatch"
     bucket.put(key, b"\x07not a chunk")
-    assert _lines(fresh(s3_url)) == [f"corrupt-log {s3_url}/{key}: chunk does not parse: Expected `array`, got `int`"]
+    assert _lines(fresh(s3_url)) == [f"corrupt-log {at}/{key}: chunk does not parse: Expected `array`, got `int` [{at}]"]
 
 
 def test_a_forged_entry_in_a_chunk_breaks_the_chain_at_the_next_entry(s3_url, fresh):
     """Entry 6 changed and its own checksum recomputed: entry 7 was chained to the old one."""
     run, _ = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url
     key, ch = _chunk(bucket)
     slots = list(ch.slots)
     slots[5] = forge(slots[5], slots[4][-32:], _later)
     assert slots[5] != ch.slots[5] and _meta(slots[5])["t"] == _meta(ch.slots[5])["t"] + 1.0
     _put_chunk(bucket, key, ch, slots)
-    assert _lines(fresh(s3_url)) == [f"corrupt-log {s3_url}/{key}: entry 7: checksum mismatch"]
-    assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/{key}: entry 7: checksum mismatch"
+    assert _lines(fresh(s3_url)) == [f"corrupt-log {at}/{key}: entry 7: checksum mismatch [{at}]"]
+    assert _read_error(fresh(s3_url), run) == f"integrity error: log {at}/{key}: entry 7: checksum mismatch"
 
 
 def test_a_forged_last_entry_of_a_chunk_disagrees_with_the_chunk_key(s3_url, fresh):
     """Entry 16 (the chunk's last) changed and re-checksummed: the chunk's key names the old checksum,
-    and HEAD's entry 17 is chained to it. The read error names HEAD (where entry 17 is), as a key."""
+    and HEAD's entry 17 is chained to it. The read error names the run's HEAD (where entry 17 is), as a key."""
     run, _ = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url
     key, ch = _chunk(bucket)
     slots = list(ch.slots)
     slots[15] = forge(slots[15], slots[14][-32:], _later)
     _put_chunk(bucket, key, ch, slots)
     now, named = slots[15][-32:].hex()[:16], key.rsplit("-", 1)[1][:16]
-    assert _lines(fresh(s3_url)) == [f"corrupt-entry {s3_url}/{key}: its entries chain to {now}, it names {named}"]
-    assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/HEAD: entry 17: checksum mismatch"
+    assert _lines(fresh(s3_url)) == [f"corrupt-entry {at}/{key}: its entries chain to {now}, it names {named} [{at}]"]
+    assert _read_error(fresh(s3_url), run) == f"integrity error: log {at}/HEAD: entry 17: checksum mismatch"
     err = run_cli("log", run, store=s3_url, exit_code=6)[2]
-    assert err == f"objstore: error: integrity error: log {s3_url}/HEAD: entry 17: checksum mismatch\n"
+    assert err == f"objstore: error: integrity error: log {at}/HEAD: entry 17: checksum mismatch\n"
 
 
 def test_a_damaged_entry_key(s3_url, fresh):
     run, _ = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url
     slot = _head(bucket).tail[-1]
     key = s3layout.entry_key(22, slot[1])
     orig = bucket.get(key).data
@@ -188,47 +205,46 @@ def test_a_damaged_entry_key(s3_url, fresh):
     bucket.put(key, bytes(data))
     ref = f"run/{run}/branch/0"
     assert _lines(fresh(s3_url)) == [
-        f"corrupt-object {big.id.hex()}: hash mismatch (content does not match id) [{s3_url}/{key}]",
-        f"damaged-ref {ref}: points to damaged object {big.id.hex()}",
+        f"corrupt-object {big.id.hex()}: hash mismatch (content does not match id) [{at}/{key}]",
+        f"damaged-ref {ref}: points to damaged object {big.id.hex()} [{at}]",
     ]
     # a flipped bit in its trailer checksum: the log is damaged at entry 22
     data = bytearray(orig)
     data[-1] ^= 0x01
     bucket.put(key, bytes(data))
-    assert _lines(fresh(s3_url)) == [f"corrupt-log {s3_url}/{key}: entry 22: checksum mismatch"]
-    assert _read_error(fresh(s3_url), run) == f"integrity error: log {s3_url}/{key}: entry 22: checksum mismatch"
-    # the entry forged consistently (its checksum recomputed, and HEAD's, which names it): only an anchor tells
+    assert _lines(fresh(s3_url)) == [f"corrupt-log {at}/{key}: entry 22: checksum mismatch [{at}]"]
+    assert _read_error(fresh(s3_url), run) == f"integrity error: log {at}/{key}: entry 22: checksum mismatch"
+    # the entry forged consistently (its checksum recomputed, and the run HEAD's, which names it): only an anchor tells
     bucket.put(key, orig)
-    before = fresh(s3_url)
-    pos = before.store.engine.anchor()
-    token = anchor_token(pos.entry, pos.checksum)
     head = _head(bucket)
+    token = _anchor(fresh(s3_url))  # its manifest names the run's log at entry 22, checksum head.checksum
     forged = forge(orig, head.tail[-2][-32:], _later)
     cks = forged[-32:]
     bucket.put(s3layout.entry_key(22, cks), forged)
     bucket.put(HEAD_KEY, s3layout.encoder.encode(Head(head.fmt, 22, cks, head.chunk, [*head.tail[:-1], [22, cks]])))
     assert _lines(fresh(s3_url)) == []  # every checksum holds: the log is what its (new) writer wrote
     lines = [p.line() for p in objstore.verify(fresh(s3_url), anchor=token)]
-    assert lines == [f"anchor-mismatch {token}: entry 22 has checksum {cks.hex()}: the history before it was rewritten or rolled back"], lines
+    assert lines == [f"anchor-rewritten run/{run}: entry 22 has checksum {cks.hex()}, the anchor names {head.checksum.hex()} [{at}]"], lines
 
 
 def test_a_rolled_back_head(s3_url, fresh):
-    """HEAD re-encoded without its last entry: a consistent log one entry shorter. A fresh reader
+    """The run's HEAD re-encoded without its last entry: a consistent log one entry shorter. A fresh reader
     cannot know (nothing names entry 22 any more); a reader that read entry 22 and an anchor can."""
     run, tasks = _fill(s3_url)
-    bucket = open_bucket(s3_url)
+    bucket = _run_bucket(s3_url, run)
+    at = bucket.url
     seen = fresh(s3_url)
     assert len(seen.records(run)) == 22
-    pos = seen.store.engine.anchor()
-    token = anchor_token(pos.entry, pos.checksum)
     h = _head(bucket)
+    token = _anchor(fresh(s3_url))  # (another opener's: an anchor commit closes the run logs its store holds open)
     bucket.put(HEAD_KEY, s3layout.encoder.encode(Head(h.fmt, h.n - 1, h.tail[-2][-32:], h.chunk, h.tail[:-1])))
     assert [r.body["task"] for r in fresh(s3_url).records(run)[1:]] == tasks[:-1]
     assert _lines(fresh(s3_url)) == []
-    assert [p.line() for p in objstore.verify(fresh(s3_url), anchor=token)] == [f"anchor-missing {token}: log ends at entry 21"]
+    assert [p.line() for p in objstore.verify(fresh(s3_url), anchor=token)] == [
+        f"anchor-rolled-back run/{run}: the log ends at entry 21, the anchor names entry 22 ({h.checksum.hex()}) [{at}]"]
     with pytest.raises(CorruptLog) as got:
-        seen.store.engine.refresh(force=True)
-    assert str(got.value) == f"integrity error: log {s3_url}/HEAD: HEAD went back from entry 22 to entry 21 (a rolled-back log)"
+        seen.store.logs.run_log(run).refresh(force=True)
+    assert str(got.value) == f"integrity error: log {at}/HEAD: HEAD went back from entry 22 to entry 21 (a rolled-back log)"
     code, _out, err = run_cli("verify", "--anchor", token, store=s3_url, exit_code=1)
     assert "Traceback" not in err
 
@@ -247,7 +263,7 @@ def test_edited_cache_files_are_not_believed(s3_url, fresh, tmp_path):
     reader = fresh(s3_url, cache)
     truth = [(r.id, r.body) for r in reader.records(run)]
     assert len(truth) == 41
-    keys = os.path.join(reader.store.engine.cache, "keys")  # type: ignore[attr-defined]
+    keys = os.path.join(reader.store.logs.run_log(run).cache, "keys")  # type: ignore[attr-defined]  (the run log's cache)
     copies = sorted(os.listdir(keys))
     assert len(copies) == 2 and all(c.startswith("g0_chunk_") for c in copies)  # g0: read under gc generation 0
     a, b = (os.path.join(keys, c) for c in copies)
@@ -265,8 +281,9 @@ def test_edited_cache_files_are_not_believed(s3_url, fresh, tmp_path):
     assert _lines(fresh(s3_url, cache)) == []
     with open(a, "rb") as f:
         assert f.read() == first  # dropped and read again from the bucket
-    bucket = open_bucket(s3_url)  # the bucket was never written by a reader
+    bucket = _run_bucket(s3_url, run)  # the bucket was never written by a reader
     assert sorted(k.key for k in bucket.list() if k.key.startswith("chunk/")) == sorted(c[len("g0_"):].replace("_", "/", 1) for c in copies)
+    assert not [k.key for k in open_bucket(s3_url).list() if "chunk/" in k.key and not k.key.startswith(run_prefix(run))]
 
 
 # -- a server that lies (the in-memory bucket) -----------------------------------------------------
@@ -276,17 +293,27 @@ def _mem_log(bucket: MemoryBucket, cache: str) -> RunLog:
     return s3_log(bucket, cache)
 
 
+def _is_chunk(key: str) -> bool:
+    """A chunk of any log of the store (``runs/<xx>/<run>/chunk/…``, ``store/chunk/…``)."""
+    return "/chunk/" in key
+
+
+def _run_key(run: str, key: str) -> str:
+    """Where key ``key`` of run ``run``'s log is in the store's bucket."""
+    return run_prefix(run) + key
+
+
 class _DropsChunks(MemoryBucket):
     """Answers a chunk PUT with success and keeps nothing (a lost write)."""
 
     def put(self, key: str, data: bytes) -> str:
-        if key.startswith("chunk/"):
+        if _is_chunk(key):
             self.requests["PUT"] += 1
             return self._etag(data).strip('"')
         return super().put(key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> str | None:  # how a chunk is written
-        if key.startswith("chunk/"):
+        if _is_chunk(key):
             self.requests["PUT"] += 1
             return self._etag(data).strip('"')
         return super().put_if_absent(key, data)
@@ -298,14 +325,14 @@ def test_a_chunk_write_the_server_lost_is_named_never_filled_in(tmp_path):
     run = log.start_run(subject="s")
     for i in range(20):
         log.append(run, "task_opened", {"task": f"n{i}"})
-    key = chunk_key(*msgspec.msgpack.decode(b.raw()[HEAD_KEY], type=Head).chunk)
+    key = _run_key(run, chunk_key(*msgspec.msgpack.decode(b.raw()[_run_key(run, HEAD_KEY)], type=Head).chunk))
     assert key not in b.raw()
     where = f"{b.url}/{key}"
     with pytest.raises(CorruptLog) as got:
         _mem_log(b, str(tmp_path / "r")).records(run)
     assert str(got.value) == f"integrity error: log {where}: missing (HEAD or a chunk names it)"
     lines = [p.line() for p in objstore.verify(_mem_log(b, str(tmp_path / "v")))]
-    assert lines == [f"corrupt-log {where}: missing (HEAD or a chunk names it)"]
+    assert lines == [f"corrupt-log {where}: missing (HEAD or a chunk names it) [{b.url}/{run_prefix(run).rstrip('/')}]"]
 
 
 class _ServesTheOtherChunk(MemoryBucket):
@@ -323,13 +350,14 @@ def test_a_server_serving_another_chunk_is_caught(tmp_path):
     run = log.start_run(subject="s")
     for i in range(40):
         log.append(run, "task_opened", {"task": f"n{i}"})
-    first, second = sorted(k for k in b.raw() if k.startswith("chunk/"))
+    first, second = sorted(k for k in b.raw() if _is_chunk(k))
+    assert first.startswith(run_prefix(run)) and second.startswith(run_prefix(run))
     b.swap = {first: second}
     with pytest.raises(CorruptLog) as got:
         _mem_log(b, str(tmp_path / "r")).records(run)
     assert str(got.value) == f"integrity error: log {b.url}/{first}: chunk does not hold the entries its key names"
     lines = [p.line() for p in objstore.verify(_mem_log(b, str(tmp_path / "v")))]
-    assert lines == [f"corrupt-log {b.url}/{first}: chunk does not hold the entries its key names"]
+    assert lines == [f"corrupt-log {b.url}/{first}: chunk does not hold the entries its key names [{b.url}/{run_prefix(run).rstrip('/')}]"]
 
 
 _Z = b"\x00" * 32
@@ -383,20 +411,21 @@ def test_a_head_that_parses_and_lies_is_one_typed_error(tmp_path, case, where, d
     run = log.start_run(subject="s")
     for i in range(20):
         log.append(run, "task_opened", {"task": f"n{i}"})
-    h = msgspec.msgpack.decode(b.raw()[HEAD_KEY], type=Head)
-    ch = msgspec.msgpack.decode(b.raw()[chunk_key(*h.chunk)], type=Chunk)
+    h = msgspec.msgpack.decode(b.raw()[_run_key(run, HEAD_KEY)], type=Head)
+    ch = msgspec.msgpack.decode(b.raw()[_run_key(run, chunk_key(*h.chunk))], type=Chunk)
     detail = detail.format(named=h.checksum.hex()[:16], chained16=ch.slots[-1][-32:].hex()[:16], chained21=h.checksum.hex()[:16])
-    b.poke(HEAD_KEY, _malformed(h, case))
+    b.poke(_run_key(run, HEAD_KEY), _malformed(h, case))
+    at = f"{b.url}/{run_prefix(run).rstrip('/')}"  # the run log's keys
     reader = _mem_log(b, str(tmp_path / "r"))
     for _ in range(2):
         with pytest.raises(CorruptLog) as got:
             reader.records(run)
-        assert str(got.value) == f"integrity error: log {b.url}/{where}: {detail}"
+        assert str(got.value) == f"integrity error: log {at}/{where}: {detail}"
     lines = [p.line() for p in objstore.verify(_mem_log(b, str(tmp_path / "v")))]
     if verify_line is None:  # verify's own walk names the disagreement from the other side
-        assert lines == [f"corrupt-entry {b.url}/HEAD: its entries chain to {h.checksum.hex()[:16]}, it names 0000000000000000"]
+        assert lines == [f"corrupt-entry {at}/HEAD: its entries chain to {h.checksum.hex()[:16]}, it names 0000000000000000 [{at}]"]
     else:
-        assert lines == [f"{verify_line} {b.url}/{where}: {detail}"]
+        assert lines == [f"{verify_line} {at}/{where}: {detail} [{at}]"]
 
 
 # -- bad input at the command line ------------------------------------------------------------------

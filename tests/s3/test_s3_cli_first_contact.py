@@ -10,7 +10,9 @@ import uuid
 from helpers import run_cli
 from test_cli_json import validator
 
+import objstore
 from objstore.storage.s3.client import open_bucket
+from objstore.storage.s3.layout import TAIL_ENTRIES
 
 
 def _env(tmp_path) -> dict[str, str]:
@@ -66,21 +68,33 @@ def test_ingest_of_several_runs_on_s3_lands_run_by_run(s3_url, tmp_path):
     assert "2 run(s) landed: a, b" in out, (out, err)
 
 
-def test_stats_on_s3_counts_the_log_and_the_buckets_keys(s3_url, tmp_path):
+def test_stats_on_s3_counts_the_log_and_the_buckets_keys(s3_url, tmp_path, monkeypatch):
     env = _env(tmp_path)
     run_cli("init", store=s3_url, env_extra=env, exit_code=0)
-    # one commit per run: more entries than HEAD holds inline, so some are in a chunk
+    # one commit per run, each run's log its own HEAD (format 7)
     events = "".join(_events(f"r{i}", 2) for i in range(20))
     run_cli("ingest", "-", "--per-run", store=s3_url, input=events.encode(), env_extra=env, exit_code=0)
+    # and one run with more entries than its HEAD holds inline, so some are in a chunk of its log
+    monkeypatch.setenv("OBJSTORE_CACHE_DIR", env["OBJSTORE_CACHE_DIR"])
+    monkeypatch.setenv("OBJSTORE_KEYS", env["OBJSTORE_KEYS"])
+    log = objstore.open_store(s3_url, create=False)
+    for i in range(TAIL_ENTRIES + 4):
+        log.append("r0", "task_opened", {"task": f"t{i}"})
     st = json.loads(run_cli("stats", "--json", store=s3_url, env_extra=env, exit_code=0)[1])
     validator("stats --json").validate(st)  # the schema docs/CLI.md gives
-    assert st["store"] == s3_url and st["runs"] == 20 and st["records"] == 60 and st["segments"] is None
+    assert st["store"] == s3_url and st["runs"] == 20 and st["records"] == 60 + TAIL_ENTRIES + 4 and st["segments"] is None
     listed = list(open_bucket(s3_url).list(""))
     b = st["bucket"]
     assert b["keys"] == len(listed) and b["bytes"] == sum(x.size for x in listed)
-    assert b["by_kind"]["head"] == {"keys": 1, "bytes": next(x.size for x in listed if x.key == "HEAD")}
+    heads = [x for x in listed if x.key == "store/HEAD" or (x.key.startswith("runs/") and x.key.endswith("/HEAD"))]
+    assert len(heads) == 21  # the store log's (the owner key) and each run's
+    assert b["by_kind"]["head"] == {"keys": 21, "bytes": sum(x.size for x in heads)}
     assert b["by_kind"]["marker"]["keys"] == 1
-    assert b["by_kind"]["chunk"]["keys"] == sum(1 for x in listed if x.key.startswith("chunk/")) >= 1
+    chunks = [x for x in listed if x.key.startswith(("store/chunk/", "runs/"))
+              and x.key.split("/")[-2:-1] == ["chunk"]]
+    assert b["by_kind"]["chunk"]["keys"] == len(chunks) >= 1
+    catalog = [x for x in listed if x.key.startswith("catalog/")]
+    assert b["by_kind"]["catalog"] == {"keys": len(catalog), "bytes": sum(x.size for x in catalog)} and len(catalog) >= 20 * 4
     assert sum(k["keys"] for k in b["by_kind"].values()) == len(listed)
     assert st["stored_ratio"] == round(b["bytes"] / st["canonical_bytes"], 4)
     _, out, _ = run_cli("stats", store=s3_url, env_extra=env, exit_code=0)

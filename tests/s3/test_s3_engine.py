@@ -1,6 +1,9 @@
 """The S3 engine's own rules, over the in-memory bucket (storage.s3.bucket.MemoryBucket), which can make a server
 misbehave on cue: a 412 after our PUT landed, a false 412, a rolled-back HEAD, a damaged chunk. The same engine
-runs against a real SeaweedFS in tests/test_s3_real.py; what is here needs a server that lies exactly once."""
+runs against a real SeaweedFS in tests/test_s3_real.py; what is here needs a server that lies exactly once.
+
+An engine made here is one log at the top of its bucket; a store (``_log``) is format 7, a log per run: a run's
+log under ``runs/<xx>/<run>/`` (storage.runlogs.bucketlogs), which is where its HEAD and chunks are looked at."""
 
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ import pytest
 from helpers import keys_holding, s3_log
 
 from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
-from objstore.runs.anchors import anchor_token
+from objstore.runs.anchors import anchor_info
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
 from objstore.storage import codec
+from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import engine as s3engine
 from objstore.storage.s3 import gc as s3gc
 from objstore.storage.s3.bucket import MemoryBucket
@@ -33,6 +37,11 @@ def _obj(data: bytes) -> tuple:
 
 def _entries(bucket: MemoryBucket) -> int:
     return msgspec.msgpack.decode(bucket.raw()[HEAD_KEY])[1]
+
+
+def _anchor(log: RunLog) -> str:
+    """What ``objstore anchor`` prints: a manifest of every log's head committed to the store log, named by its token."""
+    return anchor_info(log.store)["token"]
 
 
 def test_a_412_that_carries_our_own_entry_is_success(tmp_path):
@@ -84,7 +93,7 @@ def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path)
     b = MemoryBucket()
     la, lb = _log(b, str(tmp_path / "a")), _log(b, str(tmp_path / "b"))
     run = la.start_run(subject="s")
-    lb.store.engine.refresh(force=True)
+    lb.store.logs.run_log(run).refresh(force=True)  # b has read the run's log: its HEAD at entry 1
     la.append(run, "task_opened", {"task": "a1"})
     with pytest.raises(StaleBase) as got:  # b's own batch was built on the old head: it cannot be re-run for it
         with lb.batch():
@@ -92,7 +101,7 @@ def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path)
     assert got.value.exit_code == 7
     rec = lb.append(run, "task_opened", {"task": "b1"})  # a self-contained append re-runs on the new head
     assert rec.lsn == 2
-    la.store.engine.refresh(force=True)
+    la.store.logs.run_log(run).refresh(force=True)
     texts = [r.body["task"] for r in la.iter_records(run) if r.kind == "task_opened"]
     assert texts == ["b1", "a1"]
     assert verify(la) == []
@@ -157,14 +166,16 @@ def test_a_rolled_back_head_is_refused_and_named_by_the_anchor(tmp_path):
     b = MemoryBucket()
     log = _log(b, str(tmp_path / "a"))
     run = log.start_run(subject="s")
-    old_head = b.raw()[HEAD_KEY]
+    head = run_prefix(run) + HEAD_KEY  # the run's log's HEAD
+    old_head = b.raw()[head]
     for i in range(3):
         log.append(run, "task_opened", {"task": str(i)})
-    pos = log.store.engine.anchor()
-    token = anchor_token(pos.entry, pos.checksum)
-    b.poke(HEAD_KEY, old_head)  # someone with write access to the bucket rolls the log back
+    token = _anchor(log)
+    engine = log.store.logs.run_log(run)  # (reopened after the anchor's commit closed it): it reads entry 4
+    assert engine.refresh().entry == 4
+    b.poke(head, old_head)  # someone with write access to the bucket rolls the run's log back
     with pytest.raises(CorruptLog, match="went back from entry 4 to entry 1"):
-        log.store.engine.refresh(force=True)
+        engine.refresh(force=True)
     fresh = _log(b, str(tmp_path / "fresh"))
     problems = verify(fresh, anchor=token)
     assert [p.code for p in problems] and all(p.code.startswith("anchor") for p in problems)
@@ -176,17 +187,19 @@ def test_a_damaged_chunk_is_found_by_verify_and_a_damaged_cache_copy_is_not_beli
     run = log.start_run(subject="s")
     for i in range(40):
         log.append(run, "task_opened", {"task": f"n{i}"})
-    chunks = sorted(k for k in b.raw() if k.startswith("chunk/"))
-    assert len(chunks) == 2
+    at = run_prefix(run)
+    chunks = sorted(k for k in b.raw() if "/chunk/" in k)
+    assert len(chunks) == 2 and all(k.startswith(at + "chunk/") for k in chunks)  # the run's log's
     # a damaged local cache copy: the reader drops it and reads the bucket
     reader = _log(b, str(tmp_path / "r"))
-    assert reader.store.engine.refresh().entry == 41
-    cached = os.path.join(str(tmp_path / "r"), "keys", "g0_" + chunks[0].replace("/", "_"))
+    engine = reader.store.logs.run_log(run)
+    assert engine.refresh().entry == 41
+    cached = os.path.join(engine.cache, "keys", "g0_" + chunks[0][len(at):].replace("/", "_"))  # type: ignore[attr-defined]
     with open(cached, "r+b") as f:
         f.seek(200)
         f.write(b"\xff\xff\xff\xff")
     again = _log(b, str(tmp_path / "r"))
-    assert again.store.engine.refresh().entry == 41
+    assert again.store.logs.run_log(run).refresh().entry == 41
     assert verify(again) == []
     # a damaged chunk in the bucket: verify names it
     data = bytearray(b.raw()[chunks[0]])
@@ -217,8 +230,7 @@ def test_gc_on_s3_removes_deleted_bodies_everywhere_and_anchors_still_verify(tmp
         blob = log.put_blob(secret + os.urandom(size // 2).hex().encode())
         rec = log.record_attempt(run, i, 0, "succeeded", output=blob)
         secrets[secret] = (run, rec.id)
-    pos = log.store.engine.anchor()
-    token = anchor_token(pos.entry, pos.checksum)
+    token = _anchor(log)
     assert all(_holds(b, s) for s in secrets)
     D.delete_run(log, doomed, reason="test")
     res = G.gc(log.store)
@@ -246,16 +258,18 @@ def test_gc_prunes_unreferenced_blobs_and_unnamed_keys_only_when_asked(tmp_path)
     b = MemoryBucket()
     log = _log(b, str(tmp_path / "a"))
     run = log.start_run(subject="s")
-    lonely = log.put_blob(b"nobody names me " + os.urandom(8).hex().encode())
-    named = log.put_blob(b"a record names me")
-    log.record_attempt(run, 0, 0, "succeeded", output=named)
-    b.poke("chunk/000000000001-000000000002-" + "ab" * 32, b"an orphan a lost swap left", modified=0.0)  # not the log's entries 1-2
-    b.poke("chunk/000000000004-000000000019-" + "cd" * 32, b"entries the log has not reached", modified=0.0)
-    assert G.gc(log.store).removed_blobs == 0 and lonely in {o for o in log.store.engine.tables.locs}
+    with log.store.batch():  # a blob put outside a run's batch is only held by the process: committed with one
+        lonely = log.put_blob(b"nobody names me " + os.urandom(8).hex().encode())
+        named = log.put_blob(b"a record names me")
+        log.record_attempt(run, 0, 0, "succeeded", output=named)
+    at = run_prefix(run)  # the run's log's keys
+    b.poke(at + "chunk/000000000001-000000000002-" + "ab" * 32, b"an orphan a lost swap left", modified=0.0)  # not the log's entries 1-2
+    b.poke(at + "chunk/000000000004-000000000019-" + "cd" * 32, b"entries the log has not reached", modified=0.0)
+    assert G.gc(log.store).removed_blobs == 0 and lonely in {o for o in log.store.logs.run_log(run).tables.locs}
     res = G.gc(log.store, prune_unreferenced_older_than=0)
     assert res.removed_blobs == 1 and res.removed_other == 1
-    assert "chunk/000000000001-000000000002-" + "ab" * 32 not in b.raw()
-    assert "chunk/000000000004-000000000019-" + "cd" * 32 in b.raw()  # a commit may still name it: never pruned
+    assert at + "chunk/000000000001-000000000002-" + "ab" * 32 not in b.raw()
+    assert at + "chunk/000000000004-000000000019-" + "cd" * 32 in b.raw()  # a commit may still name it: never pruned
     fresh = _log(b, str(tmp_path / "f"))
     from objstore.errors import Erased
     with pytest.raises(Erased):
@@ -276,9 +290,10 @@ def test_a_stale_writers_late_chunk_put_does_not_bring_a_removed_body_back(tmp_p
     keep, doomed = log.start_run(subject="s"), log.start_run(subject="s")
     secret = os.urandom(16).hex().encode()
     log.record_attempt(doomed, 0, 0, "succeeded", output=log.put_blob(secret))
-    for i in range(20):
+    for i in range(20):  # the doomed run's log rolls its tail, the secret's entry with it, into a chunk
+        log.record_attempt(doomed, i + 1, 0, "succeeded")
         log.record_attempt(keep, i, 0, "succeeded")
-    chunk = next(k for k in b.raw() if k.startswith("chunk/"))
+    chunk = next(k for k in b.raw() if k.startswith(run_prefix(doomed) + "chunk/"))
     assert _holds(b, secret) == [chunk]
     old = b.raw()[chunk]
     D.delete_run(log, doomed, reason="test")
@@ -296,3 +311,73 @@ def test_a_stale_writers_late_chunk_put_does_not_bring_a_removed_body_back(tmp_p
     G.gc(log.store)
     assert late == [chunk] and _holds(b, secret) == []
     assert verify(_log(b, str(tmp_path / "fresh"))) == []
+
+
+def test_a_run_log_whose_deletion_is_judged_by_the_owner_key_opens(tmp_path):
+    """A deletion in a run's log is judged by the store log's owner key at the position it cites: applying it asks
+    the run's citations (CiteHistory), read from the entries the log has taken in so far — never by taking in HEAD
+    again in the middle of taking it in (which, at open, applied the same entries again without end)."""
+    from objstore import identity
+    from objstore.errors import Deleted
+    from objstore.lifecycle import delete as D
+
+    b = MemoryBucket()
+    log = _log(b, str(tmp_path / "a"))
+    identity.ensure_owner_key(log.store)
+    run = log.start_run(subject="s")
+    for i in range(20):  # the deletion's entry after a chunk: its citations are read from the chunk and the tail
+        log.append(run, "task_opened", {"task": str(i)})
+    D.delete_run(log, run, reason="test")
+    fresh = _log(b, str(tmp_path / "fresh"))
+    engine = fresh.store.logs.run_log(run)
+    assert engine.position() == log.store.logs.run_log(run).refresh(force=True) and engine.position().entry == 22
+    with pytest.raises(Deleted):
+        fresh.records(run)
+    assert verify(fresh) == []
+
+
+def _old_bucket(tmp_path) -> tuple[MemoryBucket, str, list[str]]:
+    """A store of one HEAD (format 3, what objstore wrote on object storage before format 7): marker version 3, and
+    every run's entries in the one log at the top of the prefix, written through an S3Engine directly. Returns the
+    bucket, its run and the tasks of its records."""
+    from objstore.storage.s3 import layout as s3layout
+    from objstore.storage.store import Store
+
+    b = MemoryBucket()
+    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
+    cache = str(tmp_path / "old-writer")
+    store = Store(S3Engine(b, cache), root=cache)
+    store.url = b.url
+    log = RunLog(store)
+    run = log.start_run(subject="s")
+    tasks = [f"t{i}" for i in range(TAIL_ENTRIES + 4)]  # past one tail: a chunk too
+    for t in tasks:
+        log.append(run, "task_opened", {"task": t})
+    assert HEAD_KEY in b.raw() and not [k for k in b.raw() if k.startswith(("runs/", "store/", "catalog/"))]
+    return b, run, tasks
+
+
+def test_an_old_one_head_bucket_still_reads_and_refuses_every_write_until_upgraded(tmp_path):
+    from objstore.errors import BucketNeedsUpgrade
+    from objstore.lifecycle import delete as D
+    from objstore.lifecycle import gc as G
+
+    b, run, tasks = _old_bucket(tmp_path)
+    before = dict(b.raw())
+    log = _log(b, str(tmp_path / "new"))
+    assert log.store.engine.needs_upgrade == 3  # type: ignore[attr-defined]
+    assert [r.body["task"] for r in log.records(run)[1:]] == tasks
+    assert log.runs() and verify(log) == []
+    writes = [
+        lambda: log.append(run, "task_opened", {"task": "new"}),
+        lambda: log.start_run(subject="s"),
+        lambda: D.delete_run(log, run, reason="test"),
+        lambda: G.gc(log.store),
+    ]
+    for write in writes:
+        with pytest.raises(BucketNeedsUpgrade) as got:
+            write()
+        assert got.value.exit_code == 5
+        assert str(got.value).startswith(f"store at {b.url} is format 3 (one HEAD for the whole store)")
+    assert b.raw() == before  # nothing written: not a key, not the marker
+    assert [r.body["task"] for r in _log(b, str(tmp_path / "again")).records(run)[1:]] == tasks

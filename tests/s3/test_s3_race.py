@@ -3,9 +3,9 @@
 two gateways to one store, and writers killed with SIGKILL at random moments and between a chunk PUT
 and the HEAD swap.
 
-The store is one log (one HEAD): commits to different runs contend on HEAD and are rebased on each
-other's entries; commits to the shared run's branch get StaleBase in the engine and are re-run on the
-new head by ``Store.atomically``, within the retry bound, then ``Busy``. What is checked is the
+The store is format 7, a HEAD per run (storage.runlogs.bucketlogs): commits to different runs swap different
+HEADs and never race; commits to the shared run's branch contend on its HEAD, get StaleBase in the engine and
+are re-run on the new head by ``Store.atomically``, within the retry bound, then ``Busy``. What is checked is the
 outcome a fresh process reads: every acknowledged record present exactly once, no record twice,
 LSNs contiguous, ``verify`` clean, every Busy record absent. No latency is asserted; the figures
 (commits/s, Busy count) are printed (``pytest -s``).
@@ -32,6 +32,7 @@ from seaweed import environment
 
 import objstore
 from objstore.runs.api import RunLog
+from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import layout as s3layout
 from objstore.storage.s3.client import open_bucket
 from objstore.storage.s3.layout import HEAD_KEY, TAIL_ENTRIES, chunk_key
@@ -171,9 +172,9 @@ def _check_acked(recs: dict[str, list], out: Outcome) -> None:
         assert (r.run, r.lsn, r.body["task"]) == (d["run"], d["lsn"], tag), f"acknowledged {tag} reads back as {r}"
 
 
-def _head(cluster, url: str) -> s3layout.Head:
-    """The HEAD object as raw bytes from the bucket, parsed with the engine's own decoder."""
-    got = open_bucket_at(cluster, url).get(HEAD_KEY)
+def _head(cluster, url: str, run: str) -> s3layout.Head:
+    """Run ``run``'s log's HEAD object as raw bytes from the bucket, parsed with the engine's own decoder."""
+    got = open_bucket_at(cluster, url).get(run_prefix(run) + HEAD_KEY)
     assert got is not None, "HEAD is missing"
     return msgspec.msgpack.decode(got.data, type=s3layout.Head)
 
@@ -211,8 +212,12 @@ def test_eight_writers_two_gateways_nothing_lost_nothing_twice(seaweed_cluster, 
             landed = sum(1 for t in out.acked if t.startswith(f"w{k}-") and t.endswith(f"-{which}"))
             assert landed >= LANDED_MIN, f"writer {k} landed {landed} of {PER_RUN} on its {which} run"
     assert objstore.verify(log) == []
-    head = _head(cluster, url)
-    assert head.n == log.store.engine.refresh(force=True).entry == 1 + WRITERS + len(out.acked)  # shared start, 8 starts, appends
+    entries = 0
+    for run in [shared, *out.own.values()]:  # each run's HEAD names exactly its records, one entry each
+        head = _head(cluster, url, run)
+        assert head.n == log.store.logs.run_log(run).refresh(force=True).entry == len(recs[run])
+        entries += head.n
+    assert entries == 1 + WRITERS + len(out.acked)  # shared start, 8 starts, appends
 
 
 def test_kill_9_of_four_writers_mid_run_leaves_nothing_half_visible(seaweed_cluster, tmp_path, monkeypatch):
@@ -248,8 +253,9 @@ def test_kill_9_of_four_writers_mid_run_leaves_nothing_half_visible(seaweed_clus
 
     _point(monkeypatch, cluster, 1, str(tmp_path / "cache-reader"))
     log = objstore.open_store(url, create=False)  # a fresh reader opens the store
-    head = _head(cluster, url)  # HEAD parses
-    assert head.n == log.store.engine.refresh(force=True).entry
+    for run in [shared, *out.own.values()]:
+        head = _head(cluster, url, run)  # every run's HEAD parses
+        assert head.n == log.store.logs.run_log(run).refresh(force=True).entry
     assert objstore.verify(log) == []
     recs = _records(log, [shared, *out.own.values()])
     tags = _check_runs(recs)
@@ -338,32 +344,32 @@ def test_kill_between_the_chunk_put_and_the_head_swap(seaweed_cluster, tmp_path,
     orphan = lines[-1]["orphan"]
     own = out.own[0]
     assert len(out.acked) == TAIL_ENTRIES - 1 and out.busy == []
-    assert orphan == chunk_key(1, TAIL_ENTRIES, bytes.fromhex(orphan.rsplit("-", 1)[1]))
+    assert orphan == run_prefix(own) + chunk_key(1, TAIL_ENTRIES, bytes.fromhex(orphan.rsplit("-", 1)[1]))  # the run log's
 
     raw = open_bucket_at(cluster, url)
     orphan_bytes = raw.get(orphan)
     assert orphan_bytes is not None  # the chunk PUT landed
-    head = _head(cluster, url)
+    head = _head(cluster, url, own)
     assert head.n == TAIL_ENTRIES and head.chunk is None and len(head.tail) == TAIL_ENTRIES  # the old HEAD, whole
 
     # A fresh reader reads the old HEAD's log and never names the orphan: not one GET of it.
     _point(monkeypatch, cluster, 1, str(tmp_path / "cache-reader"))
     st = Store.open(url)
-    counting = _CountingGets(st.engine.bucket)  # type: ignore[attr-defined]
-    st.engine.bucket = counting  # type: ignore[attr-defined]
+    counting = _CountingGets(st.logs.bucket)  # type: ignore[attr-defined]
+    st.logs.bucket = counting  # type: ignore[attr-defined]  (the run logs opened from here on read through it)
     log = RunLog(st)
     recs = _records(log, [own])
     tags = _check_runs(recs)
     assert set(tags) == set(out.acked) and len(recs[own]) == TAIL_ENTRIES
     _check_acked(recs, out)
     assert objstore.verify(log) == []
-    assert counting.got[orphan] == 0 and counting.got[HEAD_KEY] >= 1
+    assert counting.got[orphan] == 0 and counting.got[run_prefix(own) + HEAD_KEY] >= 1
 
     # The next writer commits fine: its chunk PUT (create-once) finds the same key with the same bytes and names it.
     _point(monkeypatch, cluster, 0, str(tmp_path / "cache-next"))
     nxt = objstore.open_store(url, create=False)
     puts: list[tuple[str, bytes]] = []
-    bucket = nxt.store.engine.bucket  # type: ignore[attr-defined]
+    bucket = nxt.store.logs.bucket  # type: ignore[attr-defined]  (every log's keys go through it)
     plain_put, create = bucket.put, bucket.put_if_absent
 
     def put(key: str, data: bytes) -> str:
@@ -380,8 +386,8 @@ def test_kill_between_the_chunk_put_and_the_head_swap(seaweed_cluster, tmp_path,
     assert puts == [(orphan, orphan_bytes.data)]  # the orphan's key, with the bytes it already holds: left as it is
     again = raw.get(orphan)
     assert again is not None and again.data == orphan_bytes.data
-    head = _head(cluster, url)
-    assert head.n == TAIL_ENTRIES + 1 and chunk_key(*head.chunk) == orphan and len(head.tail) == 1
+    head = _head(cluster, url, own)
+    assert head.n == TAIL_ENTRIES + 1 and run_prefix(own) + chunk_key(*head.chunk) == orphan and len(head.tail) == 1
     _point(monkeypatch, cluster, 1, str(tmp_path / "cache-reader-2"))
     fresh = objstore.open_store(url, create=False)
     assert [r.body.get("task") for r in fresh.records(own)][-2:] == [f"w0-{TAIL_ENTRIES - 2}-own", "next-writer"]

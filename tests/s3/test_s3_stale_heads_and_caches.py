@@ -10,6 +10,9 @@ processes (each its own tables, HEAD copy and cache directory), and the order of
 - A chunk key names its entries' checksums, which gc keeps when it strips a body: a reader's cached copy of the
   chunk from before gc still chains, so it is believed, and the removed body is read from it (a new process on the
   same machine, or a long-lived one from memory).
+
+On format 7 (a HEAD per run, storage.runlogs.bucketlogs) what is said of "the log" is said of the doomed run's own
+log (``runs/<xx>/<run>/``): the secret's entry, the tail it sits in and the chunk that tail is rolled into are its.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from objstore.errors import BodyRemoved, Erased, Refused
 from objstore.lifecycle import delete as D
 from objstore.lifecycle import gc as G
 from objstore.runs.api import RunLog
+from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import entries as s3entries
 from objstore.storage.s3 import gc as s3gc
 from objstore.storage.s3 import layout as s3layout
@@ -38,28 +42,35 @@ def _holds(bucket: MemoryBucket, secret: bytes) -> list[str]:
     return keys_holding(bucket.raw().items(), secret)
 
 
-def _tail(log: RunLog) -> int:
-    head = log.store.engine._head  # type: ignore[attr-defined]
+def _tail(log: RunLog, run: str) -> int:
+    head = log.store.logs.run_log(run)._head  # type: ignore[attr-defined]  (the run's log's HEAD, as this process has it)
     return len(head.tail) if head is not None else 0
 
 
+def _chunks(bucket: MemoryBucket, run: str | None = None) -> list[str]:
+    """The chunk keys of run ``run``'s log (None: of every log)."""
+    return [k for k in bucket.raw() if "/chunk/" in k and (run is None or k.startswith(run_prefix(run)))]
+
+
 def _secret_in_the_next_chunk(tmp_path) -> tuple[MemoryBucket, RunLog, str, str, bytes, bytes]:
-    """Writer A's last commit fills HEAD's tail (TAIL_ENTRIES entries), one of them the doomed run's secret;
-    A's engine keeps that HEAD. Returns (bucket, A, keep run, doomed run, secret, the secret blob's id)."""
+    """Writer A's last commit fills the doomed run's HEAD's tail (TAIL_ENTRIES entries), one of them the doomed run's
+    secret; A's engine keeps that HEAD. Returns (bucket, A, keep run, doomed run, secret, the secret blob's id)."""
     b = MemoryBucket()
     a = _log(b, str(tmp_path / "cache-a"))
     keep, doomed = a.start_run(subject="s"), a.start_run(subject="s")
     i = 0
-    while _tail(a) != 1:  # the next commit starts a fresh tail
+    while not _chunks(b, doomed) or _tail(a, doomed) != 1:  # a chunk named, and the next commit starts a fresh tail
+        a.record_attempt(doomed, 100 + i, 0, "succeeded")
         a.record_attempt(keep, i, 0, "succeeded")
         i += 1
     secret = os.urandom(16).hex().encode()
     blob = a.put_blob(secret)
     a.record_attempt(doomed, 0, 0, "succeeded", output=blob)
-    while _tail(a) != TAIL_ENTRIES:
+    while _tail(a, doomed) != TAIL_ENTRIES:
+        a.record_attempt(doomed, 100 + i, 0, "succeeded")
         a.record_attempt(keep, i, 0, "succeeded")
         i += 1
-    assert [k for k in b.raw() if k.startswith("chunk/")] and _holds(b, secret) == ["HEAD"]
+    assert _chunks(b, doomed) and _holds(b, secret) == [run_prefix(doomed) + "HEAD"]
     return b, a, keep, doomed, secret, blob
 
 
@@ -67,46 +78,48 @@ def test_a_stale_writer_rolling_its_old_tail_after_gc_does_not_put_a_removed_bod
     monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b, a, keep, doomed, secret, _blob = _secret_in_the_next_chunk(tmp_path)
     other = _log(b, str(tmp_path / "cache-b"))
-    other.record_attempt(keep, 1000, 0, "succeeded")  # rolls A's tail (the secret in it) into a chunk
-    chunk = [k for k in _holds(b, secret) if k.startswith("chunk/")]
+    other.record_attempt(doomed, 1000, 0, "succeeded")  # rolls A's tail (the secret in it) into a chunk
+    chunk = [k for k in _holds(b, secret) if k in _chunks(b, doomed)]
     assert len(chunk) == 1
     D.delete_run(other, doomed, reason="user asked")
     G.gc(other.store)
     assert _holds(b, secret) == []  # gc did its work...
-    a.record_attempt(keep, 1001, 0, "succeeded")  # ...and A, last seen with a full tail, commits once
+    with pytest.raises((Erased, Refused)):  # ...and A, last seen with a full tail, commits to that log once: refused
+        a.record_attempt(doomed, 1001, 0, "succeeded")
     assert _holds(b, secret) == [], "the stale writer's plain chunk PUT put the removed body back"
 
 
 def test_a_readers_cached_chunk_from_before_gc_does_not_serve_a_removed_body(tmp_path):
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
-    a.record_attempt(keep, 1000, 0, "succeeded")  # the tail, the secret in it, goes into a chunk
-    reader = _log(b, str(tmp_path / "cache-r"))  # reads every entry: the chunk is in its cache directory
+    a.record_attempt(doomed, 1000, 0, "succeeded")  # the tail, the secret in it, goes into a chunk
+    reader = _log(b, str(tmp_path / "cache-r"))  # reads every entry of the run's log: the chunk is in its cache directory
     assert reader.get_blob(blob) == secret
     gcer = _log(b, str(tmp_path / "cache-g"))
     D.delete_run(gcer, doomed, reason="user asked")
     G.gc(gcer.store)
     assert _holds(b, secret) == []
     with pytest.raises(BodyRemoved):
-        gcer.store.engine.read(blob)  # the engine that stripped it
+        gcer.store.logs.run_log(doomed).read(blob)  # the engine that stripped it
     with pytest.raises(BodyRemoved):
-        _log(b, str(tmp_path / "cache-new")).store.engine.read(blob)  # a new cache
+        _log(b, str(tmp_path / "cache-new")).store.logs.run_log(doomed).read(blob)  # a new cache
     # the same machine's next process, its cache read before gc: the removed body must not be read from it
     again = _log(b, str(tmp_path / "cache-r"))
     with pytest.raises(BodyRemoved):
-        again.store.engine.read(blob)
+        again.store.logs.run_log(doomed).read(blob)
 
 
 def test_a_long_lived_reader_does_not_serve_a_removed_body_from_memory(tmp_path):
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
-    a.record_attempt(keep, 1000, 0, "succeeded")
+    a.record_attempt(doomed, 1000, 0, "succeeded")
     reader = _log(b, str(tmp_path / "cache-r"))
     assert reader.get_blob(blob) == secret
+    engine = reader.store.logs.run_log(doomed)  # the log it read the body from, kept open
     gcer = _log(b, str(tmp_path / "cache-g"))
     D.delete_run(gcer, doomed, reason="user asked")
     G.gc(gcer.store)
-    reader.store.engine.refresh(force=True)  # it takes in the deletion and whatever gc changed in HEAD
+    engine.refresh(force=True)  # it takes in the deletion and whatever gc changed in HEAD
     with pytest.raises(BodyRemoved):
-        reader.store.engine.read(blob)
+        engine.read(blob)
 
 
 # -- the read set of a commit rebuilt on a newer head ------------------------------------------------------------
@@ -116,7 +129,7 @@ def test_a_long_lived_reader_does_not_serve_a_removed_body_from_memory(tmp_path)
 
 def _race(writer: RunLog, other_commit) -> None:
     """The next HEAD swap ``writer`` sends loses to ``other_commit()``, run just before it (another process)."""
-    bucket = writer.store.engine.bucket  # type: ignore[attr-defined]
+    bucket = writer.store.logs.bucket  # type: ignore[attr-defined]  (every log's: the next swap of any HEAD)
 
     def foreign_then_412(b, key, data, etag):
         other_commit()
@@ -142,21 +155,36 @@ def test_a_fork_rebuilt_after_a_racing_commit_of_a_side_effect_flags_it(tmp_path
     assert [c["intent"] for c in fork.compensation] == ["refund-1"], "a committed refund past the fork point is not flagged"
 
 
+class _RaceBeforeFirstHead(MemoryBucket):
+    """Runs ``before()`` (another process's commit) just before the next run log's HEAD is created (its first commit's
+    ``PUT If-None-Match: *``): on format 7 a copy's commit swaps the copy's HEAD, never its source's."""
+
+    before = None
+
+    def put_if_absent(self, key: str, data: bytes):
+        if key.startswith("runs/") and key.endswith("/HEAD") and self.before is not None:
+            before, self.before = self.before, None
+            before()
+        return super().put_if_absent(key, data)
+
+
 def test_a_copy_of_a_run_deleted_while_it_was_built_does_not_land(tmp_path, monkeypatch):
     """fork_run() reads the source's refs through RunLog.view: a deletion of the source that wins the race is not in
     the copy's read set, so the copy is rebuilt on the head that deleted its source and lands; gc then keeps the
-    deleted run's bodies for the copy's lineage. Locally the writer lock orders them and the copy raises Deleted."""
+    deleted run's bodies for the copy's lineage. Locally the writer lock orders them and the copy raises Deleted.
+    On format 7 the copy's first commit creates the copy's HEAD: the deletion of the source lands just before it."""
     monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
-    b = MemoryBucket()
-    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))  # a copy raises the store's format marker
+    b = _RaceBeforeFirstHead()
     a = _log(b, str(tmp_path / "cache-a"))
     source = a.start_run(subject="s")
     secret = os.urandom(16).hex().encode()
     a.record_attempt(source, 0, 0, "succeeded", output=a.put_blob(secret))
     other = _log(b, str(tmp_path / "cache-b"))
-    _race(a, lambda: D.delete_run(other, source, reason="user asked"))
+    deleted = []
+    b.before = lambda: deleted.append(D.delete_run(other, source, reason="user asked"))
     with pytest.raises(Erased):
         copy = a.fork_run(source)
+        assert deleted, "the source's deletion did not race the copy"
         G.gc(other.store)
         assert _holds(b, secret) == [], f"copy {copy} of a deleted run landed and keeps its bodies from gc"
 
@@ -171,7 +199,6 @@ def test_a_langgraph_put_writes_that_loses_the_race_to_another_process_still_lan
     from objstore.integrations.langgraph import ObjstoreSaver
 
     b = MemoryBucket()
-    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     sa, sb = ObjstoreSaver(_log(b, str(tmp_path / "cache-a"))), ObjstoreSaver(_log(b, str(tmp_path / "cache-b")))
     cp = empty_checkpoint()
     cfg = sa.put({"configurable": {"thread_id": "T", "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 0}, {})
@@ -210,7 +237,6 @@ def test_a_run_deletion_rebuilt_after_a_racing_journal_update_lists_its_body(tmp
     monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
     b = MemoryBucket()
-    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     a = _log(b, str(tmp_path / "cache-a"))
     owner, _ = identity.ensure_owner_key(a.store)
     run = J.start_session(a, "alice", run="s1")
@@ -234,7 +260,6 @@ def test_a_journal_update_rebuilt_after_a_racing_deletion_of_its_run_does_not_la
 
     monkeypatch.setenv("OBJSTORE_KEYS", str(tmp_path / "keys"))
     b = MemoryBucket()
-    b.poke(s3layout.MARKER_KEY, s3layout.marker_bytes(3))
     a = _log(b, str(tmp_path / "cache-a"))
     owner, _ = identity.ensure_owner_key(a.store)
     run = J.start_session(a, "alice", run="s1")
@@ -259,16 +284,16 @@ def test_a_cached_chunk_edited_to_look_collected_does_not_hide_a_live_body(tmp_p
     from objstore.storage.log.parse import parse_entry
 
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
-    a.record_attempt(keep, 1000, 0, "succeeded")  # the secret's entry goes into a chunk
+    a.record_attempt(doomed, 1000, 0, "succeeded")  # the secret's entry goes into a chunk
     cache = str(tmp_path / "cache-r")
     reader = _log(b, cache)
     assert reader.get_blob(blob) == secret
-    keys = os.path.join(cache, "keys")
+    eng = reader.store.logs.run_log(doomed)
+    keys = os.path.join(eng.cache, "keys")  # type: ignore[attr-defined]  (the doomed run's log's cache)
     edited = 0
     for name in os.listdir(keys):
         with open(os.path.join(keys, name), "rb") as f:
             ch = msgspec.msgpack.decode(f.read(), type=s3layout.Chunk)
-        eng = reader.store.engine
         slots = list(ch.slots)
         for i, slot in enumerate(slots):
             n = ch.first + i
@@ -294,8 +319,9 @@ def test_a_writer_that_read_a_blob_before_gc_stripped_it_stores_it_again_when_it
 
     monkeypatch.setattr(s3gc, "GC_SETTLE_SECONDS", 0.0)
     b, a, keep, doomed, secret, blob = _secret_in_the_next_chunk(tmp_path)
-    a.record_attempt(keep, 1000, 0, "succeeded")  # the blob's entry goes into a chunk
+    a.record_attempt(doomed, 1000, 0, "succeeded")  # the blob's entry goes into a chunk
     writer = _log(b, str(tmp_path / "cache-w"))  # opened before gc: its tables hold the blob's location
+    assert writer.get_blob(blob) == secret and writer.store.logs.run_log(doomed).loc(blob) is not None
     gcer = _log(b, str(tmp_path / "cache-g"))
     D.delete_run(gcer, doomed, reason="user asked")
     G.gc(gcer.store)
@@ -334,12 +360,12 @@ class _WriterDuringPrune(MemoryBucket):
     listed = False
 
     def list(self, prefix: str = ""):
-        if prefix == "chunk/":
+        if prefix.endswith("/chunk/"):  # a run's log's (runs/<xx>/<run>/chunk/)
             self.listed = True
         return super().list(prefix)
 
     def get(self, key: str):
-        if self.listed and key.startswith("chunk/") and self.during is not None:
+        if self.listed and "/chunk/" in key and self.during is not None:
             during, self.during = self.during, None
             during()
         return super().get(key)
@@ -357,7 +383,7 @@ def test_gc_pruning_an_old_orphan_chunk_a_writer_adopts_meanwhile_does_not_break
     a = _log(b, str(tmp_path / "cache-a"))
     run = a.start_run(subject="s")
     i = 0
-    while not [k for k in b.raw() if k.startswith("chunk/")] or _tail(a) != TAIL_ENTRIES:  # a chunk named, the tail full
+    while not _chunks(b, run) or _tail(a, run) != TAIL_ENTRIES:  # a chunk named, the tail full
         a.record_attempt(run, i, 0, "succeeded")
         i += 1
 
@@ -367,7 +393,9 @@ def test_gc_pruning_an_old_orphan_chunk_a_writer_adopts_meanwhile_does_not_break
     b.before_put_if_match.append(killed)
     with pytest.raises(KeyboardInterrupt):
         a.record_attempt(run, i, 0, "succeeded")
-    (orphan,) = [k for k in b.raw() if k.startswith("chunk/") and k not in a.store.engine.named_keys()]  # type: ignore[attr-defined]
+    named = {run_prefix(run) + k for k in a.store.logs.run_log(run).named_keys()}  # type: ignore[attr-defined]
+    (orphan,) = [k for k in _chunks(b) if k not in named]
+    assert orphan.startswith(run_prefix(run))
     b.poke(orphan, b.raw()[orphan], modified=0.0)  # written long ago (the store was idle since)
     writer = _log(b, str(tmp_path / "cache-w"))
     b.during = lambda: writer.record_attempt(run, 1000, 0, "succeeded")  # the first commit after the idle time

@@ -23,10 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import Conflict, LockTimeout, StorageOSError
+from ...errors import Conflict, CorruptLog, LockTimeout, StorageOSError
 from .. import runrefs
 from ..authority import EntryView
-from ..log.format import _show
+from ..log.entry import LogEntry
+from ..log.format import ZERO, _show
+from ..log.parse import parse_entry
 
 if TYPE_CHECKING:
     from .multitxn import LogTxn
@@ -96,6 +98,7 @@ class CiteHistory:
     def __init__(self, engine: Any) -> None:
         self.engine = engine
         self.upto = 0
+        self.last = (0, ZERO)  # (n, checksum) of the last entry read (an S3 log's entries are read on from it)
         self.rows: list[tuple[int, int]] = []
 
     def _catch_up(self) -> None:
@@ -103,7 +106,7 @@ class CiteHistory:
         if end <= self.upto:
             return
         name = runrefs.cite_ref(self.engine.run)
-        for e in self.engine.entries():
+        for e in self._applied(end):
             if e.n <= self.upto:
                 continue
             for m in e.moves:
@@ -114,6 +117,24 @@ class CiteHistory:
             if e.n >= end:
                 break
         self.upto = end
+
+    def _applied(self, end: int) -> Iterator[LogEntry]:
+        """The log's entries up to ``end``, as it has applied them. The rules of the entry it applies next ask for
+        them: an S3 log's ``entries()`` would first take in its HEAD again — re-entering the apply that asks (at open:
+        the same entries applied again, without end) — so its entries past ``upto`` are read from where it took them."""
+        entry_bytes = getattr(self.engine, "_entry_bytes", None)
+        if entry_bytes is None:
+            yield from self.engine.entries()
+            return
+        at, prev = self.last if self.last[0] <= self.upto else (0, ZERO)
+        for n in range(at + 1, end + 1):
+            raw, key = entry_bytes(n)
+            e = parse_entry(raw, 0, len(raw), prev, 0, n)
+            if isinstance(e, str):
+                raise CorruptLog(f"{self.engine.bucket.url.rstrip('/')}/{key}", f"entry {n}: {e}")
+            prev = e.checksum
+            self.last = (n, prev)
+            yield e
 
     def first_seeing(self, store_entry: int, extra: tuple[int, int] | None = None) -> int | None:
         """The first run-log entry whose cited position includes store-log entry ``store_entry`` (None: none)."""

@@ -123,6 +123,14 @@ class LogTxn(Txn):
             self.store_reads.setdefault(name, value)
         return value
 
+    def watch(self, name: str, value: Any, prefix: bool = False) -> None:
+        """A ref (``prefix``: every ref under it) the batch decided on, read other than by ``read_ref`` (a run's grants
+        by ``capture_refs``, its refs by ``run_refs``): into the read set of the log the batch writes, so an optimistic
+        commit (object storage's) whose read set moved re-runs (a commit under the writer lock has none). A store-log
+        ref is read by ``read_ref`` first, which puts it in ``store_reads``, re-checked when the entry cites."""
+        if self.inner is not None and self.logs.for_ref(name) is self.bound:
+            self.inner.watch(name, value, prefix)
+
     def set_ref(self, name: str, old: bytes | str | None, new: bytes | str | None, reason: str) -> None:
         if isinstance(new, bytes) and self.logs.held.has(new) and forward_only(name):
             # An object this process holds was put by an earlier commit: a chain ref that moves only to an object
