@@ -517,9 +517,9 @@ def test_a_store_of_a_newer_format_is_refused_not_guessed_at(tmp_path):
     root = str(tmp_path / "s")
     Store.init(root)
     with open(os.path.join(root, "OBJSTORE"), "w") as f:
-        f.write('{"format": "objstore", "version": 7}\n')
+        f.write('{"format": "objstore", "version": 8}\n')  # (7 is a store on object storage: one past the newest)
     before = snapshot_tree(root)
-    with pytest.raises(NewerFormat, match="version 7; this objstore reads up to version 6"):
+    with pytest.raises(NewerFormat, match="version 8; this objstore reads up to version 7"):
         Store.open(root)
     code, out, err = run_cli("runs", store=root, exit_code=5)
     assert err.count("\n") == 1 and "newer format" in err

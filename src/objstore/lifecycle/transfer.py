@@ -193,7 +193,8 @@ class _Transfer:
         self.reason = f"transfer from {rep.source}"
         self.redacted = {name[len(runrefs.REDACTED_PREFIX):] for name, v in source.list_refs(runrefs.REDACTED_PREFIX) if isinstance(v, bytes)}
         # two stores of logs on disk: a run's log is copied entry for entry (transfer_logs), its anchor the same at both ends
-        self.logcopy = source.logs.per_run and target.logs.per_run and target.root is not None and target.url is None and source.url is None
+        self.logcopy = (source.logs.per_run and target.logs.per_run and source.engine.log_files and target.engine.log_files
+                        and target.root is not None)  # (logs of segment files at both ends, not object storage)
         self.fresh = False  # the target is this process's new clone: nobody else has its logs open
 
     def _dst_log(self, run: str | None) -> Engine:

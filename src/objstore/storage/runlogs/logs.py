@@ -347,6 +347,10 @@ class RunLogs(LogSet):
                         copy_of = fork["parent_run"]
                 break
         else:
+            for oid, (otype, _c) in txn.objects.items():  # a copy's first entry holding its fork alone (a split push)
+                fork = value_of(txn, oid) if otype == codec.FORK else None
+                if isinstance(fork, dict) and fork.get("run") == run and isinstance(fork.get("parent_run"), str):
+                    copy_of = fork["parent_run"]
             # An upgrade replaying a run whose run_started gc removed: its row's facts still say its labels; its
             # subject and source went with its body (the old store knows them no more than this one)
             for oid, (otype, c) in txn.objects.items():
