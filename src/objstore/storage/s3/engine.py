@@ -143,7 +143,9 @@ class S3Engine(BodyRemoval):
                         raise MultiLogBatch(f"{len(runs)} runs", ", ".join(runs[:3]) + (", …" if len(runs) > 3 else ""))
                     self._commit(txn, moves)
             finally:
-                if txn.leased:  # not given back by a commit (nothing to commit, or the batch raised)
+                # not given back by a commit (nothing to commit, or it raised): a batch's own, or one handed to this
+                # engine while its append queued
+                if txn.leased or _lease(self._head)[1] == self.holder:
                     self._give_back()
                 for spill in txn.spills:
                     spill.discard()
@@ -263,15 +265,16 @@ class S3Engine(BodyRemoval):
             cached = False  # (a 412 on the cached HEAD, or a lease to wait for: read HEAD again)
             with self._mu:
                 head, etag = self._head, self._etag
-            epoch, holder = _lease(head)
+            epoch, holder, nxt = _lease(head)
             if holder == self.holder:
-                txn.leased = True  # (a lease this engine holds is one a commit of it did not give back: still ours)
+                txn.leased = True  # handed over to this engine (it queued), or one a commit of it did not give back
                 return
             if holder != FREE and not wait.lapsed(etag):
                 if time.monotonic() >= deadline:
                     if timeout is not None:
                         raise LockTimeout(f"the lease of {self.bucket.url}", timeout)
                     raise Busy(self.bucket.url, wait.polls, limit)
+                self._queue(head, etag, nxt)
                 wait.sleep()
                 continue
             if head is None:
@@ -299,10 +302,10 @@ class S3Engine(BodyRemoval):
                 self.refresh(force=True)
                 with self._mu:
                     head, etag = self._head, self._etag
-                epoch, holder = _lease(head)
+                epoch, holder, nxt = _lease(head)
                 if head is None or etag is None or holder != self.holder:
                     return
-                new = msgspec.structs.replace(head, lease=[epoch, FREE])
+                new = msgspec.structs.replace(head, lease=_given_back(epoch, nxt))
                 tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
             except (RemoteError, CorruptLog):
                 return
@@ -311,6 +314,19 @@ class S3Engine(BodyRemoval):
                     if self._etag == etag:
                         self._head, self._etag, self._checked = new, tag, time.monotonic()
                 return
+
+    def _queue(self, head: Head | None, etag: str | None, nxt: bytes) -> None:
+        """Take the queue slot of a live lease (``[epoch, holder, next]``) if it is free: the holder's next swap then
+        hands the lease to this engine, instead of freeing it for whoever polls first (a writer that just gave it
+        back would always win). One slot: the others wait for it to empty. A refused swap changes nothing."""
+        if nxt != FREE or head is None or etag is None or head.lease is None:
+            return
+        new = msgspec.structs.replace(head, lease=[head.lease[0], head.lease[1], self.holder])
+        tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
+        if tag is not None:
+            with self._mu:
+                if self._etag == etag:
+                    self._head, self._etag, self._checked = new, tag, time.monotonic()
 
     def recently_skipped(self, oid: bytes, canonical: bytes) -> None:
         """Remember a blob a put left out as stored: a record naming it may commit after gc removed that
@@ -380,12 +396,15 @@ class S3Engine(BodyRemoval):
         commit held it, taken over at the next epoch (and left free) if another's lapsed, else as it was."""
         with self._mu:
             head, etag = self._head, self._etag
-        epoch, holder = _lease(head)
-        if holder == FREE or holder == self.holder:
-            return None if head is None or head.lease is None else [epoch, FREE]
+        epoch, holder, nxt = _lease(head)
+        if holder == self.holder:
+            return _given_back(epoch, nxt)  # to the engine queued for it, if one is
+        if holder == FREE:
+            return None if head is None or head.lease is None else head.lease
         if not wait.lapsed(etag):
             if txn.leased:
                 txn.leased = False  # ours lapsed and was taken over: this commit now queues like any other
+            self._queue(head, etag, nxt)
             return _WAIT
         return [epoch + 1, FREE]
 
@@ -445,14 +464,20 @@ class _Wait:
     def sleep(self) -> None:
         self.polls += 1
         time.sleep(self.pause * (0.5 + random.random()))
-        self.pause = min(self.pause * 1.5, 0.05)
+        self.pause = min(self.pause * 1.5, 0.02)
 
 
-def _lease(head: Head | None) -> tuple[int, bytes]:
-    """(epoch, holder) of HEAD's lease (holder FREE: nobody holds it)."""
+def _lease(head: Head | None) -> tuple[int, bytes, bytes]:
+    """(epoch, holder, next) of HEAD's lease (holder FREE: nobody holds it; next FREE: nobody queued for it)."""
     if head is None or head.lease is None:
-        return 0, FREE
-    return head.lease[0], head.lease[1]
+        return 0, FREE, FREE
+    lease = head.lease
+    return lease[0], lease[1], lease[2] if len(lease) > 2 else FREE
+
+
+def _given_back(epoch: int, nxt: bytes) -> list:
+    """The lease its holder's swap leaves: handed to the engine queued for it (the next epoch), else free."""
+    return [epoch + 1, nxt] if nxt != FREE else [epoch, FREE]
 
 
 def _run_of_ref(name: str) -> str | None:

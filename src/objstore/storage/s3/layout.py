@@ -38,7 +38,7 @@ class Head(msgspec.Struct, array_like=True, frozen=True):
     chunk: list | None  # [first, last, checksum] of the newest chunk
     tail: list  # slots of entries chunk.last+1 .. n: entry bytes, or [n, checksum] of an entry/ key
     gc: int = 0
-    lease: list | None = None  # [epoch, holder id]: engine.take_lease
+    lease: list | None = None  # [epoch, holder id] or [epoch, holder id, queued id]: engine.take_lease
 
 
 class Chunk(msgspec.Struct, array_like=True, frozen=True):
@@ -66,8 +66,8 @@ def encode_head(h: Head) -> bytes:
 
 
 def lease_ok(lease: Any) -> bool:
-    return lease is None or (isinstance(lease, list) and len(lease) == 2 and type(lease[0]) is int and lease[0] >= 0
-                             and isinstance(lease[1], bytes) and len(lease[1]) <= 16)
+    return lease is None or (isinstance(lease, list) and len(lease) in (2, 3) and type(lease[0]) is int and lease[0] >= 0
+                             and all(isinstance(x, bytes) and len(x) <= 16 for x in lease[1:]))
 
 
 def chunk_key(first: int, last: int, checksum: bytes) -> str:
