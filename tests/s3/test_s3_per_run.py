@@ -388,3 +388,37 @@ def test_latest_reads_one_page_of_the_catalog_and_a_stream_is_the_listing_in_ord
     bucket.requests.clear()
     assert resolve_run(cold, "latest") == runs[-1]
     assert bucket.requests["LIST"] == 1
+
+
+def test_appends_queue_behind_a_writer_of_batches_and_are_handed_the_lease_not_starved(tmp_path, monkeypatch):
+    import threading
+
+    from objstore.storage.s3 import engine as s3engine
+
+    monkeypatch.setattr(s3engine, "BUSY_SECONDS", 5.0)  # starving appends would end in Busy
+    b = Counting()
+    batcher, appender = _open(b, tmp_path, "batches"), _open(b, tmp_path, "appends")
+    run = batcher.start_run(subject="s")
+    stop = threading.Event()
+
+    def batches() -> None:  # a tight loop of batches: each gives the lease back and wants it again at once
+        i = 0
+        while not stop.is_set():
+            with batcher.batch():
+                batcher.record_attempt(run, i, 0, "succeeded")
+            i += 1
+
+    t = threading.Thread(target=batches)
+    t.start()
+    try:
+        for i in range(10):
+            appender.append(run, "task_opened", {"task": f"a{i}"})  # each queues for the lease and is handed it
+    finally:
+        stop.set()
+        t.join()
+    kinds = [r.kind for r in reversed(list(appender.iter_records(run)))]
+    assert kinds.count("task_opened") == 10
+    last_append = max(i for i, k in enumerate(kinds) if k == "task_opened")
+    assert kinds[last_append + 1:].count("attempt") <= 2  # the appends landed while the batches ran, not after them
+    heads = [msgspec.msgpack.decode(b.raw()[run_prefix(run) + "HEAD"])]
+    assert heads[0][6][1] == b""  # and the lease is free at the end

@@ -134,6 +134,7 @@ class S3Engine(BodyRemoval):
             if self._head is None or self.damaged is not None:
                 self.refresh(force=True)  # optimistic otherwise: a stale head costs a 412, not a request per commit
             txn = S3Txn(self)
+            stale = False
             try:
                 yield txn
                 moves = txn.ref_moves()
@@ -142,10 +143,13 @@ class S3Engine(BodyRemoval):
                     if len(runs) > 1:
                         raise MultiLogBatch(f"{len(runs)} runs", ", ".join(runs[:3]) + (", …" if len(runs) > 3 else ""))
                     self._commit(txn, moves)
+            except StaleBase:
+                stale = True  # a self-contained commit is run again at once: a lease handed to it is kept for that
+                raise
             finally:
                 # not given back by a commit (nothing to commit, or it raised): a batch's own, or one handed to this
-                # engine while its append queued
-                if txn.leased or _lease(self._head)[1] == self.holder:
+                # engine while its append queued (kept across the re-run of a stale append, which gives it back)
+                if txn.leased or (not stale and _lease(self._head)[1] == self.holder):
                     self._give_back()
                 for spill in txn.spills:
                     spill.discard()
