@@ -395,7 +395,8 @@ def test_appends_queue_behind_a_writer_of_batches_and_are_handed_the_lease_not_s
 
     from objstore.storage.s3 import engine as s3engine
 
-    monkeypatch.setattr(s3engine, "BUSY_SECONDS", 5.0)  # starving appends would end in Busy
+    monkeypatch.setattr(s3engine, "BUSY_SECONDS", 10.0)  # starving appends would end in Busy
+    monkeypatch.setattr(s3engine.S3Engine, "retry_seconds", 10.0)
     b = Counting()
     batcher, appender = _open(b, tmp_path, "batches"), _open(b, tmp_path, "appends")
     run = batcher.start_run(subject="s")

@@ -323,14 +323,21 @@ class S3Engine(BodyRemoval):
         """Take the queue slot of a live lease (``[epoch, holder, next]``) if it is free: the holder's next swap then
         hands the lease to this engine, instead of freeing it for whoever polls first (a writer that just gave it
         back would always win). One slot: the others wait for it to empty. A refused swap changes nothing."""
-        if nxt != FREE or head is None or etag is None or head.lease is None:
-            return
-        new = msgspec.structs.replace(head, lease=[head.lease[0], head.lease[1], self.holder])
-        tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
-        if tag is not None:
+        for _ in range(3):  # lost to the holder's swap: at once again on the HEAD it left (a holder of a loop of batches
+            # takes the lease again right after giving it back; the slot is only won while it is held)
+            if nxt != FREE or head is None or etag is None or head.lease is None or head.lease[1] in (FREE, self.holder):
+                return
+            new = msgspec.structs.replace(head, lease=[head.lease[0], head.lease[1], self.holder])
+            tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
+            if tag is not None:
+                with self._mu:
+                    if self._etag == etag:
+                        self._head, self._etag, self._checked = new, tag, time.monotonic()
+                return
+            self.refresh(force=True)
             with self._mu:
-                if self._etag == etag:
-                    self._head, self._etag, self._checked = new, tag, time.monotonic()
+                head, etag = self._head, self._etag
+            nxt = _lease(head)[2]
 
     def recently_skipped(self, oid: bytes, canonical: bytes) -> None:
         """Remember a blob a put left out as stored: a record naming it may commit after gc removed that
