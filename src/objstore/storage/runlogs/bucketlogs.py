@@ -106,9 +106,7 @@ class BucketLogs(RunLogs):
             if engine.position().entry == 0 and engine.damaged is None and not create:
                 return _ABSENT  # no HEAD: a run without a log reads as empty (asked again next time)
             engine.prefix_ok = self.prefix_ok
-            if engine.damaged is not None and not engine.prefix_ok:
-                engine.refresh()  # damage in the log (a forged deletion, bad bytes): the read stops here, as on disk
-            self._runs[run] = engine
+            self._runs[run] = engine  # kept even damaged: a second refresh of a damaged log names its damage wrongly
             self._evictable = len(self._runs) > self.max_open // 2
             while len(self._runs) > self.max_open:
                 self._evict()
