@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from helpers import keys_holding, s3_log
 
-from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
+from objstore.errors import Busy, Conflict, CorruptLog, MultiLogBatch
 from objstore.runs.anchors import anchor_info
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
@@ -94,8 +94,6 @@ def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path)
     """B read the run's log before A appended. With the writer's lease (format 7) B's batch, which set no expectation,
     holds the run's log from its first read and lands after A's append (no StaleBase: issue 18); an append that
     expects the head B saw is refused (exit 7), and a self-contained append re-runs on the new head."""
-    from objstore.errors import Conflict
-
     b = MemoryBucket()
     la, lb = _log(b, str(tmp_path / "a")), _log(b, str(tmp_path / "b"))
     run = la.start_run(subject="s")
@@ -104,7 +102,7 @@ def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path)
     la.append(run, "task_opened", {"task": "a1"})
     with pytest.raises(Conflict) as got:  # b's expectation was built on the old head: refused, nothing written
         lb.append(run, "task_opened", {"task": "b-stale"}, expect_head=seen)
-    assert got.value.exit_code == 7
+    assert got.value.exit_code == 7 and f"ref run/{run}/branch/0 moved" in str(got.value)
     with lb.batch():
         lb.append(run, "task_opened", {"task": "b-in-batch"})
     rec = lb.append(run, "task_opened", {"task": "b1"})  # a self-contained append re-runs on the new head
