@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from helpers import keys_holding, s3_log
 
-from objstore.errors import Busy, CorruptLog, MultiLogBatch, StaleBase
+from objstore.errors import Busy, Conflict, CorruptLog, MultiLogBatch
 from objstore.runs.anchors import anchor_info
 from objstore.runs.api import RunLog
 from objstore.runs.verify import verify
@@ -21,6 +21,7 @@ from objstore.storage import codec
 from objstore.storage.runlogs.bucketlogs import run_prefix
 from objstore.storage.s3 import engine as s3engine
 from objstore.storage.s3 import gc as s3gc
+from objstore.storage.s3 import layout as s3layout
 from objstore.storage.s3.bucket import MemoryBucket
 from objstore.storage.s3.engine import S3Engine
 from objstore.storage.s3.layout import HEAD_KEY, INLINE_BYTES, TAIL_ENTRIES
@@ -90,20 +91,25 @@ def test_a_foreign_commit_on_other_refs_is_rebased_on(tmp_path):
 
 
 def test_a_stale_batch_on_the_same_ref_is_stalebase_and_append_retries(tmp_path):
+    """B read the run's log before A appended. With the writer's lease (format 7) B's batch, which set no expectation,
+    holds the run's log from its first read and lands after A's append (no StaleBase: issue 18); an append that
+    expects the head B saw is refused (exit 7), and a self-contained append re-runs on the new head."""
     b = MemoryBucket()
     la, lb = _log(b, str(tmp_path / "a")), _log(b, str(tmp_path / "b"))
     run = la.start_run(subject="s")
     lb.store.logs.run_log(run).refresh(force=True)  # b has read the run's log: its HEAD at entry 1
+    seen = lb.view(run).head(0)
     la.append(run, "task_opened", {"task": "a1"})
-    with pytest.raises(StaleBase) as got:  # b's own batch was built on the old head: it cannot be re-run for it
-        with lb.batch():
-            lb.append(run, "task_opened", {"task": "b-in-batch"})
-    assert got.value.exit_code == 7
+    with pytest.raises(Conflict) as got:  # b's expectation was built on the old head: refused, nothing written
+        lb.append(run, "task_opened", {"task": "b-stale"}, expect_head=seen)
+    assert got.value.exit_code == 7 and f"ref run/{run}/branch/0 moved" in str(got.value)
+    with lb.batch():
+        lb.append(run, "task_opened", {"task": "b-in-batch"})
     rec = lb.append(run, "task_opened", {"task": "b1"})  # a self-contained append re-runs on the new head
-    assert rec.lsn == 2
+    assert rec.lsn == 3
     la.store.logs.run_log(run).refresh(force=True)
     texts = [r.body["task"] for r in la.iter_records(run) if r.kind == "task_opened"]
-    assert texts == ["b1", "a1"]
+    assert texts == ["b1", "b-in-batch", "a1"]
     assert verify(la) == []
 
 
@@ -117,7 +123,12 @@ def test_a_batch_over_two_runs_is_multilogbatch_and_writes_nothing(tmp_path):
             log.append(r1, "task_opened", {"task": "1"})
             log.append(r2, "task_opened", {"task": "2"})
     assert got.value.exit_code == 15 and r1 in str(got.value) and r2 in str(got.value)
-    assert b.raw() == before
+    # no entry anywhere: every key as it was, but r1's HEAD, where the batch took its writer's lease (format 7)
+    head = run_prefix(r1) + HEAD_KEY
+    after = dict(b.raw())
+    assert {k: v for k, v in after.items() if k != head} == {k: v for k, v in before.items() if k != head}
+    was, now = (msgspec.msgpack.decode(x[head], type=s3layout.Head) for x in (before, after))
+    assert (now.fmt, now.n, now.checksum, now.chunk, now.tail, now.gc) == (was.fmt, was.n, was.checksum, was.chunk, was.tail, was.gc)
 
 
 def test_busy_after_the_retry_bound_and_nothing_landed(tmp_path, monkeypatch):

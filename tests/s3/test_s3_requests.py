@@ -27,13 +27,18 @@ def test_a_commit_is_one_put_and_a_warm_open_is_one_304(s3_url, tmp_path, monkey
             log.record_attempt(run, i, 0, "succeeded", output=blob)
     got = {k: v - before.get(k, 0) for k, v in b.requests.items()}
     chunks = (41 // TAIL_ENTRIES)  # the run log's tails rolled into chunks while these commits ran (each one PUT more)
-    assert got == {"PUT": 40 + chunks, "GET": 0, "LIST": 0}  # (the LIST and GETs are this test's own, before and after)
+    # a caller's batch takes the run's writer's lease first (one PUT of its HEAD), then commits (one more)
+    assert got == {"PUT": 2 * 40 + chunks, "GET": 0, "LIST": 0}  # (the LIST and GETs are this test's own, before and after)
     # what they wrote: the run's HEAD and its new chunks; nothing of the store log, the catalog or another log
     now = contents()
     changed = sorted(k for k in now if was.get(k) != now[k])
     assert sorted(was) == sorted(k for k in now if not k.startswith(run_prefix(run) + "chunk/"))
     assert changed == [run_prefix(run) + HEAD_KEY] + sorted(k for k in now if k.startswith(run_prefix(run) + "chunk/"))
     assert len(changed) == 1 + chunks and not any(k.startswith(STORE_PREFIX) for k in changed)
+    before = dict(b.requests)
+    for i in range(5):  # a plain append, no batch: one PUT of the run's HEAD each (46 entries: no chunk more)
+        log.append(run, "task_opened", {"task": f"plain {i}"})
+    assert {k: v - before.get(k, 0) for k, v in b.requests.items()} == {"PUT": 5, "GET": 0, "LIST": 0}
     reader = Store.open(s3_url)  # its cache saw the HEADs at the last refresh: revalidated, nothing else read
     reader.logs.run_log(run).refresh(force=True)
     warm = Store.open(s3_url)
@@ -45,7 +50,7 @@ def test_a_commit_is_one_put_and_a_warm_open_is_one_304(s3_url, tmp_path, monkey
     cold = Store.open(s3_url)
     cold_run = cold.logs.run_log(run)
     assert dict(cold.engine.bucket.requests) == {"GET": 3 + chunks}  # marker, the store log's HEAD, the run's HEAD, each chunk
-    assert list(cold_run.iter_chain(run, 0))[-1][0] == 40
+    assert list(cold_run.iter_chain(run, 0))[-1][0] == 45
 
 
 def test_an_edited_cached_head_is_not_believed(s3_url, tmp_path, monkeypatch):

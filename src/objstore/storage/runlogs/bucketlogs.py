@@ -94,11 +94,11 @@ class BucketLogs(RunLogs):
                     self._runs.move_to_end(run)
                 except KeyError:
                     pass
-            return log
+            return self._undamaged(log)
         with self._mu:
             log = self._runs.get(run)
             if log is not None:
-                return log
+                return self._undamaged(log)
             if not run or "/" in run or run in (".", ".."):  # a key under another run's prefix
                 raise InvalidInput(f"not a run id: {run!r}")
             engine = S3Engine(SubBucket(self.bucket, run_prefix(run)), run_dir(self.root, run), entry_view=self.entry_view, run=run)
@@ -106,13 +106,20 @@ class BucketLogs(RunLogs):
             if engine.position().entry == 0 and engine.damaged is None and not create:
                 return _ABSENT  # no HEAD: a run without a log reads as empty (asked again next time)
             engine.prefix_ok = self.prefix_ok
-            if engine.damaged is not None and not engine.prefix_ok:
-                engine.refresh()  # damage in the log (a forged deletion, bad bytes): the read stops here, as on disk
-            self._runs[run] = engine
+            self._runs[run] = engine  # kept even damaged: a second refresh of a damaged log names its damage wrongly
             self._evictable = len(self._runs) > self.max_open // 2
             while len(self._runs) > self.max_open:
                 self._evict()
-            return engine
+            return self._undamaged(engine)
+
+    @staticmethod
+    def _undamaged(engine: Engine) -> Engine:
+        """``engine``, unless it is damaged before its end (a forged deletion, bad bytes) and this is no verify: then what
+        its reading found, raised to every asker (as a log on disk does at open), even one that reads only its tables."""
+        damaged = getattr(engine, "damaged", None)
+        if damaged is not None and not engine.prefix_ok:
+            raise damaged
+        return engine
 
     def run_ids(self) -> list[str]:
         """The catalogued runs, oldest first. A run whose first commit was killed after its catalog entry is listed
