@@ -190,6 +190,9 @@ class S3Engine(BodyRemoval):
                     if (loc is None or loc.comp == COMP_GONE) and otype != codec.RECORD and oid not in txn.objects:
                         data = canon.read_all() if isinstance(canon, LargeBlob) else canon
                         objects.append((oid, otype, data))  # its body went (gc) while this commit was built
+                # foreign entries may have been taken in since the commit's reads (by a wait, a queue swap, a 412, another
+                # thread's refresh): what it read must still hold, else StaleBase (a value compare of a few refs)
+                self._check_still(txn, moves)
                 n = t.pos.entry + 1
                 plan = t.plan(n, [(o[0], o[1]) for o in objects], txn.facts, moves, None)
                 if isinstance(plan, str):
