@@ -392,6 +392,7 @@ def test_latest_reads_one_page_of_the_catalog_and_a_stream_is_the_listing_in_ord
 
 def test_appends_queue_behind_a_writer_of_batches_and_are_handed_the_lease_not_starved(tmp_path, monkeypatch):
     import threading
+    import time
 
     from objstore.storage.s3 import engine as s3engine
 
@@ -402,12 +403,13 @@ def test_appends_queue_behind_a_writer_of_batches_and_are_handed_the_lease_not_s
     run = batcher.start_run(subject="s")
     stop = threading.Event()
 
-    def batches() -> None:  # a tight loop of batches: each gives the lease back and wants it again at once
+    def batches() -> None:  # a loop of batches: each gives the lease back and wants it again a moment later
         i = 0
         while not stop.is_set():
             with batcher.batch():
                 batcher.record_attempt(run, i, 0, "succeeded")
             i += 1
+            time.sleep(0.001)  # (an agent's step between commits; threads of one process share one interpreter)
 
     t = threading.Thread(target=batches)
     t.start()
