@@ -13,7 +13,7 @@ the two gateways. Local stores are made with tempfile.mkdtemp(dir=$BENCH_DIR) an
 only (RunLog, Store.init/open, put_blob, record_attempt, batch, the click CLI); requests are counted by the S3
 client's own ``requests`` Counter (one per HTTP request the engine asks for; obstore's own retries of a 5xx are not
 seen), 412s by wrapping ``ObstoreBucket.put_if_match`` in the child (its None), and in CLI children every bucket
-call by wrapping ObstoreBucket's methods. Nothing in the library is changed to measure it.
+call by wrapping ObstoreBucket's methods (a LIST call counts the pages it read: 1 000 keys a request). Nothing in the library is changed to measure it.
 
 Options: --parts (writers,log,verify); --reps / BENCH_REPS (5); --scale (1.0) multiplies every count and duration;
 --writers (8) the largest P; --seconds (4) each writer shape commits for; --log-stores (10,1000,10000) runs per
@@ -242,10 +242,11 @@ def cli_child(where, args):
         real = getattr(cls, name)
 
         def counted(self, key="", *rest):
+            pages = self.requests.get("LIST", 0)
             res = real(self, key, *rest)
-            if name == "list":
+            if name == "list":  # one call, as many LIST requests as pages of the directory it lists
                 res = list(res)
-                calls.append([name, key, len(res), round((time.perf_counter() - t0[0]) * 1e3, 1)])
+                calls.append([name, key, len(res), round((time.perf_counter() - t0[0]) * 1e3, 1), self.requests.get("LIST", 0) - pages])
                 return iter(res)
             from objstore.storage.s3.bucket import NOT_MODIFIED
 
@@ -266,16 +267,22 @@ def cli_child(where, args):
                       "exc": (repr(res.exception)[:300] + " " + res.output[-300:]) if res.exit_code else None}))
 
 
-def spy_prefix(base):
-    spy = "/work/wt/core/.venv/bin/py-spy"
-    spy = spy if os.path.exists(spy) else os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return [spy, "record", "--idle", "-r", "100", "-f", "raw", "-o", base + ".txt", "--"] if os.path.exists(spy) else []
+def spy_prefix(base, rate=100):
+    """py-spy wrapping a child (its raw stacks to BASE.txt): 100 Hz for the writers' seconds of commits, 1000 Hz for a
+    CLI command of a few hundred milliseconds."""
+    spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return [spy, "record", "--idle", "-r", str(rate), "-f", "raw", "-o", base + ".txt", "--"] if os.path.exists(spy) else []
+
+
+def nreq(calls):
+    """HTTP requests of a CLI child's calls: one per call, a list as many as the pages it read."""
+    return sum(c[4] if c[0] == "list" else 1 for c in calls)
 
 
 def run_cli(where, args, cache, spy=None):
     env = dict(os.environ, OBJSTORE_CACHE_DIR=cache)
     cmd = [sys.executable, ME, "--cli-child", where, json.dumps(args)]
-    p = subprocess.run((spy_prefix(spy) if spy else []) + cmd, capture_output=True, text=True, env=env, timeout=1800)
+    p = subprocess.run((spy_prefix(spy, 1000) if spy else []) + cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"cli child exit {p.returncode}: {p.stderr.strip()[-800:]}")
     out = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
@@ -324,7 +331,7 @@ def report_profile(files, inside, what):
     if not samples:
         print(f"\n  profile of {what}: no samples ({files[:1]})")
         return
-    print(f"\n  profile of {what} (py-spy record --idle, 100 Hz; {samples} samples inside {inside}(), summed over "
+    print(f"\n  profile of {what} (py-spy record --idle; {samples} samples inside {inside}(), summed over "
           f"{len(per)} process(es) {per}; raw stacks {files[0]} ...)")
     print("  own samples (leaf frames):")
     for fr, c in sorted(leaf.items(), key=lambda kv: -kv[1])[:10]:
@@ -596,14 +603,14 @@ def part_log(a, cluster):
                         finally:
                             shutil.rmtree(cache, ignore_errors=True)
                     rows.append(row)
-                cn = [len(x["cold"]["calls"]) for x in rows]
-                wn = [len(x["warm"]["calls"]) for x in rows]
+                cn = [nreq(x["cold"]["calls"]) for x in rows]
+                wn = [nreq(x["warm"]["calls"]) for x in rows]
                 wall = [x["cold"]["seconds"] / x["local"]["seconds"] for x in rows]
                 last = rows[-1]
                 by = {}
                 for c in last["cold"]["calls"]:
                     k = c[0] + ("(304)" if c[2] == "304" else "")
-                    by[k] = by.get(k, 0) + 1
+                    by[k] = by.get(k, 0) + (c[4] if c[0] == "list" else 1)
                 cms = mmm([x["cold"]["seconds"] * 1e3 for x in rows])
                 lms = mmm([x["local"]["seconds"] * 1e3 for x in rows])
                 print(f"  {n:>6} runs, {fname:<8} cold {mmm(cn)} req {by} {cms[1]:.0f} ms; warm {mmm(wn)} req "
@@ -660,7 +667,7 @@ def part_verify(a, cluster):
             s, loc = res["s3"][-1], res["local"][-1]
             by: dict = {}
             for c in s["calls"]:
-                by[c[0]] = by.get(c[0], 0) + 1
+                by[c[0]] = by.get(c[0], 0) + (c[4] if c[0] == "list" else 1)
             print(f"  rep {r + 1}: S3 {s['seconds']:.2f} s (exit {s['exit']}, requests {by}); local {loc['seconds']:.2f} s "
                   f"(exit {loc['exit']}); local/S3 {loc['seconds'] / s['seconds']:.2f}x", flush=True)
         fig: dict = {"records": nrec, "build_seconds": built}
@@ -669,7 +676,7 @@ def part_verify(a, cluster):
             fig[f"{system}_records_s"] = list(mmm([nrec / x["seconds"] for x in res[system]]))
         ratio = [y["seconds"] / x["seconds"] for x, y in zip(res["s3"], res["local"], strict=True)]
         fig["ratio"] = list(mmm(ratio))
-        fig["s3_requests"] = list(mmm([len(x["calls"]) for x in res["s3"]]))
+        fig["s3_requests"] = list(mmm([nreq(x["calls"]) for x in res["s3"]]))
         print(f"  {'':<40} {'min':>10} {'median':>10} {'max':>10}")
         for k in ("s3_seconds", "local_seconds", "s3_records_s", "local_records_s", "s3_requests"):
             print(f"  {k:<40} {fig[k][0]:>10,.2f} {fig[k][1]:>10,.2f} {fig[k][2]:>10,.2f}")
