@@ -244,10 +244,20 @@ def cli_child(where, args):
         def counted(self, key="", *rest):
             pages = self.requests.get("LIST", 0)
             res = real(self, key, *rest)
-            if name == "list":  # one call, as many LIST requests as pages of the directory it lists
+            if name == "list":  # one call, as many LIST requests as pages it read
                 res = list(res)
                 calls.append([name, key, len(res), round((time.perf_counter() - t0[0]) * 1e3, 1), self.requests.get("LIST", 0) - pages])
                 return iter(res)
+            if name == "stream":  # read lazily, as its caller reads it (latest stops after one page): counted when dropped
+                def lazy(it=res, bucket=self, key=key):
+                    got = 0
+                    try:
+                        for x in it:
+                            got += 1
+                            yield x
+                    finally:
+                        calls.append([name, key, got, round((time.perf_counter() - t0[0]) * 1e3, 1), bucket.requests.get("LIST", 0) - pages])
+                return lazy()
             from objstore.storage.s3.bucket import NOT_MODIFIED
 
             calls.append([name, key, "304" if res is NOT_MODIFIED else ("missing" if res is None else "ok"),
@@ -255,8 +265,9 @@ def cli_child(where, args):
             return res
         setattr(cls, name, counted)
 
-    for name in ("get", "get_if_changed", "put", "put_if_absent", "put_if_match", "delete", "list"):
-        wrap(name)
+    for name in ("get", "get_if_changed", "put", "put_if_absent", "put_if_match", "delete", "list", "stream"):
+        if hasattr(cls, name):
+            wrap(name)
     from objstore_cli.main import cli
 
     t = t0[0] = time.perf_counter()
@@ -276,7 +287,7 @@ def spy_prefix(base, rate=100):
 
 def nreq(calls):
     """HTTP requests of a CLI child's calls: one per call, a list as many as the pages it read."""
-    return sum(c[4] if c[0] == "list" else 1 for c in calls)
+    return sum(c[4] if c[0] in ("list", "stream") else 1 for c in calls)
 
 
 def run_cli(where, args, cache, spy=None):
@@ -610,7 +621,7 @@ def part_log(a, cluster):
                 by = {}
                 for c in last["cold"]["calls"]:
                     k = c[0] + ("(304)" if c[2] == "304" else "")
-                    by[k] = by.get(k, 0) + (c[4] if c[0] == "list" else 1)
+                    by[k] = by.get(k, 0) + (c[4] if c[0] in ("list", "stream") else 1)
                 cms = mmm([x["cold"]["seconds"] * 1e3 for x in rows])
                 lms = mmm([x["local"]["seconds"] * 1e3 for x in rows])
                 print(f"  {n:>6} runs, {fname:<8} cold {mmm(cn)} req {by} {cms[1]:.0f} ms; warm {mmm(wn)} req "
@@ -667,7 +678,7 @@ def part_verify(a, cluster):
             s, loc = res["s3"][-1], res["local"][-1]
             by: dict = {}
             for c in s["calls"]:
-                by[c[0]] = by.get(c[0], 0) + (c[4] if c[0] == "list" else 1)
+                by[c[0]] = by.get(c[0], 0) + (c[4] if c[0] in ("list", "stream") else 1)
             print(f"  rep {r + 1}: S3 {s['seconds']:.2f} s (exit {s['exit']}, requests {by}); local {loc['seconds']:.2f} s "
                   f"(exit {loc['exit']}); local/S3 {loc['seconds'] / s['seconds']:.2f}x", flush=True)
         fig: dict = {"records": nrec, "build_seconds": built}
