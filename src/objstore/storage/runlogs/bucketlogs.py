@@ -103,6 +103,9 @@ class BucketLogs(RunLogs):
                 raise InvalidInput(f"not a run id: {run!r}")
             engine = S3Engine(SubBucket(self.bucket, run_prefix(run)), run_dir(self.root, run), entry_view=self.entry_view, run=run)
             engine.one_log_per_commit = True
+            # a run's log reads as freshly as the store log: a CLI command's window (Ctx.log sets it on the store's
+            # engine, the store log) then holds for every run it opens, not only for the first revalidation
+            engine.fresh_seconds = self.store_log.fresh_seconds
             if engine.position().entry == 0 and engine.damaged is None and not create:
                 return _ABSENT  # no HEAD: a run without a log reads as empty (asked again next time)
             engine.prefix_ok = self.prefix_ok
