@@ -170,7 +170,7 @@ class S3Engine(BodyRemoval):
             if lease is _WAIT:  # another process's batch holds the log: queue behind it
                 if time.monotonic() >= deadline:
                     raise Busy(self.bucket.url, attempts, BUSY_SECONDS)
-                wait.sleep()
+                wait.sleep(self._queued())
                 with self._mu:
                     etag = self._etag
                     self.refresh(force=True)
@@ -282,7 +282,7 @@ class S3Engine(BodyRemoval):
                         raise LockTimeout(f"the lease of {self.bucket.url}", timeout)
                     raise Busy(self.bucket.url, wait.polls, limit)
                 self._queue(head, etag, nxt)
-                wait.sleep()
+                wait.sleep(self._queued())
                 continue
             if head is None:
                 new = Head(HEAD_FMT, 0, ZERO, None, [], 0, [epoch + 1, self.holder])
@@ -321,6 +321,11 @@ class S3Engine(BodyRemoval):
                     if self._etag == etag:
                         self._head, self._etag, self._checked = new, tag, time.monotonic()
                 return
+
+    def _queued(self) -> bool:
+        """Whether the HEAD this engine holds names it in its lease's queue slot."""
+        with self._mu:
+            return _lease(self._head)[2] == self.holder
 
     def _queue(self, head: Head | None, etag: str | None, nxt: bytes) -> None:
         """Take the queue slot of a live lease (``[epoch, holder, next]``) if it is free: the holder's next swap then
@@ -475,8 +480,13 @@ class _Wait:
             return False
         return now - self.since >= LEASE_SECONDS
 
-    def sleep(self) -> None:
+    def sleep(self, queued: bool = False) -> None:
+        """A pause before HEAD is read again: short while this waiter holds the queue slot (the lease is handed to it
+        at the holder's next swap), growing otherwise."""
         self.polls += 1
+        if queued:
+            time.sleep(0.001 + 0.001 * random.random())
+            return
         time.sleep(self.pause * (0.5 + random.random()))
         self.pause = min(self.pause * 1.5, 0.02)
 
