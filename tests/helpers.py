@@ -1,5 +1,6 @@
 """Helpers shared by tests (importable as ``helpers``)."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -292,8 +293,15 @@ def _drain_pty(master, timeout):
 # -- where a store's logs are on disk (format 6: a log per run; formats 3 to 5: one log) ------------------------
 
 def is_per_run(root):
-    """Whether the store at ``root`` has a log per run (format 6)."""
-    return os.path.isdir(os.path.join(str(root), "store", "log"))
+    """Whether the store at ``root`` has a log per run (format 6; or format 7 on object storage, whose root is its local
+    cache: the run logs' caches and state files are laid out under it as format 6's logs are)."""
+    if os.path.isdir(os.path.join(str(root), "store", "log")):
+        return True
+    try:
+        with open(os.path.join(str(root), "marker"), "rb") as f:  # the cache's copy of a bucket's marker
+            return json.loads(f.read()).get("version") == 7
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def store_log_root(root):

@@ -31,7 +31,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from ...errors import InvalidInput
 from .. import fdbudget, runrefs
@@ -105,7 +105,7 @@ class BucketLogs(RunLogs):
             engine.one_log_per_commit = True
             # a run's log reads as freshly as the store log: a CLI command's window (Ctx.log sets it on the store's
             # engine, the store log) then holds for every run it opens, not only for the first revalidation
-            engine.fresh_seconds = self.store_log.fresh_seconds
+            engine.fresh_seconds = cast(S3Engine, self.store_log).fresh_seconds
             if engine.position().entry == 0 and engine.damaged is None and not create:
                 return _ABSENT  # no HEAD: a run without a log reads as empty (asked again next time)
             engine.prefix_ok = self.prefix_ok
