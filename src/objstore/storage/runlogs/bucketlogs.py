@@ -87,13 +87,8 @@ class BucketLogs(RunLogs):
 
     # -- which log ------------------------------------------------------------------------------
     def run_log(self, run: str, create: bool = False) -> Engine:
-        log = self._runs.get(run)
+        log = self._already_open(run)
         if log is not None:
-            if self._evictable:
-                try:
-                    self._runs.move_to_end(run)
-                except KeyError:
-                    pass
             return self._undamaged(log)
         with self._mu:
             log = self._runs.get(run)

@@ -91,14 +91,19 @@ class RunLogs(LogSet):
         self.max_open = fdbudget.bound(FDS_PER_LOG, 8, MAX_OPEN)  # 1 024 descriptors: 21 logs at once
 
     # -- which log ------------------------------------------------------------------------------
-    def run_log(self, run: str, create: bool = False) -> Engine:
+    def _already_open(self, run: str) -> Engine | None:
+        """Run ``run``'s log if this process has it open (moved to the recent end of the open logs' order)."""
         log = self._runs.get(run)
+        if log is not None and self._evictable:
+            try:
+                self._runs.move_to_end(run)
+            except KeyError:
+                pass  # evicted by another thread meanwhile: this caller still holds it
+        return log
+
+    def run_log(self, run: str, create: bool = False) -> Engine:
+        log = self._already_open(run)
         if log is not None:
-            if self._evictable:
-                try:
-                    self._runs.move_to_end(run)
-                except KeyError:
-                    pass  # evicted by another thread meanwhile: this caller still holds it
             return log
         with self._mu:
             log = self._runs.get(run)
