@@ -1,6 +1,6 @@
 """The saver's puts inside a caller's ``log.batch()`` on a fresh store (many checkpoints, one commit).
 
-The saver declares its two record kinds (``schema/x.langgraph.*``, refs of the store log) on its first write;
+The saver declares its three record kinds (``schema/x.langgraph.*``, refs of the store log) on its first write;
 the checkpoint's run is one run's log. On a store of a log per run a batch writes one log, so the declarations
 are a commit of the store log of their own, made before the batch's (``Store.store_log_commit``): the batch
 still lands as one entry of the run's log, and a batch that fails leaves only the (idempotent) declarations.
@@ -14,6 +14,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 
 import objstore
 from objstore.integrations.langgraph import ObjstoreSaver
+from objstore.integrations.langgraph.partree import NODE
 from objstore.integrations.langgraph.saver import CHECKPOINT, WRITES
 
 
@@ -38,9 +39,9 @@ def test_puts_in_a_batch_on_a_fresh_store_land_as_one_commit(tmp_path):
     assert [t.checkpoint["id"] for t in fresh.list({"configurable": {"thread_id": "t"}})] == ids[::-1]
     run = fresh.log.find_run(thread_id="t", checkpoint_ns="")
     if is_per_run(root):
-        assert _entries(fresh.log) == 2  # the two declarations: a commit of the store log each
+        assert _entries(fresh.log) == 3  # the three declarations: a commit of the store log each
         assert _entries(fresh.log, run) == 1  # the run's start and three checkpoints: the batch's one entry
-        assert {n for n, _v in fresh.log.store.list_refs("schema/")} == {f"schema/{CHECKPOINT}", f"schema/{WRITES}"}
+        assert {n for n, _v in fresh.log.store.list_refs("schema/")} == {f"schema/{CHECKPOINT}", f"schema/{WRITES}", f"schema/{NODE}"}
     assert objstore.verify(fresh.log) == []
 
 
@@ -56,5 +57,5 @@ def test_a_failed_batch_leaves_only_the_declarations(tmp_path):
     assert ObjstoreSaver(fresh).get_tuple({"configurable": {"thread_id": "t"}}) is None
     if is_per_run(root):
         assert fresh.store.logs.run_ids() == []
-        assert _entries(fresh) == 2
+        assert _entries(fresh) == 3
     assert objstore.verify(fresh) == []

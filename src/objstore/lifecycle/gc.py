@@ -239,6 +239,9 @@ def doomed(store: Store, log: Any = None) -> Doomed:
         if isinstance(value, bytes) and value in candidates and runrefs.run_of(name) not in deleted_runs:
             candidates.discard(value)
     candidates -= recs
+    # A body may name a record (a LangGraph checkpoint names its parts nodes, x.langgraph.parts): such a record goes only
+    # when a deletion covers it (recs); as a candidate it would lose its body while its chain still holds it.
+    candidates = {c for c in candidates if (loc := eng.loc(c)) is None or loc.otype == codec.BLOB}
     if candidates:
         _keep_live_named(eng, recs, candidates, deleted_runs)
     return Doomed(recs, candidates | redacted, other)

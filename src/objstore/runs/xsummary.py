@@ -2,7 +2,7 @@
 pictures, read from a record's own body fields: a small registry by kind (``register``), so the
 runs layer shows an integration's records without importing the integration.
 
-The LangGraph saver's two kinds are built in, decoded here without LangGraph:
+The LangGraph saver's three kinds are built in, decoded here without LangGraph:
 
 * ``x.langgraph.checkpoint``: ``step N (source) by NODES checkpoint ID``. Step and source are the
   checkpoint's metadata; the nodes are the ones whose writes made it, read from the checkpoint's
@@ -11,6 +11,8 @@ The LangGraph saver's two kinds are built in, decoded here without LangGraph:
   and ``__input__`` are bookkeeping, not nodes). A thread's input checkpoint has none.
 * ``x.langgraph.writes``: ``NODE wrote CHANNELS to checkpoint ID`` (the node from the task path;
   ``input`` for LangGraph's writes of no task, a resume's value).
+* ``x.langgraph.parts``: ``parts node of height H: N ids`` (a node of the tree a checkpoint names
+  its list channels' parts through; integrations/langgraph/partree.py).
 
 Both values are the saver's serde bytes; only its ``msgpack`` type is read, with plain msgpack:
 an extension-typed value (what the serde writes for a class) becomes ``None``, so nothing is
@@ -116,8 +118,15 @@ def langgraph_writes(body: dict) -> str:
     return f"{node} wrote {channels} to checkpoint {body['checkpoint_id']}"
 
 
+def langgraph_parts(body: dict) -> str:
+    height, ids = body["height"], body["ids"]
+    what = "part blobs" if height == 1 else f"nodes of height {height - 1}"
+    return f"parts node of height {int(height)}: {len(ids)} {what}"
+
+
 register("x.langgraph.checkpoint", langgraph_checkpoint)
 register("x.langgraph.writes", langgraph_writes)
+register("x.langgraph.parts", langgraph_parts)
 
 
 # -- LangGraph task runs (``objstore episode``) -------------------------------------------------------

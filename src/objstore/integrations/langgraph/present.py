@@ -16,6 +16,7 @@ from typing import Any
 from ...errors import Erased, ObjectNotFound
 from ...runs import records as R
 from ...runs import xsummary
+from . import partree as T
 from . import parts as P
 from .saver import strict_serde
 
@@ -45,10 +46,16 @@ def _part(log: Any, serde: Any, oid: bytes) -> str:
         return f"(erased) {bytes(oid).hex()[:12]}"
 
 
+def _flat(log: Any, body: dict) -> list[bytes]:
+    """Every element's part id of a checkpoint body, in layout order (its parts nodes read as records)."""
+    return T.flatten(body.get("layout") or [], list(body.get("parts") or []), T.check_fanout(body.get("fanout")),
+                     lambda oid: T.node_of(log.record(oid)))
+
+
 def channel_lines(log: Any, body: dict, serde: Any) -> list[str]:
     """``channel: summary`` lines (a list channel: its length, then one line per element)."""
     out: list[str] = []
-    ids = list(body.get("parts") or [])
+    ids = _flat(log, body)
     i = 0
     for name, n in body.get("layout") or []:
         if n == P.SINGLE:
@@ -80,10 +87,10 @@ def describe(log: Any, value: dict, serde: Any = None) -> list[str]:
     return lines + channel_lines(log, body, serde)
 
 
-def _channels(body: dict) -> dict[str, tuple[int, list[bytes]]]:
-    """channel -> (layout count, its part ids), from a checkpoint body (no part read)."""
+def _channels(log: Any, body: dict) -> dict[str, tuple[int, list[bytes]]]:
+    """channel -> (layout count, its part ids), from a checkpoint body (no part read; its nodes are)."""
     out: dict[str, tuple[int, list[bytes]]] = {}
-    ids, i = list(body.get("parts") or []), 0
+    ids, i = _flat(log, body), 0
     for name, n in body.get("layout") or []:
         k = 1 if n == P.SINGLE else n
         out[str(name)] = (n, [bytes(x) for x in ids[i:i + k]])
@@ -98,7 +105,7 @@ def differences(log: Any, a: dict, b: dict, serde: Any = None) -> list[dict]:
     one-line summaries, a message as ``type: 'content'``). Parts are compared by id
     (content-addressed: equal ids, equal values), so only the differing elements are read."""
     serde = strict_serde(serde)
-    ca, cb = _channels(a), _channels(b)
+    ca, cb = _channels(log, a), _channels(log, b)
     out: list[dict] = []
     for name in sorted(set(ca) | set(cb)):
         (na, ia), (nb, ib) = ca.get(name, (0, [])), cb.get(name, (0, []))

@@ -89,6 +89,7 @@ from ...runs import records as R
 from ...runs.api import RunLog
 from ...storage import codec
 from ...storage.store import Store
+from . import partree as T
 from . import parts as P
 from .attempts import AttemptRecorder, records_attempts
 from .newest import NewestMemory
@@ -109,8 +110,9 @@ CHECKPOINT_FIELDS: list[list[Any]] = [
     ["metadata_type", "str", True, False],
     ["metadata", "bytes", True, False],
     ["layout", "list", True, False],  # [[channel, n], ...] (parts.py)
-    ["parts", "list", True, True],  # the part blob ids, flat, in layout order
+    ["parts", "list", True, True],  # per channel in layout order: its part blob ids (no fanout), or its tree's top (partree.py)
     ["attempts", "str", False, False],  # "recorded": its invoke carried attempt_recorder() (or update_state); "unrecorded"
+    ["fanout", "int", False, False],  # present: list channels are named through x.langgraph.parts nodes (partree.py)
 ]
 WRITES_FIELDS: list[list[Any]] = [
     ["checkpoint_id", "str", True, False],
@@ -124,6 +126,7 @@ WRITES_FIELDS: list[list[Any]] = [
 ATTEMPTS = ("unrecorded", "recorded")  # a checkpoint's "attempts" field, by whether its invoke carried the recorder
 RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each try writes nothing until it wins)
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
+_NODE_CACHE = 8192  # parts nodes kept in memory (about 300 bytes each): a record never changes, its id is its hash
 
 
 def _conf(config: RunnableConfig) -> dict[str, Any]:
@@ -155,6 +158,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         self._kinds_ready = False
         self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        self._nodes: OrderedDict[bytes, tuple[int, tuple[bytes, ...]]] = OrderedDict()
         self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
         self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
         # (run, checkpoint id) -> {task: (writes, task_path)}: attempts waiting for their checkpoint (_await_checkpoint)
@@ -181,6 +185,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         if not self._kinds_ready:
             self.log.register_kind(CHECKPOINT, CHECKPOINT_FIELDS)
             self.log.register_kind(WRITES, WRITES_FIELDS)
+            self.log.register_kind(T.NODE, T.NODE_FIELDS)
             self._kinds_ready = True
 
     def _run(self, thread_id: str, ns: str) -> str | None:
@@ -249,6 +254,28 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             if len(self._blobs) > _BLOB_CACHE:
                 self._blobs.popitem(last=False)
         return data
+
+    def _children(self, oid: bytes) -> tuple[int, tuple[bytes, ...]]:
+        """A parts node's (height, ids), read as a record of its run (a deleted one raises Deleted) and
+        kept: a record id names its bytes, so a cached node is never stale."""
+        with self._lock:
+            hit = self._nodes.get(oid)
+            if hit is not None:
+                self._nodes.move_to_end(oid)
+                return hit
+        return self._keep_node(oid, *T.node_of(self.log.record(oid)))
+
+    def _keep_node(self, oid: bytes, height: int, ids: Sequence[bytes]) -> tuple[int, tuple[bytes, ...]]:
+        got = (height, tuple(ids))
+        with self._lock:
+            self._nodes[bytes(oid)] = got
+            if len(self._nodes) > _NODE_CACHE:
+                self._nodes.popitem(last=False)
+        return got
+
+    def _flat(self, body: dict) -> builtins.list[bytes]:
+        """A checkpoint body's element part ids, every channel in layout order (through its tree)."""
+        return T.flatten(body["layout"], body["parts"], T.check_fanout(body.get("fanout")), self._children)
 
     # -- records -----------------------------------------------------------------------------------
     @staticmethod
@@ -350,7 +377,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                memo: dict[str, Any] | None = None) -> CheckpointTuple:
         b = rec.body
         checkpoint = P.loads(self.serde, b["checkpoint_type"], b["checkpoint"])
-        checkpoint["channel_values"] = P.join(self.serde, b["layout"], b["parts"], self._blob)
+        checkpoint["channel_values"] = P.join(self.serde, b["layout"], self._flat(b), self._blob)
         if metadata is None:
             metadata = P.loads(self.serde, b["metadata_type"], b["metadata"])
         parent = b.get("parent_id") or None
@@ -465,9 +492,11 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             try:
                 with log.batch():
                     ids = [log.put_blob(b) for b in blobs]
+                    branch, head, view, parent = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
+                    tops, head = self._tops(run, branch, head, layout, ids, parent)
                     body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype, "checkpoint": cbytes,
-                            "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": ids, "attempts": ATTEMPTS[recorded]}
-                    branch, head, view = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
+                            "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": tops, "attempts": ATTEMPTS[recorded],
+                            "fanout": T.FANOUT}
                     rec = log.append(run, CHECKPOINT, body, labels=labels, branch=branch, allow_retained=True, expect_head=head)
                 self._newest_mem.put(view, rec, rec, ())
                 break
@@ -488,7 +517,42 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             self._settle(run, checkpoint["id"])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None, Any]:
+    def _tops(self, run: str, branch: int | None, head: bytes | None, layout: builtins.list[builtins.list[Any]],
+              ids: builtins.list[bytes], parent: R.Record | None) -> tuple[builtins.list[bytes], bytes | None]:
+        """The checkpoint's ``parts`` (each list channel's tree top, partree.py) and the branch head after
+        the nodes it needed, appended here (inside the put's batch, before the checkpoint). The nodes of
+        ``parent`` — the checkpoint it continues, when it is of this run and has a tree — are reused."""
+        pchannels: dict[str, tuple[builtins.list[bytes], int]] = {}
+        if parent is not None and parent.run == run and T.check_fanout(parent.body.get("fanout")) == T.FANOUT:
+            i = 0
+            for name, n in parent.body["layout"]:
+                k = T.top_size(n, T.FANOUT)
+                if n != T.SINGLE:
+                    pchannels[name] = (parent.body["parts"][i:i + k], n)
+                i += k
+        cur = [head]
+
+        def make(height: int, kids: builtins.list[builtins.list[bytes]]) -> builtins.list[bytes]:
+            recs = self.log.append_many(run, T.NODE, [{"height": height, "ids": k} for k in kids], branch=branch,
+                                        allow_retained=True, expect_head=cur[0])
+            for r, k in zip(recs, kids, strict=True):
+                self._keep_node(r.id, height, k)
+            cur[0] = recs[-1].id
+            return [r.id for r in recs]
+
+        tops: builtins.list[bytes] = []
+        i = 0
+        for name, n in layout:
+            if n == T.SINGLE:
+                tops.append(ids[i])
+                i += 1
+                continue
+            par = pchannels.get(name)
+            tops += T.build(ids[i:i + n], T.FANOUT, make, (par[0], par[1], self._children) if par else None)
+            i += n
+        return tops, cur[0]
+
+    def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None, Any, R.Record | None]:
         """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
         append there, or (None, None, the parent's record) to fork there first; and the view read. A
         branch is taken when the parent is the newest checkpoint it folds over: the parent's own
@@ -496,27 +560,27 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         yet). Read from the log under the writer lock (inside the caller's batch): each check walks
         back from a branch head past writes and attempts (a few records, not the branch), but for the
         live branch's newest as this saver left it (``newest.py``: used only while the view names the
-        head and deletions it was taken at)."""
+        head and deletions it was taken at). Last, the parent's record when found (``_tops`` reuses its nodes)."""
         view = self.log.view(run)
         live = view.live
         if parent_id:  # the common case first: the parent is the live branch's newest checkpoint (no label lookup)
             newest, _, head = self._newest_live(view)
             if newest is not None and newest.body["checkpoint_id"] == parent_id:
-                return live, head, None, view
+                return live, head, None, view, newest
         prec = self._find_checkpoint(run, parent_id) if parent_id else None
         if prec is None:  # a thread's first checkpoint, or a root put on a thread: the live branch goes on
-            return live, view.head(live), None, view
+            return live, view.head(live), None, view, None
         own = prec.branch if prec.run == run else 0  # an inherited checkpoint (a copy) is on the copy's branch 0
         if own != live:
             head = view.head(own)
             newest, _ = self._newest(head)
             if newest is not None and newest.id == prec.id:
-                return own, head, None, view
+                return own, head, None, view, prec
         if prec.run != run:
             # An older checkpoint of the source of a copy: a fork is of a record of the run itself,
             # so the record goes on the live branch (a checkpoint's parent_id still names its parent).
-            return live, view.head(live), None, view
-        return None, None, prec, view
+            return live, view.head(live), None, view, prec
+        return None, None, prec, view, prec
 
     def _newest(self, head: bytes) -> tuple[R.Record | None, builtins.list[R.Record]]:
         """(the newest live checkpoint ``head`` folds over, the records after it), walking back."""
@@ -537,9 +601,9 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         head = view.head(view.live)
         return *self._newest(head), head
 
-    def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None, Any]:
-        """``_place``, forking when it says so: (branch, head) to append on, and the view read."""
-        branch, head, fork_at, view = self._place(run, parent_id)
+    def _placed(self, run: str, parent_id: str | None, why: str) -> tuple[int | None, bytes | None, Any, R.Record | None]:
+        """``_place``, forking when it says so: (branch, head) to append on, the view read, the parent's record."""
+        branch, head, fork_at, view, parent = self._place(run, parent_id)
         if fork_at is not None and self.on_concurrent == "raise":
             labels = self.log.run_labels(run)
             raise ParentSuperseded(f"checkpoint {parent_id} of thread {labels.get('thread_id')!r} namespace {labels.get('checkpoint_ns')!r} "
@@ -547,7 +611,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         if fork_at is not None:
             fr = self.log.fork(run, None, at_record=fork_at.id, reason=f"langgraph: {why} resumes checkpoint {parent_id}, which is not its branch's newest")
             branch, head = fr.branch, fr.fork_id
-        return branch, head, view
+        return branch, head, view, parent
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         if not writes:
@@ -700,14 +764,32 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             return
         for run in self._all_runs():
             doomed: list[bytes] = []
+            gone: list[R.Record] = []
             for lg_run in wanted:
                 for rec in self.log.find_records(run, run_id=lg_run):
                     if rec.kind == CHECKPOINT and self._live(rec):
+                        gone.append(rec)
                         doomed.append(rec.id)
                         doomed += [r.id for r in self.log.find_records(run, checkpoint_id=rec.body["checkpoint_id"])
                                    if r.kind != CHECKPOINT and self._live(r)]
             if doomed:
+                ids = {r.id for r in gone}
+                kept = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT]) if self._live(r) and r.id not in ids]
+                doomed += self._orphan_nodes(gone, kept)
                 D.delete_records(self.log, run, list(dict.fromkeys(doomed)), reason="langgraph delete_for_runs")
+
+    def _orphan_nodes(self, gone: Iterable[R.Record], kept: Iterable[R.Record], held: set[bytes] | frozenset[bytes] = frozenset()) -> builtins.list[bytes]:
+        """The parts nodes (partree.py) of the checkpoints ``gone`` that no checkpoint ``kept`` (nor a copy,
+        ``held``) names: deleted with them, so gc erases the parts only they named, and no live checkpoint
+        is left naming a deleted node."""
+        def nodes(recs: Iterable[R.Record]) -> set[bytes]:
+            out: set[bytes] = set()
+            for r in recs:
+                b = r.body
+                out |= T.tree_nodes(b["layout"], b["parts"], T.check_fanout(b.get("fanout")), self._children)
+            return out
+
+        return sorted(nodes(gone) - nodes(kept) - held)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace, every checkpoint but the newest is deleted with its writes;
@@ -729,10 +811,14 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                     continue
                 keep = latest.body["checkpoint_id"]
                 doomed = [r.id for r in recs if r.body.get("checkpoint_id") != keep]
+                if not doomed:
+                    continue
+                held = self._reached_by_copies(run)  # a copy's history is its own: not pruned with the source
+                doomed = [oid for oid in doomed if oid not in held]
                 if doomed:
-                    held = self._reached_by_copies(run)  # a copy's history is its own: not pruned with the source
-                    doomed = [oid for oid in doomed if oid not in held]
-                if doomed:
+                    ids = set(doomed)
+                    cps = [r for r in recs if r.kind == CHECKPOINT]
+                    doomed += self._orphan_nodes([r for r in cps if r.id in ids], [r for r in cps if r.id not in ids], held)
                     D.delete_records(self.log, run, doomed, reason=f"langgraph prune {tid} keep_latest")
 
     def _reached_by_copies(self, run: str) -> set[bytes]:
