@@ -36,7 +36,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.lifecycle", ["repair", "delete", "gc_copies", "retention", "gc", "backup_io", "backup_copy", "backup_dest", "backup_runs", "backup", "transfer_logs", "transfer", "stats"]),
     ("objstore.legacy", ["format1", "format2", "runlogs", "bucket", "upgrade"]),  # old formats, for the upgrade command only
     ("objstore.aio", []),  # the async API over runs and lifecycle; integrations (the async LangGraph saver) stand above it
-    ("objstore.integrations.langgraph", ["parts", "partree", "attempts", "newest", "threaded", "saver", "aio_saver", "present"]),
+    ("objstore.integrations.langgraph", ["parts", "partree", "attempts", "newest", "threaded", "trees", "saver", "aio_saver", "present"]),
     ("objstore.integrations", []),
     ("objstore.demo", []),
     ("objstore", []),

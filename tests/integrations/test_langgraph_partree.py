@@ -215,7 +215,7 @@ def test_prune_deletes_the_nodes_only_pruned_checkpoints_named_and_gc_erases_the
     run = saver.log.find_run(thread_id="t", checkpoint_ns="")
     covered = set(saver.log.store.covered_records(run))
     latest, = _records(saver.log, CHECKPOINT)  # the one prune keeps
-    kept = T.tree_nodes(latest.body["layout"], latest.body["parts"], F, saver._children)
+    kept = T.tree_nodes(latest.body["layout"], latest.body["parts"], F, saver.trees.children)
     assert covered & nodes_before == nodes_before - kept  # exactly the nodes the latest does not name
     assert nodes_before - kept  # and there were some (the secret's node, the nodes the edit replaced)
     G.gc(saver.log.store)
@@ -236,7 +236,7 @@ def test_gc_keeps_a_live_node_that_only_a_deleted_checkpoint_named(tmp_path):
     edited = _put(saver, {"messages": msgs, "turn": 50}, puts[-1][0])
     run = saver.log.find_run(thread_id="t", checkpoint_ns="")
     rec = saver.log.find_records(run, checkpoint_id=edited)[0]
-    own = T.tree_nodes(rec.body["layout"], rec.body["parts"], F, saver._children)
+    own = T.tree_nodes(rec.body["layout"], rec.body["parts"], F, saver.trees.children)
     D.delete_records(saver.log, run, [rec.id], reason="by hand")
     G.gc(saver.log.store)
     fresh = ObjstoreSaver(root)
@@ -259,7 +259,7 @@ def test_a_copy_writes_its_own_nodes_and_outlives_the_sources_prune(tmp_path):
         assert _get(fresh, cid, "dst") == values
     dst = fresh.log.find_run(thread_id="dst", checkpoint_ns="")
     first = [r for r in fresh.log.iter_records(dst) if r.run == dst and r.kind == CHECKPOINT][0]
-    for oid in T.tree_nodes(first.body["layout"], first.body["parts"], F, fresh._children):
+    for oid in T.tree_nodes(first.body["layout"], first.body["parts"], F, fresh.trees.children):
         assert fresh.log.record(oid).run == dst  # not a node of the source's log
     assert verify(fresh.log) == []
 

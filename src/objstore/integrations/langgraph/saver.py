@@ -95,6 +95,7 @@ from .attempts import AttemptRecorder, records_attempts
 from .newest import NewestMemory
 from .parts import strict_serde
 from .threaded import ThreadedAsync
+from .trees import PartTrees
 
 CHECKPOINT = "x.langgraph.checkpoint"
 WRITES = "x.langgraph.writes"
@@ -126,7 +127,6 @@ WRITES_FIELDS: list[list[Any]] = [
 ATTEMPTS = ("unrecorded", "recorded")  # a checkpoint's "attempts" field, by whether its invoke carried the recorder
 RETRIES = 8  # a put that loses a race re-reads the branch and tries again (each try writes nothing until it wins)
 _BLOB_CACHE = 4096  # part blobs kept in memory: content-addressed, so a cached body is never stale
-_NODE_CACHE = 8192  # parts nodes kept in memory (about 300 bytes each): a record never changes, its id is its hash
 
 
 def _conf(config: RunnableConfig) -> dict[str, Any]:
@@ -158,7 +158,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         self._kinds_ready = False
         self._lock = threading.Lock()  # guards the caches below (the store has its own locks)
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
-        self._nodes: OrderedDict[bytes, tuple[int, tuple[bytes, ...]]] = OrderedDict()
+        self.trees = PartTrees(self.log)  # list channels' parts trees: their nodes, written and read (trees.py)
         self._sources: dict[str, tuple[str, bytes] | None] = {}  # run -> the run and record it is a copy of
         self._write_runs: dict[tuple[str, str], str] = {}  # (thread, ns) -> run, for writes (see _ensure_run)
         # (run, checkpoint id) -> {task: (writes, task_path)}: attempts waiting for their checkpoint (_await_checkpoint)
@@ -254,28 +254,6 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             if len(self._blobs) > _BLOB_CACHE:
                 self._blobs.popitem(last=False)
         return data
-
-    def _children(self, oid: bytes) -> tuple[int, tuple[bytes, ...]]:
-        """A parts node's (height, ids), read as a record of its run (a deleted one raises Deleted) and
-        kept: a record id names its bytes, so a cached node is never stale."""
-        with self._lock:
-            hit = self._nodes.get(oid)
-            if hit is not None:
-                self._nodes.move_to_end(oid)
-                return hit
-        return self._keep_node(oid, *T.node_of(self.log.record(oid)))
-
-    def _keep_node(self, oid: bytes, height: int, ids: Sequence[bytes]) -> tuple[int, tuple[bytes, ...]]:
-        got = (height, tuple(ids))
-        with self._lock:
-            self._nodes[bytes(oid)] = got
-            if len(self._nodes) > _NODE_CACHE:
-                self._nodes.popitem(last=False)
-        return got
-
-    def _flat(self, body: dict) -> builtins.list[bytes]:
-        """A checkpoint body's element part ids, every channel in layout order (through its tree)."""
-        return T.flatten(body["layout"], body["parts"], T.check_fanout(body.get("fanout")), self._children)
 
     # -- records -----------------------------------------------------------------------------------
     @staticmethod
@@ -377,7 +355,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                memo: dict[str, Any] | None = None) -> CheckpointTuple:
         b = rec.body
         checkpoint = P.loads(self.serde, b["checkpoint_type"], b["checkpoint"])
-        checkpoint["channel_values"] = P.join(self.serde, b["layout"], self._flat(b), self._blob)
+        checkpoint["channel_values"] = P.join(self.serde, b["layout"], self.trees.flat(b), self._blob)
         if metadata is None:
             metadata = P.loads(self.serde, b["metadata_type"], b["metadata"])
         parent = b.get("parent_id") or None
@@ -493,7 +471,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                 with log.batch():
                     ids = [log.put_blob(b) for b in blobs]
                     branch, head, view, parent = self._placed(run, parent_id, f"checkpoint {checkpoint['id']}")
-                    tops, head = self._tops(run, branch, head, layout, ids, parent)
+                    tops, head = self.trees.tops(run, branch, head, layout, ids, parent)
                     body = {"checkpoint_id": checkpoint["id"], "parent_id": parent_id or "", "checkpoint_type": ctype, "checkpoint": cbytes,
                             "metadata_type": mtype, "metadata": mbytes, "layout": layout, "parts": tops, "attempts": ATTEMPTS[recorded],
                             "fanout": T.FANOUT}
@@ -517,41 +495,6 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             self._settle(run, checkpoint["id"])
         return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    def _tops(self, run: str, branch: int | None, head: bytes | None, layout: builtins.list[builtins.list[Any]],
-              ids: builtins.list[bytes], parent: R.Record | None) -> tuple[builtins.list[bytes], bytes | None]:
-        """The checkpoint's ``parts`` (each list channel's tree top, partree.py) and the branch head after
-        the nodes it needed, appended here (inside the put's batch, before the checkpoint). The nodes of
-        ``parent`` — the checkpoint it continues, when it is of this run and has a tree — are reused."""
-        pchannels: dict[str, tuple[builtins.list[bytes], int]] = {}
-        if parent is not None and parent.run == run and T.check_fanout(parent.body.get("fanout")) == T.FANOUT:
-            i = 0
-            for name, n in parent.body["layout"]:
-                k = T.top_size(n, T.FANOUT)
-                if n != T.SINGLE:
-                    pchannels[name] = (parent.body["parts"][i:i + k], n)
-                i += k
-        cur = [head]
-
-        def make(height: int, kids: builtins.list[builtins.list[bytes]]) -> builtins.list[bytes]:
-            recs = self.log.append_many(run, T.NODE, [{"height": height, "ids": k} for k in kids], branch=branch,
-                                        allow_retained=True, expect_head=cur[0])
-            for r, k in zip(recs, kids, strict=True):
-                self._keep_node(r.id, height, k)
-            cur[0] = recs[-1].id
-            return [r.id for r in recs]
-
-        tops: builtins.list[bytes] = []
-        i = 0
-        for name, n in layout:
-            if n == T.SINGLE:
-                tops.append(ids[i])
-                i += 1
-                continue
-            par = pchannels.get(name)
-            tops += T.build(ids[i:i + n], T.FANOUT, make, (par[0], par[1], self._children) if par else None)
-            i += n
-        return tops, cur[0]
-
     def _place(self, run: str, parent_id: str | None) -> tuple[int | None, bytes | None, R.Record | None, Any, R.Record | None]:
         """Where a checkpoint whose parent is ``parent_id`` goes: (branch, its head now, None) to
         append there, or (None, None, the parent's record) to fork there first; and the view read. A
@@ -560,7 +503,7 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         yet). Read from the log under the writer lock (inside the caller's batch): each check walks
         back from a branch head past writes and attempts (a few records, not the branch), but for the
         live branch's newest as this saver left it (``newest.py``: used only while the view names the
-        head and deletions it was taken at). Last, the parent's record when found (``_tops`` reuses its nodes)."""
+        head and deletions it was taken at). Last, the parent's record when found (its parts nodes are reused)."""
         view = self.log.view(run)
         live = view.live
         if parent_id:  # the common case first: the parent is the live branch's newest checkpoint (no label lookup)
@@ -775,21 +718,8 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
             if doomed:
                 ids = {r.id for r in gone}
                 kept = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT]) if self._live(r) and r.id not in ids]
-                doomed += self._orphan_nodes(gone, kept)
+                doomed += self.trees.orphans(gone, kept)
                 D.delete_records(self.log, run, list(dict.fromkeys(doomed)), reason="langgraph delete_for_runs")
-
-    def _orphan_nodes(self, gone: Iterable[R.Record], kept: Iterable[R.Record], held: set[bytes] | frozenset[bytes] = frozenset()) -> builtins.list[bytes]:
-        """The parts nodes (partree.py) of the checkpoints ``gone`` that no checkpoint ``kept`` (nor a copy,
-        ``held``) names: deleted with them, so gc erases the parts only they named, and no live checkpoint
-        is left naming a deleted node."""
-        def nodes(recs: Iterable[R.Record]) -> set[bytes]:
-            out: set[bytes] = set()
-            for r in recs:
-                b = r.body
-                out |= T.tree_nodes(b["layout"], b["parts"], T.check_fanout(b.get("fanout")), self._children)
-            return out
-
-        return sorted(nodes(gone) - nodes(kept) - held)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace, every checkpoint but the newest is deleted with its writes;
@@ -818,8 +748,8 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                 if doomed:
                     ids = set(doomed)
                     cps = [r for r in recs if r.kind == CHECKPOINT]
-                    doomed += self._orphan_nodes([r for r in cps if r.id in ids], [r for r in cps if r.id not in ids], held)
-                    D.delete_records(self.log, run, doomed, reason=f"langgraph prune {tid} keep_latest")
+                    nodes = self.trees.orphans([r for r in cps if r.id in ids], [r for r in cps if r.id not in ids], held)
+                    D.delete_records(self.log, run, [*doomed, *nodes], reason=f"langgraph prune {tid} keep_latest")
 
     def _reached_by_copies(self, run: str) -> set[bytes]:
         """The records of ``run`` that a live copy (``copy_thread``, or a copy of a copy) folds over.
