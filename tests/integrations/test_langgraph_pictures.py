@@ -80,15 +80,20 @@ def test_view_shows_the_time_travel_fork_at_the_step1_checkpoint(thread):
     _, page, _ = run_cli("view", f"thread_id={P.THREAD}", store=root, exit_code=0)
     d = embedded(page)
     rec = step1_record(root, t)
-    assert (rec.branch, rec.lsn) == (0, 5)
+    assert rec.branch == 0  # (its LSN is the golden's: pinned there, read from the record here)
     [fork] = [n for n in d["nodes"] if n["kind"] == "fork"]
     reason = f"langgraph: checkpoint {t.forked} resumes checkpoint {t.step1}, which is not its branch's newest"
     assert fork["parent"] == rec.id.hex() and fork["branch"] == 1 and fork["reason"] == reason
     [b1] = [b for b in d["branches"] if b["branch"] == 1]
-    assert (b1["live"], b1["parent_branch"], b1["parent_lsn"], b1["fork"], b1["reason"]) == (True, 0, 5, fork["id"], reason)
-    [first] = [n for n in d["nodes"] if n["parent"] == fork["id"]]
-    assert (first["branch"], first["lsn"], first["head"]) == (1, 0, "LIVE") and first["summary"] == f"step 2 (update) by llm checkpoint {t.forked}"
-    assert d["diff"]["last_shared"] == rec.id.hex() and d["diff"]["common"] == {"branch": 0, "lsn": 5}
+    assert (b1["live"], b1["parent_branch"], b1["parent_lsn"], b1["fork"], b1["reason"]) == (True, 0, rec.lsn, fork["id"], reason)
+    [ckpt] = [n for n in d["nodes"] if n["branch"] == 1 and n["kind"] == "x.langgraph.checkpoint"]
+    assert ckpt["head"] == "LIVE" and ckpt["summary"] == f"step 2 (update) by llm checkpoint {t.forked}"
+    by, up = {n["id"]: n for n in d["nodes"]}, ckpt
+    while up["kind"] != "fork":  # back along branch 1 to its fork object
+        up = by[up["parent"]]
+        assert up["branch"] == 1
+    assert up is fork
+    assert d["diff"]["last_shared"] == rec.id.hex() and d["diff"]["common"] == {"branch": 0, "lsn": rec.lsn}
     assert [(a["step"], a["attempt"], a["state"], a["error"]) for a in d["attempts"]] == [
         (3, 0, "failed", "ConnectionError: weather backend unreachable"), (3, 1, "succeeded", None)]
 
@@ -152,9 +157,10 @@ def test_live_export_links_the_fork_to_the_step1_checkpoint_and_the_receiver_dec
     spans = list(req.resource_spans[0].scope_spans[0].spans)
     assert out == f"sent {len(spans)} spans of run {t.main} to {url}/v1/traces (HTTP 200)\n"
     rec = step1_record(root, t)
-    # the live lineage: branch 0 up to the step-1 checkpoint (lsn 5), the fork, then branch 1's checkpoint
+    # the live lineage: branch 0 up to the step-1 checkpoint's record, the fork, then branch 1's checkpoint
     where = [(a.get("objstore.branch"), a.get("objstore.lsn")) for a in map(attrs, spans[1:])]
-    assert where == [(0, n) for n in range(1, 6)] + [(1, None), (1, 0)], where
+    assert where[:rec.lsn + 1] == [(0, n) for n in range(1, rec.lsn + 1)] + [(1, None)], where
+    assert [lsn for b, lsn in where[rec.lsn + 1:] if b == 1] == list(range(len(where) - rec.lsn - 1)), where
     [fork] = [s for s in spans if s.name == "fork branch 1"]
     [point] = [s for s in spans if attrs(s).get("objstore.record.id") == rec.id.hex()]
     assert point.span_id == rec.id[:8]
@@ -162,5 +168,5 @@ def test_live_export_links_the_fork_to_the_step1_checkpoint_and_the_receiver_dec
     assert attrs(fork.links[0]) == {"objstore.link": "fork_point", "objstore.record.id": rec.id.hex()}
     fa = attrs(fork)
     assert fa["objstore.fork.reason"] == f"langgraph: checkpoint {t.forked} resumes checkpoint {t.step1}, which is not its branch's newest"
-    assert (fa["objstore.fork.parent_branch"], fa["objstore.fork.parent_lsn"], fa["objstore.compensation_required"]) == (0, 5, False)
+    assert (fa["objstore.fork.parent_branch"], fa["objstore.fork.parent_lsn"], fa["objstore.compensation_required"]) == (0, rec.lsn, False)
     assert spans[-1].name == "x.langgraph.checkpoint" and attrs(spans[-1])["objstore.branch"] == 1

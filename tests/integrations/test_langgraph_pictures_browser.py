@@ -99,21 +99,21 @@ def test_dom_shows_the_update_state_branch_forked_at_the_step1_checkpoint(browse
     live = browser.find_element(By.CSS_SELECTOR, '#tree .branch.live[data-branch="1"]')
     reason = f"langgraph: checkpoint {t.forked} resumes checkpoint {t.step1}, which is not its branch's newest"
     title = live.find_element(By.CSS_SELECTOR, ".branch-title").text
-    assert title == f"branch 1 (live), forked from branch 0 at lsn 5 ({reason})"
+    assert title == f"branch 1 (live), forked from branch 0 at lsn {rec.lsn} ({reason})"
     # drawn inside branch 0, right after the record it forked at: the step-1 checkpoint's
     point = browser.execute_script("return arguments[0].previousElementSibling", live)
     assert point.get_attribute("data-id") == rec.id.hex() and point.get_attribute("data-kind") == "x.langgraph.checkpoint"
     shown = [point.find_element(By.CSS_SELECTOR, c).text.strip() for c in (".pos", ".what", ".badge")]
-    assert shown == ["b0/5", f"step 1 (loop) by llm checkpoint {t.step1}", "last shared record"]
+    assert shown == [f"b0/{rec.lsn}", f"step 1 (loop) by llm checkpoint {t.step1}", "last shared record"]
     assert browser.execute_script("return arguments[0].parentElement.getAttribute('data-branch')", live) == "0"
     [fork] = live.find_elements(By.CSS_SELECTOR, ":scope > .node.fork")
-    assert fork.text.endswith(f"forked from branch 0 at lsn 5 ({reason})")
-    first = live.find_elements(By.CSS_SELECTOR, ":scope > .node")[1]
-    shown = [first.find_element(By.CSS_SELECTOR, c).text.strip() for c in (".pos", ".what", ".badge.live")]
-    assert shown == ["b1/0", f"step 2 (update) by llm checkpoint {t.forked}", "branch 1 LIVE"]
+    assert fork.text.endswith(f"forked from branch 0 at lsn {rec.lsn} ({reason})")
+    [ckpt] = live.find_elements(By.CSS_SELECTOR, ':scope > .node[data-kind="x.langgraph.checkpoint"]')
+    shown = [ckpt.find_element(By.CSS_SELECTOR, c).text.strip() for c in (".pos", ".what", ".badge.live")]
+    assert shown[0].startswith("b1/") and shown[1:] == [f"step 2 (update) by llm checkpoint {t.forked}", "branch 1 LIVE"]
     [failed] = browser.find_elements(By.CSS_SELECTOR, "#attempts tr.failed")
     assert "ConnectionError: weather backend unreachable" in failed.text
-    assert "shared history: branch 0 up to lsn 5" in browser.find_element(By.ID, "diff").text
+    assert f"shared history: branch 0 up to lsn {rec.lsn}" in browser.find_element(By.ID, "diff").text
 
 
 OUTLINE = r"""
