@@ -282,3 +282,23 @@ def test_a_checkpoint_naming_a_missing_or_wrong_node_is_refused_and_verify_names
         _get(fresh, "x2")
     problems = verify(fresh.log)
     assert [(p.code, p.subject) for p in problems] == [("missing-object", missing.hex())], problems
+
+
+def test_a_fork_reuses_only_nodes_of_its_own_lineage(tmp_path):
+    """Time travel to a checkpoint before a node was made, then the same messages again: the fork's
+    checkpoint names a node of its own branch, never the equal one the other branch made after the
+    fork point (prune keeps nodes by lineage)."""
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(objstore.open_store(root, fsync="off"))
+    puts = _chat(saver, 2 * F)  # the node of messages 8..15 is made by the last put
+    back, values = puts[F + 2]
+    again = _put(saver, puts[-1][1], back)  # resumes an older checkpoint: a fork, with the newest's values
+    fresh = ObjstoreSaver(root)
+    assert _get(fresh, again) == puts[-1][1] and _get(fresh, back) == values
+    run = fresh.log.find_run(thread_id="t", checkpoint_ns="")
+    rec = fresh.log.find_records(run, checkpoint_id=again)[0]
+    assert rec.branch == 1
+    lineage = {x.id for x in fresh._walk_back(rec.id)}
+    named = fresh.trees.nodes([rec])
+    assert len(named) == 2 and named <= lineage
+    assert verify(fresh.log) == []
