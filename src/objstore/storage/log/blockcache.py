@@ -1,0 +1,110 @@
+"""Decompressed blocks of segment files, held for the next read of a neighbour: one cache per process, bounded in bytes.
+
+A block holds many objects: a packed segment (``objstore gc``, ``packed``) merges records into ~256 KiB
+blocks and small blobs into ~1 MiB ones, an ordinary segment lays a commit's objects into ~128 KiB ones.
+Reading the objects of one block one after the other (a LangGraph checkpoint's parts, a chain walk)
+decompresses it once while it stays here, not once per object.
+
+Kept here:
+
+* **Bounded by bytes.** The decompressed bytes held never exceed the budget; the least recently used
+  block goes first. The budget is 16 MiB (``OBJSTORE_BLOCK_CACHE_MIB``, read once at import like the
+  engines' other knobs; 0 holds nothing): 16 packed blob blocks or 64 packed record blocks — more than
+  one LangGraph checkpoint's parts span — for a few percent of a reader's resident memory. A block
+  bigger than an eighth of the budget is never held (one read must not flush every other block; a
+  large blob streams in its own block anyway).
+* **Keyed by the open file, never by its name.** A key is (file token, block offset, compression,
+  stored length, raw length). A token is handed out (``token``) each time an engine opens a descriptor
+  on a segment file and never handed out again, so a file gc put in place under the same name, opened
+  on a new descriptor, has keys of its own; the old file's blocks are what the old descriptor, still
+  open, reads too. An engine's ``close`` drops its tokens' blocks (``discard``).
+* **Bytes, not trusted objects.** What is held is a block as decompressed, never a checked object: every
+  read re-hashes the object it takes out, and a hash that fails on a held block drops the block and reads
+  the file once more (``local_objects``), so the file's bytes decide, not the cache's.
+* **Thread-safe.** One lock around the map, held for a dict operation only; decompression is the caller's
+  and happens outside it (two threads may decompress one block at once: the second ``put`` replaces the
+  first, the bytes held stay within the budget).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections import OrderedDict
+
+MIB = 1 << 20
+
+
+def _budget_from_env() -> int:
+    text = os.environ.get("OBJSTORE_BLOCK_CACHE_MIB", "").strip()
+    try:
+        return max(0, int(float(text) * MIB)) if text else 16 * MIB
+    except ValueError:
+        return 16 * MIB
+
+
+_tokens = itertools.count(1)
+
+
+def token() -> int:
+    """A file token never handed out before in this process (one per descriptor an engine opens)."""
+    return next(_tokens)
+
+
+class BlockCache:
+    """Decompressed blocks by key, least recently used evicted first; ``held`` bytes never above ``budget``."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.max_block = budget // 8
+        self._mu = threading.Lock()
+        self._blocks: OrderedDict[tuple, bytes] = OrderedDict()
+        self.held = 0  # bytes of the blocks held
+        self.hits = self.misses = self.evicted = 0
+
+    def get(self, key: tuple) -> bytes | None:
+        with self._mu:
+            raw = self._blocks.get(key)
+            if raw is None:
+                self.misses += 1
+                return None
+            self._blocks.move_to_end(key)
+            self.hits += 1
+            return raw
+
+    def put(self, key: tuple, raw: bytes) -> None:
+        """Hold ``raw`` under ``key`` unless it is bigger than an eighth of the budget; evict to fit."""
+        n = len(raw)
+        if n > self.max_block or n == 0:
+            return
+        with self._mu:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                self.held -= len(old)
+            self._blocks[key] = raw
+            self.held += n
+            while self.held > self.budget:
+                _, gone = self._blocks.popitem(last=False)
+                self.held -= len(gone)
+                self.evicted += 1
+
+    def drop(self, key: tuple) -> None:
+        with self._mu:
+            old = self._blocks.pop(key, None)
+            if old is not None:
+                self.held -= len(old)
+
+    def discard(self, tokens: set[int]) -> None:
+        """Drop every block of these file tokens (an engine closed their descriptors)."""
+        if not tokens:
+            return
+        with self._mu:
+            for key in [k for k in self._blocks if k[0] in tokens]:
+                self.held -= len(self._blocks.pop(key))
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+
+SHARED = BlockCache(_budget_from_env())  # every local log engine of the process reads through this one
