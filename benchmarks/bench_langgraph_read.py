@@ -59,9 +59,9 @@ def _message(i):
 
 
 def build(root, turns):
-    import objstore
     from langgraph.checkpoint.base import empty_checkpoint
 
+    import objstore
     from objstore.integrations.langgraph import ObjstoreSaver
 
     saver = ObjstoreSaver(objstore.open_store(root, fsync="off"))

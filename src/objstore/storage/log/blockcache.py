@@ -55,9 +55,9 @@ def token() -> int:
 class BlockCache:
     """Decompressed blocks by key, least recently used evicted first; ``held`` bytes never above ``budget``."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, max_block: int | None = None) -> None:
         self.budget = budget
-        self.max_block = budget // 8
+        self.max_block = budget // 8 if max_block is None else max_block  # a bigger block is never held
         self._mu = threading.Lock()
         self._blocks: OrderedDict[tuple, bytes] = OrderedDict()
         self.held = 0  # bytes of the blocks held
@@ -74,7 +74,7 @@ class BlockCache:
             return raw
 
     def put(self, key: tuple, raw: bytes) -> None:
-        """Hold ``raw`` under ``key`` unless it is bigger than an eighth of the budget; evict to fit."""
+        """Hold ``raw`` under ``key`` unless it is bigger than ``max_block``; evict the least recently used to fit."""
         n = len(raw)
         if n > self.max_block or n == 0:
             return

@@ -1,0 +1,226 @@
+"""The block cache (objstore.storage.log.blockcache) on the local engine's read path, counted at the lowest
+layer: every zstd decompression the engine makes goes through its thread's ZstdDecompressor, wrapped here.
+
+* reading every small blob of one packed blob block decompresses it once (issue 19: it was once per blob);
+* the budget holds: held bytes are the sum of the blocks held, never above the budget; a block read after
+  more blocks than fit is decompressed again; a block bigger than ``max_block`` is never held;
+* after a gc rewrite (a new file under the same name) a reader that held the old file's blocks reads the new
+  file's: the surviving bytes, a removed body is ``BodyRemoved`` as for a reader that held nothing, and a
+  damaged byte in the new file fails exactly as it does for that reader (the old file's block is never served);
+* a held block is bytes, not a trusted object: one that does not hash to the id read is dropped and the file
+  read again;
+* threads reading through one small cache get the right bytes, the budget holding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import pytest
+
+from objstore import RunLog, Store
+from objstore.errors import BodyRemoved, IntegrityError
+from objstore.lifecycle import gc as GC
+from objstore.storage.log import blockcache, packed
+from objstore.storage.log import format as F
+
+N = 40  # small blobs: one packed blob block (~30 KB raw)
+
+
+class Counting:
+    """The engine's ZstdDecompressor, its decompress calls counted (raw lengths kept)."""
+
+    def __init__(self, inner):
+        self.inner, self.sizes = inner, []
+
+    def decompress(self, data, *a, **kw):
+        out = self.inner.decompress(data, *a, **kw)
+        self.sizes.append(len(out))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def zstd_calls(monkeypatch):
+    F._decompressor()  # this thread's decompressor exists
+    counting = Counting(F._zc.d)
+    monkeypatch.setattr(F._zc, "d", counting)
+    return counting
+
+
+def _body(i: int, words: int = 12) -> bytes:
+    return b" ".join(hashlib.sha256(b"%d %d" % (i, j)).hexdigest().encode() for j in range(words))
+
+
+def _packed_store(root: str, n: int = N, words: int = 12, loose: bytes | None = None) -> list[bytes]:
+    """A run whose n records each name a small blob, committed in one batch, then gc'd: the blobs lie in
+    packed blob blocks. ``loose``: one more blob put last that nothing names (a prune removes it)."""
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("R")
+    ids = []
+    with log.store.batch():
+        for i in range(n):
+            b = log.put_blob(_body(i, words))
+            log.record_attempt("R", i, 0, "succeeded", prompt=b)
+            ids.append(bytes(b))
+        if loose is not None:
+            ids.append(bytes(log.put_blob(loose)))
+    GC.gc(log.store)
+    return ids
+
+
+def _engine(root: str, oid: bytes, cache: blockcache.BlockCache | None = None):
+    eng = Store.open(root).logs.locate(oid)
+    eng._blocks = cache if cache is not None else blockcache.BlockCache(16 << 20)
+    return eng
+
+
+def _outcome(eng, oid: bytes):
+    try:
+        return eng.read(oid)
+    except (BodyRemoved, IntegrityError) as e:
+        return type(e)
+
+
+def test_reading_every_blob_of_a_packed_block_decompresses_it_once(tmp_path, zstd_calls):
+    root = str(tmp_path / "s")
+    ids = _packed_store(root)
+    eng = _engine(root, ids[0])
+    locs = [eng.loc(i) for i in ids]
+    assert len({(loc.seg, loc.block_off) for loc in locs}) == 1 and locs[0].comp == F.COMP_ZSTD  # one zstd block
+    assert packed.is_packed(eng._fd(locs[0].seg))
+    zstd_calls.sizes.clear()
+    for i, oid in enumerate(ids):
+        assert eng.read(oid) == b"blob %d\x00" % len(_body(i)) + _body(i)
+    assert zstd_calls.sizes == [locs[0].block_raw]  # once, the whole block
+    assert eng._blocks.held == locs[0].block_raw and len(eng._blocks) == 1
+    for oid in ids:  # and again: nothing more
+        eng.read(oid)
+    assert len(zstd_calls.sizes) == 1
+
+
+def test_the_budget_holds_and_evicts_the_least_recently_used(tmp_path, zstd_calls):
+    root = str(tmp_path / "s")
+    ids = _packed_store(root, n=150, words=300)  # ~3 MiB of blobs: several ~1 MiB packed blob blocks
+    probe = _engine(root, ids[0])
+    blocks: dict = {}
+    for oid in ids:
+        loc = probe.loc(oid)
+        blocks.setdefault(loc.block_off, (oid, loc.block_raw))
+    assert len(blocks) >= 3
+    (a, ra), (b, rb), (c, rc) = [blocks[k] for k in sorted(blocks)][:3]
+    cache = blockcache.BlockCache(ra + rb + rc - 1, max_block=max(ra, rb, rc))  # two of them fit, not three
+    eng = _engine(root, ids[0], cache)
+    zstd_calls.sizes.clear()
+    eng.read(a)
+    eng.read(b)
+    assert zstd_calls.sizes == [ra, rb] and cache.held == ra + rb
+    eng.read(a)  # a is now the most recently used...
+    eng.read(c)  # ...so b goes to make room for c
+    assert zstd_calls.sizes == [ra, rb, rc] and cache.held == ra + rc and cache.evicted == 1
+    assert cache.held <= cache.budget
+    eng.read(a)
+    assert len(zstd_calls.sizes) == 3  # still held
+    eng.read(b)
+    assert zstd_calls.sizes[3:] == [rb]  # evicted: decompressed again
+    assert cache.held == sum(len(v) for v in cache._blocks.values()) <= cache.budget
+
+    small = blockcache.BlockCache(64 << 20, max_block=ra - 1)  # a block bigger than max_block is never held
+    eng = _engine(root, ids[0], small)
+    zstd_calls.sizes.clear()
+    eng.read(a)
+    eng.read(a)
+    assert zstd_calls.sizes == [ra, ra] and small.held == 0
+
+
+def test_a_reader_that_held_the_old_file_reads_the_rewritten_one(tmp_path, zstd_calls):
+    root = str(tmp_path / "s")
+    ids = _packed_store(root, loose=b"a blob nothing names, put last")
+    loose = ids.pop()
+    eng = _engine(root, ids[0])
+    for oid in [*ids, loose]:
+        eng.read(oid)  # the old file's block is held
+    old = eng.loc(ids[0])
+    GC.gc(Store.open(root), prune_unreferenced_older_than=0)  # a redaction: the file is rewritten without `loose`
+    eng.refresh()
+    new = eng.loc(ids[0])
+    assert packed.is_packed(eng._fd(new.seg)) and new.seg == old.seg and new.block_raw < old.block_raw
+    zstd_calls.sizes.clear()
+    for i, oid in enumerate(ids):
+        assert eng.read(oid) == b"blob %d\x00" % len(_body(i)) + _body(i)
+    assert zstd_calls.sizes == [new.block_raw]  # the new file's block, read once
+    with pytest.raises(BodyRemoved):
+        eng.read(loose)
+    fresh = _engine(root, ids[0])
+    with pytest.raises(BodyRemoved):  # what a reader that held nothing raises
+        fresh.read(loose)
+
+
+def test_a_damaged_byte_in_the_rewritten_file_is_not_hidden_by_the_old_files_block(tmp_path):
+    """The blob block keeps its offset in the rewritten file (the records before it are the same), and every
+    surviving blob its offset in the block; only the file under the name changed. A cache keyed by name and
+    offset would serve the old file's block and hide the damage; keyed by the descriptor, the new file is read."""
+    root = str(tmp_path / "s")
+    ids = _packed_store(root, loose=b"a blob nothing names, put last")
+    loose = ids.pop()
+    eng = _engine(root, ids[0])
+    for oid in ids:
+        eng.read(oid)
+    old = eng.loc(ids[0])
+    GC.gc(Store.open(root), prune_unreferenced_older_than=0)
+    fresh = _engine(root, ids[0])
+    new = fresh.loc(ids[0])
+    assert (new.seg, new.block_off) == (old.seg, old.block_off)
+    with open(fresh.seg_path(new.seg), "r+b") as f:  # damage the new file's blob block
+        f.seek(new.block_off + new.stored_len // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x5A]))
+    fresh = _engine(root, ids[0])  # opened after the damage: nothing held
+    want = [_outcome(fresh, oid) for oid in ids]
+    assert IntegrityError in want  # the damage shows
+    eng.refresh()
+    assert [_outcome(eng, oid) for oid in ids] == want
+    assert _outcome(eng, loose) is BodyRemoved
+
+
+def test_a_held_block_that_does_not_hash_is_dropped_and_the_file_read_again(tmp_path, zstd_calls):
+    root = str(tmp_path / "s")
+    ids = _packed_store(root)
+    eng = _engine(root, ids[0])
+    loc = eng.loc(ids[3])
+    key = eng._block_key(loc)
+    eng._blocks.put(key, b"\x00" * loc.block_raw)  # bytes of the right size that are not the block
+    zstd_calls.sizes.clear()
+    assert eng.read(ids[3]) == b"blob %d\x00" % len(_body(3)) + _body(3)
+    assert zstd_calls.sizes == [loc.block_raw]  # the file read again
+    assert eng._blocks.get(key) != b"\x00" * loc.block_raw  # and the block held now is the file's
+
+
+def test_threads_read_right_bytes_through_one_small_cache(tmp_path):
+    root = str(tmp_path / "s")
+    ids = _packed_store(root, n=150, words=300)
+    raws = {loc.block_raw for loc in (_engine(root, ids[0]).loc(i) for i in ids)}
+    cache = blockcache.BlockCache(max(raws) + min(raws), max_block=max(raws))  # fewer blocks fit than there are
+    eng = _engine(root, ids[0], cache)
+    want = {oid: b"blob %d\x00" % len(_body(i, 300)) + _body(i, 300) for i, oid in enumerate(ids)}
+    bad: list = []
+
+    def reader(k: int) -> None:
+        order = ids[k:] + ids[:k]  # each thread from another place
+        for _ in range(3):
+            for oid in order:
+                if eng.read(oid) != want[oid]:
+                    bad.append(oid)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []
+    assert cache.evicted > 0 and cache.held <= cache.budget
