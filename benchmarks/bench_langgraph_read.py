@@ -5,6 +5,7 @@ Run (from the repository root, with the project venv):
     .venv/bin/python benchmarks/bench_langgraph_read.py                      # 200 turns, 7 reps
     .venv/bin/python benchmarks/bench_langgraph_read.py --reps 3 --turns 50  # smoke
     .venv/bin/python benchmarks/bench_langgraph_read.py --src /work/main/src # the children import another tree
+    .venv/bin/python benchmarks/bench_langgraph_read.py --base /work/main/src  # and each store against another tree
     .venv/bin/python benchmarks/bench_langgraph_read.py --profile            # and one py-spy profile per store
 
 The thread: tests/integrations/test_langgraph_growth.py's fixture — a chat whose ``messages`` channel holds the
@@ -24,7 +25,9 @@ and a digest of the checkpoint's channel values (equal for both stores, or the b
 
 --reps alternating reps: before, after, before, after, ... (the pair's order reversed on odd reps); the per-rep
 ratio after/before, min/median/max, and the absolute ms of each side. Target (issue 19): median ratio <= 1.25
-(measured by the issue on main: 15.2 ms before gc, 49.8 ms after, 3.3x).
+(measured by the issue on main: 15.2 ms before gc, 49.8 ms after, 3.3x). With --base SRC each rep also runs both
+stores with children importing SRC (the four children of a rep interleaved, the order reversed on odd reps), and
+prints the per-rep ratio this tree / SRC for each store (a change that helps one store must not cost the other).
 """
 
 import argparse
@@ -179,6 +182,7 @@ def main():
     ap.add_argument("--turns", type=int, default=200)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--src", default=os.path.join(REPO, "src"), help="the tree the children import (default: this one)")
+    ap.add_argument("--base", help="another tree to run each store against (e.g. /work/main/src)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--profile", action="store_true")
     a = ap.parse_args()
@@ -200,26 +204,31 @@ def main():
         for name in stores:  # once each, unmeasured: a first opener may write the store's caches (a checkpoint)
             run_child(src, stores[name])
         print(f"{a.turns}-turn chat thread; children import {src}; {loadavg()}")
-        rows: dict[str, list] = {"before": [], "after": []}
-        ratios = []
+        trees = {"": src} | ({"base ": os.path.abspath(a.base)} if a.base else {})
+        runs = [(t, name) for t in trees for name in ("before", "after")]
+        rows: dict[tuple, list] = {r: [] for r in runs}
         for rep in range(a.reps):
-            order = ("before", "after") if rep % 2 == 0 else ("after", "before")
-            got = {name: run_child(src, stores[name]) for name in order}
-            if got["before"]["digest"] != got["after"]["digest"]:
-                raise SystemExit(f"the two stores read back different checkpoints: {got}")
-            for name in order:
-                rows[name].append(got[name])
-            ratios.append(got["after"]["cpu_ms"] / got["before"]["cpu_ms"])
-            print(f"  rep {rep}: before {got['before']['cpu_ms']:6.1f} ms, after {got['after']['cpu_ms']:6.1f} ms, "
-                  f"ratio {ratios[-1]:.2f}  ({loadavg()})", flush=True)
+            order = runs if rep % 2 == 0 else runs[::-1]
+            got = {r: run_child(trees[r[0]], stores[r[1]]) for r in order}
+            if len({g["digest"] for g in got.values()}) != 1:
+                raise SystemExit(f"the stores read back different checkpoints: {got}")
+            for r in order:
+                rows[r].append(got[r])
+            print(f"  rep {rep}: " + ", ".join(f"{t}{name} {got[(t, name)]['cpu_ms']:6.1f} ms" for t, name in runs) + f"  ({loadavg()})", flush=True)
         print(f"\nget_tuple CPU, ms (min / median / max of {a.reps}):")
-        for name in ("before", "after"):
-            print(f"  {name:<7} {fmt3([r['cpu_ms'] for r in rows[name]], '{:.1f}')}")
-        print(f"  after/before per rep: {fmt3(ratios)}   (target: median <= 1.25)")
-        for name in ("before", "after"):
-            r = rows[name][-1]
+        for t, name in runs:
+            print(f"  {t}{name:<7} {fmt3([r['cpu_ms'] for r in rows[(t, name)]], '{:.1f}')}")
+        for t in trees:
+            ratios = [x["cpu_ms"] / y["cpu_ms"] for x, y in zip(rows[(t, "after")], rows[(t, "before")], strict=True)]
+            print(f"  {t}after/before per rep: {fmt3(ratios)}   (target: median <= 1.25)")
+        if a.base:
+            for name in ("before", "after"):
+                ratios = [x["cpu_ms"] / y["cpu_ms"] for x, y in zip(rows[("", name)], rows[("base ", name)], strict=True)]
+                print(f"  {name}: this tree / base per rep: {fmt3(ratios)}")
+        for t, name in runs:
+            r = rows[(t, name)][-1]
             extra = "".join(f", {k} {r[k]}" for k in ("cache_hits", "cache_misses", "cache_blocks", "cache_held", "cache_evicted") if k in r)
-            print(f"  {name:<7} {r['messages']} messages, {r['objects_decoded']} objects decoded, {r['blocks_read']} blocks read, "
+            print(f"  {t}{name:<7} {r['messages']} messages, {r['objects_decoded']} objects decoded, {r['blocks_read']} blocks read, "
                   f"{r['decompressions']} zstd decompressions ({r['decompressed_bytes']:,} bytes){extra}")
         if a.profile:
             profile(src, stores, scratch)

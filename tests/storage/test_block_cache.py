@@ -224,3 +224,29 @@ def test_threads_read_right_bytes_through_one_small_cache(tmp_path):
         t.join()
     assert bad == []
     assert cache.evicted > 0 and cache.held <= cache.budget
+
+
+def test_the_s3_reader_decompresses_a_block_of_blobs_once(tmp_path, zstd_calls):
+    """The S3 engine reads through the same cache (its blocks are an entry's: one commit's blobs share one)."""
+    from objstore.storage import codec
+    from objstore.storage.s3.bucket import MemoryBucket
+    from objstore.storage.s3.engine import S3Engine
+
+    bucket = MemoryBucket()
+    objs = []
+    for i in range(N):
+        canon = codec.encode("blob", _body(i))
+        objs.append((codec.object_id(canon), "blob", canon))
+    S3Engine(bucket, str(tmp_path / "w")).commit(objs, [("run/r/x", None, objs[0][0], "blobs")])
+    reader = S3Engine(bucket, str(tmp_path / "r"))
+    reader._blocks = blockcache.BlockCache(16 << 20)
+    locs = [reader.loc(o[0]) for o in objs]
+    assert len({(loc.entry, loc.block_off) for loc in locs}) == 1 and locs[0].comp == F.COMP_ZSTD
+    zstd_calls.sizes.clear()
+    for oid, _t, canon in objs:
+        assert reader.read(oid) == canon
+    assert zstd_calls.sizes == [locs[0].block_raw]
+    held = next(iter(reader._blocks._blocks))
+    reader._blocks.put(held, b"\x00" * locs[0].block_raw)  # a held block that is not the entry's bytes
+    assert reader.read(objs[5][0]) == objs[5][2]  # dropped and taken from the entry again
+    assert zstd_calls.sizes == [locs[0].block_raw] * 2
