@@ -1,26 +1,29 @@
-"""Decompressed blocks of segment files, held for the next read of a neighbour: one cache per process, bounded in bytes.
+"""Decompressed blocks of the logs, held for the next read of a neighbour: one cache per process, bounded in bytes.
 
 A block holds many objects: a packed segment (``objstore gc``, ``packed``) merges records into ~256 KiB
-blocks and small blobs into ~1 MiB ones, an ordinary segment lays a commit's objects into ~128 KiB ones.
-Reading the objects of one block one after the other (a LangGraph checkpoint's parts, a chain walk)
-decompresses it once while it stays here, not once per object.
+blocks and small blobs into ~1 MiB ones, an ordinary segment lays a commit's objects into ~128 KiB ones, and
+an entry on object storage (``storage.s3``) has blocks of its own too. Reading the objects of one block one
+after the other (a LangGraph checkpoint's parts, a chain walk) decompresses it once while it stays here, not
+once per object. Every log engine of the process reads through ``SHARED``.
 
 Kept here:
 
-* **Bounded by bytes.** The decompressed bytes held never exceed the budget; the least recently used
-  block goes first. The budget is 16 MiB (``OBJSTORE_BLOCK_CACHE_MIB``, read once at import like the
-  engines' other knobs; 0 holds nothing): 16 packed blob blocks or 64 packed record blocks — more than
-  one LangGraph checkpoint's parts span — for a few percent of a reader's resident memory. A block
-  bigger than an eighth of the budget is never held (one read must not flush every other block; a
-  large blob streams in its own block anyway).
-* **Keyed by the open file, never by its name.** A key is (file token, block offset, compression,
-  stored length, raw length). A token is handed out (``token``) each time an engine opens a descriptor
-  on a segment file and never handed out again, so a file gc put in place under the same name, opened
-  on a new descriptor, has keys of its own; the old file's blocks are what the old descriptor, still
-  open, reads too. An engine's ``close`` drops its tokens' blocks (``discard``).
-* **Bytes, not trusted objects.** What is held is a block as decompressed, never a checked object: every
-  read re-hashes the object it takes out, and a hash that fails on a held block drops the block and reads
-  the file once more (``local_objects``), so the file's bytes decide, not the cache's.
+* **Bounded by bytes.** The decompressed bytes held (``held``) never exceed the budget; the least recently
+  used block goes first. The budget is 16 MiB (``OBJSTORE_BLOCK_CACHE_MIB``, read once at import like the
+  engines' other knobs; 0 holds nothing): 16 packed blob blocks or 64 packed record blocks, more than one
+  LangGraph checkpoint's parts span (a 200-turn chat's latest checkpoint: 3 blocks, 190 KB), for a few percent
+  of a reader's resident memory. A block bigger than an eighth of the budget is never held (one read must not
+  flush every other block; a large blob streams in a block of its own anyway).
+* **Keyed by what was read, never by a file's name.** A key starts with a token (``token``) handed out once
+  per process: the local engine takes one for each descriptor it opens on a segment file, so a file gc put in
+  place under the same name, opened on a new descriptor, has keys of its own, and the old file's blocks are what
+  the old descriptor, still open, reads too; the S3 reader takes a new one wherever what it read may have moved.
+  Keyed by name and offset instead, a reader could take the old file's block for the new file's: never other
+  bytes than an id's (every read re-hashes), but damage in the new file hidden, or a removed body's neighbours
+  read from bytes gc replaced. An engine's ``close`` drops its tokens' blocks (``discard``); others age out.
+* **Bytes, not trusted objects.** What is held is a block as decompressed, never a checked object: every read
+  re-hashes the object it takes out, and a hash that fails on a held block drops the block and decompresses
+  it from the file (or the entry's bytes) again, so those decide, not the cache.
 * **Thread-safe.** One lock around the map, held for a dict operation only; decompression is the caller's
   and happens outside it (two threads may decompress one block at once: the second ``put`` replaces the
   first, the bytes held stay within the budget).
@@ -107,4 +110,4 @@ class BlockCache:
         return len(self._blocks)
 
 
-SHARED = BlockCache(_budget_from_env())  # every local log engine of the process reads through this one
+SHARED = BlockCache(_budget_from_env())  # every log engine of the process reads through this one
