@@ -39,14 +39,15 @@ class ObjectReads(LocalBase):
     def _read_block(self, loc: Loc, hold: bool = True) -> bytes:
         """``loc``'s block decompressed: the one the block cache holds, else read from the file (and held,
         if ``hold`` and the block is worth holding: see ``_load_block``)."""
-        key = self._block_key(loc)
+        fd = self._fd(loc.seg)
+        key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
         raw = self._blocks.get(key)
-        return raw if raw is not None else self._load_block(loc, key, hold)
+        return raw if raw is not None else self._load_block(loc, fd, key, hold)
 
-    def _load_block(self, loc: Loc, key: tuple, hold: bool = True) -> bytes:
+    def _load_block(self, loc: Loc, fd: int, key: tuple, hold: bool = True) -> bytes:
         STATS["blocks_read"] += 1
         try:
-            stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
+            stored = os.pread(fd, loc.stored_len, loc.block_off)
         except OSError as e:
             raise StorageOSError(f"read {self.seg_path(loc.seg)}", e) from None
         if len(stored) != loc.stored_len:
@@ -92,17 +93,18 @@ class ObjectReads(LocalBase):
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
         self._check_loc(oid, loc)
         try:
-            key = self._block_key(loc)
+            fd = self._fd(loc.seg)
+            key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)  # as _block_key, inline
             raw = self._blocks.get(key)
             held = raw is not None
             if raw is None:
-                raw = self._load_block(loc, key)
+                raw = self._load_block(loc, fd, key)
             data = raw[loc.off : loc.off + loc.length]
             ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
             if not ok and held:
                 # The cache holds bytes, not checked objects: the file decides.
                 self._blocks.drop(key)
-                data = self._load_block(loc, key)[loc.off : loc.off + loc.length]
+                data = self._load_block(loc, fd, key)[loc.off : loc.off + loc.length]
                 ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
         except CorruptLog:
             raise  # a missing or unreadable segment: named as it is
