@@ -250,3 +250,22 @@ def test_the_s3_reader_decompresses_a_block_of_blobs_once(tmp_path, zstd_calls):
     reader._blocks.put(held, b"\x00" * locs[0].block_raw)  # a held block that is not the entry's bytes
     assert reader.read(objs[5][0]) == objs[5][2]  # dropped and taken from the entry again
     assert zstd_calls.sizes == [locs[0].block_raw] * 2
+
+
+def test_the_budget_comes_from_the_environment_and_a_closed_engine_leaves_nothing(tmp_path, monkeypatch):
+    for text, want in (("", 16 << 20), ("4", 4 << 20), ("0.5", 1 << 19), ("0", 0), ("lots", 16 << 20)):
+        monkeypatch.setenv("OBJSTORE_BLOCK_CACHE_MIB", text)
+        assert blockcache._budget_from_env() == want
+    off = blockcache.BlockCache(0)
+    off.put((1, 0, 1, 10, 10), b"x" * 10)
+    assert off.held == 0 and len(off) == 0  # a budget of 0 holds nothing
+    root = str(tmp_path / "s")
+    ids = _packed_store(root)
+    cache = blockcache.BlockCache(16 << 20)
+    other = (blockcache.token(), 0, 1, 5, 5)
+    cache.put(other, b"other")  # another engine's block
+    eng = _engine(root, ids[0], cache)
+    eng.read(ids[0])
+    assert len(cache) == 2
+    eng.close()
+    assert list(cache._blocks) == [other] and cache.held == 5
