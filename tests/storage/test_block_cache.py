@@ -2,7 +2,7 @@
 layer: every zstd decompression the engine makes goes through its thread's ZstdDecompressor, wrapped here.
 
 * reading every small blob of one packed blob block decompresses it once (issue 19: it was once per blob);
-* the budget holds: held bytes are the sum of the blocks held, never above the budget; a block read after
+* the budget holds: held bytes are the blocks held (each charged ``ENTRY_COST`` more), never above the budget; a block read after
   more blocks than fit is decompressed again; a block bigger than ``max_block`` is never held;
 * after a gc rewrite (a new file under the same name) a reader that held the old file's blocks reads the new
   file's: the surviving bytes, a removed body is ``BodyRemoved`` as for a reader that held nothing, and a
@@ -19,6 +19,8 @@ import os
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from objstore import RunLog, Store
 from objstore.errors import BodyRemoved, IntegrityError
@@ -27,6 +29,7 @@ from objstore.storage.log import blockcache, packed
 from objstore.storage.log import format as F
 
 N = 40  # small blobs: one packed blob block (~30 KB raw)
+C = blockcache.ENTRY_COST  # what a block held is charged beside its bytes
 
 
 class Counting:
@@ -97,7 +100,7 @@ def test_reading_every_blob_of_a_packed_block_decompresses_it_once(tmp_path, zst
     for i, oid in enumerate(ids):
         assert eng.read(oid) == b"blob %d\x00" % len(_body(i)) + _body(i)
     assert zstd_calls.sizes == [locs[0].block_raw]  # once, the whole block
-    assert eng._blocks.held == locs[0].block_raw and len(eng._blocks) == 1
+    assert eng._blocks.held == locs[0].block_raw + C and len(eng._blocks) == 1
     for oid in ids:  # and again: nothing more
         eng.read(oid)
     assert len(zstd_calls.sizes) == 1
@@ -113,21 +116,21 @@ def test_the_budget_holds_and_evicts_the_least_recently_used(tmp_path, zstd_call
         blocks.setdefault(loc.block_off, (oid, loc.block_raw))
     assert len(blocks) >= 3
     (a, ra), (b, rb), (c, rc) = [blocks[k] for k in sorted(blocks)][:3]
-    cache = blockcache.BlockCache(ra + rb + rc - 1, max_block=max(ra, rb, rc))  # two of them fit, not three
+    cache = blockcache.BlockCache(ra + rb + rc + 3 * C - 1, max_block=max(ra, rb, rc))  # two of them fit, not three
     eng = _engine(root, ids[0], cache)
     zstd_calls.sizes.clear()
     eng.read(a)
     eng.read(b)
-    assert zstd_calls.sizes == [ra, rb] and cache.held == ra + rb
+    assert zstd_calls.sizes == [ra, rb] and cache.held == ra + rb + 2 * C
     eng.read(a)  # a is now the most recently used...
     eng.read(c)  # ...so b goes to make room for c
-    assert zstd_calls.sizes == [ra, rb, rc] and cache.held == ra + rc and cache.evicted == 1
+    assert zstd_calls.sizes == [ra, rb, rc] and cache.held == ra + rc + 2 * C and cache.evicted == 1
     assert cache.held <= cache.budget
     eng.read(a)
     assert len(zstd_calls.sizes) == 3  # still held
     eng.read(b)
     assert zstd_calls.sizes[3:] == [rb]  # evicted: decompressed again
-    assert cache.held == sum(len(v) for v in cache._blocks.values()) <= cache.budget
+    assert cache.held == sum(len(v) + C for v in cache._blocks.values()) <= cache.budget
 
     small = blockcache.BlockCache(64 << 20, max_block=ra - 1)  # a block bigger than max_block is never held
     eng = _engine(root, ids[0], small)
@@ -205,7 +208,7 @@ def test_threads_read_right_bytes_through_one_small_cache(tmp_path):
     root = str(tmp_path / "s")
     ids = _packed_store(root, n=150, words=300)
     raws = {loc.block_raw for loc in (_engine(root, ids[0]).loc(i) for i in ids)}
-    cache = blockcache.BlockCache(max(raws) + min(raws), max_block=max(raws))  # fewer blocks fit than there are
+    cache = blockcache.BlockCache(max(raws) + min(raws) + 2 * C, max_block=max(raws))  # fewer blocks fit than there are
     eng = _engine(root, ids[0], cache)
     want = {oid: b"blob %d\x00" % len(_body(i, 300)) + _body(i, 300) for i, oid in enumerate(ids)}
     bad: list = []
@@ -268,4 +271,40 @@ def test_the_budget_comes_from_the_environment_and_a_closed_engine_leaves_nothin
     eng.read(ids[0])
     assert len(cache) == 2
     eng.close()
-    assert list(cache._blocks) == [other] and cache.held == 5
+    assert list(cache._blocks) == [other] and cache.held == 5 + C
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "get", "drop", "discard"]), st.integers(1, 3), st.integers(0, 5),
+                          st.integers(1, 1100)), max_size=60))
+def test_the_cache_is_an_lru_of_bytes(ops):
+    """Against a plain model (a list, most recent last): the same blocks held in the same order, ``held`` their
+    charge, never above the budget, and each token's keys exactly its blocks (what ``discard`` drops)."""
+    cache = blockcache.BlockCache(2000 + 3 * C, max_block=1000)
+    model: list = []  # [(key, raw)], least recently used first
+    for op, tok, off, size in ops:
+        key = (tok, off)
+        at = next((i for i, (k, _) in enumerate(model) if k == key), None)
+        if op == "put":
+            raw = bytes([off]) * size
+            cache.put(key, raw)
+            if size <= 1000:  # a bigger block is not held (nor does it move one held under its key)
+                if at is not None:
+                    model.pop(at)
+                model.append((key, raw))
+                while sum(len(r) + C for _, r in model) > cache.budget:
+                    model.pop(0)
+        elif op == "get":
+            assert cache.get(key) == (model[at][1] if at is not None else None)
+            if at is not None:
+                model.append(model.pop(at))
+        elif op == "drop":
+            cache.drop(key)
+            if at is not None:
+                model.pop(at)
+        else:
+            cache.discard({tok})
+            model = [(k, r) for k, r in model if k[0] != tok]
+        assert list(cache._blocks.items()) == model
+        assert cache.held == sum(len(r) + C for _, r in model) <= cache.budget
+        assert {t: keys for t, keys in cache._by_tok.items()} == {t: {k for k, _ in model if k[0] == t} for t in {k[0] for k, _ in model}}
