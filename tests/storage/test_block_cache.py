@@ -308,3 +308,29 @@ def test_the_cache_is_an_lru_of_bytes(ops):
         assert list(cache._blocks.items()) == model
         assert cache.held == sum(len(r) + C for _, r in model) <= cache.budget
         assert {t: keys for t, keys in cache._by_tok.items()} == {t: {k for k, _ in model if k[0] == t} for t in {k[0] for k, _ in model}}
+
+
+def test_an_object_alone_in_its_block_is_never_held(tmp_path, zstd_calls):
+    """One-record commits (no gc): each record and blob fills a block of its own; a walk of them leaves the
+    cache empty (nothing to serve a neighbour from), and a block shared by two objects is held."""
+    root = str(tmp_path / "s")
+    log = RunLog(Store.init(root, fsync="off"))
+    log.start_run("R")
+    recs = [log.record_attempt("R", i, 0, "succeeded", prompt=log.put_blob(_body(i, 30))) for i in range(5)]
+    ids = [bytes(r.id) for r in recs] + [bytes(r.body["prompt"]) for r in recs]
+    eng = _engine(root, ids[0])
+    for oid in ids:
+        loc = eng.loc(oid)
+        assert loc.length == loc.block_raw
+        eng.read(oid)
+        eng.read(oid)
+    assert len(eng._blocks) == 0 and eng._blocks.hits == eng._blocks.misses == 0
+    with log.store.batch():  # two blobs in one commit: one block
+        pair = [bytes(log.put_blob(_body(100 + i, 30))) for i in range(2)]
+        log.record_attempt("R", 9, 0, "succeeded", prompt=pair[0], output=pair[1])
+    eng.refresh()
+    assert eng.loc(pair[0]).block_off == eng.loc(pair[1]).block_off
+    zstd_calls.sizes.clear()
+    eng.read(pair[0])
+    eng.read(pair[1])
+    assert len(eng._blocks) == 1 and len(zstd_calls.sizes) == 1

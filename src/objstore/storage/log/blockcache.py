@@ -13,7 +13,8 @@ Kept here:
   once at import like the engines' other knobs; 0 holds nothing): 16 packed blob blocks or 64 packed record
   blocks, more than one LangGraph checkpoint's parts span (a 200-turn chat's latest checkpoint after gc: 3
   blocks, 190 KB), for a few percent of a reader's resident memory. A block bigger than an eighth of the
-  budget is never held (one read must not flush every other block; a large blob streams in a block of its own).
+  budget is never held (one read must not flush every other block; a large blob streams in a block of its own),
+  nor is a block holding only the object read (a one-record commit's: a walk of those costs the cache nothing).
 * **Keyed by what was read, never by a file's name.** A key starts with a token (``token``) handed out once
   per process: the local engine takes one for each descriptor it opens on a segment file, so a file gc put in
   place under the same name, opened on a new descriptor, has keys of its own, and the old file's blocks are what
@@ -88,9 +89,14 @@ class BlockCache:
         if n > self.max_block or n == 0 or n + ENTRY_COST > self.budget:
             return
         with self._mu:
-            self._pop(key)
+            if key in self._blocks:
+                self._pop(key)
             self._blocks[key] = raw
-            self._by_tok.setdefault(key[0], set()).add(key)
+            keys = self._by_tok.get(key[0])
+            if keys is None:
+                self._by_tok[key[0]] = {key}
+            else:
+                keys.add(key)
             self.held += n + ENTRY_COST
             while self.held > self.budget:
                 self._pop(next(iter(self._blocks)))

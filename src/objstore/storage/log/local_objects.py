@@ -40,6 +40,8 @@ class ObjectReads(LocalBase):
         """``loc``'s block decompressed: the one the block cache holds, else read from the file (and held,
         if ``hold`` and the block is worth holding: see ``_load_block``)."""
         fd = self._fd(loc.seg)
+        if loc.length == loc.block_raw:  # the object alone in its block: never held (see _load_block)
+            return self._load_block(loc, fd, (), False)
         key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
         raw = self._blocks.get(key)
         return raw if raw is not None else self._load_block(loc, fd, key, hold)
@@ -61,8 +63,9 @@ class ObjectReads(LocalBase):
                 raise IntegrityError("?", self.seg_path(loc.seg), "block decompresses to the wrong size")
         else:
             raw = stored
-        # A blob alone in its block is not held: no neighbour will be read from it, and its reader keeps a copy.
-        if hold and (loc.otype != codec.BLOB or loc.length != loc.block_raw):
+        # An object alone in its block (a one-record commit, a blob of its own) is not held: no neighbour will
+        # be read from it, and its reader keeps a copy; a walk of such blocks then costs the cache nothing.
+        if hold and loc.length != loc.block_raw:
             self._blocks.put(key, raw)
         return raw
 
@@ -95,7 +98,7 @@ class ObjectReads(LocalBase):
         try:
             fd = self._fd(loc.seg)
             key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)  # as _block_key, inline
-            raw = self._blocks.get(key)
+            raw = self._blocks.get(key) if loc.length != loc.block_raw else None  # one alone in its block is never held
             held = raw is not None
             if raw is None:
                 raw = self._load_block(loc, fd, key)

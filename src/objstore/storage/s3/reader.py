@@ -551,7 +551,7 @@ class S3Reader(Engine):
             raise BodyRemoved(oid.hex())
         raw, key = self._entry_bytes(loc.entry)
         where = (self._blk_tok, loc.entry, loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
-        block = self._blocks.get(where)
+        block = self._blocks.get(where) if loc.length != loc.block_raw else None  # one alone in its block is never held
         held = block is not None
         if block is None:
             block = self._block(oid, loc, raw, key, where)
@@ -566,7 +566,7 @@ class S3Reader(Engine):
         return data
 
     def _block(self, oid: bytes, loc: Loc, raw: bytes, key: str, where: tuple) -> bytes:
-        """``loc``'s block out of its entry's bytes ``raw``, decompressed, and held unless a blob fills it alone."""
+        """``loc``'s block out of its entry's bytes ``raw``, decompressed, and held unless the object fills it alone."""
         stored = raw[loc.block_off : loc.block_off + loc.stored_len]
         if len(stored) != loc.stored_len:
             raise IntegrityError(oid.hex(), self._where(key), "block truncated")
@@ -579,7 +579,7 @@ class S3Reader(Engine):
             block = stored
         else:
             raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
-        if loc.otype != codec.BLOB or loc.length != loc.block_raw:  # a blob alone in its block: no neighbour to serve
+        if loc.length != loc.block_raw:  # an object alone in its block: no neighbour to serve
             self._blocks.put(where, block)  # the objects of one block are read together (a walk, a listing, a checkpoint's parts)
         return block
 
