@@ -170,7 +170,7 @@ class LocalBase(Engine):
         for fd in [*self._fds.values(), *self._replaced_fds]:
             os.close(fd)
         self._fds.clear()
-        self._blocks.discard(set(self._fd_tok.values()))  # their numbers may be another file's next
+        self._blocks.discard(set(self._fd_tok.values()))  # never read again (a token is never handed out twice): memory back
         self._fd_tok.clear()
         self._replaced_fds = []
         for extra in (self._lfd, self._sync_fd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):

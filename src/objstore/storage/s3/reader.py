@@ -703,6 +703,7 @@ class S3Reader(Engine):
         return self.refresh(force=True)
 
     def close(self) -> None:
+        self._blocks.discard({self._blk_tok})  # (blocks of its earlier tokens age out of the cache)
         self.bucket.close()
 
     # -- the store's marker --------------------------------------------------------------------
