@@ -22,7 +22,7 @@ ORDER: list[tuple[str, list[str]]] = [
     ("objstore.errors", []),
     ("objstore.interrupt", []),
     ("objstore.lazy", []),
-    ("objstore.storage", ["codec", "fileutil", "fdbudget", "runrefs", "refs", "labels", "authority", "log.format", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.idxtrust", "log.tables", "log.craft", "log.txn",
+    ("objstore.storage", ["codec", "fileutil", "fdbudget", "runrefs", "refs", "labels", "authority", "log.format", "log.blockcache", "log.root", "log.entry", "log.parse", "log.facts", "log.rules", "log.segindex", "log.idxtrust", "log.tables", "log.craft", "log.txn",
                           "log.engine", "log.memory", "log.packed", "log.segfile", "log.segrows", "log.local_state", "log.scan", "log.witness",
                           "log.checkpoint", "log.local_catchup", "log.local_objects", "log.local_index", "log.groupsync", "log.local_write", "log.local", "log.fsck", "log", "s3", "gclock", "erased", "storedir", "batch", "logset",
                           "runlogs.catalog", "runlogs.held", "runlogs.idindex", "runlogs.multitxn", "runlogs.citation",

@@ -344,7 +344,7 @@ def _source_bytes(eng: LogEngine, e: LogEntry, o: list, starts: list, cache: dic
     raw = cache.get(loc.block_off)
     if raw is None:
         eng._check_loc(oid, loc)
-        raw = eng._read_block(loc)
+        raw = eng._read_block(loc, hold=False)  # a one-pass copy: the readers' blocks stay held
         if len(cache) >= 8:
             cache.clear()
         cache[loc.block_off] = raw

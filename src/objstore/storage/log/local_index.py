@@ -265,7 +265,6 @@ class SegmentIndexes(LocalBase):
             had = self._idx.pop(seg, None) is not None
             self._packs.pop(seg, None)
             self._sealed_locs.clear()
-            self._block_cache = None
             self._hint = 0  # loc() tries the hint's segment only through a loaded index
         return changed or had
 

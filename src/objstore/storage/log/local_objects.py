@@ -1,6 +1,7 @@
 """Reading objects out of the segment files, hash-checked.
 
-Kept here: every object read is re-hashed against its id before it is returned; a location whose
+Kept here: every object read is re-hashed against its id before it is returned, a block the block cache
+(``blockcache``) holds included (one that fails is dropped and the file read again); a location whose
 declared sizes cannot be true is refused before anything is read or allocated for it; a block that
 would decompress to more than ``PRECHECK_RAW`` bytes (and every large blob) is hash-checked while it
 streams, before it is held or written out; a read that fails because gc replaced a segment file
@@ -30,13 +31,25 @@ CHECK_SIZE_ABOVE = 1 << 20  # a stored length above this is checked against the 
 class ObjectReads(LocalBase):
     """Objects by location: blocks, large blobs streamed out, the checks before each read."""
 
-    def _read_block(self, loc: Loc) -> bytes:
-        c = self._block_cache
-        if c is not None and c[0] == (loc.seg, loc.block_off):
-            return c[1]
+    def _block_key(self, loc: Loc) -> tuple:
+        """The block cache's key of ``loc``'s block: the token of the descriptor it is read on (a file gc put
+        in place under the same name is another descriptor, another token), its offset and its sizes."""
+        return (self._fd_tok[self._fd(loc.seg)], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
+
+    def _read_block(self, loc: Loc, hold: bool = True) -> bytes:
+        """``loc``'s block decompressed: the one the block cache holds, else read from the file (and held,
+        if ``hold`` and the block is worth holding: see ``_load_block``)."""
+        fd = self._fd(loc.seg)
+        if loc.length == loc.block_raw:  # the object alone in its block: never held (see _load_block)
+            return self._load_block(loc, fd, (), False)
+        key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
+        raw = self._blocks.get(key)
+        return raw if raw is not None else self._load_block(loc, fd, key, hold)
+
+    def _load_block(self, loc: Loc, fd: int, key: tuple, hold: bool = True) -> bytes:
         STATS["blocks_read"] += 1
         try:
-            stored = os.pread(self._fd(loc.seg), loc.stored_len, loc.block_off)
+            stored = os.pread(fd, loc.stored_len, loc.block_off)
         except OSError as e:
             raise StorageOSError(f"read {self.seg_path(loc.seg)}", e) from None
         if len(stored) != loc.stored_len:
@@ -50,8 +63,10 @@ class ObjectReads(LocalBase):
                 raise IntegrityError("?", self.seg_path(loc.seg), "block decompresses to the wrong size")
         else:
             raw = stored
-        if loc.otype != codec.BLOB:
-            self._block_cache = ((loc.seg, loc.block_off), raw)
+        # An object alone in its block (a one-record commit, a blob of its own) is not held: no neighbour will
+        # be read from it, and its reader keeps a copy; a walk of such blocks then costs the cache nothing.
+        if hold and loc.length != loc.block_raw:
+            self._blocks.put(key, raw)
         return raw
 
     def _check_loc(self, oid: bytes, loc: Loc, prehash_above: int = PRECHECK_RAW) -> None:
@@ -81,13 +96,24 @@ class ObjectReads(LocalBase):
     def _read_loc(self, oid: bytes, loc: Loc) -> bytes:
         self._check_loc(oid, loc)
         try:
-            raw = self._read_block(loc)
+            fd = self._fd(loc.seg)
+            key = (self._fd_tok[fd], loc.block_off, loc.comp, loc.stored_len, loc.block_raw)  # as _block_key, inline
+            raw = self._blocks.get(key) if loc.length != loc.block_raw else None  # one alone in its block is never held
+            held = raw is not None
+            if raw is None:
+                raw = self._load_block(loc, fd, key)
+            data = raw[loc.off : loc.off + loc.length]
+            ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
+            if not ok and held:
+                # The cache holds bytes, not checked objects: the file decides.
+                self._blocks.drop(key)
+                data = self._load_block(loc, fd, key)[loc.off : loc.off + loc.length]
+                ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
         except CorruptLog:
             raise  # a missing or unreadable segment: named as it is
         except IntegrityError as e:
             raise IntegrityError(oid.hex(), e.args[1], e.args[2]) from None
-        data = raw[loc.off : loc.off + loc.length]
-        if len(data) != loc.length or blake3.blake3(data).digest() != oid:
+        if not ok:
             raise IntegrityError(oid.hex(), self.seg_path(loc.seg), "hash mismatch (content does not match id)")
         return data
 

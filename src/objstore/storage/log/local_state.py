@@ -30,6 +30,7 @@ from typing import Any
 
 from ...errors import CorruptLog
 from ..fileutil import FsyncPolicy
+from . import blockcache
 from .engine import Engine
 from .entry import LogEntry
 from .format import SEG_HEADER, ZERO, Loc, Position
@@ -90,7 +91,8 @@ class LocalBase(Engine):
         # dict look-up instead of a search of the sealed indexes per commit
         self._sealed_locs: dict[bytes, Any] = {}
         self._ckpt_at = (0, 0)  # (entry, offset) of the last checkpoint this process wrote or loaded
-        self._block_cache: tuple | None = None
+        self._blocks = blockcache.SHARED  # decompressed blocks, keyed by the token of the descriptor they were read on
+        self._fd_tok: dict[int, int] = {}  # descriptor of a segment file -> its file token (blockcache), while open
         self.torn: tuple | None = None  # (segment, offset, length, reason) of a torn tail seen by the last refresh
         self.damaged: tuple | None = None  # (segment, offset, reason) of a bad entry that is not a torn tail
         self.prefix_ok = False  # answer from the readable prefix of a damaged log instead of raising (verify)
@@ -157,6 +159,7 @@ class LocalBase(Engine):
                 fd = os.open(self.seg_path(n), os.O_RDONLY)
             except FileNotFoundError:
                 raise CorruptLog(self.seg_path(n), "segment missing") from None
+            self._fd_tok[fd] = blockcache.token()
             self._fds[n] = fd
         return fd
 
@@ -167,6 +170,8 @@ class LocalBase(Engine):
         for fd in [*self._fds.values(), *self._replaced_fds]:
             os.close(fd)
         self._fds.clear()
+        self._blocks.discard(set(self._fd_tok.values()))  # never read again (a token is never handed out twice): memory back
+        self._fd_tok.clear()
         self._replaced_fds = []
         for extra in (self._lfd, self._sync_fd, self._wfd[1] if self._wfd else None, self._wit_fd, *self._old_wfds):
             if extra is not None:

@@ -5,6 +5,8 @@ HEAD; chunks and large entries are cached on local disk by key and checked on us
 parse and chain to the checksum the key names). A copy is named with the gc generation it was read
 under, so a copy from before gc rewrote keys in place is never read after it. ``scan`` reads the
 bucket itself (never a copy this process did not fetch): what verify proves is what every reader reads.
+Decompressed blocks are held in the process's block cache (``log.blockcache``) under a token of this reader
+that changes wherever what it read may have moved; every object taken out of one is re-hashed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import zstandard
 
 from ...errors import BodyRemoved, Busy, CorruptLog, IntegrityError, ObjectNotFound
 from .. import codec
+from ..log import blockcache
 from ..log.engine import Engine, ScanEntry, ScanProblem, deletion_rule, entry_bodies
 from ..log.entry import LogEntry, block_starts
 from ..log.format import COMP_GONE, COMP_RAW, COMP_ZSTD, REMOVED, ZERO, Loc, Position, _decompressor
@@ -112,7 +115,10 @@ class S3Reader(Engine):
         self._src: dict[int, tuple] = {}  # entry -> ("tail", bytes) | ("chunk", key, slot index) | ("entry", key)
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
         self._last_entry: tuple[str, bytes] | None = None  # the entry/ key read last, and its bytes
-        self._last_block: tuple[tuple, bytes] | None = None  # (entry, offset, length) of the structured block read last, decompressed
+        # decompressed blocks (the process's block cache), keyed by this token, entry, offset and sizes: a new token
+        # wherever what this reader read before may have moved (an entry relocated, a copy dropped, a gc generation)
+        self._blocks = blockcache.SHARED
+        self._blk_tok = blockcache.token()
         self._gen = 0  # the gc generation of the HEAD taken in last
         self._skipped: OrderedDict[bytes, bytes] = OrderedDict()  # blobs puts left out as stored, newest last
         self._skipped_bytes = 0
@@ -303,7 +309,7 @@ class S3Reader(Engine):
             self._set_locs(e)
             if src is not None:
                 self._src[n] = src
-            self._last_block = None
+            self._blk_tok = blockcache.token()
         return True
 
     def _slot_bytes(self, n: int, slot: Any, src: tuple) -> tuple[bytes, tuple]:
@@ -401,7 +407,8 @@ class S3Reader(Engine):
         self.tables = LogState()
         self._src, self._cks = {}, {}
         self._chunks.clear()
-        self._last_entry = self._last_block = None
+        self._last_entry = None
+        self._blk_tok = blockcache.token()
         self._fetched.clear()
         self._from_cache.clear()
 
@@ -456,7 +463,7 @@ class S3Reader(Engine):
     def _forget_cached(self, key: str) -> None:
         self._fetched.pop(key, None)
         self._chunks.pop(key, None)
-        self._last_block = None
+        self._blk_tok = blockcache.token()
         if self._last_entry is not None and self._last_entry[0] == key:
             self._last_entry = None
         path = self._cache_path(key)
@@ -543,29 +550,38 @@ class S3Reader(Engine):
         if loc.comp == COMP_GONE:
             raise BodyRemoved(oid.hex())
         raw, key = self._entry_bytes(loc.entry)
-        where = (loc.entry, loc.block_off, loc.stored_len)
-        cached = self._last_block
-        if cached is not None and cached[0] == where:
-            block = cached[1]
-        else:
-            stored = raw[loc.block_off : loc.block_off + loc.stored_len]
-            if len(stored) != loc.stored_len:
-                raise IntegrityError(oid.hex(), self._where(key), "block truncated")
-            if loc.comp == COMP_ZSTD:
-                try:
-                    block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
-                except zstandard.ZstdError as e:
-                    raise IntegrityError(oid.hex(), self._where(key), f"zstd data corrupt: {e}") from None
-            elif loc.comp == COMP_RAW:
-                block = stored
-            else:
-                raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
-            if loc.otype != codec.BLOB:
-                self._last_block = (where, block)  # records of one block are read together (a walk, a listing)
+        where = (self._blk_tok, loc.entry, loc.block_off, loc.comp, loc.stored_len, loc.block_raw)
+        block = self._blocks.get(where) if loc.length != loc.block_raw else None  # one alone in its block is never held
+        held = block is not None
+        if block is None:
+            block = self._block(oid, loc, raw, key, where)
         data = block[loc.off : loc.off + loc.length]
-        if len(data) != loc.length or blake3.blake3(data).digest() != oid:
+        ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
+        if not ok and held:  # the block cache holds bytes, not checked objects: the entry's bytes decide
+            self._blocks.drop(where)
+            data = self._block(oid, loc, raw, key, where)[loc.off : loc.off + loc.length]
+            ok = len(data) == loc.length and blake3.blake3(data).digest() == oid
+        if not ok:
             raise IntegrityError(oid.hex(), self._where(key), "hash mismatch (content does not match id)")
         return data
+
+    def _block(self, oid: bytes, loc: Loc, raw: bytes, key: str, where: tuple) -> bytes:
+        """``loc``'s block out of its entry's bytes ``raw``, decompressed, and held unless the object fills it alone."""
+        stored = raw[loc.block_off : loc.block_off + loc.stored_len]
+        if len(stored) != loc.stored_len:
+            raise IntegrityError(oid.hex(), self._where(key), "block truncated")
+        if loc.comp == COMP_ZSTD:
+            try:
+                block = _decompressor().decompress(stored, max_output_size=loc.block_raw)
+            except zstandard.ZstdError as e:
+                raise IntegrityError(oid.hex(), self._where(key), f"zstd data corrupt: {e}") from None
+        elif loc.comp == COMP_RAW:
+            block = stored
+        else:
+            raise IntegrityError(oid.hex(), self._where(key), f"unknown block compression {loc.comp}")
+        if loc.length != loc.block_raw:  # an object alone in its block: no neighbour to serve
+            self._blocks.put(where, block)  # the objects of one block are read together (a walk, a listing, a checkpoint's parts)
+        return block
 
     def read_block_of(self, oid: bytes) -> tuple[bytes, Loc] | None:
         loc = self.loc(oid)
@@ -687,6 +703,7 @@ class S3Reader(Engine):
         return self.refresh(force=True)
 
     def close(self) -> None:
+        self._blocks.discard({self._blk_tok})  # (blocks of its earlier tokens age out of the cache)
         self.bucket.close()
 
     # -- the store's marker --------------------------------------------------------------------
