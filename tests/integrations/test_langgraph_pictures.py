@@ -19,18 +19,14 @@ export to a loopback OTLP/HTTP receiver, which decodes it with opentelemetry-pro
 
 from __future__ import annotations
 
-import base64
-import http.server
 import json
 import os
 import re
-import threading
 
 import lg_pictures as P
 import pytest
-from google.protobuf import json_format
 from helpers import run_cli
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from otlp_receiver import decode_json, receiving
 
 from objstore import RunLog, Store
 from objstore.integrations.langgraph import ObjstoreSaver  # noqa: F401 - a LangGraph module (conftest leaves it out without LangGraph)
@@ -105,51 +101,14 @@ def test_otlp_golden_structure(thread):
     golden(GOLDEN_OTLP, {"root namespace": P.normal(json.loads(main)), "subgraph namespace": P.normal(json.loads(sub))})
 
 
-def decode_json(text: str):
-    """OTLP/JSON (hex ids) back into the protobuf message, as tests/runs/test_otel.py does."""
-    def unhex(node):
-        if isinstance(node, dict):
-            return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId") else unhex(v))
-                    for k, v in node.items()}
-        if isinstance(node, list):
-            return [unhex(x) for x in node]
-        return node
-
-    return json_format.ParseDict(unhex(json.loads(text)), trace_service_pb2.ExportTraceServiceRequest())
-
-
 def attrs(span) -> dict:
     return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes}
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    got: list = []
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).got.append((self.path, self.headers["Content-Type"], trace_service_pb2.ExportTraceServiceRequest.FromString(body)))
-        reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_live_export_links_the_fork_to_the_step1_checkpoint_and_the_receiver_decodes_it(thread):
     root, t = thread
-    handler = type("Receiver", (_Receiver,), {"got": []})
-    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with receiving() as (url, handler):
         _, out, _ = run_cli("export", f"thread_id={P.THREAD}", "--endpoint", url, store=root, exit_code=0)
-    finally:
-        server.shutdown()
-        server.server_close()
     [(path, ctype, req)] = handler.got
     assert (path, ctype) == ("/v1/traces", "application/x-protobuf")
     _, js, _ = run_cli("export", f"thread_id={P.THREAD}", "--format", "otlp-json", store=root, exit_code=0)

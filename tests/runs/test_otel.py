@@ -10,18 +10,14 @@ left out). docs/OTEL.md is the mapping these tests pin.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import http.server
 import json
 import os
 import socket
-import threading
 
 import pytest
-from google.protobuf import json_format  # opentelemetry-proto: the otel extra, which the test extra pulls
 from helpers import run_cli
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from otlp_receiver import decode_json, receiving
 
 from objstore import RunLog, Store
 from objstore.runs import otel, otlp
@@ -29,19 +25,6 @@ from objstore.runs import otel, otlp
 AT = 1800000000
 INTERNAL, CLIENT = 1, 2
 UNSET, OK, ERROR = 0, 1, 2
-
-
-def decode_json(text: str):
-    """OTLP/JSON back into the protobuf message (ids from hex to the base64 protobuf's JSON reads)."""
-    def unhex(node):
-        if isinstance(node, dict):
-            return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId") else unhex(v))
-                    for k, v in node.items()}
-        if isinstance(node, list):
-            return [unhex(x) for x in node]
-        return node
-
-    return json_format.ParseDict(unhex(json.loads(text)), trace_service_pb2.ExportTraceServiceRequest())
 
 
 def spans_of(req) -> list:
@@ -201,35 +184,10 @@ def test_bodies_only_with_the_flag_and_never_erased(secrets):
     assert "an ordinary answer" in out and "sk-live" not in out
 
 
-class _Receiver(http.server.BaseHTTPRequestHandler):
-    got: list = []
-    answer = 200
-
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).got.append((self.path, self.headers["Content-Type"], trace_service_pb2.ExportTraceServiceRequest.FromString(body)))
-        reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-        self.send_response(type(self).answer)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def receiver():
-    handler = type("Receiver", (_Receiver,), {"got": [], "answer": 200})
-    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with receiving() as got:
+        yield got
 
 
 def test_endpoint_receives_what_otlp_json_prints(demo, receiver):

@@ -12,60 +12,25 @@ The demo run's page is also kept as a screenshot, docs/view-demo.png (OBJSTORE_R
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 
+import browser as web
 import pytest
 from helpers import run_cli
 
 AT = 1800000000
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
 GOLDEN_DOM = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "golden-view-demo-dom.txt")
 SHOT = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "view-demo.png")
 
-try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-except ImportError:
-    webdriver = None
-
-_missing = [w for w, ok in (("pip selenium", webdriver is not None), ("chromium", CHROMIUM), ("chromium-driver", DRIVER)) if not ok]
-if _missing:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"browser tests need {', '.join(_missing)} (CI=true runs them: .ci/run installs them)")
-    pytest.skip(f"browser tests skipped: {', '.join(_missing)} missing (apt-get install -y chromium chromium-driver; "
-                "pip install -e '.[test-all]')", allow_module_level=True)
+web.require()
+By = web.By
 
 
 @pytest.fixture(scope="module")
 def browser():
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1500"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    drv = webdriver.Chrome(options=opts, service=Service(DRIVER))
+    drv = web.chrome()
     yield drv
     drv.quit()
-
-
-def open_page(drv, path) -> None:
-    drv.get_log("browser")
-    drv.get_log("performance")  # drain what earlier pages left
-    drv.get("file://" + str(path))
-    drv.find_element(By.CSS_SELECTOR, "#attempts table, #attempts p")  # the script has run
-
-
-def requests_made(drv) -> list[str]:
-    urls = []
-    for entry in drv.get_log("performance"):
-        msg = json.loads(entry["message"])["message"]
-        if msg.get("method") == "Network.requestWillBeSent":
-            urls.append(msg["params"]["request"]["url"])
-    return urls
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +43,16 @@ def demo_page(tmp_path_factory):
 
 
 def test_loads_clean_and_offline(browser, demo_page):
-    open_page(browser, demo_page)
+    web.open_page(browser, demo_page)
     severe = [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
     assert severe == [], severe
-    off = [u for u in requests_made(browser) if not u.startswith(("file:", "data:", "about:"))]
+    off = [u for u in web.requests_made(browser) if not u.startswith(("file:", "data:", "about:"))]
     assert off == [], off
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
 
 
 def test_dom_shows_branches_forks_and_failures(browser, demo_page):
-    open_page(browser, demo_page)
+    web.open_page(browser, demo_page)
     branches = browser.find_elements(By.CSS_SELECTOR, "#tree .branch")
     assert sorted(b.get_attribute("data-branch") for b in branches) == ["0", "1"]
     live = browser.find_element(By.CSS_SELECTOR, '#tree .branch[data-branch="1"]')
@@ -105,28 +70,13 @@ def test_dom_shows_branches_forks_and_failures(browser, demo_page):
         browser.save_screenshot(SHOT)
 
 
-OUTLINE = r"""
-var out = [];
-(function walk(e, depth) {
-  Array.prototype.forEach.call(e.children, function (c) {
-    if (c.tagName === "SCRIPT") { return; }  // the data (golden-tested in test_view.py) and the script
-    var name = c.tagName.toLowerCase() + (c.className ? "." + c.className.trim().split(/\s+/).join(".") : "");
-    var attrs = ["data-branch", "data-kind"].filter(function (a) { return c.hasAttribute(a); })
-      .map(function (a) { return "[" + a + "=" + c.getAttribute(a) + "]"; }).join("");
-    var own = c.children.length ? "" : " " + JSON.stringify(c.textContent);
-    out.push(Array(depth + 1).join("  ") + name + attrs + own);
-    walk(c, depth + 1);
-  });
-})(document.body, 0);
-return out.join("\n") + "\n";
-"""
 
 
 def test_dom_golden_structure(browser, demo_page):
     """The page as the browser built it (tags, classes, branch and kind hooks, leaf text; no times), kept in
     fixtures/golden-view-demo-dom.txt (OBJSTORE_REGEN_GOLDEN=1 rewrites it; review the diff)."""
-    open_page(browser, demo_page)
-    got = browser.execute_script(OUTLINE)
+    web.open_page(browser, demo_page)
+    got = browser.execute_script(web.OUTLINE)
     if os.environ.get("OBJSTORE_REGEN_GOLDEN") == "1":
         with open(GOLDEN_DOM, "w", encoding="utf-8") as f:
             f.write(got)
@@ -135,7 +85,7 @@ def test_dom_golden_structure(browser, demo_page):
 
 
 def test_click_shows_body(browser, demo_page):
-    open_page(browser, demo_page)
+    web.open_page(browser, demo_page)
     assert browser.find_elements(By.CSS_SELECTOR, ".body") == []
     node = browser.find_element(By.CSS_SELECTOR, '#tree .node.failed[data-kind="attempt"]')
     node.click()
@@ -155,7 +105,7 @@ def test_hostile_body_stays_text(browser, tmp_path):
     log.record_attempt("R", 1, 0, "failed", error=evil, context={"note": evil}, when=2.0)
     target = tmp_path / "evil.html"
     target.write_text(page.page(log, log.view("R")), encoding="utf-8")
-    open_page(browser, target)
+    web.open_page(browser, target)
     assert browser.title == "objstore run R"
     assert browser.find_elements(By.CSS_SELECTOR, "img, b") == []
     assert evil in browser.find_element(By.CSS_SELECTOR, "#attempts tr.failed").text
