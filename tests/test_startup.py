@@ -217,7 +217,7 @@ LOCAL_STORE = {"objstore.lazy", "objstore.storage", *(f"objstore.storage.{m}" fo
     "authority", "batch", "codec", "erased", "fdbudget", "fileutil", "labels", "logset", "refs", "runrefs", "store", "storedir")),
     "objstore.storage.runlogs", "objstore.storage.runlogs.catalog", "objstore.storage.runlogs.held", "objstore.storage.runlogs.logs",
     "objstore.storage.log", *(f"objstore.storage.log.{m}" for m in (
-        "checkpoint", "engine", "entry", "facts", "format", "idxtrust", "local", "local_catchup", "local_index", "local_objects",
+        "blockcache", "checkpoint", "engine", "entry", "facts", "format", "idxtrust", "local", "local_catchup", "local_index", "local_objects",
         "local_state", "local_write", "memory", "packed", "parse", "root", "rules", "scan", "segfile", "segindex", "segrows",
         "tables", "txn", "witness")),
     "objstore.runs", *(f"objstore.runs.{m}" for m in (
