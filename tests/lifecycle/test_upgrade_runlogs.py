@@ -53,11 +53,13 @@ def _everything(root):
     return runs, refs, objects
 
 
-@pytest.mark.parametrize("name,version", [("upgrade-format3-store", 3), ("upgrade-format4-store", 4), ("upgrade-format5-store", 5)])
+@pytest.mark.parametrize("name,version", [("upgrade-format3-store", 3), ("upgrade-format4-store", 4), ("upgrade-format5-store", 5),
+                                          ("upgrade-format5-langgraph-store", 5)])
 def test_a_store_of_one_log_upgrades_to_a_log_per_run(tmp_path, name, version):
     root = _copy(tmp_path, name)
     old_tree = snapshot_tree(root)
-    runs, refs, objects = _everything(root)
+    (tmp_path / "read").mkdir()
+    runs, refs, objects = _everything(_copy(tmp_path / "read", name))  # a copy: an open of a long log leaves a checkpoint
     got = U.upgrade(root)
     assert (got["status"], got["from"], got["to"], got["backup"]) == ("upgraded", version, 6, f"{root}.format{version}")
     assert snapshot_tree(root + f".format{version}") == old_tree  # the old store, kept byte for byte

@@ -64,10 +64,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple, NoReturn
 
-from ..errors import Conflict, IntegrityError, InvalidInput, Refused, StoreFormatError, StoreNotFound
+from ..errors import Conflict, IntegrityError, InvalidInput, Refused, StorageOSError, StoreFormatError, StoreNotFound
 from ..runs import records as R
 from ..storage import codec
 from ..storage.fileutil import FsyncPolicy, fsync_dir
+from ..storage.log.local import LogEngine
 from ..storage.store import Store
 from ..storage.storedir import FORMAT_VERSION, ONE_LOG_VERSIONS, RUNLOGS_VERSION, is_remote, read_marker
 from . import runlogs
@@ -237,7 +238,7 @@ def _upgrade_runlogs(path: str, version: int, staging: str, policy: FsyncPolicy,
         raise InvalidInput(f"{backup} already exists (an earlier upgrade's format-{version} copy?); move it away, then run upgrade again")
     _rmtree(staging)
     try:
-        old = Store.open(path)
+        old = _open_as_found(path)
         try:
             built = runlogs.build(old, staging)
             if policy.enabled:
@@ -286,13 +287,25 @@ def _finish(path: str, staging: str, backup: str, policy: FsyncPolicy, fsync: st
     return {"status": "finished", "path": path, **summary, "backup": backup}
 
 
+def _open_as_found(path: str) -> Store:
+    """A store of one log read as it stands: no checkpoint adopted or written. The upgrade keeps it as
+    ``PATH.format<N>`` byte for byte, and the open of a long log would otherwise leave a derived ``log/checkpoint``
+    in it (it replays every entry anyway: it copies them all)."""
+    policy = FsyncPolicy(None)
+    try:
+        engine = LogEngine(path, policy, checkpoint=False)
+    except OSError as e:
+        raise StorageOSError(f"open the log of {path}", e) from None
+    return Store(engine, root=path, policy=policy)
+
+
 def _finish_runlogs(path: str, staging: str, backup: str, policy: FsyncPolicy) -> dict:
     """``path`` is missing, ``backup`` holds its store of one log and ``staging`` the format-6 store built from it:
     check it again, then finish the swap."""
     with _dir_lock(backup):
         if os.path.lexists(path):
             raise Refused(f"{path} appeared while finishing the upgrade; run upgrade again")
-        old = Store.open(backup)
+        old = _open_as_found(backup)
         try:
             summary = runlogs.check(old, staging)
         finally:
