@@ -29,7 +29,11 @@ Kept here:
   it from the file (or the entry's bytes) again, so those decide, not the cache.
 * **Thread-safe.** One lock around the map, held for a dict operation only; decompression is the caller's
   and happens outside it (two threads may decompress one block at once: the second ``put`` replaces the
-  first, the bytes held stay within the budget).
+  first, the bytes held stay within the budget). The lock is re-entrant: an engine nobody holds any more is
+  closed by its finalizer (``LocalBase.__del__``), which the cyclic garbage collector may run in this very
+  thread during any allocation made under the lock, and its ``close`` calls ``discard`` (a plain lock
+  deadlocked there). Every method leaves the map consistent between its allocations, so a nested ``discard``
+  finds it whole.
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ class BlockCache:
     def __init__(self, budget: int, max_block: int | None = None) -> None:
         self.budget = budget
         self.max_block = budget // 8 if max_block is None else max_block  # a bigger block is never held
-        self._mu = threading.Lock()
+        self._mu = threading.RLock()  # re-entrant: see the module docstring (a finalizer's discard)
         self._blocks: OrderedDict[tuple, bytes] = OrderedDict()
         self._by_tok: dict[int, set[tuple]] = {}  # token -> its keys held: ``discard`` costs the blocks it drops
         self.held = 0  # bytes charged for the blocks held
