@@ -10,6 +10,7 @@ while the node itself is live, a copy writes its own nodes, and verify follows t
 from __future__ import annotations
 
 import os
+import threading
 
 import blake3
 import pytest
@@ -134,6 +135,28 @@ def test_a_node_of_the_wrong_size_or_height_is_refused():
         T.expand(top, len(ids), F, nodes.children)
     with pytest.raises(InvalidRecord, match="has 3 top ids, the record lists 2"):
         T.expand(top[:2], len(ids), F, nodes.children)
+
+
+def test_a_forged_tree_that_shares_a_node_or_names_a_negative_length_is_refused_at_once():
+    """A writer may forge a checkpoint: one node named eight times under another would make a reader expand 8^h
+    ids from h + 1 records, and a negative length never ends a base-8 count. Both are refused before any work."""
+    nodes = Nodes()
+    [leaf] = nodes.make(1, [_ids(range(F))])
+    [mid] = nodes.make(2, [[leaf] * F])
+    with pytest.raises(InvalidRecord, match=f"names node {leaf.hex()} twice"):
+        T.expand([mid], F * F, F, nodes.children)
+    outcome: list = []
+
+    def forged() -> None:
+        try:
+            T.flatten([["messages", -5]], [leaf], F, nodes.children)
+        except InvalidRecord as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=forged, daemon=True)
+    t.start()
+    t.join(10)
+    assert outcome == ["invalid record: a LangGraph list channel's length must be a count, got -5"]
 
 
 # -- on a store ---------------------------------------------------------------------------------

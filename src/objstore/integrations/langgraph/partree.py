@@ -65,6 +65,8 @@ def node_of(rec: Any) -> tuple[int, tuple[bytes, ...]]:
 def shape(n: int, fanout: int) -> list[int]:
     """The heights of a list channel's top entries, highest first: ``n`` written in base ``fanout``
     (digit d_k gives d_k entries of height k)."""
+    if type(n) is not int or n < 0:
+        raise InvalidRecord(f"a LangGraph list channel's length must be a count, got {n!r}")
     digits: list[int] = []
     while n:
         n, d = divmod(n, fanout)
@@ -97,24 +99,32 @@ def _node(children: Children, oid: bytes, height: int, fanout: int) -> Sequence[
 
 
 def expand(top: Sequence[bytes], n: int, fanout: int, children: Children) -> list[bytes]:
-    """The ``n`` element part ids a channel's ``top`` names (its nodes read with ``children``)."""
+    """The ``n`` element part ids a channel's ``top`` names (its nodes read with ``children``).
+
+    A node named twice is refused: ``build`` makes a node per place, so a tree holds each once, and a forged
+    checkpoint sharing one node under itself (a height-20 node whose ids are one node eight times, and so on
+    down) would otherwise make a reader expand 8^20 ids from 21 records."""
     heights = shape(n, fanout)
     if len(heights) != len(top):
         raise InvalidRecord(f"a LangGraph list of {n} elements in a tree of fanout {fanout} has {len(heights)} top ids, "
                             f"the record lists {len(top)}")
     out: list[bytes] = []
+    seen: set[bytes] = set()
     for h, oid in zip(heights, top, strict=True):
-        _leaves(children, oid, h, fanout, out)
+        _leaves(children, oid, h, fanout, out, seen)
     return out
 
 
-def _leaves(children: Children, oid: bytes, height: int, fanout: int, out: list[bytes]) -> None:
+def _leaves(children: Children, oid: bytes, height: int, fanout: int, out: list[bytes], seen: set[bytes]) -> None:
     if height == 0:
         out.append(bytes(oid))
         return
     stack = [(oid, height)]  # iterative, left to right
     while stack:
         cur, h = stack.pop()
+        if cur in seen:
+            raise InvalidRecord(f"a LangGraph parts tree names node {bytes(cur).hex()} twice")
+        seen.add(cur)
         ids = _node(children, cur, h, fanout)
         if h == 1:
             out.extend(bytes(x) for x in ids)
@@ -201,7 +211,7 @@ def flatten(layout: Iterable[Sequence[Any]], parts: Sequence[bytes], fanout: int
     out: list[bytes] = []
     i = 0
     for _name, n in layout:
-        k = top_size(n, fanout)
+        k = top_size(n, fanout)  # refuses a length that is no count
         top = parts[i:i + k]
         if len(top) != k:
             raise InvalidRecord(f"a LangGraph layout names more parts than the record's {len(parts)}")
