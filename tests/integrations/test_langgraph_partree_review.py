@@ -1,0 +1,120 @@
+"""Adversarial review of the parts trees (#19): what a user or a racing writer can do to a checkpoint's nodes.
+
+Each test here failed on t-core at cea0a95 (the review's starting point):
+
+- ``prune`` lists the thread's checkpoints, then deletes the nodes only the listed-and-doomed ones name. A put
+  that lands between the two (another thread or process resuming an older checkpoint, as LangGraph's time
+  travel and ``update_state`` do) reuses that checkpoint's nodes; prune then deletes them and the new live
+  checkpoint never reads again (Deleted; after gc BodyRemoved), while verify reports nothing. Before the trees a
+  checkpoint named its part blobs itself, so a deletion of its parent never reached it;
+- ``partree.expand`` refuses a node named twice inside one channel, but a checkpoint whose many channels each
+  name the same (honest) high node is expanded once per channel: no writer shares a node across channels."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from test_langgraph_partree import F, _get, _put
+
+from objstore.errors import InvalidRecord
+from objstore.integrations.langgraph import ObjstoreSaver
+from objstore.integrations.langgraph.saver import CHECKPOINT
+from objstore.lifecycle import gc as G
+
+
+def _checkpoints(saver, thread="t"):
+    run = saver.log.find_run(thread_id=thread, checkpoint_ns="")
+    return [r for r in saver.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT])]
+
+
+def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoint_readable(tmp_path):
+    """The race made deterministic: the writer's put runs after prune has listed the checkpoints and before it
+    deletes (the instance hook on ``trees.orphans`` only orders the two; both are the real code)."""
+    root = str(tmp_path / "s")
+    writer = ObjstoreSaver(root)
+    base = [f"message {i}" for i in range(2 * F + 3)]
+    b = _put(writer, {"messages": base})
+    edited = list(base)
+    edited[2] = "edited"  # the newest no longer names B's first node
+    _put(writer, {"messages": edited}, b)
+    pruner = ObjstoreSaver(root)
+    listed_then = pruner.trees.orphans
+    resumed: list[str] = []
+
+    def writer_resumes_b_meanwhile(*a, **k):
+        if not resumed:
+            resumed.append(_put(writer, {"messages": base + ["after B"]}, b))  # reuses B's nodes
+        return listed_then(*a, **k)
+
+    pruner.trees.orphans = writer_resumes_b_meanwhile
+    pruner.prune(["t"])
+    assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
+    G.gc(pruner.log.store)
+    assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
+
+
+@pytest.mark.slow
+def test_prune_in_a_loop_beside_three_writer_threads_leaves_every_live_checkpoint_readable(tmp_path):
+    """The same race, unforced: three threads of one saver continue their own chats from one checkpoint (so
+    most puts fork) while a fourth prunes the thread in a loop. On t-core every run of this left the thread's
+    surviving checkpoints unreadable (3 of 3 runs: all of them)."""
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    base = [f"open {i}" for i in range(2 * F + 3)]
+    start = _put(saver, {"messages": base})
+    done, errors = threading.Event(), []
+
+    def chat(name):
+        try:
+            msgs, parent = base, start
+            for i in range(25):
+                msgs = msgs + [f"{name} {i}"]
+                parent = _put(saver, {"messages": msgs}, parent)
+        except Exception as e:  # reported below with its type
+            errors.append((name, repr(e)))
+
+    def prune():
+        while not done.is_set():
+            try:
+                saver.prune(["t"])
+            except Exception as e:
+                errors.append(("prune", repr(e)))
+
+    writers = [threading.Thread(target=chat, args=(n,)) for n in "ABC"]
+    pruner = threading.Thread(target=prune)
+    pruner.start()
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    done.set()
+    pruner.join()
+    assert errors == []
+    fresh = ObjstoreSaver(root)
+    unreadable = []
+    for r in _checkpoints(fresh):
+        try:
+            _get(fresh, r.body["checkpoint_id"])
+        except Exception as e:
+            unreadable.append((r.body["checkpoint_id"], type(e).__name__))
+    assert unreadable == []
+
+
+def test_a_checkpoint_whose_channels_share_one_node_is_refused(tmp_path):
+    """One height-3 node (512 messages) named by every channel of a forged checkpoint: 1000 channels in a record
+    of ~45 KB expand to 512,000 part ids (about 1 s and 20 MB here; a height-4 node makes that 4M ids), where a
+    flat layout of that size names ~1400. ``expand``'s ``seen`` is per channel; a writer never shares a node
+    between two channels (``PartTrees.tops`` reuses a parent's nodes by channel name), so one ``seen`` per
+    checkpoint refuses this at the second channel."""
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    n = F ** 3
+    cid = _put(saver, {"messages": [f"m{i}" for i in range(n)]})
+    run = saver.log.find_run(thread_id="t", checkpoint_ns="")
+    rec = saver.log.find_records(run, checkpoint_id=cid)[0]
+    (node,) = rec.body["parts"]
+    body = dict(rec.body, checkpoint_id="shared", layout=[["a", n], ["b", n]], parts=[node, node])
+    saver.log.append(run, CHECKPOINT, body, labels={"checkpoint_id": "shared"})
+    with pytest.raises(InvalidRecord, match="twice"):
+        _get(ObjstoreSaver(root), "shared")
