@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from test_langgraph_partree import F, _get, _put
 
 from objstore.errors import InvalidRecord
@@ -29,8 +30,10 @@ def _checkpoints(saver, thread="t"):
 
 
 def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoint_readable(tmp_path):
-    """The race made deterministic: the writer's put runs after prune has listed the checkpoints and before it
-    deletes (the instance hook on ``trees.orphans`` only orders the two; both are the real code)."""
+    """The race made deterministic: the writer (another thread) puts after prune has listed the checkpoints and
+    before it deletes. The instance hook on ``trees.orphans`` only orders the two (both are the real code): it
+    starts the writer and lets it finish first, unless the writer waits on a lock prune holds (a fixed prune),
+    when the hook gives up waiting after a while and the put lands after prune."""
     root = str(tmp_path / "s")
     writer = ObjstoreSaver(root)
     base = [f"message {i}" for i in range(2 * F + 3)]
@@ -41,14 +44,25 @@ def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoi
     pruner = ObjstoreSaver(root)
     listed_then = pruner.trees.orphans
     resumed: list[str] = []
+    put_done = threading.Event()
+
+    def resume_b():
+        try:
+            resumed.append(_put(writer, {"messages": base + ["after B"]}, b))  # reuses B's nodes
+        finally:
+            put_done.set()
+
+    resumer = threading.Thread(target=resume_b)
 
     def writer_resumes_b_meanwhile(*a, **k):
-        if not resumed:
-            resumed.append(_put(writer, {"messages": base + ["after B"]}, b))  # reuses B's nodes
+        if not resumer.is_alive() and not put_done.is_set():
+            resumer.start()
+            put_done.wait(10)  # ordering only: a prune holding the writer lock goes on without it
         return listed_then(*a, **k)
 
     pruner.trees.orphans = writer_resumes_b_meanwhile
     pruner.prune(["t"])
+    resumer.join()
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
     G.gc(pruner.log.store)
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
@@ -118,3 +132,46 @@ def test_a_checkpoint_whose_channels_share_one_node_is_refused(tmp_path):
     saver.log.append(run, CHECKPOINT, body, labels={"checkpoint_id": "shared"})
     with pytest.raises(InvalidRecord, match="twice"):
         _get(ObjstoreSaver(root), "shared")
+
+
+def _put_in(saver, values, lg_run, parent=None):
+    """``_put`` with a LangGraph run id in the metadata (what ``delete_for_runs`` selects by)."""
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = {k: 1 for k in values}
+    conf = {"thread_id": "t", "checkpoint_ns": ""} | ({"checkpoint_id": parent} if parent else {})
+    md = {"source": "loop", "step": 0, "run_id": lg_run}
+    return saver.put({"configurable": conf}, cp, md, cp["channel_versions"])["configurable"]["checkpoint_id"]
+
+
+def test_delete_for_runs_while_a_writer_resumes_a_doomed_checkpoint_keeps_the_new_checkpoint_readable(tmp_path):
+    """``delete_for_runs`` has the same window as prune: it lists the checkpoints that stay, then deletes the nodes
+    only the doomed ones name. A put of another LangGraph run resuming a doomed checkpoint in between (ordered
+    as in the prune test) reuses those nodes."""
+    root = str(tmp_path / "s")
+    writer = ObjstoreSaver(root)
+    base = [f"message {i}" for i in range(2 * F + 3)]
+    b = _put_in(writer, {"messages": base}, "run-1")
+    deleter = ObjstoreSaver(root)
+    listed_then = deleter.trees.orphans
+    resumed: list[str] = []
+    put_done = threading.Event()
+
+    def resume_b():
+        try:
+            resumed.append(_put_in(writer, {"messages": base + ["after B"]}, "run-2", b))  # reuses B's nodes
+        finally:
+            put_done.set()
+
+    resumer = threading.Thread(target=resume_b)
+
+    def writer_resumes_b_meanwhile(*a, **k):
+        if not resumer.is_alive() and not put_done.is_set():
+            resumer.start()
+            put_done.wait(10)  # ordering only: a deletion holding the writer lock goes on without it
+        return listed_then(*a, **k)
+
+    deleter.trees.orphans = writer_resumes_b_meanwhile
+    deleter.delete_for_runs(["run-1"])
+    resumer.join()
+    assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
