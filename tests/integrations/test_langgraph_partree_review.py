@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from helpers import run_cli
 from langgraph.checkpoint.base import empty_checkpoint
 from test_langgraph_partree import F, _get, _put
 
@@ -175,3 +176,27 @@ def test_delete_for_runs_while_a_writer_resumes_a_doomed_checkpoint_keeps_the_ne
     deleter.delete_for_runs(["run-1"])
     resumer.join()
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
+
+
+@pytest.mark.parametrize("entry", [["messages"], ["messages", 20, "extra"]])
+def test_a_forged_layout_entry_that_is_no_pair_is_one_typed_error_at_read_show_and_diff(tmp_path, entry):
+    """The schema checks ``layout`` is a list, not that each entry is a [channel, n] pair: ``partree.flatten``
+    (and ``present.channel_lines`` after it) unpack each entry, so a forged entry raised ValueError — a
+    traceback and exit 1 at ``objstore show`` and ``objstore diff RUN 0 1``, ValueError from ``get_tuple``."""
+    root = str(tmp_path / "s")
+    saver = ObjstoreSaver(root)
+    base = [f"message {i}" for i in range(2 * F + 3)]
+    b = _put(saver, {"messages": base, "turn": 1})
+    fork = _put(saver, {"messages": base + ["forked"], "turn": 2}, b)
+    fork = _put(saver, {"messages": base + ["again"], "turn": 3}, b)  # resumes b: branch 1
+    run = saver.log.find_run(thread_id="t", checkpoint_ns="")
+    rec = saver.log.find_records(run, checkpoint_id=fork)[0]
+    assert rec.branch == 1
+    layout = [entry if name == "messages" else [name, n] for name, n in rec.body["layout"]]
+    forged = saver.log.append(run, CHECKPOINT, dict(rec.body, checkpoint_id="forged", layout=layout),
+                              labels={"checkpoint_id": "forged"}, branch=1)
+    with pytest.raises(InvalidRecord):
+        _get(ObjstoreSaver(root), "forged")
+    for args in (("show", forged.id.hex()), ("diff", run, "0", "1")):
+        _, _, err = run_cli(*args, store=root, exit_code=5)
+        assert "Traceback" not in err
