@@ -7,8 +7,10 @@ Each test here failed on t-core at cea0a95 (the review's starting point):
   travel and ``update_state`` do) reuses that checkpoint's nodes; prune then deletes them and the new live
   checkpoint never reads again (Deleted; after gc BodyRemoved), while verify reports nothing. Before the trees a
   checkpoint named its part blobs itself, so a deletion of its parent never reached it;
+- ``delete_for_runs`` has the same window between its listing and its deletion;
 - ``partree.expand`` refuses a node named twice inside one channel, but a checkpoint whose many channels each
-  name the same (honest) high node is expanded once per channel: no writer shares a node across channels."""
+  name the same (honest) high node is expanded once per channel: no writer shares a node across channels;
+- a forged ``layout`` entry that is no [channel, n] pair raises ValueError (a traceback at the CLI)."""
 
 from __future__ import annotations
 
