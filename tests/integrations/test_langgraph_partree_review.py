@@ -60,7 +60,7 @@ def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoi
     def writer_resumes_b_meanwhile(*a, **k):
         if not resumer.is_alive() and not put_done.is_set():
             resumer.start()
-            put_done.wait(10)  # ordering only: a prune holding the writer lock goes on without it
+            put_done.wait(3)  # ordering only: a prune holding the writer lock goes on without it (an unlocked put takes ms)
         return listed_then(*a, **k)
 
     pruner.trees.orphans = writer_resumes_b_meanwhile
@@ -171,7 +171,7 @@ def test_delete_for_runs_while_a_writer_resumes_a_doomed_checkpoint_keeps_the_ne
     def writer_resumes_b_meanwhile(*a, **k):
         if not resumer.is_alive() and not put_done.is_set():
             resumer.start()
-            put_done.wait(10)  # ordering only: a deletion holding the writer lock goes on without it
+            put_done.wait(3)  # ordering only: a deletion holding the writer lock goes on without it (an unlocked put takes ms)
         return listed_then(*a, **k)
 
     deleter.trees.orphans = writer_resumes_b_meanwhile

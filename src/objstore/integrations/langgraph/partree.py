@@ -76,6 +76,8 @@ def shape(n: int, fanout: int) -> list[int]:
 
 def top_size(n: int, fanout: int | None) -> int:
     """How many of a checkpoint's ``parts`` ids a channel of layout count ``n`` takes."""
+    if type(n) is not int or n < SINGLE:
+        raise InvalidRecord(f"a LangGraph list channel's length must be a count, got {n!r}")
     if n == SINGLE:
         return 1
     return n if not fanout else len(shape(n, fanout))
@@ -98,18 +100,19 @@ def _node(children: Children, oid: bytes, height: int, fanout: int) -> Sequence[
     return ids
 
 
-def expand(top: Sequence[bytes], n: int, fanout: int, children: Children) -> list[bytes]:
+def expand(top: Sequence[bytes], n: int, fanout: int, children: Children, seen: set[bytes] | None = None) -> list[bytes]:
     """The ``n`` element part ids a channel's ``top`` names (its nodes read with ``children``).
 
     A node named twice is refused: ``build`` makes a node per place, so a tree holds each once, and a forged
     checkpoint sharing one node under itself (a height-20 node whose ids are one node eight times, and so on
-    down) would otherwise make a reader expand 8^20 ids from 21 records."""
+    down) would otherwise make a reader expand 8^20 ids from 21 records. ``seen``: the nodes the checkpoint's
+    other channels named (one node under many channels is the same amplification)."""
     heights = shape(n, fanout)
     if len(heights) != len(top):
         raise InvalidRecord(f"a LangGraph list of {n} elements in a tree of fanout {fanout} has {len(heights)} top ids, "
                             f"the record lists {len(top)}")
     out: list[bytes] = []
-    seen: set[bytes] = set()
+    seen = set() if seen is None else seen
     for h, oid in zip(heights, top, strict=True):
         _leaves(children, oid, h, fanout, out, seen)
     return out
@@ -204,18 +207,26 @@ def build(ids: Sequence[bytes], fanout: int, make: Callable[[int, list[list[byte
     return [at(h, s) for h, s in top_places]
 
 
+def counts(layout: Iterable[Any]) -> Iterable[Any]:
+    """Each layout entry's count, an entry that is no ``[channel, count]`` pair refused."""
+    for entry in layout:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2:
+            raise InvalidRecord(f"a LangGraph layout entry is [channel, count], got {entry!r:.80}")
+        yield entry[1]
+
+
 def flatten(layout: Iterable[Sequence[Any]], parts: Sequence[bytes], fanout: int | None, children: Children) -> list[bytes]:
-    """A checkpoint's ``parts`` as layout 1 has them (every element's part id, in layout order)."""
-    if not fanout:
-        return [bytes(x) for x in parts]
+    """A checkpoint's ``parts`` as layout 1 has them (every element's part id, in layout order); a layout entry
+    that is no ``[channel, count]`` pair, or counts that do not add up to the ids, are refused (either layout)."""
     out: list[bytes] = []
+    seen: set[bytes] = set()  # the nodes of every channel: a node under two channels is refused too
     i = 0
-    for _name, n in layout:
+    for n in counts(layout):
         k = top_size(n, fanout)  # refuses a length that is no count
         top = parts[i:i + k]
         if len(top) != k:
             raise InvalidRecord(f"a LangGraph layout names more parts than the record's {len(parts)}")
-        out.extend([bytes(top[0])] if n == SINGLE else expand(top, n, fanout, children))
+        out.extend([bytes(x) for x in top] if n == SINGLE or not fanout else expand(top, n, fanout, children, seen))
         i += k
     if i != len(parts):
         raise InvalidRecord(f"a LangGraph layout names {i} parts, the record lists {len(parts)}")
@@ -228,7 +239,7 @@ def tree_nodes(layout: Iterable[Sequence[Any]], parts: Sequence[bytes], fanout: 
     if not fanout:
         return out
     i = 0
-    for _name, n in layout:
+    for n in counts(layout):
         k = top_size(n, fanout)
         if n != SINGLE:
             out |= nodes(parts[i:i + k], n, fanout, children)

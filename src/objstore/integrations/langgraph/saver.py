@@ -60,6 +60,7 @@ run the sync ones in a worker thread (``asyncio.to_thread``), so the event loop 
 from __future__ import annotations
 
 import builtins
+import functools
 import heapq
 import os
 import random
@@ -706,20 +707,27 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
         if not wanted:
             return
         for run in self._all_runs():
-            doomed: list[bytes] = []
-            gone: list[R.Record] = []
-            for lg_run in wanted:
-                for rec in self.log.find_records(run, run_id=lg_run):
-                    if rec.kind == CHECKPOINT and self._live(rec):
-                        gone.append(rec)
-                        doomed.append(rec.id)
-                        doomed += [r.id for r in self.log.find_records(run, checkpoint_id=rec.body["checkpoint_id"])
-                                   if r.kind != CHECKPOINT and self._live(r)]
-            if doomed:
-                ids = {r.id for r in gone}
-                kept = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT]) if self._live(r) and r.id not in ids]
-                doomed += self.trees.orphans(gone, kept)
-                D.delete_records(self.log, run, list(dict.fromkeys(doomed)), reason="langgraph delete_for_runs")
+            self.log.store.atomically(functools.partial(self._delete_for_runs_in, run, wanted))
+
+    def _delete_for_runs_in(self, run: str, wanted: builtins.list[str]) -> None:
+        """``delete_for_runs`` of one namespace's run, as one commit: listed, the orphan nodes worked out and deleted
+        under the run's writer lock (on object storage: run again if another writer's entry made it stale), so a put
+        that resumes a doomed checkpoint, reusing its parts nodes, lands before it (and keeps them) or after it (and
+        finds its parent deleted), never in between."""
+        doomed: list[bytes] = []
+        gone: list[R.Record] = []
+        for lg_run in wanted:
+            for rec in self.log.find_records(run, run_id=lg_run):
+                if rec.kind == CHECKPOINT and self._live(rec):
+                    gone.append(rec)
+                    doomed.append(rec.id)
+                    doomed += [r.id for r in self.log.find_records(run, checkpoint_id=rec.body["checkpoint_id"])
+                               if r.kind != CHECKPOINT and self._live(r)]
+        if doomed:
+            ids = {r.id for r in gone}
+            kept = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT]) if self._live(r) and r.id not in ids]
+            doomed += self.trees.orphans(gone, kept)
+            D.delete_records(self.log, run, list(dict.fromkeys(doomed)), reason="langgraph delete_for_runs")
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: per namespace, every checkpoint but the newest is deleted with its writes;
@@ -735,21 +743,26 @@ class ObjstoreSaver(ThreadedAsync, BaseCheckpointSaver[str]):
                     D.delete_runs(self.log, runs, reason=f"langgraph prune {tid}")
                 continue
             for run in runs:
-                recs = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT, WRITES]) if self._live(r)]
-                latest = next((r for r in recs if r.kind == CHECKPOINT), None)
-                if latest is None:
-                    continue
-                keep = latest.body["checkpoint_id"]
-                doomed = [r.id for r in recs if r.body.get("checkpoint_id") != keep]
-                if not doomed:
-                    continue
-                held = self._reached_by_copies(run)  # a copy's history is its own: not pruned with the source
-                doomed = [oid for oid in doomed if oid not in held]
-                if doomed:
-                    ids = set(doomed)
-                    cps = [r for r in recs if r.kind == CHECKPOINT]
-                    nodes = self.trees.orphans([r for r in cps if r.id in ids], [r for r in cps if r.id not in ids], held)
-                    D.delete_records(self.log, run, [*doomed, *nodes], reason=f"langgraph prune {tid} keep_latest")
+                self.log.store.atomically(functools.partial(self._keep_latest_in, run, str(tid)))
+
+    def _keep_latest_in(self, run: str, tid: str) -> None:
+        """``prune("keep_latest")`` of one namespace's run, as one commit (see ``_delete_for_runs_in``: a put that
+        resumes an older checkpoint reuses its parts nodes, which must not be deleted as orphans meanwhile)."""
+        recs = [r for r in self.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT, WRITES]) if self._live(r)]
+        latest = next((r for r in recs if r.kind == CHECKPOINT), None)
+        if latest is None:
+            return
+        keep = latest.body["checkpoint_id"]
+        doomed = [r.id for r in recs if r.body.get("checkpoint_id") != keep]
+        if not doomed:
+            return
+        held = self._reached_by_copies(run)  # a copy's history is its own: not pruned with the source
+        doomed = [oid for oid in doomed if oid not in held]
+        if doomed:
+            ids = set(doomed)
+            cps = [r for r in recs if r.kind == CHECKPOINT]
+            nodes = self.trees.orphans([r for r in cps if r.id in ids], [r for r in cps if r.id not in ids], held)
+            D.delete_records(self.log, run, [*doomed, *nodes], reason=f"langgraph prune {tid} keep_latest")
 
     def _reached_by_copies(self, run: str) -> set[bytes]:
         """The records of ``run`` that a live copy (``copy_thread``, or a copy of a copy) folds over.
