@@ -145,6 +145,8 @@ class S3Engine(BodyRemoval):
                     self._commit(txn, moves)
             except StaleBase:
                 stale = True  # a self-contained commit is run again at once: a lease handed to it is kept for that
+                if not txn.leased:
+                    self._hold_for_rerun()
                 raise
             finally:
                 # not given back by a commit (nothing to commit, or it raised): a batch's own, or one handed to this
@@ -297,6 +299,27 @@ class S3Engine(BodyRemoval):
                 txn.leased = True
                 return
             # 412: another writer's swap came first; read HEAD again
+
+    def _hold_for_rerun(self) -> None:
+        """A self-contained commit found the log moved under it while no lease was held: take the lease (one swap)
+        for its re-run, which ``Store.atomically`` makes at once and which keeps and then gives it back with its
+        entry. Without it a writer of a loop of batches, retaking the free lease a moment after each commit, won
+        every race while the append backed off: a stale append saw the lease free, so never queued (starved into
+        Busy under load). A held lease, or a swap another writer's came before, leaves HEAD as it is."""
+        with self._mu:
+            head, etag = self._head, self._etag
+        epoch, holder, _nxt = _lease(head)
+        if head is None or etag is None or holder != FREE:
+            return
+        new = msgspec.structs.replace(head, lease=[epoch + 1, self.holder])
+        try:
+            tag = self.bucket.put_if_match(HEAD_KEY, encode_head(new), etag)
+        except Exception:  # noqa: BLE001 - only a help for the re-run: its own commit meets whatever this met
+            return
+        if tag is not None:
+            with self._mu:
+                if self._etag == etag:
+                    self._head, self._etag, self._checked = new, tag, time.monotonic()
 
     def _give_back(self) -> None:
         """Free this engine's lease without an entry (a batch that committed nothing, or raised). A swap lost to gc
