@@ -295,7 +295,8 @@ def test_a_checkpoint_naming_a_missing_or_wrong_node_is_refused_and_verify_names
     rec = saver.log.find_records(run, checkpoint_id=cid)[0]
     writes_like = _records(saver.log, CHECKPOINT)[0].id  # a record that is no node
     missing = blake3.blake3(b"no such node").digest()
-    for bad, forged in ((writes_like, "x1"), (missing, "x2")):
+    blob = saver.log.put_blob(b"not a node")
+    for bad, forged in ((writes_like, "x1"), (missing, "x2"), (blob, "x3")):
         body = dict(rec.body, checkpoint_id=forged, parts=[bad, *rec.body["parts"][1:]])
         saver.log.append(run, CHECKPOINT, body, labels={"checkpoint_id": forged})
     fresh = ObjstoreSaver(root)
@@ -303,6 +304,8 @@ def test_a_checkpoint_naming_a_missing_or_wrong_node_is_refused_and_verify_names
         _get(fresh, "x1")
     with pytest.raises(objstore.errors.ObjectNotFound):
         _get(fresh, "x2")
+    with pytest.raises(InvalidRecord, match=f"names {blob.hex()} as a parts node; object {blob.hex()} is a blob, not a record"):
+        _get(fresh, "x3")
     problems = verify(fresh.log)
     assert [(p.code, p.subject) for p in problems] == [("missing-object", missing.hex())], problems
 

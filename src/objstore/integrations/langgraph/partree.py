@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ...errors import Erased, InvalidRecord
+from ...errors import Erased, InvalidInput, InvalidRecord
 from ...runs.records import DELETED_FIELD
 
 NODE = "x.langgraph.parts"
@@ -60,6 +60,17 @@ def node_of(rec: Any) -> tuple[int, tuple[bytes, ...]]:
     if DELETED_FIELD in rec.body:
         raise Erased(f"LangGraph parts node {bytes(rec.id).hex()} was deleted: the checkpoints naming it do not read")
     return rec.body["height"], tuple(bytes(x) for x in rec.body["ids"])
+
+
+def read_node(record: Callable[[bytes], Any], oid: bytes) -> tuple[int, tuple[bytes, ...]]:
+    """``node_of`` what ``record(oid)`` (``RunLog.record``) reads: an object that is no record (a blob) is refused as
+    the store's data, like a record of another kind, not as the caller's input."""
+    try:
+        rec = record(oid)
+    except InvalidInput as e:
+        raise InvalidRecord(f"a LangGraph checkpoint names {bytes(oid).hex()} as a parts node; "
+                            f"{e.args[0] if e.args else e}") from None
+    return node_of(rec)
 
 
 def shape(n: int, fanout: int) -> list[int]:

@@ -49,7 +49,7 @@ def _part(log: Any, serde: Any, oid: bytes) -> str:
 def _flat(log: Any, body: dict) -> list[bytes]:
     """Every element's part id of a checkpoint body, in layout order (its parts nodes read as records)."""
     return T.flatten(body.get("layout") or [], list(body.get("parts") or []), T.check_fanout(body.get("fanout")),
-                     lambda oid: T.node_of(log.record(oid)))
+                     lambda oid: T.read_node(log.record, oid))
 
 
 def channel_lines(log: Any, body: dict, serde: Any) -> list[str]:

@@ -44,7 +44,7 @@ class PartTrees:
             if hit is not None:
                 self._nodes.move_to_end(oid)
                 return hit
-        return self._keep(oid, *T.node_of(self.log.record(oid)))
+        return self._keep(oid, *T.read_node(self.log.record, oid))
 
     def _keep(self, oid: bytes, height: int, ids: Sequence[bytes]) -> tuple[int, tuple[bytes, ...]]:
         got = (height, tuple(ids))
