@@ -32,6 +32,35 @@ def _checkpoints(saver, thread="t"):
     return [r for r in saver.log.iter_records(run, all_branches=True, kinds=[CHECKPOINT])]
 
 
+def _meanwhile(deleter, put, delete) -> list[str]:
+    """Run ``delete()`` (a prune or delete_for_runs of ``deleter``) with ``put()`` (another saver's put, in a thread)
+    ordered between its listing and its deletion: the instance hook on ``deleter.trees.orphans`` starts the put and
+    lets it finish first, unless the put waits on a lock the deletion holds (the fixed code), when the hook gives up
+    after 3 s (an unlocked put takes milliseconds) and the put lands after. Returns the put's checkpoint id."""
+    listed_then = deleter.trees.orphans
+    resumed: list[str] = []
+    put_done = threading.Event()
+
+    def resume():
+        try:
+            resumed.append(put())
+        finally:
+            put_done.set()
+
+    resumer = threading.Thread(target=resume)
+
+    def put_meanwhile(*a, **k):
+        if not resumer.is_alive() and not put_done.is_set():
+            resumer.start()
+            put_done.wait(3)
+        return listed_then(*a, **k)
+
+    deleter.trees.orphans = put_meanwhile
+    delete()
+    resumer.join()
+    return resumed
+
+
 def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoint_readable(tmp_path):
     """The race made deterministic: the writer (another thread) puts after prune has listed the checkpoints and
     before it deletes. The instance hook on ``trees.orphans`` only orders the two (both are the real code): it
@@ -45,27 +74,7 @@ def test_prune_while_a_writer_resumes_an_older_checkpoint_keeps_the_new_checkpoi
     edited[2] = "edited"  # the newest no longer names B's first node
     _put(writer, {"messages": edited}, b)
     pruner = ObjstoreSaver(root)
-    listed_then = pruner.trees.orphans
-    resumed: list[str] = []
-    put_done = threading.Event()
-
-    def resume_b():
-        try:
-            resumed.append(_put(writer, {"messages": base + ["after B"]}, b))  # reuses B's nodes
-        finally:
-            put_done.set()
-
-    resumer = threading.Thread(target=resume_b)
-
-    def writer_resumes_b_meanwhile(*a, **k):
-        if not resumer.is_alive() and not put_done.is_set():
-            resumer.start()
-            put_done.wait(3)  # ordering only: a prune holding the writer lock goes on without it (an unlocked put takes ms)
-        return listed_then(*a, **k)
-
-    pruner.trees.orphans = writer_resumes_b_meanwhile
-    pruner.prune(["t"])
-    resumer.join()
+    resumed = _meanwhile(pruner, lambda: _put(writer, {"messages": base + ["after B"]}, b), lambda: pruner.prune(["t"]))  # reuses B's nodes
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
     G.gc(pruner.log.store)
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
@@ -156,27 +165,8 @@ def test_delete_for_runs_while_a_writer_resumes_a_doomed_checkpoint_keeps_the_ne
     base = [f"message {i}" for i in range(2 * F + 3)]
     b = _put_in(writer, {"messages": base}, "run-1")
     deleter = ObjstoreSaver(root)
-    listed_then = deleter.trees.orphans
-    resumed: list[str] = []
-    put_done = threading.Event()
-
-    def resume_b():
-        try:
-            resumed.append(_put_in(writer, {"messages": base + ["after B"]}, "run-2", b))  # reuses B's nodes
-        finally:
-            put_done.set()
-
-    resumer = threading.Thread(target=resume_b)
-
-    def writer_resumes_b_meanwhile(*a, **k):
-        if not resumer.is_alive() and not put_done.is_set():
-            resumer.start()
-            put_done.wait(3)  # ordering only: a deletion holding the writer lock goes on without it (an unlocked put takes ms)
-        return listed_then(*a, **k)
-
-    deleter.trees.orphans = writer_resumes_b_meanwhile
-    deleter.delete_for_runs(["run-1"])
-    resumer.join()
+    resumed = _meanwhile(deleter, lambda: _put_in(writer, {"messages": base + ["after B"]}, "run-2", b),  # reuses B's nodes
+                         lambda: deleter.delete_for_runs(["run-1"]))
     assert _get(ObjstoreSaver(root), resumed[0]) == {"messages": base + ["after B"]}
 
 
